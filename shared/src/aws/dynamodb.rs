@@ -1,0 +1,185 @@
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::describe;
+use crate::config::TableNames;
+use crate::ports::{StoreError, SubscriptionStore};
+use crate::subscription::{Subscription, Topic};
+
+/// Topics and subscriptions in two DynamoDB tables.
+///
+/// - topics: partition key `name`; the record as JSON in `doc`.
+/// - subscriptions: partition key `topic`, sort key `name`; the record as JSON in `doc`, so one
+///   Query returns every subscription of a topic for fan-out.
+#[derive(Debug, Clone)]
+pub struct DynamoSubscriptionStore {
+    client: aws_sdk_dynamodb::Client,
+    tables: TableNames,
+}
+
+type Item = HashMap<String, AttributeValue>;
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_string())
+}
+
+fn unavailable<E: std::error::Error>(e: E) -> StoreError {
+    StoreError::Unavailable(describe(&e))
+}
+
+fn decode<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
+    let doc = item
+        .get("doc")
+        .and_then(|v| v.as_s().ok())
+        .ok_or_else(|| StoreError::Corrupt("item has no doc attribute".to_string()))?;
+    serde_json::from_str(doc).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn encode<T: Serialize>(record: &T) -> Result<AttributeValue, StoreError> {
+    serde_json::to_string(record)
+        .map(AttributeValue::S)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+impl DynamoSubscriptionStore {
+    pub fn new(client: aws_sdk_dynamodb::Client, tables: TableNames) -> Self {
+        Self { client, tables }
+    }
+
+    async fn put_new(&self, table: &str, key: Item, doc: AttributeValue, what: String) -> Result<(), StoreError> {
+        let mut item = key;
+        item.insert("doc".to_string(), doc);
+        let result = self
+            .client
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#n)")
+            .expression_attribute_names("#n", "name")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+                Err(StoreError::AlreadyExists(what))
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    async fn delete(&self, table: &str, key: Item) -> Result<bool, StoreError> {
+        let out = self
+            .client
+            .delete_item()
+            .table_name(table)
+            .set_key(Some(key))
+            .return_values(ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(out.attributes().is_some_and(|a| !a.is_empty()))
+    }
+
+    async fn get(&self, table: &str, key: Item) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .set_key(Some(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(out.item)
+    }
+}
+
+#[async_trait]
+impl SubscriptionStore for DynamoSubscriptionStore {
+    async fn get_topic(&self, name: &str) -> Result<Option<Topic>, StoreError> {
+        let key = HashMap::from([("name".to_string(), s(name))]);
+        self.get(&self.tables.topics, key).await?.as_ref().map(decode).transpose()
+    }
+
+    async fn list_topics(&self) -> Result<Vec<Topic>, StoreError> {
+        let mut topics = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(&self.tables.topics)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(unavailable)?;
+            for item in out.items() {
+                topics.push(decode(item)?);
+            }
+            match out.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        topics.sort_by(|a: &Topic, b| a.name.cmp(&b.name));
+        Ok(topics)
+    }
+
+    async fn create_topic(&self, topic: &Topic) -> Result<(), StoreError> {
+        let key = HashMap::from([("name".to_string(), s(&topic.name))]);
+        let what = format!("topic {}", topic.name);
+        self.put_new(&self.tables.topics, key, encode(topic)?, what).await
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<bool, StoreError> {
+        let key = HashMap::from([("name".to_string(), s(name))]);
+        self.delete(&self.tables.topics, key).await
+    }
+
+    async fn get_subscription(&self, topic: &str, name: &str) -> Result<Option<Subscription>, StoreError> {
+        let key = HashMap::from([("topic".to_string(), s(topic)), ("name".to_string(), s(name))]);
+        self.get(&self.tables.subscriptions, key).await?.as_ref().map(decode).transpose()
+    }
+
+    async fn list_subscriptions(&self, topic: &str) -> Result<Vec<Subscription>, StoreError> {
+        let mut subs = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.tables.subscriptions)
+                .key_condition_expression("#t = :t")
+                .expression_attribute_names("#t", "topic")
+                .expression_attribute_values(":t", s(topic))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(unavailable)?;
+            for item in out.items() {
+                subs.push(decode(item)?);
+            }
+            match out.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        Ok(subs)
+    }
+
+    async fn create_subscription(&self, sub: &Subscription) -> Result<(), StoreError> {
+        let key = HashMap::from([("topic".to_string(), s(&sub.topic)), ("name".to_string(), s(&sub.name))]);
+        let what = format!("event subscription {} on topic {}", sub.name, sub.topic);
+        self.put_new(&self.tables.subscriptions, key, encode(sub)?, what).await
+    }
+
+    async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError> {
+        let key = HashMap::from([("topic".to_string(), s(topic)), ("name".to_string(), s(name))]);
+        self.delete(&self.tables.subscriptions, key).await
+    }
+}

@@ -1,0 +1,33 @@
+//! Thin adapters from the [`crate::ports`] traits to the official AWS SDK crates.
+//!
+//! They talk to whatever `AWS_ENDPOINT_URL` names (moto, LocalStack) or to AWS itself.
+
+mod dynamodb;
+mod s3;
+mod sqs;
+
+pub use dynamodb::DynamoSubscriptionStore;
+pub use s3::S3ObjectStore;
+pub use sqs::SqsQueue;
+
+use aws_config::meta::region::RegionProviderChain;
+use aws_config::{BehaviorVersion, SdkConfig};
+
+/// Loads the SDK configuration from the environment, defaulting the region to us-east-1.
+pub async fn load_sdk_config() -> SdkConfig {
+    let region = RegionProviderChain::default_provider().or_else("us-east-1");
+    aws_config::defaults(BehaviorVersion::latest()).region(region).load().await
+}
+
+/// An S3 client; path-style addressing when an endpoint override (an emulator) is set.
+pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
+    let config = aws_sdk_s3::config::Builder::from(sdk)
+        .force_path_style(sdk.endpoint_url().is_some())
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
+/// The full text of an SDK error, including the service's own message.
+pub(crate) fn describe<E: std::error::Error>(err: &E) -> String {
+    aws_sdk_sqs::error::DisplayErrorContext(err).to_string()
+}

@@ -1,0 +1,132 @@
+use async_trait::async_trait;
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use futures::future::join_all;
+
+use super::describe;
+use crate::message::MAX_MESSAGE_BYTES;
+use crate::ports::{MessageQueue, OutgoingMessage, QueueError};
+
+/// SQS's limit of entries in one SendMessageBatch request.
+const MAX_BATCH_ENTRIES: usize = 10;
+/// SQS's limit on one SendMessageBatch request's total payload.
+const MAX_BATCH_BYTES: usize = 262_144;
+
+/// An SQS queue, sent to with SendMessageBatch (10 entries a request).
+#[derive(Debug, Clone)]
+pub struct SqsQueue {
+    client: aws_sdk_sqs::Client,
+    url: String,
+}
+
+impl SqsQueue {
+    pub fn new(client: aws_sdk_sqs::Client, url: impl Into<String>) -> Self {
+        Self { client, url: url.into() }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn send_chunk(&self, chunk: &[(usize, &OutgoingMessage)]) -> Vec<(usize, Result<(), QueueError>)> {
+        let mut entries = Vec::with_capacity(chunk.len());
+        for (i, m) in chunk {
+            let delay = i32::try_from(m.delay.as_secs().min(900)).unwrap_or(900);
+            let entry = SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(&m.body)
+                .delay_seconds(delay)
+                .build();
+            match entry {
+                Ok(e) => entries.push(e),
+                Err(e) => return all_failed(chunk, &e.to_string()),
+            }
+        }
+        let sent = self
+            .client
+            .send_message_batch()
+            .queue_url(&self.url)
+            .set_entries(Some(entries))
+            .send()
+            .await;
+        match sent {
+            Err(e) => all_failed(chunk, &describe(&e)),
+            Ok(out) => chunk
+                .iter()
+                .map(|(i, _)| {
+                    let id = i.to_string();
+                    let result = match out.failed().iter().find(|f| f.id() == id) {
+                        Some(f) => Err(QueueError(format!(
+                            "{}: {}",
+                            f.code(),
+                            f.message().unwrap_or("no message")
+                        ))),
+                        None if out.successful().iter().any(|s| s.id() == id) => Ok(()),
+                        None => Err(QueueError("not reported as sent".to_string())),
+                    };
+                    (*i, result)
+                })
+                .collect(),
+        }
+    }
+}
+
+fn all_failed(chunk: &[(usize, &OutgoingMessage)], reason: &str) -> Vec<(usize, Result<(), QueueError>)> {
+    chunk.iter().map(|(i, _)| (*i, Err(QueueError(reason.to_string())))).collect()
+}
+
+/// Groups messages into SendMessageBatch requests: at most 10 entries and 256 KiB each.
+fn chunks(messages: &[OutgoingMessage]) -> Vec<Vec<(usize, &OutgoingMessage)>> {
+    let mut out: Vec<Vec<(usize, &OutgoingMessage)>> = Vec::new();
+    let mut current = Vec::new();
+    let mut bytes = 0;
+    for (i, m) in messages.iter().enumerate() {
+        let size = m.body.len().min(MAX_MESSAGE_BYTES);
+        if !current.is_empty() && (current.len() == MAX_BATCH_ENTRIES || bytes + size > MAX_BATCH_BYTES) {
+            out.push(std::mem::take(&mut current));
+            bytes = 0;
+        }
+        bytes += size;
+        current.push((i, m));
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+#[async_trait]
+impl MessageQueue for SqsQueue {
+    async fn send_all(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>> {
+        let groups = chunks(messages);
+        let sent = join_all(groups.iter().map(|c| self.send_chunk(c))).await;
+        let mut results: Vec<Result<(), QueueError>> =
+            vec![Err(QueueError("not sent".to_string())); messages.len()];
+        for (i, r) in sent.into_iter().flatten() {
+            results[i] = r;
+        }
+        results
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn msg(bytes: usize) -> OutgoingMessage {
+        OutgoingMessage {
+            body: "x".repeat(bytes),
+            delay: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn batches_hold_ten_entries_and_256_kib_at_most() {
+        let messages: Vec<_> = (0..23).map(|_| msg(10)).collect();
+        let sizes: Vec<usize> = chunks(&messages).iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![10, 10, 3]);
+        let messages: Vec<_> = (0..4).map(|_| msg(100_000)).collect();
+        let sizes: Vec<usize> = chunks(&messages).iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![2, 2]);
+    }
+}

@@ -1,0 +1,319 @@
+//! What an attempt's result means: delivered, retry after some minimum wait, or not retried.
+//!
+//! The rules are a data table (S6) so that a subscription can select another one: the default
+//! follows the current article (S1, S3, S4, S5); `Legacy2019` follows the 2019 revision.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::LimitError;
+
+/// What kind of endpoint an attempt went to: a webhook, or an AWS resource (S3, S4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointKind {
+    Webhook,
+    Resource,
+}
+
+/// What happened to one delivery attempt, before any rule is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptResult {
+    /// The endpoint answered with this HTTP status.
+    Status(u16),
+    /// No response within the attempt timeout (S2).
+    TimedOut,
+    /// The request could not be sent or the connection broke.
+    ConnectionFailed(String),
+}
+
+/// The `lastDeliveryOutcome` vocabulary of dead-letter records (L6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeliveryOutcome {
+    Succeeded,
+    BadRequest,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    TimedOut,
+    RequestEntityTooLarge,
+    Busy,
+    Redirected,
+    GenericError,
+    ConnectionFailed,
+}
+
+impl DeliveryOutcome {
+    pub fn of(result: &AttemptResult) -> Self {
+        match result {
+            AttemptResult::TimedOut => Self::TimedOut,
+            AttemptResult::ConnectionFailed(_) => Self::ConnectionFailed,
+            AttemptResult::Status(code) => match code {
+                200..=204 => Self::Succeeded,
+                400 => Self::BadRequest,
+                401 => Self::Unauthorized,
+                403 => Self::Forbidden,
+                404 => Self::NotFound,
+                408 => Self::TimedOut,
+                413 => Self::RequestEntityTooLarge,
+                429 | 503 => Self::Busy,
+                300..=399 => Self::Redirected,
+                _ => Self::GenericError,
+            },
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Succeeded => "Succeeded",
+            Self::BadRequest => "BadRequest",
+            Self::Unauthorized => "Unauthorized",
+            Self::Forbidden => "Forbidden",
+            Self::NotFound => "NotFound",
+            Self::TimedOut => "TimedOut",
+            Self::RequestEntityTooLarge => "RequestEntityTooLarge",
+            Self::Busy => "Busy",
+            Self::Redirected => "Redirected",
+            Self::GenericError => "GenericError",
+            Self::ConnectionFailed => "ConnectionFailed",
+        }
+    }
+}
+
+/// What a table says to do after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// S1: the endpoint took the batch.
+    Delivered,
+    /// Retry, waiting at least this long (before time scaling) (S5).
+    Retry { min_wait: Duration },
+    /// S3, S4: retrying cannot help; dead-letter at once, or drop without a dead-letter location.
+    NotRetried,
+}
+
+/// One rule of a table, for one kind of endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    NotRetried,
+    RetryAfter(Duration),
+    /// 2019 revision: dead-letter at once when dead-lettering is set up, otherwise retry.
+    DeadLetterAtOnceElseRetryAfter(Duration),
+}
+
+/// A status code and what it means for webhooks and for resource endpoints.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusRule {
+    pub status: u16,
+    pub webhook: Rule,
+    pub resource: Rule,
+}
+
+/// A classification table (S6).
+#[derive(Debug, Clone, Copy)]
+pub struct StatusTable {
+    pub name: StatusTableName,
+    pub rules: &'static [StatusRule],
+    /// Wait for every failure the rules do not name (S5: 10 s).
+    pub other_failures: Duration,
+}
+
+const fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+const fn same(status: u16, rule: Rule) -> StatusRule {
+    StatusRule {
+        status,
+        webhook: rule,
+        resource: rule,
+    }
+}
+
+/// The current article: S3, S4, S5.
+pub const CURRENT: StatusTable = StatusTable {
+    name: StatusTableName::Current,
+    rules: &[
+        same(400, Rule::NotRetried),
+        StatusRule {
+            status: 401,
+            webhook: Rule::NotRetried,
+            resource: Rule::RetryAfter(secs(300)),
+        },
+        same(403, Rule::NotRetried),
+        StatusRule {
+            status: 404,
+            webhook: Rule::NotRetried,
+            resource: Rule::RetryAfter(secs(300)),
+        },
+        same(408, Rule::RetryAfter(secs(120))),
+        same(413, Rule::NotRetried),
+        same(503, Rule::RetryAfter(secs(30))),
+    ],
+    other_failures: secs(10),
+};
+
+/// The 2019 revision (S6).
+pub const LEGACY_2019: StatusTable = StatusTable {
+    name: StatusTableName::Legacy2019,
+    rules: &[
+        same(400, Rule::DeadLetterAtOnceElseRetryAfter(secs(300))),
+        same(401, Rule::RetryAfter(secs(300))),
+        same(403, Rule::RetryAfter(secs(300))),
+        same(404, Rule::RetryAfter(secs(300))),
+        same(408, Rule::RetryAfter(secs(120))),
+        same(413, Rule::DeadLetterAtOnceElseRetryAfter(secs(10))),
+        same(503, Rule::RetryAfter(secs(30))),
+    ],
+    other_failures: secs(10),
+};
+
+/// The name a subscription stores to select a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum StatusTableName {
+    #[default]
+    Current,
+    Legacy2019,
+}
+
+impl StatusTableName {
+    pub fn table(&self) -> &'static StatusTable {
+        match self {
+            Self::Current => &CURRENT,
+            Self::Legacy2019 => &LEGACY_2019,
+        }
+    }
+}
+
+impl FromStr for StatusTableName {
+    type Err = LimitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "Current" | "current" => Ok(Self::Current),
+            "Legacy2019" | "legacy2019" | "2019" => Ok(Self::Legacy2019),
+            other => Err(LimitError::new("statusTable", format!("{other:?}"), "Current or Legacy2019")),
+        }
+    }
+}
+
+/// S1: only 200 to 204 are success.
+pub fn is_success(status: u16) -> bool {
+    (200..=204).contains(&status)
+}
+
+/// Applies `table` to an attempt's result (S1 to S6).
+pub fn classify_status(
+    table: &StatusTable,
+    kind: EndpointKind,
+    result: &AttemptResult,
+    dead_letter_configured: bool,
+) -> Verdict {
+    let status = match result {
+        AttemptResult::Status(s) if is_success(*s) => return Verdict::Delivered,
+        AttemptResult::Status(s) => *s,
+        // S2: a timeout or a broken connection is an ordinary failure.
+        AttemptResult::TimedOut | AttemptResult::ConnectionFailed(_) => {
+            return Verdict::Retry {
+                min_wait: table.other_failures,
+            };
+        }
+    };
+    let rule = table.rules.iter().find(|r| r.status == status).map(|r| match kind {
+        EndpointKind::Webhook => r.webhook,
+        EndpointKind::Resource => r.resource,
+    });
+    match rule {
+        Some(Rule::NotRetried) => Verdict::NotRetried,
+        Some(Rule::RetryAfter(min_wait)) => Verdict::Retry { min_wait },
+        Some(Rule::DeadLetterAtOnceElseRetryAfter(min_wait)) => {
+            if dead_letter_configured {
+                Verdict::NotRetried
+            } else {
+                Verdict::Retry { min_wait }
+            }
+        }
+        None => Verdict::Retry {
+            min_wait: table.other_failures,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn webhook(status: u16) -> Verdict {
+        classify_status(&CURRENT, EndpointKind::Webhook, &AttemptResult::Status(status), true)
+    }
+
+    /// S1: 200-204 succeed; every other status fails (including 205-299 and 3xx).
+    #[test]
+    fn only_200_to_204_succeed_s1() {
+        for s in 200..=204 {
+            assert_eq!(webhook(s), Verdict::Delivered);
+        }
+        for s in [205, 206, 299, 301, 302, 304] {
+            assert!(matches!(webhook(s), Verdict::Retry { .. }), "{s}");
+        }
+    }
+
+    /// S3: webhooks do not retry 400, 401, 403, 404, 413.
+    #[test]
+    fn webhook_non_retried_codes_s3() {
+        for s in [400, 401, 403, 404, 413] {
+            assert_eq!(webhook(s), Verdict::NotRetried, "{s}");
+        }
+    }
+
+    /// S4: resource endpoints do not retry 400, 403, 413; 401 and 404 wait 5 minutes.
+    #[test]
+    fn resource_codes_s4() {
+        let r = |s| classify_status(&CURRENT, EndpointKind::Resource, &AttemptResult::Status(s), true);
+        for s in [400, 403, 413] {
+            assert_eq!(r(s), Verdict::NotRetried);
+        }
+        for s in [401, 404] {
+            assert_eq!(r(s), Verdict::Retry { min_wait: secs(300) });
+        }
+    }
+
+    /// S5: 408 waits 2 minutes, 503 30 seconds, everything else 10 seconds; S2 timeouts too.
+    #[test]
+    fn minimum_waits_s5_s2() {
+        assert_eq!(webhook(408), Verdict::Retry { min_wait: secs(120) });
+        assert_eq!(webhook(503), Verdict::Retry { min_wait: secs(30) });
+        assert_eq!(webhook(500), Verdict::Retry { min_wait: secs(10) });
+        let t = classify_status(&CURRENT, EndpointKind::Webhook, &AttemptResult::TimedOut, false);
+        assert_eq!(t, Verdict::Retry { min_wait: secs(10) });
+    }
+
+    /// S6: the 2019 table retries 401/403/404 after 5 minutes and dead-letters 400/413 at once
+    /// only when dead-lettering is set up.
+    #[test]
+    fn legacy_2019_table_s6() {
+        let c = |s, dl| classify_status(&LEGACY_2019, EndpointKind::Webhook, &AttemptResult::Status(s), dl);
+        for s in [401, 403, 404] {
+            assert_eq!(c(s, true), Verdict::Retry { min_wait: secs(300) });
+        }
+        assert_eq!(c(400, true), Verdict::NotRetried);
+        assert_eq!(c(400, false), Verdict::Retry { min_wait: secs(300) });
+        assert_eq!(c(413, true), Verdict::NotRetried);
+        assert_eq!(c(413, false), Verdict::Retry { min_wait: secs(10) });
+        assert_eq!("Legacy2019".parse::<StatusTableName>().unwrap().table().name, StatusTableName::Legacy2019);
+    }
+
+    proptest! {
+        /// S1 over every status code, both tables, both endpoint kinds.
+        #[test]
+        fn success_iff_200_to_204_s1(status in 100u16..600, legacy: bool, resource: bool, dl: bool) {
+            let table = if legacy { &LEGACY_2019 } else { &CURRENT };
+            let kind = if resource { EndpointKind::Resource } else { EndpointKind::Webhook };
+            let v = classify_status(table, kind, &AttemptResult::Status(status), dl);
+            prop_assert_eq!(v == Verdict::Delivered, (200..=204).contains(&status));
+            if let Verdict::Retry { min_wait } = v {
+                prop_assert!(min_wait >= secs(10));
+            }
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Names of the AWS resources a function uses, read from its environment.
+//!
+//! On AWS the SAM/CDK stack sets these; `gridrelay local` and the tests pass them directly.
+
+/// DynamoDB table of topics.
+pub const TOPICS_TABLE_ENV: &str = "GRIDRELAY_TOPICS_TABLE";
+/// DynamoDB table of subscriptions.
+pub const SUBSCRIPTIONS_TABLE_ENV: &str = "GRIDRELAY_SUBSCRIPTIONS_TABLE";
+/// SQS queue of events waiting for delivery.
+pub const DELIVERY_QUEUE_URL_ENV: &str = "GRIDRELAY_DELIVERY_QUEUE_URL";
+/// SQS queue of events waiting to be written to their dead-letter location.
+pub const DEAD_LETTER_QUEUE_URL_ENV: &str = "GRIDRELAY_DEAD_LETTER_QUEUE_URL";
+
+pub const DEFAULT_TOPICS_TABLE: &str = "gridrelay-topics";
+pub const DEFAULT_SUBSCRIPTIONS_TABLE: &str = "gridrelay-subscriptions";
+
+#[derive(Debug, thiserror::Error)]
+#[error("environment variable {name} is not set: {purpose}")]
+pub struct MissingSetting {
+    pub name: &'static str,
+    pub purpose: &'static str,
+}
+
+/// The two DynamoDB tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableNames {
+    pub topics: String,
+    pub subscriptions: String,
+}
+
+impl Default for TableNames {
+    fn default() -> Self {
+        Self {
+            topics: DEFAULT_TOPICS_TABLE.to_string(),
+            subscriptions: DEFAULT_SUBSCRIPTIONS_TABLE.to_string(),
+        }
+    }
+}
+
+impl TableNames {
+    /// From the environment, with the defaults for anything unset.
+    pub fn from_env() -> Self {
+        let d = Self::default();
+        Self {
+            topics: std::env::var(TOPICS_TABLE_ENV).unwrap_or(d.topics),
+            subscriptions: std::env::var(SUBSCRIPTIONS_TABLE_ENV).unwrap_or(d.subscriptions),
+        }
+    }
+}
+
+/// A setting the function cannot run without.
+pub fn required(name: &'static str, purpose: &'static str) -> Result<String, MissingSetting> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or(MissingSetting { name, purpose })
+}

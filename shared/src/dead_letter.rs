@@ -1,0 +1,152 @@
+//! The dead-letter format (L6) and where records are written (L3).
+//!
+//! A dead-lettered event is the original event, as raw JSON, with the L6 fields appended; an
+//! object holds a JSON array of such records for one subscription and hour.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::message::DeadLetterEntry;
+use crate::publish::{Placement, insert_raw_fields};
+use crate::subscription::DeadLetterDestination;
+
+/// Field names of the added fields: camelCase for the Event Grid schema, lowercase for
+/// CloudEvents 1.0 (L6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldNaming {
+    EventGrid,
+    CloudEvents,
+}
+
+/// Renders one record: the original event plus the L6 fields.
+pub fn render_record(entry: &DeadLetterEntry, naming: FieldNaming) -> Result<Box<RawValue>, serde_json::Error> {
+    let names = match naming {
+        FieldNaming::EventGrid => [
+            "deadLetterReason",
+            "deliveryAttempts",
+            "lastDeliveryOutcome",
+            "publishTime",
+            "lastDeliveryAttemptTime",
+        ],
+        FieldNaming::CloudEvents => [
+            "deadletterreason",
+            "deliveryattempts",
+            "lastdeliveryoutcome",
+            "publishtime",
+            "lastdeliveryattempttime",
+        ],
+    };
+    let mut fields = vec![
+        (names[0], Value::String(entry.reason.to_string())),
+        (names[1], Value::from(entry.delivery_attempts)),
+        (
+            names[2],
+            Value::String(entry.last_outcome.map(|o| o.as_str()).unwrap_or("None").to_string()),
+        ),
+        (names[3], Value::String(timestamp(entry.publish_time))),
+    ];
+    if let Some(at) = entry.last_attempt_time {
+        fields.push((names[4], Value::String(timestamp(at))));
+    }
+    insert_raw_fields(entry.event.get(), &fields, Placement::Back)
+}
+
+/// Renders one object's body: a JSON array of records.
+pub fn render_object(records: &[Box<RawValue>]) -> String {
+    let mut out = String::with_capacity(records.iter().map(|r| r.get().len() + 1).sum::<usize>() + 2);
+    out.push('[');
+    for (i, r) in records.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(r.get());
+    }
+    out.push(']');
+    out
+}
+
+/// `PREFIX/TOPIC/SUBSCRIPTION/YYYY/MM/DD/HH/<id>.json`, grouped per subscription and hour.
+pub fn object_key(
+    destination: &DeadLetterDestination,
+    topic: &str,
+    subscription: &str,
+    at: DateTime<Utc>,
+    id: &str,
+) -> String {
+    let path = format!("{topic}/{subscription}/{}/{id}.json", at.format("%Y/%m/%d/%H"));
+    if destination.prefix.is_empty() {
+        path
+    } else {
+        format!("{}/{path}", destination.prefix)
+    }
+}
+
+/// RFC 3339 with fixed seven fractional digits, as Event Grid writes times.
+pub fn timestamp(t: DateTime<Utc>) -> String {
+    format!(
+        "{}.{:07}Z",
+        t.format("%Y-%m-%dT%H:%M:%S"),
+        t.timestamp_subsec_nanos() / 100
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::DeliveryOutcome;
+    use crate::decision::DeadLetterReason;
+    use serde_json::json;
+
+    fn entry() -> DeadLetterEntry {
+        let t = DateTime::parse_from_rfc3339("2020-08-13T17:18:14.0265758Z").unwrap().to_utc();
+        DeadLetterEntry {
+            reason: DeadLetterReason::MaxDeliveryAttemptsExceeded,
+            delivery_attempts: 1,
+            last_outcome: Some(DeliveryOutcome::NotFound),
+            publish_time: t,
+            last_attempt_time: Some(t + chrono::Duration::milliseconds(20)),
+            event: RawValue::from_string(r#"{"id":"9","eventType":"x","data":{"a":[1,2]}}"#.to_string()).unwrap(),
+        }
+    }
+
+    /// L6: the record is the original event plus the five camelCase fields, as in the seeds.
+    #[test]
+    fn event_grid_record_adds_l6_fields() {
+        let v: Value = serde_json::from_str(render_record(&entry(), FieldNaming::EventGrid).unwrap().get()).unwrap();
+        assert_eq!(v["id"], "9");
+        assert_eq!(v["data"], json!({"a": [1, 2]}));
+        assert_eq!(v["deadLetterReason"], "MaxDeliveryAttemptsExceeded");
+        assert_eq!(v["deliveryAttempts"], 1);
+        assert_eq!(v["lastDeliveryOutcome"], "NotFound");
+        assert_eq!(v["publishTime"], "2020-08-13T17:18:14.0265758Z");
+        assert_eq!(v["lastDeliveryAttemptTime"], "2020-08-13T17:18:14.0465758Z");
+    }
+
+    /// L6: CloudEvents records use lowercase names.
+    #[test]
+    fn cloud_events_record_uses_lowercase_l6() {
+        let v: Value = serde_json::from_str(render_record(&entry(), FieldNaming::CloudEvents).unwrap().get()).unwrap();
+        assert_eq!(v["deadletterreason"], "MaxDeliveryAttemptsExceeded");
+        assert_eq!(v["deliveryattempts"], 1);
+        assert!(v.get("deadLetterReason").is_none());
+    }
+
+    /// L3: objects are grouped per subscription and hour under the prefix.
+    #[test]
+    fn object_key_groups_by_subscription_and_hour_l3() {
+        let d = DeadLetterDestination::parse("s3://bkt/dl").unwrap();
+        let at = DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z").unwrap().to_utc();
+        assert_eq!(object_key(&d, "orders", "audit", at, "u1"), "dl/orders/audit/2026/01/02/03/u1.json");
+        let d = DeadLetterDestination::parse("s3://bkt").unwrap();
+        assert_eq!(object_key(&d, "orders", "audit", at, "u1"), "orders/audit/2026/01/02/03/u1.json");
+    }
+
+    #[test]
+    fn object_is_a_json_array_of_records() {
+        let r = render_record(&entry(), FieldNaming::EventGrid).unwrap();
+        let body = render_object(&[r.clone(), r]);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v.as_array().unwrap().len(), 2);
+    }
+}

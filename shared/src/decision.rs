@@ -1,0 +1,195 @@
+//! What happens to an event after an attempt, and whether it may be attempted at all.
+//!
+//! Pure: the caller passes the clock's reading and the random draw.
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::classify::Verdict;
+use crate::schedule::RetrySchedule;
+use crate::subscription::RetryPolicy;
+use crate::time_scale::TimeScale;
+
+/// Why an event stopped being delivered (L2, L6 `deadLetterReason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeadLetterReason {
+    MaxDeliveryAttemptsExceeded,
+    TimeToLiveExceeded,
+    /// S3, S4: the endpoint answered a status that is not retried.
+    NonRetriableStatus(u16),
+}
+
+impl fmt::Display for DeadLetterReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MaxDeliveryAttemptsExceeded => f.write_str("MaxDeliveryAttemptsExceeded"),
+            Self::TimeToLiveExceeded => f.write_str("TimeToLiveExceeded"),
+            Self::NonRetriableStatus(code) => write!(f, "NonRetriableStatusCode{code}"),
+        }
+    }
+}
+
+/// The next state of an event after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterAttempt {
+    Delivered,
+    /// Attempt again, not before this time.
+    RetryAt(DateTime<Utc>),
+    /// Dead-letter it (or drop it when no dead-letter location is set up, L1).
+    GiveUp(DeadLetterReason),
+}
+
+/// The rules that set when the next attempt comes: a subscription's policy, the ladder and the
+/// time scale.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryRules<'a> {
+    pub policy: &'a RetryPolicy,
+    pub schedule: &'a RetrySchedule,
+    pub scale: TimeScale,
+}
+
+/// Decides what follows an attempt.
+///
+/// - `attempts_made` counts the attempt just made.
+/// - R5: when the attempts reach the maximum, a retryable failure becomes terminal.
+/// - R1: otherwise the next attempt waits the schedule's step or the status minimum, whichever
+///   is larger, plus randomization (`draw` in [0, 1)), scaled.
+/// - S3/S4: a status that is not retried is terminal at once.
+/// - R6: the TTL is *not* checked here; it is checked when the next attempt comes due.
+pub fn after_attempt(
+    rules: RetryRules<'_>,
+    verdict: Verdict,
+    status: Option<u16>,
+    attempts_made: u32,
+    now: DateTime<Utc>,
+    draw: f64,
+) -> AfterAttempt {
+    match verdict {
+        Verdict::Delivered => AfterAttempt::Delivered,
+        Verdict::NotRetried => AfterAttempt::GiveUp(DeadLetterReason::NonRetriableStatus(status.unwrap_or(0))),
+        Verdict::Retry { .. } if attempts_made >= rules.policy.max_delivery_attempts => {
+            AfterAttempt::GiveUp(DeadLetterReason::MaxDeliveryAttemptsExceeded)
+        }
+        Verdict::Retry { min_wait } => {
+            let wait = rules.schedule.next_wait(attempts_made, min_wait, draw, rules.scale);
+            AfterAttempt::RetryAt(now + to_chrono(wait))
+        }
+    }
+}
+
+/// R5, R6: whether an event's time to live has run out. Called only when an attempt comes due.
+pub fn ttl_expired(publish_time: DateTime<Utc>, now: DateTime<Utc>, policy: &RetryPolicy, scale: TimeScale) -> bool {
+    let ttl = scale.apply(Duration::from_secs(u64::from(policy.event_time_to_live_in_minutes) * 60));
+    now >= publish_time + to_chrono(ttl)
+}
+
+/// Converts a wait to chrono's type; waits here are at most days, far inside its range.
+pub fn to_chrono(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+/// How long from `now` until `at`, zero if `at` has passed.
+pub fn until(at: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
+    (at - now).to_std().unwrap_or(Duration::ZERO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::{AttemptResult, CURRENT, EndpointKind, classify_status};
+    use proptest::prelude::*;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-22T00:00:00Z").unwrap().to_utc()
+    }
+
+    fn decide(status: u16, attempts: u32, policy: &RetryPolicy) -> AfterAttempt {
+        let verdict = classify_status(&CURRENT, EndpointKind::Webhook, &AttemptResult::Status(status), true);
+        let schedule = RetrySchedule::event_grid();
+        let rules = RetryRules {
+            policy,
+            schedule: &schedule,
+            scale: TimeScale::REAL,
+        };
+        after_attempt(rules, verdict, Some(status), attempts, t0(), 0.0)
+    }
+
+    /// R1, S5: a 503 after the first attempt waits 30 s (larger than the 10 s step).
+    #[test]
+    fn busy_endpoint_waits_thirty_seconds_r1_s5() {
+        let next = decide(503, 1, &RetryPolicy::default());
+        assert_eq!(next, AfterAttempt::RetryAt(t0() + chrono::Duration::seconds(30)));
+        let next = decide(500, 1, &RetryPolicy::default());
+        assert_eq!(next, AfterAttempt::RetryAt(t0() + chrono::Duration::seconds(10)));
+    }
+
+    /// L2, S3: a 400 gives up at once, naming the status.
+    #[test]
+    fn non_retried_status_gives_up_at_once_l2_s3() {
+        let next = decide(400, 1, &RetryPolicy::default());
+        assert_eq!(next, AfterAttempt::GiveUp(DeadLetterReason::NonRetriableStatus(400)));
+        assert_eq!(DeadLetterReason::NonRetriableStatus(400).to_string(), "NonRetriableStatusCode400");
+    }
+
+    /// R5, L2: reaching the maximum attempts gives up with MaxDeliveryAttemptsExceeded.
+    #[test]
+    fn max_attempts_gives_up_r5_l2() {
+        let policy = RetryPolicy {
+            max_delivery_attempts: 3,
+            ..RetryPolicy::default()
+        };
+        assert!(matches!(decide(500, 2, &policy), AfterAttempt::RetryAt(_)));
+        assert_eq!(
+            decide(500, 3, &policy),
+            AfterAttempt::GiveUp(DeadLetterReason::MaxDeliveryAttemptsExceeded)
+        );
+    }
+
+    /// R6: a TTL that runs out between attempts does not end delivery at the failure; the next
+    /// attempt is still scheduled, and expiry is seen only when that attempt comes due.
+    #[test]
+    fn ttl_checked_only_when_next_attempt_is_due_r6() {
+        let policy = RetryPolicy {
+            max_delivery_attempts: 30,
+            event_time_to_live_in_minutes: 1,
+        };
+        let publish = t0() - chrono::Duration::seconds(55);
+        // Fifth failure at t0: the next step is 10 minutes, far past the TTL's end at t0+5s.
+        let next = decide(500, 5, &policy);
+        let AfterAttempt::RetryAt(due) = next else {
+            panic!("expected a retry, got {next:?}")
+        };
+        assert!(!ttl_expired(publish, t0(), &policy, TimeScale::REAL));
+        assert!(ttl_expired(publish, due, &policy, TimeScale::REAL));
+    }
+
+    proptest! {
+        /// R5: TTL in scaled minutes from the publish time.
+        #[test]
+        fn ttl_boundary_r5(minutes in 1u32..=1440, offset_ms in -5_000i64..5_000, scale in 0.001f64..1.0) {
+            let policy = RetryPolicy { max_delivery_attempts: 30, event_time_to_live_in_minutes: minutes };
+            let s = TimeScale::new(scale).unwrap();
+            let ttl = to_chrono(s.apply(Duration::from_secs(u64::from(minutes) * 60)));
+            let now = t0() + ttl + chrono::Duration::milliseconds(offset_ms);
+            prop_assert_eq!(ttl_expired(t0(), now, &policy, s), offset_ms >= 0);
+        }
+
+        /// R1, R5: a retryable failure below the maximum always schedules a later attempt.
+        #[test]
+        fn retry_is_always_in_the_future(attempts in 1u32..30, status in 405u16..600, draw in 0.0f64..1.0) {
+            let policy = RetryPolicy::default();
+            let schedule = RetrySchedule::event_grid();
+            let rules = RetryRules { policy: &policy, schedule: &schedule, scale: TimeScale::REAL };
+            let verdict = classify_status(&CURRENT, EndpointKind::Webhook, &AttemptResult::Status(status), true);
+            let next = after_attempt(rules, verdict, Some(status), attempts, t0(), draw);
+            match next {
+                AfterAttempt::RetryAt(at) => prop_assert!(at >= t0() + chrono::Duration::seconds(10)),
+                AfterAttempt::GiveUp(r) => prop_assert_eq!(r, DeadLetterReason::NonRetriableStatus(status)),
+                AfterAttempt::Delivered => prop_assert!(false),
+            }
+        }
+    }
+}

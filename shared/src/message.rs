@@ -1,0 +1,213 @@
+//! The bodies of gridrelay's SQS messages.
+//!
+//! A delivery message carries one or more events for one subscription, with the attempt count
+//! and times they share, so one SQS request moves many events. Its `not_before` lets a wait
+//! longer than SQS's 15-minute delay cap run as several hops. A dead-letter message carries the
+//! records to write for one subscription and where to write them.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::classify::DeliveryOutcome;
+use crate::decision::DeadLetterReason;
+use crate::subscription::DeadLetterDestination;
+
+/// SQS's limit on one message and on one SendMessageBatch request is 256 KiB; stay under it
+/// with room for the SDK's framing.
+pub const MAX_MESSAGE_BYTES: usize = 250_000;
+/// SQS's longest delivery delay (DelaySeconds).
+pub const MAX_QUEUE_DELAY: Duration = Duration::from_secs(900);
+/// Bytes a message's own fields take, at most, besides its events (names are bounded, times
+/// fixed-width).
+const MESSAGE_OVERHEAD: usize = 1_024;
+/// Bytes each event's own fields take besides the event.
+const EVENT_OVERHEAD: usize = 64;
+
+/// One event waiting for delivery, as published.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueuedEvent {
+    /// When gridrelay accepted it: TTL counts from here (R5) and L6 reports it.
+    pub publish_time: DateTime<Utc>,
+    pub event: Box<RawValue>,
+}
+
+/// The last attempt made for a message's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub time: DateTime<Utc>,
+    pub outcome: DeliveryOutcome,
+}
+
+/// A delivery queue message: events for one subscription that share an attempt history.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeliveryMessage {
+    pub topic: String,
+    pub subscription: String,
+    /// Attempts already made for these events.
+    pub attempts: u32,
+    /// No attempt before this time.
+    pub not_before: DateTime<Utc>,
+    #[serde(default)]
+    pub last_attempt: Option<AttemptRecord>,
+    pub events: Vec<QueuedEvent>,
+}
+
+impl DeliveryMessage {
+    pub fn to_body(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+
+    pub fn from_body(body: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(body)
+    }
+}
+
+/// Splits events into messages that each stay under [`MAX_MESSAGE_BYTES`]; every message takes
+/// its other fields from `template`.
+pub fn pack_delivery_messages(template: &DeliveryMessage, events: Vec<QueuedEvent>) -> Vec<DeliveryMessage> {
+    pack(events, |e| e.event.get().len() + EVENT_OVERHEAD)
+        .into_iter()
+        .map(|events| DeliveryMessage {
+            events,
+            ..template.clone()
+        })
+        .collect()
+}
+
+/// Splits items into groups whose estimated size stays under the message limit.
+fn pack<T>(items: Vec<T>, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
+    let mut groups: Vec<Vec<T>> = Vec::new();
+    let mut current: Vec<T> = Vec::new();
+    let mut bytes = MESSAGE_OVERHEAD;
+    for item in items {
+        let s = size(&item);
+        if !current.is_empty() && bytes + s > MAX_MESSAGE_BYTES {
+            groups.push(std::mem::take(&mut current));
+            bytes = MESSAGE_OVERHEAD;
+        }
+        bytes += s;
+        current.push(item);
+    }
+    if !current.is_empty() {
+        groups.push(current);
+    }
+    groups
+}
+
+/// What SQS delay to ask for, given how long until a message is due: at most 15 minutes (the
+/// rest is another hop), rounded up to whole seconds so a message is never early.
+pub fn queue_delay(until_due: Duration) -> Duration {
+    let capped = until_due.min(MAX_QUEUE_DELAY);
+    let whole = capped.as_secs() + u64::from(capped.subsec_nanos() > 0);
+    Duration::from_secs(whole.min(MAX_QUEUE_DELAY.as_secs()))
+}
+
+/// One event that reached a terminal failure, with what L6 reports about it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterEntry {
+    pub reason: DeadLetterReason,
+    pub delivery_attempts: u32,
+    pub last_outcome: Option<DeliveryOutcome>,
+    pub publish_time: DateTime<Utc>,
+    pub last_attempt_time: Option<DateTime<Utc>>,
+    pub event: Box<RawValue>,
+}
+
+/// A dead-letter queue message: records for one subscription, and where they go.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterMessage {
+    pub topic: String,
+    pub subscription: String,
+    pub destination: DeadLetterDestination,
+    /// When delivery gave up; the object's hour folder comes from it.
+    pub dead_lettered_at: DateTime<Utc>,
+    /// When a write to the destination first failed (L5 counts four hours from here).
+    #[serde(default)]
+    pub first_write_failure: Option<DateTime<Utc>>,
+    pub entries: Vec<DeadLetterEntry>,
+}
+
+impl DeadLetterMessage {
+    pub fn to_body(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+
+    pub fn from_body(body: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(body)
+    }
+}
+
+/// Splits dead-letter entries into messages under the size limit.
+pub fn pack_dead_letter_messages(template: &DeadLetterMessage, entries: Vec<DeadLetterEntry>) -> Vec<DeadLetterMessage> {
+    pack(entries, |e| e.event.get().len() + 2 * EVENT_OVERHEAD)
+        .into_iter()
+        .map(|entries| DeadLetterMessage {
+            entries,
+            ..template.clone()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn event(bytes: usize) -> QueuedEvent {
+        let text = format!("{{\"d\":\"{}\"}}", "x".repeat(bytes));
+        QueuedEvent {
+            publish_time: Utc::now(),
+            event: RawValue::from_string(text).unwrap(),
+        }
+    }
+
+    fn template() -> DeliveryMessage {
+        DeliveryMessage {
+            topic: "t".repeat(50),
+            subscription: "s".repeat(64),
+            attempts: 29,
+            not_before: Utc::now(),
+            last_attempt: Some(AttemptRecord {
+                time: Utc::now(),
+                outcome: DeliveryOutcome::RequestEntityTooLarge,
+            }),
+            events: vec![],
+        }
+    }
+
+    proptest! {
+        /// Every message body stays under the SQS limit and no event is lost or reordered.
+        #[test]
+        fn packed_messages_fit_sqs(sizes in proptest::collection::vec(0usize..150_000, 0..20)) {
+            let events: Vec<QueuedEvent> = sizes.iter().map(|&s| event(s)).collect();
+            let ids: Vec<String> = events.iter().map(|e| e.event.get().to_string()).collect();
+            let msgs = pack_delivery_messages(&template(), events);
+            let mut seen = Vec::new();
+            for m in &msgs {
+                prop_assert!(m.to_body().unwrap().len() <= MAX_MESSAGE_BYTES);
+                seen.extend(m.events.iter().map(|e| e.event.get().to_string()));
+            }
+            prop_assert_eq!(seen, ids);
+        }
+    }
+
+    #[test]
+    fn queue_delay_rounds_up_and_caps_at_15_minutes() {
+        assert_eq!(queue_delay(Duration::from_millis(200)), Duration::from_secs(1));
+        assert_eq!(queue_delay(Duration::ZERO), Duration::ZERO);
+        assert_eq!(queue_delay(Duration::from_secs(3600)), Duration::from_secs(900));
+        assert_eq!(queue_delay(Duration::from_secs(10)), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn delivery_message_round_trips_raw_events() {
+        let mut m = template();
+        m.events = vec![event(3)];
+        let back = DeliveryMessage::from_body(&m.to_body().unwrap()).unwrap();
+        assert_eq!(back.events[0].event.get(), m.events[0].event.get());
+        assert_eq!(back.attempts, 29);
+    }
+}

@@ -1,0 +1,116 @@
+//! The I/O gridrelay does, as small traits: subscription store, message queue, object store,
+//! subscriber endpoints, clock and randomness.
+//!
+//! The AWS implementations are in [`crate::aws`], the HTTP one in [`crate::http_sender`].
+//! Handlers take `Arc<dyn …>` so tests wire the same real adapters against an emulator.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::classify::AttemptResult;
+use crate::subscription::{Subscription, Topic};
+
+/// Failures of the subscription store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    #[error("subscription store unavailable: {0}")]
+    Unavailable(String),
+    #[error("stored record is not readable: {0}")]
+    Corrupt(String),
+}
+
+/// Topics and subscriptions (DynamoDB on AWS).
+#[async_trait]
+pub trait SubscriptionStore: Send + Sync {
+    async fn get_topic(&self, name: &str) -> Result<Option<Topic>, StoreError>;
+    async fn list_topics(&self) -> Result<Vec<Topic>, StoreError>;
+    /// Fails with [`StoreError::AlreadyExists`] if the name is taken.
+    async fn create_topic(&self, topic: &Topic) -> Result<(), StoreError>;
+    /// Whether a topic was there to delete.
+    async fn delete_topic(&self, name: &str) -> Result<bool, StoreError>;
+    async fn get_subscription(&self, topic: &str, name: &str) -> Result<Option<Subscription>, StoreError>;
+    async fn list_subscriptions(&self, topic: &str) -> Result<Vec<Subscription>, StoreError>;
+    /// Fails with [`StoreError::AlreadyExists`] if the name is taken on that topic.
+    async fn create_subscription(&self, subscription: &Subscription) -> Result<(), StoreError>;
+    async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError>;
+}
+
+/// A message to enqueue, visible after `delay` (at most 15 minutes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingMessage {
+    pub body: String,
+    pub delay: Duration,
+}
+
+/// A message the queue did not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("queue refused the message: {0}")]
+pub struct QueueError(pub String);
+
+/// A queue (SQS on AWS).
+#[async_trait]
+pub trait MessageQueue: Send + Sync {
+    /// Sends every message, batching requests as the queue allows. The result holds, for each
+    /// message in order, whether the queue durably accepted it.
+    async fn send_all(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>>;
+}
+
+/// A write the object store did not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("object store write failed: {0}")]
+pub struct ObjectStoreError(pub String);
+
+/// Where dead-letter records are written (S3 on AWS).
+#[async_trait]
+pub trait ObjectStore: Send + Sync {
+    async fn put_json(&self, bucket: &str, key: &str, body: String) -> Result<(), ObjectStoreError>;
+}
+
+/// One POST to a subscriber endpoint.
+#[derive(Debug, Clone)]
+pub struct DeliveryRequest {
+    pub endpoint: String,
+    pub body: String,
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// Subscriber endpoints (HTTP).
+#[async_trait]
+pub trait EventSender: Send + Sync {
+    /// Sends the request and reports what happened; never fails otherwise.
+    async fn send(&self, request: DeliveryRequest) -> AttemptResult;
+}
+
+/// The time now. Injected so decisions can be tested at chosen times.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The machine's clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// Draws for the retry randomization (R2), in [0, 1).
+pub trait Jitter: Send + Sync {
+    fn draw(&self) -> f64;
+}
+
+/// Draws from the thread's random generator.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RandomJitter;
+
+impl Jitter for RandomJitter {
+    fn draw(&self) -> f64 {
+        rand::random::<f64>()
+    }
+}

@@ -1,0 +1,281 @@
+//! Topics and event subscriptions: what a user configures, validated on the way in.
+//!
+//! These are the records kept in the subscription store and printed by the command line, with
+//! Event Grid's field names (camelCase) so `show` output reads like `az eventgrid`'s.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::classify::StatusTableName;
+use crate::limits::{
+    EVENT_TTL_MINUTES, LimitError, MAX_DELIVERY_ATTEMPTS, MAX_EVENTS_PER_BATCH, PREFERRED_BATCH_SIZE_KB, check_range,
+    validate_subscription_name, validate_topic_name,
+};
+
+/// A topic: a named publish endpoint with two keys (either one authorizes a publish).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Topic {
+    pub name: String,
+    pub key1: String,
+    pub key2: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Topic {
+    /// The `topic` field stamped on every event published to this topic.
+    pub fn resource_id(&self) -> String {
+        topic_resource_id(&self.name)
+    }
+}
+
+/// The resource path of a topic, as events carry it in their `topic` field (F1).
+pub fn topic_resource_id(name: &str) -> String {
+    format!("/gridrelay/topics/{name}")
+}
+
+/// Batching settings of one subscription (B1 to B4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchPolicy {
+    pub max_events_per_batch: u32,
+    pub preferred_batch_size_in_kilobytes: u32,
+}
+
+impl BatchPolicy {
+    /// B1: batching off, one event per request.
+    pub const DEFAULT_MAX_EVENTS: u32 = 1;
+    /// B3: default preferred size when only the event count is given.
+    pub const DEFAULT_PREFERRED_KB: u32 = 64;
+
+    /// B1, B4: an unset setting takes its default; out-of-range values are refused.
+    pub fn from_settings(max_events: Option<i64>, preferred_kb: Option<i64>) -> Result<Self, LimitError> {
+        let max_events_per_batch = match max_events {
+            Some(v) => check_range("maxEventsPerBatch", v, &MAX_EVENTS_PER_BATCH)?,
+            None => Self::DEFAULT_MAX_EVENTS,
+        };
+        let preferred_batch_size_in_kilobytes = match preferred_kb {
+            Some(v) => check_range("preferredBatchSizeInKilobytes", v, &PREFERRED_BATCH_SIZE_KB)?,
+            None => Self::DEFAULT_PREFERRED_KB,
+        };
+        Ok(Self {
+            max_events_per_batch,
+            preferred_batch_size_in_kilobytes,
+        })
+    }
+
+    pub fn preferred_bytes(&self) -> usize {
+        self.preferred_batch_size_in_kilobytes as usize * 1024
+    }
+}
+
+impl Default for BatchPolicy {
+    fn default() -> Self {
+        Self {
+            max_events_per_batch: Self::DEFAULT_MAX_EVENTS,
+            preferred_batch_size_in_kilobytes: Self::DEFAULT_PREFERRED_KB,
+        }
+    }
+}
+
+/// Retry policy of one subscription (R5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    pub max_delivery_attempts: u32,
+    pub event_time_to_live_in_minutes: u32,
+}
+
+impl RetryPolicy {
+    pub const DEFAULT_MAX_ATTEMPTS: u32 = 30;
+    pub const DEFAULT_TTL_MINUTES: u32 = 1440;
+
+    pub fn from_settings(max_attempts: Option<i64>, ttl_minutes: Option<i64>) -> Result<Self, LimitError> {
+        Ok(Self {
+            max_delivery_attempts: match max_attempts {
+                Some(v) => check_range("maxDeliveryAttempts", v, &MAX_DELIVERY_ATTEMPTS)?,
+                None => Self::DEFAULT_MAX_ATTEMPTS,
+            },
+            event_time_to_live_in_minutes: match ttl_minutes {
+                Some(v) => check_range("eventTimeToLiveInMinutes", v, &EVENT_TTL_MINUTES)?,
+                None => Self::DEFAULT_TTL_MINUTES,
+            },
+        })
+    }
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_delivery_attempts: Self::DEFAULT_MAX_ATTEMPTS,
+            event_time_to_live_in_minutes: Self::DEFAULT_TTL_MINUTES,
+        }
+    }
+}
+
+/// Where undeliverable events of a subscription are written (L3): an S3 bucket and key prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterDestination {
+    pub bucket: String,
+    pub prefix: String,
+}
+
+impl DeadLetterDestination {
+    /// Parses `s3://BUCKET` or `s3://BUCKET/PREFIX`.
+    pub fn parse(text: &str) -> Result<Self, LimitError> {
+        let allowed = "s3://BUCKET[/PREFIX] with a bucket name of 3 to 63 lowercase letters, digits, '.' and '-'";
+        let invalid = || LimitError::new("deadLetterDestination", format!("{text:?}"), allowed);
+        let rest = text.strip_prefix("s3://").ok_or_else(invalid)?;
+        let (bucket, prefix) = match rest.split_once('/') {
+            Some((b, p)) => (b, p.trim_matches('/')),
+            None => (rest, ""),
+        };
+        let bucket_ok = (3..=63).contains(&bucket.len())
+            && bucket
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+            && bucket.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && bucket.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !bucket_ok {
+            return Err(invalid());
+        }
+        Ok(Self {
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+        })
+    }
+
+    pub fn url(&self) -> String {
+        if self.prefix.is_empty() {
+            format!("s3://{}", self.bucket)
+        } else {
+            format!("s3://{}/{}", self.bucket, self.prefix)
+        }
+    }
+}
+
+/// An event subscription: which endpoint gets a topic's events, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Subscription {
+    pub topic: String,
+    pub name: String,
+    pub endpoint: String,
+    #[serde(default)]
+    pub batching: BatchPolicy,
+    #[serde(default)]
+    pub retry_policy: RetryPolicy,
+    #[serde(default)]
+    pub dead_letter_destination: Option<DeadLetterDestination>,
+    /// S6: which status-code classification table applies.
+    #[serde(default)]
+    pub status_table: StatusTableName,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a user asks for when creating a subscription, before validation.
+#[derive(Debug, Clone, Default)]
+pub struct SubscriptionRequest {
+    pub topic: String,
+    pub name: String,
+    pub endpoint: String,
+    pub max_events_per_batch: Option<i64>,
+    pub preferred_batch_size_in_kilobytes: Option<i64>,
+    pub max_delivery_attempts: Option<i64>,
+    pub event_ttl_minutes: Option<i64>,
+    pub dead_letter_destination: Option<String>,
+    pub status_table: Option<String>,
+}
+
+impl SubscriptionRequest {
+    /// Validates every field and builds the subscription record.
+    pub fn validate(&self, now: DateTime<Utc>) -> Result<Subscription, LimitError> {
+        validate_topic_name(&self.topic)?;
+        validate_subscription_name(&self.name)?;
+        let endpoint = validate_endpoint(&self.endpoint)?;
+        Ok(Subscription {
+            topic: self.topic.clone(),
+            name: self.name.clone(),
+            endpoint,
+            batching: BatchPolicy::from_settings(self.max_events_per_batch, self.preferred_batch_size_in_kilobytes)?,
+            retry_policy: RetryPolicy::from_settings(self.max_delivery_attempts, self.event_ttl_minutes)?,
+            dead_letter_destination: self
+                .dead_letter_destination
+                .as_deref()
+                .map(DeadLetterDestination::parse)
+                .transpose()?,
+            status_table: match &self.status_table {
+                Some(t) => t.parse()?,
+                None => StatusTableName::default(),
+            },
+            created_at: now,
+        })
+    }
+}
+
+/// A webhook endpoint must be an absolute http or https URL with a host.
+pub fn validate_endpoint(text: &str) -> Result<String, LimitError> {
+    let invalid = || LimitError::new("endpoint", format!("{text:?}"), "an absolute http:// or https:// URL");
+    let url = url::Url::parse(text).map_err(|_| invalid())?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(invalid());
+    }
+    Ok(url.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// B1, B4: unset settings take their defaults.
+    #[test]
+    fn batching_defaults_b1_b4() {
+        assert_eq!(BatchPolicy::from_settings(None, None).unwrap(), BatchPolicy::default());
+        let p = BatchPolicy::from_settings(Some(100), None).unwrap();
+        assert_eq!((p.max_events_per_batch, p.preferred_batch_size_in_kilobytes), (100, 64));
+        let p = BatchPolicy::from_settings(None, Some(512)).unwrap();
+        assert_eq!((p.max_events_per_batch, p.preferred_batch_size_in_kilobytes), (1, 512));
+    }
+
+    /// B4: out-of-range settings are refused, naming the setting and range.
+    #[test]
+    fn batching_out_of_range_is_refused_b4() {
+        let err = BatchPolicy::from_settings(Some(0), None).unwrap_err();
+        assert_eq!((err.field.as_str(), err.value.as_str()), ("maxEventsPerBatch", "0"));
+        let err = BatchPolicy::from_settings(None, Some(1025)).unwrap_err();
+        assert_eq!(err.field, "preferredBatchSizeInKilobytes");
+        assert_eq!(err.allowed, "1 to 1024");
+    }
+
+    /// R5: defaults 30 attempts and 1440 minutes; limits enforced.
+    #[test]
+    fn retry_policy_defaults_and_limits_r5() {
+        assert_eq!(RetryPolicy::from_settings(None, None).unwrap(), RetryPolicy::default());
+        assert_eq!(RetryPolicy::default().max_delivery_attempts, 30);
+        assert_eq!(RetryPolicy::default().event_time_to_live_in_minutes, 1440);
+        assert_eq!(RetryPolicy::from_settings(Some(31), None).unwrap_err().field, "maxDeliveryAttempts");
+        assert_eq!(
+            RetryPolicy::from_settings(None, Some(1441)).unwrap_err().field,
+            "eventTimeToLiveInMinutes"
+        );
+    }
+
+    /// L3: the dead-letter destination is an S3 bucket and prefix.
+    #[test]
+    fn dead_letter_destination_parses_s3_urls_l3() {
+        let d = DeadLetterDestination::parse("s3://my-bucket/dead/letters/").unwrap();
+        assert_eq!((d.bucket.as_str(), d.prefix.as_str()), ("my-bucket", "dead/letters"));
+        assert_eq!(DeadLetterDestination::parse("s3://my-bucket").unwrap().prefix, "");
+        for bad in ["my-bucket", "s3://", "s3://UPPER/x", "https://x/y", "s3://ab"] {
+            assert!(DeadLetterDestination::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn endpoint_must_be_http_url() {
+        assert!(validate_endpoint("http://127.0.0.1:8080/hook").is_ok());
+        assert!(validate_endpoint("ftp://x").is_err());
+        assert!(validate_endpoint("not a url").is_err());
+    }
+}
