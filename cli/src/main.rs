@@ -1,1 +1,408 @@
-fn main() {}
+//! `gridrelay`: manage topics and event subscriptions (mirroring `az eventgrid`), and run the
+//! whole system locally.
+//!
+//! Every limit is checked before any AWS call, and a refused value is reported with its flag,
+//! the value and the allowed range.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use base64::Engine;
+use clap::{Args, Parser, Subcommand};
+use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
+use gridrelay_shared::aws::{DynamoSubscriptionStore, load_sdk_config};
+use gridrelay_shared::config::TableNames;
+use gridrelay_shared::limits::{LimitError, validate_topic_name};
+use gridrelay_shared::ports::{StoreError, SubscriptionStore};
+use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
+use gridrelay_shared::time_scale::TimeScale;
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(name = "gridrelay", version, about = "Event Grid's delivery contract on AWS: topics, subscriptions and a local runner")]
+struct Cli {
+    /// DynamoDB table of topics.
+    #[arg(long, global = true, env = "GRIDRELAY_TOPICS_TABLE", default_value = "gridrelay-topics")]
+    topics_table: String,
+    /// DynamoDB table of event subscriptions.
+    #[arg(long, global = true, env = "GRIDRELAY_SUBSCRIPTIONS_TABLE", default_value = "gridrelay-subscriptions")]
+    subscriptions_table: String,
+    /// Base URL of the publish API (API Gateway's URL on AWS, `gridrelay local`'s locally).
+    #[arg(long, global = true, env = "GRIDRELAY_PUBLISH_URL", default_value = "http://127.0.0.1:7071")]
+    publish_url: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Topics: named publish endpoints with two keys.
+    #[command(subcommand)]
+    Topic(TopicCommand),
+    /// Event subscriptions: which endpoint gets a topic's events, and how.
+    #[command(subcommand, name = "event-subscription")]
+    EventSubscription(SubscriptionCommand),
+    /// Run the publish API and the delivery and dead-letter workers against AWS_ENDPOINT_URL.
+    Local(LocalArgs),
+}
+
+#[derive(Subcommand)]
+enum TopicCommand {
+    /// Create a topic; prints its publish endpoint and keys.
+    Create(TopicName),
+    /// Show a topic.
+    Show(TopicName),
+    /// List topics.
+    List,
+    /// Delete a topic.
+    Delete(TopicName),
+    /// Topic keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Print both keys of a topic.
+    List(TopicName),
+}
+
+#[derive(Args)]
+struct TopicName {
+    /// Topic name: 3 to 50 letters, digits and '-'.
+    #[arg(long)]
+    name: String,
+}
+
+#[derive(Subcommand)]
+enum SubscriptionCommand {
+    /// Create an event subscription.
+    Create(CreateSubscription),
+    /// Show an event subscription.
+    Show(SubscriptionName),
+    /// List a topic's event subscriptions.
+    List {
+        #[arg(long)]
+        topic_name: String,
+    },
+    /// Delete an event subscription.
+    Delete(SubscriptionName),
+}
+
+#[derive(Args)]
+struct SubscriptionName {
+    #[arg(long)]
+    topic_name: String,
+    #[arg(long)]
+    name: String,
+}
+
+#[derive(Args)]
+struct CreateSubscription {
+    #[arg(long)]
+    topic_name: String,
+    /// Subscription name: 3 to 64 letters, digits and '-'.
+    #[arg(long)]
+    name: String,
+    /// Webhook URL events are POSTed to.
+    #[arg(long)]
+    endpoint: String,
+    /// Events per delivery request, 1 to 5000 (default 1: batching off).
+    #[arg(long, allow_negative_numbers = true)]
+    max_events_per_batch: Option<i64>,
+    /// Preferred size of a delivery request in kilobytes, 1 to 1024 (default 64).
+    #[arg(long, allow_negative_numbers = true)]
+    preferred_batch_size_in_kilobytes: Option<i64>,
+    /// Attempts before giving up, 1 to 30 (default 30).
+    #[arg(long, allow_negative_numbers = true)]
+    max_delivery_attempts: Option<i64>,
+    /// Event time to live in minutes, 1 to 1440 (default 1440).
+    #[arg(long, allow_negative_numbers = true)]
+    event_ttl: Option<i64>,
+    /// Where undeliverable events are written: s3://BUCKET[/PREFIX]. Unset: they are dropped.
+    #[arg(long)]
+    deadletter_endpoint: Option<String>,
+    /// Status-code classification table: Current (default) or Legacy2019.
+    #[arg(long)]
+    status_table: Option<String>,
+}
+
+#[derive(Args)]
+struct LocalArgs {
+    /// Address of the publish API.
+    #[arg(long, default_value = "127.0.0.1:7071")]
+    listen: SocketAddr,
+    /// Prefix of every queue, table and bucket name.
+    #[arg(long, default_value = "gridrelay")]
+    prefix: String,
+    /// Seconds a received message stays hidden while its handler runs.
+    #[arg(long, default_value_t = 60)]
+    visibility_timeout: u64,
+    /// Receives before a message that keeps failing moves to its redrive queue.
+    #[arg(long, default_value_t = 5)]
+    max_receive_count: u32,
+}
+
+/// The flag a setting is given with.
+fn flag_of(field: &str) -> &str {
+    match field {
+        "maxEventsPerBatch" => "--max-events-per-batch",
+        "preferredBatchSizeInKilobytes" => "--preferred-batch-size-in-kilobytes",
+        "maxDeliveryAttempts" => "--max-delivery-attempts",
+        "eventTimeToLiveInMinutes" => "--event-ttl",
+        "deadLetterDestination" => "--deadletter-endpoint",
+        "statusTable" => "--status-table",
+        "endpoint" => "--endpoint",
+        "topic name" => "--topic-name / --name",
+        "event subscription name" => "--name",
+        other => other,
+    }
+}
+
+/// An input the command refuses; exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid {flag}: {problem}")]
+struct InvalidInput {
+    flag: String,
+    problem: LimitError,
+}
+
+fn invalid(e: LimitError) -> anyhow::Error {
+    InvalidInput {
+        flag: flag_of(&e.field).to_string(),
+        problem: e,
+    }
+    .into()
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,aws_config=warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.downcast_ref::<InvalidInput>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let tables = TableNames {
+        topics: cli.topics_table.clone(),
+        subscriptions: cli.subscriptions_table.clone(),
+    };
+    match cli.command {
+        Command::Local(args) => run_local(args).await,
+        Command::Topic(cmd) => {
+            if let TopicCommand::Create(t) | TopicCommand::Show(t) | TopicCommand::Delete(t) = &cmd {
+                validate_topic_name(&t.name).map_err(invalid)?;
+            }
+            let store = open_store(tables).await;
+            topic_command(store.as_ref(), &cli.publish_url, cmd).await
+        }
+        Command::EventSubscription(cmd) => {
+            let request = match &cmd {
+                SubscriptionCommand::Create(c) => Some(
+                    SubscriptionRequest {
+                        topic: c.topic_name.clone(),
+                        name: c.name.clone(),
+                        endpoint: c.endpoint.clone(),
+                        max_events_per_batch: c.max_events_per_batch,
+                        preferred_batch_size_in_kilobytes: c.preferred_batch_size_in_kilobytes,
+                        max_delivery_attempts: c.max_delivery_attempts,
+                        event_ttl_minutes: c.event_ttl,
+                        dead_letter_destination: c.deadletter_endpoint.clone(),
+                        status_table: c.status_table.clone(),
+                    }
+                    .validate(chrono::Utc::now())
+                    .map_err(invalid)?,
+                ),
+                _ => None,
+            };
+            let store = open_store(tables).await;
+            subscription_command(store.as_ref(), cmd, request).await
+        }
+    }
+}
+
+async fn open_store(tables: TableNames) -> Arc<dyn SubscriptionStore> {
+    let sdk = load_sdk_config().await;
+    Arc::new(DynamoSubscriptionStore::from_sdk(&sdk, tables))
+}
+
+fn print(value: &serde_json::Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn topic_json(topic: &Topic, publish_url: &str, with_keys: bool) -> serde_json::Value {
+    let mut v = json!({
+        "name": topic.name,
+        "endpoint": format!("{}/topics/{}/api/events", publish_url.trim_end_matches('/'), topic.name),
+        "inputSchema": "EventGridSchema",
+        "createdAt": topic.created_at,
+    });
+    if with_keys {
+        v["key1"] = json!(topic.key1);
+        v["key2"] = json!(topic.key2);
+    }
+    v
+}
+
+fn new_key() -> String {
+    let bytes: [u8; 32] = rand::random();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+async fn topic_command(store: &dyn SubscriptionStore, publish_url: &str, cmd: TopicCommand) -> anyhow::Result<()> {
+    match cmd {
+        TopicCommand::Create(TopicName { name }) => {
+            let topic = Topic {
+                name,
+                key1: new_key(),
+                key2: new_key(),
+                created_at: chrono::Utc::now(),
+            };
+            store.create_topic(&topic).await.map_err(store_error)?;
+            print(&topic_json(&topic, publish_url, true))
+        }
+        TopicCommand::Show(TopicName { name }) => {
+            let topic = existing_topic(store, &name).await?;
+            print(&topic_json(&topic, publish_url, false))
+        }
+        TopicCommand::Key(KeyCommand::List(TopicName { name })) => {
+            let topic = existing_topic(store, &name).await?;
+            print(&json!({"key1": topic.key1, "key2": topic.key2}))
+        }
+        TopicCommand::List => {
+            let topics = store.list_topics().await.map_err(store_error)?;
+            print(&json!(topics.iter().map(|t| topic_json(t, publish_url, false)).collect::<Vec<_>>()))
+        }
+        TopicCommand::Delete(TopicName { name }) => {
+            if !store.list_subscriptions(&name).await.map_err(store_error)?.is_empty() {
+                bail!("topic {name} still has event subscriptions; delete them first");
+            }
+            if !store.delete_topic(&name).await.map_err(store_error)? {
+                bail!("topic {name} does not exist");
+            }
+            print(&json!({"deleted": name}))
+        }
+    }
+}
+
+async fn existing_topic(store: &dyn SubscriptionStore, name: &str) -> anyhow::Result<Topic> {
+    store
+        .get_topic(name)
+        .await
+        .map_err(store_error)?
+        .with_context(|| format!("topic {name} does not exist"))
+}
+
+async fn subscription_command(
+    store: &dyn SubscriptionStore,
+    cmd: SubscriptionCommand,
+    validated: Option<Subscription>,
+) -> anyhow::Result<()> {
+    match (cmd, validated) {
+        (SubscriptionCommand::Create(_), Some(sub)) => {
+            existing_topic(store, &sub.topic).await?;
+            store.create_subscription(&sub).await.map_err(store_error)?;
+            print(&serde_json::to_value(&sub)?)
+        }
+        (SubscriptionCommand::Show(SubscriptionName { topic_name, name }), _) => {
+            let sub = store
+                .get_subscription(&topic_name, &name)
+                .await
+                .map_err(store_error)?
+                .with_context(|| format!("event subscription {name} on topic {topic_name} does not exist"))?;
+            print(&serde_json::to_value(&sub)?)
+        }
+        (SubscriptionCommand::List { topic_name }, _) => {
+            existing_topic(store, &topic_name).await?;
+            let subs = store.list_subscriptions(&topic_name).await.map_err(store_error)?;
+            print(&serde_json::to_value(&subs)?)
+        }
+        (SubscriptionCommand::Delete(SubscriptionName { topic_name, name }), _) => {
+            if !store.delete_subscription(&topic_name, &name).await.map_err(store_error)? {
+                bail!("event subscription {name} on topic {topic_name} does not exist");
+            }
+            print(&json!({"deleted": name, "topic": topic_name}))
+        }
+        (SubscriptionCommand::Create(_), None) => bail!("subscription was not validated"),
+    }
+}
+
+fn store_error(e: StoreError) -> anyhow::Error {
+    match e {
+        StoreError::Unavailable(msg) => anyhow::anyhow!(
+            "the subscription store is not reachable ({msg}); is `gridrelay local` running, or are the table names and AWS_ENDPOINT_URL right?"
+        ),
+        other => other.into(),
+    }
+}
+
+async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
+    let scale = TimeScale::from_env().map_err(invalid)?;
+    let sdk = load_sdk_config().await;
+    let names = ResourceNames::with_prefix(&args.prefix);
+    let config = RunnerConfig {
+        listen: args.listen,
+        scale,
+        visibility_timeout: Duration::from_secs(args.visibility_timeout),
+        max_receive_count: args.max_receive_count,
+        ..RunnerConfig::default()
+    };
+    let system = LocalSystem::start(&sdk, &names, config)
+        .await
+        .context("could not start; is the AWS API at AWS_ENDPOINT_URL running?")?;
+    print(&json!({
+        "publishEndpoint": system.publish_endpoint("{topic}"),
+        "awsEndpoint": sdk.endpoint_url(),
+        "timeScale": scale.factor(),
+        "topicsTable": names.topics_table,
+        "subscriptionsTable": names.subscriptions_table,
+        "deliveryQueue": system.resources.delivery_queue_url,
+        "deadLetterQueue": system.resources.dead_letter_queue_url,
+        "deadLetterBucket": names.dead_letter_bucket,
+    }))?;
+    wait_for_stop_signal().await;
+    tracing::info!("stopping");
+    system.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => {},
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,1 +1,196 @@
+//! Runs gridrelay on one machine against any AWS API.
+//!
+//! An emulator such as moto provides SQS, S3 and DynamoDB but not the two parts of AWS that
+//! invoke functions. This crate plays them, calling the very handlers the Lambda binaries call:
+//!
+//! - API Gateway: an HTTP listener that turns each request into a `lambda_http::Request` for
+//!   [`gridrelay_ingest::Ingest::handle`].
+//! - The SQS event-source mappings: pollers that receive up to ten messages, invoke
+//!   `deliver` or `dead-letter` with an `SqsEvent`, and delete every message the handler did
+//!   not report as a batch-item failure (what `ReportBatchItemFailures` does on AWS).
+//!
+//! [`provision`] creates the queues (each with a redrive queue for poison messages), tables and
+//! bucket when they are missing.
 
+mod api;
+mod poller;
+mod provision;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use gridrelay_dead_letter::{DeadLetterReport, DeadLetterWriter};
+use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
+use gridrelay_ingest::Ingest;
+use gridrelay_shared::aws::{DynamoSubscriptionStore, S3ObjectStore, SqsQueue, s3_client};
+use gridrelay_shared::config::TableNames;
+use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender};
+use gridrelay_shared::ports::{RandomJitter, SubscriptionStore, SystemClock};
+use gridrelay_shared::time_scale::TimeScale;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+pub use provision::{ResourceNames, Resources, provision};
+
+/// How the runner behaves.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// Where the publish API listens; port 0 picks a free port.
+    pub listen: SocketAddr,
+    pub scale: TimeScale,
+    /// How long a received message stays hidden while its handler runs (the queue's visibility
+    /// timeout on AWS). A failed message comes back after this long.
+    pub visibility_timeout: Duration,
+    /// Receives before SQS moves a message to its redrive queue.
+    pub max_receive_count: u32,
+    /// Handler invocations in flight at once, per queue.
+    pub concurrency: usize,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7071)),
+            scale: TimeScale::REAL,
+            visibility_timeout: Duration::from_secs(60),
+            max_receive_count: 5,
+            concurrency: 4,
+        }
+    }
+}
+
+/// What the handlers did since the runner started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunnerStats {
+    pub deliver: DeliveryReport,
+    pub dead_letter: DeadLetterReport,
+    pub deliver_invocations: usize,
+    pub dead_letter_invocations: usize,
+}
+
+/// A running local system. Dropping it without [`LocalSystem::shutdown`] leaves tasks running
+/// until the runtime ends.
+pub struct LocalSystem {
+    pub resources: Resources,
+    pub listen: SocketAddr,
+    pub store: Arc<dyn SubscriptionStore>,
+    stats: Arc<Mutex<RunnerStats>>,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl LocalSystem {
+    /// Provisions what is missing and starts the publish API and both pollers.
+    pub async fn start(sdk: &SdkConfig, names: &ResourceNames, config: RunnerConfig) -> anyhow::Result<Self> {
+        let resources = provision(sdk, names, config.max_receive_count).await?;
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let store: Arc<dyn SubscriptionStore> = Arc::new(DynamoSubscriptionStore::from_sdk(
+            sdk,
+            TableNames {
+                topics: names.topics_table.clone(),
+                subscriptions: names.subscriptions_table.clone(),
+            },
+        ));
+        let delivery_queue = Arc::new(SqsQueue::new(sqs.clone(), &resources.delivery_queue_url));
+        let dead_letter_queue = Arc::new(SqsQueue::new(sqs.clone(), &resources.dead_letter_queue_url));
+        let clock = Arc::new(SystemClock);
+
+        let ingest = Arc::new(Ingest {
+            store: Arc::clone(&store),
+            delivery_queue: delivery_queue.clone(),
+            clock: clock.clone(),
+        });
+        let deliver = Arc::new(Deliver {
+            store: Arc::clone(&store),
+            delivery_queue: delivery_queue.clone(),
+            dead_letter_queue: dead_letter_queue.clone(),
+            sender: Arc::new(HttpEventSender::new(config.scale.apply(ATTEMPT_TIMEOUT))?),
+            clock: clock.clone(),
+            jitter: Arc::new(RandomJitter),
+            settings: DeliverySettings::new(config.scale),
+        });
+        let writer = Arc::new(DeadLetterWriter {
+            objects: Arc::new(S3ObjectStore::new(s3_client(sdk))),
+            dead_letter_queue,
+            clock,
+            scale: config.scale,
+        });
+
+        let (stop, stopped) = watch::channel(false);
+        let stats = Arc::new(Mutex::new(RunnerStats::default()));
+        let mut tasks = JoinSet::new();
+
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let listen = listener.local_addr()?;
+        tasks.spawn(api::serve(listener, ingest, stopped.clone()));
+
+        let region = sdk.region().map(|r| r.to_string()).unwrap_or_default();
+        let deliver_stats = Arc::clone(&stats);
+        tasks.spawn(poller::poll(
+            poller::Source::new(sqs.clone(), &resources.delivery_queue_url, &resources.delivery_queue_arn, &region),
+            config.clone(),
+            stopped.clone(),
+            Arc::new(move |event| {
+                let deliver = Arc::clone(&deliver);
+                let stats = Arc::clone(&deliver_stats);
+                Box::pin(async move {
+                    let outcome = deliver.handle(event).await;
+                    if let Ok(mut s) = stats.lock() {
+                        s.deliver.add(&outcome.report);
+                        s.deliver_invocations += 1;
+                    }
+                    outcome.failed_message_ids
+                })
+            }),
+        ));
+        let writer_stats = Arc::clone(&stats);
+        tasks.spawn(poller::poll(
+            poller::Source::new(sqs, &resources.dead_letter_queue_url, &resources.dead_letter_queue_arn, &region),
+            config,
+            stopped,
+            Arc::new(move |event| {
+                let writer = Arc::clone(&writer);
+                let stats = Arc::clone(&writer_stats);
+                Box::pin(async move {
+                    let outcome = writer.handle(event).await;
+                    if let Ok(mut s) = stats.lock() {
+                        s.dead_letter.add(&outcome.report);
+                        s.dead_letter_invocations += 1;
+                    }
+                    outcome.failed_message_ids
+                })
+            }),
+        ));
+
+        Ok(Self {
+            resources,
+            listen,
+            store,
+            stats,
+            stop,
+            tasks,
+        })
+    }
+
+    /// `http://HOST:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.listen)
+    }
+
+    /// The publish endpoint of a topic.
+    pub fn publish_endpoint(&self, topic: &str) -> String {
+        format!("{}/topics/{topic}/api/events", self.base_url())
+    }
+
+    pub fn stats(&self) -> RunnerStats {
+        self.stats.lock().map(|s| *s).unwrap_or_default()
+    }
+
+    /// Stops polling and serving, and waits for handlers in flight to finish.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+}

@@ -1,1 +1,220 @@
+//! The `dead-letter` function: writes undeliverable events to S3.
+//!
+//! Invoked by the dead-letter queue's event source; messages arrive there five minutes after
+//! the last attempt (L4). Records are written as JSON arrays in the L6 format, one object per
+//! subscription and hour: `PREFIX/TOPIC/SUBSCRIPTION/YYYY/MM/DD/HH/<uuid>.json` (L3). When the
+//! bucket cannot be written, the message goes back on the queue with a delay and is tried again,
+//! until the location has been unavailable for four hours; then its events are dropped, counted
+//! and logged (L5).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use chrono::{DateTime, Utc};
+use futures::future::join_all;
+use gridrelay_shared::dead_letter::{FieldNaming, object_key, render_object, render_record};
+use gridrelay_shared::decision::to_chrono;
+use gridrelay_shared::message::{DeadLetterMessage, queue_delay};
+use gridrelay_shared::ports::{Clock, MessageQueue, ObjectStore, OutgoingMessage};
+use gridrelay_shared::time_scale::TimeScale;
+use tracing::{error, info, warn};
+
+/// L5: how long a dead-letter location may be unavailable before its events are dropped.
+pub const UNAVAILABLE_LIMIT: Duration = Duration::from_secs(4 * 3600);
+/// Wait between tries to write to an unavailable location.
+pub const WRITE_RETRY_DELAY: Duration = Duration::from_secs(60);
+
+/// What `dead-letter` needs.
+pub struct DeadLetterWriter {
+    pub objects: Arc<dyn ObjectStore>,
+    /// The dead-letter queue itself, for messages whose write must be tried again.
+    pub dead_letter_queue: Arc<dyn MessageQueue>,
+    pub clock: Arc<dyn Clock>,
+    pub scale: TimeScale,
+}
+
+/// Counts of what one invocation did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeadLetterReport {
+    pub objects_written: usize,
+    pub records_written: usize,
+    /// Records whose write will be tried again.
+    pub records_deferred: usize,
+    /// L5: records dropped after four hours of an unavailable location.
+    pub records_dropped: usize,
+    pub failed_messages: usize,
+}
+
+impl DeadLetterReport {
+    pub fn add(&mut self, other: &DeadLetterReport) {
+        self.objects_written += other.objects_written;
+        self.records_written += other.records_written;
+        self.records_deferred += other.records_deferred;
+        self.records_dropped += other.records_dropped;
+        self.failed_messages += other.failed_messages;
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterOutcome {
+    pub failed_message_ids: Vec<String>,
+    pub report: DeadLetterReport,
+}
+
+impl DeadLetterOutcome {
+    pub fn into_batch_response(self) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        response.set_failures(self.failed_message_ids);
+        response
+    }
+}
+
+/// Records that go into one object: same location, subscription and hour.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct ObjectGroup {
+    bucket: String,
+    prefix: String,
+    topic: String,
+    subscription: String,
+    hour: String,
+}
+
+impl DeadLetterWriter {
+    pub async fn handle(&self, event: SqsEvent) -> DeadLetterOutcome {
+        let now = self.clock.now();
+        let mut report = DeadLetterReport::default();
+        let mut failed = Vec::new();
+        let mut groups: BTreeMap<ObjectGroup, Vec<(usize, DeadLetterMessage)>> = BTreeMap::new();
+        let ids: Vec<String> = event
+            .records
+            .iter()
+            .map(|r| r.message_id.clone().unwrap_or_default())
+            .collect();
+
+        for (i, record) in event.records.iter().enumerate() {
+            match record.body.as_deref().map(DeadLetterMessage::from_body) {
+                Some(Ok(m)) => {
+                    let key = ObjectGroup {
+                        bucket: m.destination.bucket.clone(),
+                        prefix: m.destination.prefix.clone(),
+                        topic: m.topic.clone(),
+                        subscription: m.subscription.clone(),
+                        hour: m.dead_lettered_at.format("%Y%m%d%H").to_string(),
+                    };
+                    groups.entry(key).or_default().push((i, m));
+                }
+                _ => {
+                    error!(message_id = %ids[i], "unreadable dead-letter message; leaving it to the redrive policy");
+                    failed.push(i);
+                }
+            }
+        }
+
+        let writes = groups.into_values().map(|messages| self.write_group(messages, now));
+        for (group_report, group_failed) in join_all(writes).await {
+            report.add(&group_report);
+            failed.extend(group_failed);
+        }
+        report.failed_messages = failed.len();
+        info!(
+            objects_written = report.objects_written,
+            records_written = report.records_written,
+            records_deferred = report.records_deferred,
+            records_dropped = report.records_dropped,
+            failed_messages = report.failed_messages,
+            "dead-letter invocation"
+        );
+        DeadLetterOutcome {
+            failed_message_ids: failed.into_iter().map(|i| ids[i].clone()).collect(),
+            report,
+        }
+    }
+
+    /// Writes one object for the group; on failure, defers or drops each message (L5).
+    async fn write_group(&self, messages: Vec<(usize, DeadLetterMessage)>, now: DateTime<Utc>) -> (DeadLetterReport, Vec<usize>) {
+        let mut report = DeadLetterReport::default();
+        let mut records = Vec::new();
+        for (_, m) in &messages {
+            for entry in &m.entries {
+                match render_record(entry, FieldNaming::EventGrid) {
+                    Ok(r) => records.push(r),
+                    Err(e) => {
+                        // Events were validated as JSON objects on publish; this is a bug.
+                        error!(error = %e, "could not render a dead-letter record");
+                        return (report, messages.iter().map(|(i, _)| *i).collect());
+                    }
+                }
+            }
+        }
+        let Some((_, first)) = messages.first() else {
+            return (report, Vec::new());
+        };
+        let key = object_key(
+            &first.destination,
+            &first.topic,
+            &first.subscription,
+            first.dead_lettered_at,
+            &uuid::Uuid::new_v4().to_string(),
+        );
+        match self.objects.put_json(&first.destination.bucket, &key, render_object(&records)).await {
+            Ok(()) => {
+                info!(bucket = %first.destination.bucket, key = %key, records = records.len(), "dead-lettered");
+                report.objects_written = 1;
+                report.records_written = records.len();
+                (report, Vec::new())
+            }
+            Err(e) => {
+                warn!(bucket = %first.destination.bucket, error = %e, "dead-letter location unavailable");
+                self.defer_or_drop(messages, now, &mut report).await
+            }
+        }
+    }
+
+    async fn defer_or_drop(
+        &self,
+        messages: Vec<(usize, DeadLetterMessage)>,
+        now: DateTime<Utc>,
+        report: &mut DeadLetterReport,
+    ) -> (DeadLetterReport, Vec<usize>) {
+        let limit = to_chrono(self.scale.apply(UNAVAILABLE_LIMIT));
+        let delay = queue_delay(self.scale.apply(WRITE_RETRY_DELAY));
+        let mut retry = Vec::new();
+        let mut failed = Vec::new();
+        for (i, mut m) in messages {
+            let since = *m.first_write_failure.get_or_insert(now);
+            if now - since >= limit {
+                warn!(
+                    topic = %m.topic,
+                    subscription = %m.subscription,
+                    bucket = %m.destination.bucket,
+                    events = m.entries.len(),
+                    metric = "DeadLetterEventsDropped",
+                    "events dropped: dead-letter location unavailable for four hours"
+                );
+                report.records_dropped += m.entries.len();
+                continue;
+            }
+            match m.to_body() {
+                Ok(body) => retry.push((i, m.entries.len(), OutgoingMessage { body, delay })),
+                Err(e) => {
+                    error!(error = %e, "could not encode a dead-letter message");
+                    failed.push(i);
+                }
+            }
+        }
+        let outgoing: Vec<OutgoingMessage> = retry.iter().map(|(_, _, o)| o.clone()).collect();
+        let sent = self.dead_letter_queue.send_all(&outgoing).await;
+        for ((i, count, _), result) in retry.into_iter().zip(sent) {
+            match result {
+                Ok(()) => report.records_deferred += count,
+                Err(e) => {
+                    error!(error = %e, "could not re-enqueue a dead-letter message; SQS will redeliver it");
+                    failed.push(i);
+                }
+            }
+        }
+        (*report, failed)
+    }
+}

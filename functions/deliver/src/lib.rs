@@ -1,1 +1,502 @@
+//! The `deliver` function: one worker that owns dispatch, classification and retry.
+//!
+//! Invoked by the delivery queue's event source with up to N messages. For each message that is
+//! due, its events are checked against their TTL (R6), cut into batches per subscription (B1 to
+//! B6) and POSTed (different subscriptions concurrently). Each batch's response is classified
+//! with the subscription's status table (S1 to S6) and every event in it shares the outcome
+//! (B5): delivered, re-enqueued with the next wait (R1, R2, R5), or handed to the dead-letter
+//! queue with the five-minute delay (L2, L4), or dropped when no dead-letter location is set up
+//! (L1). A message that is not yet due is re-enqueued for the rest of its wait, at most 15
+//! minutes a hop.
+//!
+//! A message is reported as a batch-item failure unless every event in it reached a durable
+//! next state, so SQS redelivers it (duplicates are allowed, loss is not: G1).
 
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use gridrelay_shared::batching::plan_batches;
+use gridrelay_shared::classify::{AttemptResult, DeliveryOutcome, EndpointKind, classify_status};
+use gridrelay_shared::decision::{AfterAttempt, DeadLetterReason, RetryRules, after_attempt, ttl_expired, until};
+use gridrelay_shared::message::{
+    AttemptRecord, DeadLetterEntry, DeadLetterMessage, DeliveryMessage, QueuedEvent, pack_dead_letter_messages,
+    pack_delivery_messages, queue_delay,
+};
+use gridrelay_shared::ports::{
+    Clock, DeliveryRequest, EventSender, Jitter, MessageQueue, OutgoingMessage, SubscriptionStore,
+};
+use gridrelay_shared::schedule::RetrySchedule;
+use gridrelay_shared::subscription::Subscription;
+use gridrelay_shared::time_scale::TimeScale;
+use tracing::{error, info, warn};
+
+/// L4: the wait between the last attempt and the write to the dead-letter location.
+pub const DEAD_LETTER_DELAY: Duration = Duration::from_secs(300);
+
+/// Tunables of the deliver worker.
+#[derive(Debug, Clone)]
+pub struct DeliverySettings {
+    pub scale: TimeScale,
+    pub schedule: RetrySchedule,
+    /// Requests in flight at once, across subscriptions.
+    pub max_concurrent_requests: usize,
+}
+
+impl DeliverySettings {
+    pub fn new(scale: TimeScale) -> Self {
+        Self {
+            scale,
+            schedule: RetrySchedule::event_grid(),
+            max_concurrent_requests: 32,
+        }
+    }
+
+    /// L4, scaled.
+    pub fn dead_letter_delay(&self) -> Duration {
+        self.scale.apply(DEAD_LETTER_DELAY)
+    }
+}
+
+/// What `deliver` needs.
+pub struct Deliver {
+    pub store: Arc<dyn SubscriptionStore>,
+    pub delivery_queue: Arc<dyn MessageQueue>,
+    pub dead_letter_queue: Arc<dyn MessageQueue>,
+    pub sender: Arc<dyn EventSender>,
+    pub clock: Arc<dyn Clock>,
+    pub jitter: Arc<dyn Jitter>,
+    pub settings: DeliverySettings,
+}
+
+/// Counts of what one invocation did, logged and returned for the runner and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeliveryReport {
+    pub attempts: usize,
+    pub delivered: usize,
+    pub retried: usize,
+    pub dead_lettered: usize,
+    /// L1: terminal failures with no dead-letter location.
+    pub dropped: usize,
+    /// Messages not yet due, sent on for the rest of their wait.
+    pub deferred: usize,
+    /// Messages left for SQS to redeliver.
+    pub failed_messages: usize,
+}
+
+impl DeliveryReport {
+    pub fn add(&mut self, other: &DeliveryReport) {
+        self.attempts += other.attempts;
+        self.delivered += other.delivered;
+        self.retried += other.retried;
+        self.dead_lettered += other.dead_lettered;
+        self.dropped += other.dropped;
+        self.deferred += other.deferred;
+        self.failed_messages += other.failed_messages;
+    }
+}
+
+/// The result of one invocation.
+#[derive(Debug, Clone, Default)]
+pub struct DeliverOutcome {
+    /// SQS message IDs to report as batch-item failures.
+    pub failed_message_ids: Vec<String>,
+    pub report: DeliveryReport,
+}
+
+impl DeliverOutcome {
+    pub fn into_batch_response(self) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        response.set_failures(self.failed_message_ids);
+        response
+    }
+}
+
+/// One event waiting for an attempt, and the SQS record it came from.
+struct Pending {
+    record: usize,
+    event: QueuedEvent,
+}
+
+/// Events of one subscription with the same attempt count: they can share a batch.
+struct Group {
+    subscription: Arc<Subscription>,
+    attempts: u32,
+    events: Vec<Pending>,
+}
+
+/// One batch's attempt and what came of it.
+struct Attempted {
+    group: usize,
+    events: Vec<Pending>,
+    time: DateTime<Utc>,
+    result: AttemptResult,
+}
+
+/// A message to send and the SQS records whose events it carries.
+struct Outgoing {
+    message: OutgoingMessage,
+    records: BTreeSet<usize>,
+}
+
+/// Work collected during an invocation.
+#[derive(Default)]
+struct Plan {
+    failed: BTreeSet<usize>,
+    to_delivery: Vec<Outgoing>,
+    to_dead_letter: Vec<Outgoing>,
+    report: DeliveryReport,
+}
+
+impl Plan {
+    fn enqueue_delivery(&mut self, message: &DeliveryMessage, records: BTreeSet<usize>, delay: Duration) {
+        match message.to_body() {
+            Ok(body) => self.to_delivery.push(Outgoing {
+                message: OutgoingMessage { body, delay },
+                records,
+            }),
+            Err(e) => {
+                error!(error = %e, "could not encode a delivery message");
+                self.failed.extend(records);
+            }
+        }
+    }
+}
+
+impl Deliver {
+    /// Handles one batch of delivery queue messages.
+    pub async fn handle(&self, event: SqsEvent) -> DeliverOutcome {
+        let mut plan = Plan::default();
+        let ids: Vec<String> = event
+            .records
+            .iter()
+            .map(|r| r.message_id.clone().unwrap_or_default())
+            .collect();
+
+        let mut messages = Vec::new();
+        for (i, record) in event.records.iter().enumerate() {
+            match record.body.as_deref().map(DeliveryMessage::from_body) {
+                Some(Ok(m)) => messages.push((i, m)),
+                Some(Err(e)) => {
+                    error!(message_id = %ids[i], error = %e, "unreadable delivery message; leaving it to the redrive policy");
+                    plan.failed.insert(i);
+                }
+                None => {
+                    error!(message_id = %ids[i], "delivery message without a body");
+                    plan.failed.insert(i);
+                }
+            }
+        }
+
+        let subscriptions = self.load_subscriptions(&messages, &mut plan).await;
+        let mut groups = self.sort_due_events(messages, &subscriptions, &mut plan);
+        let attempted = self.attempt_all(&mut groups).await;
+        self.settle(&groups, attempted, &mut plan);
+        self.send(&mut plan).await;
+
+        plan.report.failed_messages = plan.failed.len();
+        if plan.report != DeliveryReport::default() {
+            info!(
+                attempts = plan.report.attempts,
+                delivered = plan.report.delivered,
+                retried = plan.report.retried,
+                dead_lettered = plan.report.dead_lettered,
+                dropped = plan.report.dropped,
+                deferred = plan.report.deferred,
+                failed_messages = plan.report.failed_messages,
+                "deliver invocation"
+            );
+        }
+        DeliverOutcome {
+            failed_message_ids: plan.failed.iter().map(|&i| ids[i].clone()).collect(),
+            report: plan.report,
+        }
+    }
+
+    /// Reads each distinct subscription once. `None` means it no longer exists.
+    async fn load_subscriptions(
+        &self,
+        messages: &[(usize, DeliveryMessage)],
+        plan: &mut Plan,
+    ) -> HashMap<(String, String), Option<Arc<Subscription>>> {
+        let mut found = HashMap::new();
+        for (i, m) in messages {
+            let key = (m.topic.clone(), m.subscription.clone());
+            if found.contains_key(&key) {
+                continue;
+            }
+            match self.store.get_subscription(&m.topic, &m.subscription).await {
+                Ok(s) => {
+                    found.insert(key, s.map(Arc::new));
+                }
+                Err(e) => {
+                    error!(topic = %m.topic, subscription = %m.subscription, error = %e, "subscription lookup failed");
+                    plan.failed.insert(*i);
+                }
+            }
+        }
+        found
+    }
+
+    /// Defers messages that are not due, gives up on expired events (R6), and groups the rest.
+    fn sort_due_events(
+        &self,
+        messages: Vec<(usize, DeliveryMessage)>,
+        subscriptions: &HashMap<(String, String), Option<Arc<Subscription>>>,
+        plan: &mut Plan,
+    ) -> Vec<Group> {
+        let now = self.clock.now();
+        let mut groups: Vec<Group> = Vec::new();
+        let mut index: HashMap<(String, String, u32), usize> = HashMap::new();
+        for (i, mut message) in messages {
+            if plan.failed.contains(&i) {
+                continue;
+            }
+            let key = (message.topic.clone(), message.subscription.clone());
+            let Some(Some(subscription)) = subscriptions.get(&key) else {
+                warn!(
+                    topic = %message.topic,
+                    subscription = %message.subscription,
+                    events = message.events.len(),
+                    metric = "EventsDropped",
+                    reason = "SubscriptionDeleted",
+                    "events dropped: the subscription no longer exists"
+                );
+                plan.report.dropped += message.events.len();
+                continue;
+            };
+            if message.not_before > now {
+                let delay = queue_delay(until(message.not_before, now));
+                plan.report.deferred += 1;
+                plan.enqueue_delivery(&message, BTreeSet::from([i]), delay);
+                continue;
+            }
+            let policy = &subscription.retry_policy;
+            let (expired, live): (Vec<QueuedEvent>, Vec<QueuedEvent>) = std::mem::take(&mut message.events)
+                .into_iter()
+                .partition(|e| ttl_expired(e.publish_time, now, policy, self.settings.scale));
+            if !expired.is_empty() {
+                let entries = expired
+                    .into_iter()
+                    .map(|e| dead_letter_entry(e, DeadLetterReason::TimeToLiveExceeded, message.attempts, message.last_attempt))
+                    .collect();
+                self.give_up(subscription, entries, BTreeSet::from([i]), plan);
+            }
+            if live.is_empty() {
+                continue;
+            }
+            let slot = *index
+                .entry((message.topic.clone(), message.subscription.clone(), message.attempts))
+                .or_insert_with(|| {
+                    groups.push(Group {
+                        subscription: Arc::clone(subscription),
+                        attempts: message.attempts,
+                        events: Vec::new(),
+                    });
+                    groups.len() - 1
+                });
+            groups[slot]
+                .events
+                .extend(live.into_iter().map(|event| Pending { record: i, event }));
+        }
+        groups
+    }
+
+    /// POSTs every batch of every group, several at a time (G3: nothing waits to fill a batch).
+    /// The events move out of their groups into the batches.
+    async fn attempt_all(&self, groups: &mut [Group]) -> Vec<Attempted> {
+        let mut batches: Vec<(usize, Vec<Pending>)> = Vec::new();
+        for (g, group) in groups.iter_mut().enumerate() {
+            let sizes: Vec<usize> = group.events.iter().map(|p| p.event.event.get().len()).collect();
+            let mut events = std::mem::take(&mut group.events).into_iter();
+            for range in plan_batches(&sizes, &group.subscription.batching) {
+                batches.push((g, events.by_ref().take(range.len()).collect()));
+            }
+        }
+        let groups = &*groups;
+        futures::stream::iter(batches)
+            .map(|(g, events)| async move {
+                let group = &groups[g];
+                let request = delivery_request(&group.subscription, group.attempts, &events);
+                let time = self.clock.now();
+                let result = self.sender.send(request).await;
+                Attempted {
+                    group: g,
+                    events,
+                    time,
+                    result,
+                }
+            })
+            .buffer_unordered(self.settings.max_concurrent_requests.max(1))
+            .collect()
+            .await
+    }
+
+    /// Applies the classification and retry rules to every attempted batch (B5: the batch's
+    /// events share one outcome).
+    fn settle(&self, groups: &[Group], attempted: Vec<Attempted>, plan: &mut Plan) {
+        let now = self.clock.now();
+        for a in attempted {
+            plan.report.attempts += 1;
+            let group = &groups[a.group];
+            let sub = &group.subscription;
+            let table = sub.status_table.table();
+            let verdict = classify_status(
+                table,
+                EndpointKind::Webhook,
+                &a.result,
+                sub.dead_letter_destination.is_some(),
+            );
+            let status = match a.result {
+                AttemptResult::Status(s) => Some(s),
+                _ => None,
+            };
+            let attempts_made = group.attempts + 1;
+            let rules = RetryRules {
+                policy: &sub.retry_policy,
+                schedule: &self.settings.schedule,
+                scale: self.settings.scale,
+            };
+            let record = AttemptRecord {
+                time: a.time,
+                outcome: DeliveryOutcome::of(&a.result),
+            };
+            let records: BTreeSet<usize> = a.events.iter().map(|p| p.record).collect();
+            match after_attempt(rules, verdict, status, attempts_made, now, self.jitter.draw()) {
+                AfterAttempt::Delivered => plan.report.delivered += a.events.len(),
+                AfterAttempt::RetryAt(at) => {
+                    if let AttemptResult::ConnectionFailed(reason) = &a.result {
+                        warn!(subscription = %sub.name, error = %reason, "delivery attempt could not connect");
+                    }
+                    plan.report.retried += a.events.len();
+                    let template = DeliveryMessage {
+                        topic: sub.topic.clone(),
+                        subscription: sub.name.clone(),
+                        attempts: attempts_made,
+                        not_before: at,
+                        last_attempt: Some(record),
+                        events: Vec::new(),
+                    };
+                    let delay = queue_delay(until(at, now));
+                    let events = a.events.into_iter().map(|p| p.event).collect();
+                    for message in pack_delivery_messages(&template, events) {
+                        plan.enqueue_delivery(&message, records.clone(), delay);
+                    }
+                }
+                AfterAttempt::GiveUp(reason) => {
+                    let entries = a
+                        .events
+                        .into_iter()
+                        .map(|p| dead_letter_entry(p.event, reason, attempts_made, Some(record)))
+                        .collect();
+                    self.give_up(sub, entries, records, plan);
+                }
+            }
+        }
+    }
+
+    /// L1, L2, L4: dead-letter with the delay, or drop (counted and logged) without a location.
+    fn give_up(&self, sub: &Subscription, entries: Vec<DeadLetterEntry>, records: BTreeSet<usize>, plan: &mut Plan) {
+        let Some(destination) = &sub.dead_letter_destination else {
+            for e in &entries {
+                warn!(
+                    topic = %sub.topic,
+                    subscription = %sub.name,
+                    reason = %e.reason,
+                    delivery_attempts = e.delivery_attempts,
+                    metric = "EventsDropped",
+                    "event dropped: no dead-letter destination"
+                );
+            }
+            plan.report.dropped += entries.len();
+            return;
+        };
+        plan.report.dead_lettered += entries.len();
+        let template = DeadLetterMessage {
+            topic: sub.topic.clone(),
+            subscription: sub.name.clone(),
+            destination: destination.clone(),
+            dead_lettered_at: self.clock.now(),
+            first_write_failure: None,
+            entries: Vec::new(),
+        };
+        let delay = queue_delay(self.settings.dead_letter_delay());
+        for message in pack_dead_letter_messages(&template, entries) {
+            match message.to_body() {
+                Ok(body) => plan.to_dead_letter.push(Outgoing {
+                    message: OutgoingMessage { body, delay },
+                    records: records.clone(),
+                }),
+                Err(e) => {
+                    error!(error = %e, "could not encode a dead-letter message");
+                    plan.failed.extend(records.iter().copied());
+                }
+            }
+        }
+    }
+
+    /// Sends everything planned; a record whose events could not all be sent is failed.
+    async fn send(&self, plan: &mut Plan) {
+        let delivery: Vec<OutgoingMessage> = plan.to_delivery.iter().map(|o| o.message.clone()).collect();
+        let dead: Vec<OutgoingMessage> = plan.to_dead_letter.iter().map(|o| o.message.clone()).collect();
+        let (sent_delivery, sent_dead) = futures::join!(
+            self.delivery_queue.send_all(&delivery),
+            self.dead_letter_queue.send_all(&dead)
+        );
+        let outcomes = plan
+            .to_delivery
+            .iter()
+            .zip(sent_delivery)
+            .chain(plan.to_dead_letter.iter().zip(sent_dead));
+        let mut failed = Vec::new();
+        for (outgoing, result) in outcomes {
+            if let Err(e) = result {
+                error!(error = %e, "could not enqueue; the source messages will be redelivered");
+                failed.extend(outgoing.records.iter().copied());
+            }
+        }
+        plan.failed.extend(failed);
+    }
+}
+
+fn dead_letter_entry(
+    event: QueuedEvent,
+    reason: DeadLetterReason,
+    attempts: u32,
+    last: Option<AttemptRecord>,
+) -> DeadLetterEntry {
+    DeadLetterEntry {
+        reason,
+        delivery_attempts: attempts,
+        last_outcome: last.map(|l| l.outcome),
+        publish_time: event.publish_time,
+        last_attempt_time: last.map(|l| l.time),
+        event: event.event,
+    }
+}
+
+/// The request for one batch: a JSON array of the raw events, with Event Grid's headers.
+fn delivery_request(sub: &Subscription, attempts_before: u32, events: &[Pending]) -> DeliveryRequest {
+    let mut body = String::with_capacity(events.iter().map(|p| p.event.event.get().len() + 1).sum::<usize>() + 2);
+    body.push('[');
+    for (i, p) in events.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(p.event.event.get());
+    }
+    body.push(']');
+    DeliveryRequest {
+        endpoint: sub.endpoint.clone(),
+        body,
+        headers: vec![
+            ("aeg-event-type", "Notification".to_string()),
+            ("aeg-subscription-name", sub.name.clone()),
+            ("aeg-delivery-count", attempts_before.to_string()),
+            ("aeg-metadata-version", "1".to_string()),
+        ],
+    }
+}

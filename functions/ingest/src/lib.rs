@@ -1,1 +1,259 @@
+//! The `ingest` function: Event Grid's publish endpoint.
+//!
+//! `POST /topics/{topic}/api/events?api-version=2018-01-01` with an `aeg-sas-key` header and an
+//! Event Grid schema JSON array (F1). The request is checked completely before anything is
+//! enqueued, so a refused request enqueues nothing; a 200 is returned only after every event is
+//! durably in the delivery queue for every subscription of the topic (G1).
+//!
+//! [`Ingest::publish`] does the work on plain values; [`Ingest::handle`] adapts an HTTP request
+//! (from API Gateway through `lambda_http`, or from the local runner) to it.
 
+use std::sync::Arc;
+
+use gridrelay_shared::message::{DeliveryMessage, QueuedEvent, pack_delivery_messages};
+use gridrelay_shared::ports::{Clock, MessageQueue, OutgoingMessage, SubscriptionStore};
+use gridrelay_shared::publish::{PublishError, parse_event_grid_batch};
+use gridrelay_shared::subscription::Topic;
+use lambda_http::{Body, Request, Response};
+use serde_json::json;
+use subtle::ConstantTimeEq;
+use tracing::{error, info, warn};
+
+/// What `ingest` needs: where topics and subscriptions are, and the delivery queue.
+pub struct Ingest {
+    pub store: Arc<dyn SubscriptionStore>,
+    pub delivery_queue: Arc<dyn MessageQueue>,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// A publish request, as plain values.
+#[derive(Debug, Clone, Copy)]
+pub struct PublishRequest<'a> {
+    pub topic: &'a str,
+    pub api_version: Option<&'a str>,
+    pub sas_key: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
+/// The answer to a publish request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishResponse {
+    pub status: u16,
+    /// Empty on success; otherwise Event Grid's error shape `{"error":{"code","message"}}`.
+    pub body: String,
+}
+
+impl PublishResponse {
+    fn ok() -> Self {
+        Self {
+            status: 200,
+            body: String::new(),
+        }
+    }
+
+    fn error(status: u16, code: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self {
+            status,
+            body: json!({"error": {"code": code, "message": message}}).to_string(),
+        }
+    }
+}
+
+/// The publish path: `/topics/{topic}/api/events`, optionally behind a stage prefix.
+pub fn topic_from_path(path: &str) -> Option<&str> {
+    let rest = path.trim_end_matches('/').strip_suffix("/api/events")?;
+    let (before, topic) = rest.rsplit_once('/')?;
+    (before == "/topics" || before.ends_with("/topics")).then_some(topic)
+}
+
+impl Ingest {
+    /// Adapts an HTTP request to [`Ingest::publish`].
+    pub async fn handle(&self, request: Request) -> Response<Body> {
+        let path = request.uri().path().to_string();
+        let Some(topic) = topic_from_path(&path) else {
+            return to_http(PublishResponse::error(
+                404,
+                "NotFound",
+                format!("no publish endpoint at {path}; publish to /topics/{{topic}}/api/events"),
+            ));
+        };
+        if request.method() != http::Method::POST {
+            return to_http(PublishResponse::error(
+                405,
+                "MethodNotAllowed",
+                format!("{} is not allowed; publish with POST", request.method()),
+            ));
+        }
+        let api_version = request.uri().query().and_then(|q| url_query_value(q, "api-version"));
+        let sas_key = request.headers().get("aeg-sas-key").and_then(|v| v.to_str().ok());
+        let publish = PublishRequest {
+            topic,
+            api_version: api_version.as_deref(),
+            sas_key,
+            body: request.body().as_ref(),
+        };
+        to_http(self.publish(publish).await)
+    }
+
+    /// Validates, authorizes and fans out one publish request.
+    pub async fn publish(&self, request: PublishRequest<'_>) -> PublishResponse {
+        let topic = match self.store.get_topic(request.topic).await {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                return PublishResponse::error(404, "NotFound", format!("topic {:?} does not exist", request.topic));
+            }
+            Err(e) => {
+                error!(topic = request.topic, error = %e, "topic lookup failed");
+                return PublishResponse::error(503, "ServiceUnavailable", "topic store unavailable; retry the request");
+            }
+        };
+        if !key_matches(&topic, request.sas_key) {
+            return PublishResponse::error(
+                401,
+                "Unauthorized",
+                "the aeg-sas-key header is missing or does not match either of the topic's keys",
+            );
+        }
+        if request.api_version.is_none_or(str::is_empty) {
+            return PublishResponse::error(
+                400,
+                "BadRequest",
+                "the api-version query parameter is required (api-version=2018-01-01)",
+            );
+        }
+        let events = match parse_event_grid_batch(request.body, &topic.resource_id()) {
+            Ok(events) => events,
+            Err(e) => return refused(&topic, &e),
+        };
+        self.fan_out(&topic, events).await
+    }
+
+    async fn fan_out(&self, topic: &Topic, events: Vec<Box<serde_json::value::RawValue>>) -> PublishResponse {
+        let subscriptions = match self.store.list_subscriptions(&topic.name).await {
+            Ok(s) => s,
+            Err(e) => {
+                error!(topic = %topic.name, error = %e, "subscription lookup failed");
+                return PublishResponse::error(503, "ServiceUnavailable", "subscription store unavailable; retry the request");
+            }
+        };
+        let now = self.clock.now();
+        let mut outgoing = Vec::new();
+        for sub in &subscriptions {
+            let template = DeliveryMessage {
+                topic: topic.name.clone(),
+                subscription: sub.name.clone(),
+                attempts: 0,
+                not_before: now,
+                last_attempt: None,
+                events: Vec::new(),
+            };
+            let queued = events
+                .iter()
+                .map(|e| QueuedEvent {
+                    publish_time: now,
+                    event: e.clone(),
+                })
+                .collect();
+            for message in pack_delivery_messages(&template, queued) {
+                match message.to_body() {
+                    Ok(body) => outgoing.push(OutgoingMessage {
+                        body,
+                        delay: std::time::Duration::ZERO,
+                    }),
+                    Err(e) => {
+                        error!(error = %e, "could not encode a delivery message");
+                        return PublishResponse::error(500, "InternalServerError", "could not encode the events");
+                    }
+                }
+            }
+        }
+        let failures: Vec<String> = self
+            .delivery_queue
+            .send_all(&outgoing)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .map(|e| e.to_string())
+            .collect();
+        if let Some(first) = failures.first() {
+            error!(topic = %topic.name, failed = failures.len(), error = %first, "enqueue failed");
+            return PublishResponse::error(
+                503,
+                "ServiceUnavailable",
+                "the events could not all be enqueued; retry the request (some may be delivered twice)",
+            );
+        }
+        info!(
+            topic = %topic.name,
+            events = events.len(),
+            subscriptions = subscriptions.len(),
+            messages = outgoing.len(),
+            "published"
+        );
+        PublishResponse::ok()
+    }
+}
+
+fn refused(topic: &Topic, e: &PublishError) -> PublishResponse {
+    warn!(topic = %topic.name, error = %e, "publish refused");
+    let code = if e.http_status() == 413 { "PayloadTooLarge" } else { "BadRequest" };
+    PublishResponse::error(e.http_status(), code, e.to_string())
+}
+
+/// Compares the given key with both topic keys in constant time.
+fn key_matches(topic: &Topic, given: Option<&str>) -> bool {
+    let Some(given) = given else { return false };
+    let given = given.trim().as_bytes();
+    let one = topic.key1.as_bytes().ct_eq(given);
+    let two = topic.key2.as_bytes().ct_eq(given);
+    bool::from(one | two)
+}
+
+fn url_query_value(query: &str, name: &str) -> Option<String> {
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+fn to_http(response: PublishResponse) -> Response<Body> {
+    let mut builder = Response::builder().status(response.status);
+    if !response.body.is_empty() {
+        builder = builder.header("content-type", "application/json");
+    }
+    let body = if response.body.is_empty() {
+        Body::Empty
+    } else {
+        Body::Text(response.body)
+    };
+    builder.body(body).unwrap_or_else(|_| Response::new(Body::Empty))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_is_read_from_the_publish_path() {
+        assert_eq!(topic_from_path("/topics/orders/api/events"), Some("orders"));
+        assert_eq!(topic_from_path("/prod/topics/orders/api/events"), Some("orders"));
+        assert_eq!(topic_from_path("/topics/orders"), None);
+        assert_eq!(topic_from_path("/other/orders/api/events"), None);
+        assert_eq!(topic_from_path("/mytopics/orders/api/events"), None);
+    }
+
+    #[test]
+    fn either_key_authorizes_in_constant_time() {
+        let t = Topic {
+            name: "t".into(),
+            key1: "k1".into(),
+            key2: "k2".into(),
+            created_at: chrono::Utc::now(),
+        };
+        assert!(key_matches(&t, Some("k1")));
+        assert!(key_matches(&t, Some("k2")));
+        assert!(!key_matches(&t, Some("k3")));
+        assert!(!key_matches(&t, Some("")));
+        assert!(!key_matches(&t, None));
+    }
+}

@@ -1,1 +1,26 @@
-fn main() {}
+//! Lambda entry point of `ingest`: wires the AWS clients and serves API Gateway requests.
+
+use std::sync::Arc;
+
+use gridrelay_ingest::Ingest;
+use gridrelay_shared::aws::{DynamoSubscriptionStore, SqsQueue, load_sdk_config};
+use gridrelay_shared::config::{DELIVERY_QUEUE_URL_ENV, TableNames, required};
+use gridrelay_shared::ports::SystemClock;
+use lambda_http::{Error, Request, service_fn};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_http::tracing::init_default_subscriber();
+    let sdk = load_sdk_config().await;
+    let queue_url = required(DELIVERY_QUEUE_URL_ENV, "the SQS queue events are delivered from")?;
+    let ingest = Arc::new(Ingest {
+        store: Arc::new(DynamoSubscriptionStore::from_sdk(&sdk, TableNames::from_env())),
+        delivery_queue: Arc::new(SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), queue_url)),
+        clock: Arc::new(SystemClock),
+    });
+    lambda_http::run(service_fn(move |request: Request| {
+        let ingest = Arc::clone(&ingest);
+        async move { Ok::<_, Error>(ingest.handle(request).await) }
+    }))
+    .await
+}

@@ -5,7 +5,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::describe;
+use super::describe_error;
 use crate::config::TableNames;
 use crate::ports::{StoreError, SubscriptionStore};
 use crate::subscription::{Subscription, Topic};
@@ -28,7 +28,7 @@ fn s(v: &str) -> AttributeValue {
 }
 
 fn unavailable<E: std::error::Error>(e: E) -> StoreError {
-    StoreError::Unavailable(describe(&e))
+    StoreError::Unavailable(describe_error(&e))
 }
 
 fn decode<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
@@ -48,6 +48,10 @@ fn encode<T: Serialize>(record: &T) -> Result<AttributeValue, StoreError> {
 impl DynamoSubscriptionStore {
     pub fn new(client: aws_sdk_dynamodb::Client, tables: TableNames) -> Self {
         Self { client, tables }
+    }
+
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, tables: TableNames) -> Self {
+        Self::new(aws_sdk_dynamodb::Client::new(sdk), tables)
     }
 
     async fn put_new(&self, table: &str, key: Item, doc: AttributeValue, what: String) -> Result<(), StoreError> {

@@ -28,6 +28,6 @@ pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
 }
 
 /// The full text of an SDK error, including the service's own message.
-pub(crate) fn describe<E: std::error::Error>(err: &E) -> String {
+pub fn describe_error<E: std::error::Error>(err: &E) -> String {
     aws_sdk_sqs::error::DisplayErrorContext(err).to_string()
 }

@@ -1,7 +1,7 @@
 use async_trait::async_trait;
 use aws_sdk_s3::primitives::ByteStream;
 
-use super::describe;
+use super::describe_error;
 use crate::ports::{ObjectStore, ObjectStoreError};
 
 /// Dead-letter objects in S3.
@@ -28,6 +28,6 @@ impl ObjectStore for S3ObjectStore {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| ObjectStoreError(describe(&e)))
+            .map_err(|e| ObjectStoreError(describe_error(&e)))
     }
 }

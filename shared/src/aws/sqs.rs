@@ -2,7 +2,7 @@ use async_trait::async_trait;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use futures::future::join_all;
 
-use super::describe;
+use super::describe_error;
 use crate::message::MAX_MESSAGE_BYTES;
 use crate::ports::{MessageQueue, OutgoingMessage, QueueError};
 
@@ -49,7 +49,7 @@ impl SqsQueue {
             .send()
             .await;
         match sent {
-            Err(e) => all_failed(chunk, &describe(&e)),
+            Err(e) => all_failed(chunk, &describe_error(&e)),
             Ok(out) => chunk
                 .iter()
                 .map(|(i, _)| {

@@ -1,0 +1,47 @@
+//! The local stand-in for API Gateway in front of `ingest`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body as AxumBody;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use gridrelay_ingest::Ingest;
+use http::StatusCode;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{error, info};
+
+/// API Gateway's payload limit: larger bodies never reach the function.
+const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+pub(crate) async fn serve(listener: TcpListener, ingest: Arc<Ingest>, mut stopped: watch::Receiver<bool>) {
+    let app = Router::new().fallback(forward).with_state(ingest);
+    if let Ok(addr) = listener.local_addr() {
+        info!(%addr, "publish API listening");
+    }
+    let shutdown = async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+        error!(error = %e, "publish API stopped");
+    }
+}
+
+/// Turns the HTTP request into what API Gateway hands a Lambda, and the answer back.
+async fn forward(State(ingest): State<Arc<Ingest>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response(),
+    };
+    let request = lambda_http::Request::from_parts(parts, lambda_http::Body::Binary(bytes.to_vec()));
+    let (parts, body) = ingest.handle(request).await.into_parts();
+    let body = match body {
+        lambda_http::Body::Empty => AxumBody::empty(),
+        lambda_http::Body::Text(t) => AxumBody::from(t),
+        lambda_http::Body::Binary(b) => AxumBody::from(b),
+        _ => AxumBody::empty(),
+    };
+    Response::from_parts(parts, body)
+}

@@ -1,0 +1,139 @@
+//! The local stand-in for an SQS event-source mapping with `ReportBatchItemFailures`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
+use futures::future::BoxFuture;
+use gridrelay_shared::aws::describe_error;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tracing::{error, warn};
+
+use crate::RunnerConfig;
+
+/// A function invoked with a batch; answers the message IDs that failed.
+pub(crate) type Invoke = Arc<dyn Fn(SqsEvent) -> BoxFuture<'static, Vec<String>> + Send + Sync>;
+
+/// A queue and what the event records say about it.
+#[derive(Clone)]
+pub(crate) struct Source {
+    sqs: aws_sdk_sqs::Client,
+    url: String,
+    arn: String,
+    region: String,
+}
+
+impl Source {
+    pub(crate) fn new(sqs: aws_sdk_sqs::Client, url: &str, arn: &str, region: &str) -> Self {
+        Self {
+            sqs,
+            url: url.to_string(),
+            arn: arn.to_string(),
+            region: region.to_string(),
+        }
+    }
+
+    fn record(&self, m: &Message) -> SqsMessage {
+        let mut r = SqsMessage::default();
+        r.message_id = m.message_id.clone();
+        r.receipt_handle = m.receipt_handle.clone();
+        r.body = m.body.clone();
+        r.md5_of_body = m.md5_of_body.clone();
+        r.attributes = m
+            .attributes()
+            .map(|a| a.iter().map(|(k, v)| (k.as_str().to_string(), v.clone())).collect())
+            .unwrap_or_default();
+        r.event_source = Some("aws:sqs".to_string());
+        r.event_source_arn = Some(self.arn.clone());
+        r.aws_region = Some(self.region.clone());
+        r
+    }
+
+    /// Deletes the messages that did not fail.
+    async fn delete(&self, messages: &[Message], failed: &[String]) {
+        let entries: Vec<DeleteMessageBatchRequestEntry> = messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !m.message_id().is_some_and(|id| failed.iter().any(|f| f == id)))
+            .filter_map(|(i, m)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(m.receipt_handle()?)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        if entries.is_empty() {
+            return;
+        }
+        let result = self
+            .sqs
+            .delete_message_batch()
+            .queue_url(&self.url)
+            .set_entries(Some(entries))
+            .send()
+            .await;
+        match result {
+            Ok(out) if !out.failed().is_empty() => {
+                warn!(queue = %self.url, failed = out.failed().len(), "some messages were not deleted and will be redelivered");
+            }
+            Ok(_) => {}
+            Err(e) => warn!(queue = %self.url, error = %describe_error(&e), "delete failed; messages will be redelivered"),
+        }
+    }
+}
+
+/// Receives and invokes until told to stop, with at most `concurrency` invocations at once.
+pub(crate) async fn poll(source: Source, config: RunnerConfig, mut stopped: watch::Receiver<bool>, invoke: Invoke) {
+    let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
+    let mut running = JoinSet::new();
+    let visibility = i32::try_from(config.visibility_timeout.as_secs().max(1)).unwrap_or(43_200);
+    loop {
+        if *stopped.borrow() {
+            break;
+        }
+        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+            break;
+        };
+        while running.try_join_next().is_some() {}
+        let receive = source
+            .sqs
+            .receive_message()
+            .queue_url(&source.url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(visibility)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send();
+        let received = tokio::select! {
+            r = receive => r,
+            _ = stopped.wait_for(|s| *s) => break,
+        };
+        let messages = match received {
+            Ok(out) => out.messages.unwrap_or_default(),
+            Err(e) => {
+                error!(queue = %source.url, error = %describe_error(&e), "receive failed");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if messages.is_empty() {
+            continue;
+        }
+        let event = {
+            let mut e = SqsEvent::default();
+            e.records = messages.iter().map(|m| source.record(m)).collect();
+            e
+        };
+        let source = source.clone();
+        let invoke = Arc::clone(&invoke);
+        running.spawn(async move {
+            let failed = invoke(event).await;
+            source.delete(&messages, &failed).await;
+            drop(permit);
+        });
+    }
+    while running.join_next().await.is_some() {}
+}

@@ -1,0 +1,169 @@
+//! Creates gridrelay's queues, tables and bucket where they are missing.
+//!
+//! On AWS the SAM or CDK stack creates them; locally the runner and the tests do.
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
+use aws_sdk_sqs::types::QueueAttributeName;
+use gridrelay_shared::aws::{describe_error, s3_client};
+
+/// Names of every resource, all derived from one prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceNames {
+    pub topics_table: String,
+    pub subscriptions_table: String,
+    pub delivery_queue: String,
+    pub dead_letter_queue: String,
+    /// Where SQS moves delivery messages that keep failing (poison messages).
+    pub delivery_redrive_queue: String,
+    pub dead_letter_redrive_queue: String,
+    /// The default dead-letter bucket the demo and tests point subscriptions at.
+    pub dead_letter_bucket: String,
+}
+
+impl ResourceNames {
+    pub fn with_prefix(prefix: &str) -> Self {
+        Self {
+            topics_table: format!("{prefix}-topics"),
+            subscriptions_table: format!("{prefix}-subscriptions"),
+            delivery_queue: format!("{prefix}-delivery"),
+            dead_letter_queue: format!("{prefix}-dead-letter"),
+            delivery_redrive_queue: format!("{prefix}-delivery-redrive"),
+            dead_letter_redrive_queue: format!("{prefix}-dead-letter-redrive"),
+            dead_letter_bucket: format!("{prefix}-dead-letters"),
+        }
+    }
+}
+
+impl Default for ResourceNames {
+    fn default() -> Self {
+        Self::with_prefix("gridrelay")
+    }
+}
+
+/// What [`provision`] found or created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resources {
+    pub names: ResourceNames,
+    pub delivery_queue_url: String,
+    pub delivery_queue_arn: String,
+    pub dead_letter_queue_url: String,
+    pub dead_letter_queue_arn: String,
+    pub delivery_redrive_queue_url: String,
+    pub dead_letter_redrive_queue_url: String,
+}
+
+/// Creates whatever is missing; leaves what exists alone.
+pub async fn provision(sdk: &SdkConfig, names: &ResourceNames, max_receive_count: u32) -> anyhow::Result<Resources> {
+    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+    create_table(&dynamodb, &names.topics_table, &[("name", KeyType::Hash)]).await?;
+    create_table(
+        &dynamodb,
+        &names.subscriptions_table,
+        &[("topic", KeyType::Hash), ("name", KeyType::Range)],
+    )
+    .await?;
+
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let (delivery_redrive_queue_url, delivery_redrive_arn) = create_queue(&sqs, &names.delivery_redrive_queue, None).await?;
+    let (dead_letter_redrive_queue_url, dead_letter_redrive_arn) =
+        create_queue(&sqs, &names.dead_letter_redrive_queue, None).await?;
+    let (delivery_queue_url, delivery_queue_arn) = create_queue(
+        &sqs,
+        &names.delivery_queue,
+        Some((&delivery_redrive_arn, max_receive_count)),
+    )
+    .await?;
+    let (dead_letter_queue_url, dead_letter_queue_arn) = create_queue(
+        &sqs,
+        &names.dead_letter_queue,
+        Some((&dead_letter_redrive_arn, max_receive_count)),
+    )
+    .await?;
+
+    let s3 = s3_client(sdk);
+    match s3.create_bucket().bucket(&names.dead_letter_bucket).send().await {
+        Ok(_) => {}
+        Err(e)
+            if e.as_service_error().is_some_and(|s| {
+                s.is_bucket_already_owned_by_you() || s.is_bucket_already_exists()
+            }) => {}
+        Err(e) => anyhow::bail!("could not create bucket {}: {}", names.dead_letter_bucket, describe_error(&e)),
+    }
+
+    Ok(Resources {
+        names: names.clone(),
+        delivery_queue_url,
+        delivery_queue_arn,
+        dead_letter_queue_url,
+        dead_letter_queue_arn,
+        delivery_redrive_queue_url,
+        dead_letter_redrive_queue_url,
+    })
+}
+
+async fn create_table(client: &aws_sdk_dynamodb::Client, name: &str, keys: &[(&str, KeyType)]) -> anyhow::Result<()> {
+    let mut request = client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest);
+    for (attr, kind) in keys {
+        request = request
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(*attr)
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(*attr)
+                    .key_type(kind.clone())
+                    .build()?,
+            );
+    }
+    match request.send().await {
+        Ok(_) => Ok(()),
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => Ok(()),
+        Err(e) => anyhow::bail!("could not create table {name}: {}", describe_error(&e)),
+    }
+}
+
+/// Creates a queue (idempotent) and returns its URL and ARN.
+async fn create_queue(
+    client: &aws_sdk_sqs::Client,
+    name: &str,
+    redrive: Option<(&str, u32)>,
+) -> anyhow::Result<(String, String)> {
+    let mut attributes = HashMap::new();
+    if let Some((arn, max)) = redrive {
+        attributes.insert(
+            QueueAttributeName::RedrivePolicy,
+            serde_json::json!({"deadLetterTargetArn": arn, "maxReceiveCount": max.to_string()}).to_string(),
+        );
+    }
+    let created = client
+        .create_queue()
+        .queue_name(name)
+        .set_attributes(Some(attributes))
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("could not create queue {name}: {}", describe_error(&e)))?;
+    let url = created.queue_url().context("queue has no URL")?.to_string();
+    let attrs = client
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("could not read queue {name}: {}", describe_error(&e)))?;
+    let arn = attrs
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+        .context("queue has no ARN")?
+        .to_string();
+    Ok((url, arn))
+}
