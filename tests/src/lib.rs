@@ -1,1 +1,334 @@
+//! Harness for gridrelay's end-to-end tests.
+//!
+//! Each test starts its own [`TestSystem`]: the real handlers behind the local runner, with
+//! resource names of its own, against the AWS API that `AWS_ENDPOINT_URL` names (moto, started
+//! by `make test`, or LocalStack, or AWS). Subscribers are real HTTP servers on 127.0.0.1 that
+//! answer from a script and record what they received.
 
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_config::{BehaviorVersion, SdkConfig};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use chrono::Utc;
+use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
+use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
+use gridrelay_shared::time_scale::TimeScale;
+use serde_json::{Value, json};
+
+/// The SDK configuration for the emulator (or AWS) named by `AWS_ENDPOINT_URL`.
+pub async fn sdk_config() -> SdkConfig {
+    assert!(
+        std::env::var("AWS_ENDPOINT_URL").is_ok_and(|v| !v.is_empty()),
+        "AWS_ENDPOINT_URL is not set: run the end-to-end tests with `make test`, which starts moto \
+         and sets it, or export it (see `infra/local/moto.sh env`)"
+    );
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .region(aws_config::meta::region::RegionProviderChain::default_provider().or_else("us-east-1"));
+    if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
+        loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "testing", "testing", None, None, "gridrelay-tests",
+        ));
+    }
+    loader.load().await
+}
+
+/// Waits until `check` returns `Some`, polling every 100 ms; panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A whole gridrelay for one test.
+pub struct TestSystem {
+    pub system: LocalSystem,
+    pub sdk: SdkConfig,
+    pub names: ResourceNames,
+    pub scale: TimeScale,
+    http: reqwest::Client,
+}
+
+impl TestSystem {
+    /// Starts a system whose every wait is multiplied by `scale`.
+    pub async fn start(scale: f64) -> Self {
+        let sdk = sdk_config().await;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let names = ResourceNames::with_prefix(&format!("t{}", &id[..12]));
+        let scale = TimeScale::new(scale).expect("valid scale");
+        let config = RunnerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            scale,
+            visibility_timeout: Duration::from_secs(3),
+            max_receive_count: 2,
+            concurrency: 4,
+        };
+        let system = LocalSystem::start(&sdk, &names, config).await.expect("local system starts");
+        Self {
+            system,
+            sdk,
+            names,
+            scale,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Creates a topic with fresh keys.
+    pub async fn topic(&self, name: &str) -> Topic {
+        let topic = Topic {
+            name: name.to_string(),
+            key1: format!("key1-{}", uuid::Uuid::new_v4()),
+            key2: format!("key2-{}", uuid::Uuid::new_v4()),
+            created_at: Utc::now(),
+        };
+        self.system.store.create_topic(&topic).await.expect("topic created");
+        topic
+    }
+
+    /// Validates and stores a subscription, as `gridrelay event-subscription create` does.
+    pub async fn subscribe(&self, request: SubscriptionRequest) -> Subscription {
+        let sub = request.validate(Utc::now()).expect("valid subscription");
+        self.system.store.create_subscription(&sub).await.expect("subscription created");
+        sub
+    }
+
+    /// `s3://BUCKET/PREFIX` in this system's dead-letter bucket.
+    pub fn dead_letter_url(&self, prefix: &str) -> String {
+        format!("s3://{}/{prefix}", self.names.dead_letter_bucket)
+    }
+
+    /// POSTs `body` to the topic's publish endpoint with `key`; returns status and body.
+    pub async fn publish_raw(&self, topic: &str, key: Option<&str>, body: Vec<u8>) -> (u16, String) {
+        let url = format!("{}?api-version=2018-01-01", self.system.publish_endpoint(topic));
+        let mut request = self.http.post(url).header("content-type", "application/json").body(body);
+        if let Some(k) = key {
+            request = request.header("aeg-sas-key", k);
+        }
+        let response = request.send().await.expect("publish API answers");
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap_or_default())
+    }
+
+    /// Publishes events with the topic's first key and expects 200.
+    pub async fn publish(&self, topic: &Topic, events: &Value) {
+        let (status, body) = self
+            .publish_raw(&topic.name, Some(&topic.key1), events.to_string().into_bytes())
+            .await;
+        assert_eq!(status, 200, "publish failed: {body}");
+    }
+
+    /// Every dead-letter object under `prefix`, as (key, parsed JSON array).
+    pub async fn dead_letter_objects(&self, prefix: &str) -> Vec<(String, Vec<Value>)> {
+        let s3 = gridrelay_shared::aws::s3_client(&self.sdk);
+        let listed = s3
+            .list_objects_v2()
+            .bucket(&self.names.dead_letter_bucket)
+            .prefix(prefix)
+            .send()
+            .await
+            .expect("list objects");
+        let mut out = Vec::new();
+        for object in listed.contents() {
+            let key = object.key().unwrap_or_default().to_string();
+            let body = s3
+                .get_object()
+                .bucket(&self.names.dead_letter_bucket)
+                .key(&key)
+                .send()
+                .await
+                .expect("get object")
+                .body
+                .collect()
+                .await
+                .expect("read object")
+                .into_bytes();
+            let records: Vec<Value> = serde_json::from_slice(&body).expect("object is a JSON array");
+            out.push((key, records));
+        }
+        out
+    }
+
+    /// Waits for the first dead-letter object under `prefix`.
+    pub async fn wait_for_dead_letters(&self, prefix: &str, timeout: Duration) -> Vec<(String, Vec<Value>)> {
+        eventually(timeout, "a dead-letter object", || async {
+            let objects = self.dead_letter_objects(prefix).await;
+            (!objects.is_empty()).then_some(objects)
+        })
+        .await
+    }
+
+    /// Messages in a queue, visible, in flight or delayed.
+    pub async fn queue_depth(&self, url: &str) -> usize {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        let sqs = aws_sdk_sqs::Client::new(&self.sdk);
+        let out = sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(A::ApproximateNumberOfMessages)
+            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(A::ApproximateNumberOfMessagesDelayed)
+            .send()
+            .await
+            .expect("queue attributes");
+        let attrs = out.attributes().cloned().unwrap_or_default();
+        [
+            A::ApproximateNumberOfMessages,
+            A::ApproximateNumberOfMessagesNotVisible,
+            A::ApproximateNumberOfMessagesDelayed,
+        ]
+        .iter()
+        .map(|a| attrs.get(a).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0))
+        .sum()
+    }
+
+    pub async fn shutdown(self) {
+        self.system.shutdown().await;
+    }
+}
+
+/// Events in the Event Grid schema, with ids `{prefix}-0`, `{prefix}-1`, ….
+pub fn events(prefix: &str, count: usize) -> Value {
+    Value::Array(
+        (0..count)
+            .map(|i| {
+                json!({
+                    "id": format!("{prefix}-{i}"),
+                    "subject": format!("/orders/{i}"),
+                    "eventType": "Contoso.Orders.Created",
+                    "eventTime": "2026-11-22T03:00:00Z",
+                    "dataVersion": "1.0",
+                    "data": {"order": i, "note": "hello"}
+                })
+            })
+            .collect(),
+    )
+}
+
+/// How a subscriber answers one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    Status(u16),
+    /// Wait this long, then answer 200 (to test the attempt timeout).
+    Hang(Duration),
+}
+
+/// One request a subscriber received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub at: Instant,
+    pub headers: HeaderMap,
+    pub events: Vec<Value>,
+    pub reply: Reply,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn ids(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .map(|e| e["id"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+}
+
+#[derive(Default)]
+struct SubscriberState {
+    script: VecDeque<Reply>,
+    otherwise: Option<Reply>,
+    received: Vec<Received>,
+}
+
+/// A webhook endpoint on 127.0.0.1 that answers from a script.
+pub struct Subscriber {
+    pub url: String,
+    state: Arc<Mutex<SubscriberState>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Subscriber {
+    /// Answers with `script` in order, then with `otherwise` for every later request.
+    pub async fn start(script: Vec<Reply>, otherwise: Reply) -> Self {
+        let state = Arc::new(Mutex::new(SubscriberState {
+            script: script.into(),
+            otherwise: Some(otherwise),
+            received: Vec::new(),
+        }));
+        let app = Router::new()
+            .route("/hook", axum::routing::post(receive))
+            .with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind subscriber");
+        let addr = listener.local_addr().expect("subscriber address");
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self {
+            url: format!("http://{addr}/hook"),
+            state,
+            server,
+        }
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn received(&self) -> Vec<Received> {
+        self.state.lock().map(|s| s.received.clone()).unwrap_or_default()
+    }
+
+    /// Events received so far, across requests.
+    pub fn event_count(&self) -> usize {
+        self.received().iter().map(|r| r.events.len()).sum()
+    }
+
+    /// Waits until at least `n` requests arrived.
+    pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Received> {
+        eventually(timeout, &format!("{n} requests at {}", self.url), || async {
+            let r = self.received();
+            (r.len() >= n).then_some(r)
+        })
+        .await
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn receive(State(state): State<Arc<Mutex<SubscriberState>>>, headers: HeaderMap, body: String) -> StatusCode {
+    let at = Instant::now();
+    let events: Vec<Value> = serde_json::from_str(&body).unwrap_or_else(|_| vec![json!({"unparsed": body})]);
+    let reply = {
+        let mut s = state.lock().expect("subscriber state");
+        let reply = s.script.pop_front().or(s.otherwise).unwrap_or(Reply::Status(200));
+        s.received.push(Received {
+            at,
+            headers,
+            events,
+            reply,
+        });
+        reply
+    };
+    match reply {
+        Reply::Status(code) => StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        Reply::Hang(d) => {
+            tokio::time::sleep(d).await;
+            StatusCode::OK
+        }
+    }
+}
