@@ -22,16 +22,35 @@ use gridrelay_shared::time_scale::TimeScale;
 use serde_json::json;
 
 #[derive(Parser)]
-#[command(name = "gridrelay", version, about = "Event Grid's delivery contract on AWS: topics, subscriptions and a local runner")]
+#[command(
+    name = "gridrelay",
+    version,
+    about = "Event Grid's delivery contract on AWS: topics, subscriptions and a local runner"
+)]
 struct Cli {
     /// DynamoDB table of topics.
-    #[arg(long, global = true, env = "GRIDRELAY_TOPICS_TABLE", default_value = "gridrelay-topics")]
+    #[arg(
+        long,
+        global = true,
+        env = "GRIDRELAY_TOPICS_TABLE",
+        default_value = "gridrelay-topics"
+    )]
     topics_table: String,
     /// DynamoDB table of event subscriptions.
-    #[arg(long, global = true, env = "GRIDRELAY_SUBSCRIPTIONS_TABLE", default_value = "gridrelay-subscriptions")]
+    #[arg(
+        long,
+        global = true,
+        env = "GRIDRELAY_SUBSCRIPTIONS_TABLE",
+        default_value = "gridrelay-subscriptions"
+    )]
     subscriptions_table: String,
     /// Base URL of the publish API (API Gateway's URL on AWS, `gridrelay local`'s locally).
-    #[arg(long, global = true, env = "GRIDRELAY_PUBLISH_URL", default_value = "http://127.0.0.1:7071")]
+    #[arg(
+        long,
+        global = true,
+        env = "GRIDRELAY_PUBLISH_URL",
+        default_value = "http://127.0.0.1:7071"
+    )]
     publish_url: String,
     #[command(subcommand)]
     command: Command,
@@ -215,7 +234,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Local(args) => run_local(args).await,
         Command::Topic(cmd) => {
-            if let TopicCommand::Create(t) | TopicCommand::Show(t) | TopicCommand::Delete(t) = &cmd {
+            if let TopicCommand::Create(t) | TopicCommand::Show(t) | TopicCommand::Delete(t) = &cmd
+            {
                 validate_topic_name(&t.name).map_err(invalid)?;
             }
             let store = open_store(tables).await;
@@ -275,7 +295,11 @@ fn new_key() -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-async fn topic_command(store: &dyn SubscriptionStore, publish_url: &str, cmd: TopicCommand) -> anyhow::Result<()> {
+async fn topic_command(
+    store: &dyn SubscriptionStore,
+    publish_url: &str,
+    cmd: TopicCommand,
+) -> anyhow::Result<()> {
     match cmd {
         TopicCommand::Create(TopicName { name }) => {
             let topic = Topic {
@@ -297,10 +321,20 @@ async fn topic_command(store: &dyn SubscriptionStore, publish_url: &str, cmd: To
         }
         TopicCommand::List => {
             let topics = store.list_topics().await.map_err(store_error)?;
-            print(&json!(topics.iter().map(|t| topic_json(t, publish_url, false)).collect::<Vec<_>>()))
+            print(&json!(
+                topics
+                    .iter()
+                    .map(|t| topic_json(t, publish_url, false))
+                    .collect::<Vec<_>>()
+            ))
         }
         TopicCommand::Delete(TopicName { name }) => {
-            if !store.list_subscriptions(&name).await.map_err(store_error)?.is_empty() {
+            if !store
+                .list_subscriptions(&name)
+                .await
+                .map_err(store_error)?
+                .is_empty()
+            {
                 bail!("topic {name} still has event subscriptions; delete them first");
             }
             if !store.delete_topic(&name).await.map_err(store_error)? {
@@ -335,16 +369,25 @@ async fn subscription_command(
                 .get_subscription(&topic_name, &name)
                 .await
                 .map_err(store_error)?
-                .with_context(|| format!("event subscription {name} on topic {topic_name} does not exist"))?;
+                .with_context(|| {
+                    format!("event subscription {name} on topic {topic_name} does not exist")
+                })?;
             print(&serde_json::to_value(&sub)?)
         }
         (SubscriptionCommand::List { topic_name }, _) => {
             existing_topic(store, &topic_name).await?;
-            let subs = store.list_subscriptions(&topic_name).await.map_err(store_error)?;
+            let subs = store
+                .list_subscriptions(&topic_name)
+                .await
+                .map_err(store_error)?;
             print(&serde_json::to_value(&subs)?)
         }
         (SubscriptionCommand::Delete(SubscriptionName { topic_name, name }), _) => {
-            if !store.delete_subscription(&topic_name, &name).await.map_err(store_error)? {
+            if !store
+                .delete_subscription(&topic_name, &name)
+                .await
+                .map_err(store_error)?
+            {
                 bail!("event subscription {name} on topic {topic_name} does not exist");
             }
             print(&json!({"deleted": name, "topic": topic_name}))

@@ -15,7 +15,11 @@ use tracing::{error, info};
 /// API Gateway's payload limit: larger bodies never reach the function.
 const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
-pub(crate) async fn serve(listener: TcpListener, ingest: Arc<Ingest>, mut stopped: watch::Receiver<bool>) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    ingest: Arc<Ingest>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let app = Router::new().fallback(forward).with_state(ingest);
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "publish API listening");
@@ -23,7 +27,10 @@ pub(crate) async fn serve(listener: TcpListener, ingest: Arc<Ingest>, mut stoppe
     let shutdown = async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
-    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
         error!(error = %e, "publish API stopped");
     }
 }
@@ -35,7 +42,8 @@ async fn forward(State(ingest): State<Arc<Ingest>>, request: Request) -> Respons
         Ok(b) => b,
         Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response(),
     };
-    let request = lambda_http::Request::from_parts(parts, lambda_http::Body::Binary(bytes.to_vec()));
+    let request =
+        lambda_http::Request::from_parts(parts, lambda_http::Body::Binary(bytes.to_vec()));
     let (parts, body) = ingest.handle(request).await.into_parts();
     let body = match body {
         lambda_http::Body::Empty => AxumBody::empty(),

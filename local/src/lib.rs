@@ -83,7 +83,11 @@ pub struct LocalSystem {
 
 impl LocalSystem {
     /// Provisions what is missing and starts the publish API and both pollers.
-    pub async fn start(sdk: &SdkConfig, names: &ResourceNames, config: RunnerConfig) -> anyhow::Result<Self> {
+    pub async fn start(
+        sdk: &SdkConfig,
+        names: &ResourceNames,
+        config: RunnerConfig,
+    ) -> anyhow::Result<Self> {
         let resources = provision(sdk, names, config.max_receive_count).await?;
         let sqs = aws_sdk_sqs::Client::new(sdk);
         let store: Arc<dyn SubscriptionStore> = Arc::new(DynamoSubscriptionStore::from_sdk(
@@ -94,7 +98,8 @@ impl LocalSystem {
             },
         ));
         let delivery_queue = Arc::new(SqsQueue::new(sqs.clone(), &resources.delivery_queue_url));
-        let dead_letter_queue = Arc::new(SqsQueue::new(sqs.clone(), &resources.dead_letter_queue_url));
+        let dead_letter_queue =
+            Arc::new(SqsQueue::new(sqs.clone(), &resources.dead_letter_queue_url));
         let clock = Arc::new(SystemClock);
 
         let ingest = Arc::new(Ingest {
@@ -129,7 +134,12 @@ impl LocalSystem {
         let region = sdk.region().map(|r| r.to_string()).unwrap_or_default();
         let deliver_stats = Arc::clone(&stats);
         tasks.spawn(poller::poll(
-            poller::Source::new(sqs.clone(), &resources.delivery_queue_url, &resources.delivery_queue_arn, &region),
+            poller::Source::new(
+                sqs.clone(),
+                &resources.delivery_queue_url,
+                &resources.delivery_queue_arn,
+                &region,
+            ),
             config.clone(),
             stopped.clone(),
             Arc::new(move |event| {
@@ -147,7 +157,12 @@ impl LocalSystem {
         ));
         let writer_stats = Arc::clone(&stats);
         tasks.spawn(poller::poll(
-            poller::Source::new(sqs, &resources.dead_letter_queue_url, &resources.dead_letter_queue_arn, &region),
+            poller::Source::new(
+                sqs,
+                &resources.dead_letter_queue_url,
+                &resources.dead_letter_queue_arn,
+                &region,
+            ),
             config,
             stopped,
             Arc::new(move |event| {

@@ -43,7 +43,11 @@ impl Source {
         r.md5_of_body = m.md5_of_body.clone();
         r.attributes = m
             .attributes()
-            .map(|a| a.iter().map(|(k, v)| (k.as_str().to_string(), v.clone())).collect())
+            .map(|a| {
+                a.iter()
+                    .map(|(k, v)| (k.as_str().to_string(), v.clone()))
+                    .collect()
+            })
             .unwrap_or_default();
         r.event_source = Some("aws:sqs".to_string());
         r.event_source_arn = Some(self.arn.clone());
@@ -56,7 +60,10 @@ impl Source {
         let entries: Vec<DeleteMessageBatchRequestEntry> = messages
             .iter()
             .enumerate()
-            .filter(|(_, m)| !m.message_id().is_some_and(|id| failed.iter().any(|f| f == id)))
+            .filter(|(_, m)| {
+                !m.message_id()
+                    .is_some_and(|id| failed.iter().any(|f| f == id))
+            })
             .filter_map(|(i, m)| {
                 DeleteMessageBatchRequestEntry::builder()
                     .id(i.to_string())
@@ -80,13 +87,20 @@ impl Source {
                 warn!(queue = %self.url, failed = out.failed().len(), "some messages were not deleted and will be redelivered");
             }
             Ok(_) => {}
-            Err(e) => warn!(queue = %self.url, error = %describe_error(&e), "delete failed; messages will be redelivered"),
+            Err(e) => {
+                warn!(queue = %self.url, error = %describe_error(&e), "delete failed; messages will be redelivered")
+            }
         }
     }
 }
 
 /// Receives and invokes until told to stop, with at most `concurrency` invocations at once.
-pub(crate) async fn poll(source: Source, config: RunnerConfig, mut stopped: watch::Receiver<bool>, invoke: Invoke) {
+pub(crate) async fn poll(
+    source: Source,
+    config: RunnerConfig,
+    mut stopped: watch::Receiver<bool>,
+    invoke: Invoke,
+) {
     let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let mut running = JoinSet::new();
     let visibility = i32::try_from(config.visibility_timeout.as_secs().max(1)).unwrap_or(43_200);

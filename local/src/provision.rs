@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use anyhow::Context;
 use aws_config::SdkConfig;
-use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
 use aws_sdk_sqs::types::QueueAttributeName;
 use gridrelay_shared::aws::{describe_error, s3_client};
 
@@ -57,7 +59,11 @@ pub struct Resources {
 }
 
 /// Creates whatever is missing; leaves what exists alone.
-pub async fn provision(sdk: &SdkConfig, names: &ResourceNames, max_receive_count: u32) -> anyhow::Result<Resources> {
+pub async fn provision(
+    sdk: &SdkConfig,
+    names: &ResourceNames,
+    max_receive_count: u32,
+) -> anyhow::Result<Resources> {
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     create_table(&dynamodb, &names.topics_table, &[("name", KeyType::Hash)]).await?;
     create_table(
@@ -68,7 +74,8 @@ pub async fn provision(sdk: &SdkConfig, names: &ResourceNames, max_receive_count
     .await?;
 
     let sqs = aws_sdk_sqs::Client::new(sdk);
-    let (delivery_redrive_queue_url, delivery_redrive_arn) = create_queue(&sqs, &names.delivery_redrive_queue, None).await?;
+    let (delivery_redrive_queue_url, delivery_redrive_arn) =
+        create_queue(&sqs, &names.delivery_redrive_queue, None).await?;
     let (dead_letter_redrive_queue_url, dead_letter_redrive_arn) =
         create_queue(&sqs, &names.dead_letter_redrive_queue, None).await?;
     let (delivery_queue_url, delivery_queue_arn) = create_queue(
@@ -85,13 +92,22 @@ pub async fn provision(sdk: &SdkConfig, names: &ResourceNames, max_receive_count
     .await?;
 
     let s3 = s3_client(sdk);
-    match s3.create_bucket().bucket(&names.dead_letter_bucket).send().await {
+    match s3
+        .create_bucket()
+        .bucket(&names.dead_letter_bucket)
+        .send()
+        .await
+    {
         Ok(_) => {}
         Err(e)
             if e.as_service_error().is_some_and(|s| {
                 s.is_bucket_already_owned_by_you() || s.is_bucket_already_exists()
             }) => {}
-        Err(e) => anyhow::bail!("could not create bucket {}: {}", names.dead_letter_bucket, describe_error(&e)),
+        Err(e) => anyhow::bail!(
+            "could not create bucket {}: {}",
+            names.dead_letter_bucket,
+            describe_error(&e)
+        ),
     }
 
     Ok(Resources {
@@ -105,7 +121,11 @@ pub async fn provision(sdk: &SdkConfig, names: &ResourceNames, max_receive_count
     })
 }
 
-async fn create_table(client: &aws_sdk_dynamodb::Client, name: &str, keys: &[(&str, KeyType)]) -> anyhow::Result<()> {
+async fn create_table(
+    client: &aws_sdk_dynamodb::Client,
+    name: &str,
+    keys: &[(&str, KeyType)],
+) -> anyhow::Result<()> {
     let mut request = client
         .create_table()
         .table_name(name)
@@ -127,7 +147,12 @@ async fn create_table(client: &aws_sdk_dynamodb::Client, name: &str, keys: &[(&s
     }
     match request.send().await {
         Ok(_) => Ok(()),
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => Ok(()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_in_use_exception()) =>
+        {
+            Ok(())
+        }
         Err(e) => anyhow::bail!("could not create table {name}: {}", describe_error(&e)),
     }
 }
@@ -142,7 +167,8 @@ async fn create_queue(
     if let Some((arn, max)) = redrive {
         attributes.insert(
             QueueAttributeName::RedrivePolicy,
-            serde_json::json!({"deadLetterTargetArn": arn, "maxReceiveCount": max.to_string()}).to_string(),
+            serde_json::json!({"deadLetterTargetArn": arn, "maxReceiveCount": max.to_string()})
+                .to_string(),
         );
     }
     let created = client

@@ -191,7 +191,11 @@ impl FromStr for StatusTableName {
         match s {
             "Current" | "current" => Ok(Self::Current),
             "Legacy2019" | "legacy2019" | "2019" => Ok(Self::Legacy2019),
-            other => Err(LimitError::new("statusTable", format!("{other:?}"), "Current or Legacy2019")),
+            other => Err(LimitError::new(
+                "statusTable",
+                format!("{other:?}"),
+                "Current or Legacy2019",
+            )),
         }
     }
 }
@@ -218,10 +222,14 @@ pub fn classify_status(
             };
         }
     };
-    let rule = table.rules.iter().find(|r| r.status == status).map(|r| match kind {
-        EndpointKind::Webhook => r.webhook,
-        EndpointKind::Resource => r.resource,
-    });
+    let rule = table
+        .rules
+        .iter()
+        .find(|r| r.status == status)
+        .map(|r| match kind {
+            EndpointKind::Webhook => r.webhook,
+            EndpointKind::Resource => r.resource,
+        });
     match rule {
         Some(Rule::NotRetried) => Verdict::NotRetried,
         Some(Rule::RetryAfter(min_wait)) => Verdict::Retry { min_wait },
@@ -244,7 +252,12 @@ mod tests {
     use proptest::prelude::*;
 
     fn webhook(status: u16) -> Verdict {
-        classify_status(&CURRENT, EndpointKind::Webhook, &AttemptResult::Status(status), true)
+        classify_status(
+            &CURRENT,
+            EndpointKind::Webhook,
+            &AttemptResult::Status(status),
+            true,
+        )
     }
 
     /// S1: 200-204 succeed; every other status fails (including 205-299 and 3xx).
@@ -269,22 +282,44 @@ mod tests {
     /// S4: resource endpoints do not retry 400, 403, 413; 401 and 404 wait 5 minutes.
     #[test]
     fn resource_codes_s4() {
-        let r = |s| classify_status(&CURRENT, EndpointKind::Resource, &AttemptResult::Status(s), true);
+        let r = |s| {
+            classify_status(
+                &CURRENT,
+                EndpointKind::Resource,
+                &AttemptResult::Status(s),
+                true,
+            )
+        };
         for s in [400, 403, 413] {
             assert_eq!(r(s), Verdict::NotRetried);
         }
         for s in [401, 404] {
-            assert_eq!(r(s), Verdict::Retry { min_wait: secs(300) });
+            assert_eq!(
+                r(s),
+                Verdict::Retry {
+                    min_wait: secs(300)
+                }
+            );
         }
     }
 
     /// S5: 408 waits 2 minutes, 503 30 seconds, everything else 10 seconds; S2 timeouts too.
     #[test]
     fn minimum_waits_s5_s2() {
-        assert_eq!(webhook(408), Verdict::Retry { min_wait: secs(120) });
+        assert_eq!(
+            webhook(408),
+            Verdict::Retry {
+                min_wait: secs(120)
+            }
+        );
         assert_eq!(webhook(503), Verdict::Retry { min_wait: secs(30) });
         assert_eq!(webhook(500), Verdict::Retry { min_wait: secs(10) });
-        let t = classify_status(&CURRENT, EndpointKind::Webhook, &AttemptResult::TimedOut, false);
+        let t = classify_status(
+            &CURRENT,
+            EndpointKind::Webhook,
+            &AttemptResult::TimedOut,
+            false,
+        );
         assert_eq!(t, Verdict::Retry { min_wait: secs(10) });
     }
 
@@ -292,15 +327,39 @@ mod tests {
     /// only when dead-lettering is set up.
     #[test]
     fn legacy_2019_table_s6() {
-        let c = |s, dl| classify_status(&LEGACY_2019, EndpointKind::Webhook, &AttemptResult::Status(s), dl);
+        let c = |s, dl| {
+            classify_status(
+                &LEGACY_2019,
+                EndpointKind::Webhook,
+                &AttemptResult::Status(s),
+                dl,
+            )
+        };
         for s in [401, 403, 404] {
-            assert_eq!(c(s, true), Verdict::Retry { min_wait: secs(300) });
+            assert_eq!(
+                c(s, true),
+                Verdict::Retry {
+                    min_wait: secs(300)
+                }
+            );
         }
         assert_eq!(c(400, true), Verdict::NotRetried);
-        assert_eq!(c(400, false), Verdict::Retry { min_wait: secs(300) });
+        assert_eq!(
+            c(400, false),
+            Verdict::Retry {
+                min_wait: secs(300)
+            }
+        );
         assert_eq!(c(413, true), Verdict::NotRetried);
         assert_eq!(c(413, false), Verdict::Retry { min_wait: secs(10) });
-        assert_eq!("Legacy2019".parse::<StatusTableName>().unwrap().table().name, StatusTableName::Legacy2019);
+        assert_eq!(
+            "Legacy2019"
+                .parse::<StatusTableName>()
+                .unwrap()
+                .table()
+                .name,
+            StatusTableName::Legacy2019
+        );
     }
 
     proptest! {

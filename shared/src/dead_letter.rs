@@ -20,7 +20,10 @@ pub enum FieldNaming {
 }
 
 /// Renders one record: the original event plus the L6 fields.
-pub fn render_record(entry: &DeadLetterEntry, naming: FieldNaming) -> Result<Box<RawValue>, serde_json::Error> {
+pub fn render_record(
+    entry: &DeadLetterEntry,
+    naming: FieldNaming,
+) -> Result<Box<RawValue>, serde_json::Error> {
     let names = match naming {
         FieldNaming::EventGrid => [
             "deadLetterReason",
@@ -42,7 +45,13 @@ pub fn render_record(entry: &DeadLetterEntry, naming: FieldNaming) -> Result<Box
         (names[1], Value::from(entry.delivery_attempts)),
         (
             names[2],
-            Value::String(entry.last_outcome.map(|o| o.as_str()).unwrap_or("None").to_string()),
+            Value::String(
+                entry
+                    .last_outcome
+                    .map(|o| o.as_str())
+                    .unwrap_or("None")
+                    .to_string(),
+            ),
         ),
         (names[3], Value::String(timestamp(entry.publish_time))),
     ];
@@ -54,7 +63,8 @@ pub fn render_record(entry: &DeadLetterEntry, naming: FieldNaming) -> Result<Box
 
 /// Renders one object's body: a JSON array of records.
 pub fn render_object(records: &[Box<RawValue>]) -> String {
-    let mut out = String::with_capacity(records.iter().map(|r| r.get().len() + 1).sum::<usize>() + 2);
+    let mut out =
+        String::with_capacity(records.iter().map(|r| r.get().len() + 1).sum::<usize>() + 2);
     out.push('[');
     for (i, r) in records.iter().enumerate() {
         if i > 0 {
@@ -74,7 +84,10 @@ pub fn object_key(
     at: DateTime<Utc>,
     id: &str,
 ) -> String {
-    let path = format!("{topic}/{subscription}/{}/{id}.json", at.format("%Y/%m/%d/%H"));
+    let path = format!(
+        "{topic}/{subscription}/{}/{id}.json",
+        at.format("%Y/%m/%d/%H")
+    );
     if destination.prefix.is_empty() {
         path
     } else {
@@ -99,21 +112,31 @@ mod tests {
     use serde_json::json;
 
     fn entry() -> DeadLetterEntry {
-        let t = DateTime::parse_from_rfc3339("2020-08-13T17:18:14.0265758Z").unwrap().to_utc();
+        let t = DateTime::parse_from_rfc3339("2020-08-13T17:18:14.0265758Z")
+            .unwrap()
+            .to_utc();
         DeadLetterEntry {
             reason: DeadLetterReason::MaxDeliveryAttemptsExceeded,
             delivery_attempts: 1,
             last_outcome: Some(DeliveryOutcome::NotFound),
             publish_time: t,
             last_attempt_time: Some(t + chrono::Duration::milliseconds(20)),
-            event: RawValue::from_string(r#"{"id":"9","eventType":"x","data":{"a":[1,2]}}"#.to_string()).unwrap(),
+            event: RawValue::from_string(
+                r#"{"id":"9","eventType":"x","data":{"a":[1,2]}}"#.to_string(),
+            )
+            .unwrap(),
         }
     }
 
     /// L6: the record is the original event plus the five camelCase fields, as in the seeds.
     #[test]
     fn event_grid_record_adds_l6_fields() {
-        let v: Value = serde_json::from_str(render_record(&entry(), FieldNaming::EventGrid).unwrap().get()).unwrap();
+        let v: Value = serde_json::from_str(
+            render_record(&entry(), FieldNaming::EventGrid)
+                .unwrap()
+                .get(),
+        )
+        .unwrap();
         assert_eq!(v["id"], "9");
         assert_eq!(v["data"], json!({"a": [1, 2]}));
         assert_eq!(v["deadLetterReason"], "MaxDeliveryAttemptsExceeded");
@@ -126,7 +149,12 @@ mod tests {
     /// L6: CloudEvents records use lowercase names.
     #[test]
     fn cloud_events_record_uses_lowercase_l6() {
-        let v: Value = serde_json::from_str(render_record(&entry(), FieldNaming::CloudEvents).unwrap().get()).unwrap();
+        let v: Value = serde_json::from_str(
+            render_record(&entry(), FieldNaming::CloudEvents)
+                .unwrap()
+                .get(),
+        )
+        .unwrap();
         assert_eq!(v["deadletterreason"], "MaxDeliveryAttemptsExceeded");
         assert_eq!(v["deliveryattempts"], 1);
         assert!(v.get("deadLetterReason").is_none());
@@ -136,10 +164,18 @@ mod tests {
     #[test]
     fn object_key_groups_by_subscription_and_hour_l3() {
         let d = DeadLetterDestination::parse("s3://bkt/dl").unwrap();
-        let at = DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z").unwrap().to_utc();
-        assert_eq!(object_key(&d, "orders", "audit", at, "u1"), "dl/orders/audit/2026/01/02/03/u1.json");
+        let at = DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
+            .unwrap()
+            .to_utc();
+        assert_eq!(
+            object_key(&d, "orders", "audit", at, "u1"),
+            "dl/orders/audit/2026/01/02/03/u1.json"
+        );
         let d = DeadLetterDestination::parse("s3://bkt").unwrap();
-        assert_eq!(object_key(&d, "orders", "audit", at, "u1"), "orders/audit/2026/01/02/03/u1.json");
+        assert_eq!(
+            object_key(&d, "orders", "audit", at, "u1"),
+            "orders/audit/2026/01/02/03/u1.json"
+        );
     }
 
     #[test]

@@ -69,20 +69,31 @@ pub fn after_attempt(
 ) -> AfterAttempt {
     match verdict {
         Verdict::Delivered => AfterAttempt::Delivered,
-        Verdict::NotRetried => AfterAttempt::GiveUp(DeadLetterReason::NonRetriableStatus(status.unwrap_or(0))),
+        Verdict::NotRetried => {
+            AfterAttempt::GiveUp(DeadLetterReason::NonRetriableStatus(status.unwrap_or(0)))
+        }
         Verdict::Retry { .. } if attempts_made >= rules.policy.max_delivery_attempts => {
             AfterAttempt::GiveUp(DeadLetterReason::MaxDeliveryAttemptsExceeded)
         }
         Verdict::Retry { min_wait } => {
-            let wait = rules.schedule.next_wait(attempts_made, min_wait, draw, rules.scale);
+            let wait = rules
+                .schedule
+                .next_wait(attempts_made, min_wait, draw, rules.scale);
             AfterAttempt::RetryAt(now + to_chrono(wait))
         }
     }
 }
 
 /// R5, R6: whether an event's time to live has run out. Called only when an attempt comes due.
-pub fn ttl_expired(publish_time: DateTime<Utc>, now: DateTime<Utc>, policy: &RetryPolicy, scale: TimeScale) -> bool {
-    let ttl = scale.apply(Duration::from_secs(u64::from(policy.event_time_to_live_in_minutes) * 60));
+pub fn ttl_expired(
+    publish_time: DateTime<Utc>,
+    now: DateTime<Utc>,
+    policy: &RetryPolicy,
+    scale: TimeScale,
+) -> bool {
+    let ttl = scale.apply(Duration::from_secs(
+        u64::from(policy.event_time_to_live_in_minutes) * 60,
+    ));
     now >= publish_time + to_chrono(ttl)
 }
 
@@ -103,11 +114,18 @@ mod tests {
     use proptest::prelude::*;
 
     fn t0() -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339("2026-11-22T00:00:00Z").unwrap().to_utc()
+        DateTime::parse_from_rfc3339("2026-11-22T00:00:00Z")
+            .unwrap()
+            .to_utc()
     }
 
     fn decide(status: u16, attempts: u32, policy: &RetryPolicy) -> AfterAttempt {
-        let verdict = classify_status(&CURRENT, EndpointKind::Webhook, &AttemptResult::Status(status), true);
+        let verdict = classify_status(
+            &CURRENT,
+            EndpointKind::Webhook,
+            &AttemptResult::Status(status),
+            true,
+        );
         let schedule = RetrySchedule::event_grid();
         let rules = RetryRules {
             policy,
@@ -121,17 +139,29 @@ mod tests {
     #[test]
     fn busy_endpoint_waits_thirty_seconds_r1_s5() {
         let next = decide(503, 1, &RetryPolicy::default());
-        assert_eq!(next, AfterAttempt::RetryAt(t0() + chrono::Duration::seconds(30)));
+        assert_eq!(
+            next,
+            AfterAttempt::RetryAt(t0() + chrono::Duration::seconds(30))
+        );
         let next = decide(500, 1, &RetryPolicy::default());
-        assert_eq!(next, AfterAttempt::RetryAt(t0() + chrono::Duration::seconds(10)));
+        assert_eq!(
+            next,
+            AfterAttempt::RetryAt(t0() + chrono::Duration::seconds(10))
+        );
     }
 
     /// L2, S3: a 400 gives up at once, naming the status.
     #[test]
     fn non_retried_status_gives_up_at_once_l2_s3() {
         let next = decide(400, 1, &RetryPolicy::default());
-        assert_eq!(next, AfterAttempt::GiveUp(DeadLetterReason::NonRetriableStatus(400)));
-        assert_eq!(DeadLetterReason::NonRetriableStatus(400).to_string(), "NonRetriableStatusCode400");
+        assert_eq!(
+            next,
+            AfterAttempt::GiveUp(DeadLetterReason::NonRetriableStatus(400))
+        );
+        assert_eq!(
+            DeadLetterReason::NonRetriableStatus(400).to_string(),
+            "NonRetriableStatusCode400"
+        );
     }
 
     /// R5, L2: reaching the maximum attempts gives up with MaxDeliveryAttemptsExceeded.

@@ -19,7 +19,11 @@ pub struct LimitError {
 }
 
 impl LimitError {
-    pub fn new(field: impl Into<String>, value: impl fmt::Display, allowed: impl Into<String>) -> Self {
+    pub fn new(
+        field: impl Into<String>,
+        value: impl fmt::Display,
+        allowed: impl Into<String>,
+    ) -> Self {
         Self {
             field: field.into(),
             value: value.to_string(),
@@ -44,7 +48,11 @@ pub const MAX_PUBLISH_BYTES: usize = 1_048_576;
 pub const MAX_EVENT_BYTES: usize = 200 * 1024;
 
 /// Checks that `value` lies in `range`, naming `field` if it does not.
-pub fn check_range(field: &str, value: i64, range: &RangeInclusive<i64>) -> Result<u32, LimitError> {
+pub fn check_range(
+    field: &str,
+    value: i64,
+    range: &RangeInclusive<i64>,
+) -> Result<u32, LimitError> {
     if range.contains(&value) {
         // The ranges above all fit in u32.
         u32::try_from(value).map_err(|_| range_error(field, value, range))
@@ -54,7 +62,11 @@ pub fn check_range(field: &str, value: i64, range: &RangeInclusive<i64>) -> Resu
 }
 
 fn range_error(field: &str, value: i64, range: &RangeInclusive<i64>) -> LimitError {
-    LimitError::new(field, value, format!("{} to {}", range.start(), range.end()))
+    LimitError::new(
+        field,
+        value,
+        format!("{} to {}", range.start(), range.end()),
+    )
 }
 
 /// Topic names: 3 to 50 characters, letters, digits and hyphens (Event Grid's rule).
@@ -89,9 +101,15 @@ mod tests {
     #[test]
     fn out_of_range_names_field_value_and_range_b4_r5() {
         let err = check_range("maxEventsPerBatch", 5001, &MAX_EVENTS_PER_BATCH).unwrap_err();
-        assert_eq!(err.to_string(), "maxEventsPerBatch is 5001; allowed: 1 to 5000");
+        assert_eq!(
+            err.to_string(),
+            "maxEventsPerBatch is 5001; allowed: 1 to 5000"
+        );
         assert!(check_range("eventTimeToLiveInMinutes", 0, &EVENT_TTL_MINUTES).is_err());
-        assert_eq!(check_range("maxDeliveryAttempts", 30, &MAX_DELIVERY_ATTEMPTS), Ok(30));
+        assert_eq!(
+            check_range("maxDeliveryAttempts", 30, &MAX_DELIVERY_ATTEMPTS),
+            Ok(30)
+        );
     }
 
     #[test]

@@ -67,7 +67,10 @@ impl DeliveryMessage {
 
 /// Splits events into messages that each stay under [`MAX_MESSAGE_BYTES`]; every message takes
 /// its other fields from `template`.
-pub fn pack_delivery_messages(template: &DeliveryMessage, events: Vec<QueuedEvent>) -> Vec<DeliveryMessage> {
+pub fn pack_delivery_messages(
+    template: &DeliveryMessage,
+    events: Vec<QueuedEvent>,
+) -> Vec<DeliveryMessage> {
     pack(events, |e| e.event.get().len() + EVENT_OVERHEAD)
         .into_iter()
         .map(|events| DeliveryMessage {
@@ -141,7 +144,10 @@ impl DeadLetterMessage {
 }
 
 /// Splits dead-letter entries into messages under the size limit.
-pub fn pack_dead_letter_messages(template: &DeadLetterMessage, entries: Vec<DeadLetterEntry>) -> Vec<DeadLetterMessage> {
+pub fn pack_dead_letter_messages(
+    template: &DeadLetterMessage,
+    entries: Vec<DeadLetterEntry>,
+) -> Vec<DeadLetterMessage> {
     pack(entries, |e| e.event.get().len() + 2 * EVENT_OVERHEAD)
         .into_iter()
         .map(|entries| DeadLetterMessage {
@@ -196,10 +202,19 @@ mod tests {
 
     #[test]
     fn queue_delay_rounds_up_and_caps_at_15_minutes() {
-        assert_eq!(queue_delay(Duration::from_millis(200)), Duration::from_secs(1));
+        assert_eq!(
+            queue_delay(Duration::from_millis(200)),
+            Duration::from_secs(1)
+        );
         assert_eq!(queue_delay(Duration::ZERO), Duration::ZERO);
-        assert_eq!(queue_delay(Duration::from_secs(3600)), Duration::from_secs(900));
-        assert_eq!(queue_delay(Duration::from_secs(10)), Duration::from_secs(10));
+        assert_eq!(
+            queue_delay(Duration::from_secs(3600)),
+            Duration::from_secs(900)
+        );
+        assert_eq!(
+            queue_delay(Duration::from_secs(10)),
+            Duration::from_secs(10)
+        );
     }
 
     #[test]

@@ -32,7 +32,11 @@ pub trait SubscriptionStore: Send + Sync {
     async fn create_topic(&self, topic: &Topic) -> Result<(), StoreError>;
     /// Whether a topic was there to delete.
     async fn delete_topic(&self, name: &str) -> Result<bool, StoreError>;
-    async fn get_subscription(&self, topic: &str, name: &str) -> Result<Option<Subscription>, StoreError>;
+    async fn get_subscription(
+        &self,
+        topic: &str,
+        name: &str,
+    ) -> Result<Option<Subscription>, StoreError>;
     async fn list_subscriptions(&self, topic: &str) -> Result<Vec<Subscription>, StoreError>;
     /// Fails with [`StoreError::AlreadyExists`] if the name is taken on that topic.
     async fn create_subscription(&self, subscription: &Subscription) -> Result<(), StoreError>;
@@ -67,7 +71,8 @@ pub struct ObjectStoreError(pub String);
 /// Where dead-letter records are written (S3 on AWS).
 #[async_trait]
 pub trait ObjectStore: Send + Sync {
-    async fn put_json(&self, bucket: &str, key: &str, body: String) -> Result<(), ObjectStoreError>;
+    async fn put_json(&self, bucket: &str, key: &str, body: String)
+    -> Result<(), ObjectStoreError>;
 }
 
 /// One POST to a subscriber endpoint.

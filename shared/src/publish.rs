@@ -57,16 +57,20 @@ struct Envelope {
 }
 
 /// Validates an Event Grid schema publish body and returns each event, stamped, as raw JSON.
-pub fn parse_event_grid_batch(body: &[u8], topic_resource_id: &str) -> Result<Vec<Box<RawValue>>, PublishError> {
+pub fn parse_event_grid_batch(
+    body: &[u8],
+    topic_resource_id: &str,
+) -> Result<Vec<Box<RawValue>>, PublishError> {
     if body.len() > MAX_PUBLISH_BYTES {
         return Err(PublishError::TooLarge { size: body.len() });
     }
     let text = std::str::from_utf8(body).map_err(|e| PublishError::Malformed {
         reason: format!("not UTF-8 ({e})"),
     })?;
-    let events: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| PublishError::Malformed {
-        reason: e.to_string(),
-    })?;
+    let events: Vec<&RawValue> =
+        serde_json::from_str(text).map_err(|e| PublishError::Malformed {
+            reason: e.to_string(),
+        })?;
     events
         .iter()
         .enumerate()
@@ -74,7 +78,11 @@ pub fn parse_event_grid_batch(body: &[u8], topic_resource_id: &str) -> Result<Ve
         .collect()
 }
 
-fn validate_and_stamp(index: usize, raw: &RawValue, topic_resource_id: &str) -> Result<Box<RawValue>, PublishError> {
+fn validate_and_stamp(
+    index: usize,
+    raw: &RawValue,
+    topic_resource_id: &str,
+) -> Result<Box<RawValue>, PublishError> {
     let invalid = |field: &'static str, problem: &str| PublishError::InvalidEvent {
         index,
         field,
@@ -87,7 +95,10 @@ fn validate_and_stamp(index: usize, raw: &RawValue, topic_resource_id: &str) -> 
         });
     }
     if text.len() > MAX_EVENT_BYTES {
-        return Err(PublishError::EventTooLarge { index, size: text.len() });
+        return Err(PublishError::EventTooLarge {
+            index,
+            size: text.len(),
+        });
     }
     let env: Envelope = serde_json::from_str(text).map_err(|e| PublishError::Malformed {
         reason: format!("events[{index}]: {e}"),
@@ -96,9 +107,13 @@ fn validate_and_stamp(index: usize, raw: &RawValue, topic_resource_id: &str) -> 
     require_string(env.id.as_ref(), true).map_err(|p| invalid("id", p))?;
     require_string(env.subject.as_ref(), false).map_err(|p| invalid("subject", p))?;
     require_string(env.event_type.as_ref(), true).map_err(|p| invalid("eventType", p))?;
-    let time = require_string(env.event_time.as_ref(), true).map_err(|p| invalid("eventTime", p))?;
+    let time =
+        require_string(env.event_time.as_ref(), true).map_err(|p| invalid("eventTime", p))?;
     if chrono::DateTime::parse_from_rfc3339(time).is_err() {
-        return Err(invalid("eventTime", &format!("{time:?} is not an RFC 3339 date-time")));
+        return Err(invalid(
+            "eventTime",
+            &format!("{time:?} is not an RFC 3339 date-time"),
+        ));
     }
 
     let mut stamps: Vec<(&str, String)> = Vec::new();
@@ -110,7 +125,12 @@ fn validate_and_stamp(index: usize, raw: &RawValue, topic_resource_id: &str) -> 
     match &env.metadata_version {
         None => stamps.push(("metadataVersion", "1".to_string())),
         Some(Value::String(v)) if v == "1" => {}
-        Some(other) => return Err(invalid("metadataVersion", &format!("is {other}; allowed: \"1\" or absent"))),
+        Some(other) => {
+            return Err(invalid(
+                "metadataVersion",
+                &format!("is {other}; allowed: \"1\" or absent"),
+            ));
+        }
     }
     match &env.topic {
         None => stamps.push(("topic", topic_resource_id.to_string())),
@@ -137,7 +157,10 @@ fn require_string(value: Option<&Value>, non_empty: bool) -> Result<&str, &'stat
 }
 
 /// Adds string fields at the front of a raw JSON object, without re-serializing the rest.
-pub fn insert_fields(object: &str, fields: &[(&str, String)]) -> Result<Box<RawValue>, serde_json::Error> {
+pub fn insert_fields(
+    object: &str,
+    fields: &[(&str, String)],
+) -> Result<Box<RawValue>, serde_json::Error> {
     insert_raw_fields(
         object,
         &fields
@@ -222,11 +245,20 @@ mod tests {
 
         let mut bad = event();
         bad["eventTime"] = json!("yesterday");
-        assert!(matches!(parse(&json!([bad])).unwrap_err(), PublishError::InvalidEvent { field: "eventTime", .. }));
+        assert!(matches!(
+            parse(&json!([bad])).unwrap_err(),
+            PublishError::InvalidEvent {
+                field: "eventTime",
+                ..
+            }
+        ));
 
         let mut bad = event();
         bad["topic"] = json!("/other");
-        assert!(matches!(parse(&json!([bad])).unwrap_err(), PublishError::InvalidEvent { field: "topic", .. }));
+        assert!(matches!(
+            parse(&json!([bad])).unwrap_err(),
+            PublishError::InvalidEvent { field: "topic", .. }
+        ));
     }
 
     #[test]
@@ -240,7 +272,12 @@ mod tests {
     #[test]
     fn size_limits_are_413() {
         let big = vec![b' '; MAX_PUBLISH_BYTES + 1];
-        assert_eq!(parse_event_grid_batch(&big, TOPIC).unwrap_err().http_status(), 413);
+        assert_eq!(
+            parse_event_grid_batch(&big, TOPIC)
+                .unwrap_err()
+                .http_status(),
+            413
+        );
         let mut e = event();
         e["data"] = json!("x".repeat(MAX_EVENT_BYTES));
         let err = parse(&json!([e])).unwrap_err();
@@ -249,7 +286,8 @@ mod tests {
 
     #[test]
     fn insert_raw_fields_keeps_the_original_text() {
-        let out = insert_raw_fields(r#"{"a": [1, 2]}"#, &[("b", json!(3))], Placement::Back).unwrap();
+        let out =
+            insert_raw_fields(r#"{"a": [1, 2]}"#, &[("b", json!(3))], Placement::Back).unwrap();
         assert_eq!(out.get(), r#"{"a": [1, 2],"b":3}"#);
         let out = insert_raw_fields("{ }", &[("b", json!(3))], Placement::Front).unwrap();
         assert_eq!(out.get(), r#"{"b":3}"#);

@@ -58,7 +58,13 @@ impl RetrySchedule {
 
     /// The wait before the next attempt: the larger of the step and the status minimum (R1, S5),
     /// plus `draw` (in [0, 1)) of the jitter bound (R2), scaled.
-    pub fn next_wait(&self, failed_attempts: u32, status_minimum: Duration, draw: f64, scale: TimeScale) -> Duration {
+    pub fn next_wait(
+        &self,
+        failed_attempts: u32,
+        status_minimum: Duration,
+        draw: f64,
+        scale: TimeScale,
+    ) -> Duration {
         let base = self.step(failed_attempts).max(status_minimum);
         let jitter = self.jitter_bound(base).mul_f64(draw.clamp(0.0, 1.0));
         scale.apply(base + jitter)

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::classify::StatusTableName;
 use crate::limits::{
-    EVENT_TTL_MINUTES, LimitError, MAX_DELIVERY_ATTEMPTS, MAX_EVENTS_PER_BATCH, PREFERRED_BATCH_SIZE_KB, check_range,
-    validate_subscription_name, validate_topic_name,
+    EVENT_TTL_MINUTES, LimitError, MAX_DELIVERY_ATTEMPTS, MAX_EVENTS_PER_BATCH,
+    PREFERRED_BATCH_SIZE_KB, check_range, validate_subscription_name, validate_topic_name,
 };
 
 /// A topic: a named publish endpoint with two keys (either one authorizes a publish).
@@ -49,7 +49,10 @@ impl BatchPolicy {
     pub const DEFAULT_PREFERRED_KB: u32 = 64;
 
     /// B1, B4: an unset setting takes its default; out-of-range values are refused.
-    pub fn from_settings(max_events: Option<i64>, preferred_kb: Option<i64>) -> Result<Self, LimitError> {
+    pub fn from_settings(
+        max_events: Option<i64>,
+        preferred_kb: Option<i64>,
+    ) -> Result<Self, LimitError> {
         let max_events_per_batch = match max_events {
             Some(v) => check_range("maxEventsPerBatch", v, &MAX_EVENTS_PER_BATCH)?,
             None => Self::DEFAULT_MAX_EVENTS,
@@ -90,7 +93,10 @@ impl RetryPolicy {
     pub const DEFAULT_MAX_ATTEMPTS: u32 = 30;
     pub const DEFAULT_TTL_MINUTES: u32 = 1440;
 
-    pub fn from_settings(max_attempts: Option<i64>, ttl_minutes: Option<i64>) -> Result<Self, LimitError> {
+    pub fn from_settings(
+        max_attempts: Option<i64>,
+        ttl_minutes: Option<i64>,
+    ) -> Result<Self, LimitError> {
         Ok(Self {
             max_delivery_attempts: match max_attempts {
                 Some(v) => check_range("maxDeliveryAttempts", v, &MAX_DELIVERY_ATTEMPTS)?,
@@ -198,8 +204,14 @@ impl SubscriptionRequest {
             topic: self.topic.clone(),
             name: self.name.clone(),
             endpoint,
-            batching: BatchPolicy::from_settings(self.max_events_per_batch, self.preferred_batch_size_in_kilobytes)?,
-            retry_policy: RetryPolicy::from_settings(self.max_delivery_attempts, self.event_ttl_minutes)?,
+            batching: BatchPolicy::from_settings(
+                self.max_events_per_batch,
+                self.preferred_batch_size_in_kilobytes,
+            )?,
+            retry_policy: RetryPolicy::from_settings(
+                self.max_delivery_attempts,
+                self.event_ttl_minutes,
+            )?,
             dead_letter_destination: self
                 .dead_letter_destination
                 .as_deref()
@@ -216,7 +228,13 @@ impl SubscriptionRequest {
 
 /// A webhook endpoint must be an absolute http or https URL with a host.
 pub fn validate_endpoint(text: &str) -> Result<String, LimitError> {
-    let invalid = || LimitError::new("endpoint", format!("{text:?}"), "an absolute http:// or https:// URL");
+    let invalid = || {
+        LimitError::new(
+            "endpoint",
+            format!("{text:?}"),
+            "an absolute http:// or https:// URL",
+        )
+    };
     let url = url::Url::parse(text).map_err(|_| invalid())?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(invalid());
@@ -231,18 +249,30 @@ mod tests {
     /// B1, B4: unset settings take their defaults.
     #[test]
     fn batching_defaults_b1_b4() {
-        assert_eq!(BatchPolicy::from_settings(None, None).unwrap(), BatchPolicy::default());
+        assert_eq!(
+            BatchPolicy::from_settings(None, None).unwrap(),
+            BatchPolicy::default()
+        );
         let p = BatchPolicy::from_settings(Some(100), None).unwrap();
-        assert_eq!((p.max_events_per_batch, p.preferred_batch_size_in_kilobytes), (100, 64));
+        assert_eq!(
+            (p.max_events_per_batch, p.preferred_batch_size_in_kilobytes),
+            (100, 64)
+        );
         let p = BatchPolicy::from_settings(None, Some(512)).unwrap();
-        assert_eq!((p.max_events_per_batch, p.preferred_batch_size_in_kilobytes), (1, 512));
+        assert_eq!(
+            (p.max_events_per_batch, p.preferred_batch_size_in_kilobytes),
+            (1, 512)
+        );
     }
 
     /// B4: out-of-range settings are refused, naming the setting and range.
     #[test]
     fn batching_out_of_range_is_refused_b4() {
         let err = BatchPolicy::from_settings(Some(0), None).unwrap_err();
-        assert_eq!((err.field.as_str(), err.value.as_str()), ("maxEventsPerBatch", "0"));
+        assert_eq!(
+            (err.field.as_str(), err.value.as_str()),
+            ("maxEventsPerBatch", "0")
+        );
         let err = BatchPolicy::from_settings(None, Some(1025)).unwrap_err();
         assert_eq!(err.field, "preferredBatchSizeInKilobytes");
         assert_eq!(err.allowed, "1 to 1024");
@@ -251,12 +281,22 @@ mod tests {
     /// R5: defaults 30 attempts and 1440 minutes; limits enforced.
     #[test]
     fn retry_policy_defaults_and_limits_r5() {
-        assert_eq!(RetryPolicy::from_settings(None, None).unwrap(), RetryPolicy::default());
+        assert_eq!(
+            RetryPolicy::from_settings(None, None).unwrap(),
+            RetryPolicy::default()
+        );
         assert_eq!(RetryPolicy::default().max_delivery_attempts, 30);
         assert_eq!(RetryPolicy::default().event_time_to_live_in_minutes, 1440);
-        assert_eq!(RetryPolicy::from_settings(Some(31), None).unwrap_err().field, "maxDeliveryAttempts");
         assert_eq!(
-            RetryPolicy::from_settings(None, Some(1441)).unwrap_err().field,
+            RetryPolicy::from_settings(Some(31), None)
+                .unwrap_err()
+                .field,
+            "maxDeliveryAttempts"
+        );
+        assert_eq!(
+            RetryPolicy::from_settings(None, Some(1441))
+                .unwrap_err()
+                .field,
             "eventTimeToLiveInMinutes"
         );
     }
@@ -265,9 +305,23 @@ mod tests {
     #[test]
     fn dead_letter_destination_parses_s3_urls_l3() {
         let d = DeadLetterDestination::parse("s3://my-bucket/dead/letters/").unwrap();
-        assert_eq!((d.bucket.as_str(), d.prefix.as_str()), ("my-bucket", "dead/letters"));
-        assert_eq!(DeadLetterDestination::parse("s3://my-bucket").unwrap().prefix, "");
-        for bad in ["my-bucket", "s3://", "s3://UPPER/x", "https://x/y", "s3://ab"] {
+        assert_eq!(
+            (d.bucket.as_str(), d.prefix.as_str()),
+            ("my-bucket", "dead/letters")
+        );
+        assert_eq!(
+            DeadLetterDestination::parse("s3://my-bucket")
+                .unwrap()
+                .prefix,
+            ""
+        );
+        for bad in [
+            "my-bucket",
+            "s3://",
+            "s3://UPPER/x",
+            "https://x/y",
+            "s3://ab",
+        ] {
             assert!(DeadLetterDestination::parse(bad).is_err(), "{bad}");
         }
     }

@@ -30,7 +30,11 @@ impl TimeScale {
         if factor.is_finite() && factor > 0.0 && factor <= 1.0 {
             Ok(Self(factor))
         } else {
-            Err(LimitError::new(TIME_SCALE_ENV, factor, "a number greater than 0 and at most 1"))
+            Err(LimitError::new(
+                TIME_SCALE_ENV,
+                factor,
+                "a number greater than 0 and at most 1",
+            ))
         }
     }
 
@@ -40,7 +44,11 @@ impl TimeScale {
             None | Some("") => Ok(Self::REAL),
             Some(t) => {
                 let factor: f64 = t.parse().map_err(|_| {
-                    LimitError::new(TIME_SCALE_ENV, format!("{t:?}"), "a number greater than 0 and at most 1")
+                    LimitError::new(
+                        TIME_SCALE_ENV,
+                        format!("{t:?}"),
+                        "a number greater than 0 and at most 1",
+                    )
                 })?;
                 Self::new(factor)
             }
@@ -70,7 +78,10 @@ mod tests {
     fn scales_every_wait_by_the_factor() {
         let s = TimeScale::new(0.01).unwrap();
         assert_eq!(s.apply(Duration::from_secs(100)), Duration::from_secs(1));
-        assert_eq!(TimeScale::REAL.apply(Duration::from_secs(7)), Duration::from_secs(7));
+        assert_eq!(
+            TimeScale::REAL.apply(Duration::from_secs(7)),
+            Duration::from_secs(7)
+        );
     }
 
     #[test]

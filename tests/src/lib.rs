@@ -27,11 +27,16 @@ pub async fn sdk_config() -> SdkConfig {
         "AWS_ENDPOINT_URL is not set: run the end-to-end tests with `make test`, which starts moto \
          and sets it, or export it (see `infra/local/moto.sh env`)"
     );
-    let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .region(aws_config::meta::region::RegionProviderChain::default_provider().or_else("us-east-1"));
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).region(
+        aws_config::meta::region::RegionProviderChain::default_provider().or_else("us-east-1"),
+    );
     if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
         loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "testing", "testing", None, None, "gridrelay-tests",
+            "testing",
+            "testing",
+            None,
+            None,
+            "gridrelay-tests",
         ));
     }
     loader.load().await
@@ -48,7 +53,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -76,7 +84,9 @@ impl TestSystem {
             max_receive_count: 2,
             concurrency: 4,
         };
-        let system = LocalSystem::start(&sdk, &names, config).await.expect("local system starts");
+        let system = LocalSystem::start(&sdk, &names, config)
+            .await
+            .expect("local system starts");
         Self {
             system,
             sdk,
@@ -94,14 +104,22 @@ impl TestSystem {
             key2: format!("key2-{}", uuid::Uuid::new_v4()),
             created_at: Utc::now(),
         };
-        self.system.store.create_topic(&topic).await.expect("topic created");
+        self.system
+            .store
+            .create_topic(&topic)
+            .await
+            .expect("topic created");
         topic
     }
 
     /// Validates and stores a subscription, as `gridrelay event-subscription create` does.
     pub async fn subscribe(&self, request: SubscriptionRequest) -> Subscription {
         let sub = request.validate(Utc::now()).expect("valid subscription");
-        self.system.store.create_subscription(&sub).await.expect("subscription created");
+        self.system
+            .store
+            .create_subscription(&sub)
+            .await
+            .expect("subscription created");
         sub
     }
 
@@ -111,9 +129,21 @@ impl TestSystem {
     }
 
     /// POSTs `body` to the topic's publish endpoint with `key`; returns status and body.
-    pub async fn publish_raw(&self, topic: &str, key: Option<&str>, body: Vec<u8>) -> (u16, String) {
-        let url = format!("{}?api-version=2018-01-01", self.system.publish_endpoint(topic));
-        let mut request = self.http.post(url).header("content-type", "application/json").body(body);
+    pub async fn publish_raw(
+        &self,
+        topic: &str,
+        key: Option<&str>,
+        body: Vec<u8>,
+    ) -> (u16, String) {
+        let url = format!(
+            "{}?api-version=2018-01-01",
+            self.system.publish_endpoint(topic)
+        );
+        let mut request = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body);
         if let Some(k) = key {
             request = request.header("aeg-sas-key", k);
         }
@@ -125,7 +155,11 @@ impl TestSystem {
     /// Publishes events with the topic's first key and expects 200.
     pub async fn publish(&self, topic: &Topic, events: &Value) {
         let (status, body) = self
-            .publish_raw(&topic.name, Some(&topic.key1), events.to_string().into_bytes())
+            .publish_raw(
+                &topic.name,
+                Some(&topic.key1),
+                events.to_string().into_bytes(),
+            )
             .await;
         assert_eq!(status, 200, "publish failed: {body}");
     }
@@ -155,14 +189,19 @@ impl TestSystem {
                 .await
                 .expect("read object")
                 .into_bytes();
-            let records: Vec<Value> = serde_json::from_slice(&body).expect("object is a JSON array");
+            let records: Vec<Value> =
+                serde_json::from_slice(&body).expect("object is a JSON array");
             out.push((key, records));
         }
         out
     }
 
     /// Waits for the first dead-letter object under `prefix`.
-    pub async fn wait_for_dead_letters(&self, prefix: &str, timeout: Duration) -> Vec<(String, Vec<Value>)> {
+    pub async fn wait_for_dead_letters(
+        &self,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Vec<(String, Vec<Value>)> {
         eventually(timeout, "a dead-letter object", || async {
             let objects = self.dead_letter_objects(prefix).await;
             (!objects.is_empty()).then_some(objects)
@@ -190,7 +229,12 @@ impl TestSystem {
             A::ApproximateNumberOfMessagesDelayed,
         ]
         .iter()
-        .map(|a| attrs.get(a).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0))
+        .map(|a| {
+            attrs
+                .get(a)
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0)
+        })
         .sum()
     }
 
@@ -272,7 +316,9 @@ impl Subscriber {
         let app = Router::new()
             .route("/hook", axum::routing::post(receive))
             .with_state(Arc::clone(&state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind subscriber");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind subscriber");
         let addr = listener.local_addr().expect("subscriber address");
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -286,7 +332,10 @@ impl Subscriber {
 
     /// Every request so far, in arrival order.
     pub fn received(&self) -> Vec<Received> {
-        self.state.lock().map(|s| s.received.clone()).unwrap_or_default()
+        self.state
+            .lock()
+            .map(|s| s.received.clone())
+            .unwrap_or_default()
     }
 
     /// Events received so far, across requests.
@@ -296,10 +345,14 @@ impl Subscriber {
 
     /// Waits until at least `n` requests arrived.
     pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Received> {
-        eventually(timeout, &format!("{n} requests at {}", self.url), || async {
-            let r = self.received();
-            (r.len() >= n).then_some(r)
-        })
+        eventually(
+            timeout,
+            &format!("{n} requests at {}", self.url),
+            || async {
+                let r = self.received();
+                (r.len() >= n).then_some(r)
+            },
+        )
         .await
     }
 }
@@ -310,12 +363,21 @@ impl Drop for Subscriber {
     }
 }
 
-async fn receive(State(state): State<Arc<Mutex<SubscriberState>>>, headers: HeaderMap, body: String) -> StatusCode {
+async fn receive(
+    State(state): State<Arc<Mutex<SubscriberState>>>,
+    headers: HeaderMap,
+    body: String,
+) -> StatusCode {
     let at = Instant::now();
-    let events: Vec<Value> = serde_json::from_str(&body).unwrap_or_else(|_| vec![json!({"unparsed": body})]);
+    let events: Vec<Value> =
+        serde_json::from_str(&body).unwrap_or_else(|_| vec![json!({"unparsed": body})]);
     let reply = {
         let mut s = state.lock().expect("subscriber state");
-        let reply = s.script.pop_front().or(s.otherwise).unwrap_or(Reply::Status(200));
+        let reply = s
+            .script
+            .pop_front()
+            .or(s.otherwise)
+            .unwrap_or(Reply::Status(200));
         s.received.push(Received {
             at,
             headers,
@@ -325,7 +387,9 @@ async fn receive(State(state): State<Arc<Mutex<SubscriberState>>>, headers: Head
         reply
     };
     match reply {
-        Reply::Status(code) => StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        Reply::Status(code) => {
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        }
         Reply::Hang(d) => {
             tokio::time::sleep(d).await;
             StatusCode::OK

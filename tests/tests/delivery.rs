@@ -32,7 +32,8 @@ async fn delivers_every_event_to_every_subscription_in_bounded_batches_g1_b1_b2(
         ..request("orders", "batched", &batched.url)
     })
     .await;
-    sys.subscribe(request("orders", "single", &single.url)).await;
+    sys.subscribe(request("orders", "single", &single.url))
+        .await;
 
     sys.publish(&topic, &events("e", 25)).await;
 
@@ -43,8 +44,16 @@ async fn delivers_every_event_to_every_subscription_in_bounded_batches_g1_b1_b2(
     let expected: BTreeSet<String> = (0..25).map(|i| format!("e-{i}")).collect();
 
     let requests = batched.received();
-    assert!(requests.iter().all(|r| !r.events.is_empty() && r.events.len() <= 10), "B2");
-    assert!(requests.len() >= 3, "25 events need at least 3 batches of 10");
+    assert!(
+        requests
+            .iter()
+            .all(|r| !r.events.is_empty() && r.events.len() <= 10),
+        "B2"
+    );
+    assert!(
+        requests.len() >= 3,
+        "25 events need at least 3 batches of 10"
+    );
     let ids: BTreeSet<String> = requests.iter().flat_map(|r| r.ids()).collect();
     assert_eq!(ids, expected, "G1: every event delivered");
     let first = &requests[0];
@@ -60,7 +69,10 @@ async fn delivers_every_event_to_every_subscription_in_bounded_batches_g1_b1_b2(
     assert!(e["data"]["order"].is_number());
 
     let singles = single.received();
-    assert!(singles.iter().all(|r| r.events.len() == 1), "B1: one event per request by default");
+    assert!(
+        singles.iter().all(|r| r.events.len() == 1),
+        "B1: one event per request by default"
+    );
     let ids: BTreeSet<String> = singles.iter().flat_map(|r| r.ids()).collect();
     assert_eq!(ids, expected);
 
@@ -84,7 +96,10 @@ async fn busy_endpoint_is_retried_after_thirty_scaled_seconds_s5_r1() {
     let r = sub.wait_for_requests(2, WAIT).await;
 
     let gap = r[1].at - r[0].at;
-    assert!(gap >= Duration::from_secs_f64(30.0 * scale), "waited only {gap:?}");
+    assert!(
+        gap >= Duration::from_secs_f64(30.0 * scale),
+        "waited only {gap:?}"
+    );
     assert_eq!(r[0].header("aeg-delivery-count"), Some("0"));
     assert_eq!(r[1].header("aeg-delivery-count"), Some("1"));
     assert_eq!(r[1].ids(), vec!["b-0"]);
@@ -103,15 +118,25 @@ async fn timed_out_attempt_is_retried_s2() {
     let scale = 0.02; // timeout 0.6 s, first step 0.2 s
     let sys = TestSystem::start(scale).await;
     let topic = sys.topic("slow").await;
-    let sub = Subscriber::start(vec![Reply::Hang(Duration::from_secs(5))], Reply::Status(200)).await;
+    let sub = Subscriber::start(
+        vec![Reply::Hang(Duration::from_secs(5))],
+        Reply::Status(200),
+    )
+    .await;
     sys.subscribe(request("slow", "sub-1", &sub.url)).await;
 
     sys.publish(&topic, &events("t", 1)).await;
     let r = sub.wait_for_requests(2, WAIT).await;
 
     let gap = r[1].at - r[0].at;
-    assert!(gap >= Duration::from_secs_f64((30.0 + 10.0) * scale), "retried after {gap:?}");
-    assert!(gap < Duration::from_secs(5), "retry did not wait for the hung response");
+    assert!(
+        gap >= Duration::from_secs_f64((30.0 + 10.0) * scale),
+        "retried after {gap:?}"
+    );
+    assert!(
+        gap < Duration::from_secs(5),
+        "retry did not wait for the hung response"
+    );
     assert_eq!(r[1].header("aeg-delivery-count"), Some("1"));
     gridrelay_e2e::eventually(WAIT, "delivery counted", || async {
         (sys.system.stats().deliver.delivered == 1).then_some(())
@@ -138,8 +163,14 @@ async fn bad_request_is_dead_lettered_at_once_with_l6_fields_s3_l2_l4_l6() {
     let first = sub.wait_for_requests(1, WAIT).await;
 
     // L4: nothing is written before the delay has passed.
-    tokio::time::sleep(Duration::from_secs_f64(300.0 * scale / 2.0).saturating_sub(first[0].at.elapsed())).await;
-    assert!(sys.dead_letter_objects("dl/").await.is_empty(), "written before the L4 delay");
+    tokio::time::sleep(
+        Duration::from_secs_f64(300.0 * scale / 2.0).saturating_sub(first[0].at.elapsed()),
+    )
+    .await;
+    assert!(
+        sys.dead_letter_objects("dl/").await.is_empty(),
+        "written before the L4 delay"
+    );
 
     let objects = sys.wait_for_dead_letters("dl/", WAIT).await;
     assert_eq!(sub.received().len(), 1, "S3: 400 is not retried");
@@ -147,10 +178,17 @@ async fn bad_request_is_dead_lettered_at_once_with_l6_fields_s3_l2_l4_l6() {
     let (key, records) = &objects[0];
     let parts: Vec<&str> = key.split('/').collect();
     assert_eq!(&parts[..3], &["dl", "orders", "audit"], "{key}");
-    assert_eq!(parts.len(), 8, "PREFIX/TOPIC/SUB/YYYY/MM/DD/HH/uuid.json: {key}");
+    assert_eq!(
+        parts.len(),
+        8,
+        "PREFIX/TOPIC/SUB/YYYY/MM/DD/HH/uuid.json: {key}"
+    );
     let now = chrono::Utc::now();
     assert_eq!(parts[3], now.format("%Y").to_string());
-    assert!(parts[7].ends_with(".json") && uuid::Uuid::parse_str(parts[7].trim_end_matches(".json")).is_ok());
+    assert!(
+        parts[7].ends_with(".json")
+            && uuid::Uuid::parse_str(parts[7].trim_end_matches(".json")).is_ok()
+    );
 
     assert_eq!(records.len(), 1);
     let r = &records[0];
@@ -162,7 +200,10 @@ async fn bad_request_is_dead_lettered_at_once_with_l6_fields_s3_l2_l4_l6() {
     assert_eq!(r["lastDeliveryOutcome"], "BadRequest");
     for field in ["publishTime", "lastDeliveryAttemptTime"] {
         let text = r[field].as_str().unwrap_or_default();
-        assert!(chrono::DateTime::parse_from_rfc3339(text).is_ok(), "{field}: {text}");
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(text).is_ok(),
+            "{field}: {text}"
+        );
     }
     sys.shutdown().await;
 }
@@ -186,7 +227,10 @@ async fn max_attempts_exhausted_is_dead_lettered_r5_l2() {
 
     let r = sub.received();
     assert_eq!(r.len(), 3, "exactly maxDeliveryAttempts attempts");
-    let counts: Vec<_> = r.iter().map(|x| x.header("aeg-delivery-count").unwrap_or("")).collect();
+    let counts: Vec<_> = r
+        .iter()
+        .map(|x| x.header("aeg-delivery-count").unwrap_or(""))
+        .collect();
     assert_eq!(counts, vec!["0", "1", "2"]);
     let record = &objects[0].1[0];
     assert_eq!(record["deadLetterReason"], "MaxDeliveryAttemptsExceeded");
@@ -218,7 +262,10 @@ async fn ttl_exceeded_is_dead_lettered_at_the_next_attempt_r5_r6() {
     let ttl = Duration::from_secs_f64(60.0 * scale);
     assert!(!attempts.is_empty());
     for a in &attempts {
-        assert!(a.at - published < ttl + Duration::from_millis(200), "attempt after the TTL");
+        assert!(
+            a.at - published < ttl + Duration::from_millis(200),
+            "attempt after the TTL"
+        );
     }
     let record = &objects[0].1[0];
     assert_eq!(record["deadLetterReason"], "TimeToLiveExceeded");
@@ -243,12 +290,24 @@ async fn terminal_failure_without_dead_letter_is_dropped_l1() {
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    assert_eq!(sub.received().len(), 2, "one attempt per event, none retried");
+    assert_eq!(
+        sub.received().len(),
+        2,
+        "one attempt per event, none retried"
+    );
     let stats = sys.system.stats();
     assert_eq!(stats.deliver.dead_lettered, 0);
     assert_eq!(stats.dead_letter.records_written, 0);
-    assert_eq!(sys.queue_depth(&sys.system.resources.delivery_queue_url).await, 0);
-    assert_eq!(sys.queue_depth(&sys.system.resources.dead_letter_queue_url).await, 0);
+    assert_eq!(
+        sys.queue_depth(&sys.system.resources.delivery_queue_url)
+            .await,
+        0
+    );
+    assert_eq!(
+        sys.queue_depth(&sys.system.resources.dead_letter_queue_url)
+            .await,
+        0
+    );
     sys.shutdown().await;
 }
 

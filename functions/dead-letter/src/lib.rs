@@ -112,7 +112,9 @@ impl DeadLetterWriter {
             }
         }
 
-        let writes = groups.into_values().map(|messages| self.write_group(messages, now));
+        let writes = groups
+            .into_values()
+            .map(|messages| self.write_group(messages, now));
         for (group_report, group_failed) in join_all(writes).await {
             report.add(&group_report);
             failed.extend(group_failed);
@@ -133,7 +135,11 @@ impl DeadLetterWriter {
     }
 
     /// Writes one object for the group; on failure, defers or drops each message (L5).
-    async fn write_group(&self, messages: Vec<(usize, DeadLetterMessage)>, now: DateTime<Utc>) -> (DeadLetterReport, Vec<usize>) {
+    async fn write_group(
+        &self,
+        messages: Vec<(usize, DeadLetterMessage)>,
+        now: DateTime<Utc>,
+    ) -> (DeadLetterReport, Vec<usize>) {
         let mut report = DeadLetterReport::default();
         let mut records = Vec::new();
         for (_, m) in &messages {
@@ -158,7 +164,11 @@ impl DeadLetterWriter {
             first.dead_lettered_at,
             &uuid::Uuid::new_v4().to_string(),
         );
-        match self.objects.put_json(&first.destination.bucket, &key, render_object(&records)).await {
+        match self
+            .objects
+            .put_json(&first.destination.bucket, &key, render_object(&records))
+            .await
+        {
             Ok(()) => {
                 info!(bucket = %first.destination.bucket, key = %key, records = records.len(), "dead-lettered");
                 report.objects_written = 1;

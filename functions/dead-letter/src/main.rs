@@ -20,14 +20,19 @@ async fn main() -> Result<(), Error> {
         objects: Arc::new(S3ObjectStore::new(s3_client(&sdk))),
         dead_letter_queue: Arc::new(SqsQueue::new(
             aws_sdk_sqs::Client::new(&sdk),
-            required(DEAD_LETTER_QUEUE_URL_ENV, "the SQS queue of events to dead-letter")?,
+            required(
+                DEAD_LETTER_QUEUE_URL_ENV,
+                "the SQS queue of events to dead-letter",
+            )?,
         )),
         clock: Arc::new(SystemClock),
         scale,
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let writer = Arc::clone(&writer);
-        async move { Ok::<SqsBatchResponse, Error>(writer.handle(event.payload).await.into_batch_response()) }
+        async move {
+            Ok::<SqsBatchResponse, Error>(writer.handle(event.payload).await.into_batch_response())
+        }
     }))
     .await
 }

@@ -21,10 +21,12 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use gridrelay_shared::batching::plan_batches;
 use gridrelay_shared::classify::{AttemptResult, DeliveryOutcome, EndpointKind, classify_status};
-use gridrelay_shared::decision::{AfterAttempt, DeadLetterReason, RetryRules, after_attempt, ttl_expired, until};
+use gridrelay_shared::decision::{
+    AfterAttempt, DeadLetterReason, RetryRules, after_attempt, ttl_expired, until,
+};
 use gridrelay_shared::message::{
-    AttemptRecord, DeadLetterEntry, DeadLetterMessage, DeliveryMessage, QueuedEvent, pack_dead_letter_messages,
-    pack_delivery_messages, queue_delay,
+    AttemptRecord, DeadLetterEntry, DeadLetterMessage, DeliveryMessage, QueuedEvent,
+    pack_dead_letter_messages, pack_delivery_messages, queue_delay,
 };
 use gridrelay_shared::ports::{
     Clock, DeliveryRequest, EventSender, Jitter, MessageQueue, OutgoingMessage, SubscriptionStore,
@@ -152,7 +154,12 @@ struct Plan {
 }
 
 impl Plan {
-    fn enqueue_delivery(&mut self, message: &DeliveryMessage, records: BTreeSet<usize>, delay: Duration) {
+    fn enqueue_delivery(
+        &mut self,
+        message: &DeliveryMessage,
+        records: BTreeSet<usize>,
+        delay: Duration,
+    ) {
         match message.to_body() {
             Ok(body) => self.to_delivery.push(Outgoing {
                 message: OutgoingMessage { body, delay },
@@ -275,13 +282,21 @@ impl Deliver {
                 continue;
             }
             let policy = &subscription.retry_policy;
-            let (expired, live): (Vec<QueuedEvent>, Vec<QueuedEvent>) = std::mem::take(&mut message.events)
-                .into_iter()
-                .partition(|e| ttl_expired(e.publish_time, now, policy, self.settings.scale));
+            let (expired, live): (Vec<QueuedEvent>, Vec<QueuedEvent>) =
+                std::mem::take(&mut message.events)
+                    .into_iter()
+                    .partition(|e| ttl_expired(e.publish_time, now, policy, self.settings.scale));
             if !expired.is_empty() {
                 let entries = expired
                     .into_iter()
-                    .map(|e| dead_letter_entry(e, DeadLetterReason::TimeToLiveExceeded, message.attempts, message.last_attempt))
+                    .map(|e| {
+                        dead_letter_entry(
+                            e,
+                            DeadLetterReason::TimeToLiveExceeded,
+                            message.attempts,
+                            message.last_attempt,
+                        )
+                    })
                     .collect();
                 self.give_up(subscription, entries, BTreeSet::from([i]), plan);
             }
@@ -289,7 +304,11 @@ impl Deliver {
                 continue;
             }
             let slot = *index
-                .entry((message.topic.clone(), message.subscription.clone(), message.attempts))
+                .entry((
+                    message.topic.clone(),
+                    message.subscription.clone(),
+                    message.attempts,
+                ))
                 .or_insert_with(|| {
                     groups.push(Group {
                         subscription: Arc::clone(subscription),
@@ -310,7 +329,11 @@ impl Deliver {
     async fn attempt_all(&self, groups: &mut [Group]) -> Vec<Attempted> {
         let mut batches: Vec<(usize, Vec<Pending>)> = Vec::new();
         for (g, group) in groups.iter_mut().enumerate() {
-            let sizes: Vec<usize> = group.events.iter().map(|p| p.event.event.get().len()).collect();
+            let sizes: Vec<usize> = group
+                .events
+                .iter()
+                .map(|p| p.event.event.get().len())
+                .collect();
             let mut events = std::mem::take(&mut group.events).into_iter();
             for range in plan_batches(&sizes, &group.subscription.batching) {
                 batches.push((g, events.by_ref().take(range.len()).collect()));
@@ -365,7 +388,14 @@ impl Deliver {
                 outcome: DeliveryOutcome::of(&a.result),
             };
             let records: BTreeSet<usize> = a.events.iter().map(|p| p.record).collect();
-            match after_attempt(rules, verdict, status, attempts_made, now, self.jitter.draw()) {
+            match after_attempt(
+                rules,
+                verdict,
+                status,
+                attempts_made,
+                now,
+                self.jitter.draw(),
+            ) {
                 AfterAttempt::Delivered => plan.report.delivered += a.events.len(),
                 AfterAttempt::RetryAt(at) => {
                     if let AttemptResult::ConnectionFailed(reason) = &a.result {
@@ -399,7 +429,13 @@ impl Deliver {
     }
 
     /// L1, L2, L4: dead-letter with the delay, or drop (counted and logged) without a location.
-    fn give_up(&self, sub: &Subscription, entries: Vec<DeadLetterEntry>, records: BTreeSet<usize>, plan: &mut Plan) {
+    fn give_up(
+        &self,
+        sub: &Subscription,
+        entries: Vec<DeadLetterEntry>,
+        records: BTreeSet<usize>,
+        plan: &mut Plan,
+    ) {
         let Some(destination) = &sub.dead_letter_destination else {
             for e in &entries {
                 warn!(
@@ -440,8 +476,13 @@ impl Deliver {
 
     /// Sends everything planned; a record whose events could not all be sent is failed.
     async fn send(&self, plan: &mut Plan) {
-        let delivery: Vec<OutgoingMessage> = plan.to_delivery.iter().map(|o| o.message.clone()).collect();
-        let dead: Vec<OutgoingMessage> = plan.to_dead_letter.iter().map(|o| o.message.clone()).collect();
+        let delivery: Vec<OutgoingMessage> =
+            plan.to_delivery.iter().map(|o| o.message.clone()).collect();
+        let dead: Vec<OutgoingMessage> = plan
+            .to_dead_letter
+            .iter()
+            .map(|o| o.message.clone())
+            .collect();
         let (sent_delivery, sent_dead) = futures::join!(
             self.delivery_queue.send_all(&delivery),
             self.dead_letter_queue.send_all(&dead)
@@ -479,8 +520,18 @@ fn dead_letter_entry(
 }
 
 /// The request for one batch: a JSON array of the raw events, with Event Grid's headers.
-fn delivery_request(sub: &Subscription, attempts_before: u32, events: &[Pending]) -> DeliveryRequest {
-    let mut body = String::with_capacity(events.iter().map(|p| p.event.event.get().len() + 1).sum::<usize>() + 2);
+fn delivery_request(
+    sub: &Subscription,
+    attempts_before: u32,
+    events: &[Pending],
+) -> DeliveryRequest {
+    let mut body = String::with_capacity(
+        events
+            .iter()
+            .map(|p| p.event.event.get().len() + 1)
+            .sum::<usize>()
+            + 2,
+    );
     body.push('[');
     for (i, p) in events.iter().enumerate() {
         if i > 0 {

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_deliver::{Deliver, DeliverySettings};
 use gridrelay_shared::aws::{DynamoSubscriptionStore, SqsQueue, load_sdk_config};
-use gridrelay_shared::config::{DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, TableNames, required};
+use gridrelay_shared::config::{
+    DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, TableNames, required,
+};
 use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender};
 use gridrelay_shared::ports::{RandomJitter, SystemClock};
 use gridrelay_shared::time_scale::TimeScale;
@@ -19,14 +21,23 @@ async fn main() -> Result<(), Error> {
     let sdk = load_sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let deliver = Arc::new(Deliver {
-        store: Arc::new(DynamoSubscriptionStore::from_sdk(&sdk, TableNames::from_env())),
+        store: Arc::new(DynamoSubscriptionStore::from_sdk(
+            &sdk,
+            TableNames::from_env(),
+        )),
         delivery_queue: Arc::new(SqsQueue::new(
             sqs.clone(),
-            required(DELIVERY_QUEUE_URL_ENV, "the SQS queue events are delivered from")?,
+            required(
+                DELIVERY_QUEUE_URL_ENV,
+                "the SQS queue events are delivered from",
+            )?,
         )),
         dead_letter_queue: Arc::new(SqsQueue::new(
             sqs,
-            required(DEAD_LETTER_QUEUE_URL_ENV, "the SQS queue of events to dead-letter")?,
+            required(
+                DEAD_LETTER_QUEUE_URL_ENV,
+                "the SQS queue of events to dead-letter",
+            )?,
         )),
         sender: Arc::new(HttpEventSender::new(scale.apply(ATTEMPT_TIMEOUT))?),
         clock: Arc::new(SystemClock),
@@ -35,7 +46,9 @@ async fn main() -> Result<(), Error> {
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let deliver = Arc::clone(&deliver);
-        async move { Ok::<SqsBatchResponse, Error>(deliver.handle(event.payload).await.into_batch_response()) }
+        async move {
+            Ok::<SqsBatchResponse, Error>(deliver.handle(event.payload).await.into_batch_response())
+        }
     }))
     .await
 }

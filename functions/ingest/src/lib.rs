@@ -85,8 +85,14 @@ impl Ingest {
                 format!("{} is not allowed; publish with POST", request.method()),
             ));
         }
-        let api_version = request.uri().query().and_then(|q| url_query_value(q, "api-version"));
-        let sas_key = request.headers().get("aeg-sas-key").and_then(|v| v.to_str().ok());
+        let api_version = request
+            .uri()
+            .query()
+            .and_then(|q| url_query_value(q, "api-version"));
+        let sas_key = request
+            .headers()
+            .get("aeg-sas-key")
+            .and_then(|v| v.to_str().ok());
         let publish = PublishRequest {
             topic,
             api_version: api_version.as_deref(),
@@ -101,11 +107,19 @@ impl Ingest {
         let topic = match self.store.get_topic(request.topic).await {
             Ok(Some(t)) => t,
             Ok(None) => {
-                return PublishResponse::error(404, "NotFound", format!("topic {:?} does not exist", request.topic));
+                return PublishResponse::error(
+                    404,
+                    "NotFound",
+                    format!("topic {:?} does not exist", request.topic),
+                );
             }
             Err(e) => {
                 error!(topic = request.topic, error = %e, "topic lookup failed");
-                return PublishResponse::error(503, "ServiceUnavailable", "topic store unavailable; retry the request");
+                return PublishResponse::error(
+                    503,
+                    "ServiceUnavailable",
+                    "topic store unavailable; retry the request",
+                );
             }
         };
         if !key_matches(&topic, request.sas_key) {
@@ -129,12 +143,20 @@ impl Ingest {
         self.fan_out(&topic, events).await
     }
 
-    async fn fan_out(&self, topic: &Topic, events: Vec<Box<serde_json::value::RawValue>>) -> PublishResponse {
+    async fn fan_out(
+        &self,
+        topic: &Topic,
+        events: Vec<Box<serde_json::value::RawValue>>,
+    ) -> PublishResponse {
         let subscriptions = match self.store.list_subscriptions(&topic.name).await {
             Ok(s) => s,
             Err(e) => {
                 error!(topic = %topic.name, error = %e, "subscription lookup failed");
-                return PublishResponse::error(503, "ServiceUnavailable", "subscription store unavailable; retry the request");
+                return PublishResponse::error(
+                    503,
+                    "ServiceUnavailable",
+                    "subscription store unavailable; retry the request",
+                );
             }
         };
         let now = self.clock.now();
@@ -163,7 +185,11 @@ impl Ingest {
                     }),
                     Err(e) => {
                         error!(error = %e, "could not encode a delivery message");
-                        return PublishResponse::error(500, "InternalServerError", "could not encode the events");
+                        return PublishResponse::error(
+                            500,
+                            "InternalServerError",
+                            "could not encode the events",
+                        );
                     }
                 }
             }
@@ -197,7 +223,11 @@ impl Ingest {
 
 fn refused(topic: &Topic, e: &PublishError) -> PublishResponse {
     warn!(topic = %topic.name, error = %e, "publish refused");
-    let code = if e.http_status() == 413 { "PayloadTooLarge" } else { "BadRequest" };
+    let code = if e.http_status() == 413 {
+        "PayloadTooLarge"
+    } else {
+        "BadRequest"
+    };
     PublishResponse::error(e.http_status(), code, e.to_string())
 }
 
@@ -226,7 +256,9 @@ fn to_http(response: PublishResponse) -> Response<Body> {
     } else {
         Body::Text(response.body)
     };
-    builder.body(body).unwrap_or_else(|_| Response::new(Body::Empty))
+    builder
+        .body(body)
+        .unwrap_or_else(|_| Response::new(Body::Empty))
 }
 
 #[cfg(test)]
@@ -236,7 +268,10 @@ mod tests {
     #[test]
     fn topic_is_read_from_the_publish_path() {
         assert_eq!(topic_from_path("/topics/orders/api/events"), Some("orders"));
-        assert_eq!(topic_from_path("/prod/topics/orders/api/events"), Some("orders"));
+        assert_eq!(
+            topic_from_path("/prod/topics/orders/api/events"),
+            Some("orders")
+        );
         assert_eq!(topic_from_path("/topics/orders"), None);
         assert_eq!(topic_from_path("/other/orders/api/events"), None);
         assert_eq!(topic_from_path("/mytopics/orders/api/events"), None);

@@ -12,9 +12,15 @@ use lambda_http::{Error, Request, service_fn};
 async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let sdk = load_sdk_config().await;
-    let queue_url = required(DELIVERY_QUEUE_URL_ENV, "the SQS queue events are delivered from")?;
+    let queue_url = required(
+        DELIVERY_QUEUE_URL_ENV,
+        "the SQS queue events are delivered from",
+    )?;
     let ingest = Arc::new(Ingest {
-        store: Arc::new(DynamoSubscriptionStore::from_sdk(&sdk, TableNames::from_env())),
+        store: Arc::new(DynamoSubscriptionStore::from_sdk(
+            &sdk,
+            TableNames::from_env(),
+        )),
         delivery_queue: Arc::new(SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), queue_url)),
         clock: Arc::new(SystemClock),
     });

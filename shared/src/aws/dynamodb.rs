@@ -54,7 +54,13 @@ impl DynamoSubscriptionStore {
         Self::new(aws_sdk_dynamodb::Client::new(sdk), tables)
     }
 
-    async fn put_new(&self, table: &str, key: Item, doc: AttributeValue, what: String) -> Result<(), StoreError> {
+    async fn put_new(
+        &self,
+        table: &str,
+        key: Item,
+        doc: AttributeValue,
+        what: String,
+    ) -> Result<(), StoreError> {
         let mut item = key;
         item.insert("doc".to_string(), doc);
         let result = self
@@ -68,7 +74,10 @@ impl DynamoSubscriptionStore {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
                 Err(StoreError::AlreadyExists(what))
             }
             Err(e) => Err(unavailable(e)),
@@ -106,7 +115,11 @@ impl DynamoSubscriptionStore {
 impl SubscriptionStore for DynamoSubscriptionStore {
     async fn get_topic(&self, name: &str) -> Result<Option<Topic>, StoreError> {
         let key = HashMap::from([("name".to_string(), s(name))]);
-        self.get(&self.tables.topics, key).await?.as_ref().map(decode).transpose()
+        self.get(&self.tables.topics, key)
+            .await?
+            .as_ref()
+            .map(decode)
+            .transpose()
     }
 
     async fn list_topics(&self) -> Result<Vec<Topic>, StoreError> {
@@ -136,7 +149,8 @@ impl SubscriptionStore for DynamoSubscriptionStore {
     async fn create_topic(&self, topic: &Topic) -> Result<(), StoreError> {
         let key = HashMap::from([("name".to_string(), s(&topic.name))]);
         let what = format!("topic {}", topic.name);
-        self.put_new(&self.tables.topics, key, encode(topic)?, what).await
+        self.put_new(&self.tables.topics, key, encode(topic)?, what)
+            .await
     }
 
     async fn delete_topic(&self, name: &str) -> Result<bool, StoreError> {
@@ -144,9 +158,20 @@ impl SubscriptionStore for DynamoSubscriptionStore {
         self.delete(&self.tables.topics, key).await
     }
 
-    async fn get_subscription(&self, topic: &str, name: &str) -> Result<Option<Subscription>, StoreError> {
-        let key = HashMap::from([("topic".to_string(), s(topic)), ("name".to_string(), s(name))]);
-        self.get(&self.tables.subscriptions, key).await?.as_ref().map(decode).transpose()
+    async fn get_subscription(
+        &self,
+        topic: &str,
+        name: &str,
+    ) -> Result<Option<Subscription>, StoreError> {
+        let key = HashMap::from([
+            ("topic".to_string(), s(topic)),
+            ("name".to_string(), s(name)),
+        ]);
+        self.get(&self.tables.subscriptions, key)
+            .await?
+            .as_ref()
+            .map(decode)
+            .transpose()
     }
 
     async fn list_subscriptions(&self, topic: &str) -> Result<Vec<Subscription>, StoreError> {
@@ -177,13 +202,20 @@ impl SubscriptionStore for DynamoSubscriptionStore {
     }
 
     async fn create_subscription(&self, sub: &Subscription) -> Result<(), StoreError> {
-        let key = HashMap::from([("topic".to_string(), s(&sub.topic)), ("name".to_string(), s(&sub.name))]);
+        let key = HashMap::from([
+            ("topic".to_string(), s(&sub.topic)),
+            ("name".to_string(), s(&sub.name)),
+        ]);
         let what = format!("event subscription {} on topic {}", sub.name, sub.topic);
-        self.put_new(&self.tables.subscriptions, key, encode(sub)?, what).await
+        self.put_new(&self.tables.subscriptions, key, encode(sub)?, what)
+            .await
     }
 
     async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError> {
-        let key = HashMap::from([("topic".to_string(), s(topic)), ("name".to_string(), s(name))]);
+        let key = HashMap::from([
+            ("topic".to_string(), s(topic)),
+            ("name".to_string(), s(name)),
+        ]);
         self.delete(&self.tables.subscriptions, key).await
     }
 }

@@ -16,7 +16,10 @@ use aws_config::{BehaviorVersion, SdkConfig};
 /// Loads the SDK configuration from the environment, defaulting the region to us-east-1.
 pub async fn load_sdk_config() -> SdkConfig {
     let region = RegionProviderChain::default_provider().or_else("us-east-1");
-    aws_config::defaults(BehaviorVersion::latest()).region(region).load().await
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(region)
+        .load()
+        .await
 }
 
 /// An S3 client; path-style addressing when an endpoint override (an emulator) is set.

@@ -18,7 +18,12 @@ impl S3ObjectStore {
 
 #[async_trait]
 impl ObjectStore for S3ObjectStore {
-    async fn put_json(&self, bucket: &str, key: &str, body: String) -> Result<(), ObjectStoreError> {
+    async fn put_json(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: String,
+    ) -> Result<(), ObjectStoreError> {
         self.client
             .put_object()
             .bucket(bucket)

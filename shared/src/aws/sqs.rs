@@ -20,14 +20,20 @@ pub struct SqsQueue {
 
 impl SqsQueue {
     pub fn new(client: aws_sdk_sqs::Client, url: impl Into<String>) -> Self {
-        Self { client, url: url.into() }
+        Self {
+            client,
+            url: url.into(),
+        }
     }
 
     pub fn url(&self) -> &str {
         &self.url
     }
 
-    async fn send_chunk(&self, chunk: &[(usize, &OutgoingMessage)]) -> Vec<(usize, Result<(), QueueError>)> {
+    async fn send_chunk(
+        &self,
+        chunk: &[(usize, &OutgoingMessage)],
+    ) -> Vec<(usize, Result<(), QueueError>)> {
         let mut entries = Vec::with_capacity(chunk.len());
         for (i, m) in chunk {
             let delay = i32::try_from(m.delay.as_secs().min(900)).unwrap_or(900);
@@ -70,8 +76,14 @@ impl SqsQueue {
     }
 }
 
-fn all_failed(chunk: &[(usize, &OutgoingMessage)], reason: &str) -> Vec<(usize, Result<(), QueueError>)> {
-    chunk.iter().map(|(i, _)| (*i, Err(QueueError(reason.to_string())))).collect()
+fn all_failed(
+    chunk: &[(usize, &OutgoingMessage)],
+    reason: &str,
+) -> Vec<(usize, Result<(), QueueError>)> {
+    chunk
+        .iter()
+        .map(|(i, _)| (*i, Err(QueueError(reason.to_string()))))
+        .collect()
 }
 
 /// Groups messages into SendMessageBatch requests: at most 10 entries and 256 KiB each.
@@ -81,7 +93,9 @@ fn chunks(messages: &[OutgoingMessage]) -> Vec<Vec<(usize, &OutgoingMessage)>> {
     let mut bytes = 0;
     for (i, m) in messages.iter().enumerate() {
         let size = m.body.len().min(MAX_MESSAGE_BYTES);
-        if !current.is_empty() && (current.len() == MAX_BATCH_ENTRIES || bytes + size > MAX_BATCH_BYTES) {
+        if !current.is_empty()
+            && (current.len() == MAX_BATCH_ENTRIES || bytes + size > MAX_BATCH_BYTES)
+        {
             out.push(std::mem::take(&mut current));
             bytes = 0;
         }

@@ -1,0 +1,24 @@
+# gridrelay: two commands.
+#   make demo   run the whole system locally and show delivery, retry and dead-lettering
+#   make test   install what the tests need, then run every check and test
+.PHONY: demo test build lint bench clean-local
+
+demo:
+	bash infra/local/demo.sh
+
+test:
+	bash infra/local/test.sh
+
+build:
+	cargo build --workspace
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+bench:
+	cargo bench -p gridrelay-shared --bench hot_path
+
+clean-local:
+	-bash infra/local/moto.sh stop
+	rm -rf .run

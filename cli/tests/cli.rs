@@ -1,0 +1,177 @@
+//! The `gridrelay` command line, run as a user runs it.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn gridrelay(args: &[&str], tables: Option<(&str, &str)>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridrelay"));
+    cmd.args(args);
+    if let Some((topics, subs)) = tables {
+        cmd.env("GRIDRELAY_TOPICS_TABLE", topics)
+            .env("GRIDRELAY_SUBSCRIPTIONS_TABLE", subs);
+    }
+    cmd.output().expect("gridrelay runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn json(o: &Output) -> Value {
+    assert!(o.status.success(), "failed: {}", stderr(o));
+    serde_json::from_slice(&o.stdout).expect("JSON on stdout")
+}
+
+/// B4, R5: out-of-range values are refused before anything is stored, and the error names the
+/// flag, the value and the allowed range.
+#[test]
+fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
+    let base = [
+        "event-subscription",
+        "create",
+        "--topic-name",
+        "orders",
+        "--name",
+        "audit",
+        "--endpoint",
+        "http://127.0.0.1:9/hook",
+    ];
+    let cases: [(&str, &str, &str); 8] = [
+        ("--max-events-per-batch", "0", "1 to 5000"),
+        ("--max-events-per-batch", "5001", "1 to 5000"),
+        ("--preferred-batch-size-in-kilobytes", "1025", "1 to 1024"),
+        ("--preferred-batch-size-in-kilobytes", "-4", "1 to 1024"),
+        ("--max-delivery-attempts", "31", "1 to 30"),
+        ("--event-ttl", "0", "1 to 1440"),
+        ("--event-ttl", "1441", "1 to 1440"),
+        (
+            "--deadletter-endpoint",
+            "https://example.com/x",
+            "s3://BUCKET",
+        ),
+    ];
+    for (flag, value, range) in cases {
+        let mut args = base.to_vec();
+        args.extend([flag, value]);
+        let out = gridrelay(&args, None);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(flag), "names the flag: {err}");
+        assert!(err.contains(value), "names the value: {err}");
+        assert!(err.contains(range), "names the range: {err}");
+    }
+}
+
+/// Topics and subscriptions through the command line, stored in DynamoDB (the emulator).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_and_subscription_lifecycle_c1() {
+    let sdk = gridrelay_e2e::sdk_config().await;
+    let prefix = format!("c{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let names = gridrelay_local::ResourceNames::with_prefix(&prefix);
+    gridrelay_local::provision(&sdk, &names, 5)
+        .await
+        .expect("provision");
+    let tables = Some((
+        names.topics_table.as_str(),
+        names.subscriptions_table.as_str(),
+    ));
+
+    let topic = json(&gridrelay(&["topic", "create", "--name", "orders"], tables));
+    assert_eq!(
+        topic["endpoint"],
+        "http://127.0.0.1:7071/topics/orders/api/events"
+    );
+    assert_eq!(topic["key1"].as_str().map(str::len), Some(44));
+    assert_ne!(topic["key1"], topic["key2"]);
+    let again = gridrelay(&["topic", "create", "--name", "orders"], tables);
+    assert!(!again.status.success() && stderr(&again).contains("already exists"));
+
+    let shown = json(&gridrelay(&["topic", "show", "--name", "orders"], tables));
+    assert!(shown.get("key1").is_none(), "show does not print keys");
+    let keys = json(&gridrelay(
+        &["topic", "key", "list", "--name", "orders"],
+        tables,
+    ));
+    assert_eq!(keys["key1"], topic["key1"]);
+
+    let sub = json(&gridrelay(
+        &[
+            "event-subscription",
+            "create",
+            "--topic-name",
+            "orders",
+            "--name",
+            "audit",
+            "--endpoint",
+            "https://hooks.example.com/audit",
+            "--max-events-per-batch",
+            "100",
+            "--max-delivery-attempts",
+            "5",
+            "--event-ttl",
+            "60",
+            "--deadletter-endpoint",
+            "s3://my-dead-letters/orders",
+        ],
+        tables,
+    ));
+    assert_eq!(sub["batching"]["maxEventsPerBatch"], 100);
+    assert_eq!(
+        sub["batching"]["preferredBatchSizeInKilobytes"], 64,
+        "B4 default"
+    );
+    assert_eq!(sub["retryPolicy"]["maxDeliveryAttempts"], 5);
+    assert_eq!(sub["retryPolicy"]["eventTimeToLiveInMinutes"], 60);
+    assert_eq!(sub["deadLetterDestination"]["bucket"], "my-dead-letters");
+
+    let missing_topic = gridrelay(
+        &[
+            "event-subscription",
+            "create",
+            "--topic-name",
+            "nope",
+            "--name",
+            "x-1",
+            "--endpoint",
+            "http://h/x",
+        ],
+        tables,
+    );
+    assert!(stderr(&missing_topic).contains("topic nope does not exist"));
+
+    let shown = json(&gridrelay(
+        &[
+            "event-subscription",
+            "show",
+            "--topic-name",
+            "orders",
+            "--name",
+            "audit",
+        ],
+        tables,
+    ));
+    assert_eq!(shown, sub);
+    let listed = json(&gridrelay(
+        &["event-subscription", "list", "--topic-name", "orders"],
+        tables,
+    ));
+    assert_eq!(listed.as_array().map(Vec::len), Some(1));
+
+    let busy = gridrelay(&["topic", "delete", "--name", "orders"], tables);
+    assert!(stderr(&busy).contains("still has event subscriptions"));
+    json(&gridrelay(
+        &[
+            "event-subscription",
+            "delete",
+            "--topic-name",
+            "orders",
+            "--name",
+            "audit",
+        ],
+        tables,
+    ));
+    json(&gridrelay(&["topic", "delete", "--name", "orders"], tables));
+    let listed = json(&gridrelay(&["topic", "list"], tables));
+    assert_eq!(listed, serde_json::json!([]));
+}

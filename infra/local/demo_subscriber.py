@@ -1,0 +1,51 @@
+"""A sample webhook for `make demo`: three endpoints with three behaviours.
+
+  POST /happy   answers 200
+  POST /flaky   answers 503 the first time it sees an event id, 200 after
+  POST /broken  answers 400 (not retried: the event is dead-lettered)
+
+Each request is printed as one line. Standard library only.
+"""
+import http.server
+import json
+import sys
+import threading
+import time
+
+seen = set()
+lock = threading.Lock()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        try:
+            ids = [e.get("id") for e in json.loads(body)]
+        except ValueError:
+            ids = ["<unreadable>"]
+        with lock:
+            code = self.answer(ids)
+        self.send_response(code)
+        self.end_headers()
+
+    def answer(self, ids):
+        if self.path == "/happy":
+            code = 200
+        elif self.path == "/flaky":
+            code = 200 if all(i in seen for i in ids) else 503
+            seen.update(ids)
+        else:
+            code = 400
+        print(
+            f"{time.strftime('%H:%M:%S')} subscriber {self.path:<7} "
+            f"attempt {int(self.headers.get('aeg-delivery-count', '0')) + 1} "
+            f"events {ids} -> {code}",
+            flush=True,
+        )
+        return code
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()

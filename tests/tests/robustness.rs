@@ -1,0 +1,283 @@
+//! End-to-end: bad input is refused whole and loses nothing; a poison message blocks nothing;
+//! an unavailable dead-letter location is retried, then given up after four hours (L5).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use gridrelay_deliver::{Deliver, DeliverySettings};
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually};
+use gridrelay_shared::aws::{SqsQueue, s3_client};
+use gridrelay_shared::http_sender::HttpEventSender;
+use gridrelay_shared::message::{DeliveryMessage, QueuedEvent};
+use gridrelay_shared::ports::{RandomJitter, SystemClock};
+use gridrelay_shared::subscription::SubscriptionRequest;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn request(topic: &str, name: &str, endpoint: &str) -> SubscriptionRequest {
+    SubscriptionRequest {
+        topic: topic.to_string(),
+        name: name.to_string(),
+        endpoint: endpoint.to_string(),
+        ..SubscriptionRequest::default()
+    }
+}
+
+/// Publish errors: 401 for a missing or wrong key, 400 naming the event index and field, 413
+/// past 1 MB, 404 for an unknown topic; a refused request enqueues nothing (F1, G1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_publish_requests_enqueue_nothing() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("guarded").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(request("guarded", "sub-1", &sub.url)).await;
+    let good = events("g", 2).to_string().into_bytes();
+
+    let (status, body) = sys.publish_raw("guarded", None, good.clone()).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, _) = sys
+        .publish_raw("guarded", Some("wrong-key"), good.clone())
+        .await;
+    assert_eq!(status, 401);
+    let (status, _) = sys
+        .publish_raw("missing", Some(&topic.key1), good.clone())
+        .await;
+    assert_eq!(status, 404);
+
+    let (status, body) = sys
+        .publish_raw("guarded", Some(&topic.key1), b"[{\"id\": ".to_vec())
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("JSON array"), "{body}");
+
+    let mut bad = events("g", 3);
+    bad[2].as_object_mut().map(|o| o.remove("subject"));
+    let (status, body) = sys
+        .publish_raw("guarded", Some(&topic.key1), bad.to_string().into_bytes())
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        body.contains("events[2].subject"),
+        "names index and field: {body}"
+    );
+
+    let mut big = events("g", 1);
+    big[0]["data"] = json!({"blob": "x".repeat(1_100_000)});
+    let (status, body) = sys
+        .publish_raw("guarded", Some(&topic.key2), big.to_string().into_bytes())
+        .await;
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("1048576"), "names the limit: {body}");
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        sub.received().is_empty(),
+        "a refused request delivered something"
+    );
+    assert_eq!(
+        sys.queue_depth(&sys.system.resources.delivery_queue_url)
+            .await,
+        0
+    );
+    assert_eq!(
+        sys.system.stats().deliver_invocations,
+        0,
+        "nothing was enqueued"
+    );
+
+    // The second key works too, and the same events go through once the request is good.
+    let (status, _) = sys.publish_raw("guarded", Some(&topic.key2), good).await;
+    assert_eq!(status, 200);
+    sub.wait_for_requests(2, WAIT).await;
+    sys.shutdown().await;
+}
+
+/// A message the handler cannot read is reported failed on its own; the good messages in the
+/// same invocation are delivered and deleted, and SQS's redrive policy moves the poison aside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_message_blocks_nothing_and_is_moved_aside() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("mixed").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(request("mixed", "sub-1", &sub.url)).await;
+
+    let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
+    sqs.send_message()
+        .queue_url(&sys.system.resources.delivery_queue_url)
+        .message_body("{not a delivery message")
+        .send()
+        .await
+        .expect("send poison");
+    sys.publish(&topic, &events("p", 3)).await;
+
+    eventually(WAIT, "the good events", || async {
+        (sub.event_count() >= 3).then_some(())
+    })
+    .await;
+    let redrive = sys.system.resources.delivery_redrive_queue_url.clone();
+    eventually(WAIT, "the poison message in the redrive queue", || async {
+        (sys.queue_depth(&redrive).await == 1).then_some(())
+    })
+    .await;
+    let moved = sqs
+        .receive_message()
+        .queue_url(&redrive)
+        .send()
+        .await
+        .expect("receive from redrive queue");
+    assert_eq!(moved.messages()[0].body(), Some("{not a delivery message"));
+    assert_eq!(
+        sys.queue_depth(&sys.system.resources.delivery_queue_url)
+            .await,
+        0
+    );
+    sys.shutdown().await;
+}
+
+/// The deliver handler, called directly with an SqsEvent (as Lambda calls it): only the
+/// unreadable record is a batch-item failure; the good record's events are delivered (G1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliver_handler_reports_only_the_unreadable_record() {
+    let sys = TestSystem::start(0.01).await;
+    sys.topic("direct").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(request("direct", "sub-1", &sub.url)).await;
+    let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
+    let deliver = Deliver {
+        store: Arc::clone(&sys.system.store),
+        delivery_queue: Arc::new(SqsQueue::new(
+            sqs.clone(),
+            &sys.system.resources.delivery_queue_url,
+        )),
+        dead_letter_queue: Arc::new(SqsQueue::new(
+            sqs,
+            &sys.system.resources.dead_letter_queue_url,
+        )),
+        sender: Arc::new(HttpEventSender::new(Duration::from_secs(5)).expect("client")),
+        clock: Arc::new(SystemClock),
+        jitter: Arc::new(RandomJitter),
+        settings: DeliverySettings::new(sys.scale),
+    };
+    let good = DeliveryMessage {
+        topic: "direct".into(),
+        subscription: "sub-1".into(),
+        attempts: 0,
+        not_before: chrono::Utc::now(),
+        last_attempt: None,
+        events: vec![QueuedEvent {
+            publish_time: chrono::Utc::now(),
+            event: serde_json::value::RawValue::from_string(
+                r#"{"id":"direct-1","data":{}}"#.into(),
+            )
+            .expect("json"),
+        }],
+    };
+    let record = |id: &str, body: String| {
+        let mut m = SqsMessage::default();
+        m.message_id = Some(id.to_string());
+        m.body = Some(body);
+        m
+    };
+    let mut event = SqsEvent::default();
+    event.records = vec![
+        record("poison", "[]".to_string()),
+        record("good", good.to_body().expect("encode")),
+        record("empty", String::new()),
+    ];
+
+    let outcome = deliver.handle(event).await;
+
+    assert_eq!(
+        outcome.failed_message_ids,
+        vec!["poison".to_string(), "empty".to_string()]
+    );
+    assert_eq!(outcome.report.delivered, 1);
+    assert_eq!(sub.received()[0].ids(), vec!["direct-1"]);
+    let response = outcome.into_batch_response();
+    assert_eq!(response.batch_item_failures.len(), 2);
+    sys.shutdown().await;
+}
+
+/// L5: while the dead-letter location cannot be written, the write is retried; once it has
+/// been unavailable for (scaled) four hours, the events are dropped and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unavailable_dead_letter_location_is_retried_then_dropped_after_four_hours_l5() {
+    let scale = 0.001; // four hours → 14.4 s; write retries every second
+    let sys = TestSystem::start(scale).await;
+    let topic = sys.topic("lost").await;
+    let sub = Subscriber::start(vec![], Reply::Status(400)).await;
+    let missing = format!("s3://missing-{}/dl", uuid::Uuid::new_v4().simple());
+    sys.subscribe(SubscriptionRequest {
+        dead_letter_destination: Some(missing),
+        ..request("lost", "sub-1", &sub.url)
+    })
+    .await;
+
+    sys.publish(&topic, &events("u", 1)).await;
+    sub.wait_for_requests(1, WAIT).await;
+    eventually(WAIT, "a deferred dead-letter write", || async {
+        (sys.system.stats().dead_letter.records_deferred >= 1).then_some(())
+    })
+    .await;
+    let deferred_at = std::time::Instant::now();
+    let four_hours = Duration::from_secs_f64(4.0 * 3600.0 * scale);
+    tokio::time::sleep(four_hours / 2).await;
+    assert_eq!(
+        sys.system.stats().dead_letter.records_dropped,
+        0,
+        "dropped before four hours"
+    );
+    assert!(
+        sys.system.stats().dead_letter.records_deferred >= 2,
+        "kept retrying"
+    );
+
+    eventually(
+        Duration::from_secs(60),
+        "the drop after four hours",
+        || async { (sys.system.stats().dead_letter.records_dropped == 1).then_some(()) },
+    )
+    .await;
+    assert!(deferred_at.elapsed() >= four_hours - Duration::from_secs(2));
+    sys.shutdown().await;
+}
+
+/// L5: a write that failed succeeds on a later try once the location is back; nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_write_recovers_when_the_location_returns_l5() {
+    let sys = TestSystem::start(0.001).await;
+    let topic = sys.topic("later").await;
+    let sub = Subscriber::start(vec![], Reply::Status(413)).await;
+    let bucket = format!("late-{}", uuid::Uuid::new_v4().simple());
+    sys.subscribe(SubscriptionRequest {
+        dead_letter_destination: Some(format!("s3://{bucket}/dl")),
+        ..request("later", "sub-1", &sub.url)
+    })
+    .await;
+
+    sys.publish(&topic, &events("r", 1)).await;
+    eventually(WAIT, "a deferred dead-letter write", || async {
+        (sys.system.stats().dead_letter.records_deferred >= 1).then_some(())
+    })
+    .await;
+    let s3 = s3_client(&sys.sdk);
+    s3.create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("create bucket");
+
+    let found = eventually(WAIT, "the dead-letter object", || async {
+        let listed = s3.list_objects_v2().bucket(&bucket).send().await.ok()?;
+        let key = listed.contents().first()?.key()?.to_string();
+        Some(key)
+    })
+    .await;
+    assert!(found.starts_with("dl/later/sub-1/"), "{found}");
+    let stats = sys.system.stats();
+    assert_eq!(stats.dead_letter.records_written, 1);
+    assert_eq!(stats.dead_letter.records_dropped, 0);
+    sys.shutdown().await;
+}
