@@ -15,7 +15,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use chrono::Utc;
-use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
+use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig, RunnerStats};
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
 use gridrelay_shared::time_scale::TimeScale;
 use serde_json::{Value, json};
@@ -238,8 +238,31 @@ impl TestSystem {
         .sum()
     }
 
+    /// Waits until the runner's counters satisfy `done`.
+    pub async fn wait_for_stats(
+        &self,
+        what: &str,
+        done: impl Fn(&RunnerStats) -> bool,
+    ) -> RunnerStats {
+        eventually(Duration::from_secs(30), what, || async {
+            let stats = self.system.stats();
+            done(&stats).then_some(stats)
+        })
+        .await
+    }
+
     pub async fn shutdown(self) {
         self.system.shutdown().await;
+    }
+}
+
+/// A subscription request with defaults for everything but the names and endpoint.
+pub fn subscription(topic: &str, name: &str, endpoint: &str) -> SubscriptionRequest {
+    SubscriptionRequest {
+        topic: topic.to_string(),
+        name: name.to_string(),
+        endpoint: endpoint.to_string(),
+        ..SubscriptionRequest::default()
     }
 }
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gridrelay_e2e::{Reply, Subscriber, TestSystem, eventually};
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, eventually, subscription};
 use gridrelay_shared::subscription::SubscriptionRequest;
 
 /// The project's virtualenv Python, where `make test` installs `azure-eventgrid`.
@@ -25,11 +25,8 @@ async fn azure_event_grid_sdk_publishes_unmodified_f1() {
     let topic = sys.topic("sdk").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
     sys.subscribe(SubscriptionRequest {
-        topic: "sdk".into(),
-        name: "sdk-sub".into(),
-        endpoint: sub.url.clone(),
         max_events_per_batch: Some(10),
-        ..SubscriptionRequest::default()
+        ..subscription("sdk", "sdk-sub", &sub.url)
     })
     .await;
 

@@ -4,19 +4,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use gridrelay_e2e::{Reply, Subscriber, TestSystem, events};
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, subscription};
 use gridrelay_shared::subscription::SubscriptionRequest;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn request(topic: &str, name: &str, endpoint: &str) -> SubscriptionRequest {
-    SubscriptionRequest {
-        topic: topic.to_string(),
-        name: name.to_string(),
-        endpoint: endpoint.to_string(),
-        ..SubscriptionRequest::default()
-    }
-}
 
 /// G1, B1, B2, B5, B6: every event reaches every subscription; a batching subscription gets at
 /// most `maxEventsPerBatch` events a request, a default one exactly one; headers as Event Grid
@@ -29,10 +20,10 @@ async fn delivers_every_event_to_every_subscription_in_bounded_batches_g1_b1_b2(
     let single = Subscriber::start(vec![], Reply::Status(202)).await;
     sys.subscribe(SubscriptionRequest {
         max_events_per_batch: Some(10),
-        ..request("orders", "batched", &batched.url)
+        ..subscription("orders", "batched", &batched.url)
     })
     .await;
-    sys.subscribe(request("orders", "single", &single.url))
+    sys.subscribe(subscription("orders", "single", &single.url))
         .await;
 
     sys.publish(&topic, &events("e", 25)).await;
@@ -90,7 +81,7 @@ async fn busy_endpoint_is_retried_after_thirty_scaled_seconds_s5_r1() {
     let sys = TestSystem::start(scale).await;
     let topic = sys.topic("busy").await;
     let sub = Subscriber::start(vec![Reply::Status(503)], Reply::Status(200)).await;
-    sys.subscribe(request("busy", "sub-1", &sub.url)).await;
+    sys.subscribe(subscription("busy", "sub-1", &sub.url)).await;
 
     sys.publish(&topic, &events("b", 1)).await;
     let r = sub.wait_for_requests(2, WAIT).await;
@@ -103,10 +94,8 @@ async fn busy_endpoint_is_retried_after_thirty_scaled_seconds_s5_r1() {
     assert_eq!(r[0].header("aeg-delivery-count"), Some("0"));
     assert_eq!(r[1].header("aeg-delivery-count"), Some("1"));
     assert_eq!(r[1].ids(), vec!["b-0"]);
-    gridrelay_e2e::eventually(WAIT, "delivery counted", || async {
-        (sys.system.stats().deliver.delivered == 1).then_some(())
-    })
-    .await;
+    sys.wait_for_stats("delivery counted", |s| s.deliver.delivered == 1)
+        .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(sub.received().len(), 2, "no attempt after success");
     sys.shutdown().await;
@@ -123,7 +112,7 @@ async fn timed_out_attempt_is_retried_s2() {
         Reply::Status(200),
     )
     .await;
-    sys.subscribe(request("slow", "sub-1", &sub.url)).await;
+    sys.subscribe(subscription("slow", "sub-1", &sub.url)).await;
 
     sys.publish(&topic, &events("t", 1)).await;
     let r = sub.wait_for_requests(2, WAIT).await;
@@ -138,10 +127,8 @@ async fn timed_out_attempt_is_retried_s2() {
         "retry did not wait for the hung response"
     );
     assert_eq!(r[1].header("aeg-delivery-count"), Some("1"));
-    gridrelay_e2e::eventually(WAIT, "delivery counted", || async {
-        (sys.system.stats().deliver.delivered == 1).then_some(())
-    })
-    .await;
+    sys.wait_for_stats("delivery counted", |s| s.deliver.delivered == 1)
+        .await;
     sys.shutdown().await;
 }
 
@@ -155,7 +142,7 @@ async fn bad_request_is_dead_lettered_at_once_with_l6_fields_s3_l2_l4_l6() {
     let sub = Subscriber::start(vec![], Reply::Status(400)).await;
     sys.subscribe(SubscriptionRequest {
         dead_letter_destination: Some(sys.dead_letter_url("dl")),
-        ..request("orders", "audit", &sub.url)
+        ..subscription("orders", "audit", &sub.url)
     })
     .await;
 
@@ -218,7 +205,7 @@ async fn max_attempts_exhausted_is_dead_lettered_r5_l2() {
     sys.subscribe(SubscriptionRequest {
         max_delivery_attempts: Some(3),
         dead_letter_destination: Some(sys.dead_letter_url("max")),
-        ..request("flaky", "sub-1", &sub.url)
+        ..subscription("flaky", "sub-1", &sub.url)
     })
     .await;
 
@@ -250,7 +237,7 @@ async fn ttl_exceeded_is_dead_lettered_at_the_next_attempt_r5_r6() {
     sys.subscribe(SubscriptionRequest {
         event_ttl_minutes: Some(1),
         dead_letter_destination: Some(sys.dead_letter_url("ttl")),
-        ..request("ttl", "sub-1", &sub.url)
+        ..subscription("ttl", "sub-1", &sub.url)
     })
     .await;
 
@@ -281,13 +268,11 @@ async fn terminal_failure_without_dead_letter_is_dropped_l1() {
     let sys = TestSystem::start(0.01).await;
     let topic = sys.topic("nodl").await;
     let sub = Subscriber::start(vec![], Reply::Status(404)).await;
-    sys.subscribe(request("nodl", "sub-1", &sub.url)).await;
+    sys.subscribe(subscription("nodl", "sub-1", &sub.url)).await;
 
     sys.publish(&topic, &events("n", 2)).await;
-    gridrelay_e2e::eventually(WAIT, "two drops", || async {
-        (sys.system.stats().deliver.dropped == 2).then_some(())
-    })
-    .await;
+    sys.wait_for_stats("two drops", |s| s.deliver.dropped == 2)
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     assert_eq!(
@@ -320,16 +305,14 @@ async fn legacy_status_table_retries_401_s6() {
     let sub = Subscriber::start(vec![Reply::Status(401)], Reply::Status(200)).await;
     sys.subscribe(SubscriptionRequest {
         status_table: Some("Legacy2019".to_string()),
-        ..request("legacy", "sub-1", &sub.url)
+        ..subscription("legacy", "sub-1", &sub.url)
     })
     .await;
 
     sys.publish(&topic, &events("l", 1)).await;
     let r = sub.wait_for_requests(2, WAIT).await;
     assert_eq!(r[1].header("aeg-delivery-count"), Some("1"));
-    gridrelay_e2e::eventually(WAIT, "delivery counted", || async {
-        (sys.system.stats().deliver.delivered == 1).then_some(())
-    })
-    .await;
+    sys.wait_for_stats("delivery counted", |s| s.deliver.delivered == 1)
+        .await;
     sys.shutdown().await;
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use gridrelay_deliver::{Deliver, DeliverySettings};
-use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually};
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
 use gridrelay_shared::aws::{SqsQueue, s3_client};
 use gridrelay_shared::http_sender::HttpEventSender;
 use gridrelay_shared::message::{DeliveryMessage, QueuedEvent};
@@ -16,15 +16,6 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn request(topic: &str, name: &str, endpoint: &str) -> SubscriptionRequest {
-    SubscriptionRequest {
-        topic: topic.to_string(),
-        name: name.to_string(),
-        endpoint: endpoint.to_string(),
-        ..SubscriptionRequest::default()
-    }
-}
-
 /// Publish errors: 401 for a missing or wrong key, 400 naming the event index and field, 413
 /// past 1 MB, 404 for an unknown topic; a refused request enqueues nothing (F1, G1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -32,7 +23,8 @@ async fn refused_publish_requests_enqueue_nothing() {
     let sys = TestSystem::start(0.01).await;
     let topic = sys.topic("guarded").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
-    sys.subscribe(request("guarded", "sub-1", &sub.url)).await;
+    sys.subscribe(subscription("guarded", "sub-1", &sub.url))
+        .await;
     let good = events("g", 2).to_string().into_bytes();
 
     let (status, body) = sys.publish_raw("guarded", None, good.clone()).await;
@@ -101,7 +93,8 @@ async fn poison_message_blocks_nothing_and_is_moved_aside() {
     let sys = TestSystem::start(0.01).await;
     let topic = sys.topic("mixed").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
-    sys.subscribe(request("mixed", "sub-1", &sub.url)).await;
+    sys.subscribe(subscription("mixed", "sub-1", &sub.url))
+        .await;
 
     let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
     sqs.send_message()
@@ -143,7 +136,8 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
     let sys = TestSystem::start(0.01).await;
     sys.topic("direct").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
-    sys.subscribe(request("direct", "sub-1", &sub.url)).await;
+    sys.subscribe(subscription("direct", "sub-1", &sub.url))
+        .await;
     let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
     let deliver = Deliver {
         store: Arc::clone(&sys.system.store),
@@ -211,14 +205,14 @@ async fn unavailable_dead_letter_location_is_retried_then_dropped_after_four_hou
     let missing = format!("s3://missing-{}/dl", uuid::Uuid::new_v4().simple());
     sys.subscribe(SubscriptionRequest {
         dead_letter_destination: Some(missing),
-        ..request("lost", "sub-1", &sub.url)
+        ..subscription("lost", "sub-1", &sub.url)
     })
     .await;
 
     sys.publish(&topic, &events("u", 1)).await;
     sub.wait_for_requests(1, WAIT).await;
-    eventually(WAIT, "a deferred dead-letter write", || async {
-        (sys.system.stats().dead_letter.records_deferred >= 1).then_some(())
+    sys.wait_for_stats("a deferred dead-letter write", |s| {
+        s.dead_letter.records_deferred >= 1
     })
     .await;
     let deferred_at = std::time::Instant::now();
@@ -253,13 +247,13 @@ async fn dead_letter_write_recovers_when_the_location_returns_l5() {
     let bucket = format!("late-{}", uuid::Uuid::new_v4().simple());
     sys.subscribe(SubscriptionRequest {
         dead_letter_destination: Some(format!("s3://{bucket}/dl")),
-        ..request("later", "sub-1", &sub.url)
+        ..subscription("later", "sub-1", &sub.url)
     })
     .await;
 
     sys.publish(&topic, &events("r", 1)).await;
-    eventually(WAIT, "a deferred dead-letter write", || async {
-        (sys.system.stats().dead_letter.records_deferred >= 1).then_some(())
+    sys.wait_for_stats("a deferred dead-letter write", |s| {
+        s.dead_letter.records_deferred >= 1
     })
     .await;
     let s3 = s3_client(&sys.sdk);
