@@ -199,7 +199,7 @@ impl DeadLetterWriter {
                     topic = %m.topic,
                     subscription = %m.subscription,
                     bucket = %m.destination.bucket,
-                    events = m.entries.len(),
+                    dropped = m.entries.len(),
                     metric = "DeadLetterEventsDropped",
                     "events dropped: dead-letter location unavailable for four hours"
                 );

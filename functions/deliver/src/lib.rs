@@ -267,7 +267,7 @@ impl Deliver {
                 warn!(
                     topic = %message.topic,
                     subscription = %message.subscription,
-                    events = message.events.len(),
+                    dropped = message.events.len(),
                     metric = "EventsDropped",
                     reason = "SubscriptionDeleted",
                     "events dropped: the subscription no longer exists"
@@ -443,6 +443,7 @@ impl Deliver {
                     subscription = %sub.name,
                     reason = %e.reason,
                     delivery_attempts = e.delivery_attempts,
+                    dropped = 1,
                     metric = "EventsDropped",
                     "event dropped: no dead-letter destination"
                 );

@@ -1,0 +1,233 @@
+/**
+ * gridrelay as a CDK construct: the same stack as infra/template.yaml, to embed in your own app.
+ *
+ *   new Gridrelay(this, 'Events', { deadLetterExpiration: Duration.days(90) });
+ *
+ * Functions are built from the Rust workspace with cargo-lambda (cargo-lambda-cdk's RustFunction).
+ */
+import * as path from 'node:path';
+import { CfnOutput, Duration, RemovalPolicy } from 'aws-cdk-lib';
+import * as apigw from 'aws-cdk-lib/aws-apigatewayv2';
+import { HttpLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import * as s3 from 'aws-cdk-lib/aws-s3';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import { RustFunction } from 'cargo-lambda-cdk';
+import { Construct } from 'constructs';
+
+export interface GridrelayProps {
+  /** Delivery queue messages per deliver invocation. Default 10. */
+  readonly deliveryBatchSize?: number;
+  /** How long the event source may wait to fill a deliver batch. Default none (G3: immediate). */
+  readonly deliveryBatchingWindow?: Duration;
+  /** Dead-letter queue messages per dead-letter invocation. Default 10. */
+  readonly deadLetterBatchSize?: number;
+  /** How long the event source may wait to group dead-letter writes. Default 30 seconds. */
+  readonly deadLetterBatchingWindow?: Duration;
+  /** Receives before a poison message moves to its redrive queue. Default 5. */
+  readonly maxReceiveCount?: number;
+  /** When dead-letter objects expire. Default: never. */
+  readonly deadLetterExpiration?: Duration;
+  /** How long function logs are kept. Default one month. */
+  readonly logRetention?: logs.RetentionDays;
+  /** GRIDRELAY_TIME_SCALE: 1 in production, smaller only for test stacks. Default "1". */
+  readonly timeScale?: string;
+  /** Where alarms notify. Default: nowhere (alarms only). */
+  readonly alarmTopic?: sns.ITopic;
+  /** The workspace Cargo.toml the functions are built from. Default: this repository's. */
+  readonly cargoManifest?: string;
+  /** What happens to tables and the bucket when the stack is deleted. Default RETAIN. */
+  readonly removalPolicy?: RemovalPolicy;
+}
+
+export class Gridrelay extends Construct {
+  public readonly api: apigw.HttpApi;
+  public readonly publishUrl: string;
+  public readonly topicsTable: dynamodb.Table;
+  public readonly subscriptionsTable: dynamodb.Table;
+  public readonly deliveryQueue: sqs.Queue;
+  public readonly deliveryRedriveQueue: sqs.Queue;
+  public readonly deadLetterQueue: sqs.Queue;
+  public readonly deadLetterRedriveQueue: sqs.Queue;
+  public readonly deadLetterBucket: s3.Bucket;
+  public readonly ingest: lambda.Function;
+  public readonly deliver: lambda.Function;
+  public readonly deadLetter: lambda.Function;
+
+  constructor(scope: Construct, id: string, props: GridrelayProps = {}) {
+    super(scope, id);
+    const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
+    const maxReceiveCount = props.maxReceiveCount ?? 5;
+    const manifestPath = props.cargoManifest ?? path.join(__dirname, '..', '..', '..', '..', 'Cargo.toml');
+
+    const table = (name: string, sortKey?: string) =>
+      new dynamodb.Table(this, name, {
+        partitionKey: { name: sortKey ? 'topic' : 'name', type: dynamodb.AttributeType.STRING },
+        sortKey: sortKey ? { name: sortKey, type: dynamodb.AttributeType.STRING } : undefined,
+        billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
+        pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
+        encryption: dynamodb.TableEncryption.AWS_MANAGED,
+        removalPolicy,
+      });
+    this.topicsTable = table('TopicsTable');
+    this.subscriptionsTable = table('SubscriptionsTable', 'name');
+
+    const redrive = (name: string) =>
+      new sqs.Queue(this, name, {
+        retentionPeriod: Duration.days(14),
+        encryption: sqs.QueueEncryption.SQS_MANAGED,
+        enforceSSL: true,
+      });
+    this.deliveryRedriveQueue = redrive('DeliveryRedriveQueue');
+    this.deadLetterRedriveQueue = redrive('DeadLetterRedriveQueue');
+    this.deliveryQueue = new sqs.Queue(this, 'DeliveryQueue', {
+      // At least six times the deliver function's timeout.
+      visibilityTimeout: Duration.seconds(720),
+      retentionPeriod: Duration.days(4),
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      deadLetterQueue: { queue: this.deliveryRedriveQueue, maxReceiveCount },
+    });
+    this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
+      // L4: five minutes between the last attempt and the write.
+      deliveryDelay: Duration.minutes(5),
+      visibilityTimeout: Duration.seconds(360),
+      retentionPeriod: Duration.days(4),
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      deadLetterQueue: { queue: this.deadLetterRedriveQueue, maxReceiveCount },
+    });
+
+    this.deadLetterBucket = new s3.Bucket(this, 'DeadLetterBucket', {
+      encryption: s3.BucketEncryption.S3_MANAGED,
+      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+      enforceSSL: true,
+      lifecycleRules: props.deadLetterExpiration
+        ? [{ id: 'ExpireDeadLetters', expiration: props.deadLetterExpiration }]
+        : undefined,
+      removalPolicy,
+    });
+
+    const environment = {
+      GRIDRELAY_TOPICS_TABLE: this.topicsTable.tableName,
+      GRIDRELAY_SUBSCRIPTIONS_TABLE: this.subscriptionsTable.tableName,
+      GRIDRELAY_DELIVERY_QUEUE_URL: this.deliveryQueue.queueUrl,
+      GRIDRELAY_DEAD_LETTER_QUEUE_URL: this.deadLetterQueue.queueUrl,
+      GRIDRELAY_TIME_SCALE: props.timeScale ?? '1',
+      RUST_LOG: 'info',
+    };
+    const fn = (name: string, binaryName: string, timeout: Duration, description: string) =>
+      new RustFunction(this, name, {
+        manifestPath,
+        binaryName,
+        description,
+        timeout,
+        memorySize: 256,
+        architecture: lambda.Architecture.X86_64,
+        environment,
+        loggingFormat: lambda.LoggingFormat.JSON,
+        logGroup: new logs.LogGroup(this, `${name}Logs`, {
+          retention: props.logRetention ?? logs.RetentionDays.ONE_MONTH,
+          removalPolicy: RemovalPolicy.DESTROY,
+        }),
+      });
+    this.ingest = fn('Ingest', 'gridrelay-ingest', Duration.seconds(15),
+      'Validates, authorises and fans out published events into the delivery queue.');
+    this.deliver = fn('Deliver', 'gridrelay-deliver', Duration.seconds(120),
+      'Batches and POSTs events, classifies responses, re-enqueues retries, dead-letters terminal failures.');
+    this.deadLetter = fn('DeadLetter', 'gridrelay-dead-letter', Duration.seconds(60),
+      "Writes undeliverable events to S3 in Event Grid's dead-letter format.");
+
+    // Least privilege: each function gets only the actions it calls, on only its resources.
+    const allow = (f: lambda.Function, actions: string[], resources: string[]) =>
+      f.addToRolePolicy(new iam.PolicyStatement({ actions, resources }));
+    allow(this.ingest, ['dynamodb:GetItem'], [this.topicsTable.tableArn]);
+    allow(this.ingest, ['dynamodb:Query'], [this.subscriptionsTable.tableArn]);
+    allow(this.ingest, ['sqs:SendMessage'], [this.deliveryQueue.queueArn]);
+    allow(this.deliver, ['dynamodb:GetItem'], [this.subscriptionsTable.tableArn]);
+    allow(this.deliver, ['sqs:SendMessage'], [this.deliveryQueue.queueArn, this.deadLetterQueue.queueArn]);
+    allow(this.deadLetter, ['s3:PutObject'], [this.deadLetterBucket.arnForObjects('*')]);
+    allow(this.deadLetter, ['sqs:SendMessage'], [this.deadLetterQueue.queueArn]);
+
+    // Event sources: ReportBatchItemFailures, so one bad message never fails its batch.
+    this.deliver.addEventSource(new SqsEventSource(this.deliveryQueue, {
+      batchSize: props.deliveryBatchSize ?? 10,
+      maxBatchingWindow: props.deliveryBatchingWindow,
+      reportBatchItemFailures: true,
+    }));
+    this.deadLetter.addEventSource(new SqsEventSource(this.deadLetterQueue, {
+      batchSize: props.deadLetterBatchSize ?? 10,
+      maxBatchingWindow: props.deadLetterBatchingWindow ?? Duration.seconds(30),
+      reportBatchItemFailures: true,
+    }));
+
+    this.api = new apigw.HttpApi(this, 'PublishApi', {
+      description: "Event Grid's publish protocol, POST /topics/{topic}/api/events",
+    });
+    this.api.addRoutes({
+      path: '/topics/{topic}/api/events',
+      methods: [apigw.HttpMethod.POST],
+      integration: new HttpLambdaIntegration('IngestIntegration', this.ingest),
+    });
+    this.publishUrl = this.api.apiEndpoint;
+
+    this.alarms(props.alarmTopic);
+  }
+
+  private alarms(topic?: sns.ITopic) {
+    const dropped = (name: string, group: logs.ILogGroup, metricName: string, description: string) => {
+      new logs.MetricFilter(this, `${name}Metric`, {
+        logGroup: group,
+        filterPattern: logs.FilterPattern.stringValue('$.fields.metric', '=', metricName),
+        metricNamespace: 'Gridrelay',
+        metricName,
+        metricValue: '$.fields.dropped',
+        unit: cloudwatch.Unit.COUNT,
+      });
+      return new cloudwatch.Metric({ namespace: 'Gridrelay', metricName, statistic: 'Sum', period: Duration.minutes(5) })
+        .createAlarm(this, `${name}Alarm`, {
+          alarmDescription: description,
+          threshold: 0,
+          evaluationPeriods: 1,
+          comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        });
+    };
+    const depth = (name: string, queue: sqs.Queue, description: string) =>
+      queue.metricApproximateNumberOfMessagesVisible({ statistic: 'Maximum', period: Duration.minutes(5) })
+        .createAlarm(this, `${name}Alarm`, {
+          alarmDescription: description,
+          threshold: 0,
+          evaluationPeriods: 1,
+          comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        });
+    const alarms = [
+      dropped('DroppedEvents', this.deliver.logGroup, 'EventsDropped',
+        'Events were dropped (terminal failure without a dead-letter destination, or a deleted subscription).'),
+      dropped('DeadLetterDroppedEvents', this.deadLetter.logGroup, 'DeadLetterEventsDropped',
+        'Dead-lettered events were dropped after their location was unavailable for four hours.'),
+      depth('DeliveryRedriveDepth', this.deliveryRedriveQueue, 'Poison messages reached the delivery redrive queue.'),
+      depth('DeadLetterRedriveDepth', this.deadLetterRedriveQueue, 'Poison messages reached the dead-letter redrive queue.'),
+    ];
+    if (topic) {
+      alarms.forEach((a) => a.addAlarmAction(new cwActions.SnsAction(topic)));
+    }
+  }
+
+  /** Stack outputs a user needs to point the gridrelay command line at this deployment. */
+  public addOutputs() {
+    new CfnOutput(this, 'PublishUrl', { value: this.publishUrl, description: 'Set GRIDRELAY_PUBLISH_URL to it.' });
+    new CfnOutput(this, 'TopicsTableName', { value: this.topicsTable.tableName, description: 'Set GRIDRELAY_TOPICS_TABLE to it.' });
+    new CfnOutput(this, 'SubscriptionsTableName', { value: this.subscriptionsTable.tableName, description: 'Set GRIDRELAY_SUBSCRIPTIONS_TABLE to it.' });
+    new CfnOutput(this, 'DeadLetterBucketName', { value: this.deadLetterBucket.bucketName, description: 'Dead-letter destinations are s3://THIS-BUCKET/PREFIX.' });
+  }
+}

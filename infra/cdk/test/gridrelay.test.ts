@@ -1,0 +1,132 @@
+/**
+ * The Gridrelay construct's template: resources, event-source mappings and IAM policies.
+ * Bundling is skipped (context aws:cdk:bundling-stacks = []), so no Rust is compiled here;
+ * `make test` runs a real `cdk synth` with bundling separately.
+ */
+import { test } from 'node:test';
+import * as assert from 'node:assert/strict';
+import { App, Duration, Stack } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import { Gridrelay } from '../lib/gridrelay';
+
+function synth(): { template: Template; construct: Gridrelay; stack: Stack } {
+  const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+  const stack = new Stack(app, 'Test');
+  const construct = new Gridrelay(stack, 'Gridrelay', { deadLetterExpiration: Duration.days(90) });
+  construct.addOutputs();
+  return { template: Template.fromStack(stack), construct, stack };
+}
+
+const { template, construct, stack } = synth();
+const ref = (c: { node: { defaultChild?: unknown } }) => stack.resolve((c.node.defaultChild as { logicalId: string }).logicalId);
+
+test('three Rust functions on provided.al2023', () => {
+  template.resourcePropertiesCountIs('AWS::Lambda::Function', { Runtime: 'provided.al2023', Handler: 'bootstrap' }, 3);
+  template.hasResourceProperties('AWS::Lambda::Function', {
+    Timeout: 120,
+    LoggingConfig: Match.objectLike({ LogFormat: 'JSON' }),
+    Environment: { Variables: Match.objectLike({ GRIDRELAY_TIME_SCALE: '1' }) },
+  });
+});
+
+test('publish route on an HTTP API', () => {
+  template.hasResourceProperties('AWS::ApiGatewayV2::Route', { RouteKey: 'POST /topics/{topic}/api/events' });
+});
+
+test('event-source mappings report batch item failures', () => {
+  template.resourceCountIs('AWS::Lambda::EventSourceMapping', 2);
+  template.allResourcesProperties('AWS::Lambda::EventSourceMapping', {
+    FunctionResponseTypes: ['ReportBatchItemFailures'],
+    BatchSize: 10,
+  });
+  template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+    EventSourceArn: { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] },
+    FunctionName: { Ref: ref(construct.deliver) },
+  });
+  template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+    EventSourceArn: { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
+    FunctionName: { Ref: ref(construct.deadLetter) },
+    MaximumBatchingWindowInSeconds: 30,
+  });
+});
+
+test('queues: redrive for poison messages, five-minute dead-letter delay (L4)', () => {
+  template.hasResourceProperties('AWS::SQS::Queue', {
+    DelaySeconds: 300,
+    RedrivePolicy: { deadLetterTargetArn: Match.anyValue(), maxReceiveCount: 5 },
+  });
+  template.hasResourceProperties('AWS::SQS::Queue', { VisibilityTimeout: 720, RedrivePolicy: Match.anyValue() });
+  template.resourceCountIs('AWS::SQS::Queue', 4);
+});
+
+test('tables: on-demand with point-in-time recovery', () => {
+  template.resourcePropertiesCountIs('AWS::DynamoDB::Table', {
+    BillingMode: 'PAY_PER_REQUEST',
+    PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true },
+  }, 2);
+});
+
+test('dead-letter bucket: encrypted, private, expiring', () => {
+  template.hasResourceProperties('AWS::S3::Bucket', {
+    BucketEncryption: Match.objectLike({}),
+    PublicAccessBlockConfiguration: {
+      BlockPublicAcls: true, BlockPublicPolicy: true, IgnorePublicAcls: true, RestrictPublicBuckets: true,
+    },
+    LifecycleConfiguration: { Rules: [Match.objectLike({ ExpirationInDays: 90, Status: 'Enabled' })] },
+  });
+});
+
+test('alarms on redrive depth and dropped events', () => {
+  template.resourceCountIs('AWS::CloudWatch::Alarm', 4);
+  template.hasResourceProperties('AWS::Logs::MetricFilter', {
+    FilterPattern: '{ $.fields.metric = "EventsDropped" }',
+    MetricTransformations: [Match.objectLike({ MetricValue: '$.fields.dropped' })],
+  });
+});
+
+/** Every IAM statement attached to a function's role, as action → resources. */
+function grants(fn: { role?: { node: { defaultChild?: unknown } } }): Map<string, unknown[]> {
+  const role = stack.resolve((fn.role!.node.defaultChild as { logicalId: string }).logicalId);
+  const out = new Map<string, unknown[]>();
+  const policies = template.findResources('AWS::IAM::Policy');
+  for (const policy of Object.values(policies)) {
+    const roles = policy.Properties.Roles as Array<{ Ref: string }>;
+    if (!roles.some((r) => r.Ref === role)) continue;
+    for (const s of policy.Properties.PolicyDocument.Statement) {
+      const actions: string[] = Array.isArray(s.Action) ? s.Action : [s.Action];
+      const resources = Array.isArray(s.Resource) ? s.Resource : [s.Resource];
+      for (const a of actions) out.set(a, [...(out.get(a) ?? []), ...resources]);
+    }
+  }
+  return out;
+}
+
+test('least privilege: ingest reads topics and subscriptions and sends to the delivery queue only', () => {
+  const g = grants(construct.ingest);
+  assert.deepEqual([...g.keys()].sort(), ['dynamodb:GetItem', 'dynamodb:Query', 'sqs:SendMessage']);
+  assert.deepEqual(g.get('dynamodb:GetItem'), [{ 'Fn::GetAtt': [ref(construct.topicsTable), 'Arn'] }]);
+  assert.deepEqual(g.get('dynamodb:Query'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
+  assert.deepEqual(g.get('sqs:SendMessage'), [{ 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] }]);
+});
+
+test('least privilege: deliver consumes its queue and sends to the two queues only', () => {
+  const g = grants(construct.deliver);
+  for (const [action, resources] of g) {
+    assert.ok(!action.includes('*'), `wildcard action ${action}`);
+    assert.ok(resources.every((r) => r !== '*'), `${action} on every resource`);
+  }
+  assert.deepEqual(g.get('dynamodb:GetItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
+  assert.deepEqual(g.get('sqs:SendMessage'), [
+    { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] },
+    { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
+  ]);
+  assert.ok(g.get('sqs:ReceiveMessage')?.length, 'the event source can receive');
+  assert.ok(!g.has('s3:PutObject'), 'deliver never writes to S3');
+});
+
+test('least privilege: dead-letter writes objects in its bucket only', () => {
+  const g = grants(construct.deadLetter);
+  const s3Actions = [...g.keys()].filter((a) => a.startsWith('s3:'));
+  assert.deepEqual(s3Actions, ['s3:PutObject']);
+  assert.ok(!g.has('dynamodb:GetItem') && !g.has('dynamodb:Query'), 'dead-letter never reads tables');
+});
