@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# `make test`: installs the emulator into .venv, starts it on a port of its own, runs the
-# format and lint checks and every test against it, and stops it again.
+# `make test`: installs what the tests need from the project's own files, then runs every check:
+#   - moto (the AWS emulator) and azure-eventgrid into .venv, started on a port of its own
+#   - format and lint (cargo fmt, cargo clippy -D warnings)
+#   - the deployable functions (cargo lambda build --release, tools into .venv-deploy)
+#   - the deployment definitions (cfn-lint, sam validate --lint, CDK tests, cdk synth)
+#   - unit, property and end-to-end tests (cargo test), including the bootstrap binaries
+#     under an emulated Lambda Runtime API
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 export MOTO_PORT="${MOTO_PORT:-5056}"
+started=$(date +%s)
+section() { printf '\n== %s (%ss)\n' "$*" "$(($(date +%s) - started))" >&2; }
 
-command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 1; }
-command -v python3 >/dev/null || { echo "python3 is required for the moto emulator" >&2; exit 1; }
+for tool in cargo python3 npm; do
+  command -v "$tool" >/dev/null || { echo "$tool is required; see README.md" >&2; exit 1; }
+done
 
 if [[ -z "${AWS_ENDPOINT_URL:-}" ]]; then
   trap 'infra/local/moto.sh stop' EXIT
@@ -15,11 +23,20 @@ if [[ -z "${AWS_ENDPOINT_URL:-}" ]]; then
   eval "$(infra/local/moto.sh env)"
 else
   echo "using the AWS API at $AWS_ENDPOINT_URL" >&2
+  infra/local/moto.sh install   # the Azure SDK the client test publishes with
 fi
 
-echo "== format and lint" >&2
+section "format and lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "== tests (unit, property, end-to-end)" >&2
+section "deployable functions (cargo lambda build --release)"
+infra/deploy/build.sh
+
+section "deployment definitions"
+infra/deploy/check.sh
+
+section "tests (unit, property, end-to-end)"
 cargo test --workspace --locked
+
+section "done"

@@ -1,0 +1,394 @@
+//! The deployed artifacts run: the `bootstrap` binaries that `cargo lambda build --release`
+//! produces are started as processes under an emulated Lambda Runtime API (the HTTP interface
+//! Lambda's own runtime serves), invoked with an API Gateway v2 event and SQS events, and their
+//! answers and effects checked against the AWS API at `AWS_ENDPOINT_URL`.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::routing::{get, post};
+use chrono::Utc;
+use gridrelay_e2e::{Reply, Subscriber, eventually, sdk_config, subscription};
+use gridrelay_local::{ResourceNames, Resources, provision};
+use gridrelay_shared::aws::{DynamoSubscriptionStore, s3_client};
+use gridrelay_shared::config::TableNames;
+use gridrelay_shared::message::{DeadLetterMessage, DeliveryMessage};
+use gridrelay_shared::ports::SubscriptionStore;
+use gridrelay_shared::subscription::Topic;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+/// What the emulated Runtime API hands out and what it was told.
+#[derive(Default)]
+struct RuntimeState {
+    pending: VecDeque<(String, Value)>,
+    responses: Vec<(String, Value)>,
+    errors: Vec<String>,
+}
+
+type Shared = Arc<Mutex<RuntimeState>>;
+
+async fn next(State(state): State<Shared>) -> (HeaderMap, String) {
+    loop {
+        let job = state.lock().ok().and_then(|mut s| s.pending.pop_front());
+        if let Some((id, event)) = job {
+            let mut headers = HeaderMap::new();
+            let deadline = (Utc::now().timestamp_millis() + 120_000).to_string();
+            let pairs = [
+                ("lambda-runtime-aws-request-id", id.clone()),
+                ("lambda-runtime-deadline-ms", deadline),
+                (
+                    "lambda-runtime-invoked-function-arn",
+                    "arn:aws:lambda:us-east-1:123456789012:function:gridrelay".to_string(),
+                ),
+                (
+                    "lambda-runtime-trace-id",
+                    "Root=1-5759e988-bd862e3fe1be46a994272793".to_string(),
+                ),
+            ];
+            for (name, value) in pairs {
+                if let Ok(v) = HeaderValue::from_str(&value) {
+                    headers.insert(name, v);
+                }
+            }
+            return (headers, event.to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn response(State(state): State<Shared>, Path(id): Path<String>, body: String) -> StatusCode {
+    let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    if let Ok(mut s) = state.lock() {
+        s.responses.push((id, value));
+    }
+    StatusCode::ACCEPTED
+}
+
+async fn error(State(state): State<Shared>, body: String) -> StatusCode {
+    if let Ok(mut s) = state.lock() {
+        s.errors.push(body);
+    }
+    StatusCode::ACCEPTED
+}
+
+/// One function binary under an emulated Runtime API.
+struct Function {
+    state: Shared,
+    child: Child,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl Function {
+    async fn start(binary: &str, resources: &Resources) -> Self {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../target/lambda/{binary}/bootstrap"));
+        assert!(
+            path.exists(),
+            "{} is missing: build the deployable binaries with `cargo lambda build --release` (make test does)",
+            path.display()
+        );
+        let state: Shared = Arc::default();
+        let app = Router::new()
+            .route("/2018-06-01/runtime/invocation/next", get(next))
+            .route(
+                "/2018-06-01/runtime/invocation/{id}/response",
+                post(response),
+            )
+            .route("/2018-06-01/runtime/invocation/{id}/error", post(error))
+            .route("/2018-06-01/runtime/init/error", post(error))
+            .with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind runtime API");
+        let addr = listener.local_addr().expect("runtime API address");
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let names = &resources.names;
+        let child = Command::new(&path)
+            .env("AWS_LAMBDA_RUNTIME_API", addr.to_string())
+            .env("AWS_LAMBDA_FUNCTION_NAME", binary)
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{binary}"))
+            .env("AWS_LAMBDA_LOG_STREAM_NAME", "test")
+            .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+            .env("GRIDRELAY_TOPICS_TABLE", &names.topics_table)
+            .env("GRIDRELAY_SUBSCRIPTIONS_TABLE", &names.subscriptions_table)
+            .env(
+                "GRIDRELAY_DELIVERY_QUEUE_URL",
+                &resources.delivery_queue_url,
+            )
+            .env(
+                "GRIDRELAY_DEAD_LETTER_QUEUE_URL",
+                &resources.dead_letter_queue_url,
+            )
+            .env("GRIDRELAY_TIME_SCALE", "0.01")
+            .env(
+                "AWS_REGION",
+                std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
+            )
+            .env(
+                "AWS_ACCESS_KEY_ID",
+                std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_else(|_| "testing".into()),
+            )
+            .env(
+                "AWS_SECRET_ACCESS_KEY",
+                std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or_else(|_| "testing".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("bootstrap starts");
+        Self {
+            state,
+            child,
+            _server: server,
+        }
+    }
+
+    /// Invokes the function with `event` and returns its answer.
+    async fn invoke(&mut self, event: Value) -> Value {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.state
+            .lock()
+            .expect("state")
+            .pending
+            .push_back((id.clone(), event));
+        let state = Arc::clone(&self.state);
+        let answer = eventually(Duration::from_secs(30), "the function's answer", || {
+            let state = Arc::clone(&state);
+            let id = id.clone();
+            async move {
+                let s = state.lock().ok()?;
+                assert!(
+                    s.errors.is_empty(),
+                    "the function reported an error: {:?}",
+                    s.errors
+                );
+                s.responses
+                    .iter()
+                    .find(|(r, _)| *r == id)
+                    .map(|(_, v)| v.clone())
+            }
+        })
+        .await;
+        assert!(
+            self.child.try_wait().ok().flatten().is_none(),
+            "bootstrap exited"
+        );
+        answer
+    }
+
+    /// Stops the process and returns what it logged on stdout.
+    async fn stop(mut self) -> String {
+        let _ = self.child.start_kill();
+        let out = self
+            .child
+            .wait_with_output()
+            .await
+            .expect("bootstrap output");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+}
+
+struct Setup {
+    resources: Resources,
+    store: DynamoSubscriptionStore,
+    sdk: aws_config::SdkConfig,
+}
+
+async fn setup() -> Setup {
+    let sdk = sdk_config().await;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let names = ResourceNames::with_prefix(&format!("b{}", &id[..12]));
+    let resources = provision(&sdk, &names, 3).await.expect("provision");
+    let store = DynamoSubscriptionStore::from_sdk(
+        &sdk,
+        TableNames {
+            topics: names.topics_table.clone(),
+            subscriptions: names.subscriptions_table.clone(),
+        },
+    );
+    Setup {
+        resources,
+        store,
+        sdk,
+    }
+}
+
+async fn receive_one(sdk: &aws_config::SdkConfig, url: &str) -> String {
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    eventually(Duration::from_secs(20), "a queued message", || async {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .ok()?;
+        out.messages()
+            .first()
+            .and_then(|m| m.body())
+            .map(str::to_string)
+    })
+    .await
+}
+
+fn http_api_event(topic: &str, key: &str, body: &str) -> Value {
+    json!({
+        "version": "2.0",
+        "routeKey": "POST /topics/{topic}/api/events",
+        "rawPath": format!("/topics/{topic}/api/events"),
+        "rawQueryString": "api-version=2018-01-01",
+        "headers": {"aeg-sas-key": key, "content-type": "application/json", "host": "abc.execute-api.us-east-1.amazonaws.com"},
+        "queryStringParameters": {"api-version": "2018-01-01"},
+        "pathParameters": {"topic": topic},
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "abc",
+            "domainName": "abc.execute-api.us-east-1.amazonaws.com",
+            "domainPrefix": "abc",
+            "http": {"method": "POST", "path": format!("/topics/{topic}/api/events"), "protocol": "HTTP/1.1",
+                     "sourceIp": "127.0.0.1", "userAgent": "test"},
+            "requestId": "req-1",
+            "routeKey": "POST /topics/{topic}/api/events",
+            "stage": "$default",
+            "time": "22/Nov/2026:04:00:00 +0000",
+            "timeEpoch": 1795320000000i64
+        },
+        "body": body,
+        "isBase64Encoded": false
+    })
+}
+
+fn sqs_event(records: &[(&str, String)]) -> Value {
+    json!({"Records": records.iter().map(|(id, body)| json!({
+        "messageId": id,
+        "receiptHandle": format!("handle-{id}"),
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {},
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:queue",
+        "awsRegion": "us-east-1"
+    })).collect::<Vec<_>>()})
+}
+
+/// The ingest bootstrap answers API Gateway v2 events: 200 and a queued message for a good
+/// publish, 401 for a wrong key; it logs JSON when Lambda asks for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_bootstrap_serves_api_gateway_events() {
+    let s = setup().await;
+    let topic = Topic {
+        name: "boot".into(),
+        key1: "k1-secret".into(),
+        key2: "k2-secret".into(),
+        created_at: Utc::now(),
+    };
+    s.store.create_topic(&topic).await.expect("topic");
+    let sub = subscription("boot", "sub-1", "http://127.0.0.1:9/hook")
+        .validate(Utc::now())
+        .expect("valid");
+    s.store
+        .create_subscription(&sub)
+        .await
+        .expect("subscription");
+    let mut f = Function::start("gridrelay-ingest", &s.resources).await;
+
+    let body = json!([{"id": "b-1", "subject": "s", "eventType": "t", "eventTime": "2026-11-22T04:00:00Z", "data": {"x": 1}}]);
+    let ok = f
+        .invoke(http_api_event("boot", "k1-secret", &body.to_string()))
+        .await;
+    assert_eq!(ok["statusCode"], 200, "{ok}");
+    let denied = f
+        .invoke(http_api_event("boot", "wrong", &body.to_string()))
+        .await;
+    assert_eq!(denied["statusCode"], 401, "{denied}");
+
+    let queued =
+        DeliveryMessage::from_body(&receive_one(&s.sdk, &s.resources.delivery_queue_url).await)
+            .expect("delivery message");
+    assert_eq!(
+        (queued.topic.as_str(), queued.subscription.as_str()),
+        ("boot", "sub-1")
+    );
+    let event: Value = serde_json::from_str(queued.events[0].event.get()).expect("event");
+    assert_eq!(event["id"], "b-1");
+    let logs = f.stop().await;
+    assert!(
+        logs.lines().any(|l| serde_json::from_str::<Value>(l)
+            .is_ok_and(|v| v["fields"]["message"] == "published")),
+        "JSON log lines expected, got: {logs}"
+    );
+}
+
+/// The deliver bootstrap answers SQS events with batch-item failures: the unreadable record
+/// only; the good record's event is POSTed to the subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliver_bootstrap_reports_batch_item_failures() {
+    let s = setup().await;
+    let subscriber = Subscriber::start(vec![], Reply::Status(200)).await;
+    let sub = subscription("boot", "sub-1", &subscriber.url)
+        .validate(Utc::now())
+        .expect("valid");
+    s.store
+        .create_subscription(&sub)
+        .await
+        .expect("subscription");
+    let message = json!({
+        "topic": "boot", "subscription": "sub-1", "attempts": 0, "not_before": Utc::now(),
+        "events": [{"publish_time": Utc::now(), "event": {"id": "d-1", "data": {}}}]
+    });
+    let mut f = Function::start("gridrelay-deliver", &s.resources).await;
+
+    let answer = f
+        .invoke(sqs_event(&[
+            ("good", message.to_string()),
+            ("poison", "not json".into()),
+        ]))
+        .await;
+    assert_eq!(
+        answer,
+        json!({"batchItemFailures": [{"itemIdentifier": "poison"}]})
+    );
+    assert_eq!(subscriber.received()[0].ids(), vec!["d-1"]);
+    f.stop().await;
+}
+
+/// The dead-letter bootstrap writes the records of an SQS event to S3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_bootstrap_writes_to_s3() {
+    let s = setup().await;
+    let bucket = s.resources.names.dead_letter_bucket.clone();
+    let message = json!({
+        "topic": "boot", "subscription": "sub-1",
+        "destination": {"bucket": bucket, "prefix": "dl"},
+        "dead_lettered_at": Utc::now(),
+        "entries": [{"reason": "MaxDeliveryAttemptsExceeded", "delivery_attempts": 30, "last_outcome": "Busy",
+                     "publish_time": Utc::now(), "last_attempt_time": Utc::now(), "event": {"id": "z-1", "data": {}}}]
+    });
+    DeadLetterMessage::from_body(&message.to_string()).expect("a valid dead-letter message");
+    let mut f = Function::start("gridrelay-dead-letter", &s.resources).await;
+
+    let answer = f.invoke(sqs_event(&[("m1", message.to_string())])).await;
+    assert_eq!(answer, json!({"batchItemFailures": []}));
+    let s3 = s3_client(&s.sdk);
+    let listed = s3
+        .list_objects_v2()
+        .bucket(&bucket)
+        .prefix("dl/boot/sub-1/")
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(listed.contents().len(), 1);
+    f.stop().await;
+}
