@@ -206,6 +206,19 @@ struct Setup {
     sdk: aws_config::SdkConfig,
 }
 
+impl Setup {
+    /// Stores subscription `sub-1` on topic `boot`, delivering to `endpoint`.
+    async fn subscribe(&self, endpoint: &str) {
+        let sub = subscription("boot", "sub-1", endpoint)
+            .validate(Utc::now())
+            .expect("valid");
+        self.store
+            .create_subscription(&sub)
+            .await
+            .expect("subscription");
+    }
+}
+
 async fn setup() -> Setup {
     let sdk = sdk_config().await;
     let id = uuid::Uuid::new_v4().simple().to_string();
@@ -295,13 +308,7 @@ async fn ingest_bootstrap_serves_api_gateway_events() {
         created_at: Utc::now(),
     };
     s.store.create_topic(&topic).await.expect("topic");
-    let sub = subscription("boot", "sub-1", "http://127.0.0.1:9/hook")
-        .validate(Utc::now())
-        .expect("valid");
-    s.store
-        .create_subscription(&sub)
-        .await
-        .expect("subscription");
+    s.subscribe("http://127.0.0.1:9/hook").await;
     let mut f = Function::start("gridrelay-ingest", &s.resources).await;
 
     let body = json!([{"id": "b-1", "subject": "s", "eventType": "t", "eventTime": "2026-11-22T04:00:00Z", "data": {"x": 1}}]);
@@ -337,13 +344,7 @@ async fn ingest_bootstrap_serves_api_gateway_events() {
 async fn deliver_bootstrap_reports_batch_item_failures() {
     let s = setup().await;
     let subscriber = Subscriber::start(vec![], Reply::Status(200)).await;
-    let sub = subscription("boot", "sub-1", &subscriber.url)
-        .validate(Utc::now())
-        .expect("valid");
-    s.store
-        .create_subscription(&sub)
-        .await
-        .expect("subscription");
+    s.subscribe(&subscriber.url).await;
     let message = json!({
         "topic": "boot", "subscription": "sub-1", "attempts": 0, "not_before": Utc::now(),
         "events": [{"publish_time": Utc::now(), "event": {"id": "d-1", "data": {}}}]
