@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks the deployment definitions: cfn-lint and `sam validate --lint` on the SAM template,
+# Checks the deployment definitions: cfn-lint, `sam validate --lint` and the roles' exact
+# permissions (after SAM's transform) on the SAM template,
 # the CDK construct's assertion tests, and a real `cdk synth` (which bundles the functions with
 # cargo-lambda). Needs no AWS account: nothing is deployed.
 set -euo pipefail
@@ -13,6 +14,8 @@ echo "== cfn-lint infra/template.yaml" >&2
 cfn-lint infra/template.yaml
 echo "== sam validate --lint" >&2
 (cd infra && sam validate --lint --template template.yaml)
+echo "== least privilege of the SAM roles (SAM's own transform)" >&2
+python infra/deploy/check_sam_policies.py
 
 echo "== CDK assertion tests" >&2
 (cd infra/cdk && npm test --silent)
