@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use base64::Engine;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
 use gridrelay_shared::aws::{DynamoSubscriptionStore, load_sdk_config};
 use gridrelay_shared::config::TableNames;
+use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use gridrelay_shared::ports::{StoreError, SubscriptionStore};
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
@@ -99,7 +100,7 @@ struct TopicName {
 #[derive(Subcommand)]
 enum SubscriptionCommand {
     /// Create an event subscription.
-    Create(CreateSubscription),
+    Create(Box<CreateSubscription>),
     /// Show an event subscription.
     Show(SubscriptionName),
     /// List a topic's event subscriptions.
@@ -147,6 +148,50 @@ struct CreateSubscription {
     /// Status-code classification table: Current (default) or Legacy2019.
     #[arg(long)]
     status_table: Option<String>,
+    /// Deliver only these event types (case-insensitive).
+    #[arg(long, num_args = 1..)]
+    included_event_types: Option<Vec<String>>,
+    /// Deliver only events whose subject begins with this.
+    #[arg(long)]
+    subject_begins_with: Option<String>,
+    /// Deliver only events whose subject ends with this.
+    #[arg(long)]
+    subject_ends_with: Option<String>,
+    /// Compare subjects case-sensitively: true or false (default false).
+    #[arg(long)]
+    subject_case_sensitive: Option<bool>,
+    /// An advanced filter, KEY OPERATOR [VALUE ...] (e.g. data.size NumberGreaterThan 1000);
+    /// repeat the flag for more, at most 25, all must match; at most 25 values each.
+    #[arg(long, num_args = 2.., value_names = ["KEY", "OPERATOR"], action = clap::ArgAction::Append,
+          allow_hyphen_values = true)]
+    advanced_filter: Vec<String>,
+    /// `--advanced-filter` occurrences, one per flag (filled from the matches after parsing).
+    #[arg(skip)]
+    advanced_filter_groups: Vec<Vec<String>>,
+}
+
+impl CreateSubscription {
+    fn filter(&self) -> Result<EventFilter, LimitError> {
+        let advanced_filters = self
+            .advanced_filter_groups
+            .iter()
+            .map(|words| match words.as_slice() {
+                [key, operator, values @ ..] => AdvancedFilter::parse(key, operator, values),
+                _ => Err(LimitError::new(
+                    "advancedFilter",
+                    words.join(" "),
+                    "KEY OPERATOR [VALUE ...]",
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(EventFilter {
+            included_event_types: self.included_event_types.clone(),
+            subject_begins_with: self.subject_begins_with.clone(),
+            subject_ends_with: self.subject_ends_with.clone(),
+            is_subject_case_sensitive: self.subject_case_sensitive.unwrap_or(false),
+            advanced_filters,
+        })
+    }
 }
 
 #[derive(Args)]
@@ -177,6 +222,8 @@ fn flag_of(field: &str) -> &str {
         "endpoint" => "--endpoint",
         "topic name" => "--topic-name / --name",
         "event subscription name" => "--name",
+        "includedEventTypes" => "--included-event-types",
+        f if f.starts_with("advancedFilter") => "--advanced-filter",
         other => other,
     }
 }
@@ -197,8 +244,23 @@ fn invalid(e: LimitError) -> anyhow::Error {
     .into()
 }
 
+/// Parses the command line, keeping each `--advanced-filter` occurrence's words together.
+fn parse_cli() -> Cli {
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Command::EventSubscription(SubscriptionCommand::Create(create)) = &mut cli.command {
+        create.advanced_filter_groups = matches
+            .subcommand_matches("event-subscription")
+            .and_then(|m| m.subcommand_matches("create"))
+            .and_then(|m| m.get_occurrences::<String>("advanced_filter"))
+            .map(|groups| groups.map(|g| g.cloned().collect()).collect())
+            .unwrap_or_default();
+    }
+    cli
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -254,6 +316,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         event_ttl_minutes: c.event_ttl,
                         dead_letter_destination: c.deadletter_endpoint.clone(),
                         status_table: c.status_table.clone(),
+                        filter: c.filter().map_err(invalid)?,
                     }
                     .validate(chrono::Utc::now())
                     .map_err(invalid)?,

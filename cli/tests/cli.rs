@@ -37,7 +37,7 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
         "--endpoint",
         "http://127.0.0.1:9/hook",
     ];
-    let cases: [(&str, &str, &str); 8] = [
+    let cases: [(&str, &str, &str); 10] = [
         ("--max-events-per-batch", "0", "1 to 5000"),
         ("--max-events-per-batch", "5001", "1 to 5000"),
         ("--preferred-batch-size-in-kilobytes", "1025", "1 to 1024"),
@@ -50,10 +50,16 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
             "https://example.com/x",
             "s3://BUCKET",
         ),
+        ("--advanced-filter", "NumberLessThan", "exactly one number"),
+        ("--advanced-filter", "Like", "StringNotEndsWith"),
     ];
     for (flag, value, range) in cases {
         let mut args = base.to_vec();
-        args.extend([flag, value]);
+        if flag == "--advanced-filter" {
+            args.extend([flag, "data.size", value, "1", "2"]);
+        } else {
+            args.extend([flag, value]);
+        }
         let out = gridrelay(&args, None);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");

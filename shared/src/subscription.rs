@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::classify::StatusTableName;
+use crate::filter::EventFilter;
 use crate::limits::{
     EVENT_TTL_MINUTES, LimitError, MAX_DELIVERY_ATTEMPTS, MAX_EVENTS_PER_BATCH,
     PREFERRED_BATCH_SIZE_KB, check_range, validate_subscription_name, validate_topic_name,
@@ -162,7 +163,7 @@ impl DeadLetterDestination {
 }
 
 /// An event subscription: which endpoint gets a topic's events, and how.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Subscription {
     pub topic: String,
@@ -177,6 +178,9 @@ pub struct Subscription {
     /// S6: which status-code classification table applies.
     #[serde(default)]
     pub status_table: StatusTableName,
+    /// Which events this subscription receives.
+    #[serde(default)]
+    pub filter: EventFilter,
     pub created_at: DateTime<Utc>,
 }
 
@@ -192,6 +196,7 @@ pub struct SubscriptionRequest {
     pub event_ttl_minutes: Option<i64>,
     pub dead_letter_destination: Option<String>,
     pub status_table: Option<String>,
+    pub filter: EventFilter,
 }
 
 impl SubscriptionRequest {
@@ -200,6 +205,7 @@ impl SubscriptionRequest {
         validate_topic_name(&self.topic)?;
         validate_subscription_name(&self.name)?;
         let endpoint = validate_endpoint(&self.endpoint)?;
+        self.filter.validate()?;
         Ok(Subscription {
             topic: self.topic.clone(),
             name: self.name.clone(),
@@ -221,6 +227,7 @@ impl SubscriptionRequest {
                 Some(t) => t.parse()?,
                 None => StatusTableName::default(),
             },
+            filter: self.filter.clone(),
             created_at: now,
         })
     }

@@ -160,7 +160,18 @@ impl Ingest {
             }
         };
         let now = self.clock.now();
+        // Events are parsed into trees only if some subscription filters on their fields.
+        let parsed: Vec<Option<serde_json::Value>> =
+            if subscriptions.iter().all(|s| s.filter.is_empty()) {
+                Vec::new()
+            } else {
+                events
+                    .iter()
+                    .map(|e| serde_json::from_str(e.get()).ok())
+                    .collect()
+            };
         let mut outgoing = Vec::new();
+        let mut fanned_out = 0;
         for sub in &subscriptions {
             let template = DeliveryMessage {
                 topic: topic.name.clone(),
@@ -170,13 +181,22 @@ impl Ingest {
                 last_attempt: None,
                 events: Vec::new(),
             };
-            let queued = events
+            let queued: Vec<QueuedEvent> = events
                 .iter()
-                .map(|e| QueuedEvent {
+                .enumerate()
+                .filter(|(i, _)| {
+                    sub.filter.is_empty()
+                        || parsed[*i].as_ref().is_some_and(|v| sub.filter.matches(v))
+                })
+                .map(|(_, e)| QueuedEvent {
                     publish_time: now,
                     event: e.clone(),
                 })
                 .collect();
+            if queued.is_empty() {
+                continue;
+            }
+            fanned_out += queued.len();
             for message in pack_delivery_messages(&template, queued) {
                 match message.to_body() {
                     Ok(body) => outgoing.push(OutgoingMessage {
@@ -214,6 +234,7 @@ impl Ingest {
             topic = %topic.name,
             events = events.len(),
             subscriptions = subscriptions.len(),
+            enqueued = fanned_out,
             messages = outgoing.len(),
             "published"
         );

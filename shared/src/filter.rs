@@ -1,0 +1,490 @@
+//! Which events a subscription receives: Event Grid's subscription filters.
+//!
+//! - `includedEventTypes`: the event's type is one of these (case-insensitive). Unset: all types.
+//! - `subjectBeginsWith` / `subjectEndsWith`: prefix and suffix of the subject,
+//!   case-insensitive unless `isSubjectCaseSensitive`.
+//! - `advancedFilters`: up to 25, each on an envelope field (`id`, `topic`, `subject`,
+//!   `eventType`, `dataVersion`) or a `data.` path, with one of Event Grid's 19 operators and up
+//!   to 25 values. All filters must match (AND); the values of one filter are alternatives (OR).
+//!   String comparisons are case-insensitive. When the key's value is an array, a positive
+//!   operator matches if any element matches, a `Not` operator if no element matches the
+//!   positive form. A missing key matches only `IsNullOrUndefined` and the `Not` operators.
+//!
+//! Pure: validated when a subscription is created, evaluated on ingest for each event.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::limits::LimitError;
+
+/// Event Grid's limit of advanced filters per subscription.
+pub const MAX_ADVANCED_FILTERS: usize = 25;
+/// Event Grid's limit of values in one advanced filter.
+pub const MAX_FILTER_VALUES: usize = 25;
+
+/// A subscription's filter; the default lets every event through.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventFilter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub included_event_types: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject_begins_with: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject_ends_with: Option<String>,
+    #[serde(default)]
+    pub is_subject_case_sensitive: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub advanced_filters: Vec<AdvancedFilter>,
+}
+
+/// One advanced filter: a key and a condition on its value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdvancedFilter {
+    pub key: String,
+    #[serde(flatten)]
+    pub condition: Condition,
+}
+
+/// Event Grid's advanced filter operators, with their typed values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "operatorType", content = "values")]
+pub enum Condition {
+    NumberIn(Vec<f64>),
+    NumberNotIn(Vec<f64>),
+    NumberLessThan(f64),
+    NumberGreaterThan(f64),
+    NumberLessThanOrEquals(f64),
+    NumberGreaterThanOrEquals(f64),
+    NumberInRange(Vec<(f64, f64)>),
+    NumberNotInRange(Vec<(f64, f64)>),
+    BoolEquals(bool),
+    StringContains(Vec<String>),
+    StringNotContains(Vec<String>),
+    StringBeginsWith(Vec<String>),
+    StringNotBeginsWith(Vec<String>),
+    StringEndsWith(Vec<String>),
+    StringNotEndsWith(Vec<String>),
+    StringIn(Vec<String>),
+    StringNotIn(Vec<String>),
+    IsNullOrUndefined,
+    IsNotNull,
+}
+
+const OPERATORS: &str = "NumberIn, NumberNotIn, NumberLessThan, NumberGreaterThan, NumberLessThanOrEquals, \
+NumberGreaterThanOrEquals, NumberInRange, NumberNotInRange, BoolEquals, StringContains, StringNotContains, \
+StringBeginsWith, StringNotBeginsWith, StringEndsWith, StringNotEndsWith, StringIn, StringNotIn, \
+IsNullOrUndefined, IsNotNull";
+
+const ENVELOPE_KEYS: [&str; 5] = ["id", "topic", "subject", "eventType", "dataVersion"];
+
+impl AdvancedFilter {
+    /// Parses `KEY OPERATOR VALUES…` as the command line gives it.
+    pub fn parse(key: &str, operator: &str, values: &[String]) -> Result<Self, LimitError> {
+        let field = format!("advancedFilter {key} {operator}");
+        if !(ENVELOPE_KEYS.contains(&key)
+            || key.strip_prefix("data.").is_some_and(|p| !p.is_empty())
+            || key == "data")
+        {
+            return Err(LimitError::new(
+                "advancedFilter key",
+                format!("{key:?}"),
+                "id, topic, subject, eventType, dataVersion, data or data.<path>",
+            ));
+        }
+        if values.len() > MAX_FILTER_VALUES {
+            return Err(LimitError::new(
+                format!("{field} values"),
+                values.len(),
+                format!("at most {MAX_FILTER_VALUES} values"),
+            ));
+        }
+        let numbers = || -> Result<Vec<f64>, LimitError> {
+            let parsed: Result<Vec<f64>, _> = values.iter().map(|v| v.parse::<f64>()).collect();
+            match parsed {
+                Ok(n) if !n.is_empty() && n.iter().all(|x| x.is_finite()) => Ok(n),
+                _ => Err(LimitError::new(
+                    &field,
+                    values.join(" "),
+                    "one or more numbers",
+                )),
+            }
+        };
+        let one_number = || -> Result<f64, LimitError> {
+            match numbers().as_deref() {
+                Ok([n]) => Ok(*n),
+                _ => Err(LimitError::new(
+                    &field,
+                    values.join(" "),
+                    "exactly one number",
+                )),
+            }
+        };
+        let ranges = || -> Result<Vec<(f64, f64)>, LimitError> {
+            values
+                .iter()
+                .map(|v| {
+                    let (lo, hi) = v.split_once(',').unwrap_or((v, ""));
+                    match (lo.trim().parse::<f64>(), hi.trim().parse::<f64>()) {
+                        (Ok(lo), Ok(hi)) if lo <= hi => Ok((lo, hi)),
+                        _ => Err(LimitError::new(
+                            &field,
+                            v,
+                            "ranges written MIN,MAX with MIN <= MAX",
+                        )),
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .and_then(|r| {
+                    if r.is_empty() {
+                        Err(LimitError::new(
+                            &field,
+                            "nothing",
+                            "one or more MIN,MAX ranges",
+                        ))
+                    } else {
+                        Ok(r)
+                    }
+                })
+        };
+        let strings = || -> Result<Vec<String>, LimitError> {
+            if values.is_empty() {
+                Err(LimitError::new(&field, "nothing", "one or more strings"))
+            } else {
+                Ok(values.to_vec())
+            }
+        };
+        let none = |c: Condition| -> Result<Condition, LimitError> {
+            if values.is_empty() {
+                Ok(c)
+            } else {
+                Err(LimitError::new(&field, values.join(" "), "no values"))
+            }
+        };
+        let condition = match operator {
+            "NumberIn" => Condition::NumberIn(numbers()?),
+            "NumberNotIn" => Condition::NumberNotIn(numbers()?),
+            "NumberLessThan" => Condition::NumberLessThan(one_number()?),
+            "NumberGreaterThan" => Condition::NumberGreaterThan(one_number()?),
+            "NumberLessThanOrEquals" => Condition::NumberLessThanOrEquals(one_number()?),
+            "NumberGreaterThanOrEquals" => Condition::NumberGreaterThanOrEquals(one_number()?),
+            "NumberInRange" => Condition::NumberInRange(ranges()?),
+            "NumberNotInRange" => Condition::NumberNotInRange(ranges()?),
+            "BoolEquals" => match values {
+                [v] if v.eq_ignore_ascii_case("true") => Condition::BoolEquals(true),
+                [v] if v.eq_ignore_ascii_case("false") => Condition::BoolEquals(false),
+                _ => {
+                    return Err(LimitError::new(
+                        &field,
+                        values.join(" "),
+                        "exactly one of true or false",
+                    ));
+                }
+            },
+            "StringContains" => Condition::StringContains(strings()?),
+            "StringNotContains" => Condition::StringNotContains(strings()?),
+            "StringBeginsWith" => Condition::StringBeginsWith(strings()?),
+            "StringNotBeginsWith" => Condition::StringNotBeginsWith(strings()?),
+            "StringEndsWith" => Condition::StringEndsWith(strings()?),
+            "StringNotEndsWith" => Condition::StringNotEndsWith(strings()?),
+            "StringIn" => Condition::StringIn(strings()?),
+            "StringNotIn" => Condition::StringNotIn(strings()?),
+            "IsNullOrUndefined" => none(Condition::IsNullOrUndefined)?,
+            "IsNotNull" => none(Condition::IsNotNull)?,
+            other => {
+                return Err(LimitError::new(
+                    "advancedFilter operator",
+                    format!("{other:?}"),
+                    OPERATORS,
+                ));
+            }
+        };
+        Ok(Self {
+            key: key.to_string(),
+            condition,
+        })
+    }
+
+    /// Whether the event's value at the key satisfies the condition.
+    pub fn matches(&self, event: &Value) -> bool {
+        let value = lookup(event, &self.key);
+        use Condition as C;
+        match &self.condition {
+            C::IsNullOrUndefined => value.is_none_or(Value::is_null),
+            C::IsNotNull => value.is_some_and(|v| !v.is_null()),
+            C::NumberNotIn(_)
+            | C::NumberNotInRange(_)
+            | C::StringNotContains(_)
+            | C::StringNotBeginsWith(_)
+            | C::StringNotEndsWith(_)
+            | C::StringNotIn(_) => {
+                value.is_none_or(|v| !elements(v).any(|e| self.positive_matches(e)))
+            }
+            _ => value.is_some_and(|v| elements(v).any(|e| self.positive_matches(e))),
+        }
+    }
+
+    /// The operator without its negation, on one element.
+    fn positive_matches(&self, e: &Value) -> bool {
+        use Condition as C;
+        let number = e.as_f64();
+        let text = e.as_str().map(str::to_lowercase);
+        let any_str = |values: &[String], test: &dyn Fn(&str, &str) -> bool| {
+            text.as_deref()
+                .is_some_and(|t| values.iter().any(|v| test(t, &v.to_lowercase())))
+        };
+        match &self.condition {
+            C::NumberIn(vs) | C::NumberNotIn(vs) => number.is_some_and(|n| vs.contains(&n)),
+            C::NumberLessThan(v) => number.is_some_and(|n| n < *v),
+            C::NumberGreaterThan(v) => number.is_some_and(|n| n > *v),
+            C::NumberLessThanOrEquals(v) => number.is_some_and(|n| n <= *v),
+            C::NumberGreaterThanOrEquals(v) => number.is_some_and(|n| n >= *v),
+            C::NumberInRange(rs) | C::NumberNotInRange(rs) => {
+                number.is_some_and(|n| rs.iter().any(|(lo, hi)| *lo <= n && n <= *hi))
+            }
+            C::BoolEquals(b) => e.as_bool() == Some(*b),
+            C::StringContains(vs) | C::StringNotContains(vs) => any_str(vs, &|t, v| t.contains(v)),
+            C::StringBeginsWith(vs) | C::StringNotBeginsWith(vs) => {
+                any_str(vs, &|t, v| t.starts_with(v))
+            }
+            C::StringEndsWith(vs) | C::StringNotEndsWith(vs) => any_str(vs, &|t, v| t.ends_with(v)),
+            C::StringIn(vs) | C::StringNotIn(vs) => any_str(vs, &|t, v| t == v),
+            C::IsNullOrUndefined | C::IsNotNull => false,
+        }
+    }
+}
+
+/// The value at `key`: an envelope field, or a dotted path under `data`.
+fn lookup<'a>(event: &'a Value, key: &str) -> Option<&'a Value> {
+    key.split('.').try_fold(event, |v, part| v.get(part))
+}
+
+/// An array's elements, or the value itself.
+fn elements(v: &Value) -> Box<dyn Iterator<Item = &Value> + '_> {
+    match v {
+        Value::Array(items) => Box::new(items.iter()),
+        other => Box::new(std::iter::once(other)),
+    }
+}
+
+impl EventFilter {
+    /// Checks the limits (25 advanced filters, non-empty lists).
+    pub fn validate(&self) -> Result<(), LimitError> {
+        if self.advanced_filters.len() > MAX_ADVANCED_FILTERS {
+            return Err(LimitError::new(
+                "advancedFilters",
+                format!("{} filters", self.advanced_filters.len()),
+                format!("at most {MAX_ADVANCED_FILTERS}"),
+            ));
+        }
+        if let Some(types) = &self.included_event_types
+            && (types.is_empty() || types.iter().any(String::is_empty))
+        {
+            return Err(LimitError::new(
+                "includedEventTypes",
+                "an empty type",
+                "one or more non-empty types",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the filter lets every event through (so events need not be parsed).
+    pub fn is_empty(&self) -> bool {
+        self.included_event_types.is_none()
+            && self.subject_begins_with.is_none()
+            && self.subject_ends_with.is_none()
+            && self.advanced_filters.is_empty()
+    }
+
+    /// Whether an event (Event Grid schema, parsed) passes this filter.
+    pub fn matches(&self, event: &Value) -> bool {
+        if let Some(types) = &self.included_event_types {
+            let event_type = event
+                .get("eventType")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if !types.iter().any(|t| t.eq_ignore_ascii_case(event_type)) {
+                return false;
+            }
+        }
+        let subject = event
+            .get("subject")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let fold = |s: &str| {
+            if self.is_subject_case_sensitive {
+                s.to_string()
+            } else {
+                s.to_lowercase()
+            }
+        };
+        let subject = fold(subject);
+        if let Some(prefix) = &self.subject_begins_with
+            && !subject.starts_with(&fold(prefix))
+        {
+            return false;
+        }
+        if let Some(suffix) = &self.subject_ends_with
+            && !subject.ends_with(&fold(suffix))
+        {
+            return false;
+        }
+        self.advanced_filters.iter().all(|f| f.matches(event))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn f(key: &str, op: &str, values: &[&str]) -> AdvancedFilter {
+        let values: Vec<String> = values.iter().map(|s| s.to_string()).collect();
+        AdvancedFilter::parse(key, op, &values).unwrap()
+    }
+
+    fn event() -> Value {
+        json!({
+            "id": "1", "subject": "/Blobs/Photos/cat.JPG", "eventType": "Storage.BlobCreated",
+            "dataVersion": "1.0",
+            "data": {"size": 1500, "tags": ["red", "big"], "public": true, "url": "https://x/cat.jpg",
+                     "owner": null, "nested": {"level": 3}}
+        })
+    }
+
+    #[test]
+    fn included_event_types_and_subject_filters() {
+        let e = event();
+        let types = EventFilter {
+            included_event_types: Some(vec!["storage.blobcreated".into()]),
+            ..EventFilter::default()
+        };
+        assert!(types.matches(&e));
+        let other = EventFilter {
+            included_event_types: Some(vec!["Storage.BlobDeleted".into()]),
+            ..EventFilter::default()
+        };
+        assert!(!other.matches(&e));
+        let prefix = EventFilter {
+            subject_begins_with: Some("/blobs/photos".into()),
+            subject_ends_with: Some(".jpg".into()),
+            ..EventFilter::default()
+        };
+        assert!(prefix.matches(&e), "case-insensitive by default");
+        let sensitive = EventFilter {
+            is_subject_case_sensitive: true,
+            ..prefix.clone()
+        };
+        assert!(!sensitive.matches(&e));
+        assert!(EventFilter::default().matches(&e));
+    }
+
+    /// Every operator, matching and not matching.
+    #[test]
+    fn advanced_operators() {
+        let e = event();
+        let cases: &[(&str, &str, &[&str], bool)] = &[
+            ("data.size", "NumberIn", &["1500", "2"], true),
+            ("data.size", "NumberIn", &["1"], false),
+            ("data.size", "NumberNotIn", &["1"], true),
+            ("data.size", "NumberNotIn", &["1500"], false),
+            ("data.size", "NumberLessThan", &["2000"], true),
+            ("data.size", "NumberLessThan", &["1500"], false),
+            ("data.size", "NumberGreaterThan", &["1000"], true),
+            ("data.size", "NumberLessThanOrEquals", &["1500"], true),
+            ("data.size", "NumberGreaterThanOrEquals", &["1501"], false),
+            ("data.size", "NumberInRange", &["0,10", "1000,2000"], true),
+            ("data.size", "NumberNotInRange", &["0,10"], true),
+            ("data.size", "NumberNotInRange", &["1000,2000"], false),
+            ("data.public", "BoolEquals", &["true"], true),
+            ("data.public", "BoolEquals", &["false"], false),
+            ("data.url", "StringContains", &["CAT"], true),
+            ("data.url", "StringNotContains", &["dog"], true),
+            ("data.url", "StringBeginsWith", &["https://"], true),
+            ("data.url", "StringNotBeginsWith", &["https://"], false),
+            ("subject", "StringEndsWith", &[".jpg"], true),
+            ("subject", "StringNotEndsWith", &[".png"], true),
+            ("eventType", "StringIn", &["storage.blobcreated"], true),
+            ("eventType", "StringNotIn", &["Storage.BlobCreated"], false),
+            ("data.tags", "StringIn", &["big"], true),
+            ("data.tags", "StringNotIn", &["red"], false),
+            ("data.owner", "IsNullOrUndefined", &[], true),
+            ("data.missing", "IsNullOrUndefined", &[], true),
+            ("data.size", "IsNullOrUndefined", &[], false),
+            ("data.size", "IsNotNull", &[], true),
+            ("data.owner", "IsNotNull", &[], false),
+            ("data.nested.level", "NumberIn", &["3"], true),
+            ("data.missing", "StringIn", &["x"], false),
+            ("data.missing", "StringNotIn", &["x"], true),
+        ];
+        for (key, op, values, expected) in cases {
+            assert_eq!(
+                f(key, op, values).matches(&e),
+                *expected,
+                "{key} {op} {values:?}"
+            );
+        }
+    }
+
+    /// Limits and malformed values are refused, naming the filter.
+    #[test]
+    fn invalid_filters_are_refused() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert!(AdvancedFilter::parse("data.x", "NumberLessThan", &s(&["1", "2"])).is_err());
+        assert!(AdvancedFilter::parse("data.x", "NumberIn", &s(&["abc"])).is_err());
+        assert!(AdvancedFilter::parse("data.x", "NumberInRange", &s(&["5,1"])).is_err());
+        assert!(AdvancedFilter::parse("data.x", "BoolEquals", &s(&["yes"])).is_err());
+        assert!(AdvancedFilter::parse("data.x", "IsNotNull", &s(&["1"])).is_err());
+        assert!(AdvancedFilter::parse("data.x", "StringIn", &[]).is_err());
+        assert!(AdvancedFilter::parse("other", "StringIn", &s(&["a"])).is_err());
+        let err = AdvancedFilter::parse("data.x", "Like", &s(&["a"])).unwrap_err();
+        assert!(err.allowed.contains("StringNotEndsWith"));
+        let many: Vec<String> = (0..26).map(|i| i.to_string()).collect();
+        let err = AdvancedFilter::parse("data.x", "NumberIn", &many).unwrap_err();
+        assert_eq!(err.value, "26");
+        let filter = EventFilter {
+            advanced_filters: vec![f("data.x", "IsNotNull", &[]); 26],
+            ..EventFilter::default()
+        };
+        assert_eq!(filter.validate().unwrap_err().field, "advancedFilters");
+    }
+
+    #[test]
+    fn stored_form_round_trips() {
+        let filter = EventFilter {
+            included_event_types: Some(vec!["A".into()]),
+            advanced_filters: vec![
+                f("data.size", "NumberInRange", &["1,2"]),
+                f("data.a", "IsNotNull", &[]),
+            ],
+            ..EventFilter::default()
+        };
+        let text = serde_json::to_string(&filter).unwrap();
+        assert!(text.contains(r#""operatorType":"NumberInRange""#), "{text}");
+        assert_eq!(serde_json::from_str::<EventFilter>(&text).unwrap(), filter);
+    }
+
+    proptest! {
+        /// A Not operator is the exact negation of its positive form when the key is present.
+        #[test]
+        fn not_operators_negate(n in -1000i64..1000, v in -1000i64..1000, word in "[a-z]{1,6}", s in "[a-z]{0,8}") {
+            let e = json!({"data": {"n": n, "s": s}});
+            let pairs = [
+                ("data.n", "NumberIn", "NumberNotIn", v.to_string()),
+                ("data.n", "NumberInRange", "NumberNotInRange", format!("{},{}", v.min(0), v.max(0))),
+                ("data.s", "StringContains", "StringNotContains", word.clone()),
+                ("data.s", "StringBeginsWith", "StringNotBeginsWith", word.clone()),
+                ("data.s", "StringEndsWith", "StringNotEndsWith", word.clone()),
+                ("data.s", "StringIn", "StringNotIn", word.clone()),
+            ];
+            for (key, pos, neg, value) in pairs {
+                let p = AdvancedFilter::parse(key, pos, std::slice::from_ref(&value)).unwrap();
+                let q = AdvancedFilter::parse(key, neg, std::slice::from_ref(&value)).unwrap();
+                prop_assert_eq!(p.matches(&e), !q.matches(&e));
+            }
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! End-to-end: subscription filters decide which events are enqueued for which subscription.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, eventually, subscription};
+use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
+use gridrelay_shared::subscription::SubscriptionRequest;
+use serde_json::json;
+
+fn ids(sub: &Subscriber) -> BTreeSet<String> {
+    sub.received().iter().flat_map(|r| r.ids()).collect()
+}
+
+/// Filters (issue: Event Grid's subscriber surface, part 3): event types, subject prefix and
+/// suffix, and advanced filters on `data` select each subscription's events; an unfiltered
+/// subscription still gets every event (G1), and filtered-out events are never enqueued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_select_each_subscriptions_events() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("shop").await;
+    let all = Subscriber::start(vec![], Reply::Status(200)).await;
+    let created = Subscriber::start(vec![], Reply::Status(200)).await;
+    let photos = Subscriber::start(vec![], Reply::Status(200)).await;
+    let big = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("shop", "all", &all.url)).await;
+    sys.subscribe(SubscriptionRequest {
+        filter: EventFilter {
+            included_event_types: Some(vec!["shop.ordercreated".into()]),
+            ..EventFilter::default()
+        },
+        ..subscription("shop", "created", &created.url)
+    })
+    .await;
+    sys.subscribe(SubscriptionRequest {
+        filter: EventFilter {
+            subject_begins_with: Some("/photos/".into()),
+            subject_ends_with: Some(".JPG".into()),
+            ..EventFilter::default()
+        },
+        ..subscription("shop", "photos", &photos.url)
+    })
+    .await;
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    sys.subscribe(SubscriptionRequest {
+        filter: EventFilter {
+            advanced_filters: vec![
+                AdvancedFilter::parse("data.total", "NumberGreaterThanOrEquals", &words(&["100"]))
+                    .expect("filter"),
+                AdvancedFilter::parse("data.tags", "StringIn", &words(&["priority"]))
+                    .expect("filter"),
+            ],
+            ..EventFilter::default()
+        },
+        ..subscription("shop", "big", &big.url)
+    })
+    .await;
+
+    let event = |id: &str, event_type: &str, subject: &str, total: u32, tags: &[&str]| {
+        json!({"id": id, "subject": subject, "eventType": event_type, "eventTime": "2026-11-22T04:00:00Z",
+               "data": {"total": total, "tags": tags}})
+    };
+    sys.publish(
+        &topic,
+        &json!([
+            event("1", "Shop.OrderCreated", "/orders/1", 150, &["priority"]),
+            event("2", "Shop.OrderShipped", "/photos/a.jpg", 150, &["normal"]),
+            event("3", "Shop.OrderCreated", "/photos/b.png", 20, &["priority"]),
+            event(
+                "4",
+                "Shop.OrderCancelled",
+                "/other/c.jpg",
+                500,
+                &["priority", "vip"]
+            ),
+        ]),
+    )
+    .await;
+
+    eventually(
+        Duration::from_secs(30),
+        "every subscription's events",
+        || async {
+            (ids(&all).len() == 4
+                && ids(&created).len() == 2
+                && ids(&photos).len() == 1
+                && ids(&big).len() == 2)
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(ids(&all), set(&["1", "2", "3", "4"]));
+    assert_eq!(
+        ids(&created),
+        set(&["1", "3"]),
+        "included event types, case-insensitive"
+    );
+    assert_eq!(
+        ids(&photos),
+        set(&["2"]),
+        "subject prefix and suffix, case-insensitive"
+    );
+    assert_eq!(
+        ids(&big),
+        set(&["1", "4"]),
+        "advanced filters on data, all must match"
+    );
+    assert_eq!(
+        sys.system.stats().deliver.delivered,
+        4 + 2 + 1 + 2,
+        "nothing else was enqueued"
+    );
+    sys.shutdown().await;
+}
