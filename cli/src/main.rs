@@ -88,6 +88,17 @@ enum TopicCommand {
 enum KeyCommand {
     /// Print both keys of a topic.
     List(TopicName),
+    /// Replace one key with a new random one (the other keeps working meanwhile); prints both.
+    Regenerate(RegenerateKey),
+}
+
+#[derive(Args)]
+struct RegenerateKey {
+    #[arg(long)]
+    name: String,
+    /// Which key to replace.
+    #[arg(long, value_parser = ["key1", "key2"])]
+    key_name: String,
 }
 
 #[derive(Args)]
@@ -380,6 +391,16 @@ async fn topic_command(
         }
         TopicCommand::Key(KeyCommand::List(TopicName { name })) => {
             let topic = existing_topic(store, &name).await?;
+            print(&json!({"key1": topic.key1, "key2": topic.key2}))
+        }
+        TopicCommand::Key(KeyCommand::Regenerate(RegenerateKey { name, key_name })) => {
+            let mut topic = existing_topic(store, &name).await?;
+            if key_name == "key1" {
+                topic.key1 = new_key();
+            } else {
+                topic.key2 = new_key();
+            }
+            store.replace_topic(&topic).await.map_err(store_error)?;
             print(&json!({"key1": topic.key1, "key2": topic.key2}))
         }
         TopicCommand::List => {

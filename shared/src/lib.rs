@@ -25,6 +25,7 @@ pub mod limits;
 pub mod message;
 pub mod ports;
 pub mod publish;
+pub mod sas;
 pub mod schedule;
 pub mod subscription;
 pub mod time_scale;

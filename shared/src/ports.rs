@@ -30,6 +30,8 @@ pub trait SubscriptionStore: Send + Sync {
     async fn list_topics(&self) -> Result<Vec<Topic>, StoreError>;
     /// Fails with [`StoreError::AlreadyExists`] if the name is taken.
     async fn create_topic(&self, topic: &Topic) -> Result<(), StoreError>;
+    /// Replaces an existing topic's record (new keys); fails if it does not exist.
+    async fn replace_topic(&self, topic: &Topic) -> Result<(), StoreError>;
     /// Whether a topic was there to delete.
     async fn delete_topic(&self, name: &str) -> Result<bool, StoreError>;
     async fn get_subscription(

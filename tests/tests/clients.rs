@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gridrelay_e2e::{Reply, Subscriber, TestSystem, eventually, subscription};
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
+use gridrelay_shared::sas::generate_sas_token;
 use gridrelay_shared::subscription::SubscriptionRequest;
 
 /// The project's virtualenv Python, where `make test` installs `azure-eventgrid`.
@@ -17,10 +18,9 @@ fn venv_python() -> PathBuf {
     python
 }
 
-/// F1, G1: Microsoft's `EventGridPublisherClient` with an `AzureKeyCredential` publishes to a
-/// gridrelay topic endpoint without changes, and its events are delivered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azure_event_grid_sdk_publishes_unmodified_f1() {
+/// Publishes `count` events to topic `sdk` with Microsoft's SDK, authenticating by `mode`
+/// (`key` or `sas`), and returns the subjects the subscriber received.
+async fn publish_with_sdk(mode: &str) -> Vec<String> {
     let sys = TestSystem::start(0.01).await;
     let topic = sys.topic("sdk").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
@@ -32,12 +32,16 @@ async fn azure_event_grid_sdk_publishes_unmodified_f1() {
 
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/publish_with_azure_sdk.py");
-    let endpoint = sys.system.publish_endpoint("sdk");
-    let key = topic.key2.clone();
+    let args = [
+        sys.system.publish_endpoint("sdk"),
+        topic.key2.clone(),
+        "4".into(),
+        mode.into(),
+    ];
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(venv_python())
             .arg(script)
-            .args([endpoint.as_str(), key.as_str(), "4"])
+            .args(args)
             .output()
     })
     .await
@@ -54,17 +58,97 @@ async fn azure_event_grid_sdk_publishes_unmodified_f1() {
     })
     .await;
     let events: Vec<_> = sub.received().into_iter().flat_map(|r| r.events).collect();
-    let mut subjects: Vec<String> = events
-        .iter()
-        .map(|e| e["subject"].as_str().unwrap_or_default().to_string())
-        .collect();
-    subjects.sort();
-    assert_eq!(subjects, vec!["door/0", "door/1", "door/2", "door/3"]);
     for e in &events {
         assert_eq!(e["eventType"], "Contoso.Items.ItemReceived");
         assert_eq!(e["dataVersion"], "2.0");
         assert_eq!(e["topic"], "/gridrelay/topics/sdk");
         assert!(e["id"].as_str().is_some_and(|id| !id.is_empty()));
     }
+    let mut subjects: Vec<String> = events
+        .iter()
+        .map(|e| e["subject"].as_str().unwrap_or_default().to_string())
+        .collect();
+    subjects.sort();
+    sys.shutdown().await;
+    subjects
+}
+
+/// F1, G1: Microsoft's `EventGridPublisherClient` with an `AzureKeyCredential` publishes to a
+/// gridrelay topic endpoint without changes, and its events are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_event_grid_sdk_publishes_unmodified_f1() {
+    assert_eq!(
+        publish_with_sdk("key").await,
+        vec!["door/0", "door/1", "door/2", "door/3"]
+    );
+}
+
+/// SAS tokens (issue: Event Grid's subscriber surface, part 6): the SDK's own `generate_sas`
+/// and `AzureSasCredential` (the `aeg-sas-token` header) publish without changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_event_grid_sdk_publishes_with_a_sas_token() {
+    assert_eq!(
+        publish_with_sdk("sas").await,
+        vec!["door/0", "door/1", "door/2", "door/3"]
+    );
+}
+
+/// A token that expired, was made for another topic, or was signed with another key is refused
+/// with 401 and a reason, and nothing is enqueued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_sas_tokens_are_refused() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("guarded").await;
+    sys.topic("other").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("guarded", "sub-1", &sub.url))
+        .await;
+    let url = |t: &str| format!("{}?api-version=2018-01-01", sys.system.publish_endpoint(t));
+    let soon = chrono::Utc::now() + chrono::Duration::hours(1);
+    let cases = [
+        (
+            generate_sas_token(
+                &url("guarded"),
+                &topic.key1,
+                chrono::Utc::now() - chrono::Duration::minutes(1),
+            ),
+            "expired",
+        ),
+        (
+            generate_sas_token(&url("other"), &topic.key1, soon),
+            "not this topic",
+        ),
+        (
+            generate_sas_token(&url("guarded"), "b3RoZXIta2V5LW5vdC10aGUtdG9waWNz", soon),
+            "neither topic key",
+        ),
+        (Some("r=x&e=y".to_string()), "malformed"),
+    ];
+    let http = reqwest::Client::new();
+    for (token, reason) in cases {
+        let token = token.expect("token");
+        let response = http
+            .post(url("guarded"))
+            .header("aeg-sas-token", token)
+            .body(events("s", 1).to_string())
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(response.status().as_u16(), 401);
+        let body = response.text().await.unwrap_or_default();
+        assert!(body.contains(reason), "{reason}: {body}");
+    }
+    let good = generate_sas_token(&url("guarded"), &topic.key2, soon).expect("token");
+    let response = http
+        .post(url("guarded"))
+        .header("aeg-sas-token", good)
+        .body(events("s", 1).to_string())
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status().as_u16(), 200);
+    sub.wait_for_requests(1, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(sub.received().len(), 1, "only the good request delivered");
     sys.shutdown().await;
 }

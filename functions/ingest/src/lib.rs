@@ -13,6 +13,7 @@ use std::sync::Arc;
 use gridrelay_shared::message::{DeliveryMessage, QueuedEvent, pack_delivery_messages};
 use gridrelay_shared::ports::{Clock, MessageQueue, OutgoingMessage, SubscriptionStore};
 use gridrelay_shared::publish::{PublishError, parse_event_grid_batch};
+use gridrelay_shared::sas::verify_sas_token;
 use gridrelay_shared::subscription::Topic;
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
@@ -32,6 +33,7 @@ pub struct PublishRequest<'a> {
     pub topic: &'a str,
     pub api_version: Option<&'a str>,
     pub sas_key: Option<&'a str>,
+    pub sas_token: Option<&'a str>,
     pub body: &'a [u8],
 }
 
@@ -89,14 +91,12 @@ impl Ingest {
             .uri()
             .query()
             .and_then(|q| url_query_value(q, "api-version"));
-        let sas_key = request
-            .headers()
-            .get("aeg-sas-key")
-            .and_then(|v| v.to_str().ok());
+        let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
         let publish = PublishRequest {
             topic,
             api_version: api_version.as_deref(),
-            sas_key,
+            sas_key: header("aeg-sas-key"),
+            sas_token: header("aeg-sas-token"),
             body: request.body().as_ref(),
         };
         to_http(self.publish(publish).await)
@@ -122,12 +122,8 @@ impl Ingest {
                 );
             }
         };
-        if !key_matches(&topic, request.sas_key) {
-            return PublishResponse::error(
-                401,
-                "Unauthorized",
-                "the aeg-sas-key header is missing or does not match either of the topic's keys",
-            );
+        if let Err(why) = self.authorize(&topic, &request) {
+            return PublishResponse::error(401, "Unauthorized", why);
         }
         if request.api_version.is_none_or(str::is_empty) {
             return PublishResponse::error(
@@ -141,6 +137,25 @@ impl Ingest {
             Err(e) => return refused(&topic, &e),
         };
         self.fan_out(&topic, events).await
+    }
+
+    /// A key (`aeg-sas-key`) or a shared access signature (`aeg-sas-token`) made with a key.
+    fn authorize(&self, topic: &Topic, request: &PublishRequest<'_>) -> Result<(), String> {
+        match (request.sas_key, request.sas_token) {
+            (Some(key), _) => key_matches(topic, Some(key)).then_some(()).ok_or_else(|| {
+                "the aeg-sas-key does not match either of the topic's keys".to_string()
+            }),
+            (None, Some(token)) => verify_sas_token(
+                token,
+                [&topic.key1, &topic.key2],
+                &format!("/topics/{}/api/events", topic.name),
+                self.clock.now(),
+            )
+            .map_err(|e| e.to_string()),
+            (None, None) => Err(
+                "send the topic's key in aeg-sas-key or a signature in aeg-sas-token".to_string(),
+            ),
+        }
     }
 
     async fn fan_out(

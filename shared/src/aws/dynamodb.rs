@@ -153,6 +153,32 @@ impl SubscriptionStore for DynamoSubscriptionStore {
             .await
     }
 
+    async fn replace_topic(&self, topic: &Topic) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.tables.topics)
+            .item("name", s(&topic.name))
+            .item("doc", encode(topic)?)
+            .condition_expression("attribute_exists(#n)")
+            .expression_attribute_names("#n", "name")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Err(StoreError::Unavailable(format!(
+                    "topic {} does not exist",
+                    topic.name
+                )))
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
     async fn delete_topic(&self, name: &str) -> Result<bool, StoreError> {
         let key = HashMap::from([("name".to_string(), s(name))]);
         self.delete(&self.tables.topics, key).await
