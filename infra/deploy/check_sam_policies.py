@@ -40,7 +40,8 @@ EXPECTED = {
     },
     "DeadLetterFunction": {
         "s3:PutObject": [{"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],
-        "sqs:SendMessage": [getatt("DeadLetterQueue")],
+        "sqs:SendMessage": [getatt("DeadLetterQueue"), getatt("DeliveryQueue")],
+        "dynamodb:Query": [getatt("SubscriptionsTable")],
         "sqs:ReceiveMessage": [getatt("DeadLetterQueue")],
         "sqs:DeleteMessage": [getatt("DeadLetterQueue")],
         "sqs:GetQueueAttributes": [getatt("DeadLetterQueue")],

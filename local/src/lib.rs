@@ -21,13 +21,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_config::SdkConfig;
-use gridrelay_dead_letter::{DeadLetterReport, DeadLetterWriter};
+use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
 use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::Ingest;
 use gridrelay_shared::aws::{DynamoSubscriptionStore, S3ObjectStore, SqsQueue, s3_client};
 use gridrelay_shared::config::TableNames;
+use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender};
-use gridrelay_shared::ports::{RandomJitter, SubscriptionStore, SystemClock};
+use gridrelay_shared::ports::{RandomJitter, StoreError, SubscriptionStore, SystemClock};
+use gridrelay_shared::subscription::Topic;
 use gridrelay_shared::time_scale::TimeScale;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -68,6 +70,24 @@ pub struct RunnerStats {
     pub dead_letter: DeadLetterReport,
     pub deliver_invocations: usize,
     pub dead_letter_invocations: usize,
+}
+
+/// L7: creates the system topic that announces dead-letter writes, so users can subscribe to it.
+pub async fn ensure_dead_letter_events_topic(store: &dyn SubscriptionStore) -> anyhow::Result<()> {
+    let key = || {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>())
+    };
+    let topic = Topic {
+        name: DEAD_LETTER_EVENTS_TOPIC.to_string(),
+        key1: key(),
+        key2: key(),
+        created_at: chrono::Utc::now(),
+    };
+    match store.create_topic(&topic).await {
+        Ok(()) | Err(StoreError::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// A running local system. Dropping it without [`LocalSystem::shutdown`] leaves tasks running
@@ -116,11 +136,17 @@ impl LocalSystem {
             jitter: Arc::new(RandomJitter),
             settings: DeliverySettings::new(config.scale),
         });
+        ensure_dead_letter_events_topic(store.as_ref()).await?;
         let writer = Arc::new(DeadLetterWriter {
             objects: Arc::new(S3ObjectStore::new(s3_client(sdk))),
             dead_letter_queue,
             clock,
             scale: config.scale,
+            notices: Some(DeadLetterNotices {
+                store: Arc::clone(&store),
+                delivery_queue: delivery_queue.clone(),
+                topic: DEAD_LETTER_EVENTS_TOPIC.to_string(),
+            }),
         });
 
         let (stop, stopped) = watch::channel(false);

@@ -10,6 +10,8 @@ pub const SUBSCRIPTIONS_TABLE_ENV: &str = "GRIDRELAY_SUBSCRIPTIONS_TABLE";
 pub const DELIVERY_QUEUE_URL_ENV: &str = "GRIDRELAY_DELIVERY_QUEUE_URL";
 /// SQS queue of events waiting to be written to their dead-letter location.
 pub const DEAD_LETTER_QUEUE_URL_ENV: &str = "GRIDRELAY_DEAD_LETTER_QUEUE_URL";
+/// L7: the system topic dead-letter writes are announced on (default `gridrelay-dead-letter-events`).
+pub const DEAD_LETTER_EVENTS_TOPIC_ENV: &str = "GRIDRELAY_DEAD_LETTER_EVENTS_TOPIC";
 
 pub const DEFAULT_TOPICS_TABLE: &str = "gridrelay-topics";
 pub const DEFAULT_SUBSCRIPTIONS_TABLE: &str = "gridrelay-subscriptions";

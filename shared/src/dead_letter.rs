@@ -95,6 +95,54 @@ pub fn object_key(
     }
 }
 
+/// L7: the system topic that announces every dead-letter write. Subscribe to it like any topic.
+pub const DEAD_LETTER_EVENTS_TOPIC: &str = "gridrelay-dead-letter-events";
+/// L7: the event type of those announcements.
+pub const DEAD_LETTER_EVENT_TYPE: &str = "Gridrelay.DeadLetter.BlobCreated";
+
+/// What one dead-letter write put where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterWrite<'a> {
+    pub bucket: &'a str,
+    pub key: &'a str,
+    pub content_length: usize,
+    pub topic: &'a str,
+    pub subscription: &'a str,
+    /// How many records the object holds, per `deadLetterReason`.
+    pub reasons: std::collections::BTreeMap<String, usize>,
+}
+
+/// L7: the Event Grid schema event announcing a dead-letter write, shaped like
+/// `Microsoft.Storage.BlobCreated`.
+pub fn dead_letter_written_event(
+    write: &DeadLetterWrite<'_>,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<Box<RawValue>, serde_json::Error> {
+    let event = serde_json::json!({
+        "id": id,
+        "topic": crate::subscription::topic_resource_id(DEAD_LETTER_EVENTS_TOPIC),
+        "subject": format!("/buckets/{}/objects/{}", write.bucket, write.key),
+        "eventType": DEAD_LETTER_EVENT_TYPE,
+        "eventTime": timestamp(now),
+        "dataVersion": "1",
+        "metadataVersion": "1",
+        "data": {
+            "api": "PutObject",
+            "bucket": write.bucket,
+            "key": write.key,
+            "url": format!("s3://{}/{}", write.bucket, write.key),
+            "contentType": "application/json",
+            "contentLength": write.content_length,
+            "sourceTopic": write.topic,
+            "sourceSubscription": write.subscription,
+            "eventCount": write.reasons.values().sum::<usize>(),
+            "deadLetterReasons": write.reasons,
+        }
+    });
+    RawValue::from_string(event.to_string())
+}
+
 /// RFC 3339 with fixed seven fractional digits, as Event Grid writes times.
 pub fn timestamp(t: DateTime<Utc>) -> String {
     format!(
@@ -176,6 +224,40 @@ mod tests {
             object_key(&d, "orders", "audit", at, "u1"),
             "orders/audit/2026/01/02/03/u1.json"
         );
+    }
+
+    /// L7: the announcement names the object, its source and what it holds.
+    #[test]
+    fn dead_letter_written_event_names_the_object_l7() {
+        let write = DeadLetterWrite {
+            bucket: "bkt",
+            key: "dl/orders/audit/2026/01/02/03/u1.json",
+            content_length: 512,
+            topic: "orders",
+            subscription: "audit",
+            reasons: [("TimeToLiveExceeded".to_string(), 2)]
+                .into_iter()
+                .collect(),
+        };
+        let at = DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
+            .unwrap()
+            .to_utc();
+        let v: Value =
+            serde_json::from_str(dead_letter_written_event(&write, "id-1", at).unwrap().get())
+                .unwrap();
+        assert_eq!(v["eventType"], DEAD_LETTER_EVENT_TYPE);
+        assert_eq!(
+            v["subject"],
+            "/buckets/bkt/objects/dl/orders/audit/2026/01/02/03/u1.json"
+        );
+        assert_eq!(
+            v["data"]["url"],
+            "s3://bkt/dl/orders/audit/2026/01/02/03/u1.json"
+        );
+        assert_eq!(v["data"]["eventCount"], 2);
+        assert_eq!(v["data"]["deadLetterReasons"]["TimeToLiveExceeded"], 2);
+        assert_eq!(v["data"]["sourceSubscription"], "audit");
+        assert_eq!(v["eventTime"], "2026-01-02T03:04:05.0000000Z");
     }
 
     #[test]

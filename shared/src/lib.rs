@@ -19,6 +19,7 @@ pub mod classify;
 pub mod config;
 pub mod dead_letter;
 pub mod decision;
+pub mod fan_out;
 pub mod filter;
 pub mod http_sender;
 pub mod limits;

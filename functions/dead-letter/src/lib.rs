@@ -5,7 +5,9 @@
 //! subscription and hour: `PREFIX/TOPIC/SUBSCRIPTION/YYYY/MM/DD/HH/<uuid>.json` (L3). When the
 //! bucket cannot be written, the message goes back on the queue with a delay and is tried again,
 //! until the location has been unavailable for four hours; then its events are dropped, counted
-//! and logged (L5).
+//! and logged (L5). Every object written is announced as a `Gridrelay.DeadLetter.BlobCreated`
+//! event on the system topic `gridrelay-dead-letter-events`, which users subscribe to like any
+//! other topic (L7).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,10 +16,16 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
-use gridrelay_shared::dead_letter::{FieldNaming, object_key, render_object, render_record};
+use gridrelay_shared::dead_letter::{
+    DeadLetterWrite, FieldNaming, dead_letter_written_event, object_key, render_object,
+    render_record,
+};
 use gridrelay_shared::decision::to_chrono;
+use gridrelay_shared::fan_out::{FanOutError, fan_out};
 use gridrelay_shared::message::{DeadLetterMessage, queue_delay};
-use gridrelay_shared::ports::{Clock, MessageQueue, ObjectStore, OutgoingMessage};
+use gridrelay_shared::ports::{
+    Clock, MessageQueue, ObjectStore, OutgoingMessage, SubscriptionStore,
+};
 use gridrelay_shared::time_scale::TimeScale;
 use tracing::{error, info, warn};
 
@@ -26,6 +34,14 @@ pub const UNAVAILABLE_LIMIT: Duration = Duration::from_secs(4 * 3600);
 /// Wait between tries to write to an unavailable location.
 pub const WRITE_RETRY_DELAY: Duration = Duration::from_secs(60);
 
+/// L7: where dead-letter writes are announced: the subscriptions of a system topic.
+pub struct DeadLetterNotices {
+    pub store: Arc<dyn SubscriptionStore>,
+    pub delivery_queue: Arc<dyn MessageQueue>,
+    /// Usually [`DEAD_LETTER_EVENTS_TOPIC`].
+    pub topic: String,
+}
+
 /// What `dead-letter` needs.
 pub struct DeadLetterWriter {
     pub objects: Arc<dyn ObjectStore>,
@@ -33,6 +49,8 @@ pub struct DeadLetterWriter {
     pub dead_letter_queue: Arc<dyn MessageQueue>,
     pub clock: Arc<dyn Clock>,
     pub scale: TimeScale,
+    /// L7: announce each write; `None` announces nothing.
+    pub notices: Option<DeadLetterNotices>,
 }
 
 /// Counts of what one invocation did.
@@ -44,6 +62,8 @@ pub struct DeadLetterReport {
     pub records_deferred: usize,
     /// L5: records dropped after four hours of an unavailable location.
     pub records_dropped: usize,
+    /// L7: announcements enqueued (one per object per subscription of the system topic).
+    pub notices_enqueued: usize,
     pub failed_messages: usize,
 }
 
@@ -53,6 +73,7 @@ impl DeadLetterReport {
         self.records_written += other.records_written;
         self.records_deferred += other.records_deferred;
         self.records_dropped += other.records_dropped;
+        self.notices_enqueued += other.notices_enqueued;
         self.failed_messages += other.failed_messages;
     }
 }
@@ -125,6 +146,7 @@ impl DeadLetterWriter {
             records_written = report.records_written,
             records_deferred = report.records_deferred,
             records_dropped = report.records_dropped,
+            notices_enqueued = report.notices_enqueued,
             failed_messages = report.failed_messages,
             "dead-letter invocation"
         );
@@ -164,22 +186,73 @@ impl DeadLetterWriter {
             first.dead_lettered_at,
             &uuid::Uuid::new_v4().to_string(),
         );
+        let body = render_object(&records);
+        let content_length = body.len();
         match self
             .objects
-            .put_json(&first.destination.bucket, &key, render_object(&records))
+            .put_json(&first.destination.bucket, &key, body)
             .await
         {
             Ok(()) => {
                 info!(bucket = %first.destination.bucket, key = %key, records = records.len(), "dead-lettered");
                 report.objects_written = 1;
                 report.records_written = records.len();
-                (report, Vec::new())
+                let mut reasons = BTreeMap::new();
+                for entry in messages.iter().flat_map(|(_, m)| &m.entries) {
+                    *reasons.entry(entry.reason.to_string()).or_insert(0) += 1;
+                }
+                let write = DeadLetterWrite {
+                    bucket: &first.destination.bucket,
+                    key: &key,
+                    content_length,
+                    topic: &first.topic,
+                    subscription: &first.subscription,
+                    reasons,
+                };
+                match self.announce(&write, now).await {
+                    Ok(n) => {
+                        report.notices_enqueued = n;
+                        (report, Vec::new())
+                    }
+                    Err(e) => {
+                        // SQS redelivers the messages: the object is written again and announced
+                        // then (at least once).
+                        error!(error = %e, "could not announce a dead-letter write");
+                        (report, messages.iter().map(|(i, _)| *i).collect())
+                    }
+                }
             }
             Err(e) => {
                 warn!(bucket = %first.destination.bucket, error = %e, "dead-letter location unavailable");
                 self.defer_or_drop(messages, now, &mut report).await
             }
         }
+    }
+
+    /// L7: enqueues the announcement for the system topic's subscriptions. The system topic's own
+    /// dead-letters are not announced, so a failing notification subscriber cannot loop.
+    async fn announce(
+        &self,
+        write: &DeadLetterWrite<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<usize, FanOutError> {
+        let Some(notices) = &self.notices else {
+            return Ok(0);
+        };
+        if write.topic == notices.topic {
+            return Ok(0);
+        }
+        let event = dead_letter_written_event(write, &uuid::Uuid::new_v4().to_string(), now)
+            .map_err(|e| FanOutError::Encode(e.to_string()))?;
+        let done = fan_out(
+            notices.store.as_ref(),
+            notices.delivery_queue.as_ref(),
+            &notices.topic,
+            &[event],
+            now,
+        )
+        .await?;
+        Ok(done.enqueued)
     }
 
     async fn defer_or_drop(

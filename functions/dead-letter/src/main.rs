@@ -4,9 +4,15 @@
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use gridrelay_dead_letter::DeadLetterWriter;
-use gridrelay_shared::aws::{S3ObjectStore, SqsQueue, load_sdk_config, s3_client};
-use gridrelay_shared::config::{DEAD_LETTER_QUEUE_URL_ENV, required};
+use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterWriter};
+use gridrelay_shared::aws::{
+    DynamoSubscriptionStore, S3ObjectStore, SqsQueue, load_sdk_config, s3_client,
+};
+use gridrelay_shared::config::{
+    DEAD_LETTER_EVENTS_TOPIC_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, TableNames,
+    required,
+};
+use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::ports::SystemClock;
 use gridrelay_shared::time_scale::TimeScale;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
@@ -16,10 +22,11 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let scale = TimeScale::from_env()?;
     let sdk = load_sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
     let writer = Arc::new(DeadLetterWriter {
         objects: Arc::new(S3ObjectStore::new(s3_client(&sdk))),
         dead_letter_queue: Arc::new(SqsQueue::new(
-            aws_sdk_sqs::Client::new(&sdk),
+            sqs.clone(),
             required(
                 DEAD_LETTER_QUEUE_URL_ENV,
                 "the SQS queue of events to dead-letter",
@@ -27,6 +34,21 @@ async fn main() -> Result<(), Error> {
         )),
         clock: Arc::new(SystemClock),
         scale,
+        notices: Some(DeadLetterNotices {
+            store: Arc::new(DynamoSubscriptionStore::from_sdk(
+                &sdk,
+                TableNames::from_env(),
+            )),
+            delivery_queue: Arc::new(SqsQueue::new(
+                sqs,
+                required(
+                    DELIVERY_QUEUE_URL_ENV,
+                    "the SQS queue dead-letter announcements are delivered from",
+                )?,
+            )),
+            topic: std::env::var(DEAD_LETTER_EVENTS_TOPIC_ENV)
+                .unwrap_or_else(|_| DEAD_LETTER_EVENTS_TOPIC.to_string()),
+        }),
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let writer = Arc::clone(&writer);

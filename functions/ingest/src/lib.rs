@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use gridrelay_shared::message::{DeliveryMessage, QueuedEvent, pack_delivery_messages};
-use gridrelay_shared::ports::{Clock, MessageQueue, OutgoingMessage, SubscriptionStore};
+use gridrelay_shared::fan_out::fan_out;
+use gridrelay_shared::ports::{Clock, MessageQueue, SubscriptionStore};
 use gridrelay_shared::publish::{PublishError, parse_event_grid_batch};
 use gridrelay_shared::sas::verify_sas_token;
 use gridrelay_shared::subscription::Topic;
@@ -163,97 +163,36 @@ impl Ingest {
         topic: &Topic,
         events: Vec<Box<serde_json::value::RawValue>>,
     ) -> PublishResponse {
-        let subscriptions = match self.store.list_subscriptions(&topic.name).await {
-            Ok(s) => s,
+        let now = self.clock.now();
+        match fan_out(
+            self.store.as_ref(),
+            self.delivery_queue.as_ref(),
+            &topic.name,
+            &events,
+            now,
+        )
+        .await
+        {
+            Ok(done) => {
+                info!(
+                    topic = %topic.name,
+                    events = events.len(),
+                    subscriptions = done.subscriptions,
+                    enqueued = done.enqueued,
+                    messages = done.messages,
+                    "published"
+                );
+                PublishResponse::ok()
+            }
             Err(e) => {
-                error!(topic = %topic.name, error = %e, "subscription lookup failed");
-                return PublishResponse::error(
+                error!(topic = %topic.name, error = %e, "fan-out failed");
+                PublishResponse::error(
                     503,
                     "ServiceUnavailable",
-                    "subscription store unavailable; retry the request",
-                );
-            }
-        };
-        let now = self.clock.now();
-        // Events are parsed into trees only if some subscription filters on their fields.
-        let parsed: Vec<Option<serde_json::Value>> =
-            if subscriptions.iter().all(|s| s.filter.is_empty()) {
-                Vec::new()
-            } else {
-                events
-                    .iter()
-                    .map(|e| serde_json::from_str(e.get()).ok())
-                    .collect()
-            };
-        let mut outgoing = Vec::new();
-        let mut fanned_out = 0;
-        for sub in &subscriptions {
-            let template = DeliveryMessage {
-                topic: topic.name.clone(),
-                subscription: sub.name.clone(),
-                attempts: 0,
-                not_before: now,
-                last_attempt: None,
-                events: Vec::new(),
-            };
-            let queued: Vec<QueuedEvent> = events
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| {
-                    sub.filter.is_empty()
-                        || parsed[*i].as_ref().is_some_and(|v| sub.filter.matches(v))
-                })
-                .map(|(_, e)| QueuedEvent {
-                    publish_time: now,
-                    event: e.clone(),
-                })
-                .collect();
-            if queued.is_empty() {
-                continue;
-            }
-            fanned_out += queued.len();
-            for message in pack_delivery_messages(&template, queued) {
-                match message.to_body() {
-                    Ok(body) => outgoing.push(OutgoingMessage {
-                        body,
-                        delay: std::time::Duration::ZERO,
-                    }),
-                    Err(e) => {
-                        error!(error = %e, "could not encode a delivery message");
-                        return PublishResponse::error(
-                            500,
-                            "InternalServerError",
-                            "could not encode the events",
-                        );
-                    }
-                }
+                    "the events could not all be enqueued; retry the request (some may be delivered twice)",
+                )
             }
         }
-        let failures: Vec<String> = self
-            .delivery_queue
-            .send_all(&outgoing)
-            .await
-            .into_iter()
-            .filter_map(Result::err)
-            .map(|e| e.to_string())
-            .collect();
-        if let Some(first) = failures.first() {
-            error!(topic = %topic.name, failed = failures.len(), error = %first, "enqueue failed");
-            return PublishResponse::error(
-                503,
-                "ServiceUnavailable",
-                "the events could not all be enqueued; retry the request (some may be delivered twice)",
-            );
-        }
-        info!(
-            topic = %topic.name,
-            events = events.len(),
-            subscriptions = subscriptions.len(),
-            enqueued = fanned_out,
-            messages = outgoing.len(),
-            "published"
-        );
-        PublishResponse::ok()
     }
 }
 

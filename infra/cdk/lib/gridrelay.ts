@@ -122,6 +122,7 @@ export class Gridrelay extends Construct {
       GRIDRELAY_DELIVERY_QUEUE_URL: this.deliveryQueue.queueUrl,
       GRIDRELAY_DEAD_LETTER_QUEUE_URL: this.deadLetterQueue.queueUrl,
       GRIDRELAY_TIME_SCALE: props.timeScale ?? '1',
+      GRIDRELAY_DEAD_LETTER_EVENTS_TOPIC: 'gridrelay-dead-letter-events',
       RUST_LOG: 'info',
     };
     const fn = (name: string, binaryName: string, timeout: Duration, description: string) =>
@@ -155,7 +156,9 @@ export class Gridrelay extends Construct {
     allow(this.deliver, ['dynamodb:GetItem'], [this.subscriptionsTable.tableArn]);
     allow(this.deliver, ['sqs:SendMessage'], [this.deliveryQueue.queueArn, this.deadLetterQueue.queueArn]);
     allow(this.deadLetter, ['s3:PutObject'], [this.deadLetterBucket.arnForObjects('*')]);
-    allow(this.deadLetter, ['sqs:SendMessage'], [this.deadLetterQueue.queueArn]);
+    allow(this.deadLetter, ['sqs:SendMessage'], [this.deadLetterQueue.queueArn, this.deliveryQueue.queueArn]);
+    // L7: dead-letter writes are announced to the system topic's subscribers.
+    allow(this.deadLetter, ['dynamodb:Query'], [this.subscriptionsTable.tableArn]);
 
     // Event sources: ReportBatchItemFailures, so one bad message never fails its batch.
     this.deliver.addEventSource(new SqsEventSource(this.deliveryQueue, {

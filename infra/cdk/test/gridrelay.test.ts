@@ -124,9 +124,17 @@ test('least privilege: deliver consumes its queue and sends to the two queues on
   assert.ok(!g.has('s3:PutObject'), 'deliver never writes to S3');
 });
 
-test('least privilege: dead-letter writes objects in its bucket only', () => {
+test('least privilege: dead-letter writes objects in its bucket and announces them (L7)', () => {
   const g = grants(construct.deadLetter);
   const s3Actions = [...g.keys()].filter((a) => a.startsWith('s3:'));
   assert.deepEqual(s3Actions, ['s3:PutObject']);
-  assert.ok(!g.has('dynamodb:GetItem') && !g.has('dynamodb:Query'), 'dead-letter never reads tables');
+  assert.deepEqual(g.get('s3:PutObject'), [
+    { 'Fn::Join': ['', [{ 'Fn::GetAtt': [ref(construct.deadLetterBucket), 'Arn'] }, '/*']] },
+  ]);
+  assert.deepEqual(g.get('dynamodb:Query'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
+  assert.ok(!g.has('dynamodb:GetItem'), 'dead-letter never reads single records');
+  assert.deepEqual(g.get('sqs:SendMessage'), [
+    { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
+    { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] },
+  ]);
 });

@@ -1,0 +1,113 @@
+//! Fan-out: a topic's events become delivery messages for every subscription whose filter they
+//! pass, durably enqueued before anyone is told they were accepted (G1).
+//!
+//! Used by `ingest` for published events and by `dead-letter` for its notifications (L7), so
+//! both go through the same filters and the same queue.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
+
+use crate::message::{DeliveryMessage, QueuedEvent, pack_delivery_messages};
+use crate::ports::{MessageQueue, OutgoingMessage, StoreError, SubscriptionStore};
+
+/// Why a fan-out did not complete; the caller may retry (duplicates are allowed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FanOutError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("could not encode a delivery message: {0}")]
+    Encode(String),
+    #[error("{failed} of {total} delivery messages were not enqueued: {first}")]
+    Enqueue {
+        failed: usize,
+        total: usize,
+        first: String,
+    },
+}
+
+/// What a fan-out enqueued.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FanOut {
+    pub subscriptions: usize,
+    /// Events enqueued, counted once per subscription.
+    pub enqueued: usize,
+    pub messages: usize,
+}
+
+/// Enqueues `events` (raw Event Grid schema JSON) for every matching subscription of `topic`.
+pub async fn fan_out(
+    store: &dyn SubscriptionStore,
+    queue: &dyn MessageQueue,
+    topic: &str,
+    events: &[Box<RawValue>],
+    now: DateTime<Utc>,
+) -> Result<FanOut, FanOutError> {
+    let subscriptions = store.list_subscriptions(topic).await?;
+    // Events are parsed into trees only if some subscription filters on their fields.
+    let parsed: Vec<Option<serde_json::Value>> =
+        if subscriptions.iter().all(|s| s.filter.is_empty()) {
+            Vec::new()
+        } else {
+            events
+                .iter()
+                .map(|e| serde_json::from_str(e.get()).ok())
+                .collect()
+        };
+    let mut outgoing = Vec::new();
+    let mut enqueued = 0;
+    for sub in &subscriptions {
+        let queued: Vec<QueuedEvent> = events
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                sub.filter.is_empty() || parsed[*i].as_ref().is_some_and(|v| sub.filter.matches(v))
+            })
+            .map(|(_, e)| QueuedEvent {
+                publish_time: now,
+                event: e.clone(),
+            })
+            .collect();
+        if queued.is_empty() {
+            continue;
+        }
+        enqueued += queued.len();
+        let template = DeliveryMessage {
+            topic: topic.to_string(),
+            subscription: sub.name.clone(),
+            attempts: 0,
+            not_before: now,
+            last_attempt: None,
+            events: Vec::new(),
+        };
+        for message in pack_delivery_messages(&template, queued) {
+            let body = message
+                .to_body()
+                .map_err(|e| FanOutError::Encode(e.to_string()))?;
+            outgoing.push(OutgoingMessage {
+                body,
+                delay: Duration::ZERO,
+            });
+        }
+    }
+    let failures: Vec<String> = queue
+        .send_all(&outgoing)
+        .await
+        .into_iter()
+        .filter_map(Result::err)
+        .map(|e| e.to_string())
+        .collect();
+    if let Some(first) = failures.first() {
+        return Err(FanOutError::Enqueue {
+            failed: failures.len(),
+            total: outgoing.len(),
+            first: first.clone(),
+        });
+    }
+    Ok(FanOut {
+        subscriptions: subscriptions.len(),
+        enqueued,
+        messages: outgoing.len(),
+    })
+}
