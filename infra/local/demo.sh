@@ -52,6 +52,9 @@ step "Three event subscriptions: happy, flaky (503 once), broken (400, dead-lett
 "$gridrelay" event-subscription create --topic-name "$topic" --name flaky --endpoint "http://127.0.0.1:$hook_port/flaky" >/dev/null
 "$gridrelay" event-subscription create --topic-name "$topic" --name broken --endpoint "http://127.0.0.1:$hook_port/broken" \
   --deadletter-endpoint s3://gridrelay-dead-letters/demo >/dev/null
+"$gridrelay" event-subscription create --topic-name gridrelay-dead-letter-events --name "notices-$topic" \
+  --endpoint "http://127.0.0.1:$hook_port/notices" --subject-begins-with "/buckets/gridrelay-dead-letters/objects/demo/$topic/" >/dev/null
+echo "  and notices-$topic on the system topic gridrelay-dead-letter-events (dead-letter announcements)"
 "$gridrelay" event-subscription list --topic-name "$topic" | python3 -c '
 import json, sys
 for s in json.load(sys.stdin):
@@ -86,8 +89,10 @@ print(f"\n\033[1m== Dead-lettered into s3://gridrelay-dead-letters/{key}\033[0m"
 print(json.dumps(body, indent=2))
 PY
 
+sleep 1
 step "Summary"
 echo "happy:  delivered on the first attempt"
 echo "flaky:  503, retried after the (scaled) 30 s minimum, then delivered"
-echo "broken: 400 is not retried; dead-lettered after the (scaled) 5-minute delay, with the L6 fields"
+echo "broken: 400 is not retried; dead-lettered after the (scaled) 5-minute delay, with the L6 fields,"
+echo "        and the write announced on the system topic gridrelay-dead-letter-events"
 echo "Logs: .run/local.log   Stopping."

@@ -3,6 +3,7 @@
   POST /happy   answers 200
   POST /flaky   answers 503 the first time it sees an event id, 200 after
   POST /broken  answers 400 (not retried: the event is dead-lettered)
+  POST /notices answers 200 and prints the dead-letter announcements it gets (L7)
 
 Each request is printed as one line. Standard library only.
 """
@@ -20,9 +21,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("content-length", 0)))
         try:
-            ids = [e.get("id") for e in json.loads(body)]
+            events = json.loads(body)
+            ids = [e.get("id") for e in events]
         except ValueError:
-            ids = ["<unreadable>"]
+            events, ids = [], ["<unreadable>"]
+        if self.path == "/notices":
+            with lock:
+                for e in events:
+                    print(f"{time.strftime('%H:%M:%S')} subscriber /notices {e.get('eventType')}: "
+                          f"{e.get('data', {}).get('url')} ({e.get('data', {}).get('eventCount')} event)", flush=True)
+            self.send_response(200)
+            self.end_headers()
+            return
         with lock:
             code = self.answer(ids)
         self.send_response(code)
