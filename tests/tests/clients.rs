@@ -125,27 +125,20 @@ async fn bad_sas_tokens_are_refused() {
         (Some("r=x&e=y".to_string()), "malformed"),
     ];
     let http = reqwest::Client::new();
-    for (token, reason) in cases {
-        let token = token.expect("token");
-        let response = http
-            .post(url("guarded"))
+    let publish = |token: String| {
+        http.post(url("guarded"))
             .header("aeg-sas-token", token)
             .body(events("s", 1).to_string())
             .send()
-            .await
-            .expect("answer");
+    };
+    for (token, reason) in cases {
+        let response = publish(token.expect("token")).await.expect("answer");
         assert_eq!(response.status().as_u16(), 401);
         let body = response.text().await.unwrap_or_default();
         assert!(body.contains(reason), "{reason}: {body}");
     }
     let good = generate_sas_token(&url("guarded"), &topic.key2, soon).expect("token");
-    let response = http
-        .post(url("guarded"))
-        .header("aeg-sas-token", good)
-        .body(events("s", 1).to_string())
-        .send()
-        .await
-        .expect("answer");
+    let response = publish(good).await.expect("answer");
     assert_eq!(response.status().as_u16(), 200);
     sub.wait_for_requests(1, Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;

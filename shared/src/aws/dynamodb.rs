@@ -54,21 +54,29 @@ impl DynamoSubscriptionStore {
         Self::new(aws_sdk_dynamodb::Client::new(sdk), tables)
     }
 
-    async fn put_new(
+    /// Writes a record under a condition on whether its key exists; `conflict` is the error
+    /// when the condition fails.
+    async fn put_if(
         &self,
         table: &str,
         key: Item,
         doc: AttributeValue,
-        what: String,
+        exists: bool,
+        conflict: StoreError,
     ) -> Result<(), StoreError> {
         let mut item = key;
         item.insert("doc".to_string(), doc);
+        let condition = if exists {
+            "attribute_exists(#n)"
+        } else {
+            "attribute_not_exists(#n)"
+        };
         let result = self
             .client
             .put_item()
             .table_name(table)
             .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#n)")
+            .condition_expression(condition)
             .expression_attribute_names("#n", "name")
             .send()
             .await;
@@ -78,7 +86,7 @@ impl DynamoSubscriptionStore {
                 if e.as_service_error()
                     .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
             {
-                Err(StoreError::AlreadyExists(what))
+                Err(conflict)
             }
             Err(e) => Err(unavailable(e)),
         }
@@ -148,35 +156,16 @@ impl SubscriptionStore for DynamoSubscriptionStore {
 
     async fn create_topic(&self, topic: &Topic) -> Result<(), StoreError> {
         let key = HashMap::from([("name".to_string(), s(&topic.name))]);
-        let what = format!("topic {}", topic.name);
-        self.put_new(&self.tables.topics, key, encode(topic)?, what)
+        let conflict = StoreError::AlreadyExists(format!("topic {}", topic.name));
+        self.put_if(&self.tables.topics, key, encode(topic)?, false, conflict)
             .await
     }
 
     async fn replace_topic(&self, topic: &Topic) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.tables.topics)
-            .item("name", s(&topic.name))
-            .item("doc", encode(topic)?)
-            .condition_expression("attribute_exists(#n)")
-            .expression_attribute_names("#n", "name")
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Err(StoreError::Unavailable(format!(
-                    "topic {} does not exist",
-                    topic.name
-                )))
-            }
-            Err(e) => Err(unavailable(e)),
-        }
+        let key = HashMap::from([("name".to_string(), s(&topic.name))]);
+        let conflict = StoreError::Unavailable(format!("topic {} does not exist", topic.name));
+        self.put_if(&self.tables.topics, key, encode(topic)?, true, conflict)
+            .await
     }
 
     async fn delete_topic(&self, name: &str) -> Result<bool, StoreError> {
@@ -232,9 +221,18 @@ impl SubscriptionStore for DynamoSubscriptionStore {
             ("topic".to_string(), s(&sub.topic)),
             ("name".to_string(), s(&sub.name)),
         ]);
-        let what = format!("event subscription {} on topic {}", sub.name, sub.topic);
-        self.put_new(&self.tables.subscriptions, key, encode(sub)?, what)
-            .await
+        let conflict = StoreError::AlreadyExists(format!(
+            "event subscription {} on topic {}",
+            sub.name, sub.topic
+        ));
+        self.put_if(
+            &self.tables.subscriptions,
+            key,
+            encode(sub)?,
+            false,
+            conflict,
+        )
+        .await
     }
 
     async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError> {
