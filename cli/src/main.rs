@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use base64::Engine;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
 use gridrelay_shared::aws::{DynamoSubscriptionStore, load_sdk_config};
@@ -364,11 +363,6 @@ fn topic_json(topic: &Topic, publish_url: &str, with_keys: bool) -> serde_json::
     v
 }
 
-fn new_key() -> String {
-    let bytes: [u8; 32] = rand::random();
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
 async fn topic_command(
     store: &dyn SubscriptionStore,
     publish_url: &str,
@@ -376,12 +370,7 @@ async fn topic_command(
 ) -> anyhow::Result<()> {
     match cmd {
         TopicCommand::Create(TopicName { name }) => {
-            let topic = Topic {
-                name,
-                key1: new_key(),
-                key2: new_key(),
-                created_at: chrono::Utc::now(),
-            };
+            let topic = Topic::with_new_keys(&name, chrono::Utc::now());
             store.create_topic(&topic).await.map_err(store_error)?;
             print(&topic_json(&topic, publish_url, true))
         }
@@ -396,9 +385,9 @@ async fn topic_command(
         TopicCommand::Key(KeyCommand::Regenerate(RegenerateKey { name, key_name })) => {
             let mut topic = existing_topic(store, &name).await?;
             if key_name == "key1" {
-                topic.key1 = new_key();
+                topic.key1 = Topic::new_key();
             } else {
-                topic.key2 = new_key();
+                topic.key2 = Topic::new_key();
             }
             store.replace_topic(&topic).await.map_err(store_error)?;
             print(&json!({"key1": topic.key1, "key2": topic.key2}))

@@ -74,16 +74,7 @@ pub struct RunnerStats {
 
 /// L7: creates the system topic that announces dead-letter writes, so users can subscribe to it.
 pub async fn ensure_dead_letter_events_topic(store: &dyn SubscriptionStore) -> anyhow::Result<()> {
-    let key = || {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>())
-    };
-    let topic = Topic {
-        name: DEAD_LETTER_EVENTS_TOPIC.to_string(),
-        key1: key(),
-        key2: key(),
-        created_at: chrono::Utc::now(),
-    };
+    let topic = Topic::with_new_keys(DEAD_LETTER_EVENTS_TOPIC, chrono::Utc::now());
     match store.create_topic(&topic).await {
         Ok(()) | Err(StoreError::AlreadyExists(_)) => Ok(()),
         Err(e) => Err(e.into()),

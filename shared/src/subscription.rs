@@ -24,6 +24,22 @@ pub struct Topic {
 }
 
 impl Topic {
+    /// A topic with two fresh keys.
+    pub fn with_new_keys(name: &str, now: DateTime<Utc>) -> Self {
+        Self {
+            name: name.to_string(),
+            key1: Self::new_key(),
+            key2: Self::new_key(),
+            created_at: now,
+        }
+    }
+
+    /// A key as Event Grid makes them: base64 of 32 random bytes (SAS signing decodes it).
+    pub fn new_key() -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>())
+    }
+
     /// The `topic` field stamped on every event published to this topic.
     pub fn resource_id(&self) -> String {
         topic_resource_id(&self.name)

@@ -98,21 +98,7 @@ impl TestSystem {
 
     /// Creates a topic with fresh keys.
     pub async fn topic(&self, name: &str) -> Topic {
-        // Base64 of 32 random bytes, as `gridrelay topic create` makes them (SAS signing
-        // decodes the key).
-        let key = || {
-            use base64::Engine;
-            let mut bytes = [0u8; 32];
-            bytes[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-            bytes[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-            base64::engine::general_purpose::STANDARD.encode(bytes)
-        };
-        let topic = Topic {
-            name: name.to_string(),
-            key1: key(),
-            key2: key(),
-            created_at: Utc::now(),
-        };
+        let topic = Topic::with_new_keys(name, Utc::now());
         self.system
             .store
             .create_topic(&topic)
