@@ -17,7 +17,7 @@ use gridrelay_shared::config::TableNames;
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use gridrelay_shared::ports::{StoreError, SubscriptionStore};
-use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
+use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
 use serde_json::json;
 
@@ -352,7 +352,7 @@ fn print(value: &serde_json::Value) -> anyhow::Result<()> {
 fn topic_json(topic: &Topic, publish_url: &str, with_keys: bool) -> serde_json::Value {
     let mut v = json!({
         "name": topic.name,
-        "endpoint": format!("{}/topics/{}/api/events", publish_url.trim_end_matches('/'), topic.name),
+        "endpoint": format!("{}{}", publish_url.trim_end_matches('/'), publish_path(&topic.name)),
         "inputSchema": "EventGridSchema",
         "createdAt": topic.created_at,
     });

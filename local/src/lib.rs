@@ -29,7 +29,7 @@ use gridrelay_shared::config::TableNames;
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender};
 use gridrelay_shared::ports::{RandomJitter, StoreError, SubscriptionStore, SystemClock};
-use gridrelay_shared::subscription::Topic;
+use gridrelay_shared::subscription::{Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -213,7 +213,7 @@ impl LocalSystem {
 
     /// The publish endpoint of a topic.
     pub fn publish_endpoint(&self, topic: &str) -> String {
-        format!("{}/topics/{topic}/api/events", self.base_url())
+        format!("{}{}", self.base_url(), publish_path(topic))
     }
 
     pub fn stats(&self) -> RunnerStats {

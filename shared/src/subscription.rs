@@ -46,6 +46,11 @@ impl Topic {
     }
 }
 
+/// The path of a topic's publish endpoint, as Event Grid's publish protocol has it.
+pub fn publish_path(topic: &str) -> String {
+    format!("/topics/{topic}/api/events")
+}
+
 /// The resource path of a topic, as events carry it in their `topic` field (F1).
 pub fn topic_resource_id(name: &str) -> String {
     format!("/gridrelay/topics/{name}")

@@ -14,7 +14,7 @@ use gridrelay_shared::fan_out::fan_out;
 use gridrelay_shared::ports::{Clock, MessageQueue, SubscriptionStore};
 use gridrelay_shared::publish::{PublishError, parse_event_grid_batch};
 use gridrelay_shared::sas::verify_sas_token;
-use gridrelay_shared::subscription::Topic;
+use gridrelay_shared::subscription::{Topic, publish_path};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
 use subtle::ConstantTimeEq;
@@ -148,7 +148,7 @@ impl Ingest {
             (None, Some(token)) => verify_sas_token(
                 token,
                 [&topic.key1, &topic.key2],
-                &format!("/topics/{}/api/events", topic.name),
+                &publish_path(&topic.name),
                 self.clock.now(),
             )
             .map_err(|e| e.to_string()),
