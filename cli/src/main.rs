@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
 use gridrelay_shared::aws::{DynamoSubscriptionStore, load_sdk_config};
-use gridrelay_shared::config::TableNames;
+use gridrelay_shared::config::{self, TableNames};
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use gridrelay_shared::ports::{StoreError, SubscriptionStore};
@@ -32,16 +32,16 @@ struct Cli {
     #[arg(
         long,
         global = true,
-        env = "GRIDRELAY_TOPICS_TABLE",
-        default_value = "gridrelay-topics"
+        env = config::TOPICS_TABLE_ENV,
+        default_value = config::DEFAULT_TOPICS_TABLE
     )]
     topics_table: String,
     /// DynamoDB table of event subscriptions.
     #[arg(
         long,
         global = true,
-        env = "GRIDRELAY_SUBSCRIPTIONS_TABLE",
-        default_value = "gridrelay-subscriptions"
+        env = config::SUBSCRIPTIONS_TABLE_ENV,
+        default_value = config::DEFAULT_SUBSCRIPTIONS_TABLE
     )]
     subscriptions_table: String,
     /// Base URL of the publish API (API Gateway's URL on AWS, `gridrelay local`'s locally).
