@@ -223,25 +223,35 @@ impl Deliver {
         }
     }
 
-    /// Reads each distinct subscription once. `None` means it no longer exists.
+    /// Reads each distinct subscription once, all at the same time. `None` means it no longer
+    /// exists; a subscription that could not be read fails every record that needs it.
     async fn load_subscriptions(
         &self,
         messages: &[(usize, DeliveryMessage)],
         plan: &mut Plan,
     ) -> HashMap<(String, String), Option<Arc<Subscription>>> {
+        let keys: BTreeSet<(String, String)> = messages
+            .iter()
+            .map(|(_, m)| (m.topic.clone(), m.subscription.clone()))
+            .collect();
+        let lookups = keys.into_iter().map(|key| async move {
+            let result = self.store.get_subscription(&key.0, &key.1).await;
+            (key, result)
+        });
         let mut found = HashMap::new();
-        for (i, m) in messages {
-            let key = (m.topic.clone(), m.subscription.clone());
-            if found.contains_key(&key) {
-                continue;
-            }
-            match self.store.get_subscription(&m.topic, &m.subscription).await {
+        for (key, result) in futures::future::join_all(lookups).await {
+            match result {
                 Ok(s) => {
                     found.insert(key, s.map(Arc::new));
                 }
                 Err(e) => {
-                    error!(topic = %m.topic, subscription = %m.subscription, error = %e, "subscription lookup failed");
-                    plan.failed.insert(*i);
+                    error!(topic = %key.0, subscription = %key.1, error = %e, "subscription lookup failed");
+                    plan.failed.extend(
+                        messages
+                            .iter()
+                            .filter(|(_, m)| m.topic == key.0 && m.subscription == key.1)
+                            .map(|(i, _)| *i),
+                    );
                 }
             }
         }
