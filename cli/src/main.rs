@@ -17,7 +17,8 @@ use gridrelay_shared::config::{self, TableNames};
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use gridrelay_shared::ports::{StoreError, SubscriptionStore};
-use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic, publish_path};
+use gridrelay_shared::schema::{InputMapping, InputSchema};
+use gridrelay_shared::subscription::{SubscriptionRequest, Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
 use serde_json::json;
 
@@ -71,7 +72,7 @@ enum Command {
 #[derive(Subcommand)]
 enum TopicCommand {
     /// Create a topic; prints its publish endpoint and keys.
-    Create(TopicName),
+    Create(CreateTopic),
     /// Show a topic.
     Show(TopicName),
     /// List topics.
@@ -98,6 +99,45 @@ struct RegenerateKey {
     /// Which key to replace.
     #[arg(long, value_parser = ["key1", "key2"])]
     key_name: String,
+}
+
+#[derive(Args)]
+struct CreateTopic {
+    /// Topic name: 3 to 50 letters, digits and '-'.
+    #[arg(long)]
+    name: String,
+    /// What publishers send: eventgridschema (default), cloudeventschemav1_0 or
+    /// customeventschema.
+    #[arg(long)]
+    input_schema: Option<String>,
+    /// Custom schema: which field of your events fills each envelope field, as KEY=FIELD with
+    /// KEY one of id, topic, eventtime, subject, eventtype, dataversion.
+    #[arg(long, num_args = 1..)]
+    input_mapping_fields: Vec<String>,
+    /// Custom schema: values used when an event lacks the mapped field, as KEY=VALUE with KEY
+    /// one of subject, eventtype, dataversion.
+    #[arg(long, num_args = 1..)]
+    input_mapping_default_values: Vec<String>,
+}
+
+impl CreateTopic {
+    fn topic(&self) -> Result<Topic, LimitError> {
+        validate_topic_name(&self.name)?;
+        let schema = match &self.input_schema {
+            Some(s) => s.parse()?,
+            None => InputSchema::default(),
+        };
+        let mapping = (!self.input_mapping_fields.is_empty()
+            || !self.input_mapping_default_values.is_empty())
+        .then(|| {
+            InputMapping::from_pairs(
+                &self.input_mapping_fields,
+                &self.input_mapping_default_values,
+            )
+        })
+        .transpose()?;
+        Topic::with_new_keys(&self.name, chrono::Utc::now()).with_input_schema(schema, mapping)
+    }
 }
 
 #[derive(Args)]
@@ -158,6 +198,10 @@ struct CreateSubscription {
     /// Status-code classification table: Current (default) or Legacy2019.
     #[arg(long)]
     status_table: Option<String>,
+    /// The schema the endpoint receives: eventgridschema, cloudeventschemav1_0 or
+    /// custominputschema (default: the topic's input schema).
+    #[arg(long)]
+    event_delivery_schema: Option<String>,
     /// Deliver only these event types (case-insensitive).
     #[arg(long, num_args = 1..)]
     included_event_types: Option<Vec<String>>,
@@ -233,6 +277,10 @@ fn flag_of(field: &str) -> &str {
         "topic name" => "--topic-name / --name",
         "event subscription name" => "--name",
         "includedEventTypes" => "--included-event-types",
+        "inputSchema" => "--input-schema",
+        "inputMappingFields" => "--input-mapping-fields",
+        "inputMappingDefaultValues" => "--input-mapping-default-values",
+        "eventDeliverySchema" => "--event-delivery-schema",
         f if f.starts_with("advancedFilter") => "--advanced-filter",
         other => other,
     }
@@ -306,33 +354,39 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Local(args) => run_local(args).await,
         Command::Topic(cmd) => {
-            if let TopicCommand::Create(t) | TopicCommand::Show(t) | TopicCommand::Delete(t) = &cmd
-            {
+            if let TopicCommand::Show(t) | TopicCommand::Delete(t) = &cmd {
                 validate_topic_name(&t.name).map_err(invalid)?;
             }
+            let new_topic = match &cmd {
+                TopicCommand::Create(c) => Some(c.topic().map_err(invalid)?),
+                _ => None,
+            };
             let store = open_store(tables).await;
-            topic_command(store.as_ref(), &cli.publish_url, cmd).await
+            topic_command(store.as_ref(), &cli.publish_url, cmd, new_topic).await
         }
         Command::EventSubscription(cmd) => {
             let request = match &cmd {
-                SubscriptionCommand::Create(c) => Some(
-                    SubscriptionRequest {
-                        topic: c.topic_name.clone(),
-                        name: c.name.clone(),
-                        endpoint: c.endpoint.clone(),
-                        max_events_per_batch: c.max_events_per_batch,
-                        preferred_batch_size_in_kilobytes: c.preferred_batch_size_in_kilobytes,
-                        max_delivery_attempts: c.max_delivery_attempts,
-                        event_ttl_minutes: c.event_ttl,
-                        dead_letter_destination: c.deadletter_endpoint.clone(),
-                        status_table: c.status_table.clone(),
-                        filter: c.filter().map_err(invalid)?,
-                    }
-                    .validate(chrono::Utc::now())
-                    .map_err(invalid)?,
-                ),
+                SubscriptionCommand::Create(c) => Some(SubscriptionRequest {
+                    topic: c.topic_name.clone(),
+                    name: c.name.clone(),
+                    endpoint: c.endpoint.clone(),
+                    max_events_per_batch: c.max_events_per_batch,
+                    preferred_batch_size_in_kilobytes: c.preferred_batch_size_in_kilobytes,
+                    max_delivery_attempts: c.max_delivery_attempts,
+                    event_ttl_minutes: c.event_ttl,
+                    dead_letter_destination: c.deadletter_endpoint.clone(),
+                    status_table: c.status_table.clone(),
+                    filter: c.filter().map_err(invalid)?,
+                    event_delivery_schema: c.event_delivery_schema.clone(),
+                }),
                 _ => None,
             };
+            if let Some(r) = &request {
+                // Everything that does not depend on the topic, before the store is opened
+                // (a custom-schema topic takes every delivery schema).
+                r.validate(InputSchema::CustomEventSchema, chrono::Utc::now())
+                    .map_err(invalid)?;
+            }
             let store = open_store(tables).await;
             subscription_command(store.as_ref(), cmd, request).await
         }
@@ -353,9 +407,12 @@ fn topic_json(topic: &Topic, publish_url: &str, with_keys: bool) -> serde_json::
     let mut v = json!({
         "name": topic.name,
         "endpoint": format!("{}{}", publish_url.trim_end_matches('/'), publish_path(&topic.name)),
-        "inputSchema": "EventGridSchema",
+        "inputSchema": topic.input_schema,
         "createdAt": topic.created_at,
     });
+    if let Some(mapping) = &topic.input_mapping {
+        v["inputMapping"] = json!(mapping);
+    }
     if with_keys {
         v["key1"] = json!(topic.key1);
         v["key2"] = json!(topic.key2);
@@ -367,10 +424,11 @@ async fn topic_command(
     store: &dyn SubscriptionStore,
     publish_url: &str,
     cmd: TopicCommand,
+    new_topic: Option<Topic>,
 ) -> anyhow::Result<()> {
     match cmd {
-        TopicCommand::Create(TopicName { name }) => {
-            let topic = Topic::with_new_keys(&name, chrono::Utc::now());
+        TopicCommand::Create(_) => {
+            let topic = new_topic.context("topic was not validated")?;
             store.create_topic(&topic).await.map_err(store_error)?;
             print(&topic_json(&topic, publish_url, true))
         }
@@ -429,11 +487,14 @@ async fn existing_topic(store: &dyn SubscriptionStore, name: &str) -> anyhow::Re
 async fn subscription_command(
     store: &dyn SubscriptionStore,
     cmd: SubscriptionCommand,
-    validated: Option<Subscription>,
+    request: Option<SubscriptionRequest>,
 ) -> anyhow::Result<()> {
-    match (cmd, validated) {
-        (SubscriptionCommand::Create(_), Some(sub)) => {
-            existing_topic(store, &sub.topic).await?;
+    match (cmd, request) {
+        (SubscriptionCommand::Create(_), Some(request)) => {
+            let topic = existing_topic(store, &request.topic).await?;
+            let sub = request
+                .validate(topic.input_schema, chrono::Utc::now())
+                .map_err(invalid)?;
             store.create_subscription(&sub).await.map_err(store_error)?;
             print(&serde_json::to_value(&sub)?)
         }

@@ -37,7 +37,8 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
         "--endpoint",
         "http://127.0.0.1:9/hook",
     ];
-    let cases: [(&str, &str, &str); 10] = [
+    let cases: [(&str, &str, &str); 11] = [
+        ("--event-delivery-schema", "xml", "custominputschema"),
         ("--max-events-per-batch", "0", "1 to 5000"),
         ("--max-events-per-batch", "5001", "1 to 5000"),
         ("--preferred-batch-size-in-kilobytes", "1025", "1 to 1024"),
@@ -66,6 +67,36 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
         assert!(err.contains(flag), "names the flag: {err}");
         assert!(err.contains(value), "names the value: {err}");
         assert!(err.contains(range), "names the range: {err}");
+    }
+    let topic_cases: [(&[&str], &str, &str); 3] = [
+        (
+            &["--input-schema", "yaml"],
+            "--input-schema",
+            "customeventschema",
+        ),
+        (
+            &[
+                "--input-schema",
+                "customeventschema",
+                "--input-mapping-fields",
+                "color=c",
+            ],
+            "--input-mapping-fields",
+            "eventtype",
+        ),
+        (
+            &["--input-mapping-default-values", "subject=s"],
+            "--input-mapping-fields",
+            "only with inputSchema customeventschema",
+        ),
+    ];
+    for (extra, flag, allowed) in topic_cases {
+        let mut args = vec!["topic", "create", "--name", "orders"];
+        args.extend(extra);
+        let out = gridrelay(&args, None);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag) && err.contains(allowed), "{err}");
     }
 }
 
@@ -145,6 +176,46 @@ async fn topic_and_subscription_lifecycle_c1() {
         tables,
     );
     assert!(stderr(&missing_topic).contains("topic nope does not exist"));
+
+    // F2: a CloudEvents topic's subscriptions cannot ask for the Event Grid schema.
+    let ce_topic = json(&gridrelay(
+        &[
+            "topic",
+            "create",
+            "--name",
+            "ce-orders",
+            "--input-schema",
+            "CloudEventSchemaV1_0",
+        ],
+        tables,
+    ));
+    assert_eq!(ce_topic["inputSchema"], "CloudEventSchemaV1_0");
+    let mismatch = gridrelay(
+        &[
+            "event-subscription",
+            "create",
+            "--topic-name",
+            "ce-orders",
+            "--name",
+            "eg-sub",
+            "--endpoint",
+            "http://h/x",
+            "--event-delivery-schema",
+            "eventgridschema",
+        ],
+        tables,
+    );
+    assert_eq!(mismatch.status.code(), Some(2));
+    assert!(
+        stderr(&mismatch).contains("--event-delivery-schema")
+            && stderr(&mismatch).contains("CloudEventSchemaV1_0"),
+        "{}",
+        stderr(&mismatch)
+    );
+    json(&gridrelay(
+        &["topic", "delete", "--name", "ce-orders"],
+        tables,
+    ));
 
     let shown = json(&gridrelay(
         &[

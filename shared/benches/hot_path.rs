@@ -98,6 +98,7 @@ fn main() {
     let template = DeliveryMessage {
         topic: "orders".into(),
         subscription: "audit".into(),
+        schema: Default::default(),
         attempts: 1,
         not_before: Utc::now(),
         last_attempt: None,

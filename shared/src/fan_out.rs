@@ -11,6 +11,7 @@ use serde_json::value::RawValue;
 
 use crate::message::{DeliveryMessage, QueuedEvent, pack_delivery_messages};
 use crate::ports::{MessageQueue, OutgoingMessage, StoreError, SubscriptionStore};
+use crate::schema::{DeliverySchema, InputSchema, to_delivery_form};
 
 /// Why a fan-out did not complete; the caller may retry (duplicates are allowed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,15 +37,37 @@ pub struct FanOut {
     pub messages: usize,
 }
 
-/// Enqueues `events` (raw Event Grid schema JSON) for every matching subscription of `topic`.
+/// Enqueues `events` (raw JSON, as kept for the topic's `input` schema) for every matching
+/// subscription of `topic`, each turned into the schema its subscription receives.
 pub async fn fan_out(
     store: &dyn SubscriptionStore,
     queue: &dyn MessageQueue,
     topic: &str,
+    input: InputSchema,
     events: &[Box<RawValue>],
     now: DateTime<Utc>,
 ) -> Result<FanOut, FanOutError> {
-    let subscriptions = store.list_subscriptions(topic).await?;
+    let subscriptions: Vec<_> = store
+        .list_subscriptions(topic)
+        .await?
+        .into_iter()
+        .filter(|s| s.delivers())
+        .collect();
+    let fields = input.filter_fields();
+    // Each event in each delivery schema some subscription wants, converted once.
+    let mut converted: std::collections::HashMap<DeliverySchema, Vec<Box<RawValue>>> =
+        std::collections::HashMap::new();
+    for schema in subscriptions.iter().map(|s| s.event_delivery_schema) {
+        if converted.contains_key(&schema) {
+            continue;
+        }
+        let forms = events
+            .iter()
+            .map(|e| to_delivery_form(e, input, schema))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| FanOutError::Encode(e.to_string()))?;
+        converted.insert(schema, forms);
+    }
     // Events are parsed into trees only if some subscription filters on their fields.
     let parsed: Vec<Option<serde_json::Value>> =
         if subscriptions.iter().all(|s| s.filter.is_empty()) {
@@ -58,11 +81,17 @@ pub async fn fan_out(
     let mut outgoing = Vec::new();
     let mut enqueued = 0;
     for sub in &subscriptions {
-        let queued: Vec<QueuedEvent> = events
+        let Some(forms) = converted.get(&sub.event_delivery_schema) else {
+            continue;
+        };
+        let queued: Vec<QueuedEvent> = forms
             .iter()
             .enumerate()
             .filter(|(i, _)| {
-                sub.filter.is_empty() || parsed[*i].as_ref().is_some_and(|v| sub.filter.matches(v))
+                sub.filter.is_empty()
+                    || parsed[*i]
+                        .as_ref()
+                        .is_some_and(|v| sub.filter.matches(v, fields))
             })
             .map(|(_, e)| QueuedEvent {
                 publish_time: now,
@@ -76,6 +105,7 @@ pub async fn fan_out(
         let template = DeliveryMessage {
             topic: topic.to_string(),
             subscription: sub.name.clone(),
+            schema: sub.event_delivery_schema,
             attempts: 0,
             not_before: now,
             last_attempt: None,

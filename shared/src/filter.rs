@@ -9,6 +9,9 @@
 //!   String comparisons are case-insensitive. When the key's value is an array, a positive
 //!   operator matches if any element matches, a `Not` operator if no element matches the
 //!   positive form. A missing key matches only `IsNullOrUndefined` and the `Not` operators.
+//! - Filters read events in their topic's input schema: for CloudEvents topics the event type is
+//!   `type`, and advanced filter keys are CloudEvents attribute names (`source`, `type`, an
+//!   extension, `data.…`); custom-schema events are filtered on their mapped envelope.
 //!
 //! Pure: validated when a subscription is created, evaluated on ingest for each event.
 
@@ -16,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::limits::LimitError;
+use crate::schema::FilterFields;
 
 /// Event Grid's limit of advanced filters per subscription.
 pub const MAX_ADVANCED_FILTERS: usize = 25;
@@ -298,11 +302,12 @@ impl EventFilter {
             && self.advanced_filters.is_empty()
     }
 
-    /// Whether an event (Event Grid schema, parsed) passes this filter.
-    pub fn matches(&self, event: &Value) -> bool {
+    /// Whether an event (parsed, in its topic's input schema) passes this filter; `fields`
+    /// says where that schema keeps the event type and subject (`type` for CloudEvents).
+    pub fn matches(&self, event: &Value, fields: FilterFields) -> bool {
         if let Some(types) = &self.included_event_types {
             let event_type = event
-                .get("eventType")
+                .get(fields.event_type)
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             if !types.iter().any(|t| t.eq_ignore_ascii_case(event_type)) {
@@ -310,7 +315,7 @@ impl EventFilter {
             }
         }
         let subject = event
-            .get("subject")
+            .get(fields.subject)
             .and_then(Value::as_str)
             .unwrap_or_default();
         let fold = |s: &str| {
@@ -362,24 +367,34 @@ mod tests {
             included_event_types: Some(vec!["storage.blobcreated".into()]),
             ..EventFilter::default()
         };
-        assert!(types.matches(&e));
+        assert!(types.matches(&e, FilterFields::default()));
         let other = EventFilter {
             included_event_types: Some(vec!["Storage.BlobDeleted".into()]),
             ..EventFilter::default()
         };
-        assert!(!other.matches(&e));
+        assert!(!other.matches(&e, FilterFields::default()));
         let prefix = EventFilter {
             subject_begins_with: Some("/blobs/photos".into()),
             subject_ends_with: Some(".jpg".into()),
             ..EventFilter::default()
         };
-        assert!(prefix.matches(&e), "case-insensitive by default");
+        assert!(
+            prefix.matches(&e, FilterFields::default()),
+            "case-insensitive by default"
+        );
         let sensitive = EventFilter {
             is_subject_case_sensitive: true,
             ..prefix.clone()
         };
-        assert!(!sensitive.matches(&e));
-        assert!(EventFilter::default().matches(&e));
+        assert!(!sensitive.matches(&e, FilterFields::default()));
+        assert!(EventFilter::default().matches(&e, FilterFields::default()));
+
+        // F2: a CloudEvents topic's events are filtered on `type`.
+        let cloud_event = json!({"type": "Storage.BlobCreated", "subject": "/blobs/photos/a.jpg"});
+        let ce_fields = crate::schema::InputSchema::CloudEventSchemaV1_0.filter_fields();
+        assert!(types.matches(&cloud_event, ce_fields));
+        assert!(!types.matches(&cloud_event, FilterFields::default()));
+        assert!(prefix.matches(&cloud_event, ce_fields));
     }
 
     /// Every operator, matching and not matching.

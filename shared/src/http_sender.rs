@@ -43,10 +43,10 @@ impl EventSender for HttpEventSender {
             .client
             .post(&request.endpoint)
             .timeout(self.timeout)
-            .header("content-type", "application/json")
+            .header("content-type", request.content_type)
             .body(request.body);
         for (name, value) in &request.headers {
-            builder = builder.header(*name, value);
+            builder = builder.header(name, value);
         }
         match builder.send().await {
             Ok(response) => {

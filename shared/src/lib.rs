@@ -28,5 +28,6 @@ pub mod ports;
 pub mod publish;
 pub mod sas;
 pub mod schedule;
+pub mod schema;
 pub mod subscription;
 pub mod time_scale;

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 
 use crate::classify::DeliveryOutcome;
 use crate::decision::DeadLetterReason;
+use crate::schema::DeliverySchema;
 use crate::subscription::DeadLetterDestination;
 
 /// SQS's limit on one message and on one SendMessageBatch request is 256 KiB; stay under it
@@ -46,6 +47,9 @@ pub struct AttemptRecord {
 pub struct DeliveryMessage {
     pub topic: String,
     pub subscription: String,
+    /// The schema the events are in (fan-out converted them to the subscription's).
+    #[serde(default)]
+    pub schema: DeliverySchema,
     /// Attempts already made for these events.
     pub attempts: u32,
     /// No attempt before this time.
@@ -124,6 +128,9 @@ pub struct DeadLetterEntry {
 pub struct DeadLetterMessage {
     pub topic: String,
     pub subscription: String,
+    /// The schema the events are in: it decides the names of the L6 fields.
+    #[serde(default)]
+    pub schema: DeliverySchema,
     pub destination: DeadLetterDestination,
     /// When delivery gave up; the object's hour folder comes from it.
     pub dead_lettered_at: DateTime<Utc>,
@@ -174,6 +181,7 @@ mod tests {
         DeliveryMessage {
             topic: "t".repeat(50),
             subscription: "s".repeat(64),
+            schema: DeliverySchema::CloudEventSchemaV1_0,
             attempts: 29,
             not_before: Utc::now(),
             last_attempt: Some(AttemptRecord {

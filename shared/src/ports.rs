@@ -81,8 +81,9 @@ pub trait ObjectStore: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct DeliveryRequest {
     pub endpoint: String,
+    pub content_type: &'static str,
     pub body: String,
-    pub headers: Vec<(&'static str, String)>,
+    pub headers: Vec<(String, String)>,
 }
 
 /// Subscriber endpoints (HTTP).

@@ -12,6 +12,7 @@ use crate::limits::{
     EVENT_TTL_MINUTES, LimitError, MAX_DELIVERY_ATTEMPTS, MAX_EVENTS_PER_BATCH,
     PREFERRED_BATCH_SIZE_KB, check_range, validate_subscription_name, validate_topic_name,
 };
+use crate::schema::{DeliverySchema, InputMapping, InputSchema};
 
 /// A topic: a named publish endpoint with two keys (either one authorizes a publish).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,6 +21,12 @@ pub struct Topic {
     pub name: String,
     pub key1: String,
     pub key2: String,
+    /// What publishers send (F1, F2, F3).
+    #[serde(default)]
+    pub input_schema: InputSchema,
+    /// F3: how custom events fill the Event Grid envelope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_mapping: Option<InputMapping>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -30,8 +37,29 @@ impl Topic {
             name: name.to_string(),
             key1: Self::new_key(),
             key2: Self::new_key(),
+            input_schema: InputSchema::default(),
+            input_mapping: None,
             created_at: now,
         }
+    }
+
+    /// Sets the input schema and, for the custom schema, its mapping; a mapping for another
+    /// schema is refused.
+    pub fn with_input_schema(
+        mut self,
+        schema: InputSchema,
+        mapping: Option<InputMapping>,
+    ) -> Result<Self, LimitError> {
+        if mapping.is_some() && schema != InputSchema::CustomEventSchema {
+            return Err(LimitError::new(
+                "inputMappingFields",
+                format!("a mapping for inputSchema {schema}"),
+                "mappings only with inputSchema customeventschema",
+            ));
+        }
+        self.input_schema = schema;
+        self.input_mapping = mapping;
+        Ok(self)
     }
 
     /// A key as Event Grid makes them: base64 of 32 random bytes (SAS signing decodes it).
@@ -202,7 +230,17 @@ pub struct Subscription {
     /// Which events this subscription receives.
     #[serde(default)]
     pub filter: EventFilter,
+    /// The schema its endpoint receives events in.
+    #[serde(default)]
+    pub event_delivery_schema: DeliverySchema,
     pub created_at: DateTime<Utc>,
+}
+
+impl Subscription {
+    /// Whether events are delivered to it.
+    pub fn delivers(&self) -> bool {
+        true
+    }
 }
 
 /// What a user asks for when creating a subscription, before validation.
@@ -218,15 +256,27 @@ pub struct SubscriptionRequest {
     pub dead_letter_destination: Option<String>,
     pub status_table: Option<String>,
     pub filter: EventFilter,
+    /// Defaults to the topic's input schema.
+    pub event_delivery_schema: Option<String>,
 }
 
 impl SubscriptionRequest {
-    /// Validates every field and builds the subscription record.
-    pub fn validate(&self, now: DateTime<Utc>) -> Result<Subscription, LimitError> {
+    /// Validates every field and builds the subscription record, for a topic whose events
+    /// are in `input`.
+    pub fn validate(
+        &self,
+        input: InputSchema,
+        now: DateTime<Utc>,
+    ) -> Result<Subscription, LimitError> {
         validate_topic_name(&self.topic)?;
         validate_subscription_name(&self.name)?;
         let endpoint = validate_endpoint(&self.endpoint)?;
         self.filter.validate()?;
+        let event_delivery_schema = match &self.event_delivery_schema {
+            Some(s) => s.parse::<DeliverySchema>()?,
+            None => input.default_delivery(),
+        };
+        event_delivery_schema.check_compatible(input)?;
         Ok(Subscription {
             topic: self.topic.clone(),
             name: self.name.clone(),
@@ -249,6 +299,7 @@ impl SubscriptionRequest {
                 None => StatusTableName::default(),
             },
             filter: self.filter.clone(),
+            event_delivery_schema,
             created_at: now,
         })
     }

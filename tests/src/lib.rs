@@ -16,6 +16,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use chrono::Utc;
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig, RunnerStats};
+use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
 use gridrelay_shared::time_scale::TimeScale;
 use serde_json::{Value, json};
@@ -98,7 +99,20 @@ impl TestSystem {
 
     /// Creates a topic with fresh keys.
     pub async fn topic(&self, name: &str) -> Topic {
-        let topic = Topic::with_new_keys(name, Utc::now());
+        self.topic_with_schema(name, InputSchema::EventGridSchema, None)
+            .await
+    }
+
+    /// Creates a topic that takes `schema` (with `mapping` for the custom schema).
+    pub async fn topic_with_schema(
+        &self,
+        name: &str,
+        schema: InputSchema,
+        mapping: Option<InputMapping>,
+    ) -> Topic {
+        let topic = Topic::with_new_keys(name, Utc::now())
+            .with_input_schema(schema, mapping)
+            .expect("valid input schema");
         self.system
             .store
             .create_topic(&topic)
@@ -109,7 +123,16 @@ impl TestSystem {
 
     /// Validates and stores a subscription, as `gridrelay event-subscription create` does.
     pub async fn subscribe(&self, request: SubscriptionRequest) -> Subscription {
-        let sub = request.validate(Utc::now()).expect("valid subscription");
+        let topic = self
+            .system
+            .store
+            .get_topic(&request.topic)
+            .await
+            .expect("topic store answers")
+            .expect("topic exists");
+        let sub = request
+            .validate(topic.input_schema, Utc::now())
+            .expect("valid subscription");
         self.system
             .store
             .create_subscription(&sub)
@@ -130,15 +153,26 @@ impl TestSystem {
         key: Option<&str>,
         body: Vec<u8>,
     ) -> (u16, String) {
+        self.publish_with_headers(topic, key, &[("content-type", "application/json")], body)
+            .await
+    }
+
+    /// POSTs `body` with the given headers (content type, `ce-*`…) and `key`.
+    pub async fn publish_with_headers(
+        &self,
+        topic: &str,
+        key: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> (u16, String) {
         let url = format!(
             "{}?api-version=2018-01-01",
             self.system.publish_endpoint(topic)
         );
-        let mut request = self
-            .http
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body);
+        let mut request = self.http.post(url).body(body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         if let Some(k) = key {
             request = request.header("aeg-sas-key", k);
         }
@@ -292,6 +326,9 @@ pub enum Reply {
 pub struct Received {
     pub at: Instant,
     pub headers: HeaderMap,
+    /// The body as sent.
+    pub body: String,
+    /// The events: the array's elements, or the one object (a structured CloudEvent).
     pub events: Vec<Value>,
     pub reply: Reply,
 }
@@ -387,8 +424,11 @@ async fn receive(
     body: String,
 ) -> StatusCode {
     let at = Instant::now();
-    let events: Vec<Value> =
-        serde_json::from_str(&body).unwrap_or_else(|_| vec![json!({"unparsed": body})]);
+    let events: Vec<Value> = match serde_json::from_str(&body) {
+        Ok(Value::Array(items)) => items,
+        Ok(object @ Value::Object(_)) => vec![object],
+        _ => vec![json!({"unparsed": body})],
+    };
     let reply = {
         let mut s = state.lock().expect("subscriber state");
         let reply = s
@@ -399,6 +439,7 @@ async fn receive(
         s.received.push(Received {
             at,
             headers,
+            body,
             events,
             reply,
         });

@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cloudevents::AttributesReader;
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
 use gridrelay_shared::sas::generate_sas_token;
+use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::subscription::SubscriptionRequest;
 
 /// The project's virtualenv Python, where `make test` installs `azure-eventgrid`.
@@ -19,10 +21,16 @@ fn venv_python() -> PathBuf {
 }
 
 /// Publishes `count` events to topic `sdk` with Microsoft's SDK, authenticating by `mode`
-/// (`key` or `sas`), and returns the subjects the subscriber received.
+/// (`key` or `sas`; `cloudevents` sends CloudEvents with the key to a CloudEvents topic), and
+/// returns the subjects the subscriber received.
 async fn publish_with_sdk(mode: &str) -> Vec<String> {
     let sys = TestSystem::start(0.01).await;
-    let topic = sys.topic("sdk").await;
+    let schema = if mode == "cloudevents" {
+        InputSchema::CloudEventSchemaV1_0
+    } else {
+        InputSchema::EventGridSchema
+    };
+    let topic = sys.topic_with_schema("sdk", schema, None).await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
     sys.subscribe(SubscriptionRequest {
         max_events_per_batch: Some(10),
@@ -58,6 +66,19 @@ async fn publish_with_sdk(mode: &str) -> Vec<String> {
     })
     .await;
     let events: Vec<_> = sub.received().into_iter().flat_map(|r| r.events).collect();
+    if schema == InputSchema::CloudEventSchemaV1_0 {
+        let mut subjects = Vec::new();
+        for e in events {
+            let event: cloudevents::Event =
+                serde_json::from_value(e).expect("the CloudEvents SDK reads the event");
+            assert_eq!(event.ty(), "Contoso.Items.ItemReceived");
+            assert_eq!(event.source().to_string(), "/contoso/doors");
+            subjects.push(event.subject().unwrap_or_default().to_string());
+        }
+        subjects.sort();
+        sys.shutdown().await;
+        return subjects;
+    }
     for e in &events {
         assert_eq!(e["eventType"], "Contoso.Items.ItemReceived");
         assert_eq!(e["dataVersion"], "2.0");
@@ -89,6 +110,16 @@ async fn azure_event_grid_sdk_publishes_unmodified_f1() {
 async fn azure_event_grid_sdk_publishes_with_a_sas_token() {
     assert_eq!(
         publish_with_sdk("sas").await,
+        vec!["door/0", "door/1", "door/2", "door/3"]
+    );
+}
+
+/// F2: the SDK's `CloudEvent`s (sent as `application/cloudevents-batch+json`) publish to a
+/// CloudEvents topic without changes and reach a CloudEvents subscriber intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_event_grid_sdk_publishes_cloud_events_f2() {
+    assert_eq!(
+        publish_with_sdk("cloudevents").await,
         vec!["door/0", "door/1", "door/2", "door/3"]
     );
 }

@@ -51,7 +51,10 @@ async fn delivers_every_event_to_every_subscription_in_bounded_batches_g1_b1_b2(
     assert_eq!(first.header("aeg-event-type"), Some("Notification"));
     assert_eq!(first.header("aeg-subscription-name"), Some("batched"));
     assert_eq!(first.header("aeg-delivery-count"), Some("0"));
-    assert_eq!(first.header("content-type"), Some("application/json"));
+    assert_eq!(
+        first.header("content-type"),
+        Some("application/json; charset=utf-8")
+    );
     let e = &first.events[0];
     assert_eq!(e["topic"], "/gridrelay/topics/orders");
     assert_eq!(e["metadataVersion"], "1");

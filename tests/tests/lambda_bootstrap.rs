@@ -210,7 +210,7 @@ impl Setup {
     /// Stores subscription `sub-1` on topic `boot`, delivering to `endpoint`.
     async fn subscribe(&self, endpoint: &str) {
         let sub = subscription("boot", "sub-1", endpoint)
-            .validate(Utc::now())
+            .validate(Default::default(), Utc::now())
             .expect("valid");
         self.store
             .create_subscription(&sub)
@@ -302,10 +302,9 @@ fn sqs_event(records: &[(&str, String)]) -> Value {
 async fn ingest_bootstrap_serves_api_gateway_events() {
     let s = setup().await;
     let topic = Topic {
-        name: "boot".into(),
         key1: "k1-secret".into(),
         key2: "k2-secret".into(),
-        created_at: Utc::now(),
+        ..Topic::with_new_keys("boot", Utc::now())
     };
     s.store.create_topic(&topic).await.expect("topic");
     s.subscribe("http://127.0.0.1:9/hook").await;

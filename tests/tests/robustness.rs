@@ -157,6 +157,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
     let good = DeliveryMessage {
         topic: "direct".into(),
         subscription: "sub-1".into(),
+        schema: Default::default(),
         attempts: 0,
         not_before: chrono::Utc::now(),
         last_attempt: None,

@@ -32,6 +32,7 @@ use gridrelay_shared::ports::{
     Clock, DeliveryRequest, EventSender, Jitter, MessageQueue, OutgoingMessage, SubscriptionStore,
 };
 use gridrelay_shared::schedule::RetrySchedule;
+use gridrelay_shared::schema::{DeliverySchema, delivery_body};
 use gridrelay_shared::subscription::Subscription;
 use gridrelay_shared::time_scale::TimeScale;
 use tracing::{error, info, warn};
@@ -126,6 +127,7 @@ struct Pending {
 /// Events of one subscription with the same attempt count: they can share a batch.
 struct Group {
     subscription: Arc<Subscription>,
+    schema: DeliverySchema,
     attempts: u32,
     events: Vec<Pending>,
 }
@@ -267,7 +269,7 @@ impl Deliver {
     ) -> Vec<Group> {
         let now = self.clock.now();
         let mut groups: Vec<Group> = Vec::new();
-        let mut index: HashMap<(String, String, u32), usize> = HashMap::new();
+        let mut index: HashMap<(String, String, DeliverySchema, u32), usize> = HashMap::new();
         for (i, mut message) in messages {
             if plan.failed.contains(&i) {
                 continue;
@@ -308,7 +310,13 @@ impl Deliver {
                         )
                     })
                     .collect();
-                self.give_up(subscription, entries, BTreeSet::from([i]), plan);
+                self.give_up(
+                    subscription,
+                    message.schema,
+                    entries,
+                    BTreeSet::from([i]),
+                    plan,
+                );
             }
             if live.is_empty() {
                 continue;
@@ -317,11 +325,13 @@ impl Deliver {
                 .entry((
                     message.topic.clone(),
                     message.subscription.clone(),
+                    message.schema,
                     message.attempts,
                 ))
                 .or_insert_with(|| {
                     groups.push(Group {
                         subscription: Arc::clone(subscription),
+                        schema: message.schema,
                         attempts: message.attempts,
                         events: Vec::new(),
                     });
@@ -353,7 +363,7 @@ impl Deliver {
         futures::stream::iter(batches)
             .map(|(g, events)| async move {
                 let group = &groups[g];
-                let request = delivery_request(&group.subscription, group.attempts, &events);
+                let request = delivery_request(group, &events);
                 let time = self.clock.now();
                 let result = self.sender.send(request).await;
                 Attempted {
@@ -415,6 +425,7 @@ impl Deliver {
                     let template = DeliveryMessage {
                         topic: sub.topic.clone(),
                         subscription: sub.name.clone(),
+                        schema: group.schema,
                         attempts: attempts_made,
                         not_before: at,
                         last_attempt: Some(record),
@@ -432,7 +443,7 @@ impl Deliver {
                         .into_iter()
                         .map(|p| dead_letter_entry(p.event, reason, attempts_made, Some(record)))
                         .collect();
-                    self.give_up(sub, entries, records, plan);
+                    self.give_up(sub, group.schema, entries, records, plan);
                 }
             }
         }
@@ -442,6 +453,7 @@ impl Deliver {
     fn give_up(
         &self,
         sub: &Subscription,
+        schema: DeliverySchema,
         entries: Vec<DeadLetterEntry>,
         records: BTreeSet<usize>,
         plan: &mut Plan,
@@ -465,6 +477,7 @@ impl Deliver {
         let template = DeadLetterMessage {
             topic: sub.topic.clone(),
             subscription: sub.name.clone(),
+            schema,
             destination: destination.clone(),
             dead_lettered_at: self.clock.now(),
             first_write_failure: None,
@@ -530,35 +543,19 @@ fn dead_letter_entry(
     }
 }
 
-/// The request for one batch: a JSON array of the raw events, with Event Grid's headers.
-fn delivery_request(
-    sub: &Subscription,
-    attempts_before: u32,
-    events: &[Pending],
-) -> DeliveryRequest {
-    let mut body = String::with_capacity(
-        events
-            .iter()
-            .map(|p| p.event.event.get().len() + 1)
-            .sum::<usize>()
-            + 2,
-    );
-    body.push('[');
-    for (i, p) in events.iter().enumerate() {
-        if i > 0 {
-            body.push(',');
-        }
-        body.push_str(p.event.event.get());
-    }
-    body.push(']');
+/// The request for one batch, in the subscription's schema, with Event Grid's headers.
+fn delivery_request(group: &Group, events: &[Pending]) -> DeliveryRequest {
+    let sub = &group.subscription;
+    let (content_type, body) = delivery_body(events.iter().map(|p| &*p.event.event), group.schema);
     DeliveryRequest {
         endpoint: sub.endpoint.clone(),
+        content_type,
         body,
         headers: vec![
-            ("aeg-event-type", "Notification".to_string()),
-            ("aeg-subscription-name", sub.name.clone()),
-            ("aeg-delivery-count", attempts_before.to_string()),
-            ("aeg-metadata-version", "1".to_string()),
+            ("aeg-event-type".into(), "Notification".to_string()),
+            ("aeg-subscription-name".into(), sub.name.clone()),
+            ("aeg-delivery-count".into(), group.attempts.to_string()),
+            ("aeg-metadata-version".into(), "1".to_string()),
         ],
     }
 }

@@ -1,7 +1,8 @@
 //! The `ingest` function: Event Grid's publish endpoint.
 //!
-//! `POST /topics/{topic}/api/events?api-version=2018-01-01` with an `aeg-sas-key` header and an
-//! Event Grid schema JSON array (F1). The request is checked completely before anything is
+//! `POST /topics/{topic}/api/events?api-version=2018-01-01` with an `aeg-sas-key` (or
+//! `aeg-sas-token`) header and events in the topic's input schema: an Event Grid JSON array
+//! (F1), CloudEvents in structured, batch or binary mode (F2), or custom JSON (F3). The request is checked completely before anything is
 //! enqueued, so a refused request enqueues nothing; a 200 is returned only after every event is
 //! durably in the delivery queue for every subscription of the topic (G1).
 //!
@@ -12,7 +13,7 @@ use std::sync::Arc;
 
 use gridrelay_shared::fan_out::fan_out;
 use gridrelay_shared::ports::{Clock, MessageQueue, SubscriptionStore};
-use gridrelay_shared::publish::{PublishError, parse_event_grid_batch};
+use gridrelay_shared::publish::{PublishBody, PublishError, TopicSchema, parse_publish};
 use gridrelay_shared::sas::verify_sas_token;
 use gridrelay_shared::subscription::{Topic, publish_path};
 use lambda_http::{Body, Request, Response};
@@ -34,6 +35,9 @@ pub struct PublishRequest<'a> {
     pub api_version: Option<&'a str>,
     pub sas_key: Option<&'a str>,
     pub sas_token: Option<&'a str>,
+    pub content_type: Option<&'a str>,
+    /// Every `ce-*` header (binary-mode CloudEvents), names lowercase.
+    pub ce_headers: &'a [(String, String)],
     pub body: &'a [u8],
 }
 
@@ -92,11 +96,21 @@ impl Ingest {
             .query()
             .and_then(|q| url_query_value(q, "api-version"));
         let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+        let ce_headers: Vec<(String, String)> = request
+            .headers()
+            .iter()
+            .filter(|(name, _)| name.as_str().starts_with("ce-"))
+            .filter_map(|(name, value)| {
+                Some((name.as_str().to_string(), value.to_str().ok()?.to_string()))
+            })
+            .collect();
         let publish = PublishRequest {
             topic,
             api_version: api_version.as_deref(),
             sas_key: header("aeg-sas-key"),
             sas_token: header("aeg-sas-token"),
+            content_type: header("content-type"),
+            ce_headers: &ce_headers,
             body: request.body().as_ref(),
         };
         to_http(self.publish(publish).await)
@@ -132,7 +146,20 @@ impl Ingest {
                 "the api-version query parameter is required (api-version=2018-01-01)",
             );
         }
-        let events = match parse_event_grid_batch(request.body, &topic.resource_id()) {
+        let resource_id = topic.resource_id();
+        let body = PublishBody {
+            content_type: request.content_type,
+            ce_headers: request.ce_headers,
+            body: request.body,
+        };
+        let schema = TopicSchema {
+            name: &topic.name,
+            resource_id: &resource_id,
+            input_schema: topic.input_schema,
+            mapping: topic.input_mapping.as_ref(),
+        };
+        let mut new_id = || uuid::Uuid::new_v4().to_string();
+        let events = match parse_publish(&body, schema, self.clock.now(), &mut new_id) {
             Ok(events) => events,
             Err(e) => return refused(&topic, &e),
         };
@@ -168,6 +195,7 @@ impl Ingest {
             self.store.as_ref(),
             self.delivery_queue.as_ref(),
             &topic.name,
+            topic.input_schema,
             &events,
             now,
         )
@@ -255,10 +283,9 @@ mod tests {
     #[test]
     fn either_key_authorizes_in_constant_time() {
         let t = Topic {
-            name: "t".into(),
             key1: "k1".into(),
             key2: "k2".into(),
-            created_at: chrono::Utc::now(),
+            ..Topic::with_new_keys("t", chrono::Utc::now())
         };
         assert!(key_matches(&t, Some("k1")));
         assert!(key_matches(&t, Some("k2")));
