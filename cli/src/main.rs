@@ -12,11 +12,13 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
-use gridrelay_shared::aws::{DynamoSubscriptionStore, load_sdk_config};
+use gridrelay_shared::aws::{DynamoSubscriptionStore, SecretsManagerStore, load_sdk_config};
 use gridrelay_shared::config::{self, TableNames};
+use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use gridrelay_shared::ports::{StoreError, SubscriptionStore};
+use gridrelay_shared::registration::{RegistrationError, Registry};
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{SubscriptionRequest, Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
@@ -53,6 +55,14 @@ struct Cli {
         default_value = "http://127.0.0.1:7071"
     )]
     publish_url: String,
+    /// Name prefix of the Secrets Manager secrets holding secret delivery header values.
+    #[arg(
+        long,
+        global = true,
+        env = config::SECRET_PREFIX_ENV,
+        default_value = config::DEFAULT_SECRET_PREFIX
+    )]
+    secret_prefix: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -222,9 +232,25 @@ struct CreateSubscription {
     /// `--advanced-filter` occurrences, one per flag (filled from the matches after parsing).
     #[arg(skip)]
     advanced_filter_groups: Vec<Vec<String>>,
+    /// A header sent with every delivery: NAME static VALUE [secret] (e.g. Authorization
+    /// static "Bearer abc" secret); at most 10, values at most 4096 bytes. Secret values are
+    /// kept in Secrets Manager and never shown.
+    #[arg(long, num_args = 3..=4, value_names = ["NAME", "TYPE", "VALUE"],
+          action = clap::ArgAction::Append)]
+    delivery_attribute_mapping: Vec<String>,
+    /// `--delivery-attribute-mapping` occurrences, one per flag.
+    #[arg(skip)]
+    delivery_attribute_groups: Vec<Vec<String>>,
 }
 
 impl CreateSubscription {
+    fn delivery_attributes(&self) -> Result<Vec<DeliveryAttributeRequest>, LimitError> {
+        self.delivery_attribute_groups
+            .iter()
+            .map(|words| DeliveryAttributeRequest::parse(words))
+            .collect()
+    }
+
     fn filter(&self) -> Result<EventFilter, LimitError> {
         let advanced_filters = self
             .advanced_filter_groups
@@ -282,6 +308,7 @@ fn flag_of(field: &str) -> &str {
         "inputMappingDefaultValues" => "--input-mapping-default-values",
         "eventDeliverySchema" => "--event-delivery-schema",
         f if f.starts_with("advancedFilter") => "--advanced-filter",
+        "deliveryAttributeMapping" => "--delivery-attribute-mapping",
         other => other,
     }
 }
@@ -311,6 +338,12 @@ fn parse_cli() -> Cli {
             .subcommand_matches("event-subscription")
             .and_then(|m| m.subcommand_matches("create"))
             .and_then(|m| m.get_occurrences::<String>("advanced_filter"))
+            .map(|groups| groups.map(|g| g.cloned().collect()).collect())
+            .unwrap_or_default();
+        create.delivery_attribute_groups = matches
+            .subcommand_matches("event-subscription")
+            .and_then(|m| m.subcommand_matches("create"))
+            .and_then(|m| m.get_occurrences::<String>("delivery_attribute_mapping"))
             .map(|groups| groups.map(|g| g.cloned().collect()).collect())
             .unwrap_or_default();
     }
@@ -378,6 +411,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     status_table: c.status_table.clone(),
                     filter: c.filter().map_err(invalid)?,
                     event_delivery_schema: c.event_delivery_schema.clone(),
+                    delivery_attributes: c.delivery_attributes().map_err(invalid)?,
                 }),
                 _ => None,
             };
@@ -387,8 +421,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 r.validate(InputSchema::CustomEventSchema, chrono::Utc::now())
                     .map_err(invalid)?;
             }
-            let store = open_store(tables).await;
-            subscription_command(store.as_ref(), cmd, request).await
+            let sdk = load_sdk_config().await;
+            let store = DynamoSubscriptionStore::from_sdk(&sdk, tables);
+            let secrets = SecretsManagerStore::from_sdk(&sdk);
+            let registry = Registry {
+                store: &store,
+                secrets: &secrets,
+                secret_prefix: &cli.secret_prefix,
+            };
+            subscription_command(&registry, cmd, request).await
         }
     }
 }
@@ -485,17 +526,17 @@ async fn existing_topic(store: &dyn SubscriptionStore, name: &str) -> anyhow::Re
 }
 
 async fn subscription_command(
-    store: &dyn SubscriptionStore,
+    registry: &Registry<'_>,
     cmd: SubscriptionCommand,
     request: Option<SubscriptionRequest>,
 ) -> anyhow::Result<()> {
+    let store = registry.store;
     match (cmd, request) {
         (SubscriptionCommand::Create(_), Some(request)) => {
-            let topic = existing_topic(store, &request.topic).await?;
-            let sub = request
-                .validate(topic.input_schema, chrono::Utc::now())
-                .map_err(invalid)?;
-            store.create_subscription(&sub).await.map_err(store_error)?;
+            let sub = registry
+                .register(&request, chrono::Utc::now())
+                .await
+                .map_err(registration_error)?;
             print(&serde_json::to_value(&sub)?)
         }
         (SubscriptionCommand::Show(SubscriptionName { topic_name, name }), _) => {
@@ -517,16 +558,24 @@ async fn subscription_command(
             print(&serde_json::to_value(&subs)?)
         }
         (SubscriptionCommand::Delete(SubscriptionName { topic_name, name }), _) => {
-            if !store
-                .delete_subscription(&topic_name, &name)
+            if !registry
+                .delete(&topic_name, &name)
                 .await
-                .map_err(store_error)?
+                .map_err(registration_error)?
             {
                 bail!("event subscription {name} on topic {topic_name} does not exist");
             }
             print(&json!({"deleted": name, "topic": topic_name}))
         }
         (SubscriptionCommand::Create(_), None) => bail!("subscription was not validated"),
+    }
+}
+
+fn registration_error(e: RegistrationError) -> anyhow::Error {
+    match e {
+        RegistrationError::Invalid(e) => invalid(e),
+        RegistrationError::Store(e) => store_error(e),
+        other => other.into(),
     }
 }
 

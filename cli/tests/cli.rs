@@ -9,7 +9,8 @@ fn gridrelay(args: &[&str], tables: Option<(&str, &str)>) -> Output {
     cmd.args(args);
     if let Some((topics, subs)) = tables {
         cmd.env("GRIDRELAY_TOPICS_TABLE", topics)
-            .env("GRIDRELAY_SUBSCRIPTIONS_TABLE", subs);
+            .env("GRIDRELAY_SUBSCRIPTIONS_TABLE", subs)
+            .env("GRIDRELAY_SECRET_PREFIX", topics);
     }
     cmd.output().expect("gridrelay runs")
 }
@@ -67,6 +68,24 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
         assert!(err.contains(flag), "names the flag: {err}");
         assert!(err.contains(value), "names the value: {err}");
         assert!(err.contains(range), "names the range: {err}");
+    }
+    // H1: at most 10 headers, values at most 4096 bytes.
+    let long = "v".repeat(4097);
+    let mut eleven = base.to_vec();
+    let names: Vec<String> = (0..11).map(|i| format!("X-{i}")).collect();
+    for n in &names {
+        eleven.extend(["--delivery-attribute-mapping", n, "static", "v"]);
+    }
+    let mut too_long = base.to_vec();
+    too_long.extend(["--delivery-attribute-mapping", "X-Big", "static", &long]);
+    for (args, allowed) in [(eleven, "at most 10"), (too_long, "at most 4096 bytes")] {
+        let out = gridrelay(&args, None);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("--delivery-attribute-mapping") && err.contains(allowed),
+            "{err}"
+        );
     }
     let topic_cases: [(&[&str], &str, &str); 3] = [
         (
@@ -150,9 +169,22 @@ async fn topic_and_subscription_lifecycle_c1() {
             "60",
             "--deadletter-endpoint",
             "s3://my-dead-letters/orders",
+            "--delivery-attribute-mapping",
+            "X-Team",
+            "static",
+            "payments",
+            "--delivery-attribute-mapping",
+            "Authorization",
+            "static",
+            "Bearer cli-secret-value",
+            "secret",
         ],
         tables,
     ));
+    // H1: a secret value is never printed.
+    assert!(!sub.to_string().contains("cli-secret-value"), "{sub}");
+    assert_eq!(sub["deliveryAttributeMappings"][0]["value"], "payments");
+    assert_eq!(sub["deliveryAttributeMappings"][1]["isSecret"], true);
     assert_eq!(sub["batching"]["maxEventsPerBatch"], 100);
     assert_eq!(
         sub["batching"]["preferredBatchSizeInKilobytes"], 64,

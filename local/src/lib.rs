@@ -24,7 +24,9 @@ use aws_config::SdkConfig;
 use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
 use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::Ingest;
-use gridrelay_shared::aws::{DynamoSubscriptionStore, S3ObjectStore, SqsQueue, s3_client};
+use gridrelay_shared::aws::{
+    DynamoSubscriptionStore, S3ObjectStore, SecretsManagerStore, SqsQueue, s3_client,
+};
 use gridrelay_shared::config::TableNames;
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender};
@@ -125,6 +127,7 @@ impl LocalSystem {
             sender: Arc::new(HttpEventSender::new(config.scale.apply(ATTEMPT_TIMEOUT))?),
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
+            secrets: Arc::new(SecretsManagerStore::from_sdk(sdk)),
             settings: DeliverySettings::new(config.scale),
         });
         ensure_dead_letter_events_topic(store.as_ref()).await?;

@@ -24,6 +24,8 @@ pub struct ResourceNames {
     pub dead_letter_redrive_queue: String,
     /// The default dead-letter bucket the demo and tests point subscriptions at.
     pub dead_letter_bucket: String,
+    /// H1: the name prefix of secret delivery header values in Secrets Manager.
+    pub secret_prefix: String,
 }
 
 impl ResourceNames {
@@ -36,6 +38,7 @@ impl ResourceNames {
             delivery_redrive_queue: format!("{prefix}-delivery-redrive"),
             dead_letter_redrive_queue: format!("{prefix}-dead-letter-redrive"),
             dead_letter_bucket: format!("{prefix}-dead-letters"),
+            secret_prefix: prefix.to_string(),
         }
     }
 }

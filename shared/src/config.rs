@@ -13,6 +13,19 @@ pub const DEAD_LETTER_QUEUE_URL_ENV: &str = "GRIDRELAY_DEAD_LETTER_QUEUE_URL";
 /// L7: the system topic dead-letter writes are announced on (default `gridrelay-dead-letter-events`).
 pub const DEAD_LETTER_EVENTS_TOPIC_ENV: &str = "GRIDRELAY_DEAD_LETTER_EVENTS_TOPIC";
 
+/// H1: the name prefix of the Secrets Manager secrets that hold secret delivery header values
+/// (default `gridrelay`; the deliver function may read only secrets under it).
+pub const SECRET_PREFIX_ENV: &str = "GRIDRELAY_SECRET_PREFIX";
+pub const DEFAULT_SECRET_PREFIX: &str = "gridrelay";
+
+/// The secret name prefix from the environment, or the default.
+pub fn secret_prefix_from_env() -> String {
+    std::env::var(SECRET_PREFIX_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| DEFAULT_SECRET_PREFIX.to_string())
+}
+
 pub const DEFAULT_TOPICS_TABLE: &str = "gridrelay-topics";
 pub const DEFAULT_SUBSCRIPTIONS_TABLE: &str = "gridrelay-subscriptions";
 

@@ -77,6 +77,21 @@ pub trait ObjectStore: Send + Sync {
     -> Result<(), ObjectStoreError>;
 }
 
+/// A secret store that did not answer as asked. Never carries a secret value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("secret store: {0}")]
+pub struct SecretError(pub String);
+
+/// Where secret delivery header values are kept (Secrets Manager on AWS).
+#[async_trait]
+pub trait SecretStore: Send + Sync {
+    /// Stores `value` under `name` (replacing an older value) and returns the secret's id.
+    async fn put(&self, name: &str, value: &str) -> Result<String, SecretError>;
+    async fn get(&self, id: &str) -> Result<String, SecretError>;
+    /// Deletes the secret at once; a missing secret is not an error.
+    async fn delete(&self, id: &str) -> Result<(), SecretError>;
+}
+
 /// One POST to a subscriber endpoint.
 #[derive(Debug, Clone)]
 pub struct DeliveryRequest {

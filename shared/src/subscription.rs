@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::classify::StatusTableName;
+use crate::delivery_attributes::{self, DeliveryAttributeMapping, DeliveryAttributeRequest};
 use crate::filter::EventFilter;
 use crate::limits::{
     EVENT_TTL_MINUTES, LimitError, MAX_DELIVERY_ATTEMPTS, MAX_EVENTS_PER_BATCH,
@@ -233,6 +234,9 @@ pub struct Subscription {
     /// The schema its endpoint receives events in.
     #[serde(default)]
     pub event_delivery_schema: DeliverySchema,
+    /// H1: headers sent with every delivery (secret values are in the secret store).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delivery_attribute_mappings: Vec<DeliveryAttributeMapping>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -258,6 +262,8 @@ pub struct SubscriptionRequest {
     pub filter: EventFilter,
     /// Defaults to the topic's input schema.
     pub event_delivery_schema: Option<String>,
+    /// H1: delivery headers.
+    pub delivery_attributes: Vec<DeliveryAttributeRequest>,
 }
 
 impl SubscriptionRequest {
@@ -277,6 +283,7 @@ impl SubscriptionRequest {
             None => input.default_delivery(),
         };
         event_delivery_schema.check_compatible(input)?;
+        delivery_attributes::check_all(&self.delivery_attributes)?;
         Ok(Subscription {
             topic: self.topic.clone(),
             name: self.name.clone(),
@@ -300,6 +307,7 @@ impl SubscriptionRequest {
             },
             filter: self.filter.clone(),
             event_delivery_schema,
+            delivery_attribute_mappings: delivery_attributes::mappings(&self.delivery_attributes),
             created_at: now,
         })
     }

@@ -16,6 +16,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use chrono::Utc;
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig, RunnerStats};
+use gridrelay_shared::aws::SecretsManagerStore;
+use gridrelay_shared::registration::Registry;
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
 use gridrelay_shared::time_scale::TimeScale;
@@ -68,6 +70,7 @@ pub struct TestSystem {
     pub sdk: SdkConfig,
     pub names: ResourceNames,
     pub scale: TimeScale,
+    pub secrets: SecretsManagerStore,
     http: reqwest::Client,
 }
 
@@ -88,11 +91,13 @@ impl TestSystem {
         let system = LocalSystem::start(&sdk, &names, config)
             .await
             .expect("local system starts");
+        let secrets = SecretsManagerStore::from_sdk(&sdk);
         Self {
             system,
             sdk,
             names,
             scale,
+            secrets,
             http: reqwest::Client::new(),
         }
     }
@@ -121,24 +126,21 @@ impl TestSystem {
         topic
     }
 
-    /// Validates and stores a subscription, as `gridrelay event-subscription create` does.
+    /// Registers a subscription, as `gridrelay event-subscription create` does.
     pub async fn subscribe(&self, request: SubscriptionRequest) -> Subscription {
-        let topic = self
-            .system
-            .store
-            .get_topic(&request.topic)
+        self.registry()
+            .register(&request, Utc::now())
             .await
-            .expect("topic store answers")
-            .expect("topic exists");
-        let sub = request
-            .validate(topic.input_schema, Utc::now())
-            .expect("valid subscription");
-        self.system
-            .store
-            .create_subscription(&sub)
-            .await
-            .expect("subscription created");
-        sub
+            .expect("subscription registered")
+    }
+
+    /// Where this system's subscriptions and their secrets are registered.
+    pub fn registry(&self) -> Registry<'_> {
+        Registry {
+            store: self.system.store.as_ref(),
+            secrets: &self.secrets,
+            secret_prefix: &self.names.secret_prefix,
+        }
     }
 
     /// `s3://BUCKET/PREFIX` in this system's dead-letter bucket.

@@ -152,6 +152,9 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         sender: Arc::new(HttpEventSender::new(Duration::from_secs(5)).expect("client")),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
+        secrets: Arc::new(gridrelay_shared::aws::SecretsManagerStore::from_sdk(
+            &sys.sdk,
+        )),
         settings: DeliverySettings::new(sys.scale),
     };
     let good = DeliveryMessage {

@@ -160,11 +160,7 @@ async fn cloud_events_in_and_out_f2() {
             );
             let parsed: Vec<cloudevents::Event> =
                 serde_json::from_str(&r.body).expect("the SDK reads each event of the batch");
-            assert!(
-                parsed
-                    .iter()
-                    .all(|e| e.source() == "/shop/checkout")
-            );
+            assert!(parsed.iter().all(|e| e.source() == "/shop/checkout"));
         } else {
             assert_eq!(parse_cloud_event(r).source().to_string(), "/shop/checkout");
         }

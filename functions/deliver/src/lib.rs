@@ -24,12 +24,14 @@ use gridrelay_shared::classify::{AttemptResult, DeliveryOutcome, EndpointKind, c
 use gridrelay_shared::decision::{
     AfterAttempt, DeadLetterReason, RetryRules, after_attempt, ttl_expired, until,
 };
+use gridrelay_shared::delivery_attributes::resolve_headers;
 use gridrelay_shared::message::{
     AttemptRecord, DeadLetterEntry, DeadLetterMessage, DeliveryMessage, QueuedEvent,
     pack_dead_letter_messages, pack_delivery_messages, queue_delay,
 };
 use gridrelay_shared::ports::{
-    Clock, DeliveryRequest, EventSender, Jitter, MessageQueue, OutgoingMessage, SubscriptionStore,
+    Clock, DeliveryRequest, EventSender, Jitter, MessageQueue, OutgoingMessage, SecretStore,
+    SubscriptionStore,
 };
 use gridrelay_shared::schedule::RetrySchedule;
 use gridrelay_shared::schema::{DeliverySchema, delivery_body};
@@ -72,7 +74,15 @@ pub struct Deliver {
     pub sender: Arc<dyn EventSender>,
     pub clock: Arc<dyn Clock>,
     pub jitter: Arc<dyn Jitter>,
+    /// H1: where secret delivery header values are.
+    pub secrets: Arc<dyn SecretStore>,
     pub settings: DeliverySettings,
+}
+
+/// A subscription as read for one invocation, with its delivery headers resolved (H1).
+struct Target {
+    subscription: Arc<Subscription>,
+    headers: Arc<Vec<(String, String)>>,
 }
 
 /// Counts of what one invocation did, logged and returned for the runner and tests.
@@ -127,6 +137,7 @@ struct Pending {
 /// Events of one subscription with the same attempt count: they can share a batch.
 struct Group {
     subscription: Arc<Subscription>,
+    headers: Arc<Vec<(String, String)>>,
     schema: DeliverySchema,
     attempts: u32,
     events: Vec<Pending>,
@@ -225,26 +236,39 @@ impl Deliver {
         }
     }
 
-    /// Reads each distinct subscription once, all at the same time. `None` means it no longer
-    /// exists; a subscription that could not be read fails every record that needs it.
+    /// Reads each distinct subscription once, all at the same time, with its secret header
+    /// values. `None` means it no longer exists; a subscription that could not be read fails
+    /// every record that needs it.
     async fn load_subscriptions(
         &self,
         messages: &[(usize, DeliveryMessage)],
         plan: &mut Plan,
-    ) -> HashMap<(String, String), Option<Arc<Subscription>>> {
+    ) -> HashMap<(String, String), Option<Target>> {
         let keys: BTreeSet<(String, String)> = messages
             .iter()
             .map(|(_, m)| (m.topic.clone(), m.subscription.clone()))
             .collect();
         let lookups = keys.into_iter().map(|key| async move {
-            let result = self.store.get_subscription(&key.0, &key.1).await;
+            let result = match self.store.get_subscription(&key.0, &key.1).await {
+                Ok(Some(sub)) => resolve_headers(&sub, self.secrets.as_ref())
+                    .await
+                    .map(|headers| {
+                        Some(Target {
+                            subscription: Arc::new(sub),
+                            headers: Arc::new(headers),
+                        })
+                    })
+                    .map_err(|e| e.to_string()),
+                Ok(None) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            };
             (key, result)
         });
         let mut found = HashMap::new();
         for (key, result) in futures::future::join_all(lookups).await {
             match result {
                 Ok(s) => {
-                    found.insert(key, s.map(Arc::new));
+                    found.insert(key, s);
                 }
                 Err(e) => {
                     error!(topic = %key.0, subscription = %key.1, error = %e, "subscription lookup failed");
@@ -264,7 +288,7 @@ impl Deliver {
     fn sort_due_events(
         &self,
         messages: Vec<(usize, DeliveryMessage)>,
-        subscriptions: &HashMap<(String, String), Option<Arc<Subscription>>>,
+        subscriptions: &HashMap<(String, String), Option<Target>>,
         plan: &mut Plan,
     ) -> Vec<Group> {
         let now = self.clock.now();
@@ -275,7 +299,7 @@ impl Deliver {
                 continue;
             }
             let key = (message.topic.clone(), message.subscription.clone());
-            let Some(Some(subscription)) = subscriptions.get(&key) else {
+            let Some(Some(target)) = subscriptions.get(&key) else {
                 warn!(
                     topic = %message.topic,
                     subscription = %message.subscription,
@@ -287,6 +311,7 @@ impl Deliver {
                 plan.report.dropped += message.events.len();
                 continue;
             };
+            let subscription = &target.subscription;
             if message.not_before > now {
                 let delay = queue_delay(until(message.not_before, now));
                 plan.report.deferred += 1;
@@ -331,6 +356,7 @@ impl Deliver {
                 .or_insert_with(|| {
                     groups.push(Group {
                         subscription: Arc::clone(subscription),
+                        headers: Arc::clone(&target.headers),
                         schema: message.schema,
                         attempts: message.attempts,
                         events: Vec::new(),
@@ -556,6 +582,9 @@ fn delivery_request(group: &Group, events: &[Pending]) -> DeliveryRequest {
             ("aeg-subscription-name".into(), sub.name.clone()),
             ("aeg-delivery-count".into(), group.attempts.to_string()),
             ("aeg-metadata-version".into(), "1".to_string()),
-        ],
+        ]
+        .into_iter()
+        .chain(group.headers.iter().cloned())
+        .collect(),
     }
 }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_deliver::{Deliver, DeliverySettings};
-use gridrelay_shared::aws::{DynamoSubscriptionStore, SqsQueue, load_sdk_config};
+use gridrelay_shared::aws::{
+    DynamoSubscriptionStore, SecretsManagerStore, SqsQueue, load_sdk_config,
+};
 use gridrelay_shared::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, TableNames, required,
 };
@@ -42,6 +44,7 @@ async fn main() -> Result<(), Error> {
         sender: Arc::new(HttpEventSender::new(scale.apply(ATTEMPT_TIMEOUT))?),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
+        secrets: Arc::new(SecretsManagerStore::from_sdk(&sdk)),
         settings: DeliverySettings::new(scale),
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {

@@ -4,10 +4,12 @@
 
 mod dynamodb;
 mod s3;
+mod secrets;
 mod sqs;
 
 pub use dynamodb::DynamoSubscriptionStore;
 pub use s3::S3ObjectStore;
+pub use secrets::SecretsManagerStore;
 pub use sqs::SqsQueue;
 
 use aws_config::meta::region::RegionProviderChain;

@@ -1,0 +1,83 @@
+//! Registering an event subscription with the service: the one path the command line and the
+//! tests take, so both store secrets and records the same way.
+//!
+//! The subscription is checked against its topic, its secret delivery header values (H1) go
+//! to the secret store, and the record (which holds only the secrets' ids) is written.
+
+use chrono::{DateTime, Utc};
+
+use crate::delivery_attributes::store_secrets;
+use crate::limits::LimitError;
+use crate::ports::{SecretError, SecretStore, StoreError, SubscriptionStore};
+use crate::subscription::{Subscription, SubscriptionRequest};
+
+/// Why a subscription was not registered.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistrationError {
+    #[error(transparent)]
+    Invalid(#[from] LimitError),
+    #[error("topic {0} does not exist")]
+    NoSuchTopic(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("could not store the secret delivery header values: {0}")]
+    Secrets(#[from] SecretError),
+}
+
+/// Where registration writes.
+pub struct Registry<'a> {
+    pub store: &'a dyn SubscriptionStore,
+    pub secrets: &'a dyn SecretStore,
+    /// Name prefix of secrets (see [`crate::config::SECRET_PREFIX_ENV`]).
+    pub secret_prefix: &'a str,
+}
+
+impl Registry<'_> {
+    /// Validates `request` against its topic and stores the subscription.
+    pub async fn register(
+        &self,
+        request: &SubscriptionRequest,
+        now: DateTime<Utc>,
+    ) -> Result<Subscription, RegistrationError> {
+        let topic = self
+            .store
+            .get_topic(&request.topic)
+            .await?
+            .ok_or_else(|| RegistrationError::NoSuchTopic(request.topic.clone()))?;
+        let mut sub = request.validate(topic.input_schema, now)?;
+        if self
+            .store
+            .get_subscription(&sub.topic, &sub.name)
+            .await?
+            .is_some()
+        {
+            return Err(StoreError::AlreadyExists(format!(
+                "event subscription {} on topic {}",
+                sub.name, sub.topic
+            ))
+            .into());
+        }
+        store_secrets(
+            &mut sub,
+            &request.delivery_attributes,
+            self.secrets,
+            self.secret_prefix,
+        )
+        .await?;
+        self.store.create_subscription(&sub).await?;
+        Ok(sub)
+    }
+
+    /// Deletes a subscription and its secrets; whether it existed.
+    pub async fn delete(&self, topic: &str, name: &str) -> Result<bool, RegistrationError> {
+        let existing = self.store.get_subscription(topic, name).await?;
+        for id in existing
+            .iter()
+            .flat_map(|s| &s.delivery_attribute_mappings)
+            .filter_map(|m| m.secret_id.as_deref())
+        {
+            self.secrets.delete(id).await?;
+        }
+        Ok(self.store.delete_subscription(topic, name).await?)
+    }
+}
