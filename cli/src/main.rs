@@ -12,7 +12,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
-use gridrelay_shared::aws::{DynamoSubscriptionStore, SecretsManagerStore, load_sdk_config};
+use gridrelay_shared::aws::{
+    DynamoSubscriptionStore, SecretsManagerStore, SqsQueue, describe_error, load_sdk_config,
+};
 use gridrelay_shared::config::{self, TableNames};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
@@ -63,6 +65,15 @@ struct Cli {
         default_value = config::DEFAULT_SECRET_PREFIX
     )]
     secret_prefix: String,
+    /// The delivery queue (a URL, or a queue name to look up), where `event-subscription
+    /// create` asks the service for the endpoint validation handshake.
+    #[arg(
+        long,
+        global = true,
+        env = config::DELIVERY_QUEUE_URL_ENV,
+        default_value = "gridrelay-delivery"
+    )]
+    delivery_queue: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -424,14 +435,45 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let sdk = load_sdk_config().await;
             let store = DynamoSubscriptionStore::from_sdk(&sdk, tables);
             let secrets = SecretsManagerStore::from_sdk(&sdk);
+            let sqs = aws_sdk_sqs::Client::new(&sdk);
+            let queue_url = if matches!(cmd, SubscriptionCommand::Create(_)) {
+                delivery_queue_url(&sqs, &cli.delivery_queue).await?
+            } else {
+                cli.delivery_queue.clone()
+            };
+            let queue = SqsQueue::new(sqs, &queue_url);
             let registry = Registry {
                 store: &store,
                 secrets: &secrets,
                 secret_prefix: &cli.secret_prefix,
+                delivery_queue: &queue,
             };
             subscription_command(&registry, cmd, request).await
         }
     }
+}
+
+/// The queue's URL: given, or looked up by name.
+async fn delivery_queue_url(sqs: &aws_sdk_sqs::Client, queue: &str) -> anyhow::Result<String> {
+    if queue.starts_with("http://") || queue.starts_with("https://") {
+        return Ok(queue.to_string());
+    }
+    let found = sqs
+        .get_queue_url()
+        .queue_name(queue)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!(describe_error(&e)))
+        .with_context(|| {
+            format!(
+                "could not find the delivery queue {queue:?}; set --delivery-queue or {} to its URL",
+                config::DELIVERY_QUEUE_URL_ENV
+            )
+        })?;
+    found
+        .queue_url()
+        .map(str::to_string)
+        .with_context(|| format!("SQS returned no URL for {queue:?}"))
 }
 
 async fn open_store(tables: TableNames) -> Arc<dyn SubscriptionStore> {

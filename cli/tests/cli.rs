@@ -10,7 +10,11 @@ fn gridrelay(args: &[&str], tables: Option<(&str, &str)>) -> Output {
     if let Some((topics, subs)) = tables {
         cmd.env("GRIDRELAY_TOPICS_TABLE", topics)
             .env("GRIDRELAY_SUBSCRIPTIONS_TABLE", subs)
-            .env("GRIDRELAY_SECRET_PREFIX", topics);
+            .env("GRIDRELAY_SECRET_PREFIX", topics)
+            .env(
+                "GRIDRELAY_DELIVERY_QUEUE_URL",
+                topics.replace("-topics", "-delivery"),
+            );
     }
     cmd.output().expect("gridrelay runs")
 }
@@ -185,6 +189,29 @@ async fn topic_and_subscription_lifecycle_c1() {
     assert!(!sub.to_string().contains("cli-secret-value"), "{sub}");
     assert_eq!(sub["deliveryAttributeMappings"][0]["value"], "payments");
     assert_eq!(sub["deliveryAttributeMappings"][1]["isSecret"], true);
+    // The handshake is the service's: the CLI stores `Creating` and asks on the delivery queue.
+    assert_eq!(sub["provisioning"]["state"], "Creating");
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let queue_url = sqs
+        .get_queue_url()
+        .queue_name(&names.delivery_queue)
+        .send()
+        .await
+        .expect("queue")
+        .queue_url
+        .expect("url");
+    let asked = sqs
+        .receive_message()
+        .queue_url(&queue_url)
+        .wait_time_seconds(2)
+        .send()
+        .await
+        .expect("receive");
+    let body = asked.messages()[0].body().unwrap_or_default();
+    assert!(
+        body.starts_with(r#"{"validation":"#) && body.contains("Handshake"),
+        "{body}"
+    );
     assert_eq!(sub["batching"]["maxEventsPerBatch"], 100);
     assert_eq!(
         sub["batching"]["preferredBatchSizeInKilobytes"], 64,

@@ -30,7 +30,9 @@ use gridrelay_shared::aws::{
 use gridrelay_shared::config::TableNames;
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender};
-use gridrelay_shared::ports::{RandomJitter, StoreError, SubscriptionStore, SystemClock};
+use gridrelay_shared::ports::{
+    MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock,
+};
 use gridrelay_shared::subscription::{Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
 use tokio::sync::watch;
@@ -89,6 +91,8 @@ pub struct LocalSystem {
     pub resources: Resources,
     pub listen: SocketAddr,
     pub store: Arc<dyn SubscriptionStore>,
+    /// The delivery queue, where subscription registration asks for the handshake.
+    pub delivery_queue: Arc<dyn MessageQueue>,
     stats: Arc<Mutex<RunnerStats>>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
@@ -120,6 +124,9 @@ impl LocalSystem {
             delivery_queue: delivery_queue.clone(),
             clock: clock.clone(),
         });
+        // Bound first: the deliver worker puts the API's address in validation URLs.
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let listen = listener.local_addr()?;
         let deliver = Arc::new(Deliver {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
@@ -128,7 +135,10 @@ impl LocalSystem {
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
             secrets: Arc::new(SecretsManagerStore::from_sdk(sdk)),
-            settings: DeliverySettings::new(config.scale),
+            settings: DeliverySettings {
+                public_url: Some(format!("http://{listen}")),
+                ..DeliverySettings::new(config.scale)
+            },
         });
         ensure_dead_letter_events_topic(store.as_ref()).await?;
         let writer = Arc::new(DeadLetterWriter {
@@ -147,8 +157,6 @@ impl LocalSystem {
         let stats = Arc::new(Mutex::new(RunnerStats::default()));
         let mut tasks = JoinSet::new();
 
-        let listener = tokio::net::TcpListener::bind(config.listen).await?;
-        let listen = listener.local_addr()?;
         tasks.spawn(api::serve(listener, ingest, stopped.clone()));
 
         let region = sdk.region().map(|r| r.to_string()).unwrap_or_default();
@@ -203,6 +211,7 @@ impl LocalSystem {
             resources,
             listen,
             store,
+            delivery_queue,
             stats,
             stop,
             tasks,

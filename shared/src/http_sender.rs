@@ -8,7 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::classify::AttemptResult;
-use crate::ports::{DeliveryRequest, EventSender};
+use crate::ports::{
+    DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest,
+};
 
 /// S2: a request with no response after this long has failed.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -60,7 +62,53 @@ impl EventSender for HttpEventSender {
             Err(e) => AttemptResult::ConnectionFailed(error_chain(&e)),
         }
     }
+
+    async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String> {
+        let method = match request.method {
+            HandshakeMethod::Post => reqwest::Method::POST,
+            HandshakeMethod::Options => reqwest::Method::OPTIONS,
+        };
+        let mut builder = self
+            .client
+            .request(method, &request.endpoint)
+            .timeout(self.timeout);
+        for (name, value) in &request.headers {
+            builder = builder.header(name, value);
+        }
+        if let Some((content_type, body)) = request.body {
+            builder = builder.header("content-type", content_type).body(body);
+        }
+        let mut response = builder.send().await.map_err(|e| {
+            if e.is_timeout() {
+                "no answer within the attempt timeout".to_string()
+            } else {
+                error_chain(&e)
+            }
+        })?;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect();
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| error_chain(&e))? {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_HANDSHAKE_BODY {
+                body.truncate(MAX_HANDSHAKE_BODY);
+                break;
+            }
+        }
+        Ok(HandshakeReply {
+            status,
+            headers,
+            body,
+        })
+    }
 }
+
+/// The most of a handshake answer that is read.
+const MAX_HANDSHAKE_BODY: usize = 64 * 1024;
 
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();

@@ -33,3 +33,4 @@ pub mod schedule;
 pub mod schema;
 pub mod subscription;
 pub mod time_scale;
+pub mod validation;

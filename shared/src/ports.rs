@@ -17,6 +17,8 @@ use crate::subscription::{Subscription, Topic};
 pub enum StoreError {
     #[error("{0} already exists")]
     AlreadyExists(String),
+    #[error("{0} does not exist")]
+    NotFound(String),
     #[error("subscription store unavailable: {0}")]
     Unavailable(String),
     #[error("stored record is not readable: {0}")]
@@ -42,6 +44,8 @@ pub trait SubscriptionStore: Send + Sync {
     async fn list_subscriptions(&self, topic: &str) -> Result<Vec<Subscription>, StoreError>;
     /// Fails with [`StoreError::AlreadyExists`] if the name is taken on that topic.
     async fn create_subscription(&self, subscription: &Subscription) -> Result<(), StoreError>;
+    /// Replaces an existing subscription's record; [`StoreError::NotFound`] if it was deleted.
+    async fn replace_subscription(&self, subscription: &Subscription) -> Result<(), StoreError>;
     async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError>;
 }
 
@@ -101,11 +105,47 @@ pub struct DeliveryRequest {
     pub headers: Vec<(String, String)>,
 }
 
+/// A validation handshake request: a POST with a body, or an OPTIONS without.
+#[derive(Debug, Clone)]
+pub struct HandshakeRequest {
+    pub endpoint: String,
+    pub method: HandshakeMethod,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<(&'static str, String)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeMethod {
+    Post,
+    Options,
+}
+
+/// An endpoint's answer to a handshake request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandshakeReply {
+    pub status: u16,
+    /// Header names lowercase.
+    pub headers: Vec<(String, String)>,
+    /// The body, at most 64 KiB of it.
+    pub body: Vec<u8>,
+}
+
+impl HandshakeReply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 /// Subscriber endpoints (HTTP).
 #[async_trait]
 pub trait EventSender: Send + Sync {
     /// Sends the request and reports what happened; never fails otherwise.
     async fn send(&self, request: DeliveryRequest) -> AttemptResult;
+    /// Sends a handshake request; `Err` says why no answer came.
+    async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String>;
 }
 
 /// The time now. Injected so decisions can be tested at chosen times.

@@ -2,14 +2,19 @@
 //! tests take, so both store secrets and records the same way.
 //!
 //! The subscription is checked against its topic, its secret delivery header values (H1) go
-//! to the secret store, and the record (which holds only the secrets' ids) is written.
+//! to the secret store, the record (which holds only the secrets' ids) is written in state
+//! `Creating`, and the service is asked, through the delivery queue, to run the endpoint
+//! validation handshake (see [`crate::validation`]); events flow once it succeeds.
 
 use chrono::{DateTime, Utc};
 
 use crate::delivery_attributes::store_secrets;
 use crate::limits::LimitError;
-use crate::ports::{SecretError, SecretStore, StoreError, SubscriptionStore};
+use crate::ports::{
+    MessageQueue, OutgoingMessage, SecretError, SecretStore, StoreError, SubscriptionStore,
+};
 use crate::subscription::{Subscription, SubscriptionRequest};
+use crate::validation::{ValidationMessage, ValidationStep};
 
 /// Why a subscription was not registered.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +27,10 @@ pub enum RegistrationError {
     Store(#[from] StoreError),
     #[error("could not store the secret delivery header values: {0}")]
     Secrets(#[from] SecretError),
+    #[error(
+        "the subscription is stored but its validation could not be started ({0}); delete it and create it again"
+    )]
+    Handshake(String),
 }
 
 /// Where registration writes.
@@ -30,6 +39,8 @@ pub struct Registry<'a> {
     pub secrets: &'a dyn SecretStore,
     /// Name prefix of secrets (see [`crate::config::SECRET_PREFIX_ENV`]).
     pub secret_prefix: &'a str,
+    /// The delivery queue, where the handshake is asked for.
+    pub delivery_queue: &'a dyn MessageQueue,
 }
 
 impl Registry<'_> {
@@ -65,6 +76,19 @@ impl Registry<'_> {
         )
         .await?;
         self.store.create_subscription(&sub).await?;
+        let ask = ValidationMessage::new(&sub.topic, &sub.name, ValidationStep::Handshake)
+            .to_body()
+            .map_err(|e| RegistrationError::Handshake(e.to_string()))?;
+        let sent = self
+            .delivery_queue
+            .send_all(&[OutgoingMessage {
+                body: ask,
+                delay: std::time::Duration::ZERO,
+            }])
+            .await;
+        if let Some(Err(e)) = sent.into_iter().next() {
+            return Err(RegistrationError::Handshake(e.to_string()));
+        }
         Ok(sub)
     }
 

@@ -14,6 +14,7 @@ use crate::limits::{
     PREFERRED_BATCH_SIZE_KB, check_range, validate_subscription_name, validate_topic_name,
 };
 use crate::schema::{DeliverySchema, InputMapping, InputSchema};
+use crate::validation::{Provisioning, ProvisioningState};
 
 /// A topic: a named publish endpoint with two keys (either one authorizes a publish).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -237,13 +238,16 @@ pub struct Subscription {
     /// H1: headers sent with every delivery (secret values are in the secret store).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delivery_attribute_mappings: Vec<DeliveryAttributeMapping>,
+    /// Whether its endpoint agreed to receive events (the validation handshake).
+    #[serde(default)]
+    pub provisioning: Provisioning,
     pub created_at: DateTime<Utc>,
 }
 
 impl Subscription {
-    /// Whether events are delivered to it.
+    /// Whether events are delivered to it: only once its endpoint is validated.
     pub fn delivers(&self) -> bool {
-        true
+        self.provisioning.state == ProvisioningState::Succeeded
     }
 }
 
@@ -308,6 +312,7 @@ impl SubscriptionRequest {
             filter: self.filter.clone(),
             event_delivery_schema,
             delivery_attribute_mappings: delivery_attributes::mappings(&self.delivery_attributes),
+            provisioning: Provisioning::creating(),
             created_at: now,
         })
     }

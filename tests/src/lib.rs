@@ -21,6 +21,7 @@ use gridrelay_shared::registration::Registry;
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
 use gridrelay_shared::time_scale::TimeScale;
+use gridrelay_shared::validation::ProvisioningState;
 use serde_json::{Value, json};
 
 /// The SDK configuration for the emulator (or AWS) named by `AWS_ENDPOINT_URL`.
@@ -126,12 +127,43 @@ impl TestSystem {
         topic
     }
 
-    /// Registers a subscription, as `gridrelay event-subscription create` does.
+    /// Registers a subscription, as `gridrelay event-subscription create` does, and waits
+    /// until the service validated its endpoint.
     pub async fn subscribe(&self, request: SubscriptionRequest) -> Subscription {
+        let sub = self.register(request).await;
+        self.wait_for_provisioning(&sub.topic, &sub.name, ProvisioningState::Succeeded)
+            .await
+    }
+
+    /// Registers a subscription without waiting for its validation.
+    pub async fn register(&self, request: SubscriptionRequest) -> Subscription {
         self.registry()
             .register(&request, Utc::now())
             .await
             .expect("subscription registered")
+    }
+
+    /// Waits until the subscription's provisioning state is `state`.
+    pub async fn wait_for_provisioning(
+        &self,
+        topic: &str,
+        name: &str,
+        state: ProvisioningState,
+    ) -> Subscription {
+        eventually(
+            Duration::from_secs(30),
+            &format!("subscription {name} {state:?}"),
+            || async {
+                self.system
+                    .store
+                    .get_subscription(topic, name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|s| s.provisioning.state == state)
+            },
+        )
+        .await
     }
 
     /// Where this system's subscriptions and their secrets are registered.
@@ -140,6 +172,7 @@ impl TestSystem {
             store: self.system.store.as_ref(),
             secrets: &self.secrets,
             secret_prefix: &self.names.secret_prefix,
+            delivery_queue: self.system.delivery_queue.as_ref(),
         }
     }
 
@@ -348,11 +381,25 @@ impl Received {
     }
 }
 
+/// How a subscriber answers the endpoint validation handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Handshake {
+    /// Echo the validation code / allow the origin, as Event Grid handlers do.
+    #[default]
+    Answer,
+    /// Answer 200 without the code (the owner will GET the validation URL).
+    Manual,
+    /// Answer the validation request with this status.
+    Refuse(u16),
+}
+
 #[derive(Default)]
 struct SubscriberState {
     script: VecDeque<Reply>,
     otherwise: Option<Reply>,
+    handshake: Handshake,
     received: Vec<Received>,
+    validations: Vec<Received>,
 }
 
 /// A webhook endpoint on 127.0.0.1 that answers from a script.
@@ -363,15 +410,29 @@ pub struct Subscriber {
 }
 
 impl Subscriber {
-    /// Answers with `script` in order, then with `otherwise` for every later request.
+    /// Answers events with `script` in order, then with `otherwise` for every later request;
+    /// answers the validation handshake.
     pub async fn start(script: Vec<Reply>, otherwise: Reply) -> Self {
+        Self::start_with_handshake(script, otherwise, Handshake::Answer).await
+    }
+
+    /// As [`Subscriber::start`], answering the validation handshake as `handshake` says.
+    pub async fn start_with_handshake(
+        script: Vec<Reply>,
+        otherwise: Reply,
+        handshake: Handshake,
+    ) -> Self {
         let state = Arc::new(Mutex::new(SubscriberState {
             script: script.into(),
             otherwise: Some(otherwise),
-            received: Vec::new(),
+            handshake,
+            ..SubscriberState::default()
         }));
         let app = Router::new()
-            .route("/hook", axum::routing::post(receive))
+            .route(
+                "/hook",
+                axum::routing::post(receive).options(abuse_protection),
+            )
             .with_state(Arc::clone(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -392,6 +453,14 @@ impl Subscriber {
         self.state
             .lock()
             .map(|s| s.received.clone())
+            .unwrap_or_default()
+    }
+
+    /// The validation handshake requests (POSTed validation events and OPTIONS requests).
+    pub fn validations(&self) -> Vec<Received> {
+        self.state
+            .lock()
+            .map(|s| s.validations.clone())
             .unwrap_or_default()
     }
 
@@ -424,13 +493,36 @@ async fn receive(
     State(state): State<Arc<Mutex<SubscriberState>>>,
     headers: HeaderMap,
     body: String,
-) -> StatusCode {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let at = Instant::now();
     let events: Vec<Value> = match serde_json::from_str(&body) {
         Ok(Value::Array(items)) => items,
         Ok(object @ Value::Object(_)) => vec![object],
         _ => vec![json!({"unparsed": body})],
     };
+    if headers.get("aeg-event-type").and_then(|v| v.to_str().ok()) == Some("SubscriptionValidation")
+    {
+        let code = events
+            .first()
+            .and_then(|e| e["data"]["validationCode"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let mut s = state.lock().expect("subscriber state");
+        let handshake = s.handshake;
+        s.validations.push(Received {
+            at,
+            headers,
+            body,
+            events,
+            reply: Reply::Status(200),
+        });
+        return match handshake {
+            Handshake::Answer => axum::Json(json!({"validationResponse": code})).into_response(),
+            Handshake::Manual => StatusCode::OK.into_response(),
+            Handshake::Refuse(status) => status_code(status).into_response(),
+        };
+    }
     let reply = {
         let mut s = state.lock().expect("subscriber state");
         let reply = s
@@ -448,12 +540,41 @@ async fn receive(
         reply
     };
     match reply {
-        Reply::Status(code) => {
-            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-        }
+        Reply::Status(code) => status_code(code).into_response(),
         Reply::Hang(d) => {
             tokio::time::sleep(d).await;
-            StatusCode::OK
+            StatusCode::OK.into_response()
         }
+    }
+}
+
+fn status_code(code: u16) -> StatusCode {
+    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// CloudEvents webhook abuse protection: allow the requesting origin.
+async fn abuse_protection(
+    State(state): State<Arc<Mutex<SubscriberState>>>,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let origin = headers
+        .get("webhook-request-origin")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let mut s = state.lock().expect("subscriber state");
+    let handshake = s.handshake;
+    s.validations.push(Received {
+        at: Instant::now(),
+        headers,
+        body: String::new(),
+        events: Vec::new(),
+        reply: Reply::Status(200),
+    });
+    match handshake {
+        Handshake::Answer => (StatusCode::OK, [("WebHook-Allowed-Origin", origin)]).into_response(),
+        Handshake::Manual => StatusCode::OK.into_response(),
+        Handshake::Refuse(status) => status_code(status).into_response(),
     }
 }

@@ -37,7 +37,10 @@ use gridrelay_shared::schedule::RetrySchedule;
 use gridrelay_shared::schema::{DeliverySchema, delivery_body};
 use gridrelay_shared::subscription::Subscription;
 use gridrelay_shared::time_scale::TimeScale;
+use gridrelay_shared::validation::{DEFAULT_WEBHOOK_ORIGIN, ValidationMessage};
 use tracing::{error, info, warn};
+
+mod handshake;
 
 /// L4: the wait between the last attempt and the write to the dead-letter location.
 pub const DEAD_LETTER_DELAY: Duration = Duration::from_secs(300);
@@ -49,6 +52,11 @@ pub struct DeliverySettings {
     pub schedule: RetrySchedule,
     /// Requests in flight at once, across subscriptions.
     pub max_concurrent_requests: usize,
+    /// The publish API's public base URL, for validation URLs (none: only the synchronous
+    /// handshake works).
+    pub public_url: Option<String>,
+    /// The origin named in CloudEvents abuse-protection requests.
+    pub webhook_origin: String,
 }
 
 impl DeliverySettings {
@@ -57,6 +65,8 @@ impl DeliverySettings {
             scale,
             schedule: RetrySchedule::event_grid(),
             max_concurrent_requests: 32,
+            public_url: None,
+            webhook_origin: DEFAULT_WEBHOOK_ORIGIN.to_string(),
         }
     }
 
@@ -197,7 +207,24 @@ impl Deliver {
             .collect();
 
         let mut messages = Vec::new();
+        let mut validations = Vec::new();
         for (i, record) in event.records.iter().enumerate() {
+            match record
+                .body
+                .as_deref()
+                .and_then(ValidationMessage::from_body)
+            {
+                Some(Ok(m)) => {
+                    validations.push((i, m));
+                    continue;
+                }
+                Some(Err(e)) => {
+                    error!(message_id = %ids[i], error = %e, "unreadable validation message; leaving it to the redrive policy");
+                    plan.failed.insert(i);
+                    continue;
+                }
+                None => {}
+            }
             match record.body.as_deref().map(DeliveryMessage::from_body) {
                 Some(Ok(m)) => messages.push((i, m)),
                 Some(Err(e)) => {
@@ -211,6 +238,7 @@ impl Deliver {
             }
         }
 
+        self.run_validations(&validations, &mut plan).await;
         let subscriptions = self.load_subscriptions(&messages, &mut plan).await;
         let mut groups = self.sort_due_events(messages, &subscriptions, &mut plan);
         let attempted = self.attempt_all(&mut groups).await;
@@ -233,6 +261,27 @@ impl Deliver {
         DeliverOutcome {
             failed_message_ids: plan.failed.iter().map(|&i| ids[i].clone()).collect(),
             report: plan.report,
+        }
+    }
+
+    /// Runs the handshake steps, all at the same time; a step that could not reach the store is
+    /// left for SQS to redeliver.
+    async fn run_validations(&self, validations: &[(usize, ValidationMessage)], plan: &mut Plan) {
+        let steps = validations
+            .iter()
+            .map(|(i, m)| async move { (*i, self.run_validation(&m.validation).await) });
+        for (i, result) in futures::future::join_all(steps).await {
+            match result {
+                Ok(Some(next)) => plan.to_delivery.push(Outgoing {
+                    message: next,
+                    records: BTreeSet::from([i]),
+                }),
+                Ok(None) => {}
+                Err(e) => {
+                    error!(error = %e, "validation step failed; SQS will retry it");
+                    plan.failed.insert(i);
+                }
+            }
         }
     }
 

@@ -16,6 +16,7 @@ use gridrelay_shared::ports::{Clock, MessageQueue, SubscriptionStore};
 use gridrelay_shared::publish::{PublishBody, PublishError, TopicSchema, parse_publish};
 use gridrelay_shared::sas::verify_sas_token;
 use gridrelay_shared::subscription::{Topic, publish_path};
+use gridrelay_shared::validation::{Provisioning, ProvisioningState, VALIDATION_PATH};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
 use subtle::ConstantTimeEq;
@@ -57,6 +58,13 @@ impl PublishResponse {
         }
     }
 
+    fn text(status: u16, message: &str) -> Self {
+        Self {
+            status,
+            body: json!({"message": message}).to_string(),
+        }
+    }
+
     fn error(status: u16, code: &str, message: impl Into<String>) -> Self {
         let message = message.into();
         Self {
@@ -74,9 +82,20 @@ pub fn topic_from_path(path: &str) -> Option<&str> {
 }
 
 impl Ingest {
-    /// Adapts an HTTP request to [`Ingest::publish`].
+    /// Adapts an HTTP request to [`Ingest::publish`] or, for the validation URL,
+    /// [`Ingest::validate_subscription`].
     pub async fn handle(&self, request: Request) -> Response<Body> {
         let path = request.uri().path().to_string();
+        if path.trim_end_matches('/').ends_with(VALIDATION_PATH)
+            && request.method() == http::Method::GET
+        {
+            let query = request.uri().query().unwrap_or_default();
+            let value = |name: &str| url_query_value(query, name).unwrap_or_default();
+            return to_http(
+                self.validate_subscription(&value("topic"), &value("name"), &value("code"))
+                    .await,
+            );
+        }
         let Some(topic) = topic_from_path(&path) else {
             return to_http(PublishResponse::error(
                 404,
@@ -164,6 +183,66 @@ impl Ingest {
             Err(e) => return refused(&topic, &e),
         };
         self.fan_out(&topic, events).await
+    }
+
+    /// The manual validation handshake: a GET of the `validationUrl` sent to the endpoint
+    /// validates the subscription if the code matches and the window has not passed.
+    pub async fn validate_subscription(
+        &self,
+        topic: &str,
+        name: &str,
+        code: &str,
+    ) -> PublishResponse {
+        let mut sub = match self.store.get_subscription(topic, name).await {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                return PublishResponse::error(
+                    404,
+                    "NotFound",
+                    format!("event subscription {name:?} on topic {topic:?} does not exist"),
+                );
+            }
+            Err(e) => {
+                error!(error = %e, "subscription lookup failed");
+                return PublishResponse::error(503, "ServiceUnavailable", "retry the request");
+            }
+        };
+        if sub.provisioning.state == ProvisioningState::Succeeded {
+            return PublishResponse::text(200, "the event subscription is already validated");
+        }
+        if let Err(why) = sub.provisioning.accepts_manual_code(code, self.clock.now()) {
+            warn!(
+                topic,
+                subscription = name,
+                reason = why,
+                "manual validation refused"
+            );
+            return PublishResponse::error(400, "BadRequest", why);
+        }
+        sub.provisioning = Provisioning {
+            validation_code_sha256: None,
+            ..Provisioning::with_state(
+                ProvisioningState::Succeeded,
+                Some("validated through the validation URL".into()),
+            )
+        };
+        match self.store.replace_subscription(&sub).await {
+            Ok(()) => {
+                info!(
+                    topic,
+                    subscription = name,
+                    "subscription validated through its validation URL"
+                );
+                PublishResponse::text(
+                    200,
+                    "the event subscription is validated; events will be delivered",
+                )
+            }
+            Err(e) => {
+                error!(error = %e, "could not record the validation");
+                PublishResponse::error(503, "ServiceUnavailable", "retry the request")
+            }
+        }
     }
 
     /// A key (`aeg-sas-key`) or a shared access signature (`aeg-sas-token`) made with a key.

@@ -54,6 +54,28 @@ impl DynamoSubscriptionStore {
         Self::new(aws_sdk_dynamodb::Client::new(sdk), tables)
     }
 
+    /// Writes a subscription: a new one (`replace` false) or over an existing one.
+    async fn put_subscription(&self, sub: &Subscription, replace: bool) -> Result<(), StoreError> {
+        let key = HashMap::from([
+            ("topic".to_string(), s(&sub.topic)),
+            ("name".to_string(), s(&sub.name)),
+        ]);
+        let what = format!("event subscription {} on topic {}", sub.name, sub.topic);
+        let conflict = if replace {
+            StoreError::NotFound(what)
+        } else {
+            StoreError::AlreadyExists(what)
+        };
+        self.put_if(
+            &self.tables.subscriptions,
+            key,
+            encode(sub)?,
+            replace,
+            conflict,
+        )
+        .await
+    }
+
     /// Writes a record under a condition on whether its key exists; `conflict` is the error
     /// when the condition fails.
     async fn put_if(
@@ -173,6 +195,10 @@ impl SubscriptionStore for DynamoSubscriptionStore {
         self.delete(&self.tables.topics, key).await
     }
 
+    async fn replace_subscription(&self, sub: &Subscription) -> Result<(), StoreError> {
+        self.put_subscription(sub, true).await
+    }
+
     async fn get_subscription(
         &self,
         topic: &str,
@@ -217,22 +243,7 @@ impl SubscriptionStore for DynamoSubscriptionStore {
     }
 
     async fn create_subscription(&self, sub: &Subscription) -> Result<(), StoreError> {
-        let key = HashMap::from([
-            ("topic".to_string(), s(&sub.topic)),
-            ("name".to_string(), s(&sub.name)),
-        ]);
-        let conflict = StoreError::AlreadyExists(format!(
-            "event subscription {} on topic {}",
-            sub.name, sub.topic
-        ));
-        self.put_if(
-            &self.tables.subscriptions,
-            key,
-            encode(sub)?,
-            false,
-            conflict,
-        )
-        .await
+        self.put_subscription(sub, false).await
     }
 
     async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError> {

@@ -1,0 +1,205 @@
+//! End-to-end: the endpoint validation handshake (issue: Event Grid's subscriber surface,
+//! part 4), run by the service when a subscription is registered.
+
+use std::time::Duration;
+
+use gridrelay_e2e::{Handshake, Reply, Subscriber, TestSystem, events, subscription};
+use gridrelay_shared::schema::InputSchema;
+use gridrelay_shared::validation::ProvisioningState;
+
+/// Event Grid schema: the endpoint gets a `Microsoft.EventGrid.SubscriptionValidationEvent`
+/// with `aeg-event-type: SubscriptionValidation`, a validation code and URL; answering with the
+/// code validates at once, and events flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronous_handshake_validates_the_endpoint() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("handshake").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    let registered = sys
+        .subscribe(subscription("handshake", "sync", &sub.url))
+        .await;
+    assert_eq!(registered.provisioning.state, ProvisioningState::Succeeded);
+    let asked = sub.validations();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(
+        asked[0].header("aeg-event-type"),
+        Some("SubscriptionValidation")
+    );
+    let event = &asked[0].events[0];
+    assert_eq!(
+        event["eventType"],
+        "Microsoft.EventGrid.SubscriptionValidationEvent"
+    );
+    assert_eq!(event["topic"], topic.resource_id());
+    assert_eq!(
+        event["data"]["validationCode"].as_str().map(str::len),
+        Some(64)
+    );
+    assert!(
+        event["data"]["validationUrl"]
+            .as_str()
+            .is_some_and(|u| u.starts_with(&sys.system.base_url()))
+    );
+    assert!(
+        sub.received().is_empty(),
+        "the handshake is not an event delivery"
+    );
+
+    sys.publish(&topic, &events("v", 1)).await;
+    sub.wait_for_requests(1, Duration::from_secs(30)).await;
+    sys.shutdown().await;
+}
+
+/// A 200 without the code leaves the subscription `AwaitingManualAction`, delivering nothing;
+/// a GET of the validation URL (with the right code) validates it, and later events flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_validation_through_the_validation_url() {
+    let sys = TestSystem::start(0.05).await;
+    let topic = sys.topic("manual").await;
+    let sub = Subscriber::start_with_handshake(vec![], Reply::Status(200), Handshake::Manual).await;
+    sys.register(subscription("manual", "by-hand", &sub.url))
+        .await;
+    let waiting = sys
+        .wait_for_provisioning("manual", "by-hand", ProvisioningState::AwaitingManualAction)
+        .await;
+    assert!(
+        waiting
+            .provisioning
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("validationUrl")),
+        "{waiting:?}"
+    );
+    assert!(
+        !serde_json::to_string(&waiting).expect("json").contains(
+            sub.validations()[0].events[0]["data"]["validationCode"]
+                .as_str()
+                .unwrap_or("?")
+        ),
+        "only a hash of the code is stored"
+    );
+
+    sys.publish(&topic, &events("before", 1)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        sub.received().is_empty(),
+        "nothing is delivered before validation"
+    );
+
+    let url = sub.validations()[0].events[0]["data"]["validationUrl"]
+        .as_str()
+        .expect("validation URL")
+        .to_string();
+    let http = reqwest::Client::new();
+    let wrong = http
+        .get(url.replace("code=", "code=0"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(wrong.status().as_u16(), 400);
+    let right = http.get(&url).send().await.expect("answer");
+    assert_eq!(right.status().as_u16(), 200);
+    sys.wait_for_provisioning("manual", "by-hand", ProvisioningState::Succeeded)
+        .await;
+
+    sys.publish(&topic, &events("after", 1)).await;
+    let got = sub.wait_for_requests(1, Duration::from_secs(30)).await;
+    assert_eq!(
+        got[0].ids(),
+        ["after-0"],
+        "events published before validation are not delivered"
+    );
+    sys.shutdown().await;
+}
+
+/// An endpoint that refuses the validation event ends `Failed` with the reason; one that never
+/// calls its validation URL ends `Failed` when the (scaled) 10-minute window passes; neither
+/// gets events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_or_unfinished_validation_fails() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("refused").await;
+    let refusing =
+        Subscriber::start_with_handshake(vec![], Reply::Status(200), Handshake::Refuse(403)).await;
+    let silent =
+        Subscriber::start_with_handshake(vec![], Reply::Status(200), Handshake::Manual).await;
+    sys.register(subscription("refused", "refusing", &refusing.url))
+        .await;
+    sys.register(subscription("refused", "silent", &silent.url))
+        .await;
+    let failed = sys
+        .wait_for_provisioning("refused", "refusing", ProvisioningState::Failed)
+        .await;
+    assert!(
+        failed
+            .provisioning
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("403")),
+        "{failed:?}"
+    );
+    sys.wait_for_provisioning("refused", "silent", ProvisioningState::AwaitingManualAction)
+        .await;
+    // 10 minutes at scale 0.01: 6 s.
+    let expired = sys
+        .wait_for_provisioning("refused", "silent", ProvisioningState::Failed)
+        .await;
+    assert!(
+        expired
+            .provisioning
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("not called")),
+        "{expired:?}"
+    );
+    sys.publish(&topic, &events("x", 2)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(refusing.received().is_empty() && silent.received().is_empty());
+    sys.shutdown().await;
+}
+
+/// CloudEvents: the abuse-protection `OPTIONS` request with `WebHook-Request-Origin`; a
+/// matching `WebHook-Allowed-Origin` validates, anything else fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloud_events_abuse_protection() {
+    let sys = TestSystem::start(0.01).await;
+    sys.topic_with_schema("ce-guarded", InputSchema::CloudEventSchemaV1_0, None)
+        .await;
+    let allowing = Subscriber::start(vec![], Reply::Status(200)).await;
+    let refusing =
+        Subscriber::start_with_handshake(vec![], Reply::Status(200), Handshake::Refuse(405)).await;
+    let silent =
+        Subscriber::start_with_handshake(vec![], Reply::Status(200), Handshake::Manual).await;
+    sys.subscribe(subscription("ce-guarded", "allowing", &allowing.url))
+        .await;
+    let asked = allowing.validations();
+    assert_eq!(
+        asked[0].header("webhook-request-origin"),
+        Some("eventgrid.azure.net")
+    );
+    sys.register(subscription("ce-guarded", "refusing", &refusing.url))
+        .await;
+    sys.register(subscription("ce-guarded", "silent", &silent.url))
+        .await;
+    let refused = sys
+        .wait_for_provisioning("ce-guarded", "refusing", ProvisioningState::Failed)
+        .await;
+    assert!(
+        refused
+            .provisioning
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("405"))
+    );
+    let silent = sys
+        .wait_for_provisioning("ce-guarded", "silent", ProvisioningState::Failed)
+        .await;
+    assert!(
+        silent
+            .provisioning
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("WebHook-Allowed-Origin"))
+    );
+    sys.shutdown().await;
+}
