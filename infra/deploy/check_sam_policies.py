@@ -26,13 +26,18 @@ def getatt(name):
 
 EXPECTED = {
     "IngestFunction": {
-        "dynamodb:GetItem": [getatt("TopicsTable")],
+        "dynamodb:GetItem": [getatt("TopicsTable"), getatt("SubscriptionsTable")],
         "dynamodb:Query": [getatt("SubscriptionsTable")],
+        "dynamodb:PutItem": [getatt("SubscriptionsTable")],
         "sqs:SendMessage": [getatt("DeliveryQueue")],
     },
     "DeliverFunction": {
         "dynamodb:GetItem": [getatt("SubscriptionsTable")],
+        "dynamodb:PutItem": [getatt("SubscriptionsTable")],
         "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("DeadLetterQueue")],
+        "secretsmanager:GetSecretValue": [
+            {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}
+        ],
         "sqs:ReceiveMessage": [getatt("DeliveryQueue")],
         "sqs:DeleteMessage": [getatt("DeliveryQueue")],
         "sqs:GetQueueAttributes": [getatt("DeliveryQueue")],

@@ -48,13 +48,27 @@ step "gridrelay topic create --name $topic"
 key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["key1"])' .run/topic.json)
 
 step "Three event subscriptions: happy, flaky (503 once), broken (400, dead-lettered)"
-"$gridrelay" event-subscription create --topic-name "$topic" --name happy --endpoint "http://127.0.0.1:$hook_port/happy" >/dev/null
+"$gridrelay" event-subscription create --topic-name "$topic" --name happy --endpoint "http://127.0.0.1:$hook_port/happy" \
+  --delivery-attribute-mapping X-Demo static hello \
+  --delivery-attribute-mapping Authorization static "Bearer demo-secret" secret >/dev/null
 "$gridrelay" event-subscription create --topic-name "$topic" --name flaky --endpoint "http://127.0.0.1:$hook_port/flaky" >/dev/null
 "$gridrelay" event-subscription create --topic-name "$topic" --name broken --endpoint "http://127.0.0.1:$hook_port/broken" \
   --deadletter-endpoint s3://gridrelay-dead-letters/demo >/dev/null
 "$gridrelay" event-subscription create --topic-name gridrelay-dead-letter-events --name "notices-$topic" \
   --endpoint "http://127.0.0.1:$hook_port/notices" --subject-begins-with "/buckets/gridrelay-dead-letters/objects/demo/$topic/" >/dev/null
 echo "  and notices-$topic on the system topic gridrelay-dead-letter-events (dead-letter announcements)"
+
+step "Endpoint validation handshake (run by the service; events flow once Succeeded)"
+for sub in "$topic/happy" "$topic/flaky" "$topic/broken" "gridrelay-dead-letter-events/notices-$topic"; do
+  for _ in $(seq 1 100); do
+    state=$("$gridrelay" event-subscription show --topic-name "${sub%%/*}" --name "${sub#*/}" |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["provisioning"]["state"])')
+    [[ "$state" == Succeeded || "$state" == Failed ]] && break
+    sleep 0.2
+  done
+  echo "  $sub: $state"
+  [[ "$state" == Succeeded ]] || { echo "validation did not succeed; see .run/local.log" >&2; exit 1; }
+done
 "$gridrelay" event-subscription list --topic-name "$topic" | python3 -c '
 import json, sys
 for s in json.load(sys.stdin):

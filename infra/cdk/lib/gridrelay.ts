@@ -6,7 +6,7 @@
  * Functions are built from the Rust workspace with cargo-lambda (cargo-lambda-cdk's RustFunction).
  */
 import * as path from 'node:path';
-import { CfnOutput, Duration, RemovalPolicy } from 'aws-cdk-lib';
+import { ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as apigw from 'aws-cdk-lib/aws-apigatewayv2';
 import { HttpLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
@@ -39,6 +39,8 @@ export interface GridrelayProps {
   readonly logRetention?: logs.RetentionDays;
   /** GRIDRELAY_TIME_SCALE: 1 in production, smaller only for test stacks. Default "1". */
   readonly timeScale?: string;
+  /** Name prefix of the Secrets Manager secrets holding secret delivery header values (default `gridrelay`). */
+  readonly secretPrefix?: string;
   /** Where alarms notify. Default: nowhere (alarms only). */
   readonly alarmTopic?: sns.ITopic;
   /** The workspace Cargo.toml the functions are built from. Default: this repository's. */
@@ -116,6 +118,7 @@ export class Gridrelay extends Construct {
       removalPolicy,
     });
 
+    const secretPrefix = props.secretPrefix ?? 'gridrelay';
     const environment = {
       GRIDRELAY_TOPICS_TABLE: this.topicsTable.tableName,
       GRIDRELAY_SUBSCRIPTIONS_TABLE: this.subscriptionsTable.tableName,
@@ -123,6 +126,7 @@ export class Gridrelay extends Construct {
       GRIDRELAY_DEAD_LETTER_QUEUE_URL: this.deadLetterQueue.queueUrl,
       GRIDRELAY_TIME_SCALE: props.timeScale ?? '1',
       GRIDRELAY_DEAD_LETTER_EVENTS_TOPIC: 'gridrelay-dead-letter-events',
+      GRIDRELAY_SECRET_PREFIX: secretPrefix,
       RUST_LOG: 'info',
     };
     const fn = (name: string, binaryName: string, timeout: Duration, description: string) =>
@@ -152,8 +156,20 @@ export class Gridrelay extends Construct {
       f.addToRolePolicy(new iam.PolicyStatement({ actions, resources }));
     allow(this.ingest, ['dynamodb:GetItem'], [this.topicsTable.tableArn]);
     allow(this.ingest, ['dynamodb:Query'], [this.subscriptionsTable.tableArn]);
+    // The manual validation URL reads and updates the subscription.
+    allow(this.ingest, ['dynamodb:GetItem', 'dynamodb:PutItem'], [this.subscriptionsTable.tableArn]);
     allow(this.ingest, ['sqs:SendMessage'], [this.deliveryQueue.queueArn]);
-    allow(this.deliver, ['dynamodb:GetItem'], [this.subscriptionsTable.tableArn]);
+    // GetItem: each delivery; PutItem: the handshake's provisioning state.
+    allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:PutItem'], [this.subscriptionsTable.tableArn]);
+    // H1: secret delivery header values, only under the prefix.
+    allow(this.deliver, ['secretsmanager:GetSecretValue'], [
+      Stack.of(this).formatArn({
+        service: 'secretsmanager',
+        resource: 'secret',
+        resourceName: `${secretPrefix}/*`,
+        arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+      }),
+    ]);
     allow(this.deliver, ['sqs:SendMessage'], [this.deliveryQueue.queueArn, this.deadLetterQueue.queueArn]);
     allow(this.deadLetter, ['s3:PutObject'], [this.deadLetterBucket.arnForObjects('*')]);
     allow(this.deadLetter, ['sqs:SendMessage'], [this.deadLetterQueue.queueArn, this.deliveryQueue.queueArn]);
@@ -173,14 +189,22 @@ export class Gridrelay extends Construct {
     }));
 
     this.api = new apigw.HttpApi(this, 'PublishApi', {
-      description: "Event Grid's publish protocol, POST /topics/{topic}/api/events",
+      description: "Event Grid's publish protocol, POST /topics/{topic}/api/events, and the manual validation URL",
     });
+    const ingestIntegration = new HttpLambdaIntegration('IngestIntegration', this.ingest);
     this.api.addRoutes({
       path: '/topics/{topic}/api/events',
       methods: [apigw.HttpMethod.POST],
-      integration: new HttpLambdaIntegration('IngestIntegration', this.ingest),
+      integration: ingestIntegration,
+    });
+    this.api.addRoutes({
+      path: '/subscriptions/validate',
+      methods: [apigw.HttpMethod.GET],
+      integration: ingestIntegration,
     });
     this.publishUrl = this.api.apiEndpoint;
+    // Validation URLs sent in the handshake point at the publish API.
+    this.deliver.addEnvironment('GRIDRELAY_PUBLIC_URL', this.api.apiEndpoint);
 
     this.alarms(props.alarmTopic);
   }

@@ -29,8 +29,13 @@ test('three Rust functions on provided.al2023', () => {
   });
 });
 
-test('publish route on an HTTP API', () => {
+test('publish route and validation URL route on an HTTP API', () => {
   template.hasResourceProperties('AWS::ApiGatewayV2::Route', { RouteKey: 'POST /topics/{topic}/api/events' });
+  template.hasResourceProperties('AWS::ApiGatewayV2::Route', { RouteKey: 'GET /subscriptions/validate' });
+  template.hasResourceProperties('AWS::Lambda::Function', {
+    Timeout: 120,
+    Environment: { Variables: Match.objectLike({ GRIDRELAY_PUBLIC_URL: Match.anyValue() }) },
+  });
 });
 
 test('event-source mappings report batch item failures', () => {
@@ -103,8 +108,12 @@ function grants(fn: { role?: { node: { defaultChild?: unknown } } }): Map<string
 
 test('least privilege: ingest reads topics and subscriptions and sends to the delivery queue only', () => {
   const g = grants(construct.ingest);
-  assert.deepEqual([...g.keys()].sort(), ['dynamodb:GetItem', 'dynamodb:Query', 'sqs:SendMessage']);
-  assert.deepEqual(g.get('dynamodb:GetItem'), [{ 'Fn::GetAtt': [ref(construct.topicsTable), 'Arn'] }]);
+  assert.deepEqual([...g.keys()].sort(), ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query', 'sqs:SendMessage']);
+  assert.deepEqual(g.get('dynamodb:GetItem'), [
+    { 'Fn::GetAtt': [ref(construct.topicsTable), 'Arn'] },
+    { 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] },
+  ]);
+  assert.deepEqual(g.get('dynamodb:PutItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
   assert.deepEqual(g.get('dynamodb:Query'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
   assert.deepEqual(g.get('sqs:SendMessage'), [{ 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] }]);
 });
@@ -116,10 +125,13 @@ test('least privilege: deliver consumes its queue and sends to the two queues on
     assert.ok(resources.every((r) => r !== '*'), `${action} on every resource`);
   }
   assert.deepEqual(g.get('dynamodb:GetItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
+  assert.deepEqual(g.get('dynamodb:PutItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
   assert.deepEqual(g.get('sqs:SendMessage'), [
     { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] },
     { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
   ]);
+  const secrets = JSON.stringify(g.get('secretsmanager:GetSecretValue'));
+  assert.ok(secrets.includes(':secret:gridrelay/*'), `secrets only under the prefix: ${secrets}`);
   assert.ok(g.get('sqs:ReceiveMessage')?.length, 'the event source can receive');
   assert.ok(!g.has('s3:PutObject'), 'deliver never writes to S3');
 });
