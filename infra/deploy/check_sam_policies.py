@@ -32,8 +32,10 @@ EXPECTED = {
         "sqs:SendMessage": [getatt("DeliveryQueue")],
     },
     "DeliverFunction": {
-        "dynamodb:GetItem": [getatt("SubscriptionsTable")],
-        "dynamodb:PutItem": [getatt("SubscriptionsTable")],
+        "dynamodb:GetItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
+        "dynamodb:PutItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
+        "dynamodb:UpdateItem": [getatt("DeliveryStateTable")],
+        "dynamodb:DeleteItem": [getatt("DeliveryStateTable")],
         "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("DeadLetterQueue")],
         "secretsmanager:GetSecretValue": [
             {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}

@@ -25,7 +25,8 @@ use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWrite
 use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::Ingest;
 use gridrelay_shared::aws::{
-    DynamoSubscriptionStore, S3ObjectStore, SecretsManagerStore, SqsQueue, s3_client,
+    DynamoDeliveryStateStore, DynamoSubscriptionStore, S3ObjectStore, SecretsManagerStore,
+    SqsQueue, s3_client,
 };
 use gridrelay_shared::config::TableNames;
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
@@ -135,6 +136,10 @@ impl LocalSystem {
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
             secrets: Arc::new(SecretsManagerStore::from_sdk(sdk)),
+            state: Arc::new(DynamoDeliveryStateStore::from_sdk(
+                sdk,
+                &names.delivery_state_table,
+            )),
             settings: DeliverySettings {
                 public_url: Some(format!("http://{listen}")),
                 ..DeliverySettings::new(config.scale)

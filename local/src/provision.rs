@@ -8,6 +8,7 @@ use anyhow::Context;
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use gridrelay_shared::aws::{describe_error, s3_client};
@@ -26,6 +27,8 @@ pub struct ResourceNames {
     pub dead_letter_bucket: String,
     /// H1: the name prefix of secret delivery header values in Secrets Manager.
     pub secret_prefix: String,
+    /// D1, R4: endpoint health and late successes.
+    pub delivery_state_table: String,
 }
 
 impl ResourceNames {
@@ -39,6 +42,7 @@ impl ResourceNames {
             dead_letter_redrive_queue: format!("{prefix}-dead-letter-redrive"),
             dead_letter_bucket: format!("{prefix}-dead-letters"),
             secret_prefix: prefix.to_string(),
+            delivery_state_table: format!("{prefix}-delivery-state"),
         }
     }
 }
@@ -75,6 +79,28 @@ pub async fn provision(
         &[("topic", KeyType::Hash), ("name", KeyType::Range)],
     )
     .await?;
+    create_table(
+        &dynamodb,
+        &names.delivery_state_table,
+        &[("pk", KeyType::Hash)],
+    )
+    .await?;
+    // Records expire on their own (DynamoDB TTL on `expiresAt`).
+    let ttl = dynamodb
+        .update_time_to_live()
+        .table_name(&names.delivery_state_table)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .attribute_name("expiresAt")
+                .enabled(true)
+                .build()?,
+        )
+        .send()
+        .await;
+    if let Err(e) = ttl {
+        // Already enabled is fine; anything else is worth knowing, not fatal.
+        tracing::debug!(error = %describe_error(&e), "time to live not changed");
+    }
 
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let (delivery_redrive_queue_url, delivery_redrive_arn) =

@@ -13,6 +13,13 @@ pub const DEAD_LETTER_QUEUE_URL_ENV: &str = "GRIDRELAY_DEAD_LETTER_QUEUE_URL";
 /// L7: the system topic dead-letter writes are announced on (default `gridrelay-dead-letter-events`).
 pub const DEAD_LETTER_EVENTS_TOPIC_ENV: &str = "GRIDRELAY_DEAD_LETTER_EVENTS_TOPIC";
 
+/// The publish API's public base URL; validation URLs point at it.
+pub const PUBLIC_URL_ENV: &str = "GRIDRELAY_PUBLIC_URL";
+/// The origin named in CloudEvents abuse-protection requests (default `eventgrid.azure.net`).
+pub const WEBHOOK_ORIGIN_ENV: &str = "GRIDRELAY_WEBHOOK_ORIGIN";
+/// D1, R4: DynamoDB table of endpoint health and late successes.
+pub const DELIVERY_STATE_TABLE_ENV: &str = "GRIDRELAY_DELIVERY_STATE_TABLE";
+
 /// H1: the name prefix of the Secrets Manager secrets that hold secret delivery header values
 /// (default `gridrelay`; the deliver function may read only secrets under it).
 pub const SECRET_PREFIX_ENV: &str = "GRIDRELAY_SECRET_PREFIX";

@@ -22,6 +22,7 @@ pub mod decision;
 pub mod delivery_attributes;
 pub mod fan_out;
 pub mod filter;
+pub mod health;
 pub mod http_sender;
 pub mod limits;
 pub mod message;

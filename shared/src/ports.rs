@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::classify::AttemptResult;
+use crate::health::EndpointHealth;
 use crate::subscription::{Subscription, Topic};
 
 /// Failures of the subscription store.
@@ -47,6 +48,32 @@ pub trait SubscriptionStore: Send + Sync {
     /// Replaces an existing subscription's record; [`StoreError::NotFound`] if it was deleted.
     async fn replace_subscription(&self, subscription: &Subscription) -> Result<(), StoreError>;
     async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError>;
+}
+
+/// What `deliver` remembers between invocations (DynamoDB on AWS): each endpoint's health
+/// (D1, R3) and timed-out attempts that later succeeded (R4). Records expire on their own.
+#[async_trait]
+pub trait DeliveryStateStore: Send + Sync {
+    /// The endpoint's record; healthy if there is none.
+    async fn endpoint_health(&self, endpoint: &str) -> Result<EndpointHealth, StoreError>;
+    /// Writes the record; a healthy one is deleted.
+    async fn put_endpoint_health(
+        &self,
+        endpoint: &str,
+        health: &EndpointHealth,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+    /// Takes the probe lease until `until` if no unexpired lease is held; whether it did.
+    async fn acquire_probe(
+        &self,
+        endpoint: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+    /// R4: records that a timed-out attempt was answered with success after all.
+    async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError>;
+    /// R4: whether that attempt was answered with success after all.
+    async fn late_success(&self, attempt: &str) -> Result<bool, StoreError>;
 }
 
 /// A message to enqueue, visible after `delay` (at most 15 minutes).

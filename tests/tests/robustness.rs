@@ -157,6 +157,10 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         secrets: Arc::new(gridrelay_shared::aws::SecretsManagerStore::from_sdk(
             &sys.sdk,
         )),
+        state: Arc::new(gridrelay_shared::aws::DynamoDeliveryStateStore::from_sdk(
+            &sys.sdk,
+            &sys.names.delivery_state_table,
+        )),
         settings: DeliverySettings::new(sys.scale),
     };
     let good = DeliveryMessage {

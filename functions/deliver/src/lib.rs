@@ -25,13 +25,14 @@ use gridrelay_shared::decision::{
     AfterAttempt, DeadLetterReason, RetryRules, after_attempt, ttl_expired, until,
 };
 use gridrelay_shared::delivery_attributes::resolve_headers;
+use gridrelay_shared::health::HealthPolicy;
 use gridrelay_shared::message::{
     AttemptRecord, DeadLetterEntry, DeadLetterMessage, DeliveryMessage, QueuedEvent,
     pack_dead_letter_messages, pack_delivery_messages, queue_delay,
 };
 use gridrelay_shared::ports::{
-    Clock, DeliveryRequest, EventSender, Jitter, MessageQueue, OutgoingMessage, SecretStore,
-    SubscriptionStore,
+    Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, MessageQueue, OutgoingMessage,
+    SecretStore, SubscriptionStore,
 };
 use gridrelay_shared::schedule::RetrySchedule;
 use gridrelay_shared::schema::{DeliverySchema, delivery_body};
@@ -40,6 +41,9 @@ use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::{DEFAULT_WEBHOOK_ORIGIN, ValidationMessage};
 use tracing::{error, info, warn};
 
+use crate::endpoint_health::{EndpointGate, Held};
+
+mod endpoint_health;
 mod handshake;
 
 /// L4: the wait between the last attempt and the write to the dead-letter location.
@@ -57,6 +61,8 @@ pub struct DeliverySettings {
     pub public_url: Option<String>,
     /// The origin named in CloudEvents abuse-protection requests.
     pub webhook_origin: String,
+    /// D1: when delivery to a failing endpoint is delayed.
+    pub health: HealthPolicy,
 }
 
 impl DeliverySettings {
@@ -67,6 +73,7 @@ impl DeliverySettings {
             max_concurrent_requests: 32,
             public_url: None,
             webhook_origin: DEFAULT_WEBHOOK_ORIGIN.to_string(),
+            health: HealthPolicy::event_grid(scale),
         }
     }
 
@@ -84,6 +91,8 @@ pub struct Deliver {
     pub sender: Arc<dyn EventSender>,
     pub clock: Arc<dyn Clock>,
     pub jitter: Arc<dyn Jitter>,
+    /// D1, R4: endpoint health and late successes.
+    pub state: Arc<dyn DeliveryStateStore>,
     /// H1: where secret delivery header values are.
     pub secrets: Arc<dyn SecretStore>,
     pub settings: DeliverySettings,
@@ -106,6 +115,8 @@ pub struct DeliveryReport {
     pub dropped: usize,
     /// Messages not yet due, sent on for the rest of their wait.
     pub deferred: usize,
+    /// D1, R3: events held back (not attempted) because their endpoint is delayed.
+    pub delayed: usize,
     /// Messages left for SQS to redeliver.
     pub failed_messages: usize,
 }
@@ -118,6 +129,7 @@ impl DeliveryReport {
         self.dead_lettered += other.dead_lettered;
         self.dropped += other.dropped;
         self.deferred += other.deferred;
+        self.delayed += other.delayed;
         self.failed_messages += other.failed_messages;
     }
 }
@@ -142,6 +154,8 @@ impl DeliverOutcome {
 struct Pending {
     record: usize,
     event: QueuedEvent,
+    /// The last attempt made for it, kept when the event waits without an attempt (D1).
+    last_attempt: Option<AttemptRecord>,
 }
 
 /// Events of one subscription with the same attempt count: they can share a batch.
@@ -241,7 +255,10 @@ impl Deliver {
         self.run_validations(&validations, &mut plan).await;
         let subscriptions = self.load_subscriptions(&messages, &mut plan).await;
         let mut groups = self.sort_due_events(messages, &subscriptions, &mut plan);
-        let attempted = self.attempt_all(&mut groups).await;
+        let mut gates = self.endpoint_gates(&groups).await;
+        let (attempted, held) = self.attempt_all(&mut groups, &mut gates).await;
+        self.hold(&groups, held, &gates, &mut plan);
+        self.record_health(&groups, &attempted, &gates).await;
         self.settle(&groups, attempted, &mut plan);
         self.send(&mut plan).await;
 
@@ -254,6 +271,7 @@ impl Deliver {
                 dead_lettered = plan.report.dead_lettered,
                 dropped = plan.report.dropped,
                 deferred = plan.report.deferred,
+                delayed = plan.report.delayed,
                 failed_messages = plan.report.failed_messages,
                 "deliver invocation"
             );
@@ -414,15 +432,25 @@ impl Deliver {
                 });
             groups[slot]
                 .events
-                .extend(live.into_iter().map(|event| Pending { record: i, event }));
+                .extend(live.into_iter().map(|event| Pending {
+                    record: i,
+                    event,
+                    last_attempt: message.last_attempt,
+                }));
         }
         groups
     }
 
     /// POSTs every batch of every group, several at a time (G3: nothing waits to fill a batch).
     /// The events move out of their groups into the batches.
-    async fn attempt_all(&self, groups: &mut [Group]) -> Vec<Attempted> {
+    /// Batches to a delayed endpoint are held instead (D1), except one probe when it is due.
+    async fn attempt_all(
+        &self,
+        groups: &mut [Group],
+        gates: &mut HashMap<String, EndpointGate>,
+    ) -> (Vec<Attempted>, Vec<Held>) {
         let mut batches: Vec<(usize, Vec<Pending>)> = Vec::new();
+        let mut held = Vec::new();
         for (g, group) in groups.iter_mut().enumerate() {
             let sizes: Vec<usize> = group
                 .events
@@ -431,11 +459,21 @@ impl Deliver {
                 .collect();
             let mut events = std::mem::take(&mut group.events).into_iter();
             for range in plan_batches(&sizes, &group.subscription.batching) {
-                batches.push((g, events.by_ref().take(range.len()).collect()));
+                let batch: Vec<Pending> = events.by_ref().take(range.len()).collect();
+                match gates
+                    .get_mut(&group.subscription.endpoint)
+                    .map_or(Some(()), EndpointGate::admit)
+                {
+                    Some(()) => batches.push((g, batch)),
+                    None => held.push(Held {
+                        group: g,
+                        events: batch,
+                    }),
+                }
             }
         }
         let groups = &*groups;
-        futures::stream::iter(batches)
+        let attempted = futures::stream::iter(batches)
             .map(|(g, events)| async move {
                 let group = &groups[g];
                 let request = delivery_request(group, &events);
@@ -449,8 +487,9 @@ impl Deliver {
                 }
             })
             .buffer_unordered(self.settings.max_concurrent_requests.max(1))
-            .collect()
-            .await
+            .collect::<Vec<_>>()
+            .await;
+        (attempted, held)
     }
 
     /// Applies the classification and retry rules to every attempted batch (B5: the batch's

@@ -6,14 +6,17 @@ use std::sync::Arc;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_deliver::{Deliver, DeliverySettings};
 use gridrelay_shared::aws::{
-    DynamoSubscriptionStore, SecretsManagerStore, SqsQueue, load_sdk_config,
+    DynamoDeliveryStateStore, DynamoSubscriptionStore, SecretsManagerStore, SqsQueue,
+    load_sdk_config,
 };
 use gridrelay_shared::config::{
-    DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, TableNames, required,
+    DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
+    TableNames, WEBHOOK_ORIGIN_ENV, required,
 };
 use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender};
 use gridrelay_shared::ports::{RandomJitter, SystemClock};
 use gridrelay_shared::time_scale::TimeScale;
+use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]
@@ -45,7 +48,21 @@ async fn main() -> Result<(), Error> {
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
         secrets: Arc::new(SecretsManagerStore::from_sdk(&sdk)),
-        settings: DeliverySettings::new(scale),
+        state: Arc::new(DynamoDeliveryStateStore::from_sdk(
+            &sdk,
+            required(
+                DELIVERY_STATE_TABLE_ENV,
+                "the DynamoDB table of endpoint health (D1) and late successes (R4)",
+            )?,
+        )),
+        settings: DeliverySettings {
+            public_url: std::env::var(PUBLIC_URL_ENV).ok().filter(|v| !v.is_empty()),
+            webhook_origin: std::env::var(WEBHOOK_ORIGIN_ENV)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| DEFAULT_WEBHOOK_ORIGIN.to_string()),
+            ..DeliverySettings::new(scale)
+        },
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let deliver = Arc::clone(&deliver);

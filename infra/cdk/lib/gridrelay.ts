@@ -54,6 +54,7 @@ export class Gridrelay extends Construct {
   public readonly publishUrl: string;
   public readonly topicsTable: dynamodb.Table;
   public readonly subscriptionsTable: dynamodb.Table;
+  public readonly deliveryStateTable: dynamodb.Table;
   public readonly deliveryQueue: sqs.Queue;
   public readonly deliveryRedriveQueue: sqs.Queue;
   public readonly deadLetterQueue: sqs.Queue;
@@ -118,6 +119,15 @@ export class Gridrelay extends Construct {
       removalPolicy,
     });
 
+    // Endpoint health (D1) and late successes (R4); records expire on their own.
+    this.deliveryStateTable = new dynamodb.Table(this, 'DeliveryStateTable', {
+      partitionKey: { name: 'pk', type: dynamodb.AttributeType.STRING },
+      billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
+      timeToLiveAttribute: 'expiresAt',
+      encryption: dynamodb.TableEncryption.AWS_MANAGED,
+      removalPolicy,
+    });
+
     const secretPrefix = props.secretPrefix ?? 'gridrelay';
     const environment = {
       GRIDRELAY_TOPICS_TABLE: this.topicsTable.tableName,
@@ -127,6 +137,7 @@ export class Gridrelay extends Construct {
       GRIDRELAY_TIME_SCALE: props.timeScale ?? '1',
       GRIDRELAY_DEAD_LETTER_EVENTS_TOPIC: 'gridrelay-dead-letter-events',
       GRIDRELAY_SECRET_PREFIX: secretPrefix,
+      GRIDRELAY_DELIVERY_STATE_TABLE: this.deliveryStateTable.tableName,
       RUST_LOG: 'info',
     };
     const fn = (name: string, binaryName: string, timeout: Duration, description: string) =>
@@ -161,6 +172,9 @@ export class Gridrelay extends Construct {
     allow(this.ingest, ['sqs:SendMessage'], [this.deliveryQueue.queueArn]);
     // GetItem: each delivery; PutItem: the handshake's provisioning state.
     allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:PutItem'], [this.subscriptionsTable.tableArn]);
+    // D1, R4: endpoint health and late successes.
+    allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+      [this.deliveryStateTable.tableArn]);
     // H1: secret delivery header values, only under the prefix.
     allow(this.deliver, ['secretsmanager:GetSecretValue'], [
       Stack.of(this).formatArn({

@@ -64,6 +64,13 @@ test('queues: redrive for poison messages, five-minute dead-letter delay (L4)', 
   template.resourceCountIs('AWS::SQS::Queue', 4);
 });
 
+test('delivery state table expires its records (D1, R4)', () => {
+  template.hasResourceProperties('AWS::DynamoDB::Table', {
+    KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
+    TimeToLiveSpecification: { AttributeName: 'expiresAt', Enabled: true },
+  });
+});
+
 test('tables: on-demand with point-in-time recovery', () => {
   template.resourcePropertiesCountIs('AWS::DynamoDB::Table', {
     BillingMode: 'PAY_PER_REQUEST',
@@ -124,8 +131,11 @@ test('least privilege: deliver consumes its queue and sends to the two queues on
     assert.ok(!action.includes('*'), `wildcard action ${action}`);
     assert.ok(resources.every((r) => r !== '*'), `${action} on every resource`);
   }
-  assert.deepEqual(g.get('dynamodb:GetItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
-  assert.deepEqual(g.get('dynamodb:PutItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
+  const state = { 'Fn::GetAtt': [ref(construct.deliveryStateTable), 'Arn'] };
+  assert.deepEqual(g.get('dynamodb:GetItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
+  assert.deepEqual(g.get('dynamodb:PutItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
+  assert.deepEqual(g.get('dynamodb:UpdateItem'), [state]);
+  assert.deepEqual(g.get('dynamodb:DeleteItem'), [state]);
   assert.deepEqual(g.get('sqs:SendMessage'), [
     { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] },
     { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },

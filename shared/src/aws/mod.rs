@@ -2,11 +2,13 @@
 //!
 //! They talk to whatever `AWS_ENDPOINT_URL` names (moto, LocalStack) or to AWS itself.
 
+mod delivery_state;
 mod dynamodb;
 mod s3;
 mod secrets;
 mod sqs;
 
+pub use delivery_state::DynamoDeliveryStateStore;
 pub use dynamodb::DynamoSubscriptionStore;
 pub use s3::S3ObjectStore;
 pub use secrets::SecretsManagerStore;

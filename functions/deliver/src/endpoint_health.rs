@@ -1,0 +1,200 @@
+//! Delayed delivery (D1) and best-effort skipping of retries (R3) in the deliver worker: which
+//! batches may go to each endpoint in this invocation, holding the others back without counting
+//! an attempt, and what the attempts taught about each endpoint's health.
+//!
+//! The rules are `gridrelay_shared::health`; the records are in the delivery state store.
+//! Health is per endpoint URL, so a failing endpoint never holds back another one. If the
+//! store cannot be read, delivery goes ahead as if the endpoint were healthy.
+
+use std::collections::{BTreeSet, HashMap};
+
+use chrono::{DateTime, Utc};
+use gridrelay_shared::classify::DeliveryOutcome;
+use gridrelay_shared::health::{EndpointHealth, Gate};
+use gridrelay_shared::message::{
+    AttemptRecord, DeliveryMessage, pack_delivery_messages, queue_delay,
+};
+use tracing::{info, warn};
+
+use crate::{Attempted, Deliver, Group, Pending, Plan};
+use gridrelay_shared::decision::until;
+
+/// What one endpoint may receive in this invocation.
+pub(crate) struct EndpointGate {
+    health: EndpointHealth,
+    pass: Pass,
+}
+
+enum Pass {
+    /// Every batch.
+    All,
+    /// One probe batch (this invocation holds the lease), then hold the rest until then.
+    OneProbe {
+        sent: bool,
+        rest_until: DateTime<Utc>,
+    },
+    /// Nothing until then.
+    None(DateTime<Utc>),
+}
+
+impl EndpointGate {
+    /// `Some` if the next batch may be sent.
+    pub(crate) fn admit(&mut self) -> Option<()> {
+        match &mut self.pass {
+            Pass::All => Some(()),
+            Pass::OneProbe { sent, .. } if !*sent => {
+                *sent = true;
+                Some(())
+            }
+            _ => None,
+        }
+    }
+
+    fn held_until(&self) -> Option<DateTime<Utc>> {
+        match self.pass {
+            Pass::All => None,
+            Pass::OneProbe { rest_until, .. } => Some(rest_until),
+            Pass::None(t) => Some(t),
+        }
+    }
+}
+
+/// Events not attempted because their endpoint is delayed.
+pub(crate) struct Held {
+    pub(crate) group: usize,
+    pub(crate) events: Vec<Pending>,
+}
+
+impl Deliver {
+    /// Reads the health of every endpoint in `groups` and decides what each may receive; a
+    /// delayed endpoint whose delay is over gets one probe, if this invocation wins the lease.
+    pub(crate) async fn endpoint_gates(&self, groups: &[Group]) -> HashMap<String, EndpointGate> {
+        let endpoints: BTreeSet<&str> = groups
+            .iter()
+            .filter(|g| !g.events.is_empty())
+            .map(|g| g.subscription.endpoint.as_str())
+            .collect();
+        let policy = &self.settings.health;
+        let reads = endpoints.into_iter().map(|endpoint| async move {
+            let now = self.clock.now();
+            let health = match self.state.endpoint_health(endpoint).await {
+                Ok(h) => h,
+                Err(e) => {
+                    warn!(endpoint, error = %e, "endpoint health unreadable; delivering as if healthy");
+                    EndpointHealth::default()
+                }
+            };
+            let pass = match health.gate(now, policy) {
+                Gate::Open => Pass::All,
+                Gate::Wait(t) => Pass::None(t),
+                Gate::Probe => {
+                    let lease = now + chrono::Duration::from_std(policy.probe_lease).unwrap_or_default();
+                    let recheck = now + chrono::Duration::from_std(policy.recheck).unwrap_or_default();
+                    match self.state.acquire_probe(endpoint, now, lease).await {
+                        Ok(true) => Pass::OneProbe {
+                            sent: false,
+                            rest_until: recheck.min(lease),
+                        },
+                        Ok(false) => Pass::None(recheck.min(lease)),
+                        Err(e) => {
+                            warn!(endpoint, error = %e, "probe lease unavailable; waiting");
+                            Pass::None(recheck.min(lease))
+                        }
+                    }
+                }
+            };
+            (endpoint.to_string(), EndpointGate { health, pass })
+        });
+        futures::future::join_all(reads).await.into_iter().collect()
+    }
+
+    /// D1, R3: held events wait for their endpoint, re-enqueued with their attempt count and
+    /// last attempt unchanged (a delay is not an attempt).
+    pub(crate) fn hold(
+        &self,
+        groups: &[Group],
+        held: Vec<Held>,
+        gates: &HashMap<String, EndpointGate>,
+        plan: &mut Plan,
+    ) {
+        let now = self.clock.now();
+        for h in held {
+            let group = &groups[h.group];
+            let sub = &group.subscription;
+            let until_at = gates
+                .get(&sub.endpoint)
+                .and_then(EndpointGate::held_until)
+                .unwrap_or(now);
+            plan.report.delayed += h.events.len();
+            // Events of one batch may carry different last attempts; keep each one's.
+            let mut by_last: Vec<(Option<AttemptRecord>, Vec<Pending>)> = Vec::new();
+            for p in h.events {
+                match by_last.iter_mut().find(|(l, _)| *l == p.last_attempt) {
+                    Some((_, list)) => list.push(p),
+                    None => by_last.push((p.last_attempt, vec![p])),
+                }
+            }
+            for (last_attempt, events) in by_last {
+                let records: BTreeSet<usize> = events.iter().map(|p| p.record).collect();
+                let template = DeliveryMessage {
+                    topic: sub.topic.clone(),
+                    subscription: sub.name.clone(),
+                    schema: group.schema,
+                    attempts: group.attempts,
+                    not_before: until_at,
+                    last_attempt,
+                    events: Vec::new(),
+                };
+                let delay = queue_delay(until(until_at, now));
+                let events = events.into_iter().map(|p| p.event).collect();
+                for message in pack_delivery_messages(&template, events) {
+                    plan.enqueue_delivery(&message, records.clone(), delay);
+                }
+            }
+        }
+    }
+
+    /// Records what this invocation's attempts say about each endpoint: a success clears its
+    /// record; failures only add to it, and past the threshold delay it (D1).
+    pub(crate) async fn record_health(
+        &self,
+        groups: &[Group],
+        attempted: &[Attempted],
+        gates: &HashMap<String, EndpointGate>,
+    ) {
+        let mut seen: HashMap<&str, (u32, bool)> = HashMap::new();
+        for a in attempted {
+            let endpoint = groups[a.group].subscription.endpoint.as_str();
+            let entry = seen.entry(endpoint).or_default();
+            if DeliveryOutcome::of(&a.result) == DeliveryOutcome::Succeeded {
+                entry.1 = true;
+            } else {
+                entry.0 += 1;
+            }
+        }
+        let now = self.clock.now();
+        let policy = &self.settings.health;
+        let writes = seen.into_iter().filter_map(|(endpoint, (failures, succeeded))| {
+            let before = gates.get(endpoint).map(|g| g.health).unwrap_or_default();
+            let after = if succeeded {
+                EndpointHealth::default()
+            } else {
+                before.after_failures(failures, now, policy)
+            };
+            if after == before {
+                return None;
+            }
+            if after.is_delayed() && !before.is_delayed() {
+                warn!(endpoint, failures = after.consecutive_failures, delayed_until = ?after.delayed_until, "endpoint keeps failing: delivery to it is delayed (D1)");
+            } else if succeeded && before.is_delayed() {
+                info!(endpoint, "endpoint recovered: delayed delivery ends");
+            }
+            Some(async move {
+                if let Err(e) = self.state.put_endpoint_health(endpoint, &after, now).await {
+                    warn!(endpoint, error = %e, "could not record endpoint health");
+                }
+            })
+        });
+        futures::future::join_all(writes).await;
+    }
+}

@@ -1,0 +1,184 @@
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+
+use super::describe_error;
+use crate::health::EndpointHealth;
+use crate::ports::{DeliveryStateStore, StoreError};
+
+/// How long a record outlives its last write (DynamoDB's TTL attribute `expiresAt` removes it).
+const RECORD_LIFETIME: chrono::Duration = chrono::Duration::hours(48);
+
+/// Endpoint health and late successes in one DynamoDB table: partition key `pk`
+/// (`endpoint#URL` or `late#ATTEMPT`), times as epoch milliseconds, `expiresAt` (epoch
+/// seconds) as the table's TTL attribute.
+#[derive(Debug, Clone)]
+pub struct DynamoDeliveryStateStore {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+impl DynamoDeliveryStateStore {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, table: impl Into<String>) -> Self {
+        Self::new(aws_sdk_dynamodb::Client::new(sdk), table)
+    }
+}
+
+fn key(pk: String) -> HashMap<String, AttributeValue> {
+    HashMap::from([("pk".to_string(), AttributeValue::S(pk))])
+}
+
+fn endpoint_key(endpoint: &str) -> HashMap<String, AttributeValue> {
+    key(format!("endpoint#{endpoint}"))
+}
+
+fn millis(t: DateTime<Utc>) -> AttributeValue {
+    AttributeValue::N(t.timestamp_millis().to_string())
+}
+
+fn expires(now: DateTime<Utc>) -> AttributeValue {
+    AttributeValue::N((now + RECORD_LIFETIME).timestamp().to_string())
+}
+
+fn time(item: &HashMap<String, AttributeValue>, name: &str) -> Option<DateTime<Utc>> {
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse::<i64>().ok())
+        .and_then(DateTime::from_timestamp_millis)
+}
+
+fn unavailable<E: std::error::Error>(e: E) -> StoreError {
+    StoreError::Unavailable(describe_error(&e))
+}
+
+#[async_trait]
+impl DeliveryStateStore for DynamoDeliveryStateStore {
+    async fn endpoint_health(&self, endpoint: &str) -> Result<EndpointHealth, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(endpoint_key(endpoint)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        let Some(item) = out.item else {
+            return Ok(EndpointHealth::default());
+        };
+        Ok(EndpointHealth {
+            consecutive_failures: item
+                .get("failures")
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+            delayed_until: time(&item, "delayedUntil"),
+            probe_until: time(&item, "probeUntil"),
+        })
+    }
+
+    async fn put_endpoint_health(
+        &self,
+        endpoint: &str,
+        health: &EndpointHealth,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if *health == EndpointHealth::default() {
+            self.client
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(endpoint_key(endpoint)))
+                .send()
+                .await
+                .map_err(unavailable)?;
+            return Ok(());
+        }
+        let mut item = endpoint_key(endpoint);
+        item.insert(
+            "failures".into(),
+            AttributeValue::N(health.consecutive_failures.to_string()),
+        );
+        if let Some(t) = health.delayed_until {
+            item.insert("delayedUntil".into(), millis(t));
+        }
+        if let Some(t) = health.probe_until {
+            item.insert("probeUntil".into(), millis(t));
+        }
+        item.insert("expiresAt".into(), expires(now));
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn acquire_probe(
+        &self,
+        endpoint: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(endpoint_key(endpoint)))
+            .update_expression("SET probeUntil = :until")
+            .condition_expression(
+                "attribute_exists(pk) AND (attribute_not_exists(probeUntil) OR probeUntil < :now)",
+            )
+            .expression_attribute_values(":until", millis(until))
+            .expression_attribute_values(":now", millis(now))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
+        let mut item = key(format!("late#{attempt}"));
+        item.insert("at".into(), millis(now));
+        item.insert("expiresAt".into(), expires(now));
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn late_success(&self, attempt: &str) -> Result<bool, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key(format!("late#{attempt}"))))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(out.item.is_some())
+    }
+}

@@ -1,0 +1,105 @@
+//! End-to-end: delayed delivery to an endpoint that keeps failing (D1), retries skipped while
+//! it is delayed (R3), one probe to detect recovery, and no effect on healthy endpoints.
+
+use std::time::{Duration, Instant};
+
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
+use gridrelay_shared::aws::DynamoDeliveryStateStore;
+use gridrelay_shared::health::EndpointHealth;
+use gridrelay_shared::ports::DeliveryStateStore;
+use gridrelay_shared::subscription::SubscriptionRequest;
+
+/// D1, R3, at scale 0.1 (503 retry minimum 30 s → 3 s; first delay 1 min → 6 s):
+/// the first 10 events to an endpoint all fail, so delivery to it is delayed: the retries due
+/// after 3 s are skipped, and an event published during the delay waits too, while a healthy
+/// endpoint on the same topic gets every event at once. When the delay ends a single probe
+/// batch goes first; its success ends the delay and the rest follow. The delay is not counted
+/// as an attempt (`aeg-delivery-count` is 1 for events that failed once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_endpoint_is_delayed_and_probed_d1_r3() {
+    let sys = TestSystem::start(0.1).await;
+    let topic = sys.topic("health").await;
+    let sick = Subscriber::start(vec![Reply::Status(503); 10], Reply::Status(200)).await;
+    let well = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("health", "sick", &sick.url))
+        .await;
+    sys.subscribe(SubscriptionRequest {
+        ..subscription("health", "well", &well.url)
+    })
+    .await;
+
+    let t0 = Instant::now();
+    sys.publish(&topic, &events("first", 10)).await;
+    let failures = sick.wait_for_requests(10, Duration::from_secs(30)).await;
+    assert!(failures.iter().all(|r| r.reply == Reply::Status(503)));
+    let state = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
+    let health = eventually(Duration::from_secs(10), "the endpoint delayed", || async {
+        state
+            .endpoint_health(&sick.url)
+            .await
+            .ok()
+            .filter(EndpointHealth::is_delayed)
+    })
+    .await;
+    assert_eq!(health.consecutive_failures, 10);
+
+    tokio::time::sleep(Duration::from_secs(4).saturating_sub(t0.elapsed())).await;
+    sys.publish(&topic, &events("during", 1)).await;
+    let published_during = Instant::now();
+    let got_well = eventually(Duration::from_secs(10), "well gets all 11", || async {
+        let r = well.received();
+        (r.len() == 11).then_some(r)
+    })
+    .await;
+    let during = got_well
+        .iter()
+        .find(|r| r.ids() == ["during-0"])
+        .expect("the healthy endpoint got the event published during the delay");
+    assert!(
+        during.at.duration_since(published_during) < Duration::from_secs(3),
+        "a delayed endpoint never slows a healthy one"
+    );
+
+    let all = eventually(Duration::from_secs(30), "sick recovers", || async {
+        let r = sick.received();
+        (r.len() >= 21).then_some(r)
+    })
+    .await;
+    let last_failure = failures.iter().map(|r| r.at).max().expect("failures");
+    let probe = &all[10];
+    assert!(
+        probe.at.duration_since(last_failure) >= Duration::from_secs(5),
+        "nothing is sent while the endpoint is delayed (the 3 s retries were skipped): next request {:?} after the failures",
+        probe.at.duration_since(last_failure)
+    );
+    assert_eq!(probe.events.len(), 1, "one probe batch");
+    assert!(
+        all[11..].iter().all(|r| r.at >= probe.at),
+        "the rest follow the probe"
+    );
+    for r in &all[10..] {
+        let expected = if r.ids()[0].starts_with("first") {
+            "1"
+        } else {
+            "0"
+        };
+        assert_eq!(
+            r.header("aeg-delivery-count"),
+            Some(expected),
+            "delays are not attempts: {:?}",
+            r.ids()
+        );
+    }
+    assert_eq!(all.len(), 21, "every event delivered once after recovery");
+    let healed = eventually(Duration::from_secs(10), "health cleared", || async {
+        state
+            .endpoint_health(&sick.url)
+            .await
+            .ok()
+            .filter(|h| *h == EndpointHealth::default())
+    })
+    .await;
+    assert_eq!(healed, EndpointHealth::default());
+    assert!(sys.system.stats().deliver.delayed > 0);
+    sys.shutdown().await;
+}
