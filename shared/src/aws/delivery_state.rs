@@ -60,6 +60,19 @@ fn unavailable<E: std::error::Error>(e: E) -> StoreError {
     StoreError::Unavailable(describe_error(&e))
 }
 
+impl DynamoDeliveryStateStore {
+    async fn put(&self, item: HashMap<String, AttributeValue>) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl DeliveryStateStore for DynamoDeliveryStateStore {
     async fn endpoint_health(&self, endpoint: &str) -> Result<EndpointHealth, StoreError> {
@@ -114,14 +127,7 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             item.insert("probeUntil".into(), millis(t));
         }
         item.insert("expiresAt".into(), expires(now));
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(unavailable)?;
-        Ok(())
+        self.put(item).await
     }
 
     async fn acquire_probe(
@@ -159,14 +165,7 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
         let mut item = key(format!("late#{attempt}"));
         item.insert("at".into(), millis(now));
         item.insert("expiresAt".into(), expires(now));
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(unavailable)?;
-        Ok(())
+        self.put(item).await
     }
 
     async fn late_success(&self, attempt: &str) -> Result<bool, StoreError> {
