@@ -30,7 +30,7 @@ use gridrelay_shared::aws::{
 };
 use gridrelay_shared::config::TableNames;
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
-use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender};
+use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender, LATE_ANSWER_WINDOW};
 use gridrelay_shared::ports::{
     MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock,
 };
@@ -132,7 +132,10 @@ impl LocalSystem {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_letter_queue.clone(),
-            sender: Arc::new(HttpEventSender::new(config.scale.apply(ATTEMPT_TIMEOUT))?),
+            sender: Arc::new(
+                HttpEventSender::new(config.scale.apply(ATTEMPT_TIMEOUT))?
+                    .with_late_answers(config.scale.apply(LATE_ANSWER_WINDOW)),
+            ),
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
             secrets: Arc::new(SecretsManagerStore::from_sdk(sdk)),
@@ -142,6 +145,11 @@ impl LocalSystem {
             )),
             settings: DeliverySettings {
                 public_url: Some(format!("http://{listen}")),
+                // R4's wait keeps the invocation's messages hidden: half the visibility timeout.
+                late_answer_wait: config
+                    .scale
+                    .apply(LATE_ANSWER_WINDOW)
+                    .min(config.visibility_timeout / 2),
                 ..DeliverySettings::new(config.scale)
             },
         });

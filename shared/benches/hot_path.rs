@@ -102,6 +102,7 @@ fn main() {
         attempts: 1,
         not_before: Utc::now(),
         last_attempt: None,
+        timed_out_attempt: None,
         events: Vec::new(),
     };
     let per_sec = rate(|| {

@@ -109,6 +109,7 @@ pub async fn fan_out(
             attempts: 0,
             not_before: now,
             last_attempt: None,
+            timed_out_attempt: None,
             events: Vec::new(),
         };
         for message in pack_delivery_messages(&template, queued) {

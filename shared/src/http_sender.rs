@@ -1,7 +1,8 @@
 //! Subscriber endpoints over HTTP, with one pooled `reqwest` client.
 //!
 //! Redirects are not followed (S1 counts 3xx as failure), and every attempt has the attempt
-//! timeout (S2) on its whole exchange.
+//! timeout (S2) on its whole exchange. With [`HttpEventSender::with_late_answers`], a request
+//! that timed out stays open for the late window so its answer can still be seen (R4).
 
 use std::time::Duration;
 
@@ -9,16 +10,20 @@ use async_trait::async_trait;
 
 use crate::classify::AttemptResult;
 use crate::ports::{
-    DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest,
+    DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest, SentAttempt,
 };
 
 /// S2: a request with no response after this long has failed.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// R4: how long after its timeout an attempt's answer is still awaited.
+pub const LATE_ANSWER_WINDOW: Duration = Duration::from_secs(180);
+
 #[derive(Debug, Clone)]
 pub struct HttpEventSender {
     client: reqwest::Client,
     timeout: Duration,
+    late_window: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -34,32 +39,68 @@ impl HttpEventSender {
             .pool_max_idle_per_host(32)
             .user_agent(concat!("gridrelay/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Self { client, timeout })
+        Ok(Self {
+            client,
+            timeout,
+            late_window: Duration::ZERO,
+        })
+    }
+
+    /// R4: after an attempt times out, keep its request open this much longer for a late
+    /// answer.
+    pub fn with_late_answers(mut self, window: Duration) -> Self {
+        self.late_window = window;
+        self
     }
 }
 
 #[async_trait]
 impl EventSender for HttpEventSender {
-    async fn send(&self, request: DeliveryRequest) -> AttemptResult {
+    async fn send(&self, request: DeliveryRequest) -> SentAttempt {
         let mut builder = self
             .client
             .post(&request.endpoint)
-            .timeout(self.timeout)
+            .timeout(self.timeout + self.late_window)
             .header("content-type", request.content_type)
             .body(request.body);
         for (name, value) in &request.headers {
             builder = builder.header(name, value);
         }
-        match builder.send().await {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                // Reading the (small) answer lets the pooled connection be reused; the status
-                // stands whatever happens to the body.
-                let _ = response.bytes().await;
-                AttemptResult::Status(status)
+        let exchange = async move {
+            match builder.send().await {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    // Reading the (small) answer lets the pooled connection be reused; the
+                    // status stands whatever happens to the body.
+                    let _ = response.bytes().await;
+                    AttemptResult::Status(status)
+                }
+                Err(e) if e.is_timeout() => AttemptResult::TimedOut,
+                Err(e) => AttemptResult::ConnectionFailed(error_chain(&e)),
             }
-            Err(e) if e.is_timeout() => AttemptResult::TimedOut,
-            Err(e) => AttemptResult::ConnectionFailed(error_chain(&e)),
+        };
+        if self.late_window.is_zero() {
+            return SentAttempt {
+                result: exchange.await,
+                late: None,
+            };
+        }
+        // S2 at the attempt timeout; the request itself stays open for R4's late window.
+        let mut task = tokio::spawn(exchange);
+        match tokio::time::timeout(self.timeout, &mut task).await {
+            Ok(joined) => SentAttempt {
+                result: joined.unwrap_or_else(|e| AttemptResult::ConnectionFailed(e.to_string())),
+                late: None,
+            },
+            Err(_) => SentAttempt {
+                result: AttemptResult::TimedOut,
+                late: Some(Box::pin(async move {
+                    match task.await {
+                        Ok(AttemptResult::Status(status)) => Some(status),
+                        _ => None,
+                    }
+                })),
+            },
         }
     }
 

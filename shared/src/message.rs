@@ -56,6 +56,9 @@ pub struct DeliveryMessage {
     pub not_before: DateTime<Utc>,
     #[serde(default)]
     pub last_attempt: Option<AttemptRecord>,
+    /// R4: the timed-out attempt this message retries; a late success for it cancels the retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_out_attempt: Option<String>,
     pub events: Vec<QueuedEvent>,
 }
 
@@ -188,6 +191,7 @@ mod tests {
                 time: Utc::now(),
                 outcome: DeliveryOutcome::RequestEntityTooLarge,
             }),
+            timed_out_attempt: Some("0".repeat(36)),
             events: vec![],
         }
     }

@@ -166,11 +166,23 @@ impl HandshakeReply {
     }
 }
 
+/// R4: the status a timed-out request is answered with after all (`None`: no answer within
+/// the late window).
+pub type LateAnswer =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Option<u16>> + Send + Sync>>;
+
+/// What came of one delivery request.
+pub struct SentAttempt {
+    pub result: AttemptResult,
+    /// For a timed-out request that is still waiting for its answer (R4).
+    pub late: Option<LateAnswer>,
+}
+
 /// Subscriber endpoints (HTTP).
 #[async_trait]
 pub trait EventSender: Send + Sync {
     /// Sends the request and reports what happened; never fails otherwise.
-    async fn send(&self, request: DeliveryRequest) -> AttemptResult;
+    async fn send(&self, request: DeliveryRequest) -> SentAttempt;
     /// Sends a handshake request; `Err` says why no answer came.
     async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String>;
 }

@@ -78,6 +78,12 @@ pub struct TestSystem {
 impl TestSystem {
     /// Starts a system whose every wait is multiplied by `scale`.
     pub async fn start(scale: f64) -> Self {
+        Self::start_with_visibility(scale, Duration::from_secs(3)).await
+    }
+
+    /// As [`TestSystem::start`], with the queues' visibility timeout (for tests whose
+    /// invocations run longer than the default 3 s).
+    pub async fn start_with_visibility(scale: f64, visibility_timeout: Duration) -> Self {
         let sdk = sdk_config().await;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let names = ResourceNames::with_prefix(&format!("t{}", &id[..12]));
@@ -85,7 +91,7 @@ impl TestSystem {
         let config = RunnerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             scale,
-            visibility_timeout: Duration::from_secs(3),
+            visibility_timeout,
             max_receive_count: 2,
             concurrency: 4,
         };

@@ -170,6 +170,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         attempts: 0,
         not_before: chrono::Utc::now(),
         last_attempt: None,
+        timed_out_attempt: None,
         events: vec![QueuedEvent {
             publish_time: chrono::Utc::now(),
             event: serde_json::value::RawValue::from_string(

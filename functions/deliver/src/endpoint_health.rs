@@ -126,15 +126,17 @@ impl Deliver {
                 .and_then(EndpointGate::held_until)
                 .unwrap_or(now);
             plan.report.delayed += h.events.len();
-            // Events of one batch may carry different last attempts; keep each one's.
-            let mut by_last: Vec<(Option<AttemptRecord>, Vec<Pending>)> = Vec::new();
+            // Events of one batch may carry different histories; keep each one's.
+            type History = (Option<AttemptRecord>, Option<String>);
+            let mut by_history: Vec<(History, Vec<Pending>)> = Vec::new();
             for p in h.events {
-                match by_last.iter_mut().find(|(l, _)| *l == p.last_attempt) {
+                let history = (p.last_attempt, p.timed_out_attempt.clone());
+                match by_history.iter_mut().find(|(k, _)| *k == history) {
                     Some((_, list)) => list.push(p),
-                    None => by_last.push((p.last_attempt, vec![p])),
+                    None => by_history.push((history, vec![p])),
                 }
             }
-            for (last_attempt, events) in by_last {
+            for ((last_attempt, timed_out_attempt), events) in by_history {
                 let records: BTreeSet<usize> = events.iter().map(|p| p.record).collect();
                 let template = DeliveryMessage {
                     topic: sub.topic.clone(),
@@ -143,6 +145,7 @@ impl Deliver {
                     attempts: group.attempts,
                     not_before: until_at,
                     last_attempt,
+                    timed_out_attempt,
                     events: Vec::new(),
                 };
                 let delay = queue_delay(until(until_at, now));

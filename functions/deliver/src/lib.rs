@@ -26,13 +26,14 @@ use gridrelay_shared::decision::{
 };
 use gridrelay_shared::delivery_attributes::resolve_headers;
 use gridrelay_shared::health::HealthPolicy;
+use gridrelay_shared::http_sender::LATE_ANSWER_WINDOW;
 use gridrelay_shared::message::{
     AttemptRecord, DeadLetterEntry, DeadLetterMessage, DeliveryMessage, QueuedEvent,
     pack_dead_letter_messages, pack_delivery_messages, queue_delay,
 };
 use gridrelay_shared::ports::{
-    Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, MessageQueue, OutgoingMessage,
-    SecretStore, SubscriptionStore,
+    Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue,
+    OutgoingMessage, SecretStore, SubscriptionStore,
 };
 use gridrelay_shared::schedule::RetrySchedule;
 use gridrelay_shared::schema::{DeliverySchema, delivery_body};
@@ -45,6 +46,7 @@ use crate::endpoint_health::{EndpointGate, Held};
 
 mod endpoint_health;
 mod handshake;
+mod late_answers;
 
 /// L4: the wait between the last attempt and the write to the dead-letter location.
 pub const DEAD_LETTER_DELAY: Duration = Duration::from_secs(300);
@@ -63,6 +65,9 @@ pub struct DeliverySettings {
     pub webhook_origin: String,
     /// D1: when delivery to a failing endpoint is delayed.
     pub health: HealthPolicy,
+    /// R4: how long an invocation waits, after its work, for the late answers of its timed-out
+    /// attempts (at most the sender's late window; keep it under the queue's visibility timeout).
+    pub late_answer_wait: Duration,
 }
 
 impl DeliverySettings {
@@ -74,6 +79,7 @@ impl DeliverySettings {
             public_url: None,
             webhook_origin: DEFAULT_WEBHOOK_ORIGIN.to_string(),
             health: HealthPolicy::event_grid(scale),
+            late_answer_wait: scale.apply(LATE_ANSWER_WINDOW),
         }
     }
 
@@ -117,6 +123,8 @@ pub struct DeliveryReport {
     pub deferred: usize,
     /// D1, R3: events held back (not attempted) because their endpoint is delayed.
     pub delayed: usize,
+    /// R4: events whose pending retry was cancelled because the timed-out attempt succeeded.
+    pub late_successes: usize,
     /// Messages left for SQS to redeliver.
     pub failed_messages: usize,
 }
@@ -130,6 +138,7 @@ impl DeliveryReport {
         self.dropped += other.dropped;
         self.deferred += other.deferred;
         self.delayed += other.delayed;
+        self.late_successes += other.late_successes;
         self.failed_messages += other.failed_messages;
     }
 }
@@ -156,6 +165,8 @@ struct Pending {
     event: QueuedEvent,
     /// The last attempt made for it, kept when the event waits without an attempt (D1).
     last_attempt: Option<AttemptRecord>,
+    /// Kept likewise (R4).
+    timed_out_attempt: Option<String>,
 }
 
 /// Events of one subscription with the same attempt count: they can share a batch.
@@ -173,6 +184,8 @@ struct Attempted {
     events: Vec<Pending>,
     time: DateTime<Utc>,
     result: AttemptResult,
+    /// R4: a timed-out request still open for its late answer.
+    late: Option<LateAnswer>,
 }
 
 /// A message to send and the SQS records whose events it carries.
@@ -188,6 +201,8 @@ struct Plan {
     to_delivery: Vec<Outgoing>,
     to_dead_letter: Vec<Outgoing>,
     report: DeliveryReport,
+    /// R4: timed-out attempts whose retries were enqueued, and their late answers.
+    late: Vec<(String, LateAnswer)>,
 }
 
 impl Plan {
@@ -253,6 +268,7 @@ impl Deliver {
         }
 
         self.run_validations(&validations, &mut plan).await;
+        let messages = self.cancel_late_successes(messages, &mut plan).await;
         let subscriptions = self.load_subscriptions(&messages, &mut plan).await;
         let mut groups = self.sort_due_events(messages, &subscriptions, &mut plan);
         let mut gates = self.endpoint_gates(&groups).await;
@@ -261,6 +277,8 @@ impl Deliver {
         self.record_health(&groups, &attempted, &gates).await;
         self.settle(&groups, attempted, &mut plan);
         self.send(&mut plan).await;
+        self.await_late_answers(std::mem::take(&mut plan.late))
+            .await;
 
         plan.report.failed_messages = plan.failed.len();
         if plan.report != DeliveryReport::default() {
@@ -272,6 +290,7 @@ impl Deliver {
                 dropped = plan.report.dropped,
                 deferred = plan.report.deferred,
                 delayed = plan.report.delayed,
+                late_successes = plan.report.late_successes,
                 failed_messages = plan.report.failed_messages,
                 "deliver invocation"
             );
@@ -436,6 +455,7 @@ impl Deliver {
                     record: i,
                     event,
                     last_attempt: message.last_attempt,
+                    timed_out_attempt: message.timed_out_attempt.clone(),
                 }));
         }
         groups
@@ -478,12 +498,13 @@ impl Deliver {
                 let group = &groups[g];
                 let request = delivery_request(group, &events);
                 let time = self.clock.now();
-                let result = self.sender.send(request).await;
+                let sent = self.sender.send(request).await;
                 Attempted {
                     group: g,
                     events,
                     time,
-                    result,
+                    result: sent.result,
+                    late: sent.late,
                 }
             })
             .buffer_unordered(self.settings.max_concurrent_requests.max(1))
@@ -536,6 +557,13 @@ impl Deliver {
                         warn!(subscription = %sub.name, error = %reason, "delivery attempt could not connect");
                     }
                     plan.report.retried += a.events.len();
+                    // R4: the retry of a timed-out attempt names it, so a late success can
+                    // cancel the retry.
+                    let timed_out_attempt = a.late.map(|late| {
+                        let id = uuid::Uuid::new_v4().to_string();
+                        plan.late.push((id.clone(), late));
+                        id
+                    });
                     let template = DeliveryMessage {
                         topic: sub.topic.clone(),
                         subscription: sub.name.clone(),
@@ -543,6 +571,7 @@ impl Deliver {
                         attempts: attempts_made,
                         not_before: at,
                         last_attempt: Some(record),
+                        timed_out_attempt,
                         events: Vec::new(),
                     };
                     let delay = queue_delay(until(at, now));

@@ -13,7 +13,7 @@ use gridrelay_shared::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
     TableNames, WEBHOOK_ORIGIN_ENV, required,
 };
-use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender};
+use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender, LATE_ANSWER_WINDOW};
 use gridrelay_shared::ports::{RandomJitter, SystemClock};
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
@@ -44,7 +44,10 @@ async fn main() -> Result<(), Error> {
                 "the SQS queue of events to dead-letter",
             )?,
         )),
-        sender: Arc::new(HttpEventSender::new(scale.apply(ATTEMPT_TIMEOUT))?),
+        sender: Arc::new(
+            HttpEventSender::new(scale.apply(ATTEMPT_TIMEOUT))?
+                .with_late_answers(scale.apply(LATE_ANSWER_WINDOW)),
+        ),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
         secrets: Arc::new(SecretsManagerStore::from_sdk(&sdk)),

@@ -92,7 +92,7 @@ export class Gridrelay extends Construct {
     this.deadLetterRedriveQueue = redrive('DeadLetterRedriveQueue');
     this.deliveryQueue = new sqs.Queue(this, 'DeliveryQueue', {
       // At least six times the deliver function's timeout.
-      visibilityTimeout: Duration.seconds(720),
+      visibilityTimeout: Duration.seconds(1800),
       retentionPeriod: Duration.days(4),
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
@@ -157,7 +157,7 @@ export class Gridrelay extends Construct {
       });
     this.ingest = fn('Ingest', 'gridrelay-ingest', Duration.seconds(15),
       'Validates, authorises and fans out published events into the delivery queue.');
-    this.deliver = fn('Deliver', 'gridrelay-deliver', Duration.seconds(120),
+    this.deliver = fn('Deliver', 'gridrelay-deliver', Duration.seconds(300),
       'Batches and POSTs events, classifies responses, re-enqueues retries, dead-letters terminal failures.');
     this.deadLetter = fn('DeadLetter', 'gridrelay-dead-letter', Duration.seconds(60),
       "Writes undeliverable events to S3 in Event Grid's dead-letter format.");

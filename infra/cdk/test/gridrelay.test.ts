@@ -23,7 +23,7 @@ const ref = (c: { node: { defaultChild?: unknown } }) => stack.resolve((c.node.d
 test('three Rust functions on provided.al2023', () => {
   template.resourcePropertiesCountIs('AWS::Lambda::Function', { Runtime: 'provided.al2023', Handler: 'bootstrap' }, 3);
   template.hasResourceProperties('AWS::Lambda::Function', {
-    Timeout: 120,
+    Timeout: 300,
     LoggingConfig: Match.objectLike({ LogFormat: 'JSON' }),
     Environment: { Variables: Match.objectLike({ GRIDRELAY_TIME_SCALE: '1' }) },
   });
@@ -33,7 +33,7 @@ test('publish route and validation URL route on an HTTP API', () => {
   template.hasResourceProperties('AWS::ApiGatewayV2::Route', { RouteKey: 'POST /topics/{topic}/api/events' });
   template.hasResourceProperties('AWS::ApiGatewayV2::Route', { RouteKey: 'GET /subscriptions/validate' });
   template.hasResourceProperties('AWS::Lambda::Function', {
-    Timeout: 120,
+    Timeout: 300,
     Environment: { Variables: Match.objectLike({ GRIDRELAY_PUBLIC_URL: Match.anyValue() }) },
   });
 });
@@ -60,7 +60,7 @@ test('queues: redrive for poison messages, five-minute dead-letter delay (L4)', 
     DelaySeconds: 300,
     RedrivePolicy: { deadLetterTargetArn: Match.anyValue(), maxReceiveCount: 5 },
   });
-  template.hasResourceProperties('AWS::SQS::Queue', { VisibilityTimeout: 720, RedrivePolicy: Match.anyValue() });
+  template.hasResourceProperties('AWS::SQS::Queue', { VisibilityTimeout: 1800, RedrivePolicy: Match.anyValue() });
   template.resourceCountIs('AWS::SQS::Queue', 4);
 });
 

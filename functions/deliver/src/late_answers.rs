@@ -1,0 +1,86 @@
+//! R4: an endpoint that answers a timed-out attempt with success within 3 minutes has its
+//! pending retry removed, on a best-effort basis (duplicates may still happen).
+//!
+//! The sender keeps a timed-out request open for the late window. Its retry is enqueued as
+//! usual, naming the attempt; the invocation then waits (at most `late_answer_wait`) for the
+//! late answers and records each success in the delivery state store. When a retry comes due
+//! and its attempt succeeded late, the retry is not sent and its events count as delivered.
+
+use gridrelay_shared::message::DeliveryMessage;
+use gridrelay_shared::ports::LateAnswer;
+use tracing::{info, warn};
+
+use crate::{Deliver, Plan};
+
+impl Deliver {
+    /// Drops due retries whose timed-out attempt was answered with success after all.
+    pub(crate) async fn cancel_late_successes(
+        &self,
+        messages: Vec<(usize, DeliveryMessage)>,
+        plan: &mut Plan,
+    ) -> Vec<(usize, DeliveryMessage)> {
+        let now = self.clock.now();
+        let checks = messages.into_iter().map(|(i, m)| async move {
+            let cancelled = match &m.timed_out_attempt {
+                Some(id) if m.not_before <= now => match self.state.late_success(id).await {
+                    Ok(found) => found,
+                    Err(e) => {
+                        warn!(error = %e, "could not check for a late success; retrying anyway");
+                        false
+                    }
+                },
+                _ => false,
+            };
+            (i, m, cancelled)
+        });
+        let mut keep = Vec::new();
+        for (i, m, cancelled) in futures::future::join_all(checks).await {
+            if cancelled {
+                info!(
+                    topic = %m.topic,
+                    subscription = %m.subscription,
+                    events = m.events.len(),
+                    "retry cancelled: the timed-out attempt was answered with success (R4)"
+                );
+                plan.report.delivered += m.events.len();
+                plan.report.late_successes += m.events.len();
+            } else {
+                keep.push((i, m));
+            }
+        }
+        keep
+    }
+
+    /// Waits for the late answers of this invocation's timed-out attempts and records the
+    /// successes.
+    pub(crate) async fn await_late_answers(&self, late: Vec<(String, LateAnswer)>) {
+        if late.is_empty() {
+            return;
+        }
+        let answers = late.into_iter().map(|(id, answer)| async move {
+            match tokio::time::timeout(self.settings.late_answer_wait, answer).await {
+                Ok(Some(status)) if (200..=204).contains(&status) => {
+                    match self.state.mark_late_success(&id, self.clock.now()).await {
+                        Ok(()) => true,
+                        Err(e) => {
+                            warn!(error = %e, "could not record a late success; the retry stays");
+                            false
+                        }
+                    }
+                }
+                _ => false,
+            }
+        });
+        let recorded = futures::future::join_all(answers)
+            .await
+            .into_iter()
+            .filter(|ok| *ok)
+            .count();
+        if recorded > 0 {
+            info!(
+                attempts = recorded,
+                "timed-out attempts answered with success late (R4)"
+            );
+        }
+    }
+}

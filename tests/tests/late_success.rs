@@ -1,0 +1,35 @@
+//! End-to-end: R4, a timed-out attempt answered with success within 3 minutes cancels its
+//! pending retry.
+
+use std::time::Duration;
+
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, subscription};
+
+/// R4, S2, at scale 0.1 (timeout 3 s, first retry step 1 s, late window 18 s): the endpoint
+/// answers 200 half a second after the attempt timed out. The retry was enqueued as usual, but
+/// the late success is recorded before it comes due, so it is never sent and the event counts
+/// as delivered: the endpoint sees exactly one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_success_cancels_the_pending_retry_r4() {
+    let sys = TestSystem::start_with_visibility(0.1, Duration::from_secs(30)).await;
+    let topic = sys.topic("late").await;
+    let sub = Subscriber::start(
+        vec![Reply::Hang(Duration::from_millis(3_500))],
+        Reply::Status(200),
+    )
+    .await;
+    sys.subscribe(subscription("late", "sub-1", &sub.url)).await;
+
+    sys.publish(&topic, &events("l", 1)).await;
+    let stats = sys
+        .wait_for_stats("the retry cancelled", |s| s.deliver.late_successes == 1)
+        .await;
+    assert_eq!(
+        stats.deliver.retried, 1,
+        "the timeout was retried as usual (S2)"
+    );
+    assert_eq!(stats.deliver.delivered, 1);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(sub.received().len(), 1, "the retry was never sent");
+    sys.shutdown().await;
+}
