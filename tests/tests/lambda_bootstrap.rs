@@ -131,7 +131,10 @@ impl Function {
                 &resources.dead_letter_queue_url,
             )
             .env("GRIDRELAY_TIME_SCALE", "0.01")
-            .env("GRIDRELAY_DELIVERY_STATE_TABLE", &names.delivery_state_table)
+            .env(
+                "GRIDRELAY_DELIVERY_STATE_TABLE",
+                &names.delivery_state_table,
+            )
             .env(
                 "AWS_REGION",
                 std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
