@@ -16,6 +16,7 @@ use gridrelay_shared::message::{
     DeadLetterEntry, DeliveryMessage, QueuedEvent, pack_delivery_messages,
 };
 use gridrelay_shared::publish::parse_event_grid_batch;
+use gridrelay_shared::schema::{DeliverySchema, InputSchema, delivery_body, to_delivery_form};
 use gridrelay_shared::subscription::BatchPolicy;
 
 /// A publish body of `count` events of about `data_bytes` bytes of data each.
@@ -78,20 +79,31 @@ fn main() {
     let per_sec = rate(|| {
         let batches = plan_batches(black_box(&sizes), &policy);
         for range in batches {
-            let mut body = String::with_capacity(70_000);
-            body.push('[');
-            for (i, e) in queued[range].iter().enumerate() {
-                if i > 0 {
-                    body.push(',');
-                }
-                body.push_str(e.event.get());
-            }
-            body.push(']');
-            black_box(body);
+            black_box(delivery_body(
+                queued[range].iter().map(|e| &*e.event),
+                DeliverySchema::EventGridSchema,
+            ));
         }
     });
     println!(
         "deliver: plan batches + build bodies: {:.0} events/s",
+        per_sec * 1_000.0
+    );
+
+    let per_sec = rate(|| {
+        for e in &queued {
+            black_box(
+                to_delivery_form(
+                    &e.event,
+                    InputSchema::EventGridSchema,
+                    DeliverySchema::CloudEventSchemaV1_0,
+                )
+                .ok(),
+            );
+        }
+    });
+    println!(
+        "fan-out: convert Event Grid events to CloudEvents (F2): {:.0} events/s",
         per_sec * 1_000.0
     );
 
