@@ -105,17 +105,16 @@ impl Provisioning {
 
 /// A fresh validation code: 32 random bytes as hex.
 pub fn new_code() -> String {
-    rand::random::<[u8; 32]>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&rand::random::<[u8; 32]>())
 }
 
+/// What is stored of a code: its SHA-256, as hex.
 pub fn code_hash(code: &str) -> String {
-    Sha256::digest(code.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(code.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The validation event's body: an Event Grid array with one event.
