@@ -340,23 +340,24 @@ fn invalid(e: LimitError) -> anyhow::Error {
     .into()
 }
 
-/// Parses the command line, keeping each `--advanced-filter` occurrence's words together.
+/// Parses the command line, keeping the words of each `--advanced-filter` and
+/// `--delivery-attribute-mapping` occurrence together.
 fn parse_cli() -> Cli {
     let matches = Cli::command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Command::EventSubscription(SubscriptionCommand::Create(create)) = &mut cli.command {
-        create.advanced_filter_groups = matches
+        let create_matches = matches
             .subcommand_matches("event-subscription")
-            .and_then(|m| m.subcommand_matches("create"))
-            .and_then(|m| m.get_occurrences::<String>("advanced_filter"))
-            .map(|groups| groups.map(|g| g.cloned().collect()).collect())
-            .unwrap_or_default();
-        create.delivery_attribute_groups = matches
-            .subcommand_matches("event-subscription")
-            .and_then(|m| m.subcommand_matches("create"))
-            .and_then(|m| m.get_occurrences::<String>("delivery_attribute_mapping"))
-            .map(|groups| groups.map(|g| g.cloned().collect()).collect())
-            .unwrap_or_default();
+            .and_then(|m| m.subcommand_matches("create"));
+        // Each occurrence of a multi-word flag, its words kept together.
+        let occurrences = |name: &str| -> Vec<Vec<String>> {
+            create_matches
+                .and_then(|m| m.get_occurrences::<String>(name))
+                .map(|groups| groups.map(|g| g.cloned().collect()).collect())
+                .unwrap_or_default()
+        };
+        create.advanced_filter_groups = occurrences("advanced_filter");
+        create.delivery_attribute_groups = occurrences("delivery_attribute_mapping");
     }
     cli
 }
