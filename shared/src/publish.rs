@@ -215,16 +215,36 @@ pub fn insert_raw_fields(
     fields: &[(&str, Value)],
     placement: Placement,
 ) -> Result<Box<RawValue>, serde_json::Error> {
-    let object = object.trim();
     if fields.is_empty() {
-        return RawValue::from_string(object.to_string());
+        return RawValue::from_string(object.trim().to_string());
     }
     let added = fields
         .iter()
         .map(|(k, v)| format!("{}:{}", Value::String((*k).to_string()), v))
         .collect::<Vec<_>>()
         .join(",");
+    splice(object, &added, placement)
+}
+
+/// Adds one field whose value is raw JSON text at the end of a raw JSON object, so a `data`
+/// value is carried over without being parsed into a tree.
+pub fn append_raw_field(
+    object: &str,
+    name: &str,
+    raw_value: &str,
+) -> Result<Box<RawValue>, serde_json::Error> {
+    let added = format!("{}:{raw_value}", Value::String(name.to_string()));
+    splice(object, &added, Placement::Back)
+}
+
+/// Puts already-encoded `"name":value` text into a raw JSON object.
+fn splice(
+    object: &str,
+    added: &str,
+    placement: Placement,
+) -> Result<Box<RawValue>, serde_json::Error> {
     let inner = object
+        .trim()
         .strip_prefix('{')
         .and_then(|o| o.strip_suffix('}'))
         .map(str::trim)
@@ -502,38 +522,32 @@ fn binary_cloud_event(request: &PublishBody<'_>) -> Result<Box<RawValue>, Publis
     if let Some(ct) = request.content_type {
         head.insert("datacontenttype".into(), Value::String(ct.to_string()));
     }
-    let mut text = Value::Object(head).to_string();
-    if !request.body.is_empty() {
-        let is_json = media == "application/json" || media.ends_with("+json");
-        let data = if is_json {
-            let raw: &RawValue =
-                serde_json::from_slice(request.body).map_err(|e| PublishError::InvalidEvent {
-                    index: 0,
-                    field: "data".into(),
-                    problem: format!("content type is {media} but the body is not JSON: {e}"),
-                })?;
-            format!("\"data\":{}", raw.get())
-        } else if let (true, Ok(s)) = (
-            media.starts_with("text/") || media.is_empty(),
-            std::str::from_utf8(request.body),
-        ) {
-            format!("\"data\":{}", Value::String(s.to_string()))
-        } else {
-            format!(
-                "\"data_base64\":\"{}\"",
-                base64::engine::general_purpose::STANDARD.encode(request.body)
-            )
-        };
-        text.pop();
-        if text.len() > 1 {
-            text.push(',');
-        }
-        text.push_str(&data);
-        text.push('}');
-    }
-    RawValue::from_string(text).map_err(|e| PublishError::Malformed {
+    let head = Value::Object(head).to_string();
+    let malformed = |e: serde_json::Error| PublishError::Malformed {
         reason: e.to_string(),
-    })
+    };
+    if request.body.is_empty() {
+        return RawValue::from_string(head).map_err(malformed);
+    }
+    let is_json = media == "application/json" || media.ends_with("+json");
+    let (name, value) = if is_json {
+        let raw: &RawValue =
+            serde_json::from_slice(request.body).map_err(|e| PublishError::InvalidEvent {
+                index: 0,
+                field: "data".into(),
+                problem: format!("content type is {media} but the body is not JSON: {e}"),
+            })?;
+        ("data", raw.get().to_string())
+    } else if let (true, Ok(s)) = (
+        media.starts_with("text/") || media.is_empty(),
+        std::str::from_utf8(request.body),
+    ) {
+        ("data", Value::String(s.to_string()).to_string())
+    } else {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(request.body);
+        ("data_base64", Value::String(encoded).to_string())
+    };
+    append_raw_field(&head, name, &value).map_err(malformed)
 }
 
 /// F3: custom events (one JSON object or an array of them), each wrapped in the envelope the

@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 
 use crate::dead_letter::FieldNaming;
 use crate::limits::LimitError;
+use crate::publish::append_raw_field;
 
 /// What a topic's publishers send.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -329,12 +330,9 @@ impl InputMapping {
             "metadataVersion": "1",
         })
         .to_string();
-        let inner = head.strip_suffix('}').unwrap_or(&head);
-        RawValue::from_string(format!("{inner},\"data\":{}}}", raw.get())).map_err(|e| {
-            MappingError {
-                field: "data",
-                problem: e.to_string(),
-            }
+        append_raw_field(&head, "data", raw.get()).map_err(|e| MappingError {
+            field: "data",
+            problem: e.to_string(),
         })
     }
 }
@@ -420,14 +418,11 @@ fn event_grid_to_cloud_event(event: &RawValue) -> Result<Box<RawValue>, String> 
     if let Some(subject) = e.subject.filter(|s| !s.is_empty()) {
         head["subject"] = Value::String(subject);
     }
-    let mut text = head.to_string();
-    if let Some(data) = e.data {
-        text.pop();
-        text.push_str(",\"datacontenttype\":\"application/json\",\"data\":");
-        text.push_str(data.get());
-        text.push('}');
-    }
-    RawValue::from_string(text).map_err(|e| e.to_string())
+    let Some(data) = e.data else {
+        return RawValue::from_string(head.to_string()).map_err(|e| e.to_string());
+    };
+    head["datacontenttype"] = Value::String("application/json".into());
+    append_raw_field(&head.to_string(), "data", data.get()).map_err(|e| e.to_string())
 }
 
 /// Content types of delivery requests.
