@@ -4,6 +4,8 @@
 //! Used by `ingest` for published events and by `dead-letter` for its notifications (L7), so
 //! both go through the same filters and the same queue.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -54,9 +56,9 @@ pub async fn fan_out(
         .filter(|s| s.delivers())
         .collect();
     let fields = input.filter_fields();
-    // Each event in each delivery schema some subscription wants, converted once.
-    let mut converted: std::collections::HashMap<DeliverySchema, Vec<Box<RawValue>>> =
-        std::collections::HashMap::new();
+    // Each event in each delivery schema some subscription wants, converted once (borrowed
+    // where no conversion is needed, so each subscription's copy is the only one).
+    let mut converted: HashMap<DeliverySchema, Vec<Cow<'_, RawValue>>> = HashMap::new();
     for schema in subscriptions.iter().map(|s| s.event_delivery_schema) {
         if converted.contains_key(&schema) {
             continue;
@@ -95,7 +97,7 @@ pub async fn fan_out(
             })
             .map(|(_, e)| QueuedEvent {
                 publish_time: now,
-                event: e.clone(),
+                event: e.clone().into_owned(),
             })
             .collect();
         if queued.is_empty() {

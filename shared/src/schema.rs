@@ -9,6 +9,7 @@
 //! Which pairs work follows Event Grid: Event Grid input → Event Grid or CloudEvents delivery;
 //! CloudEvents input → CloudEvents delivery; custom input → any of the three.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -368,13 +369,14 @@ pub struct ConversionError {
     pub reason: String,
 }
 
-/// Turns a kept event (see the module docs) into the form its subscription receives. The
-/// result still holds the envelope for custom-schema delivery; [`delivery_body`] unwraps it.
+/// Turns a kept event (see the module docs) into the form its subscription receives: the
+/// event itself where the schemas agree (no copy), a new one where it is converted. The result
+/// still holds the envelope for custom-schema delivery; [`delivery_body`] unwraps it.
 pub fn to_delivery_form(
     event: &RawValue,
     input: InputSchema,
     delivery: DeliverySchema,
-) -> Result<Box<RawValue>, ConversionError> {
+) -> Result<Cow<'_, RawValue>, ConversionError> {
     use DeliverySchema as D;
     use InputSchema as I;
     let fail = |reason: String| ConversionError {
@@ -385,9 +387,11 @@ pub fn to_delivery_form(
     match (input, delivery) {
         (I::EventGridSchema, D::EventGridSchema)
         | (I::CustomEventSchema, D::EventGridSchema | D::CustomInputSchema)
-        | (I::CloudEventSchemaV1_0, D::CloudEventSchemaV1_0) => Ok(event.to_owned()),
+        | (I::CloudEventSchemaV1_0, D::CloudEventSchemaV1_0) => Ok(Cow::Borrowed(event)),
         (I::EventGridSchema | I::CustomEventSchema, D::CloudEventSchemaV1_0) => {
-            event_grid_to_cloud_event(event).map_err(fail)
+            event_grid_to_cloud_event(event)
+                .map(Cow::Owned)
+                .map_err(fail)
         }
         _ => Err(fail("Event Grid does not convert between these".into())),
     }
