@@ -11,16 +11,16 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
-use gridrelay_shared::aws::{
+use gridrelay_adapters::aws::{
     DynamoSubscriptionStore, SecretsManagerStore, SqsQueue, describe_error, load_sdk_config,
 };
-use gridrelay_shared::config::{self, TableNames};
+use gridrelay_adapters::config::{self, TableNames};
+use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
+use gridrelay_ports::registration::{RegistrationError, Registry};
+use gridrelay_ports::{StoreError, SubscriptionStore};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
-use gridrelay_shared::ports::{StoreError, SubscriptionStore};
-use gridrelay_shared::registration::{RegistrationError, Registry};
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{SubscriptionRequest, Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;

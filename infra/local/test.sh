@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: installs what the tests need from the project's own files, then runs every check:
 #   - moto (the AWS emulator) and azure-eventgrid into .venv, started on a port of its own
-#   - format and lint (cargo fmt, cargo clippy -D warnings)
+#   - format and lint (cargo fmt, cargo clippy -D warnings), and no I/O crate in the rules
+#     crate's or the ports crate's dependencies
 #   - the deployable functions (cargo lambda build --release, tools into .venv-deploy)
 #   - the deployment definitions (cfn-lint, sam validate --lint, CDK tests, cdk synth)
 #   - unit, property and end-to-end tests (cargo test), including the bootstrap binaries
@@ -29,6 +30,15 @@ fi
 section "format and lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The rules crate (shared) and the ports crate stay free of I/O: no async runtime, AWS SDK or
+# HTTP client may enter their dependency trees.
+for crate in gridrelay-shared gridrelay-ports; do
+  if io=$(cargo tree -p "$crate" -e normal --prefix none --locked | grep -E '^(tokio|reqwest|hyper|aws-[a-z-]+) '); then
+    echo "$crate must not depend on I/O crates, but depends on:" >&2
+    echo "$io" | sort -u >&2
+    exit 1
+  fi
+done
 
 section "deployable functions (cargo lambda build --release)"
 infra/deploy/build.sh

@@ -21,19 +21,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_config::SdkConfig;
-use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
-use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
-use gridrelay_ingest::Ingest;
-use gridrelay_shared::aws::{
+use gridrelay_adapters::aws::{
     DynamoDeliveryStateStore, DynamoSubscriptionStore, S3ObjectStore, SecretsManagerStore,
     SqsQueue, s3_client,
 };
-use gridrelay_shared::config::TableNames;
+use gridrelay_adapters::config::TableNames;
+use gridrelay_adapters::http_sender::HttpEventSender;
+use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
+use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
+use gridrelay_ingest::Ingest;
+use gridrelay_ports::{MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock};
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
-use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender, LATE_ANSWER_WINDOW};
-use gridrelay_shared::ports::{
-    MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock,
-};
+use gridrelay_shared::delivery::{ATTEMPT_TIMEOUT, LATE_ANSWER_WINDOW};
 use gridrelay_shared::subscription::{Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
 use tokio::sync::watch;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use futures::future::BoxFuture;
-use gridrelay_shared::aws::describe_error;
+use gridrelay_adapters::aws::describe_error;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::{error, warn};

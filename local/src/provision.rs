@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
     TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
-use gridrelay_shared::aws::{describe_error, s3_client};
+use gridrelay_adapters::aws::{describe_error, s3_client};
 
 /// Names of every resource, all derived from one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,9 +12,7 @@ use gridrelay_shared::batching::plan_batches;
 use gridrelay_shared::classify::DeliveryOutcome;
 use gridrelay_shared::dead_letter::{FieldNaming, render_object, render_record};
 use gridrelay_shared::decision::DeadLetterReason;
-use gridrelay_shared::message::{
-    DeadLetterEntry, DeliveryMessage, QueuedEvent, pack_delivery_messages,
-};
+use gridrelay_shared::message::{DeadLetterEntry, DeliveryHistory, DeliveryMessage, QueuedEvent};
 use gridrelay_shared::publish::parse_event_grid_batch;
 use gridrelay_shared::schema::{DeliverySchema, InputSchema, delivery_body, to_delivery_form};
 use gridrelay_shared::subscription::BatchPolicy;
@@ -107,18 +105,17 @@ fn main() {
         per_sec * 1_000.0
     );
 
-    let template = DeliveryMessage {
+    let history = DeliveryHistory {
         topic: "orders".into(),
         subscription: "audit".into(),
         schema: Default::default(),
         attempts: 1,
-        not_before: Utc::now(),
         last_attempt: None,
         timed_out_attempt: None,
-        events: Vec::new(),
     };
+    let not_before = Utc::now();
     let per_sec = rate(|| {
-        let messages = pack_delivery_messages(&template, queued.clone());
+        let messages = DeliveryMessage::packed(&history, not_before, queued.clone());
         for m in messages {
             black_box(m.to_body().map(|b| b.len()).ok());
         }

@@ -8,7 +8,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::message::DeadLetterEntry;
-use crate::publish::{Placement, insert_raw_fields};
+use crate::raw_json::{Placement, insert_raw_fields};
+use crate::schema::DeliverySchema;
 use crate::subscription::DeadLetterDestination;
 
 /// Field names of the added fields: camelCase for the Event Grid schema, lowercase for
@@ -17,6 +18,17 @@ use crate::subscription::DeadLetterDestination;
 pub enum FieldNaming {
     EventGrid,
     CloudEvents,
+}
+
+impl FieldNaming {
+    /// L6: CloudEvents records use lowercase names; the others (custom ones wrapped in an Event
+    /// Grid envelope) camelCase.
+    pub fn for_schema(schema: DeliverySchema) -> Self {
+        match schema {
+            DeliverySchema::CloudEventSchemaV1_0 => Self::CloudEvents,
+            DeliverySchema::EventGridSchema | DeliverySchema::CustomInputSchema => Self::EventGrid,
+        }
+    }
 }
 
 /// Renders one record: the original event plus the L6 fields.

@@ -2,15 +2,13 @@
 //! delivery, each value at most 4,096 bytes.
 //!
 //! A secret value never reaches the subscription record: the command line puts it in the
-//! secret store ([`crate::ports::SecretStore`], Secrets Manager on AWS) and the record keeps
+//! secret store (`gridrelay_ports::SecretStore`, Secrets Manager on AWS) and the record keeps
 //! only the secret's id, which `deliver` resolves when it sends. `show` therefore cannot print
 //! a secret, and nothing logs header values.
 
 use serde::{Deserialize, Serialize};
 
 use crate::limits::LimitError;
-use crate::ports::{SecretError, SecretStore};
-use crate::subscription::Subscription;
 
 /// H1: headers per subscription.
 pub const MAX_DELIVERY_ATTRIBUTES: usize = 10;
@@ -198,7 +196,7 @@ pub fn secret_name(prefix: &str, topic: &str, subscription: &str, header: &str) 
 }
 
 /// The stored form of validated requests: non-secret values kept, secret ones left for
-/// [`store_secrets`].
+/// `gridrelay_ports::secret_headers::store_secrets`.
 pub fn mappings(requests: &[DeliveryAttributeRequest]) -> Vec<DeliveryAttributeMapping> {
     requests
         .iter()
@@ -210,54 +208,6 @@ pub fn mappings(requests: &[DeliveryAttributeRequest]) -> Vec<DeliveryAttributeM
             secret_id: None,
         })
         .collect()
-}
-
-/// Puts each secret value in the secret store and records its id on the subscription.
-pub async fn store_secrets(
-    subscription: &mut Subscription,
-    requests: &[DeliveryAttributeRequest],
-    secrets: &dyn SecretStore,
-    prefix: &str,
-) -> Result<(), SecretError> {
-    for request in requests.iter().filter(|r| r.is_secret) {
-        let name = secret_name(
-            prefix,
-            &subscription.topic,
-            &subscription.name,
-            &request.name,
-        );
-        let id = secrets.put(&name, &request.value).await?;
-        if let Some(m) = subscription
-            .delivery_attribute_mappings
-            .iter_mut()
-            .find(|m| m.name == request.name)
-        {
-            m.secret_id = Some(id);
-        }
-    }
-    Ok(())
-}
-
-/// The headers to send, with secret values read from the secret store.
-pub async fn resolve_headers(
-    subscription: &Subscription,
-    secrets: &dyn SecretStore,
-) -> Result<Vec<(String, String)>, SecretError> {
-    let mut headers = Vec::with_capacity(subscription.delivery_attribute_mappings.len());
-    for m in &subscription.delivery_attribute_mappings {
-        let value = match (&m.value, &m.secret_id) {
-            (Some(v), _) => v.clone(),
-            (None, Some(id)) => secrets.get(id).await?,
-            (None, None) => {
-                return Err(SecretError(format!(
-                    "header {} is secret but has no stored value",
-                    m.name
-                )));
-            }
-        };
-        headers.push((m.name.clone(), value));
-    }
-    Ok(headers)
 }
 
 #[cfg(test)]

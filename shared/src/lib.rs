@@ -1,34 +1,31 @@
-//! The library every gridrelay function shares.
+//! The rules of gridrelay's delivery contract, as pure functions over plain types.
 //!
-//! It exists so that the rules of Event Grid's delivery contract live in one place, as pure
-//! functions over plain types that can be unit- and property-tested without any AWS or HTTP,
-//! while the three Lambda functions, the local runner and the command line stay thin.
+//! It exists so that Event Grid's rules live in one place that can be unit- and property-tested
+//! without any AWS, HTTP or async runtime. This crate depends on neither tokio, the AWS SDKs
+//! nor an HTTP client, so the compiler keeps I/O out of it: the traits through which the
+//! functions do I/O are in `gridrelay-ports`, their AWS and HTTP implementations in
+//! `gridrelay-adapters`.
 //!
-//! - Domain rules (no I/O): [`limits`], [`time_scale`], [`subscription`], [`classify`],
-//!   [`schedule`], [`batching`], [`publish`], [`message`], [`decision`], [`dead_letter`].
-//! - I/O behind small traits: [`ports`].
-//! - Adapters: [`aws`] (SQS, DynamoDB, S3 with the official SDK crates) and [`http_sender`]
-//!   (subscriber endpoints over `reqwest`).
-//! - Wiring read from the environment: [`config`].
+//! - Limits and inputs: [`limits`], [`time_scale`], [`subscription`], [`filter`], [`publish`],
+//!   [`schema`], [`raw_json`], [`sas`], [`validation`], [`delivery_attributes`].
+//! - Delivery: [`classify`], [`schedule`], [`batching`], [`decision`], [`health`],
+//!   [`message`], [`delivery`] (what happens to each due event and after each attempt).
+//! - Dead-lettering: [`dead_letter`].
 //!
 //! Requirement IDs such as `R1` or `S3` refer to `spec/delivery-semantics.md`.
 
-pub mod aws;
 pub mod batching;
 pub mod classify;
-pub mod config;
 pub mod dead_letter;
 pub mod decision;
+pub mod delivery;
 pub mod delivery_attributes;
-pub mod fan_out;
 pub mod filter;
 pub mod health;
-pub mod http_sender;
 pub mod limits;
 pub mod message;
-pub mod ports;
 pub mod publish;
-pub mod registration;
+pub mod raw_json;
 pub mod sas;
 pub mod schedule;
 pub mod schema;

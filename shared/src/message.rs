@@ -4,6 +4,10 @@
 //! and times they share, so one SQS request moves many events. Its `not_before` lets a wait
 //! longer than SQS's 15-minute delay cap run as several hops. A dead-letter message carries the
 //! records to write for one subscription and where to write them.
+//!
+//! Every body on the delivery queue is a [`DeliveryQueueMessage`], tagged with its kind; every
+//! delivery message is made by [`DeliveryMessage::packed`] from the [`DeliveryHistory`] its
+//! events share.
 
 use std::time::Duration;
 
@@ -14,7 +18,8 @@ use serde_json::value::RawValue;
 use crate::classify::DeliveryOutcome;
 use crate::decision::DeadLetterReason;
 use crate::schema::DeliverySchema;
-use crate::subscription::DeadLetterDestination;
+use crate::subscription::{DeadLetterDestination, Subscription};
+use crate::validation::ValidationTask;
 
 /// SQS's limit on one message and on one SendMessageBatch request is 256 KiB; stay under it
 /// with room for the SDK's framing.
@@ -62,29 +67,118 @@ pub struct DeliveryMessage {
     pub events: Vec<QueuedEvent>,
 }
 
-impl DeliveryMessage {
-    pub fn to_body(&self) -> Result<String, serde_json::Error> {
-        serde_json::to_string(self)
+/// What the events of a delivery message share besides themselves: whom they are for and
+/// what was tried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryHistory {
+    pub topic: String,
+    pub subscription: String,
+    pub schema: DeliverySchema,
+    /// Attempts already made.
+    pub attempts: u32,
+    pub last_attempt: Option<AttemptRecord>,
+    /// R4: the timed-out attempt the events wait to retry.
+    pub timed_out_attempt: Option<String>,
+}
+
+impl DeliveryHistory {
+    /// Events new to a subscription: no attempt yet.
+    pub fn new(subscription: &Subscription) -> Self {
+        Self {
+            topic: subscription.topic.clone(),
+            subscription: subscription.name.clone(),
+            schema: subscription.event_delivery_schema,
+            attempts: 0,
+            last_attempt: None,
+            timed_out_attempt: None,
+        }
     }
 
-    pub fn from_body(body: &str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(body)
+    /// The history after one more attempt; `timed_out_attempt` names it if it timed out and
+    /// may still be answered (R4).
+    pub fn after_attempt(&self, record: AttemptRecord, timed_out_attempt: Option<String>) -> Self {
+        Self {
+            attempts: self.attempts + 1,
+            last_attempt: Some(record),
+            timed_out_attempt,
+            ..self.clone()
+        }
     }
 }
 
-/// Splits events into messages that each stay under [`MAX_MESSAGE_BYTES`]; every message takes
-/// its other fields from `template`.
-pub fn pack_delivery_messages(
-    template: &DeliveryMessage,
-    events: Vec<QueuedEvent>,
-) -> Vec<DeliveryMessage> {
-    pack(events, |e| e.event.get().len() + EVENT_OVERHEAD)
-        .into_iter()
-        .map(|events| DeliveryMessage {
-            events,
-            ..template.clone()
+impl DeliveryMessage {
+    /// The only way delivery messages are made: `events` with their shared history, due at
+    /// `not_before`, split into as many messages as the size limit needs.
+    pub fn packed(
+        history: &DeliveryHistory,
+        not_before: DateTime<Utc>,
+        events: Vec<QueuedEvent>,
+    ) -> Vec<DeliveryMessage> {
+        pack(events, |e| e.event.get().len() + EVENT_OVERHEAD)
+            .into_iter()
+            .map(|events| DeliveryMessage {
+                topic: history.topic.clone(),
+                subscription: history.subscription.clone(),
+                schema: history.schema,
+                attempts: history.attempts,
+                not_before,
+                last_attempt: history.last_attempt,
+                timed_out_attempt: history.timed_out_attempt.clone(),
+                events,
+            })
+            .collect()
+    }
+
+    /// The history its events share.
+    pub fn history(&self) -> DeliveryHistory {
+        DeliveryHistory {
+            topic: self.topic.clone(),
+            subscription: self.subscription.clone(),
+            schema: self.schema,
+            attempts: self.attempts,
+            last_attempt: self.last_attempt,
+            timed_out_attempt: self.timed_out_attempt.clone(),
+        }
+    }
+
+    /// The body to enqueue: `{"delivery":{…}}`.
+    pub fn to_body(&self) -> Result<String, serde_json::Error> {
+        DeliveryQueueMessage::body_of("delivery", self)
+    }
+}
+
+/// Every kind of message on the delivery queue, externally tagged (`{"delivery":{…}}`,
+/// `{"validation":{…}}`): the tag says what a body is, and serde's external tagging reads raw
+/// events without buffering them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DeliveryQueueMessage {
+    Delivery(DeliveryMessage),
+    /// A step of a subscription's validation handshake.
+    Validation(ValidationTask),
+}
+
+impl DeliveryQueueMessage {
+    /// Reads a body. A delivery message without the tag (as enqueued before the tag existed)
+    /// is still read, so an upgrade loses nothing in flight.
+    pub fn from_body(body: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(body).or_else(|tagged| {
+            serde_json::from_str::<DeliveryMessage>(body)
+                .map(Self::Delivery)
+                .map_err(|_| tagged)
         })
-        .collect()
+    }
+
+    pub fn to_body(&self) -> Result<String, serde_json::Error> {
+        match self {
+            Self::Delivery(m) => m.to_body(),
+            Self::Validation(t) => Self::body_of("validation", t),
+        }
+    }
+
+    fn body_of(tag: &str, value: &impl Serialize) -> Result<String, serde_json::Error> {
+        Ok(format!("{{\"{tag}\":{}}}", serde_json::to_string(value)?))
+    }
 }
 
 /// Splits items into groups whose estimated size stays under the message limit.
@@ -202,7 +296,8 @@ mod tests {
         fn packed_messages_fit_sqs(sizes in proptest::collection::vec(0usize..150_000, 0..20)) {
             let events: Vec<QueuedEvent> = sizes.iter().map(|&s| event(s)).collect();
             let ids: Vec<String> = events.iter().map(|e| e.event.get().to_string()).collect();
-            let msgs = pack_delivery_messages(&template(), events);
+            let t = template();
+            let msgs = DeliveryMessage::packed(&t.history(), t.not_before, events);
             let mut seen = Vec::new();
             for m in &msgs {
                 prop_assert!(m.to_body().unwrap().len() <= MAX_MESSAGE_BYTES);
@@ -229,12 +324,57 @@ mod tests {
         );
     }
 
+    fn delivery(body: &str) -> DeliveryMessage {
+        match DeliveryQueueMessage::from_body(body).unwrap() {
+            DeliveryQueueMessage::Delivery(m) => m,
+            other => panic!("expected a delivery message, got {other:?}"),
+        }
+    }
+
     #[test]
     fn delivery_message_round_trips_raw_events() {
         let mut m = template();
         m.events = vec![event(3)];
-        let back = DeliveryMessage::from_body(&m.to_body().unwrap()).unwrap();
+        let body = m.to_body().unwrap();
+        assert!(body.starts_with("{\"delivery\":{"), "{body}");
+        let back = delivery(&body);
         assert_eq!(back.events[0].event.get(), m.events[0].event.get());
-        assert_eq!(back.attempts, 29);
+        assert_eq!(back.history(), m.history());
+    }
+
+    /// The tag tells a handshake step from a delivery; an untagged delivery body (enqueued
+    /// before the tag) still reads as a delivery; a body of neither kind is an error.
+    #[test]
+    fn queue_messages_are_told_apart_by_their_tag() {
+        let task = ValidationTask::new("t", "s", crate::validation::ValidationStep::Expire);
+        let body = DeliveryQueueMessage::Validation(task.clone())
+            .to_body()
+            .unwrap();
+        assert!(matches!(
+            DeliveryQueueMessage::from_body(&body).unwrap(),
+            DeliveryQueueMessage::Validation(t) if t == task
+        ));
+        let mut m = template();
+        m.events = vec![event(3)];
+        let legacy = serde_json::to_string(&m).unwrap();
+        assert_eq!(delivery(&legacy).history(), m.history());
+        let err = DeliveryQueueMessage::from_body(r#"{"other":{}}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown variant"), "{err}");
+    }
+
+    /// One constructor: a new history has no attempt; after one it counts it and keeps the
+    /// record and the timed-out attempt's name.
+    #[test]
+    fn history_counts_attempts() {
+        let first = template().history();
+        let record = AttemptRecord {
+            time: Utc::now(),
+            outcome: DeliveryOutcome::TimedOut,
+        };
+        let next = first.after_attempt(record, Some("a".into()));
+        assert_eq!(next.attempts, first.attempts + 1);
+        assert_eq!(next.last_attempt, Some(record));
+        assert_eq!(next.timed_out_attempt.as_deref(), Some("a"));
+        assert_eq!(next.subscription, first.subscription);
     }
 }

@@ -17,9 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::dead_letter::FieldNaming;
 use crate::limits::LimitError;
-use crate::publish::append_raw_field;
+use crate::raw_json::append_raw_field;
 
 /// What a topic's publishers send.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -111,15 +110,6 @@ impl DeliverySchema {
             Self::EventGridSchema => "EventGridSchema",
             Self::CloudEventSchemaV1_0 => "CloudEventSchemaV1_0",
             Self::CustomInputSchema => "CustomInputSchema",
-        }
-    }
-
-    /// L6: CloudEvents records use lowercase names; the others (custom ones wrapped in an Event
-    /// Grid envelope) camelCase.
-    pub fn dead_letter_naming(self) -> FieldNaming {
-        match self {
-            Self::CloudEventSchemaV1_0 => FieldNaming::CloudEvents,
-            Self::EventGridSchema | Self::CustomInputSchema => FieldNaming::EventGrid,
         }
     }
 

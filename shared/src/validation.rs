@@ -176,7 +176,7 @@ pub fn origin_allowed(allowed: Option<&str>, origin: &str) -> bool {
     })
 }
 
-/// A handshake step, carried on the delivery queue (see [`ValidationMessage`]).
+/// A handshake step, carried on the delivery queue (see [`ValidationTask`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ValidationStep {
     /// Ask the endpoint.
@@ -185,13 +185,8 @@ pub enum ValidationStep {
     Expire,
 }
 
-/// A delivery queue message that asks `deliver` to run a handshake step. Its body starts with
-/// `{"validation":`, which no delivery message does.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ValidationMessage {
-    pub validation: ValidationTask,
-}
-
+/// A handshake step for one subscription, carried on the delivery queue as
+/// [`crate::message::DeliveryQueueMessage::Validation`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ValidationTask {
     pub topic: String,
@@ -199,26 +194,13 @@ pub struct ValidationTask {
     pub step: ValidationStep,
 }
 
-impl ValidationMessage {
+impl ValidationTask {
     pub fn new(topic: &str, subscription: &str, step: ValidationStep) -> Self {
         Self {
-            validation: ValidationTask {
-                topic: topic.to_string(),
-                subscription: subscription.to_string(),
-                step,
-            },
+            topic: topic.to_string(),
+            subscription: subscription.to_string(),
+            step,
         }
-    }
-
-    pub fn to_body(&self) -> Result<String, serde_json::Error> {
-        serde_json::to_string(self)
-    }
-
-    /// The message, if `body` is one (a cheap prefix check first).
-    pub fn from_body(body: &str) -> Option<Result<Self, serde_json::Error>> {
-        body.trim_start()
-            .starts_with("{\"validation\":")
-            .then(|| serde_json::from_str(body))
     }
 }
 
@@ -267,11 +249,7 @@ mod tests {
     }
 
     #[test]
-    fn validation_messages_are_told_apart_from_delivery_messages() {
-        let m = ValidationMessage::new("t", "s", ValidationStep::Expire);
-        let body = m.to_body().unwrap();
-        assert_eq!(ValidationMessage::from_body(&body).unwrap().unwrap(), m);
-        assert!(ValidationMessage::from_body(r#"{"topic":"t"}"#).is_none());
+    fn validation_urls_encode_their_query() {
         let url = validation_url("http://h:1/", "t", "s", "c&d");
         assert_eq!(
             url,

@@ -15,9 +15,9 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use chrono::Utc;
+use gridrelay_adapters::aws::SecretsManagerStore;
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig, RunnerStats};
-use gridrelay_shared::aws::SecretsManagerStore;
-use gridrelay_shared::registration::Registry;
+use gridrelay_ports::registration::Registry;
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
 use gridrelay_shared::time_scale::TimeScale;
@@ -236,7 +236,7 @@ impl TestSystem {
 
     /// Every dead-letter object under `prefix`, as (key, parsed JSON array).
     pub async fn dead_letter_objects(&self, prefix: &str) -> Vec<(String, Vec<Value>)> {
-        let s3 = gridrelay_shared::aws::s3_client(&self.sdk);
+        let s3 = gridrelay_adapters::aws::s3_client(&self.sdk);
         let listed = s3
             .list_objects_v2()
             .bucket(&self.names.dead_letter_bucket)

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use gridrelay_adapters::aws::DynamoDeliveryStateStore;
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
-use gridrelay_shared::aws::DynamoDeliveryStateStore;
+use gridrelay_ports::DeliveryStateStore;
 use gridrelay_shared::health::EndpointHealth;
-use gridrelay_shared::ports::DeliveryStateStore;
 use gridrelay_shared::subscription::SubscriptionRequest;
 
 /// D1, R3, at scale 0.1 (503 retry minimum 30 s → 3 s; first delay 1 min → 6 s):

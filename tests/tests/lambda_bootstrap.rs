@@ -14,12 +14,12 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::{get, post};
 use chrono::Utc;
+use gridrelay_adapters::aws::{DynamoSubscriptionStore, s3_client};
+use gridrelay_adapters::config::TableNames;
 use gridrelay_e2e::{Reply, Subscriber, eventually, sdk_config, subscription};
 use gridrelay_local::{ResourceNames, Resources, provision};
-use gridrelay_shared::aws::{DynamoSubscriptionStore, s3_client};
-use gridrelay_shared::config::TableNames;
-use gridrelay_shared::message::{DeadLetterMessage, DeliveryMessage};
-use gridrelay_shared::ports::SubscriptionStore;
+use gridrelay_ports::SubscriptionStore;
+use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage};
 use gridrelay_shared::subscription::Topic;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
@@ -326,9 +326,10 @@ async fn ingest_bootstrap_serves_api_gateway_events() {
         .await;
     assert_eq!(denied["statusCode"], 401, "{denied}");
 
-    let queued =
-        DeliveryMessage::from_body(&receive_one(&s.sdk, &s.resources.delivery_queue_url).await)
-            .expect("delivery message");
+    let body = receive_one(&s.sdk, &s.resources.delivery_queue_url).await;
+    let Ok(DeliveryQueueMessage::Delivery(queued)) = DeliveryQueueMessage::from_body(&body) else {
+        panic!("expected a delivery message, got {body}")
+    };
     assert_eq!(
         (queued.topic.as_str(), queued.subscription.as_str()),
         ("boot", "sub-1")

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use gridrelay_adapters::aws::{SqsQueue, s3_client};
+use gridrelay_adapters::http_sender::HttpEventSender;
 use gridrelay_deliver::{Deliver, DeliverySettings};
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
-use gridrelay_shared::aws::{SqsQueue, s3_client};
-use gridrelay_shared::http_sender::HttpEventSender;
+use gridrelay_ports::{RandomJitter, SystemClock};
 use gridrelay_shared::message::{DeliveryMessage, QueuedEvent};
-use gridrelay_shared::ports::{RandomJitter, SystemClock};
 use gridrelay_shared::subscription::SubscriptionRequest;
 use serde_json::json;
 
@@ -154,10 +154,10 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         sender: Arc::new(HttpEventSender::new(Duration::from_secs(5)).expect("client")),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
-        secrets: Arc::new(gridrelay_shared::aws::SecretsManagerStore::from_sdk(
+        secrets: Arc::new(gridrelay_adapters::aws::SecretsManagerStore::from_sdk(
             &sys.sdk,
         )),
-        state: Arc::new(gridrelay_shared::aws::DynamoDeliveryStateStore::from_sdk(
+        state: Arc::new(gridrelay_adapters::aws::DynamoDeliveryStateStore::from_sdk(
             &sys.sdk,
             &sys.names.delivery_state_table,
         )),

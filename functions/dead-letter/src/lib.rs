@@ -16,15 +16,14 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
+use gridrelay_ports::fan_out::{FanOutError, fan_out};
+use gridrelay_ports::{Clock, MessageQueue, ObjectStore, OutgoingMessage, SubscriptionStore};
 use gridrelay_shared::dead_letter::{
-    DeadLetterWrite, dead_letter_written_event, object_key, render_object, render_record,
+    DeadLetterWrite, FieldNaming, dead_letter_written_event, object_key, render_object,
+    render_record,
 };
 use gridrelay_shared::decision::to_chrono;
-use gridrelay_shared::fan_out::{FanOutError, fan_out};
 use gridrelay_shared::message::{DeadLetterMessage, queue_delay};
-use gridrelay_shared::ports::{
-    Clock, MessageQueue, ObjectStore, OutgoingMessage, SubscriptionStore,
-};
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::time_scale::TimeScale;
 use tracing::{error, info, warn};
@@ -166,7 +165,7 @@ impl DeadLetterWriter {
         let mut records = Vec::new();
         for (_, m) in &messages {
             for entry in &m.entries {
-                match render_record(entry, m.schema.dead_letter_naming()) {
+                match render_record(entry, FieldNaming::for_schema(m.schema)) {
                     Ok(r) => records.push(r),
                     Err(e) => {
                         // Events were validated as JSON objects on publish; this is a bug.

@@ -4,16 +4,16 @@
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterWriter};
-use gridrelay_shared::aws::{
+use gridrelay_adapters::aws::{
     DynamoSubscriptionStore, S3ObjectStore, SqsQueue, load_sdk_config, s3_client,
 };
-use gridrelay_shared::config::{
+use gridrelay_adapters::config::{
     DEAD_LETTER_EVENTS_TOPIC_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, TableNames,
     required,
 };
+use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterWriter};
+use gridrelay_ports::SystemClock;
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
-use gridrelay_shared::ports::SystemClock;
 use gridrelay_shared::time_scale::TimeScale;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 

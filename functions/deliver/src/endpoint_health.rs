@@ -7,17 +7,16 @@
 //! store cannot be read, delivery goes ahead as if the endpoint were healthy.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use gridrelay_shared::classify::DeliveryOutcome;
+use gridrelay_shared::delivery::hold;
 use gridrelay_shared::health::{EndpointHealth, Gate};
-use gridrelay_shared::message::{
-    AttemptRecord, DeliveryMessage, pack_delivery_messages, queue_delay,
-};
+use gridrelay_shared::message::DeliveryHistory;
 use tracing::{info, warn};
 
 use crate::{Attempted, Deliver, Group, Pending, Plan};
-use gridrelay_shared::decision::until;
 
 /// What one endpoint may receive in this invocation.
 pub(crate) struct EndpointGate {
@@ -127,32 +126,18 @@ impl Deliver {
                 .unwrap_or(now);
             plan.report.delayed += h.events.len();
             // Events of one batch may carry different histories; keep each one's.
-            type History = (Option<AttemptRecord>, Option<String>);
-            let mut by_history: Vec<(History, Vec<Pending>)> = Vec::new();
+            let mut by_history: Vec<(Arc<DeliveryHistory>, Vec<Pending>)> = Vec::new();
             for p in h.events {
-                let history = (p.last_attempt, p.timed_out_attempt.clone());
-                match by_history.iter_mut().find(|(k, _)| *k == history) {
+                match by_history.iter_mut().find(|(k, _)| *k == p.history) {
                     Some((_, list)) => list.push(p),
-                    None => by_history.push((history, vec![p])),
+                    None => by_history.push((Arc::clone(&p.history), vec![p])),
                 }
             }
-            for ((last_attempt, timed_out_attempt), events) in by_history {
+            for (history, events) in by_history {
                 let records: BTreeSet<usize> = events.iter().map(|p| p.record).collect();
-                let template = DeliveryMessage {
-                    topic: sub.topic.clone(),
-                    subscription: sub.name.clone(),
-                    schema: group.schema,
-                    attempts: group.attempts,
-                    not_before: until_at,
-                    last_attempt,
-                    timed_out_attempt,
-                    events: Vec::new(),
-                };
-                let delay = queue_delay(until(until_at, now));
                 let events = events.into_iter().map(|p| p.event).collect();
-                for message in pack_delivery_messages(&template, events) {
-                    plan.enqueue_delivery(&message, records.clone(), delay);
-                }
+                let (messages, delay) = hold(&history, events, until_at, now);
+                plan.enqueue_delivery(messages, &records, delay);
             }
         }
     }

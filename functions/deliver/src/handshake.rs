@@ -7,14 +7,13 @@
 
 use std::time::Duration;
 
-use gridrelay_shared::message::queue_delay;
-use gridrelay_shared::ports::{HandshakeMethod, HandshakeRequest, OutgoingMessage, StoreError};
+use gridrelay_ports::{HandshakeMethod, HandshakeRequest, OutgoingMessage, StoreError};
+use gridrelay_shared::message::{DeliveryQueueMessage, queue_delay};
 use gridrelay_shared::schema::{DeliverySchema, JSON_CONTENT_TYPE};
 use gridrelay_shared::subscription::{Subscription, topic_resource_id};
 use gridrelay_shared::validation::{
-    MANUAL_VALIDATION_WINDOW, Provisioning, ProvisioningState, ValidationMessage, ValidationStep,
-    ValidationTask, answers_with_code, code_hash, new_code, origin_allowed, validation_event_body,
-    validation_url,
+    MANUAL_VALIDATION_WINDOW, Provisioning, ProvisioningState, ValidationStep, ValidationTask,
+    answers_with_code, code_hash, new_code, origin_allowed, validation_event_body, validation_url,
 };
 use tracing::{info, warn};
 
@@ -223,7 +222,8 @@ impl Deliver {
 }
 
 fn expiry_message(sub: &Subscription, wait: Duration) -> Result<OutgoingMessage, StoreError> {
-    let body = ValidationMessage::new(&sub.topic, &sub.name, ValidationStep::Expire)
+    let task = ValidationTask::new(&sub.topic, &sub.name, ValidationStep::Expire);
+    let body = DeliveryQueueMessage::Validation(task)
         .to_body()
         .map_err(|e| StoreError::Corrupt(e.to_string()))?;
     Ok(OutgoingMessage {

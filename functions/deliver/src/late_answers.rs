@@ -6,8 +6,8 @@
 //! late answers and records each success in the delivery state store. When a retry comes due
 //! and its attempt succeeded late, the retry is not sent and its events count as delivered.
 
+use gridrelay_ports::LateAnswer;
 use gridrelay_shared::message::DeliveryMessage;
-use gridrelay_shared::ports::LateAnswer;
 use tracing::{info, warn};
 
 use crate::{Deliver, Plan};

@@ -11,6 +11,11 @@
 //!
 //! A message is reported as a batch-item failure unless every event in it reached a durable
 //! next state, so SQS redelivers it (duplicates are allowed, loss is not: G1).
+//!
+//! The handler reads as decide → act → settle: every decision about an event is a pure
+//! function of `gridrelay_shared::delivery` ([`on_arrival`], [`settle_attempt`], [`hold`]),
+//! returning a typed outcome; this module does the I/O around them (read subscriptions and
+//! endpoint health, POST, enqueue) and turns the outcomes into messages and counts.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -19,27 +24,26 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use gridrelay_shared::batching::plan_batches;
-use gridrelay_shared::classify::{AttemptResult, DeliveryOutcome, EndpointKind, classify_status};
-use gridrelay_shared::decision::{
-    AfterAttempt, DeadLetterReason, RetryRules, after_attempt, ttl_expired, until,
-};
-use gridrelay_shared::delivery_attributes::resolve_headers;
-use gridrelay_shared::health::HealthPolicy;
-use gridrelay_shared::http_sender::LATE_ANSWER_WINDOW;
-use gridrelay_shared::message::{
-    AttemptRecord, DeadLetterEntry, DeadLetterMessage, DeliveryMessage, QueuedEvent,
-    pack_dead_letter_messages, pack_delivery_messages, queue_delay,
-};
-use gridrelay_shared::ports::{
+use gridrelay_ports::secret_headers::resolve_headers;
+use gridrelay_ports::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue,
     OutgoingMessage, SecretStore, SubscriptionStore,
+};
+use gridrelay_shared::batching::plan_batches;
+use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::delivery::{
+    Arrival, BatchAttempt, DeliveryRules, GiveUp, LATE_ANSWER_WINDOW, Settlement, on_arrival,
+    settle_attempt,
+};
+use gridrelay_shared::health::HealthPolicy;
+use gridrelay_shared::message::{
+    DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, QueuedEvent,
 };
 use gridrelay_shared::schedule::RetrySchedule;
 use gridrelay_shared::schema::{DeliverySchema, delivery_body};
 use gridrelay_shared::subscription::Subscription;
 use gridrelay_shared::time_scale::TimeScale;
-use gridrelay_shared::validation::{DEFAULT_WEBHOOK_ORIGIN, ValidationMessage};
+use gridrelay_shared::validation::{DEFAULT_WEBHOOK_ORIGIN, ValidationTask};
 use tracing::{error, info, warn};
 
 use crate::endpoint_health::{EndpointGate, Held};
@@ -47,9 +51,6 @@ use crate::endpoint_health::{EndpointGate, Held};
 mod endpoint_health;
 mod handshake;
 mod late_answers;
-
-/// L4: the wait between the last attempt and the write to the dead-letter location.
-pub const DEAD_LETTER_DELAY: Duration = Duration::from_secs(300);
 
 /// Tunables of the deliver worker.
 #[derive(Debug, Clone)]
@@ -83,9 +84,12 @@ impl DeliverySettings {
         }
     }
 
-    /// L4, scaled.
-    pub fn dead_letter_delay(&self) -> Duration {
-        self.scale.apply(DEAD_LETTER_DELAY)
+    /// What the pure decisions read.
+    pub fn rules(&self) -> DeliveryRules<'_> {
+        DeliveryRules {
+            schedule: &self.schedule,
+            scale: self.scale,
+        }
     }
 }
 
@@ -163,18 +167,17 @@ impl DeliverOutcome {
 struct Pending {
     record: usize,
     event: QueuedEvent,
-    /// The last attempt made for it, kept when the event waits without an attempt (D1).
-    last_attempt: Option<AttemptRecord>,
-    /// Kept likewise (R4).
-    timed_out_attempt: Option<String>,
+    /// The history of the message it came in, kept for events that wait without an attempt
+    /// (D1).
+    history: Arc<DeliveryHistory>,
 }
 
 /// Events of one subscription with the same attempt count: they can share a batch.
 struct Group {
     subscription: Arc<Subscription>,
     headers: Arc<Vec<(String, String)>>,
-    schema: DeliverySchema,
-    attempts: u32,
+    /// The history its events share for the next attempt (schema and attempt count).
+    history: Arc<DeliveryHistory>,
     events: Vec<Pending>,
 }
 
@@ -208,18 +211,59 @@ struct Plan {
 impl Plan {
     fn enqueue_delivery(
         &mut self,
-        message: &DeliveryMessage,
-        records: BTreeSet<usize>,
+        messages: Vec<DeliveryMessage>,
+        records: &BTreeSet<usize>,
         delay: Duration,
     ) {
-        match message.to_body() {
-            Ok(body) => self.to_delivery.push(Outgoing {
-                message: OutgoingMessage { body, delay },
-                records,
-            }),
-            Err(e) => {
-                error!(error = %e, "could not encode a delivery message");
-                self.failed.extend(records);
+        for message in messages {
+            match message.to_body() {
+                Ok(body) => self.to_delivery.push(Outgoing {
+                    message: OutgoingMessage { body, delay },
+                    records: records.clone(),
+                }),
+                Err(e) => {
+                    error!(error = %e, "could not encode a delivery message");
+                    self.failed.extend(records);
+                }
+            }
+        }
+    }
+
+    /// L1, L2, L4: dead-letter with the delay, or drop (counted and logged) without a location.
+    fn give_up(&mut self, sub: &Subscription, give_up: GiveUp, records: &BTreeSet<usize>) {
+        match give_up {
+            GiveUp::Drop { entries } => {
+                for e in &entries {
+                    warn!(
+                        topic = %sub.topic,
+                        subscription = %sub.name,
+                        reason = %e.reason,
+                        delivery_attempts = e.delivery_attempts,
+                        dropped = 1,
+                        metric = "EventsDropped",
+                        "event dropped: no dead-letter destination"
+                    );
+                }
+                self.report.dropped += entries.len();
+            }
+            GiveUp::DeadLetter {
+                messages,
+                delay,
+                events,
+            } => {
+                self.report.dead_lettered += events;
+                for message in messages {
+                    match message.to_body() {
+                        Ok(body) => self.to_dead_letter.push(Outgoing {
+                            message: OutgoingMessage { body, delay },
+                            records: records.clone(),
+                        }),
+                        Err(e) => {
+                            error!(error = %e, "could not encode a dead-letter message");
+                            self.failed.extend(records);
+                        }
+                    }
+                }
             }
         }
     }
@@ -238,30 +282,15 @@ impl Deliver {
         let mut messages = Vec::new();
         let mut validations = Vec::new();
         for (i, record) in event.records.iter().enumerate() {
-            match record
-                .body
-                .as_deref()
-                .and_then(ValidationMessage::from_body)
-            {
-                Some(Ok(m)) => {
-                    validations.push((i, m));
-                    continue;
-                }
+            match record.body.as_deref().map(DeliveryQueueMessage::from_body) {
+                Some(Ok(DeliveryQueueMessage::Delivery(m))) => messages.push((i, m)),
+                Some(Ok(DeliveryQueueMessage::Validation(task))) => validations.push((i, task)),
                 Some(Err(e)) => {
-                    error!(message_id = %ids[i], error = %e, "unreadable validation message; leaving it to the redrive policy");
-                    plan.failed.insert(i);
-                    continue;
-                }
-                None => {}
-            }
-            match record.body.as_deref().map(DeliveryMessage::from_body) {
-                Some(Ok(m)) => messages.push((i, m)),
-                Some(Err(e)) => {
-                    error!(message_id = %ids[i], error = %e, "unreadable delivery message; leaving it to the redrive policy");
+                    error!(message_id = %ids[i], error = %e, "unreadable delivery queue message; leaving it to the redrive policy");
                     plan.failed.insert(i);
                 }
                 None => {
-                    error!(message_id = %ids[i], "delivery message without a body");
+                    error!(message_id = %ids[i], "delivery queue message without a body");
                     plan.failed.insert(i);
                 }
             }
@@ -303,10 +332,10 @@ impl Deliver {
 
     /// Runs the handshake steps, all at the same time; a step that could not reach the store is
     /// left for SQS to redeliver.
-    async fn run_validations(&self, validations: &[(usize, ValidationMessage)], plan: &mut Plan) {
+    async fn run_validations(&self, validations: &[(usize, ValidationTask)], plan: &mut Plan) {
         let steps = validations
             .iter()
-            .map(|(i, m)| async move { (*i, self.run_validation(&m.validation).await) });
+            .map(|(i, task)| async move { (*i, self.run_validation(task).await) });
         for (i, result) in futures::future::join_all(steps).await {
             match result {
                 Ok(Some(next)) => plan.to_delivery.push(Outgoing {
@@ -370,7 +399,7 @@ impl Deliver {
         found
     }
 
-    /// Defers messages that are not due, gives up on expired events (R6), and groups the rest.
+    /// Decides for each message on arrival ([`on_arrival`]) and groups the due events.
     fn sort_due_events(
         &self,
         messages: Vec<(usize, DeliveryMessage)>,
@@ -378,85 +407,66 @@ impl Deliver {
         plan: &mut Plan,
     ) -> Vec<Group> {
         let now = self.clock.now();
+        let rules = self.settings.rules();
         let mut groups: Vec<Group> = Vec::new();
         let mut index: HashMap<(String, String, DeliverySchema, u32), usize> = HashMap::new();
-        for (i, mut message) in messages {
+        for (i, message) in messages {
             if plan.failed.contains(&i) {
                 continue;
             }
             let key = (message.topic.clone(), message.subscription.clone());
-            let Some(Some(target)) = subscriptions.get(&key) else {
-                warn!(
-                    topic = %message.topic,
-                    subscription = %message.subscription,
-                    dropped = message.events.len(),
-                    metric = "EventsDropped",
-                    reason = "SubscriptionDeleted",
-                    "events dropped: the subscription no longer exists"
-                );
-                plan.report.dropped += message.events.len();
-                continue;
-            };
-            let subscription = &target.subscription;
-            if message.not_before > now {
-                let delay = queue_delay(until(message.not_before, now));
-                plan.report.deferred += 1;
-                plan.enqueue_delivery(&message, BTreeSet::from([i]), delay);
-                continue;
+            let target = subscriptions.get(&key).and_then(Option::as_ref);
+            let records = BTreeSet::from([i]);
+            match on_arrival(message, target.map(|t| &*t.subscription), rules, now) {
+                Arrival::SubscriptionGone { events } => {
+                    warn!(
+                        topic = %key.0,
+                        subscription = %key.1,
+                        dropped = events,
+                        metric = "EventsDropped",
+                        reason = "SubscriptionDeleted",
+                        "events dropped: the subscription no longer exists"
+                    );
+                    plan.report.dropped += events;
+                }
+                Arrival::NotYetDue { message, delay } => {
+                    plan.report.deferred += 1;
+                    plan.enqueue_delivery(vec![message], &records, delay);
+                }
+                Arrival::Due {
+                    history,
+                    live,
+                    expired,
+                } => {
+                    // `on_arrival` said Due, so the subscription was found.
+                    let Some(target) = target else { continue };
+                    if let Some(expired) = expired {
+                        plan.give_up(&target.subscription, expired, &records);
+                    }
+                    if live.is_empty() {
+                        continue;
+                    }
+                    let history = Arc::new(history);
+                    let slot = *index
+                        .entry((key.0, key.1, history.schema, history.attempts))
+                        .or_insert_with(|| {
+                            groups.push(Group {
+                                subscription: Arc::clone(&target.subscription),
+                                headers: Arc::clone(&target.headers),
+                                history: Arc::clone(&history),
+                                events: Vec::new(),
+                            });
+                            groups.len() - 1
+                        });
+                    groups[slot]
+                        .events
+                        .extend(live.into_iter().map(|event| Pending {
+                            record: i,
+                            event,
+                            history: Arc::clone(&history),
+                        }));
+                }
             }
-            let policy = &subscription.retry_policy;
-            let (expired, live): (Vec<QueuedEvent>, Vec<QueuedEvent>) =
-                std::mem::take(&mut message.events)
-                    .into_iter()
-                    .partition(|e| ttl_expired(e.publish_time, now, policy, self.settings.scale));
-            if !expired.is_empty() {
-                let entries = expired
-                    .into_iter()
-                    .map(|e| {
-                        dead_letter_entry(
-                            e,
-                            DeadLetterReason::TimeToLiveExceeded,
-                            message.attempts,
-                            message.last_attempt,
-                        )
-                    })
-                    .collect();
-                self.give_up(
-                    subscription,
-                    message.schema,
-                    entries,
-                    BTreeSet::from([i]),
-                    plan,
-                );
-            }
-            if live.is_empty() {
-                continue;
-            }
-            let slot = *index
-                .entry((
-                    message.topic.clone(),
-                    message.subscription.clone(),
-                    message.schema,
-                    message.attempts,
-                ))
-                .or_insert_with(|| {
-                    groups.push(Group {
-                        subscription: Arc::clone(subscription),
-                        headers: Arc::clone(&target.headers),
-                        schema: message.schema,
-                        attempts: message.attempts,
-                        events: Vec::new(),
-                    });
-                    groups.len() - 1
-                });
-            groups[slot]
-                .events
-                .extend(live.into_iter().map(|event| Pending {
-                    record: i,
-                    event,
-                    last_attempt: message.last_attempt,
-                    timed_out_attempt: message.timed_out_attempt.clone(),
-                }));
         }
         groups
     }
@@ -513,130 +523,42 @@ impl Deliver {
         (attempted, held)
     }
 
-    /// Applies the classification and retry rules to every attempted batch (B5: the batch's
-    /// events share one outcome).
+    /// Settles every attempted batch ([`settle_attempt`]; B5: its events share one outcome).
     fn settle(&self, groups: &[Group], attempted: Vec<Attempted>, plan: &mut Plan) {
         let now = self.clock.now();
         for a in attempted {
             plan.report.attempts += 1;
             let group = &groups[a.group];
             let sub = &group.subscription;
-            let table = sub.status_table.table();
-            let verdict = classify_status(
-                table,
-                EndpointKind::Webhook,
-                &a.result,
-                sub.dead_letter_destination.is_some(),
-            );
-            let status = match a.result {
-                AttemptResult::Status(s) => Some(s),
-                _ => None,
-            };
-            let attempts_made = group.attempts + 1;
-            let rules = RetryRules {
-                policy: &sub.retry_policy,
-                schedule: &self.settings.schedule,
-                scale: self.settings.scale,
-            };
-            let record = AttemptRecord {
-                time: a.time,
-                outcome: DeliveryOutcome::of(&a.result),
-            };
             let records: BTreeSet<usize> = a.events.iter().map(|p| p.record).collect();
-            match after_attempt(
-                rules,
-                verdict,
-                status,
-                attempts_made,
-                now,
-                self.jitter.draw(),
-            ) {
-                AfterAttempt::Delivered => plan.report.delivered += a.events.len(),
-                AfterAttempt::RetryAt(at) => {
+            // R4: the retry of a timed-out attempt names it, so a late success can cancel it.
+            let mut late = a.late;
+            let timed_out_attempt = late.as_ref().map(|_| uuid::Uuid::new_v4().to_string());
+            let attempt = BatchAttempt {
+                history: &group.history,
+                time: a.time,
+                result: &a.result,
+                timed_out_attempt: timed_out_attempt.clone(),
+            };
+            let events = a.events.into_iter().map(|p| p.event).collect();
+            let draw = self.jitter.draw();
+            match settle_attempt(sub, attempt, events, self.settings.rules(), now, draw) {
+                Settlement::Delivered { events } => plan.report.delivered += events,
+                Settlement::Retry {
+                    messages,
+                    delay,
+                    events,
+                } => {
                     if let AttemptResult::ConnectionFailed(reason) = &a.result {
                         warn!(subscription = %sub.name, error = %reason, "delivery attempt could not connect");
                     }
-                    plan.report.retried += a.events.len();
-                    // R4: the retry of a timed-out attempt names it, so a late success can
-                    // cancel the retry.
-                    let timed_out_attempt = a.late.map(|late| {
-                        let id = uuid::Uuid::new_v4().to_string();
-                        plan.late.push((id.clone(), late));
-                        id
-                    });
-                    let template = DeliveryMessage {
-                        topic: sub.topic.clone(),
-                        subscription: sub.name.clone(),
-                        schema: group.schema,
-                        attempts: attempts_made,
-                        not_before: at,
-                        last_attempt: Some(record),
-                        timed_out_attempt,
-                        events: Vec::new(),
-                    };
-                    let delay = queue_delay(until(at, now));
-                    let events = a.events.into_iter().map(|p| p.event).collect();
-                    for message in pack_delivery_messages(&template, events) {
-                        plan.enqueue_delivery(&message, records.clone(), delay);
+                    plan.report.retried += events;
+                    if let (Some(id), Some(answer)) = (timed_out_attempt, late.take()) {
+                        plan.late.push((id, answer));
                     }
+                    plan.enqueue_delivery(messages, &records, delay);
                 }
-                AfterAttempt::GiveUp(reason) => {
-                    let entries = a
-                        .events
-                        .into_iter()
-                        .map(|p| dead_letter_entry(p.event, reason, attempts_made, Some(record)))
-                        .collect();
-                    self.give_up(sub, group.schema, entries, records, plan);
-                }
-            }
-        }
-    }
-
-    /// L1, L2, L4: dead-letter with the delay, or drop (counted and logged) without a location.
-    fn give_up(
-        &self,
-        sub: &Subscription,
-        schema: DeliverySchema,
-        entries: Vec<DeadLetterEntry>,
-        records: BTreeSet<usize>,
-        plan: &mut Plan,
-    ) {
-        let Some(destination) = &sub.dead_letter_destination else {
-            for e in &entries {
-                warn!(
-                    topic = %sub.topic,
-                    subscription = %sub.name,
-                    reason = %e.reason,
-                    delivery_attempts = e.delivery_attempts,
-                    dropped = 1,
-                    metric = "EventsDropped",
-                    "event dropped: no dead-letter destination"
-                );
-            }
-            plan.report.dropped += entries.len();
-            return;
-        };
-        plan.report.dead_lettered += entries.len();
-        let template = DeadLetterMessage {
-            topic: sub.topic.clone(),
-            subscription: sub.name.clone(),
-            schema,
-            destination: destination.clone(),
-            dead_lettered_at: self.clock.now(),
-            first_write_failure: None,
-            entries: Vec::new(),
-        };
-        let delay = queue_delay(self.settings.dead_letter_delay());
-        for message in pack_dead_letter_messages(&template, entries) {
-            match message.to_body() {
-                Ok(body) => plan.to_dead_letter.push(Outgoing {
-                    message: OutgoingMessage { body, delay },
-                    records: records.clone(),
-                }),
-                Err(e) => {
-                    error!(error = %e, "could not encode a dead-letter message");
-                    plan.failed.extend(records.iter().copied());
-                }
+                Settlement::GaveUp(give_up) => plan.give_up(sub, give_up, &records),
             }
         }
     }
@@ -670,26 +592,11 @@ impl Deliver {
     }
 }
 
-fn dead_letter_entry(
-    event: QueuedEvent,
-    reason: DeadLetterReason,
-    attempts: u32,
-    last: Option<AttemptRecord>,
-) -> DeadLetterEntry {
-    DeadLetterEntry {
-        reason,
-        delivery_attempts: attempts,
-        last_outcome: last.map(|l| l.outcome),
-        publish_time: event.publish_time,
-        last_attempt_time: last.map(|l| l.time),
-        event: event.event,
-    }
-}
-
 /// The request for one batch, in the subscription's schema, with Event Grid's headers.
 fn delivery_request(group: &Group, events: &[Pending]) -> DeliveryRequest {
     let sub = &group.subscription;
-    let (content_type, body) = delivery_body(events.iter().map(|p| &*p.event.event), group.schema);
+    let (content_type, body) =
+        delivery_body(events.iter().map(|p| &*p.event.event), group.history.schema);
     DeliveryRequest {
         endpoint: sub.endpoint.clone(),
         content_type,
@@ -697,7 +604,10 @@ fn delivery_request(group: &Group, events: &[Pending]) -> DeliveryRequest {
         headers: vec![
             ("aeg-event-type".into(), "Notification".to_string()),
             ("aeg-subscription-name".into(), sub.name.clone()),
-            ("aeg-delivery-count".into(), group.attempts.to_string()),
+            (
+                "aeg-delivery-count".into(),
+                group.history.attempts.to_string(),
+            ),
             ("aeg-metadata-version".into(), "1".to_string()),
         ]
         .into_iter()

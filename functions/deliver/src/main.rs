@@ -4,17 +4,18 @@
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use gridrelay_deliver::{Deliver, DeliverySettings};
-use gridrelay_shared::aws::{
+use gridrelay_adapters::aws::{
     DynamoDeliveryStateStore, DynamoSubscriptionStore, SecretsManagerStore, SqsQueue,
     load_sdk_config,
 };
-use gridrelay_shared::config::{
+use gridrelay_adapters::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
     TableNames, WEBHOOK_ORIGIN_ENV, required,
 };
-use gridrelay_shared::http_sender::{ATTEMPT_TIMEOUT, HttpEventSender, LATE_ANSWER_WINDOW};
-use gridrelay_shared::ports::{RandomJitter, SystemClock};
+use gridrelay_adapters::http_sender::HttpEventSender;
+use gridrelay_deliver::{Deliver, DeliverySettings};
+use gridrelay_ports::{RandomJitter, SystemClock};
+use gridrelay_shared::delivery::{ATTEMPT_TIMEOUT, LATE_ANSWER_WINDOW};
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
 use lambda_runtime::{Error, LambdaEvent, service_fn};

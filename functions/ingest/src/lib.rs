@@ -11,8 +11,8 @@
 
 use std::sync::Arc;
 
-use gridrelay_shared::fan_out::fan_out;
-use gridrelay_shared::ports::{Clock, MessageQueue, SubscriptionStore};
+use gridrelay_ports::fan_out::fan_out;
+use gridrelay_ports::{Clock, MessageQueue, SubscriptionStore};
 use gridrelay_shared::publish::{PublishBody, PublishError, TopicSchema, parse_publish};
 use gridrelay_shared::sas::verify_sas_token;
 use gridrelay_shared::subscription::{Topic, publish_path};

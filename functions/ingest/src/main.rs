@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
+use gridrelay_adapters::aws::{DynamoSubscriptionStore, SqsQueue, load_sdk_config};
+use gridrelay_adapters::config::{DELIVERY_QUEUE_URL_ENV, TableNames, required};
 use gridrelay_ingest::Ingest;
-use gridrelay_shared::aws::{DynamoSubscriptionStore, SqsQueue, load_sdk_config};
-use gridrelay_shared::config::{DELIVERY_QUEUE_URL_ENV, TableNames, required};
-use gridrelay_shared::ports::SystemClock;
+use gridrelay_ports::SystemClock;
 use lambda_http::{Error, Request, service_fn};
 
 #[tokio::main]

@@ -11,9 +11,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
 
-use crate::message::{DeliveryMessage, QueuedEvent, pack_delivery_messages};
-use crate::ports::{MessageQueue, OutgoingMessage, StoreError, SubscriptionStore};
-use crate::schema::{DeliverySchema, InputSchema, to_delivery_form};
+use crate::{MessageQueue, OutgoingMessage, StoreError, SubscriptionStore};
+use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
+use gridrelay_shared::schema::{DeliverySchema, InputSchema, to_delivery_form};
 
 /// Why a fan-out did not complete; the caller may retry (duplicates are allowed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -104,17 +104,7 @@ pub async fn fan_out(
             continue;
         }
         enqueued += queued.len();
-        let template = DeliveryMessage {
-            topic: topic.to_string(),
-            subscription: sub.name.clone(),
-            schema: sub.event_delivery_schema,
-            attempts: 0,
-            not_before: now,
-            last_attempt: None,
-            timed_out_attempt: None,
-            events: Vec::new(),
-        };
-        for message in pack_delivery_messages(&template, queued) {
+        for message in DeliveryMessage::packed(&DeliveryHistory::new(sub), now, queued) {
             let body = message
                 .to_body()
                 .map_err(|e| FanOutError::Encode(e.to_string()))?;

@@ -1,7 +1,7 @@
 use async_trait::async_trait;
 
 use super::describe_error;
-use crate::ports::{SecretError, SecretStore};
+use gridrelay_ports::{SecretError, SecretStore};
 
 /// Secret delivery header values in AWS Secrets Manager, one secret each.
 #[derive(Debug, Clone)]

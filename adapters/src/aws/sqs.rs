@@ -3,8 +3,8 @@ use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use futures::future::join_all;
 
 use super::describe_error;
-use crate::message::MAX_MESSAGE_BYTES;
-use crate::ports::{MessageQueue, OutgoingMessage, QueueError};
+use gridrelay_ports::{MessageQueue, OutgoingMessage, QueueError};
+use gridrelay_shared::message::MAX_MESSAGE_BYTES;
 
 /// SQS's limit of entries in one SendMessageBatch request.
 const MAX_BATCH_ENTRIES: usize = 10;

@@ -7,8 +7,8 @@ use serde::de::DeserializeOwned;
 
 use super::describe_error;
 use crate::config::TableNames;
-use crate::ports::{StoreError, SubscriptionStore};
-use crate::subscription::{Subscription, Topic};
+use gridrelay_ports::{StoreError, SubscriptionStore};
+use gridrelay_shared::subscription::{Subscription, Topic};
 
 /// Topics and subscriptions in two DynamoDB tables.
 ///

@@ -8,16 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::classify::AttemptResult;
-use crate::ports::{
+use gridrelay_ports::{
     DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest, SentAttempt,
 };
-
-/// S2: a request with no response after this long has failed.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// R4: how long after its timeout an attempt's answer is still awaited.
-pub const LATE_ANSWER_WINDOW: Duration = Duration::from_secs(180);
+use gridrelay_shared::classify::AttemptResult;
 
 #[derive(Debug, Clone)]
 pub struct HttpEventSender {

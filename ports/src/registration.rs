@@ -4,17 +4,18 @@
 //! The subscription is checked against its topic, its secret delivery header values (H1) go
 //! to the secret store, the record (which holds only the secrets' ids) is written in state
 //! `Creating`, and the service is asked, through the delivery queue, to run the endpoint
-//! validation handshake (see [`crate::validation`]); events flow once it succeeds.
+//! validation handshake (see [`gridrelay_shared::validation`]); events flow once it succeeds.
 
 use chrono::{DateTime, Utc};
 
-use crate::delivery_attributes::store_secrets;
-use crate::limits::LimitError;
-use crate::ports::{
+use crate::secret_headers::store_secrets;
+use crate::{
     MessageQueue, OutgoingMessage, SecretError, SecretStore, StoreError, SubscriptionStore,
 };
-use crate::subscription::{Subscription, SubscriptionRequest};
-use crate::validation::{ValidationMessage, ValidationStep};
+use gridrelay_shared::limits::LimitError;
+use gridrelay_shared::message::DeliveryQueueMessage;
+use gridrelay_shared::subscription::{Subscription, SubscriptionRequest};
+use gridrelay_shared::validation::{ValidationStep, ValidationTask};
 
 /// Why a subscription was not registered.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +38,7 @@ pub enum RegistrationError {
 pub struct Registry<'a> {
     pub store: &'a dyn SubscriptionStore,
     pub secrets: &'a dyn SecretStore,
-    /// Name prefix of secrets (see [`crate::config::SECRET_PREFIX_ENV`]).
+    /// Name prefix of secrets (see `gridrelay_adapters::config::SECRET_PREFIX_ENV`).
     pub secret_prefix: &'a str,
     /// The delivery queue, where the handshake is asked for.
     pub delivery_queue: &'a dyn MessageQueue,
@@ -76,7 +77,8 @@ impl Registry<'_> {
         )
         .await?;
         self.store.create_subscription(&sub).await?;
-        let ask = ValidationMessage::new(&sub.topic, &sub.name, ValidationStep::Handshake)
+        let task = ValidationTask::new(&sub.topic, &sub.name, ValidationStep::Handshake);
+        let ask = DeliveryQueueMessage::Validation(task)
             .to_body()
             .map_err(|e| RegistrationError::Handshake(e.to_string()))?;
         let sent = self

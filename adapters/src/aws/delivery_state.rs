@@ -5,8 +5,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 
 use super::describe_error;
-use crate::health::EndpointHealth;
-use crate::ports::{DeliveryStateStore, StoreError};
+use gridrelay_ports::{DeliveryStateStore, StoreError};
+use gridrelay_shared::health::EndpointHealth;
 
 /// How long a record outlives its last write (DynamoDB's TTL attribute `expiresAt` removes it).
 const RECORD_LIFETIME: chrono::Duration = chrono::Duration::hours(48);

@@ -1,4 +1,4 @@
-//! Thin adapters from the [`crate::ports`] traits to the official AWS SDK crates.
+//! Thin adapters from the [`gridrelay_ports`] traits to the official AWS SDK crates.
 //!
 //! They talk to whatever `AWS_ENDPOINT_URL` names (moto, LocalStack) or to AWS itself.
 

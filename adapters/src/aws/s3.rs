@@ -2,7 +2,7 @@ use async_trait::async_trait;
 use aws_sdk_s3::primitives::ByteStream;
 
 use super::describe_error;
-use crate::ports::{ObjectStore, ObjectStoreError};
+use gridrelay_ports::{ObjectStore, ObjectStoreError};
 
 /// Dead-letter objects in S3.
 #[derive(Debug, Clone)]

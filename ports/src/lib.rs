@@ -1,17 +1,28 @@
 //! The I/O gridrelay does, as small traits: subscription store, message queue, object store,
-//! subscriber endpoints, clock and randomness.
+//! secret store, delivery state store, subscriber endpoints, clock and randomness.
 //!
-//! The AWS implementations are in [`crate::aws`], the HTTP one in [`crate::http_sender`].
-//! Handlers take `Arc<dyn …>` so tests wire the same real adapters against an emulator.
+//! It exists so that the handlers can be written against interfaces, not services: the AWS
+//! and HTTP implementations are in `gridrelay-adapters` (what the functions and the end-to-end
+//! tests run), the in-memory ones in [`memory`] (what unit tests and deterministic simulations
+//! run). Handlers take `Arc<dyn …>`.
+//!
+//! Beside the traits are the workflows that are nothing but calls through them and the rules
+//! of `gridrelay-shared`: [`fan_out`] (ingest's and dead-letter's path into the delivery
+//! queue), [`registration`] (creating and deleting subscriptions) and [`secret_headers`].
+
+pub mod fan_out;
+pub mod memory;
+pub mod registration;
+pub mod secret_headers;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::classify::AttemptResult;
-use crate::health::EndpointHealth;
-use crate::subscription::{Subscription, Topic};
+use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::health::EndpointHealth;
+use gridrelay_shared::subscription::{Subscription, Topic};
 
 /// Failures of the subscription store.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

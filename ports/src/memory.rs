@@ -1,0 +1,496 @@
+//! In-memory implementations of every port, for unit tests and deterministic simulations.
+//!
+//! They keep the contracts the AWS implementations keep (a queue hides a received message until
+//! its visibility timeout and redelivers it until it is deleted; a conditional write refuses a
+//! taken name; a lease is held until it expires), read time from an injected [`Clock`] so a
+//! test moves time by hand, and each can be told to fail ([`Outage`]) so a test can ask what
+//! happens when a call fails. End-to-end tests do not use them: they run the real adapters
+//! against an AWS API.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::health::EndpointHealth;
+use gridrelay_shared::subscription::{Subscription, Topic};
+
+use crate::{
+    Clock, DeliveryRequest, DeliveryStateStore, EventSender, HandshakeReply, HandshakeRequest,
+    Jitter, MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError, SecretError,
+    SecretStore, SentAttempt, StoreError, SubscriptionStore,
+};
+
+/// Locks a mutex, going on with the data if a panicking test thread poisoned it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A switch that makes a port's calls fail while it is on.
+#[derive(Debug, Default)]
+pub struct Outage(AtomicBool);
+
+impl Outage {
+    pub fn set(&self, down: bool) {
+        self.0.store(down, Ordering::SeqCst);
+    }
+
+    pub fn is_down(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A clock that moves only when told to.
+#[derive(Debug)]
+pub struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl ManualClock {
+    pub fn new(start: DateTime<Utc>) -> Self {
+        Self(Mutex::new(start))
+    }
+
+    pub fn advance(&self, by: Duration) {
+        let mut now = lock(&self.0);
+        *now += chrono::Duration::from_std(by).unwrap_or(chrono::Duration::MAX);
+    }
+
+    pub fn set(&self, to: DateTime<Utc>) {
+        *lock(&self.0) = to;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *lock(&self.0)
+    }
+}
+
+/// The same draw every time (R2's randomization pinned for a test).
+#[derive(Debug, Clone, Copy)]
+pub struct FixedJitter(pub f64);
+
+impl Jitter for FixedJitter {
+    fn draw(&self) -> f64 {
+        self.0
+    }
+}
+
+/// Topics and subscriptions in maps.
+#[derive(Debug, Default)]
+pub struct MemorySubscriptionStore {
+    topics: Mutex<BTreeMap<String, Topic>>,
+    subscriptions: Mutex<BTreeMap<(String, String), Subscription>>,
+    pub outage: Outage,
+}
+
+impl MemorySubscriptionStore {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.outage.is_down() {
+            return Err(StoreError::Unavailable("in-memory store is down".into()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SubscriptionStore for MemorySubscriptionStore {
+    async fn get_topic(&self, name: &str) -> Result<Option<Topic>, StoreError> {
+        self.check()?;
+        Ok(lock(&self.topics).get(name).cloned())
+    }
+
+    async fn list_topics(&self) -> Result<Vec<Topic>, StoreError> {
+        self.check()?;
+        Ok(lock(&self.topics).values().cloned().collect())
+    }
+
+    async fn create_topic(&self, topic: &Topic) -> Result<(), StoreError> {
+        self.check()?;
+        let mut topics = lock(&self.topics);
+        if topics.contains_key(&topic.name) {
+            return Err(StoreError::AlreadyExists(format!("topic {}", topic.name)));
+        }
+        topics.insert(topic.name.clone(), topic.clone());
+        Ok(())
+    }
+
+    async fn replace_topic(&self, topic: &Topic) -> Result<(), StoreError> {
+        self.check()?;
+        match lock(&self.topics).get_mut(&topic.name) {
+            Some(t) => {
+                *t = topic.clone();
+                Ok(())
+            }
+            None => Err(StoreError::NotFound(format!("topic {}", topic.name))),
+        }
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<bool, StoreError> {
+        self.check()?;
+        Ok(lock(&self.topics).remove(name).is_some())
+    }
+
+    async fn get_subscription(
+        &self,
+        topic: &str,
+        name: &str,
+    ) -> Result<Option<Subscription>, StoreError> {
+        self.check()?;
+        Ok(lock(&self.subscriptions)
+            .get(&(topic.to_string(), name.to_string()))
+            .cloned())
+    }
+
+    async fn list_subscriptions(&self, topic: &str) -> Result<Vec<Subscription>, StoreError> {
+        self.check()?;
+        Ok(lock(&self.subscriptions)
+            .values()
+            .filter(|s| s.topic == topic)
+            .cloned()
+            .collect())
+    }
+
+    async fn create_subscription(&self, subscription: &Subscription) -> Result<(), StoreError> {
+        self.check()?;
+        let key = (subscription.topic.clone(), subscription.name.clone());
+        let mut subs = lock(&self.subscriptions);
+        if subs.contains_key(&key) {
+            return Err(StoreError::AlreadyExists(format!(
+                "subscription {}",
+                subscription.name
+            )));
+        }
+        subs.insert(key, subscription.clone());
+        Ok(())
+    }
+
+    async fn replace_subscription(&self, subscription: &Subscription) -> Result<(), StoreError> {
+        self.check()?;
+        let key = (subscription.topic.clone(), subscription.name.clone());
+        match lock(&self.subscriptions).get_mut(&key) {
+            Some(s) => {
+                *s = subscription.clone();
+                Ok(())
+            }
+            None => Err(StoreError::NotFound(format!(
+                "subscription {}",
+                subscription.name
+            ))),
+        }
+    }
+
+    async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError> {
+        self.check()?;
+        Ok(lock(&self.subscriptions)
+            .remove(&(topic.to_string(), name.to_string()))
+            .is_some())
+    }
+}
+
+/// A message as [`MemoryQueue`] holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedMessage {
+    pub id: String,
+    pub body: String,
+    /// Hidden until then (its delay, or the visibility timeout of the last receive).
+    pub visible_at: DateTime<Utc>,
+    pub receive_count: u32,
+    /// Changes on every receive; deleting needs the latest one.
+    pub receipt: u64,
+}
+
+/// A queue with SQS's contract: delays, visibility timeouts, redelivery until deleted, and a
+/// record of every message ever sent.
+pub struct MemoryQueue {
+    clock: Arc<dyn Clock>,
+    messages: Mutex<VecDeque<QueuedMessage>>,
+    sent: Mutex<Vec<OutgoingMessage>>,
+    next: AtomicU64,
+    pub outage: Outage,
+}
+
+impl MemoryQueue {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            messages: Mutex::new(VecDeque::new()),
+            sent: Mutex::new(Vec::new()),
+            next: AtomicU64::new(1),
+            outage: Outage::default(),
+        }
+    }
+
+    /// Every message accepted so far, in order, whether or not it was received since.
+    pub fn sent(&self) -> Vec<OutgoingMessage> {
+        lock(&self.sent).clone()
+    }
+
+    /// Messages in the queue, visible or not.
+    pub fn len(&self) -> usize {
+        lock(&self.messages).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The messages visible now, without receiving them.
+    pub fn visible(&self) -> Vec<QueuedMessage> {
+        let now = self.clock.now();
+        lock(&self.messages)
+            .iter()
+            .filter(|m| m.visible_at <= now)
+            .cloned()
+            .collect()
+    }
+
+    /// Up to `max` visible messages, hidden for `visibility` from now.
+    pub fn receive(&self, max: usize, visibility: Duration) -> Vec<QueuedMessage> {
+        let now = self.clock.now();
+        let hidden_until = now + chrono::Duration::from_std(visibility).unwrap_or_default();
+        let mut out = Vec::new();
+        for m in lock(&self.messages).iter_mut() {
+            if out.len() >= max {
+                break;
+            }
+            if m.visible_at <= now {
+                m.visible_at = hidden_until;
+                m.receive_count += 1;
+                m.receipt = self.next.fetch_add(1, Ordering::SeqCst);
+                out.push(m.clone());
+            }
+        }
+        out
+    }
+
+    /// Deletes a received message; whether its receipt was still current (a message received
+    /// again after its visibility timeout has a newer receipt).
+    pub fn delete(&self, id: &str, receipt: u64) -> bool {
+        let mut messages = lock(&self.messages);
+        let before = messages.len();
+        messages.retain(|m| !(m.id == id && m.receipt == receipt));
+        messages.len() < before
+    }
+}
+
+#[async_trait]
+impl MessageQueue for MemoryQueue {
+    async fn send_all(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>> {
+        if self.outage.is_down() {
+            return messages
+                .iter()
+                .map(|_| Err(QueueError("in-memory queue is down".into())))
+                .collect();
+        }
+        let now = self.clock.now();
+        let mut queue = lock(&self.messages);
+        let mut sent = lock(&self.sent);
+        messages
+            .iter()
+            .map(|m| {
+                let id = format!("m-{}", self.next.fetch_add(1, Ordering::SeqCst));
+                queue.push_back(QueuedMessage {
+                    id,
+                    body: m.body.clone(),
+                    visible_at: now + chrono::Duration::from_std(m.delay).unwrap_or_default(),
+                    receive_count: 0,
+                    receipt: 0,
+                });
+                sent.push(m.clone());
+                Ok(())
+            })
+            .collect()
+    }
+}
+
+/// Objects in a map, keyed by bucket and key.
+#[derive(Debug, Default)]
+pub struct MemoryObjectStore {
+    objects: Mutex<BTreeMap<(String, String), String>>,
+    pub outage: Outage,
+}
+
+impl MemoryObjectStore {
+    pub fn objects(&self) -> BTreeMap<(String, String), String> {
+        lock(&self.objects).clone()
+    }
+}
+
+#[async_trait]
+impl ObjectStore for MemoryObjectStore {
+    async fn put_json(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: String,
+    ) -> Result<(), ObjectStoreError> {
+        if self.outage.is_down() {
+            return Err(ObjectStoreError("in-memory object store is down".into()));
+        }
+        lock(&self.objects).insert((bucket.to_string(), key.to_string()), body);
+        Ok(())
+    }
+}
+
+/// Secrets in a map; a secret's id is its name.
+#[derive(Debug, Default)]
+pub struct MemorySecretStore {
+    secrets: Mutex<HashMap<String, String>>,
+    pub outage: Outage,
+}
+
+#[async_trait]
+impl SecretStore for MemorySecretStore {
+    async fn put(&self, name: &str, value: &str) -> Result<String, SecretError> {
+        if self.outage.is_down() {
+            return Err(SecretError("in-memory secret store is down".into()));
+        }
+        lock(&self.secrets).insert(name.to_string(), value.to_string());
+        Ok(name.to_string())
+    }
+
+    async fn get(&self, id: &str) -> Result<String, SecretError> {
+        if self.outage.is_down() {
+            return Err(SecretError("in-memory secret store is down".into()));
+        }
+        lock(&self.secrets)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| SecretError(format!("no secret {id}")))
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), SecretError> {
+        lock(&self.secrets).remove(id);
+        Ok(())
+    }
+}
+
+/// Endpoint health, probe leases and late successes in maps.
+#[derive(Debug, Default)]
+pub struct MemoryDeliveryStateStore {
+    health: Mutex<HashMap<String, EndpointHealth>>,
+    late: Mutex<HashMap<String, DateTime<Utc>>>,
+    pub outage: Outage,
+}
+
+impl MemoryDeliveryStateStore {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.outage.is_down() {
+            return Err(StoreError::Unavailable(
+                "in-memory delivery state store is down".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl DeliveryStateStore for MemoryDeliveryStateStore {
+    async fn endpoint_health(&self, endpoint: &str) -> Result<EndpointHealth, StoreError> {
+        self.check()?;
+        Ok(lock(&self.health)
+            .get(endpoint)
+            .copied()
+            .unwrap_or_default())
+    }
+
+    async fn put_endpoint_health(
+        &self,
+        endpoint: &str,
+        health: &EndpointHealth,
+        _now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        let mut map = lock(&self.health);
+        if *health == EndpointHealth::default() {
+            map.remove(endpoint);
+        } else {
+            map.insert(endpoint.to_string(), *health);
+        }
+        Ok(())
+    }
+
+    async fn acquire_probe(
+        &self,
+        endpoint: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        let mut map = lock(&self.health);
+        let health = map.entry(endpoint.to_string()).or_default();
+        if health.probe_until.is_some_and(|t| t > now) {
+            return Ok(false);
+        }
+        health.probe_until = Some(until);
+        Ok(true)
+    }
+
+    async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
+        self.check()?;
+        lock(&self.late).insert(attempt.to_string(), now);
+        Ok(())
+    }
+
+    async fn late_success(&self, attempt: &str) -> Result<bool, StoreError> {
+        self.check()?;
+        Ok(lock(&self.late).contains_key(attempt))
+    }
+}
+
+/// How a [`ScriptedSender`] answers a delivery request.
+pub type Script = Box<dyn Fn(&DeliveryRequest) -> AttemptResult + Send + Sync>;
+
+/// A subscriber whose answers a test writes: every request is recorded, and answered by the
+/// script (a status, a timeout, a refused connection). Handshakes are answered with the code
+/// when the body carries one, as a well-behaved Event Grid endpoint does.
+pub struct ScriptedSender {
+    script: Script,
+    requests: Mutex<Vec<DeliveryRequest>>,
+}
+
+impl ScriptedSender {
+    pub fn new(script: impl Fn(&DeliveryRequest) -> AttemptResult + Send + Sync + 'static) -> Self {
+        Self {
+            script: Box::new(script),
+            requests: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Answers every request with this status.
+    pub fn status(status: u16) -> Self {
+        Self::new(move |_| AttemptResult::Status(status))
+    }
+
+    /// Every delivery request so far, in the order they were sent.
+    pub fn requests(&self) -> Vec<DeliveryRequest> {
+        lock(&self.requests).clone()
+    }
+}
+
+#[async_trait]
+impl EventSender for ScriptedSender {
+    async fn send(&self, request: DeliveryRequest) -> SentAttempt {
+        let result = (self.script)(&request);
+        lock(&self.requests).push(request);
+        SentAttempt { result, late: None }
+    }
+
+    async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String> {
+        let code = request
+            .body
+            .as_ref()
+            .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(body).ok())
+            .and_then(|v| v[0]["data"]["validationCode"].as_str().map(str::to_string));
+        Ok(HandshakeReply {
+            status: 200,
+            headers: vec![("webhook-allowed-origin".into(), "*".into())],
+            body: code
+                .map(|c| format!("{{\"validationResponse\":\"{c}\"}}").into_bytes())
+                .unwrap_or_default(),
+        })
+    }
+}

@@ -1,0 +1,495 @@
+//! The deliver worker's decisions: what happens to a delivery message when it arrives, and
+//! to a batch's events after its attempt.
+//!
+//! Pure: the worker reads the subscription, the clock and the random draw, calls these, and
+//! carries out what they return (enqueue, dead-letter, drop, count). Every outcome is a typed
+//! value, so each rule can be tested without a queue, a store or an endpoint.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::classify::{AttemptResult, DeliveryOutcome, EndpointKind, classify_status};
+use crate::decision::{
+    AfterAttempt, DeadLetterReason, RetryRules, after_attempt, ttl_expired, until,
+};
+use crate::message::{
+    AttemptRecord, DeadLetterEntry, DeadLetterMessage, DeliveryHistory, DeliveryMessage,
+    QueuedEvent, pack_dead_letter_messages, queue_delay,
+};
+use crate::schedule::RetrySchedule;
+use crate::schema::DeliverySchema;
+use crate::subscription::Subscription;
+use crate::time_scale::TimeScale;
+
+/// S2: a request with no response after this long has failed.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// R4: how long after its timeout an attempt's answer is still awaited.
+pub const LATE_ANSWER_WINDOW: Duration = Duration::from_secs(180);
+
+/// L4: the wait between the last attempt and the write to the dead-letter location.
+pub const DEAD_LETTER_DELAY: Duration = Duration::from_secs(300);
+
+/// The worker's settings that the decisions read.
+#[derive(Debug, Clone, Copy)]
+pub struct DeliveryRules<'a> {
+    pub schedule: &'a RetrySchedule,
+    pub scale: TimeScale,
+}
+
+impl DeliveryRules<'_> {
+    /// L4, scaled.
+    pub fn dead_letter_delay(&self) -> Duration {
+        self.scale.apply(DEAD_LETTER_DELAY)
+    }
+}
+
+/// What becomes of a delivery message when it arrives.
+#[derive(Debug)]
+pub enum Arrival {
+    /// Its subscription no longer exists: the events are dropped (counted and logged).
+    SubscriptionGone { events: usize },
+    /// Not due yet: sent on for the rest of its wait (at most 15 minutes a hop).
+    NotYetDue {
+        message: DeliveryMessage,
+        delay: Duration,
+    },
+    /// Due: `live` events are attempted; those whose TTL ran out (R6) end in `expired`.
+    Due {
+        history: DeliveryHistory,
+        live: Vec<QueuedEvent>,
+        expired: Option<GiveUp>,
+    },
+}
+
+/// Decides what a message that arrived at `now` is for.
+pub fn on_arrival(
+    message: DeliveryMessage,
+    subscription: Option<&Subscription>,
+    rules: DeliveryRules<'_>,
+    now: DateTime<Utc>,
+) -> Arrival {
+    let Some(subscription) = subscription else {
+        return Arrival::SubscriptionGone {
+            events: message.events.len(),
+        };
+    };
+    if message.not_before > now {
+        let delay = queue_delay(until(message.not_before, now));
+        return Arrival::NotYetDue { message, delay };
+    }
+    let history = message.history();
+    let policy = &subscription.retry_policy;
+    let (expired, live): (Vec<QueuedEvent>, Vec<QueuedEvent>) = message
+        .events
+        .into_iter()
+        .partition(|e| ttl_expired(e.publish_time, now, policy, rules.scale));
+    let expired = (!expired.is_empty()).then(|| {
+        let entries = expired
+            .into_iter()
+            .map(|e| {
+                dead_letter_entry(
+                    e,
+                    DeadLetterReason::TimeToLiveExceeded,
+                    history.attempts,
+                    history.last_attempt,
+                )
+            })
+            .collect();
+        give_up(subscription, history.schema, entries, rules, now)
+    });
+    Arrival::Due {
+        history,
+        live,
+        expired,
+    }
+}
+
+/// Events delivery stopped trying (L1, L2, L4).
+#[derive(Debug)]
+pub enum GiveUp {
+    /// To the dead-letter queue, visible after the five-minute delay (L4).
+    DeadLetter {
+        messages: Vec<DeadLetterMessage>,
+        delay: Duration,
+        events: usize,
+    },
+    /// L1: no dead-letter location; each entry says why, for the log.
+    Drop { entries: Vec<DeadLetterEntry> },
+}
+
+impl GiveUp {
+    pub fn events(&self) -> usize {
+        match self {
+            Self::DeadLetter { events, .. } => *events,
+            Self::Drop { entries } => entries.len(),
+        }
+    }
+}
+
+/// Dead-letters `entries` to the subscription's location, or drops them without one.
+pub fn give_up(
+    subscription: &Subscription,
+    schema: DeliverySchema,
+    entries: Vec<DeadLetterEntry>,
+    rules: DeliveryRules<'_>,
+    now: DateTime<Utc>,
+) -> GiveUp {
+    let Some(destination) = &subscription.dead_letter_destination else {
+        return GiveUp::Drop { entries };
+    };
+    let events = entries.len();
+    let template = DeadLetterMessage {
+        topic: subscription.topic.clone(),
+        subscription: subscription.name.clone(),
+        schema,
+        destination: destination.clone(),
+        dead_lettered_at: now,
+        first_write_failure: None,
+        entries: Vec::new(),
+    };
+    GiveUp::DeadLetter {
+        messages: pack_dead_letter_messages(&template, entries),
+        delay: queue_delay(rules.dead_letter_delay()),
+        events,
+    }
+}
+
+/// What came of one batch's attempt, for every event in it (B5).
+#[derive(Debug)]
+pub enum Settlement {
+    Delivered {
+        events: usize,
+    },
+    /// Re-enqueued for the next attempt (R1, R2, S5).
+    Retry {
+        messages: Vec<DeliveryMessage>,
+        delay: Duration,
+        events: usize,
+    },
+    GaveUp(GiveUp),
+}
+
+/// One batch's attempt, as the worker saw it.
+#[derive(Debug)]
+pub struct BatchAttempt<'a> {
+    /// The history the batch's events shared before the attempt.
+    pub history: &'a DeliveryHistory,
+    /// When the request was sent.
+    pub time: DateTime<Utc>,
+    pub result: &'a AttemptResult,
+    /// R4: the name given to a timed-out attempt still open for its late answer.
+    pub timed_out_attempt: Option<String>,
+}
+
+/// Applies the subscription's status table (S1 to S6), retry policy (R1, R5) and
+/// dead-lettering (L1, L2) to a batch's events after their attempt. `draw` is R2's random
+/// draw in [0, 1).
+pub fn settle_attempt(
+    subscription: &Subscription,
+    attempt: BatchAttempt<'_>,
+    events: Vec<QueuedEvent>,
+    rules: DeliveryRules<'_>,
+    now: DateTime<Utc>,
+    draw: f64,
+) -> Settlement {
+    let verdict = classify_status(
+        subscription.status_table.table(),
+        EndpointKind::Webhook,
+        attempt.result,
+        subscription.dead_letter_destination.is_some(),
+    );
+    let status = match attempt.result {
+        AttemptResult::Status(s) => Some(*s),
+        _ => None,
+    };
+    let attempts_made = attempt.history.attempts + 1;
+    let retry_rules = RetryRules {
+        policy: &subscription.retry_policy,
+        schedule: rules.schedule,
+        scale: rules.scale,
+    };
+    let record = AttemptRecord {
+        time: attempt.time,
+        outcome: DeliveryOutcome::of(attempt.result),
+    };
+    match after_attempt(retry_rules, verdict, status, attempts_made, now, draw) {
+        AfterAttempt::Delivered => Settlement::Delivered {
+            events: events.len(),
+        },
+        AfterAttempt::RetryAt(at) => {
+            let history = attempt
+                .history
+                .after_attempt(record, attempt.timed_out_attempt);
+            let events_count = events.len();
+            Settlement::Retry {
+                messages: DeliveryMessage::packed(&history, at, events),
+                delay: queue_delay(until(at, now)),
+                events: events_count,
+            }
+        }
+        AfterAttempt::GiveUp(reason) => {
+            let entries = events
+                .into_iter()
+                .map(|e| dead_letter_entry(e, reason, attempts_made, Some(record)))
+                .collect();
+            Settlement::GaveUp(give_up(
+                subscription,
+                attempt.history.schema,
+                entries,
+                rules,
+                now,
+            ))
+        }
+    }
+}
+
+/// D1, R3: events held back from a delayed endpoint wait until `until_at` with their history
+/// unchanged (a delay is not an attempt).
+pub fn hold(
+    history: &DeliveryHistory,
+    events: Vec<QueuedEvent>,
+    until_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> (Vec<DeliveryMessage>, Duration) {
+    (
+        DeliveryMessage::packed(history, until_at, events),
+        queue_delay(until(until_at, now)),
+    )
+}
+
+/// The L6 facts of an event delivery stopped trying.
+pub fn dead_letter_entry(
+    event: QueuedEvent,
+    reason: DeadLetterReason,
+    attempts: u32,
+    last: Option<AttemptRecord>,
+) -> DeadLetterEntry {
+    DeadLetterEntry {
+        reason,
+        delivery_attempts: attempts,
+        last_outcome: last.map(|l| l.outcome),
+        publish_time: event.publish_time,
+        last_attempt_time: last.map(|l| l.time),
+        event: event.event,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::subscription::{DeadLetterDestination, RetryPolicy};
+    use serde_json::value::RawValue;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-23T00:00:00Z")
+            .unwrap()
+            .to_utc()
+    }
+
+    fn subscription(dead_letter: bool) -> Subscription {
+        let mut s: Subscription = serde_json::from_value(serde_json::json!({
+            "topic": "orders",
+            "name": "s1",
+            "endpoint": "http://127.0.0.1:1/hook",
+            "createdAt": "2026-11-23T00:00:00Z",
+        }))
+        .expect("a minimal subscription record");
+        if dead_letter {
+            s.dead_letter_destination =
+                Some(DeadLetterDestination::parse("s3://dead/orders").unwrap());
+        }
+        s
+    }
+
+    fn event(id: &str, published: DateTime<Utc>) -> QueuedEvent {
+        QueuedEvent {
+            publish_time: published,
+            event: RawValue::from_string(format!("{{\"id\":\"{id}\"}}")).unwrap(),
+        }
+    }
+
+    fn message(sub: &Subscription, attempts: u32, not_before: DateTime<Utc>) -> DeliveryMessage {
+        let history = DeliveryHistory {
+            attempts,
+            ..DeliveryHistory::new(sub)
+        };
+        DeliveryMessage::packed(
+            &history,
+            not_before,
+            vec![event("a", t0()), event("b", t0())],
+        )
+        .remove(0)
+    }
+
+    fn rules(schedule: &RetrySchedule) -> DeliveryRules<'_> {
+        DeliveryRules {
+            schedule,
+            scale: TimeScale::REAL,
+        }
+    }
+
+    #[test]
+    fn a_message_for_a_deleted_subscription_is_dropped_and_counted() {
+        let schedule = RetrySchedule::event_grid();
+        let sub = subscription(false);
+        let arrival = on_arrival(message(&sub, 0, t0()), None, rules(&schedule), t0());
+        assert!(matches!(arrival, Arrival::SubscriptionGone { events: 2 }));
+    }
+
+    /// A message not yet due goes back for the rest of its wait, at most 15 minutes a hop.
+    #[test]
+    fn a_message_not_yet_due_waits_for_the_rest_in_hops() {
+        let schedule = RetrySchedule::event_grid();
+        let sub = subscription(false);
+        let due = t0() + chrono::Duration::hours(3);
+        let arrival = on_arrival(message(&sub, 7, due), Some(&sub), rules(&schedule), t0());
+        let Arrival::NotYetDue { message, delay } = arrival else {
+            panic!("expected NotYetDue, got {arrival:?}")
+        };
+        assert_eq!(delay, Duration::from_secs(900));
+        assert_eq!(message.not_before, due);
+        assert_eq!(message.attempts, 7);
+    }
+
+    /// R6, L2: TTL is checked when an attempt comes due; expired events are dead-lettered as
+    /// TimeToLiveExceeded with the attempts and outcome they had, the rest are attempted.
+    #[test]
+    fn expired_events_are_dead_lettered_when_due_r6_l2() {
+        let schedule = RetrySchedule::event_grid();
+        let mut sub = subscription(true);
+        sub.retry_policy = RetryPolicy {
+            max_delivery_attempts: 30,
+            event_time_to_live_in_minutes: 1,
+        };
+        let now = t0() + chrono::Duration::seconds(61);
+        let mut m = message(&sub, 3, now);
+        m.events.push(event("fresh", now));
+        m.last_attempt = Some(AttemptRecord {
+            time: t0(),
+            outcome: DeliveryOutcome::Busy,
+        });
+        let Arrival::Due {
+            live,
+            expired: Some(GiveUp::DeadLetter { messages, .. }),
+            ..
+        } = on_arrival(m, Some(&sub), rules(&schedule), now)
+        else {
+            panic!("expected due events and a dead-letter")
+        };
+        assert_eq!(live.len(), 1);
+        assert_eq!(messages[0].entries.len(), 2);
+        let entry = &messages[0].entries[0];
+        assert_eq!(entry.reason, DeadLetterReason::TimeToLiveExceeded);
+        assert_eq!(entry.delivery_attempts, 3);
+        assert_eq!(entry.last_outcome, Some(DeliveryOutcome::Busy));
+    }
+
+    fn settle(sub: &Subscription, attempts: u32, result: AttemptResult) -> Settlement {
+        let schedule = RetrySchedule::event_grid();
+        let history = DeliveryHistory {
+            attempts,
+            ..DeliveryHistory::new(sub)
+        };
+        settle_attempt(
+            sub,
+            BatchAttempt {
+                history: &history,
+                time: t0(),
+                result: &result,
+                timed_out_attempt: None,
+            },
+            vec![event("a", t0()), event("b", t0())],
+            rules(&schedule),
+            t0(),
+            0.0,
+        )
+    }
+
+    /// S1, B5: a success delivers every event of the batch.
+    #[test]
+    fn success_delivers_the_whole_batch_s1_b5() {
+        let sub = subscription(false);
+        assert!(matches!(
+            settle(&sub, 0, AttemptResult::Status(204)),
+            Settlement::Delivered { events: 2 }
+        ));
+    }
+
+    /// R1, S5: a 503 re-enqueues the batch with one more attempt, its outcome, and a 30 s wait.
+    #[test]
+    fn busy_endpoint_retries_after_thirty_seconds_r1_s5() {
+        let sub = subscription(false);
+        let Settlement::Retry {
+            messages,
+            delay,
+            events,
+        } = settle(&sub, 0, AttemptResult::Status(503))
+        else {
+            panic!("expected a retry")
+        };
+        assert_eq!((events, delay), (2, Duration::from_secs(30)));
+        assert_eq!(messages.len(), 1);
+        assert_eq!(messages[0].attempts, 1);
+        assert_eq!(messages[0].not_before, t0() + chrono::Duration::seconds(30));
+        assert_eq!(
+            messages[0].last_attempt.map(|l| l.outcome),
+            Some(DeliveryOutcome::Busy)
+        );
+    }
+
+    /// S3, L2, L6: a 400 dead-letters at once with one attempt; without a location the events
+    /// are dropped (L1).
+    #[test]
+    fn non_retried_status_dead_letters_or_drops_s3_l1_l2() {
+        let Settlement::GaveUp(GiveUp::DeadLetter {
+            messages, delay, ..
+        }) = settle(&subscription(true), 0, AttemptResult::Status(400))
+        else {
+            panic!("expected a dead-letter")
+        };
+        assert_eq!(delay, DEAD_LETTER_DELAY);
+        assert_eq!(messages[0].entries.len(), 2);
+        assert_eq!(
+            messages[0].entries[0].reason,
+            DeadLetterReason::NonRetriableStatus(400)
+        );
+        assert_eq!(messages[0].entries[0].delivery_attempts, 1);
+        assert!(matches!(
+            settle(&subscription(false), 0, AttemptResult::Status(400)),
+            Settlement::GaveUp(GiveUp::Drop { entries }) if entries.len() == 2
+        ));
+    }
+
+    /// R5: the last allowed attempt failing gives up with MaxDeliveryAttemptsExceeded.
+    #[test]
+    fn last_attempt_gives_up_r5() {
+        let mut sub = subscription(true);
+        sub.retry_policy.max_delivery_attempts = 2;
+        let Settlement::GaveUp(GiveUp::DeadLetter { messages, .. }) =
+            settle(&sub, 1, AttemptResult::TimedOut)
+        else {
+            panic!("expected a dead-letter")
+        };
+        let entry = &messages[0].entries[0];
+        assert_eq!(entry.reason, DeadLetterReason::MaxDeliveryAttemptsExceeded);
+        assert_eq!(entry.delivery_attempts, 2);
+        assert_eq!(entry.last_outcome, Some(DeliveryOutcome::TimedOut));
+    }
+
+    /// D1: held events keep their attempt count and wait until the endpoint's delay ends.
+    #[test]
+    fn held_events_keep_their_history_d1() {
+        let sub = subscription(false);
+        let history = DeliveryHistory {
+            attempts: 4,
+            ..DeliveryHistory::new(&sub)
+        };
+        let until_at = t0() + chrono::Duration::seconds(90);
+        let (messages, delay) = hold(&history, vec![event("a", t0())], until_at, t0());
+        assert_eq!(delay, Duration::from_secs(90));
+        assert_eq!(messages[0].history(), history);
+        assert_eq!(messages[0].not_before, until_at);
+    }
+}
