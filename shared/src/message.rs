@@ -26,11 +26,8 @@ use crate::validation::ValidationTask;
 pub const MAX_MESSAGE_BYTES: usize = 250_000;
 /// SQS's longest delivery delay (DelaySeconds).
 pub const MAX_QUEUE_DELAY: Duration = Duration::from_secs(900);
-/// Bytes a message's own fields take, at most, besides its events (names are bounded, times
-/// fixed-width).
-const MESSAGE_OVERHEAD: usize = 1_024;
-/// Bytes each event's own fields take besides the event.
-const EVENT_OVERHEAD: usize = 64;
+/// The tag around a delivery message's body: `{"delivery":` and `}`.
+const DELIVERY_TAG_BYTES: usize = "{\"delivery\":}".len();
 
 /// One event waiting for delivery, as published.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -114,19 +111,18 @@ impl DeliveryMessage {
         not_before: DateTime<Utc>,
         events: Vec<QueuedEvent>,
     ) -> Vec<DeliveryMessage> {
-        pack(events, |e| e.event.get().len() + EVENT_OVERHEAD)
-            .into_iter()
-            .map(|events| DeliveryMessage {
-                topic: history.topic.clone(),
-                subscription: history.subscription.clone(),
-                schema: history.schema,
-                attempts: history.attempts,
-                not_before,
-                last_attempt: history.last_attempt,
-                timed_out_attempt: history.timed_out_attempt.clone(),
-                events,
-            })
-            .collect()
+        let message = |events| DeliveryMessage {
+            topic: history.topic.clone(),
+            subscription: history.subscription.clone(),
+            schema: history.schema,
+            attempts: history.attempts,
+            not_before,
+            last_attempt: history.last_attempt,
+            timed_out_attempt: history.timed_out_attempt.clone(),
+            events,
+        };
+        let base = DELIVERY_TAG_BYTES + json_len(&message(Vec::new()));
+        pack(base, events).into_iter().map(message).collect()
     }
 
     /// The history its events share.
@@ -181,24 +177,47 @@ impl DeliveryQueueMessage {
     }
 }
 
-/// Splits items into groups whose estimated size stays under the message limit.
-fn pack<T>(items: Vec<T>, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
+/// Splits items into groups that each make a message of at most [`MAX_MESSAGE_BYTES`]: `base`
+/// is the size of the message with no items, and each item adds its serialized size and a
+/// comma. Sizes are those of the real serialized form, not estimates. An item too large for
+/// any message goes alone (the limits on events keep that from happening).
+fn pack<T: Serialize>(base: usize, items: Vec<T>) -> Vec<Vec<T>> {
     let mut groups: Vec<Vec<T>> = Vec::new();
     let mut current: Vec<T> = Vec::new();
-    let mut bytes = MESSAGE_OVERHEAD;
+    let mut bytes = base;
     for item in items {
-        let s = size(&item);
-        if !current.is_empty() && bytes + s > MAX_MESSAGE_BYTES {
+        let size = json_len(&item);
+        if !current.is_empty() && bytes + 1 + size > MAX_MESSAGE_BYTES {
             groups.push(std::mem::take(&mut current));
-            bytes = MESSAGE_OVERHEAD;
+            bytes = base;
         }
-        bytes += s;
+        bytes += size + usize::from(!current.is_empty());
         current.push(item);
     }
     if !current.is_empty() {
         groups.push(current);
     }
     groups
+}
+
+/// The length of a value's JSON text, counted without building it.
+fn json_len(value: &impl Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        // Cannot happen for these types; a value that cannot be written goes alone.
+        Err(_) => MAX_MESSAGE_BYTES,
+    }
 }
 
 /// What SQS delay to ask for, given how long until a message is due: at most 15 minutes (the
@@ -252,13 +271,16 @@ pub fn pack_dead_letter_messages(
     template: &DeadLetterMessage,
     entries: Vec<DeadLetterEntry>,
 ) -> Vec<DeadLetterMessage> {
-    pack(entries, |e| e.event.get().len() + 2 * EVENT_OVERHEAD)
-        .into_iter()
-        .map(|entries| DeadLetterMessage {
-            entries,
-            ..template.clone()
-        })
-        .collect()
+    let message = |entries| DeadLetterMessage {
+        entries,
+        ..template.clone()
+    };
+    // Sized as the largest the message becomes: L5 records its first write failure on it.
+    let base = json_len(&DeadLetterMessage {
+        first_write_failure: Some(template.dead_lettered_at),
+        ..message(Vec::new())
+    });
+    pack(base, entries).into_iter().map(message).collect()
 }
 
 #[cfg(test)]
@@ -304,6 +326,88 @@ mod tests {
                 seen.extend(m.events.iter().map(|e| e.event.get().to_string()));
             }
             prop_assert_eq!(seen, ids);
+        }
+
+        /// Thousands of small events: the packing is exact, so every message fits and every
+        /// message but the last is full (the next event would not have fit).
+        #[test]
+        fn many_small_events_fill_messages_exactly(sizes in proptest::collection::vec(0usize..400, 1..4_000)) {
+            let events: Vec<QueuedEvent> = sizes.iter().map(|&s| event(s)).collect();
+            let count = events.len();
+            let t = template();
+            let msgs = DeliveryMessage::packed(&t.history(), t.not_before, events);
+            prop_assert_eq!(msgs.iter().map(|m| m.events.len()).sum::<usize>(), count);
+            for pair in msgs.windows(2) {
+                let body = pair[0].to_body().unwrap();
+                prop_assert!(body.len() <= MAX_MESSAGE_BYTES);
+                let next = serde_json::to_string(&pair[1].events[0]).unwrap();
+                prop_assert!(body.len() + 1 + next.len() > MAX_MESSAGE_BYTES);
+            }
+            prop_assert!(msgs.last().unwrap().to_body().unwrap().len() <= MAX_MESSAGE_BYTES);
+        }
+
+        /// Dead-letter messages are sized from their real serialized form, for every reason and
+        /// outcome and thousands of entries, including after L5 records its first write
+        /// failure on them: none exceeds the queue's limit, and no entry is lost.
+        #[test]
+        fn dead_letter_messages_fit_sqs(
+            entries in proptest::collection::vec((0usize..2_000, 0usize..3, 0usize..12, any::<u16>()), 1..3_000),
+            large in proptest::collection::vec(100_000usize..200_000, 0..4),
+        ) {
+            let outcomes = [
+                None,
+                Some(DeliveryOutcome::Succeeded),
+                Some(DeliveryOutcome::BadRequest),
+                Some(DeliveryOutcome::Unauthorized),
+                Some(DeliveryOutcome::Forbidden),
+                Some(DeliveryOutcome::NotFound),
+                Some(DeliveryOutcome::TimedOut),
+                Some(DeliveryOutcome::RequestEntityTooLarge),
+                Some(DeliveryOutcome::Busy),
+                Some(DeliveryOutcome::Redirected),
+                Some(DeliveryOutcome::GenericError),
+                Some(DeliveryOutcome::ConnectionFailed),
+            ];
+            let now = Utc::now();
+            let mut all: Vec<DeadLetterEntry> = entries
+                .iter()
+                .map(|&(bytes, reason, outcome, status)| DeadLetterEntry {
+                    reason: match reason {
+                        0 => DeadLetterReason::MaxDeliveryAttemptsExceeded,
+                        1 => DeadLetterReason::TimeToLiveExceeded,
+                        _ => DeadLetterReason::NonRetriableStatus(status),
+                    },
+                    delivery_attempts: 30,
+                    last_outcome: outcomes[outcome],
+                    publish_time: now,
+                    last_attempt_time: Some(now),
+                    event: event(bytes).event,
+                })
+                .collect();
+            all.extend(large.iter().map(|&bytes| DeadLetterEntry {
+                reason: DeadLetterReason::NonRetriableStatus(413),
+                delivery_attempts: 1,
+                last_outcome: Some(DeliveryOutcome::RequestEntityTooLarge),
+                publish_time: now,
+                last_attempt_time: None,
+                event: event(bytes).event,
+            }));
+            let count = all.len();
+            let template = DeadLetterMessage {
+                topic: "t".repeat(50),
+                subscription: "s".repeat(64),
+                schema: DeliverySchema::CloudEventSchemaV1_0,
+                destination: DeadLetterDestination { bucket: "b".repeat(63), prefix: "p".repeat(200) },
+                dead_lettered_at: now,
+                first_write_failure: None,
+                entries: Vec::new(),
+            };
+            let msgs = pack_dead_letter_messages(&template, all);
+            prop_assert_eq!(msgs.iter().map(|m| m.entries.len()).sum::<usize>(), count);
+            for mut m in msgs {
+                m.first_write_failure = Some(now);
+                prop_assert!(m.to_body().unwrap().len() <= MAX_MESSAGE_BYTES);
+            }
         }
     }
 
