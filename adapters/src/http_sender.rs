@@ -62,11 +62,19 @@ impl EventSender for HttpEventSender {
         }
         let exchange = async move {
             match builder.send().await {
-                Ok(response) => {
+                Ok(mut response) => {
                     let status = response.status().as_u16();
-                    // Reading the (small) answer lets the pooled connection be reused; the
-                    // status stands whatever happens to the body.
-                    let _ = response.bytes().await;
+                    // The status decides. A small answer is read to its end so the pooled
+                    // connection can be reused; past MAX_DELIVERY_ANSWER_BODY the response is
+                    // dropped, which closes the connection, so an endpoint streaming a large
+                    // body cannot fill this function's memory or hold the attempt.
+                    let mut read = 0;
+                    while let Ok(Some(chunk)) = response.chunk().await {
+                        read += chunk.len();
+                        if read > MAX_DELIVERY_ANSWER_BODY {
+                            break;
+                        }
+                    }
                     AttemptResult::Status(status)
                 }
                 Err(e) if e.is_timeout() => AttemptResult::TimedOut,
@@ -141,6 +149,9 @@ impl EventSender for HttpEventSender {
         })
     }
 }
+
+/// The most of an answer to a delivery that is read before the connection is dropped.
+pub const MAX_DELIVERY_ANSWER_BODY: usize = 64 * 1024;
 
 /// The most of a handshake answer that is read.
 const MAX_HANDSHAKE_BODY: usize = 64 * 1024;

@@ -1,0 +1,62 @@
+//! The HTTP sender against real HTTP servers on 127.0.0.1.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::routing::post;
+use futures::StreamExt;
+use gridrelay_adapters::http_sender::{HttpEventSender, MAX_DELIVERY_ANSWER_BODY};
+use gridrelay_ports::{DeliveryRequest, EventSender};
+use gridrelay_shared::classify::AttemptResult;
+
+/// What the endpoint offers: 512 chunks of 1 MiB.
+const CHUNK: usize = 1 << 20;
+const CHUNKS: usize = 512;
+
+/// Issue #8 item 7, S1: an endpoint that answers 200 with an endless-looking body cannot make
+/// the sender read it: the status decides, at most a small bounded amount is read, and the
+/// connection is dropped. Before the bound, the whole 512 MiB was pulled through.
+#[tokio::test]
+async fn a_huge_answer_body_is_not_read_the_status_decides() {
+    let streamed = Arc::new(AtomicUsize::new(0));
+    let counter = streamed.clone();
+    let app = Router::new().route(
+        "/hook",
+        post(move || {
+            let counter = counter.clone();
+            async move {
+                let chunks = futures::stream::iter(0..CHUNKS).map(move |_| {
+                    counter.fetch_add(CHUNK, Ordering::SeqCst);
+                    Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; CHUNK]))
+                });
+                Body::from_stream(chunks)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let sender = HttpEventSender::new(Duration::from_secs(30)).unwrap();
+    let sent = sender
+        .send(DeliveryRequest {
+            endpoint: format!("http://{addr}/hook"),
+            content_type: "application/json",
+            body: "[]".into(),
+            headers: Vec::new(),
+        })
+        .await;
+    assert_eq!(sent.result, AttemptResult::Status(200));
+    // Give the server a moment to notice the dropped connection, then see how much it sent:
+    // what the client read plus what the sockets' buffers held, far below the whole body.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sent_bytes = streamed.load(Ordering::SeqCst);
+    assert!(
+        sent_bytes < 64 * CHUNK,
+        "the server streamed {sent_bytes} bytes; the client should stop after {MAX_DELIVERY_ANSWER_BODY}"
+    );
+    server.abort();
+}
