@@ -37,7 +37,7 @@ use gridrelay_shared::delivery::{
 };
 use gridrelay_shared::health::HealthPolicy;
 use gridrelay_shared::message::{
-    DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, QueuedEvent,
+    DeadLetterMessage, DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, QueuedEvent,
 };
 use gridrelay_shared::schedule::RetrySchedule;
 use gridrelay_shared::schema::{DeliverySchema, delivery_body};
@@ -215,18 +215,14 @@ impl Plan {
         records: &BTreeSet<usize>,
         delay: Duration,
     ) {
-        for message in messages {
-            match message.to_body() {
-                Ok(body) => self.to_delivery.push(Outgoing {
-                    message: OutgoingMessage { body, delay },
-                    records: records.clone(),
-                }),
-                Err(e) => {
-                    error!(error = %e, "could not encode a delivery message");
-                    self.failed.extend(records);
-                }
-            }
-        }
+        let encoded = messages.iter().map(DeliveryMessage::to_body);
+        push_encoded(
+            &mut self.to_delivery,
+            &mut self.failed,
+            encoded,
+            records,
+            delay,
+        );
     }
 
     /// L1, L2, L4: dead-letter with the delay, or drop (counted and logged) without a location.
@@ -252,18 +248,37 @@ impl Plan {
                 events,
             } => {
                 self.report.dead_lettered += events;
-                for message in messages {
-                    match message.to_body() {
-                        Ok(body) => self.to_dead_letter.push(Outgoing {
-                            message: OutgoingMessage { body, delay },
-                            records: records.clone(),
-                        }),
-                        Err(e) => {
-                            error!(error = %e, "could not encode a dead-letter message");
-                            self.failed.extend(records);
-                        }
-                    }
-                }
+                let encoded = messages.iter().map(DeadLetterMessage::to_body);
+                push_encoded(
+                    &mut self.to_dead_letter,
+                    &mut self.failed,
+                    encoded,
+                    records,
+                    delay,
+                );
+            }
+        }
+    }
+}
+
+/// Adds encoded messages to a queue's outgoing list; a message that could not be encoded
+/// fails the records whose events it carries, so SQS redelivers them.
+fn push_encoded(
+    outgoing: &mut Vec<Outgoing>,
+    failed: &mut BTreeSet<usize>,
+    encoded: impl Iterator<Item = Result<String, serde_json::Error>>,
+    records: &BTreeSet<usize>,
+    delay: Duration,
+) {
+    for body in encoded {
+        match body {
+            Ok(body) => outgoing.push(Outgoing {
+                message: OutgoingMessage { body, delay },
+                records: records.clone(),
+            }),
+            Err(e) => {
+                error!(error = %e, "could not encode a queue message");
+                failed.extend(records);
             }
         }
     }

@@ -184,6 +184,13 @@ fn request(name: &str) -> SubscriptionRequest {
     }
 }
 
+fn with_dead_letter(request: SubscriptionRequest) -> SubscriptionRequest {
+    SubscriptionRequest {
+        dead_letter_destination: Some("s3://dead/orders".into()),
+        ..request
+    }
+}
+
 fn header<'a>(r: &'a DeliveryRequest, name: &str) -> Option<&'a str> {
     r.headers
         .iter()
@@ -257,11 +264,7 @@ async fn busy_endpoint_is_retried_after_thirty_seconds_r1_s5() {
 #[tokio::test]
 async fn bad_request_is_dead_lettered_after_five_minutes_s3_l2_l4() {
     let w = World::new(ScriptedSender::status(400));
-    w.subscribe(SubscriptionRequest {
-        dead_letter_destination: Some("s3://dead/orders".into()),
-        ..request("sub-1")
-    })
-    .await;
+    w.subscribe(with_dead_letter(request("sub-1"))).await;
     w.publish(&["a"]).await;
     let outcome = w.run().await;
     assert_eq!(outcome.report.dead_lettered, 1);
@@ -313,11 +316,7 @@ async fn a_retry_the_queue_refuses_leaves_the_message_for_redelivery_g1() {
 #[tokio::test]
 async fn a_dead_letter_the_queue_refuses_leaves_the_message_for_redelivery_g1() {
     let w = World::new(ScriptedSender::status(400));
-    w.subscribe(SubscriptionRequest {
-        dead_letter_destination: Some("s3://dead/orders".into()),
-        ..request("sub-1")
-    })
-    .await;
+    w.subscribe(with_dead_letter(request("sub-1"))).await;
     w.publish(&["a"]).await;
     w.dead.outage.set(true);
     let outcome = w.run().await;
