@@ -65,13 +65,13 @@ impl EventSender for HttpEventSender {
                 Ok(mut response) => {
                     let status = response.status().as_u16();
                     // The status decides. A small answer is read to its end so the pooled
-                    // connection can be reused; past MAX_DELIVERY_ANSWER_BODY the response is
+                    // connection can be reused; past MAX_ANSWER_BODY the response is
                     // dropped, which closes the connection, so an endpoint streaming a large
                     // body cannot fill this function's memory or hold the attempt.
                     let mut read = 0;
                     while let Ok(Some(chunk)) = response.chunk().await {
                         read += chunk.len();
-                        if read > MAX_DELIVERY_ANSWER_BODY {
+                        if read > MAX_ANSWER_BODY {
                             break;
                         }
                     }
@@ -137,8 +137,8 @@ impl EventSender for HttpEventSender {
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| error_chain(&e))? {
             body.extend_from_slice(&chunk);
-            if body.len() > MAX_HANDSHAKE_BODY {
-                body.truncate(MAX_HANDSHAKE_BODY);
+            if body.len() > MAX_ANSWER_BODY {
+                body.truncate(MAX_ANSWER_BODY);
                 break;
             }
         }
@@ -150,11 +150,9 @@ impl EventSender for HttpEventSender {
     }
 }
 
-/// The most of an answer to a delivery that is read before the connection is dropped.
-pub const MAX_DELIVERY_ANSWER_BODY: usize = 64 * 1024;
-
-/// The most of a handshake answer that is read.
-const MAX_HANDSHAKE_BODY: usize = 64 * 1024;
+/// The most of an endpoint's answer that is read, to a delivery (then the connection is
+/// dropped) or to a handshake (the part the code is looked for in).
+pub const MAX_ANSWER_BODY: usize = 64 * 1024;
 
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();

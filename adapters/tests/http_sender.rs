@@ -8,7 +8,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::routing::post;
 use futures::StreamExt;
-use gridrelay_adapters::http_sender::{HttpEventSender, MAX_DELIVERY_ANSWER_BODY};
+use gridrelay_adapters::http_sender::{HttpEventSender, MAX_ANSWER_BODY};
 use gridrelay_ports::{DeliveryRequest, EventSender};
 use gridrelay_shared::classify::AttemptResult;
 
@@ -56,7 +56,7 @@ async fn a_huge_answer_body_is_not_read_the_status_decides() {
     let sent_bytes = streamed.load(Ordering::SeqCst);
     assert!(
         sent_bytes < 64 * CHUNK,
-        "the server streamed {sent_bytes} bytes; the client should stop after {MAX_DELIVERY_ANSWER_BODY}"
+        "the server streamed {sent_bytes} bytes; the client should stop after {MAX_ANSWER_BODY}"
     );
     server.abort();
 }

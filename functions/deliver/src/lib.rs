@@ -541,6 +541,7 @@ impl Deliver {
     /// Settles every attempted batch ([`settle_attempt`]; B5: its events share one outcome).
     fn settle(&self, groups: &[Group], attempted: Vec<Attempted>, plan: &mut Plan) {
         let now = self.clock.now();
+        let rules = self.settings.rules();
         for a in attempted {
             plan.report.attempts += 1;
             let group = &groups[a.group];
@@ -557,7 +558,7 @@ impl Deliver {
             };
             let events = a.events.into_iter().map(|p| p.event).collect();
             let draw = self.jitter.draw();
-            match settle_attempt(sub, attempt, events, self.settings.rules(), now, draw) {
+            match settle_attempt(sub, attempt, events, rules, now, draw) {
                 Settlement::Delivered { events } => plan.report.delivered += events,
                 Settlement::Retry {
                     messages,
