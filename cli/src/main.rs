@@ -293,12 +293,17 @@ struct LocalArgs {
     /// Prefix of every queue, table and bucket name.
     #[arg(long, default_value = "gridrelay")]
     prefix: String,
-    /// Seconds a received message stays hidden while its handler runs.
-    #[arg(long, default_value_t = 60)]
+    /// Seconds a received message stays hidden while its handler runs; at least the function
+    /// timeout.
+    #[arg(long, default_value_t = gridrelay_local::DEFAULT_VISIBILITY_TIMEOUT_SECS)]
     visibility_timeout: u64,
     /// Receives before a message that keeps failing moves to its redrive queue.
     #[arg(long, default_value_t = 5)]
     max_receive_count: u32,
+    /// Seconds one handler invocation may run, as a Lambda function's timeout (deliver's is
+    /// 300 on AWS): the handler plans against it and is stopped at it.
+    #[arg(long, default_value_t = gridrelay_local::DEFAULT_FUNCTION_TIMEOUT_SECS)]
+    function_timeout: u64,
 }
 
 /// The flag a setting is given with.
@@ -640,6 +645,7 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         scale,
         visibility_timeout: Duration::from_secs(args.visibility_timeout),
         max_receive_count: args.max_receive_count,
+        function_timeout: Duration::from_secs(args.function_timeout),
         ..RunnerConfig::default()
     };
     let system = LocalSystem::start(&sdk, &names, config)

@@ -40,6 +40,11 @@ use tokio::task::JoinSet;
 
 pub use provision::{ResourceNames, Resources, provision};
 
+/// `deliver`'s Lambda timeout in SAM and CDK, and the runner's default.
+pub const DEFAULT_FUNCTION_TIMEOUT_SECS: u64 = 300;
+/// The runner's default visibility timeout: longer than an invocation may run.
+pub const DEFAULT_VISIBILITY_TIMEOUT_SECS: u64 = 360;
+
 /// How the runner behaves.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -53,6 +58,41 @@ pub struct RunnerConfig {
     pub max_receive_count: u32,
     /// Handler invocations in flight at once, per queue.
     pub concurrency: usize,
+    /// How long one invocation may run (a Lambda function's timeout; SAM and CDK give
+    /// `deliver` 300 s). Each handler is told its deadline, and one still running at it is
+    /// stopped, its messages left to come back after the visibility timeout, as Lambda does.
+    pub function_timeout: Duration,
+    /// What the deliver worker keeps before its deadline to settle and enqueue.
+    pub deadline_margin: Duration,
+}
+
+impl RunnerConfig {
+    /// Refuses settings that do not work together, saying which flags and why: an invocation
+    /// may not outlive its messages' visibility (AWS refuses the same of an SQS event source),
+    /// and must leave room for one attempt.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let (visibility, function) = (self.visibility_timeout, self.function_timeout);
+        anyhow::ensure!(
+            visibility >= function,
+            "--visibility-timeout ({} s) is shorter than --function-timeout ({} s): an invocation \
+             could outlive its messages' visibility and they would be delivered twice; give a \
+             visibility timeout of at least the function timeout (AWS requires the same of SQS \
+             event sources)",
+            visibility.as_secs_f64(),
+            function.as_secs_f64()
+        );
+        let attempt = self.scale.apply(ATTEMPT_TIMEOUT);
+        anyhow::ensure!(
+            function >= attempt + self.deadline_margin,
+            "--function-timeout ({} s) is shorter than one attempt ({} s at this time scale) plus \
+             the {} s kept to enqueue: no delivery could start; allowed: at least {} s",
+            function.as_secs_f64(),
+            attempt.as_secs_f64(),
+            self.deadline_margin.as_secs_f64(),
+            (attempt + self.deadline_margin).as_secs_f64()
+        );
+        Ok(())
+    }
 }
 
 impl Default for RunnerConfig {
@@ -60,9 +100,11 @@ impl Default for RunnerConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 7071)),
             scale: TimeScale::REAL,
-            visibility_timeout: Duration::from_secs(60),
+            visibility_timeout: Duration::from_secs(DEFAULT_VISIBILITY_TIMEOUT_SECS),
             max_receive_count: 5,
             concurrency: 4,
+            function_timeout: Duration::from_secs(DEFAULT_FUNCTION_TIMEOUT_SECS),
+            deadline_margin: gridrelay_deliver::DEADLINE_MARGIN,
         }
     }
 }
@@ -74,6 +116,9 @@ pub struct RunnerStats {
     pub dead_letter: DeadLetterReport,
     pub deliver_invocations: usize,
     pub dead_letter_invocations: usize,
+    /// Invocations still running at their deadline, stopped (their messages come back after
+    /// the visibility timeout).
+    pub stopped_invocations: usize,
 }
 
 /// L7: creates the system topic that announces dead-letter writes, so users can subscribe to it.
@@ -105,6 +150,7 @@ impl LocalSystem {
         names: &ResourceNames,
         config: RunnerConfig,
     ) -> anyhow::Result<Self> {
+        config.check()?;
         let resources = provision(sdk, names, config.max_receive_count).await?;
         let sqs = aws_sdk_sqs::Client::new(sdk);
         let store: Arc<dyn SubscriptionStore> = Arc::new(DynamoSubscriptionStore::from_sdk(
@@ -144,11 +190,7 @@ impl LocalSystem {
             )),
             settings: DeliverySettings {
                 public_url: Some(format!("http://{listen}")),
-                // R4's wait keeps the invocation's messages hidden: half the visibility timeout.
-                late_answer_wait: config
-                    .scale
-                    .apply(LATE_ANSWER_WINDOW)
-                    .min(config.visibility_timeout / 2),
+                deadline_margin: config.deadline_margin,
                 ..DeliverySettings::new(config.scale)
             },
         });
@@ -172,6 +214,12 @@ impl LocalSystem {
         tasks.spawn(api::serve(listener, ingest, stopped.clone()));
 
         let region = sdk.region().map(|r| r.to_string()).unwrap_or_default();
+        let stopped_stats = Arc::clone(&stats);
+        let on_stopped: poller::OnStopped = Arc::new(move || {
+            if let Ok(mut s) = stopped_stats.lock() {
+                s.stopped_invocations += 1;
+            }
+        });
         let deliver_stats = Arc::clone(&stats);
         tasks.spawn(poller::poll(
             poller::Source::new(
@@ -182,11 +230,12 @@ impl LocalSystem {
             ),
             config.clone(),
             stopped.clone(),
-            Arc::new(move |event| {
+            on_stopped.clone(),
+            Arc::new(move |event, deadline| {
                 let deliver = Arc::clone(&deliver);
                 let stats = Arc::clone(&deliver_stats);
                 Box::pin(async move {
-                    let outcome = deliver.handle(event).await;
+                    let outcome = deliver.handle_until(event, deadline).await;
                     if let Ok(mut s) = stats.lock() {
                         s.deliver.add(&outcome.report);
                         s.deliver_invocations += 1;
@@ -205,7 +254,8 @@ impl LocalSystem {
             ),
             config,
             stopped,
-            Arc::new(move |event| {
+            on_stopped,
+            Arc::new(move |event, _deadline| {
                 let writer = Arc::clone(&writer);
                 let stats = Arc::clone(&writer_stats);
                 Box::pin(async move {
@@ -248,5 +298,38 @@ impl LocalSystem {
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Item 9 of the life-cycle issue: the runner behaves like the Lambda it stands in for. Its
+    /// defaults let an invocation run its whole function timeout within its messages'
+    /// visibility; settings where it could not are refused, naming the flags.
+    #[test]
+    fn an_invocation_never_outlives_its_messages_visibility() {
+        let defaults = RunnerConfig::default();
+        assert!(defaults.check().is_ok());
+        assert!(defaults.visibility_timeout >= defaults.function_timeout);
+
+        let short = RunnerConfig {
+            visibility_timeout: Duration::from_secs(60),
+            ..RunnerConfig::default()
+        };
+        let message = short.check().unwrap_err().to_string();
+        assert!(
+            message.contains("--visibility-timeout (60 s)")
+                && message.contains("--function-timeout (300 s)"),
+            "{message}"
+        );
+
+        let tiny = RunnerConfig {
+            function_timeout: Duration::from_secs(35),
+            ..RunnerConfig::default()
+        };
+        let message = tiny.check().unwrap_err().to_string();
+        assert!(message.contains("at least 40 s"), "{message}");
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use gridrelay_adapters::aws::describe_error;
 use tokio::sync::{Semaphore, watch};
@@ -13,8 +14,12 @@ use tracing::{error, warn};
 
 use crate::RunnerConfig;
 
-/// A function invoked with a batch; answers the message IDs that failed.
-pub(crate) type Invoke = Arc<dyn Fn(SqsEvent) -> BoxFuture<'static, Vec<String>> + Send + Sync>;
+/// A function invoked with a batch and its deadline; answers the message IDs that failed.
+pub(crate) type Invoke =
+    Arc<dyn Fn(SqsEvent, DateTime<Utc>) -> BoxFuture<'static, Vec<String>> + Send + Sync>;
+
+/// Called when an invocation was stopped at its deadline.
+pub(crate) type OnStopped = Arc<dyn Fn() + Send + Sync>;
 
 /// A queue and what the event records say about it.
 #[derive(Clone)]
@@ -99,6 +104,7 @@ pub(crate) async fn poll(
     source: Source,
     config: RunnerConfig,
     mut stopped: watch::Receiver<bool>,
+    on_stopped: OnStopped,
     invoke: Invoke,
 ) {
     let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
@@ -143,9 +149,19 @@ pub(crate) async fn poll(
         };
         let source = source.clone();
         let invoke = Arc::clone(&invoke);
+        let timeout = config.function_timeout;
+        let on_stopped = Arc::clone(&on_stopped);
         running.spawn(async move {
-            let failed = invoke(event).await;
-            source.delete(&messages, &failed).await;
+            let deadline = Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default();
+            // As Lambda does: an invocation still running at its deadline is stopped, and none
+            // of its messages is deleted (they come back after the visibility timeout).
+            match tokio::time::timeout(timeout, invoke(event, deadline)).await {
+                Ok(failed) => source.delete(&messages, &failed).await,
+                Err(_) => {
+                    on_stopped();
+                    error!(queue = %source.url, messages = messages.len(), timeout = ?timeout, "invocation timed out and was stopped; its messages come back after the visibility timeout");
+                }
+            }
             drop(permit);
         });
     }

@@ -203,11 +203,45 @@ async fn create_queue(
     let created = client
         .create_queue()
         .queue_name(name)
-        .set_attributes(Some(attributes))
+        .set_attributes(Some(attributes.clone()))
         .send()
-        .await
-        .map_err(|e| anyhow::anyhow!("could not create queue {name}: {}", describe_error(&e)))?;
-    let url = created.queue_url().context("queue has no URL")?.to_string();
+        .await;
+    let url = match created {
+        Ok(out) => out.queue_url().context("queue has no URL")?.to_string(),
+        // It exists with other settings (an earlier run with another --max-receive-count):
+        // reconcile them rather than fail.
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_queue_name_exists()) =>
+        {
+            let url = client
+                .get_queue_url()
+                .queue_name(name)
+                .send()
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("could not find queue {name}: {}", describe_error(&e))
+                })?
+                .queue_url()
+                .context("queue has no URL")?
+                .to_string();
+            client
+                .set_queue_attributes()
+                .queue_url(&url)
+                .set_attributes(Some(attributes))
+                .send()
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("could not update queue {name}: {}", describe_error(&e))
+                })?;
+            tracing::info!(
+                queue = name,
+                "queue existed with other settings; updated them"
+            );
+            url
+        }
+        Err(e) => anyhow::bail!("could not create queue {name}: {}", describe_error(&e)),
+    };
     let attrs = client
         .get_queue_attributes()
         .queue_url(&url)

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
 
 use crate::{MessageQueue, OutgoingMessage, StoreError, SubscriptionStore};
+use gridrelay_shared::limits::MAX_PUBLISH_BYTES;
 use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
 use gridrelay_shared::schema::{DeliverySchema, InputSchema, to_delivery_form};
 
@@ -22,6 +23,10 @@ pub enum FanOutError {
     Store(#[from] StoreError),
     #[error("could not encode a delivery message: {0}")]
     Encode(String),
+    /// An event that cannot be turned into a subscription's schema: the same every time, so
+    /// the publisher is told (400), and nothing is enqueued.
+    #[error("events[{index}]: {reason}")]
+    Unconvertible { index: usize, reason: String },
     #[error("{failed} of {total} delivery messages were not enqueued: {first}")]
     Enqueue {
         failed: usize,
@@ -65,9 +70,14 @@ pub async fn fan_out(
         }
         let forms = events
             .iter()
-            .map(|e| to_delivery_form(e, input, schema))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| FanOutError::Encode(e.to_string()))?;
+            .enumerate()
+            .map(|(index, e)| {
+                to_delivery_form(e, input, schema).map_err(|e| FanOutError::Unconvertible {
+                    index,
+                    reason: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         converted.insert(schema, forms);
     }
     // Events are parsed into trees only if some subscription filters on their fields.
@@ -80,7 +90,9 @@ pub async fn fan_out(
                 .map(|e| serde_json::from_str(e.get()).ok())
                 .collect()
         };
-    let mut outgoing = Vec::new();
+    // Sent as it is built, a batch at a time, so memory holds one subscription's messages and
+    // one batch, not every subscription's copy of the events at once.
+    let mut batch = Outbox::default();
     let mut enqueued = 0;
     for sub in &subscriptions {
         let Some(forms) = converted.get(&sub.event_delivery_schema) else {
@@ -108,29 +120,124 @@ pub async fn fan_out(
             let body = message
                 .to_body()
                 .map_err(|e| FanOutError::Encode(e.to_string()))?;
-            outgoing.push(OutgoingMessage {
+            batch.push(OutgoingMessage {
                 body,
                 delay: Duration::ZERO,
             });
         }
+        if batch.is_full() {
+            batch.send(queue).await?;
+        }
     }
-    let failures: Vec<String> = queue
-        .send_all(&outgoing)
-        .await
-        .into_iter()
-        .filter_map(Result::err)
-        .map(|e| e.to_string())
-        .collect();
-    if let Some(first) = failures.first() {
-        return Err(FanOutError::Enqueue {
-            failed: failures.len(),
-            total: outgoing.len(),
-            first: first.clone(),
-        });
-    }
+    batch.send(queue).await?;
     Ok(FanOut {
         subscriptions: subscriptions.len(),
         enqueued,
-        messages: outgoing.len(),
+        messages: batch.sent,
     })
+}
+
+/// Messages waiting to be sent, and how many were sent before.
+#[derive(Default)]
+struct Outbox {
+    messages: Vec<OutgoingMessage>,
+    bytes: usize,
+    sent: usize,
+}
+
+impl Outbox {
+    /// Sent once it holds this many messages (one SQS batch) or bytes (one publish request).
+    const MESSAGES: usize = 10;
+    const BYTES: usize = MAX_PUBLISH_BYTES;
+
+    fn push(&mut self, message: OutgoingMessage) {
+        self.bytes += message.body.len();
+        self.messages.push(message);
+    }
+
+    fn is_full(&self) -> bool {
+        self.messages.len() >= Self::MESSAGES || self.bytes >= Self::BYTES
+    }
+
+    /// Sends what it holds; fails if any message was refused (the publisher retries, and what
+    /// was enqueued before may then arrive twice, which G1 allows).
+    async fn send(&mut self, queue: &dyn MessageQueue) -> Result<(), FanOutError> {
+        if self.messages.is_empty() {
+            return Ok(());
+        }
+        let messages = std::mem::take(&mut self.messages);
+        self.bytes = 0;
+        let total = self.sent + messages.len();
+        let failures: Vec<String> = queue
+            .send_all(&messages)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .map(|e| e.to_string())
+            .collect();
+        self.sent = total;
+        match failures.first() {
+            Some(first) => Err(FanOutError::Enqueue {
+                failed: failures.len(),
+                total,
+                first: first.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{ManualClock, MemoryQueue, MemorySubscriptionStore};
+    use gridrelay_shared::subscription::SubscriptionRequest;
+    use gridrelay_shared::validation::{Provisioning, ProvisioningState};
+    use std::sync::Arc;
+
+    /// Item 8 of the life-cycle issue: ingest's memory is bounded whatever the number of
+    /// subscriptions: fan-out sends as it goes, never more than about one publish request's
+    /// bytes (plus one subscription's messages) at once, yet every subscription gets every event.
+    #[test]
+    fn fan_out_sends_as_it_goes() {
+        let now = chrono::Utc::now();
+        let store = MemorySubscriptionStore::default();
+        let queue = MemoryQueue::new(Arc::new(ManualClock::new(now)));
+        for i in 0..50 {
+            let mut sub = SubscriptionRequest {
+                topic: "orders".into(),
+                name: format!("sub-{i:03}"),
+                endpoint: format!("https://example.com/{i}"),
+                ..SubscriptionRequest::default()
+            }
+            .validate(InputSchema::EventGridSchema, now)
+            .unwrap();
+            sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
+            futures::executor::block_on(store.create_subscription(&sub)).unwrap();
+        }
+        let padding = "x".repeat(1000);
+        let events: Vec<Box<RawValue>> = (0..200)
+            .map(|i| {
+                RawValue::from_string(format!(r#"{{"id":"{i}","data":"{padding}"}}"#)).unwrap()
+            })
+            .collect();
+        let done = futures::executor::block_on(fan_out(
+            &store,
+            &queue,
+            "orders",
+            InputSchema::EventGridSchema,
+            &events,
+            now,
+        ))
+        .unwrap();
+        assert_eq!(done.enqueued, 50 * 200);
+        let calls = queue.send_calls();
+        let total: usize = calls.iter().sum();
+        assert!(total > 10_000_000, "sent {total} bytes");
+        let largest = calls.iter().max().copied().unwrap_or_default();
+        assert!(
+            largest <= MAX_PUBLISH_BYTES + 300_000,
+            "one send held {largest} bytes of {total}"
+        );
+    }
 }

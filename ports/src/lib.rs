@@ -14,6 +14,9 @@ pub mod fan_out;
 pub mod memory;
 pub mod registration;
 pub mod secret_headers;
+mod update;
+
+pub use update::{Update, update_subscription};
 
 use std::time::Duration;
 
@@ -31,6 +34,9 @@ pub enum StoreError {
     AlreadyExists(String),
     #[error("{0} does not exist")]
     NotFound(String),
+    /// A conditional write found the record changed since it was read.
+    #[error("{0} was changed by someone else meanwhile")]
+    Conflict(String),
     #[error("subscription store unavailable: {0}")]
     Unavailable(String),
     #[error("stored record is not readable: {0}")]
@@ -56,8 +62,13 @@ pub trait SubscriptionStore: Send + Sync {
     async fn list_subscriptions(&self, topic: &str) -> Result<Vec<Subscription>, StoreError>;
     /// Fails with [`StoreError::AlreadyExists`] if the name is taken on that topic.
     async fn create_subscription(&self, subscription: &Subscription) -> Result<(), StoreError>;
-    /// Replaces an existing subscription's record; [`StoreError::NotFound`] if it was deleted.
-    async fn replace_subscription(&self, subscription: &Subscription) -> Result<(), StoreError>;
+    /// Writes `subscription` over the stored record, but only if that is still the record it
+    /// was read from: the same subscription (`id`) at the same `version`. The record written
+    /// has the next version, and so has `subscription` afterwards. [`StoreError::NotFound`] if
+    /// it was deleted, [`StoreError::Conflict`] if it was changed (or deleted and created
+    /// again) since it was read. Use [`update_subscription`] for a read-modify-write.
+    async fn replace_subscription(&self, subscription: &mut Subscription)
+    -> Result<(), StoreError>;
     async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError>;
 }
 

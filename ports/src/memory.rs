@@ -20,8 +20,8 @@ use gridrelay_shared::subscription::{Subscription, Topic};
 
 use crate::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, HandshakeReply, HandshakeRequest,
-    Jitter, MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError, SecretError,
-    SecretStore, SentAttempt, StoreError, SubscriptionStore,
+    Jitter, LateAnswer, MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError,
+    SecretError, SecretStore, SentAttempt, StoreError, SubscriptionStore,
 };
 
 /// Locks a mutex, going on with the data if a panicking test thread poisoned it.
@@ -167,18 +167,24 @@ impl SubscriptionStore for MemorySubscriptionStore {
         Ok(())
     }
 
-    async fn replace_subscription(&self, subscription: &Subscription) -> Result<(), StoreError> {
+    async fn replace_subscription(
+        &self,
+        subscription: &mut Subscription,
+    ) -> Result<(), StoreError> {
         self.check()?;
         let key = (subscription.topic.clone(), subscription.name.clone());
+        let what = format!(
+            "subscription {} on topic {}",
+            subscription.name, subscription.topic
+        );
         match lock(&self.subscriptions).get_mut(&key) {
-            Some(s) => {
+            Some(s) if s.id == subscription.id && s.version == subscription.version => {
+                subscription.version += 1;
                 *s = subscription.clone();
                 Ok(())
             }
-            None => Err(StoreError::NotFound(format!(
-                "subscription {}",
-                subscription.name
-            ))),
+            Some(_) => Err(StoreError::Conflict(what)),
+            None => Err(StoreError::NotFound(what)),
         }
     }
 
@@ -208,6 +214,7 @@ pub struct MemoryQueue {
     clock: Arc<dyn Clock>,
     messages: Mutex<VecDeque<QueuedMessage>>,
     sent: Mutex<Vec<OutgoingMessage>>,
+    send_calls: Mutex<Vec<usize>>,
     next: AtomicU64,
     pub outage: Outage,
 }
@@ -218,6 +225,7 @@ impl MemoryQueue {
             clock,
             messages: Mutex::new(VecDeque::new()),
             sent: Mutex::new(Vec::new()),
+            send_calls: Mutex::new(Vec::new()),
             next: AtomicU64::new(1),
             outage: Outage::default(),
         }
@@ -226,6 +234,11 @@ impl MemoryQueue {
     /// Every message accepted so far, in order, whether or not it was received since.
     pub fn sent(&self) -> Vec<OutgoingMessage> {
         lock(&self.sent).clone()
+    }
+
+    /// The bytes of message bodies handed over in each `send_all` call so far.
+    pub fn send_calls(&self) -> Vec<usize> {
+        lock(&self.send_calls).clone()
     }
 
     /// Messages in the queue, visible or not.
@@ -279,6 +292,7 @@ impl MemoryQueue {
 #[async_trait]
 impl MessageQueue for MemoryQueue {
     async fn send_all(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>> {
+        lock(&self.send_calls).push(messages.iter().map(|m| m.body.len()).sum());
         if self.outage.is_down() {
             return messages
                 .iter()
@@ -446,17 +460,59 @@ pub type Script = Box<dyn Fn(&DeliveryRequest) -> AttemptResult + Send + Sync>;
 
 /// A subscriber whose answers a test writes: every request is recorded, and answered by the
 /// script (a status, a timeout, a refused connection). Handshakes are answered with the code
-/// when the body carries one, as a well-behaved Event Grid endpoint does.
+/// when the body carries one, as a well-behaved Event Grid endpoint does, unless a test gives
+/// a handshake script ([`ScriptedSender::on_handshake`]).
 pub struct ScriptedSender {
     script: Script,
     requests: Mutex<Vec<DeliveryRequest>>,
+    handshake_script: Mutex<Option<Arc<HandshakeScript>>>,
+    /// R4: whether a timed-out request stays open for a late answer (one that never comes).
+    keeps_timed_out_open: AtomicBool,
 }
+
+/// How a [`ScriptedSender`] answers a handshake request, when a test says.
+pub type HandshakeScript =
+    dyn Fn(&HandshakeRequest) -> Result<HandshakeReply, String> + Send + Sync;
 
 impl ScriptedSender {
     pub fn new(script: impl Fn(&DeliveryRequest) -> AttemptResult + Send + Sync + 'static) -> Self {
         Self {
             script: Box::new(script),
             requests: Mutex::new(Vec::new()),
+            handshake_script: Mutex::new(None),
+            keeps_timed_out_open: AtomicBool::new(false),
+        }
+    }
+
+    /// R4: from now on a timed-out request stays open for its late answer, as the HTTP sender
+    /// keeps it, and the answer never comes.
+    pub fn keep_timed_out_requests_open(&self) {
+        self.keeps_timed_out_open.store(true, Ordering::SeqCst);
+    }
+
+    /// Answers handshakes with `script` from now on (it may act on the world first, as a
+    /// concurrent user would during the round trip).
+    pub fn on_handshake(
+        &self,
+        script: impl Fn(&HandshakeRequest) -> Result<HandshakeReply, String> + Send + Sync + 'static,
+    ) {
+        *lock(&self.handshake_script) = Some(Arc::new(script));
+    }
+
+    /// A well-behaved Event Grid endpoint's answer: the code back, when the body carries one;
+    /// any origin allowed.
+    pub fn answer_with_code(request: &HandshakeRequest) -> HandshakeReply {
+        let code = request
+            .body
+            .as_ref()
+            .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(body).ok())
+            .and_then(|v| v[0]["data"]["validationCode"].as_str().map(str::to_string));
+        HandshakeReply {
+            status: 200,
+            headers: vec![("webhook-allowed-origin".into(), "*".into())],
+            body: code
+                .map(|c| format!("{{\"validationResponse\":\"{c}\"}}").into_bytes())
+                .unwrap_or_default(),
         }
     }
 
@@ -476,21 +532,17 @@ impl EventSender for ScriptedSender {
     async fn send(&self, request: DeliveryRequest) -> SentAttempt {
         let result = (self.script)(&request);
         lock(&self.requests).push(request);
-        SentAttempt { result, late: None }
+        let late: Option<LateAnswer> = (result == AttemptResult::TimedOut
+            && self.keeps_timed_out_open.load(Ordering::SeqCst))
+        .then(|| Box::pin(std::future::pending()) as LateAnswer);
+        SentAttempt { result, late }
     }
 
     async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String> {
-        let code = request
-            .body
-            .as_ref()
-            .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(body).ok())
-            .and_then(|v| v[0]["data"]["validationCode"].as_str().map(str::to_string));
-        Ok(HandshakeReply {
-            status: 200,
-            headers: vec![("webhook-allowed-origin".into(), "*".into())],
-            body: code
-                .map(|c| format!("{{\"validationResponse\":\"{c}\"}}").into_bytes())
-                .unwrap_or_default(),
-        })
+        let script = lock(&self.handshake_script).clone();
+        match script {
+            Some(script) => script(&request),
+            None => Ok(Self::answer_with_code(&request)),
+        }
     }
 }

@@ -12,7 +12,7 @@ use crate::secret_headers::store_secrets;
 use crate::{
     MessageQueue, OutgoingMessage, SecretError, SecretStore, StoreError, SubscriptionStore,
 };
-use gridrelay_shared::limits::LimitError;
+use gridrelay_shared::limits::{LimitError, MAX_SUBSCRIPTIONS_PER_TOPIC};
 use gridrelay_shared::message::DeliveryQueueMessage;
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest};
 use gridrelay_shared::validation::{ValidationStep, ValidationTask};
@@ -57,16 +57,22 @@ impl Registry<'_> {
             .await?
             .ok_or_else(|| RegistrationError::NoSuchTopic(request.topic.clone()))?;
         let mut sub = request.validate(topic.input_schema, now)?;
-        if self
-            .store
-            .get_subscription(&sub.topic, &sub.name)
-            .await?
-            .is_some()
-        {
+        let existing = self.store.list_subscriptions(&sub.topic).await?;
+        if existing.iter().any(|s| s.name == sub.name) {
             return Err(StoreError::AlreadyExists(format!(
                 "event subscription {} on topic {}",
                 sub.name, sub.topic
             ))
+            .into());
+        }
+        // Event Grid's limit. Two creates racing may pass it by one each; fan-out still
+        // delivers to every subscription there is.
+        if existing.len() >= MAX_SUBSCRIPTIONS_PER_TOPIC {
+            return Err(LimitError::new(
+                "event subscriptions",
+                format!("{} on topic {}", existing.len(), sub.topic),
+                format!("at most {MAX_SUBSCRIPTIONS_PER_TOPIC} per topic"),
+            )
             .into());
         }
         store_secrets(
@@ -77,7 +83,7 @@ impl Registry<'_> {
         )
         .await?;
         self.store.create_subscription(&sub).await?;
-        let task = ValidationTask::new(&sub.topic, &sub.name, ValidationStep::Handshake);
+        let task = ValidationTask::new(&sub, ValidationStep::Handshake);
         let ask = DeliveryQueueMessage::Validation(task)
             .to_body()
             .map_err(|e| RegistrationError::Handshake(e.to_string()))?;
@@ -105,5 +111,49 @@ impl Registry<'_> {
             self.secrets.delete(id).await?;
         }
         Ok(self.store.delete_subscription(topic, name).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{ManualClock, MemoryQueue, MemorySecretStore, MemorySubscriptionStore};
+    use gridrelay_shared::subscription::Topic;
+    use std::sync::Arc;
+
+    /// Item 8 of the life-cycle issue: a topic has at most 500 event subscriptions, as in
+    /// Event Grid; the 501st is refused naming the limit, and nothing is stored for it.
+    #[test]
+    fn a_topic_takes_at_most_500_subscriptions() {
+        let now = chrono::Utc::now();
+        let store = MemorySubscriptionStore::default();
+        let secrets = MemorySecretStore::default();
+        let queue = MemoryQueue::new(Arc::new(ManualClock::new(now)));
+        let registry = Registry {
+            store: &store,
+            secrets: &secrets,
+            secret_prefix: "gridrelay",
+            delivery_queue: &queue,
+        };
+        futures::executor::block_on(async {
+            store
+                .create_topic(&Topic::with_new_keys("orders", now))
+                .await
+                .unwrap();
+            let request = |i: usize| SubscriptionRequest {
+                topic: "orders".into(),
+                name: format!("sub-{i:03}"),
+                endpoint: format!("https://example.com/{i}"),
+                ..SubscriptionRequest::default()
+            };
+            for i in 0..MAX_SUBSCRIPTIONS_PER_TOPIC {
+                registry.register(&request(i), now).await.unwrap();
+            }
+            let refused = registry.register(&request(500), now).await.unwrap_err();
+            let message = refused.to_string();
+            assert!(message.contains("at most 500 per topic"), "{message}");
+            assert!(message.contains("500 on topic orders"), "{message}");
+            assert_eq!(store.list_subscriptions("orders").await.unwrap().len(), 500);
+        });
     }
 }

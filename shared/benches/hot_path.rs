@@ -108,6 +108,7 @@ fn main() {
     let history = DeliveryHistory {
         topic: "orders".into(),
         subscription: "audit".into(),
+        subscription_id: "0123456789abcdef0123456789abcdef".into(),
         schema: Default::default(),
         attempts: 1,
         last_attempt: None,

@@ -21,6 +21,7 @@ use crate::schedule::RetrySchedule;
 use crate::schema::DeliverySchema;
 use crate::subscription::Subscription;
 use crate::time_scale::TimeScale;
+use crate::validation::ProvisioningState;
 
 /// S2: a request with no response after this long has failed.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -48,8 +49,12 @@ impl DeliveryRules<'_> {
 /// What becomes of a delivery message when it arrives.
 #[derive(Debug)]
 pub enum Arrival {
-    /// Its subscription no longer exists: the events are dropped (counted and logged).
-    SubscriptionGone { events: usize },
+    /// Its events are not for any subscription that receives events: dropped (counted and
+    /// logged under `reason`), never sent.
+    NotDeliverable {
+        events: usize,
+        reason: NotDeliverable,
+    },
     /// Not due yet: sent on for the rest of its wait (at most 15 minutes a hop).
     NotYetDue {
         message: DeliveryMessage,
@@ -63,17 +68,49 @@ pub enum Arrival {
     },
 }
 
-/// Decides what a message that arrived at `now` is for.
+/// Why a message's events are delivered to nobody.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotDeliverable {
+    /// The subscription no longer exists.
+    SubscriptionDeleted,
+    /// A subscription of the same name exists, but it is another one (deleted and created
+    /// again since the events were fanned out): its endpoint and filter are not theirs.
+    SubscriptionReplaced,
+    /// The subscription does not receive events (its endpoint is not, or no longer,
+    /// validated).
+    NotValidated(ProvisioningState),
+}
+
+impl NotDeliverable {
+    /// The name logs and counts use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SubscriptionDeleted => "SubscriptionDeleted",
+            Self::SubscriptionReplaced => "SubscriptionReplaced",
+            Self::NotValidated(_) => "SubscriptionNotValidated",
+        }
+    }
+}
+
+/// Decides what a message that arrived at `now` is for. Its events go only to the
+/// subscription they were fanned out to (same id), and only while it receives events.
 pub fn on_arrival(
     message: DeliveryMessage,
     subscription: Option<&Subscription>,
     rules: DeliveryRules<'_>,
     now: DateTime<Utc>,
 ) -> Arrival {
-    let Some(subscription) = subscription else {
-        return Arrival::SubscriptionGone {
-            events: message.events.len(),
-        };
+    let events = message.events.len();
+    let refuse = |reason| Arrival::NotDeliverable { events, reason };
+    let subscription = match subscription {
+        None => return refuse(NotDeliverable::SubscriptionDeleted),
+        Some(s) if s.id != message.subscription_id => {
+            return refuse(NotDeliverable::SubscriptionReplaced);
+        }
+        Some(s) if !s.delivers() => {
+            return refuse(NotDeliverable::NotValidated(s.provisioning.state));
+        }
+        Some(s) => s,
     };
     if message.not_before > now {
         let delay = queue_delay(until(message.not_before, now));
@@ -293,7 +330,9 @@ mod tests {
             "topic": "orders",
             "name": "s1",
             "endpoint": "http://127.0.0.1:1/hook",
+            "id": "0123456789abcdef",
             "createdAt": "2026-11-23T00:00:00Z",
+            "provisioning": { "state": "Succeeded" },
         }))
         .expect("a minimal subscription record");
         if dead_letter {
@@ -335,7 +374,48 @@ mod tests {
         let schedule = RetrySchedule::event_grid();
         let sub = subscription(false);
         let arrival = on_arrival(message(&sub, 0, t0()), None, rules(&schedule), t0());
-        assert!(matches!(arrival, Arrival::SubscriptionGone { events: 2 }));
+        assert!(matches!(
+            arrival,
+            Arrival::NotDeliverable {
+                events: 2,
+                reason: NotDeliverable::SubscriptionDeleted
+            }
+        ));
+    }
+
+    /// Item 5 of the life-cycle issue: events fanned out to one subscription never reach
+    /// another created later under the same name, nor one that does not receive events.
+    #[test]
+    fn events_go_only_to_their_own_validated_subscription() {
+        let schedule = RetrySchedule::event_grid();
+        let sub = subscription(false);
+        let mut again = subscription(false);
+        again.id = "another".into();
+        let arrival = on_arrival(message(&sub, 3, t0()), Some(&again), rules(&schedule), t0());
+        assert!(matches!(
+            arrival,
+            Arrival::NotDeliverable {
+                events: 2,
+                reason: NotDeliverable::SubscriptionReplaced
+            }
+        ));
+        let mut failed = sub.clone();
+        failed.provisioning.state = ProvisioningState::Failed;
+        let arrival = on_arrival(
+            message(&sub, 0, t0()),
+            Some(&failed),
+            rules(&schedule),
+            t0(),
+        );
+        assert!(matches!(
+            arrival,
+            Arrival::NotDeliverable {
+                reason: NotDeliverable::NotValidated(ProvisioningState::Failed),
+                ..
+            }
+        ));
+        let arrival = on_arrival(message(&sub, 0, t0()), Some(&sub), rules(&schedule), t0());
+        assert!(matches!(arrival, Arrival::Due { .. }), "{arrival:?}");
     }
 
     /// A message not yet due goes back for the rest of its wait, at most 15 minutes a hop.

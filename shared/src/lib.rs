@@ -26,6 +26,7 @@ pub mod limits;
 pub mod message;
 pub mod publish;
 pub mod raw_json;
+pub mod readable;
 pub mod sas;
 pub mod schedule;
 pub mod schema;

@@ -47,6 +47,9 @@ pub const MAX_PUBLISH_BYTES: usize = 1_048_576;
 /// whose limit is 256 KiB, so one event must leave room for the message's own fields.
 pub const MAX_EVENT_BYTES: usize = 200 * 1024;
 
+/// Event subscriptions one topic may have (Event Grid: 500).
+pub const MAX_SUBSCRIPTIONS_PER_TOPIC: usize = 500;
+
 /// Checks that `value` lies in `range`, naming `field` if it does not.
 pub fn check_range(
     field: &str,

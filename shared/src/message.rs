@@ -49,6 +49,10 @@ pub struct AttemptRecord {
 pub struct DeliveryMessage {
     pub topic: String,
     pub subscription: String,
+    /// The id of the subscription the events were fanned out to: they are delivered only to
+    /// that subscription, not to one created later under the same name.
+    #[serde(default)]
+    pub subscription_id: String,
     /// The schema the events are in (fan-out converted them to the subscription's).
     #[serde(default)]
     pub schema: DeliverySchema,
@@ -70,6 +74,7 @@ pub struct DeliveryMessage {
 pub struct DeliveryHistory {
     pub topic: String,
     pub subscription: String,
+    pub subscription_id: String,
     pub schema: DeliverySchema,
     /// Attempts already made.
     pub attempts: u32,
@@ -84,6 +89,7 @@ impl DeliveryHistory {
         Self {
             topic: subscription.topic.clone(),
             subscription: subscription.name.clone(),
+            subscription_id: subscription.id.clone(),
             schema: subscription.event_delivery_schema,
             attempts: 0,
             last_attempt: None,
@@ -114,6 +120,7 @@ impl DeliveryMessage {
         let message = |events| DeliveryMessage {
             topic: history.topic.clone(),
             subscription: history.subscription.clone(),
+            subscription_id: history.subscription_id.clone(),
             schema: history.schema,
             attempts: history.attempts,
             not_before,
@@ -130,6 +137,7 @@ impl DeliveryMessage {
         DeliveryHistory {
             topic: self.topic.clone(),
             subscription: self.subscription.clone(),
+            subscription_id: self.subscription_id.clone(),
             schema: self.schema,
             attempts: self.attempts,
             last_attempt: self.last_attempt,
@@ -300,6 +308,7 @@ mod tests {
         DeliveryMessage {
             topic: "t".repeat(50),
             subscription: "s".repeat(64),
+            subscription_id: "f".repeat(32),
             schema: DeliverySchema::CloudEventSchemaV1_0,
             attempts: 29,
             not_before: Utc::now(),
@@ -450,7 +459,12 @@ mod tests {
     /// before the tag) still reads as a delivery; a body of neither kind is an error.
     #[test]
     fn queue_messages_are_told_apart_by_their_tag() {
-        let task = ValidationTask::new("t", "s", crate::validation::ValidationStep::Expire);
+        let task = ValidationTask {
+            topic: "t".into(),
+            subscription: "s".into(),
+            subscription_id: "0123".into(),
+            step: crate::validation::ValidationStep::Expire,
+        };
         let body = DeliveryQueueMessage::Validation(task.clone())
             .to_body()
             .unwrap();

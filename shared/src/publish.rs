@@ -20,6 +20,7 @@ use serde_json::value::RawValue;
 
 use crate::limits::{MAX_EVENT_BYTES, MAX_PUBLISH_BYTES};
 use crate::raw_json::{append_raw_field, insert_fields};
+use crate::readable::check_readable;
 use crate::schema::{InputMapping, InputSchema};
 
 /// Why a publish request was refused. Each maps to one HTTP status.
@@ -263,6 +264,33 @@ pub fn parse_publish(
             size: request.body.len(),
         });
     }
+    let events = parse_framed(request, topic, now, new_id)?;
+    for (index, event) in events.iter().enumerate() {
+        // As kept: a custom event's envelope may be larger than the event (mapped fields are
+        // copied into it); it still has to fit a queue message, or it could never be enqueued.
+        if event.get().len() > MAX_EVENT_BYTES {
+            return Err(PublishError::EventTooLarge {
+                index,
+                size: event.get().len(),
+            });
+        }
+        // What is accepted can be read by every filter, and read the same way by all.
+        check_readable(event.get()).map_err(|e| PublishError::InvalidEvent {
+            index,
+            field: e.field,
+            problem: e.problem,
+        })?;
+    }
+    Ok(events)
+}
+
+/// The events of a request in the framing it came in, checked against the topic's schema.
+fn parse_framed(
+    request: &PublishBody<'_>,
+    topic: TopicSchema<'_>,
+    now: chrono::DateTime<chrono::Utc>,
+    new_id: &mut dyn FnMut() -> String,
+) -> Result<Vec<Box<RawValue>>, PublishError> {
     let framing = request.framing();
     let wrong = |hint: &'static str| PublishError::WrongSchema {
         topic: topic.name.to_string(),

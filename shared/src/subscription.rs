@@ -219,6 +219,17 @@ impl DeadLetterDestination {
 pub struct Subscription {
     pub topic: String,
     pub name: String,
+    /// Which subscription this is: made new for every subscription created, so a subscription
+    /// deleted and created again under the same name is another one. Every message for it
+    /// carries the id, and events of another id are not delivered to it. Empty in records
+    /// written before ids existed.
+    #[serde(default)]
+    pub id: String,
+    /// Bumped by every write after the first; a write is made only over the version it read
+    /// (see `SubscriptionStore::replace_subscription`), so concurrent writers cannot undo
+    /// each other's changes.
+    #[serde(default)]
+    pub version: u64,
     pub endpoint: String,
     #[serde(default)]
     pub batching: BatchPolicy,
@@ -238,8 +249,9 @@ pub struct Subscription {
     /// H1: headers sent with every delivery (secret values are in the secret store).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delivery_attribute_mappings: Vec<DeliveryAttributeMapping>,
-    /// Whether its endpoint agreed to receive events (the validation handshake).
-    #[serde(default)]
+    /// Whether its endpoint agreed to receive events (the validation handshake). A record
+    /// without one was never validated, and receives nothing.
+    #[serde(default = "Provisioning::unrecorded")]
     pub provisioning: Provisioning,
     pub created_at: DateTime<Utc>,
 }
@@ -291,6 +303,8 @@ impl SubscriptionRequest {
         Ok(Subscription {
             topic: self.topic.clone(),
             name: self.name.clone(),
+            id: new_subscription_id(),
+            version: 0,
             endpoint,
             batching: BatchPolicy::from_settings(
                 self.max_events_per_batch,
@@ -316,6 +330,14 @@ impl SubscriptionRequest {
             created_at: now,
         })
     }
+}
+
+/// A fresh subscription id: 16 random bytes as hex.
+pub fn new_subscription_id() -> String {
+    rand::random::<[u8; 16]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// A webhook endpoint must be an absolute http or https URL with a host.
@@ -416,6 +438,39 @@ mod tests {
         ] {
             assert!(DeadLetterDestination::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Item 5 of the life-cycle issue: a record written without a provisioning state was never
+    /// validated, so it does not receive events (it used to default to `Succeeded`).
+    #[test]
+    fn a_record_without_provisioning_state_does_not_deliver() {
+        let sub: Subscription = serde_json::from_value(serde_json::json!({
+            "topic": "orders",
+            "name": "s1",
+            "endpoint": "https://example.com/hook",
+            "createdAt": "2026-11-23T00:00:00Z",
+        }))
+        .unwrap();
+        assert!(!sub.delivers());
+        assert_eq!(sub.provisioning.state, ProvisioningState::Failed);
+        assert_eq!((sub.id.as_str(), sub.version), ("", 0));
+    }
+
+    /// Every subscription created gets an id of its own.
+    #[test]
+    fn every_new_subscription_has_its_own_id() {
+        let request = SubscriptionRequest {
+            topic: "orders".into(),
+            name: "audit".into(),
+            endpoint: "https://example.com/hook".into(),
+            ..SubscriptionRequest::default()
+        };
+        let now = Utc::now();
+        let a = request.validate(InputSchema::EventGridSchema, now).unwrap();
+        let b = request.validate(InputSchema::EventGridSchema, now).unwrap();
+        assert_eq!(a.id.len(), 32);
+        assert_ne!(a.id, b.id);
+        assert_eq!(a.version, 0);
     }
 
     #[test]

@@ -56,13 +56,6 @@ pub struct Provisioning {
     pub validation_expires_at: Option<DateTime<Utc>>,
 }
 
-impl Default for Provisioning {
-    /// Records written before the handshake existed delivered without one.
-    fn default() -> Self {
-        Self::with_state(ProvisioningState::Succeeded, None)
-    }
-}
-
 impl Provisioning {
     pub fn with_state(state: ProvisioningState, detail: Option<String>) -> Self {
         Self {
@@ -71,6 +64,18 @@ impl Provisioning {
             validation_code_sha256: None,
             validation_expires_at: None,
         }
+    }
+
+    /// What a record without a provisioning state has: it was never validated, so it receives
+    /// nothing until it is created again.
+    pub fn unrecorded() -> Self {
+        Self::with_state(
+            ProvisioningState::Failed,
+            Some(
+                "the record has no provisioning state, so its endpoint was never validated; delete the subscription and create it again"
+                    .into(),
+            ),
+        )
     }
 
     /// A new subscription, waiting for its handshake.
@@ -191,16 +196,27 @@ pub enum ValidationStep {
 pub struct ValidationTask {
     pub topic: String,
     pub subscription: String,
+    /// The id of the subscription it was asked for: a subscription created again under the
+    /// same name is not validated by the old one's task.
+    #[serde(default)]
+    pub subscription_id: String,
     pub step: ValidationStep,
 }
 
 impl ValidationTask {
-    pub fn new(topic: &str, subscription: &str, step: ValidationStep) -> Self {
+    pub fn new(subscription: &crate::subscription::Subscription, step: ValidationStep) -> Self {
         Self {
-            topic: topic.to_string(),
-            subscription: subscription.to_string(),
+            topic: subscription.topic.clone(),
+            subscription: subscription.name.clone(),
+            subscription_id: subscription.id.clone(),
             step,
         }
+    }
+
+    /// Whether the task was asked for this subscription (not for an earlier one of the same
+    /// name).
+    pub fn is_for(&self, subscription: &crate::subscription::Subscription) -> bool {
+        self.subscription_id == subscription.id
     }
 }
 

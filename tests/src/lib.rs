@@ -18,6 +18,7 @@ use chrono::Utc;
 use gridrelay_adapters::aws::SecretsManagerStore;
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig, RunnerStats};
 use gridrelay_ports::registration::Registry;
+use gridrelay_shared::delivery::ATTEMPT_TIMEOUT;
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
 use gridrelay_shared::time_scale::TimeScale;
@@ -78,23 +79,39 @@ pub struct TestSystem {
 impl TestSystem {
     /// Starts a system whose every wait is multiplied by `scale`.
     pub async fn start(scale: f64) -> Self {
-        Self::start_with_visibility(scale, Duration::from_secs(3)).await
+        Self::start_with(scale, |_| {}).await
     }
 
     /// As [`TestSystem::start`], with the queues' visibility timeout (for tests whose
     /// invocations run longer than the default 3 s).
     pub async fn start_with_visibility(scale: f64, visibility_timeout: Duration) -> Self {
+        Self::start_with(scale, |c| {
+            c.visibility_timeout = visibility_timeout;
+            c.function_timeout = visibility_timeout;
+        })
+        .await
+    }
+
+    /// As [`TestSystem::start`], with the runner's settings changed by `configure`.
+    pub async fn start_with(scale: f64, configure: impl FnOnce(&mut RunnerConfig)) -> Self {
         let sdk = sdk_config().await;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let names = ResourceNames::with_prefix(&format!("t{}", &id[..12]));
         let scale = TimeScale::new(scale).expect("valid scale");
-        let config = RunnerConfig {
+        // Failed messages come back after 3 s, or after one attempt and the margin if that is
+        // longer; an invocation may run as long as its messages stay hidden.
+        let margin = Duration::from_secs(1);
+        let hidden = Duration::from_secs(3).max(scale.apply(ATTEMPT_TIMEOUT) + margin * 2);
+        let mut config = RunnerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             scale,
-            visibility_timeout,
+            visibility_timeout: hidden,
             max_receive_count: 2,
             concurrency: 4,
+            function_timeout: hidden,
+            deadline_margin: margin,
         };
+        configure(&mut config);
         let system = LocalSystem::start(&sdk, &names, config)
             .await
             .expect("local system starts");

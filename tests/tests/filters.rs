@@ -114,3 +114,57 @@ async fn filters_select_each_subscriptions_events() {
     );
     sys.shutdown().await;
 }
+
+/// Item 3 of the life-cycle issue (G1): an event that a filter could not read (a number beyond
+/// `f64`, nesting deeper than 127 levels) is refused at publish with a 400 naming the event and
+/// field, and nothing of the request is enqueued; a 200 means every filtered subscription
+/// whose filter the events pass gets them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_no_filter_can_read_are_refused_at_publish() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("readable").await;
+    let big = Subscriber::start(vec![], Reply::Status(200)).await;
+    let filter = AdvancedFilter::parse("data.total", "NumberGreaterThan", &["100".to_string()])
+        .expect("filter");
+    sys.subscribe(SubscriptionRequest {
+        filter: EventFilter {
+            advanced_filters: vec![filter],
+            ..EventFilter::default()
+        },
+        ..subscription("readable", "big", &big.url)
+    })
+    .await;
+    let event = |id: &str, data: &str| {
+        format!(
+            r#"{{"id":"{id}","subject":"/s","eventType":"t","eventTime":"2026-11-22T04:00:00Z","data":{data}}}"#
+        )
+    };
+    let deep = format!("{}1{}", "[".repeat(130), "]".repeat(130));
+    for (bad, field) in [
+        (event("huge", r#"{"total":1e400}"#), "events[1].data.total"),
+        (
+            event("deep", &format!(r#"{{"total":500,"x":{deep}}}"#)),
+            "events[1].data.x",
+        ),
+    ] {
+        let body = format!("[{},{bad}]", event("fine", r#"{"total":500}"#));
+        let (status, answer) = sys
+            .publish_raw("readable", Some(&topic.key1), body.into_bytes())
+            .await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer.contains(field), "{answer} names {field}");
+    }
+    sys.publish(
+        &topic,
+        &json!([{"id": "after", "subject": "/s", "eventType": "t",
+        "eventTime": "2026-11-22T04:00:00Z", "data": {"total": 500}}]),
+    )
+    .await;
+    eventually(Duration::from_secs(10), "the good event", || async {
+        (!big.received().is_empty()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ids(&big), BTreeSet::from(["after".to_string()]));
+    sys.shutdown().await;
+}

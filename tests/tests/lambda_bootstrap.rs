@@ -20,7 +20,8 @@ use gridrelay_e2e::{Reply, Subscriber, eventually, sdk_config, subscription};
 use gridrelay_local::{ResourceNames, Resources, provision};
 use gridrelay_ports::SubscriptionStore;
 use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage};
-use gridrelay_shared::subscription::Topic;
+use gridrelay_shared::subscription::{Subscription, Topic};
+use gridrelay_shared::validation::{Provisioning, ProvisioningState};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
@@ -212,16 +213,17 @@ struct Setup {
 
 impl Setup {
     /// Stores subscription `sub-1` on topic `boot`, delivering to `endpoint`.
-    async fn subscribe(&self, endpoint: &str) {
+    async fn subscribe(&self, endpoint: &str) -> Subscription {
         let mut sub = subscription("boot", "sub-1", endpoint)
             .validate(Default::default(), Utc::now())
             .expect("valid");
         // These tests are about the bootstrap binaries, not the handshake: stored as validated.
-        sub.provisioning = Default::default();
+        sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
         self.store
             .create_subscription(&sub)
             .await
             .expect("subscription");
+        sub
     }
 }
 
@@ -350,9 +352,10 @@ async fn ingest_bootstrap_serves_api_gateway_events() {
 async fn deliver_bootstrap_reports_batch_item_failures() {
     let s = setup().await;
     let subscriber = Subscriber::start(vec![], Reply::Status(200)).await;
-    s.subscribe(&subscriber.url).await;
+    let sub = s.subscribe(&subscriber.url).await;
     let message = json!({
-        "topic": "boot", "subscription": "sub-1", "attempts": 0, "not_before": Utc::now(),
+        "topic": "boot", "subscription": "sub-1", "subscription_id": sub.id,
+        "attempts": 0, "not_before": Utc::now(),
         "events": [{"publish_time": Utc::now(), "event": {"id": "d-1", "data": {}}}]
     });
     let mut f = Function::start("gridrelay-deliver", &s.resources).await;

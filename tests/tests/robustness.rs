@@ -138,7 +138,8 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
     let sys = TestSystem::start(0.01).await;
     sys.topic("direct").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
-    sys.subscribe(subscription("direct", "sub-1", &sub.url))
+    let registered = sys
+        .subscribe(subscription("direct", "sub-1", &sub.url))
         .await;
     let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
     let deliver = Deliver {
@@ -166,6 +167,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
     let good = DeliveryMessage {
         topic: "direct".into(),
         subscription: "sub-1".into(),
+        subscription_id: registered.id.clone(),
         schema: Default::default(),
         attempts: 0,
         not_before: chrono::Utc::now(),

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use gridrelay_e2e::{Handshake, Reply, Subscriber, TestSystem, events, subscription};
+use gridrelay_ports::StoreError;
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::validation::ProvisioningState;
 
@@ -201,5 +202,56 @@ async fn cloud_events_abuse_protection() {
             .as_deref()
             .is_some_and(|d| d.contains("WebHook-Allowed-Origin"))
     );
+    sys.shutdown().await;
+}
+
+/// Items 5 and 6 of the life-cycle issue, on DynamoDB: a subscription record is written only
+/// over the version it was read at, and never over another subscription of the same name; the
+/// stored version moves on with every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscription_writes_are_conditional_on_identity_and_version() {
+    let sys = TestSystem::start(0.01).await;
+    sys.topic("versions").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    let store = &sys.system.store;
+    let first = sys
+        .subscribe(subscription("versions", "audit", &sub.url))
+        .await;
+    assert_eq!(first.id.len(), 32);
+
+    let mut fresh = first.clone();
+    fresh.retry_policy.max_delivery_attempts = 3;
+    store.replace_subscription(&mut fresh).await.expect("write");
+    assert_eq!(fresh.version, first.version + 1);
+
+    let mut stale = first.clone();
+    stale.retry_policy.max_delivery_attempts = 7;
+    let err = store.replace_subscription(&mut stale).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    let stored = store
+        .get_subscription("versions", "audit")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.retry_policy.max_delivery_attempts, 3);
+    assert_eq!(stored.version, fresh.version);
+
+    // Deleted and created again: the old record's writer finds another subscription there.
+    store
+        .delete_subscription("versions", "audit")
+        .await
+        .unwrap();
+    let again = sys
+        .subscribe(subscription("versions", "audit", &sub.url))
+        .await;
+    assert_ne!(again.id, first.id);
+    let err = store.replace_subscription(&mut fresh).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    store
+        .delete_subscription("versions", "audit")
+        .await
+        .unwrap();
+    let err = store.replace_subscription(&mut fresh).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err}");
     sys.shutdown().await;
 }

@@ -39,6 +39,32 @@ fn decode<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
     serde_json::from_str(doc).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
+/// Top-level copies of a subscription's id and version, for conditional writes.
+const ID_ATTRIBUTE: &str = "subscriptionId";
+const VERSION_ATTRIBUTE: &str = "version";
+
+fn subscription_key(topic: &str, name: &str) -> Item {
+    HashMap::from([
+        ("topic".to_string(), s(topic)),
+        ("name".to_string(), s(name)),
+    ])
+}
+
+fn version_attributes(sub: &Subscription) -> Vec<(String, AttributeValue)> {
+    let mut attributes = vec![(
+        VERSION_ATTRIBUTE.to_string(),
+        AttributeValue::N(sub.version.to_string()),
+    )];
+    if !sub.id.is_empty() {
+        attributes.push((ID_ATTRIBUTE.to_string(), s(&sub.id)));
+    }
+    attributes
+}
+
+fn describe_subscription(sub: &Subscription) -> String {
+    format!("event subscription {} on topic {}", sub.name, sub.topic)
+}
+
 fn encode<T: Serialize>(record: &T) -> Result<AttributeValue, StoreError> {
     serde_json::to_string(record)
         .map(AttributeValue::S)
@@ -54,39 +80,78 @@ impl DynamoSubscriptionStore {
         Self::new(aws_sdk_dynamodb::Client::new(sdk), tables)
     }
 
-    /// Writes a subscription: a new one (`replace` false) or over an existing one.
-    async fn put_subscription(&self, sub: &Subscription, replace: bool) -> Result<(), StoreError> {
-        let key = HashMap::from([
-            ("topic".to_string(), s(&sub.topic)),
-            ("name".to_string(), s(&sub.name)),
-        ]);
-        let what = format!("event subscription {} on topic {}", sub.name, sub.topic);
-        let conflict = if replace {
-            StoreError::NotFound(what)
-        } else {
-            StoreError::AlreadyExists(what)
-        };
+    /// Creates a subscription whose name is free on its topic.
+    async fn create_subscription_record(&self, sub: &Subscription) -> Result<(), StoreError> {
+        let mut item = subscription_key(&sub.topic, &sub.name);
+        item.extend(version_attributes(sub));
+        let conflict = StoreError::AlreadyExists(describe_subscription(sub));
         self.put_if(
             &self.tables.subscriptions,
-            key,
+            item,
             encode(sub)?,
-            replace,
+            false,
             conflict,
         )
         .await
     }
 
-    /// Writes a record under a condition on whether its key exists; `conflict` is the error
-    /// when the condition fails.
+    /// Writes `sub` over the record it was read from (same `subscriptionId` and `version`
+    /// attributes), with the next version. Records written before these attributes existed
+    /// have neither, and are matched by that.
+    async fn replace_subscription_record(&self, sub: &mut Subscription) -> Result<(), StoreError> {
+        let mut next = sub.clone();
+        next.version += 1;
+        let mut item = subscription_key(&sub.topic, &sub.name);
+        item.extend(version_attributes(&next));
+        item.insert("doc".to_string(), encode(&next)?);
+        let mut request = self
+            .client
+            .put_item()
+            .table_name(&self.tables.subscriptions)
+            .set_item(Some(item))
+            .expression_attribute_names("#n", "name")
+            .expression_attribute_names("#ver", VERSION_ATTRIBUTE)
+            .expression_attribute_names("#sid", ID_ATTRIBUTE)
+            .expression_attribute_values(":ver", AttributeValue::N(sub.version.to_string()));
+        request = if sub.id.is_empty() {
+            request.condition_expression(
+                "attribute_exists(#n) AND attribute_not_exists(#sid) AND (attribute_not_exists(#ver) OR #ver = :ver)",
+            )
+        } else {
+            request
+                .condition_expression("attribute_exists(#n) AND #sid = :sid AND #ver = :ver")
+                .expression_attribute_values(":sid", s(&sub.id))
+        };
+        match request.send().await {
+            Ok(_) => {
+                *sub = next;
+                Ok(())
+            }
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                let what = describe_subscription(sub);
+                let key = subscription_key(&sub.topic, &sub.name);
+                match self.get(&self.tables.subscriptions, key).await? {
+                    Some(_) => Err(StoreError::Conflict(what)),
+                    None => Err(StoreError::NotFound(what)),
+                }
+            }
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    /// Writes a record (its key and any other attributes in `item`, the JSON in `doc`) under a
+    /// condition on whether its key exists; `conflict` is the error when the condition fails.
     async fn put_if(
         &self,
         table: &str,
-        key: Item,
+        mut item: Item,
         doc: AttributeValue,
         exists: bool,
         conflict: StoreError,
     ) -> Result<(), StoreError> {
-        let mut item = key;
         item.insert("doc".to_string(), doc);
         let condition = if exists {
             "attribute_exists(#n)"
@@ -195,8 +260,8 @@ impl SubscriptionStore for DynamoSubscriptionStore {
         self.delete(&self.tables.topics, key).await
     }
 
-    async fn replace_subscription(&self, sub: &Subscription) -> Result<(), StoreError> {
-        self.put_subscription(sub, true).await
+    async fn replace_subscription(&self, sub: &mut Subscription) -> Result<(), StoreError> {
+        self.replace_subscription_record(sub).await
     }
 
     async fn get_subscription(
@@ -204,10 +269,7 @@ impl SubscriptionStore for DynamoSubscriptionStore {
         topic: &str,
         name: &str,
     ) -> Result<Option<Subscription>, StoreError> {
-        let key = HashMap::from([
-            ("topic".to_string(), s(topic)),
-            ("name".to_string(), s(name)),
-        ]);
+        let key = subscription_key(topic, name);
         self.get(&self.tables.subscriptions, key)
             .await?
             .as_ref()
@@ -243,14 +305,11 @@ impl SubscriptionStore for DynamoSubscriptionStore {
     }
 
     async fn create_subscription(&self, sub: &Subscription) -> Result<(), StoreError> {
-        self.put_subscription(sub, false).await
+        self.create_subscription_record(sub).await
     }
 
     async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError> {
-        let key = HashMap::from([
-            ("topic".to_string(), s(topic)),
-            ("name".to_string(), s(name)),
-        ]);
+        let key = subscription_key(topic, name);
         self.delete(&self.tables.subscriptions, key).await
     }
 }

@@ -58,10 +58,20 @@ impl EndpointGate {
     }
 }
 
-/// Events not attempted because their endpoint is delayed.
+/// Events not attempted in this invocation, and why.
 pub(crate) struct Held {
     pub(crate) group: usize,
     pub(crate) events: Vec<Pending>,
+    pub(crate) reason: HoldReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HoldReason {
+    /// D1, R3: their endpoint is delayed; they wait until it may be tried.
+    EndpointDelayed,
+    /// The invocation's deadline is too near to finish an attempt: handed on to the next
+    /// invocation at once.
+    Deadline,
 }
 
 impl Deliver {
@@ -107,8 +117,9 @@ impl Deliver {
         futures::future::join_all(reads).await.into_iter().collect()
     }
 
-    /// D1, R3: held events wait for their endpoint, re-enqueued with their attempt count and
-    /// last attempt unchanged (a delay is not an attempt).
+    /// Held events are re-enqueued with their attempt count and last attempt unchanged (not
+    /// attempting is not an attempt): D1, R3: those of a delayed endpoint wait until it may be
+    /// tried; those the deadline left are due at once.
     pub(crate) fn hold(
         &self,
         groups: &[Group],
@@ -120,11 +131,19 @@ impl Deliver {
         for h in held {
             let group = &groups[h.group];
             let sub = &group.subscription;
-            let until_at = gates
-                .get(&sub.endpoint)
-                .and_then(EndpointGate::held_until)
-                .unwrap_or(now);
-            plan.report.delayed += h.events.len();
+            let until_at = match h.reason {
+                HoldReason::EndpointDelayed => {
+                    plan.report.delayed += h.events.len();
+                    gates
+                        .get(&sub.endpoint)
+                        .and_then(EndpointGate::held_until)
+                        .unwrap_or(now)
+                }
+                HoldReason::Deadline => {
+                    plan.report.handed_on += h.events.len();
+                    now
+                }
+            };
             // Events of one batch may carry different histories; keep each one's.
             let mut by_history: Vec<(Arc<DeliveryHistory>, Vec<Pending>)> = Vec::new();
             for p in h.events {

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use gridrelay_ports::{HandshakeMethod, HandshakeRequest, OutgoingMessage, StoreError};
+use gridrelay_ports::{
+    HandshakeMethod, HandshakeRequest, OutgoingMessage, StoreError, Update, update_subscription,
+};
 use gridrelay_shared::message::{DeliveryQueueMessage, queue_delay};
 use gridrelay_shared::schema::{DeliverySchema, JSON_CONTENT_TYPE};
 use gridrelay_shared::subscription::{Subscription, topic_resource_id};
@@ -26,17 +28,19 @@ impl Deliver {
         &self,
         task: &ValidationTask,
     ) -> Result<Option<OutgoingMessage>, StoreError> {
-        let Some(mut sub) = self
+        let Some(sub) = self
             .store
             .get_subscription(&task.topic, &task.subscription)
             .await?
         else {
             return Ok(None);
         };
+        if !task.is_for(&sub) {
+            info!(topic = %task.topic, subscription = %task.subscription, "validation step of a subscription deleted since; the one of that name now is another");
+            return Ok(None);
+        }
         match (task.step, sub.provisioning.state) {
-            (ValidationStep::Handshake, ProvisioningState::Creating) => {
-                self.handshake(&mut sub).await
-            }
+            (ValidationStep::Handshake, ProvisioningState::Creating) => self.handshake(sub).await,
             (ValidationStep::Expire, ProvisioningState::AwaitingManualAction) => {
                 let now = self.clock.now();
                 if sub
@@ -50,7 +54,7 @@ impl Deliver {
                     return Ok(Some(expiry_message(&sub, wait)?));
                 }
                 self.settle_state(
-                    &mut sub,
+                    sub,
                     ProvisioningState::Failed,
                     "the validation URL was not called within the validation window; create the subscription again",
                 )
@@ -62,21 +66,29 @@ impl Deliver {
         }
     }
 
-    async fn handshake(
-        &self,
-        sub: &mut Subscription,
-    ) -> Result<Option<OutgoingMessage>, StoreError> {
+    async fn handshake(&self, sub: Subscription) -> Result<Option<OutgoingMessage>, StoreError> {
         if sub.event_delivery_schema == DeliverySchema::CloudEventSchemaV1_0 {
-            return self.cloud_events_handshake(sub).await.map(|()| None);
+            return self.cloud_events_handshake(sub).await.map(|_| None);
         }
         let code = new_code();
         let now = self.clock.now();
         let window = self.settings.scale.apply(MANUAL_VALIDATION_WINDOW);
-        sub.provisioning.validation_code_sha256 = Some(code_hash(&code));
-        sub.provisioning.validation_expires_at =
-            Some(now + chrono::Duration::from_std(window).unwrap_or_default());
+        let expires_at = now + chrono::Duration::from_std(window).unwrap_or_default();
         // Stored before asking, so the endpoint may call the validation URL at once.
-        self.store.replace_subscription(sub).await?;
+        let stored = update_subscription(self.store.as_ref(), sub, |s| {
+            if s.provisioning.state != ProvisioningState::Creating {
+                return Err(());
+            }
+            s.provisioning.validation_code_sha256 = Some(code_hash(&code));
+            s.provisioning.validation_expires_at = Some(expires_at);
+            Ok(())
+        })
+        .await?;
+        let Update::Written(sub) = stored else {
+            // Deleted, replaced or settled meanwhile: nothing to ask.
+            return Ok(None);
+        };
+        let sub = *sub;
         let url = self
             .settings
             .public_url
@@ -114,13 +126,13 @@ impl Deliver {
                 Ok(None)
             }
             Ok(r) if r.status == 200 && url.is_some() => {
-                self.settle_state(
+                let awaiting = self.settle_state(
                     sub,
                     ProvisioningState::AwaitingManualAction,
                     "the endpoint accepted the validation event without the code; GET the validationUrl it received to validate",
                 )
                 .await?;
-                Ok(Some(expiry_message(sub, window)?))
+                awaiting.map(|sub| expiry_message(&sub, window)).transpose()
             }
             Ok(r) => {
                 let why = if r.status == 200 {
@@ -142,7 +154,10 @@ impl Deliver {
     }
 
     /// CloudEvents webhook abuse protection: `OPTIONS` with `WebHook-Request-Origin`.
-    async fn cloud_events_handshake(&self, sub: &mut Subscription) -> Result<(), StoreError> {
+    async fn cloud_events_handshake(
+        &self,
+        sub: Subscription,
+    ) -> Result<Option<Subscription>, StoreError> {
         let origin = &self.settings.webhook_origin;
         let reply = self
             .sender
@@ -188,41 +203,54 @@ impl Deliver {
         self.settle_state(sub, state, &why).await
     }
 
-    /// Records the outcome, unless the subscription was validated through its URL meanwhile.
+    /// Records the outcome over the record as it is now, unless it was settled meanwhile
+    /// (validated through its URL, say) or is no longer this subscription. The record as
+    /// written, if it was.
     async fn settle_state(
         &self,
-        sub: &mut Subscription,
+        sub: Subscription,
         state: ProvisioningState,
         why: &str,
-    ) -> Result<(), StoreError> {
-        if state != ProvisioningState::Succeeded
-            && let Some(now) = self.store.get_subscription(&sub.topic, &sub.name).await?
-            && now.provisioning.state == ProvisioningState::Succeeded
-        {
-            return Ok(());
-        }
-        sub.provisioning = Provisioning {
-            state,
-            detail: Some(why.to_string()),
-            ..sub.provisioning.clone()
-        };
-        match state {
-            ProvisioningState::Failed => {
-                warn!(topic = %sub.topic, subscription = %sub.name, reason = why, "endpoint validation failed")
+    ) -> Result<Option<Subscription>, StoreError> {
+        let (topic, name) = (sub.topic.clone(), sub.name.clone());
+        let update = update_subscription(self.store.as_ref(), sub, |s| {
+            if matches!(
+                s.provisioning.state,
+                ProvisioningState::Succeeded | ProvisioningState::Failed
+            ) {
+                return Err(s.provisioning.state);
             }
-            _ => {
-                info!(topic = %sub.topic, subscription = %sub.name, state = ?state, "endpoint validation")
+            s.provisioning = Provisioning {
+                state,
+                detail: Some(why.to_string()),
+                ..s.provisioning.clone()
+            };
+            Ok(())
+        })
+        .await?;
+        match update {
+            Update::Written(sub) => {
+                match state {
+                    ProvisioningState::Failed => {
+                        warn!(topic = %topic, subscription = %name, reason = why, "endpoint validation failed")
+                    }
+                    _ => {
+                        info!(topic = %topic, subscription = %name, state = ?state, "endpoint validation")
+                    }
+                }
+                Ok(Some(*sub))
             }
-        }
-        match self.store.replace_subscription(sub).await {
-            Err(StoreError::NotFound(_)) => Ok(()),
-            other => other,
+            Update::Declined(settled) => {
+                info!(topic = %topic, subscription = %name, state = ?settled, "validation already settled meanwhile");
+                Ok(None)
+            }
+            Update::Gone => Ok(None),
         }
     }
 }
 
 fn expiry_message(sub: &Subscription, wait: Duration) -> Result<OutgoingMessage, StoreError> {
-    let task = ValidationTask::new(&sub.topic, &sub.name, ValidationStep::Expire);
+    let task = ValidationTask::new(sub, ValidationStep::Expire);
     let body = DeliveryQueueMessage::Validation(task)
         .to_body()
         .map_err(|e| StoreError::Corrupt(e.to_string()))?;

@@ -51,14 +51,18 @@ impl Deliver {
         keep
     }
 
-    /// Waits for the late answers of this invocation's timed-out attempts and records the
-    /// successes.
-    pub(crate) async fn await_late_answers(&self, late: Vec<(String, LateAnswer)>) {
+    /// Waits, at most `wait`, for the late answers of this invocation's timed-out attempts and
+    /// records the successes.
+    pub(crate) async fn await_late_answers(
+        &self,
+        late: Vec<(String, LateAnswer)>,
+        wait: std::time::Duration,
+    ) {
         if late.is_empty() {
             return;
         }
         let answers = late.into_iter().map(|(id, answer)| async move {
-            match tokio::time::timeout(self.settings.late_answer_wait, answer).await {
+            match tokio::time::timeout(wait, answer).await {
                 Ok(Some(status)) if (200..=204).contains(&status) => {
                     match self.state.mark_late_success(&id, self.clock.now()).await {
                         Ok(()) => true,

@@ -32,8 +32,8 @@ use gridrelay_ports::{
 use gridrelay_shared::batching::plan_batches;
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::delivery::{
-    Arrival, BatchAttempt, DeliveryRules, GiveUp, LATE_ANSWER_WINDOW, Settlement, on_arrival,
-    settle_attempt,
+    ATTEMPT_TIMEOUT, Arrival, BatchAttempt, DeliveryRules, GiveUp, LATE_ANSWER_WINDOW, Settlement,
+    on_arrival, settle_attempt,
 };
 use gridrelay_shared::health::HealthPolicy;
 use gridrelay_shared::message::{
@@ -46,7 +46,7 @@ use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::{DEFAULT_WEBHOOK_ORIGIN, ValidationTask};
 use tracing::{error, info, warn};
 
-use crate::endpoint_health::{EndpointGate, Held};
+use crate::endpoint_health::{EndpointGate, Held, HoldReason};
 
 mod endpoint_health;
 mod handshake;
@@ -69,6 +69,11 @@ pub struct DeliverySettings {
     /// R4: how long an invocation waits, after its work, for the late answers of its timed-out
     /// attempts (at most the sender's late window; keep it under the queue's visibility timeout).
     pub late_answer_wait: Duration,
+    /// S2: the longest one attempt takes (the sender's timeout). No attempt starts unless it
+    /// can end this long before the invocation's deadline, less `deadline_margin`.
+    pub attempt_timeout: Duration,
+    /// Time kept before the deadline to settle, enqueue and report (real time, not scaled).
+    pub deadline_margin: Duration,
 }
 
 impl DeliverySettings {
@@ -81,6 +86,8 @@ impl DeliverySettings {
             webhook_origin: DEFAULT_WEBHOOK_ORIGIN.to_string(),
             health: HealthPolicy::event_grid(scale),
             late_answer_wait: scale.apply(LATE_ANSWER_WINDOW),
+            attempt_timeout: scale.apply(ATTEMPT_TIMEOUT),
+            deadline_margin: DEADLINE_MARGIN,
         }
     }
 
@@ -92,6 +99,10 @@ impl DeliverySettings {
         }
     }
 }
+
+/// What a deliver invocation keeps, by default, between its last work and its deadline: enough
+/// for two batched SQS sends and the reply.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
 
 /// What `deliver` needs.
 pub struct Deliver {
@@ -129,6 +140,9 @@ pub struct DeliveryReport {
     pub delayed: usize,
     /// R4: events whose pending retry was cancelled because the timed-out attempt succeeded.
     pub late_successes: usize,
+    /// Events not attempted because the invocation's deadline was near, handed on (due at
+    /// once, history unchanged) to the next invocation.
+    pub handed_on: usize,
     /// Messages left for SQS to redeliver.
     pub failed_messages: usize,
 }
@@ -143,6 +157,7 @@ impl DeliveryReport {
         self.deferred += other.deferred;
         self.delayed += other.delayed;
         self.late_successes += other.late_successes;
+        self.handed_on += other.handed_on;
         self.failed_messages += other.failed_messages;
     }
 }
@@ -285,8 +300,18 @@ fn push_encoded(
 }
 
 impl Deliver {
-    /// Handles one batch of delivery queue messages.
+    /// Handles one batch of delivery queue messages, with no deadline but the attempts' own
+    /// timeouts.
     pub async fn handle(&self, event: SqsEvent) -> DeliverOutcome {
+        self.handle_until(event, DateTime::<Utc>::MAX_UTC).await
+    }
+
+    /// Handles one batch of delivery queue messages before `deadline` (a Lambda's: its start
+    /// plus its timeout). No attempt starts unless it can end, with the margin kept for
+    /// enqueueing, before the deadline; events left unattempted are handed on to the next
+    /// invocation, and the late-answer wait (R4) ends in time too. So a timeout never turns
+    /// into a redelivered batch.
+    pub async fn handle_until(&self, event: SqsEvent, deadline: DateTime<Utc>) -> DeliverOutcome {
         let mut plan = Plan::default();
         let ids: Vec<String> = event
             .records
@@ -311,17 +336,19 @@ impl Deliver {
             }
         }
 
-        self.run_validations(&validations, &mut plan).await;
+        self.run_validations(&validations, &mut plan, deadline)
+            .await;
         let messages = self.cancel_late_successes(messages, &mut plan).await;
         let subscriptions = self.load_subscriptions(&messages, &mut plan).await;
         let mut groups = self.sort_due_events(messages, &subscriptions, &mut plan);
         let mut gates = self.endpoint_gates(&groups).await;
-        let (attempted, held) = self.attempt_all(&mut groups, &mut gates).await;
+        let (attempted, held) = self.attempt_all(&mut groups, &mut gates, deadline).await;
         self.hold(&groups, held, &gates, &mut plan);
         self.record_health(&groups, &attempted, &gates).await;
         self.settle(&groups, attempted, &mut plan);
         self.send(&mut plan).await;
-        self.await_late_answers(std::mem::take(&mut plan.late))
+        let late_wait = self.settings.late_answer_wait.min(self.time_left(deadline));
+        self.await_late_answers(std::mem::take(&mut plan.late), late_wait)
             .await;
 
         plan.report.failed_messages = plan.failed.len();
@@ -335,6 +362,7 @@ impl Deliver {
                 deferred = plan.report.deferred,
                 delayed = plan.report.delayed,
                 late_successes = plan.report.late_successes,
+                handed_on = plan.report.handed_on,
                 failed_messages = plan.report.failed_messages,
                 "deliver invocation"
             );
@@ -347,9 +375,32 @@ impl Deliver {
 
     /// Runs the handshake steps, all at the same time; a step that could not reach the store is
     /// left for SQS to redeliver.
-    async fn run_validations(&self, validations: &[(usize, ValidationTask)], plan: &mut Plan) {
-        let steps = validations
-            .iter()
+    /// Steps left too near the deadline to finish a handshake are handed on unchanged.
+    async fn run_validations(
+        &self,
+        validations: &[(usize, ValidationTask)],
+        plan: &mut Plan,
+        deadline: DateTime<Utc>,
+    ) {
+        let (steps, later): (Vec<_>, Vec<_>) = if validations.is_empty()
+            || self.time_left(deadline) >= self.settings.attempt_timeout
+        {
+            (validations.iter().collect(), Vec::new())
+        } else {
+            (Vec::new(), validations.iter().collect())
+        };
+        for (i, task) in later {
+            let body = DeliveryQueueMessage::Validation(task.clone()).to_body();
+            push_encoded(
+                &mut plan.to_delivery,
+                &mut plan.failed,
+                std::iter::once(body),
+                &BTreeSet::from([*i]),
+                Duration::ZERO,
+            );
+        }
+        let steps = steps
+            .into_iter()
             .map(|(i, task)| async move { (*i, self.run_validation(task).await) });
         for (i, result) in futures::future::join_all(steps).await {
             match result {
@@ -433,14 +484,15 @@ impl Deliver {
             let target = subscriptions.get(&key).and_then(Option::as_ref);
             let records = BTreeSet::from([i]);
             match on_arrival(message, target.map(|t| &*t.subscription), rules, now) {
-                Arrival::SubscriptionGone { events } => {
+                Arrival::NotDeliverable { events, reason } => {
                     warn!(
                         topic = %key.0,
                         subscription = %key.1,
                         dropped = events,
                         metric = "EventsDropped",
-                        reason = "SubscriptionDeleted",
-                        "events dropped: the subscription no longer exists"
+                        reason = reason.as_str(),
+                        detail = ?reason,
+                        "events dropped: not for a subscription that receives events"
                     );
                     plan.report.dropped += events;
                 }
@@ -486,13 +538,23 @@ impl Deliver {
         groups
     }
 
+    /// What is left before `deadline`, less the margin kept for enqueueing.
+    fn time_left(&self, deadline: DateTime<Utc>) -> Duration {
+        (deadline - self.clock.now())
+            .to_std()
+            .unwrap_or_default()
+            .saturating_sub(self.settings.deadline_margin)
+    }
+
     /// POSTs every batch of every group, several at a time (G3: nothing waits to fill a batch).
     /// The events move out of their groups into the batches.
-    /// Batches to a delayed endpoint are held instead (D1), except one probe when it is due.
+    /// Batches to a delayed endpoint are held instead (D1), except one probe when it is due; a
+    /// batch whose turn comes too near the deadline to finish is held and handed on.
     async fn attempt_all(
         &self,
         groups: &mut [Group],
         gates: &mut HashMap<String, EndpointGate>,
+        deadline: DateTime<Utc>,
     ) -> (Vec<Attempted>, Vec<Held>) {
         let mut batches: Vec<(usize, Vec<Pending>)> = Vec::new();
         let mut held = Vec::new();
@@ -513,28 +575,44 @@ impl Deliver {
                     None => held.push(Held {
                         group: g,
                         events: batch,
+                        reason: HoldReason::EndpointDelayed,
                     }),
                 }
             }
         }
         let groups = &*groups;
-        let attempted = futures::stream::iter(batches)
+        let results = futures::stream::iter(batches)
             .map(|(g, events)| async move {
+                // Decided when the batch's turn comes, not when it was planned.
+                if self.time_left(deadline) < self.settings.attempt_timeout {
+                    return Err(Held {
+                        group: g,
+                        events,
+                        reason: HoldReason::Deadline,
+                    });
+                }
                 let group = &groups[g];
                 let request = delivery_request(group, &events);
                 let time = self.clock.now();
                 let sent = self.sender.send(request).await;
-                Attempted {
+                Ok(Attempted {
                     group: g,
                     events,
                     time,
                     result: sent.result,
                     late: sent.late,
-                }
+                })
             })
             .buffer_unordered(self.settings.max_concurrent_requests.max(1))
             .collect::<Vec<_>>()
             .await;
+        let mut attempted = Vec::new();
+        for result in results {
+            match result {
+                Ok(a) => attempted.push(a),
+                Err(h) => held.push(h),
+            }
+        }
         (attempted, held)
     }
 

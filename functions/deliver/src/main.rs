@@ -70,8 +70,15 @@ async fn main() -> Result<(), Error> {
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let deliver = Arc::clone(&deliver);
+        // The invocation plans against the time Lambda gives it.
+        let deadline = chrono::DateTime::<chrono::Utc>::from(event.context.deadline());
         async move {
-            Ok::<SqsBatchResponse, Error>(deliver.handle(event.payload).await.into_batch_response())
+            Ok::<SqsBatchResponse, Error>(
+                deliver
+                    .handle_until(event.payload, deadline)
+                    .await
+                    .into_batch_response(),
+            )
         }
     }))
     .await

@@ -23,9 +23,9 @@ use gridrelay_ports::{
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::decision::DeadLetterReason;
 use gridrelay_shared::delivery::DEAD_LETTER_DELAY;
-use gridrelay_shared::message::DeadLetterMessage;
+use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage};
 use gridrelay_shared::schema::InputSchema;
-use gridrelay_shared::subscription::{SubscriptionRequest, Topic};
+use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::ProvisioningState;
 use serde_json::value::RawValue;
@@ -54,7 +54,14 @@ struct World {
 
 impl World {
     fn new(sender: ScriptedSender) -> Self {
+        Self::with_sender(|_| sender)
+    }
+
+    /// A world whose subscriber is made with the world's clock (to take time, as a slow
+    /// endpoint does).
+    fn with_sender(make: impl FnOnce(Arc<ManualClock>) -> ScriptedSender) -> Self {
         let clock = Arc::new(ManualClock::new(t0()));
+        let sender = make(clock.clone());
         let store = Arc::new(MemorySubscriptionStore::default());
         let delivery = Arc::new(MemoryQueue::new(clock.clone()));
         let dead = Arc::new(MemoryQueue::new(clock.clone()));
@@ -86,27 +93,24 @@ impl World {
 
     /// Creates the topic and a subscription through registration, and runs its handshake.
     async fn subscribe(&self, request: SubscriptionRequest) {
-        if self.store.get_topic(TOPIC).await.unwrap().is_none() {
-            let topic = Topic::with_new_keys(TOPIC, t0());
-            self.store.create_topic(&topic).await.unwrap();
-        }
-        let registry = Registry {
-            store: self.store.as_ref(),
-            secrets: self.secrets.as_ref(),
-            secret_prefix: "gridrelay",
-            delivery_queue: self.delivery.as_ref(),
-        };
-        registry
-            .register(
-                &SubscriptionRequest {
-                    topic: TOPIC.into(),
-                    ..request
-                },
-                self.clock.now(),
-            )
-            .await
-            .expect("registered");
+        register(
+            &self.store,
+            &self.secrets,
+            &self.delivery,
+            request,
+            self.clock.now(),
+        )
+        .await;
         self.run().await;
+    }
+
+    /// The subscription's record as stored now.
+    async fn stored(&self, name: &str) -> Subscription {
+        self.store
+            .get_subscription(TOPIC, name)
+            .await
+            .unwrap()
+            .expect("the subscription exists")
     }
 
     /// Publishes events through the real fan-out.
@@ -135,6 +139,11 @@ impl World {
     /// One invocation over the visible messages, deleting those not reported as failed (what
     /// an event-source mapping with ReportBatchItemFailures does).
     async fn run(&self) -> DeliverOutcome {
+        self.run_until(DateTime::<Utc>::MAX_UTC).await
+    }
+
+    /// One invocation that must end by `deadline`.
+    async fn run_until(&self, deadline: DateTime<Utc>) -> DeliverOutcome {
         let received = self.delivery.receive(10, VISIBILITY);
         let mut event = SqsEvent::default();
         event.records = received
@@ -146,7 +155,7 @@ impl World {
                 r
             })
             .collect();
-        let outcome = self.deliver.handle(event).await;
+        let outcome = self.deliver.handle_until(event, deadline).await;
         for m in &received {
             if !outcome.failed_message_ids.contains(&m.id) {
                 assert!(self.delivery.delete(&m.id, m.receipt));
@@ -173,6 +182,44 @@ impl World {
             .iter()
             .map(|m| DeadLetterMessage::from_body(&m.body).expect("dead-letter message"))
             .collect()
+    }
+}
+
+/// Registers a subscription on the topic (creating the topic if needed), as the command line
+/// does, without running its handshake.
+async fn register(
+    store: &MemorySubscriptionStore,
+    secrets: &MemorySecretStore,
+    delivery: &MemoryQueue,
+    request: SubscriptionRequest,
+    now: DateTime<Utc>,
+) -> Subscription {
+    if store.get_topic(TOPIC).await.unwrap().is_none() {
+        let topic = Topic::with_new_keys(TOPIC, t0());
+        store.create_topic(&topic).await.unwrap();
+    }
+    registry(store, secrets, delivery)
+        .register(
+            &SubscriptionRequest {
+                topic: TOPIC.into(),
+                ..request
+            },
+            now,
+        )
+        .await
+        .expect("registered")
+}
+
+fn registry<'a>(
+    store: &'a MemorySubscriptionStore,
+    secrets: &'a MemorySecretStore,
+    delivery: &'a MemoryQueue,
+) -> Registry<'a> {
+    Registry {
+        store,
+        secrets,
+        secret_prefix: "gridrelay",
+        delivery_queue: delivery,
     }
 }
 
@@ -204,12 +251,7 @@ fn header<'a>(r: &'a DeliveryRequest, name: &str) -> Option<&'a str> {
 async fn delivers_each_event_and_deletes_the_message_g1_b1_s1_h2() {
     let w = World::new(ScriptedSender::status(200));
     w.subscribe(request("sub-1")).await;
-    let sub = w
-        .store
-        .get_subscription(TOPIC, "sub-1")
-        .await
-        .unwrap()
-        .unwrap();
+    let sub = w.stored("sub-1").await;
     assert_eq!(sub.provisioning.state, ProvisioningState::Succeeded);
 
     w.publish(&["a", "b"]).await;
@@ -439,4 +481,181 @@ async fn a_failing_endpoint_is_delayed_and_its_neighbour_is_not_d1() {
         "only the healthy endpoint was called: {sent_now:?}"
     );
     assert_eq!(outcome.report.delayed, 1);
+}
+
+/// Item 5 of the life-cycle issue: a subscription deleted and created again under the same name
+/// with another endpoint is another subscription. The old one's pending retry is dropped and
+/// counted when it comes due; it never reaches the new endpoint.
+#[tokio::test]
+async fn old_retries_never_reach_a_subscription_created_again_under_the_name() {
+    let w = World::new(ScriptedSender::new(|r| {
+        if r.endpoint.ends_with("/old") {
+            AttemptResult::Status(503)
+        } else {
+            AttemptResult::Status(200)
+        }
+    }));
+    w.subscribe(SubscriptionRequest {
+        endpoint: "http://127.0.0.1:9/old".into(),
+        ..request("sub-1")
+    })
+    .await;
+    w.publish(&["a"]).await;
+    assert_eq!(w.run().await.report.retried, 1);
+
+    registry(&w.store, &w.secrets, &w.delivery)
+        .delete(TOPIC, "sub-1")
+        .await
+        .unwrap();
+    w.subscribe(SubscriptionRequest {
+        endpoint: "http://127.0.0.1:9/new".into(),
+        ..request("sub-1")
+    })
+    .await;
+    let again = w.stored("sub-1").await;
+    assert_eq!(again.provisioning.state, ProvisioningState::Succeeded);
+
+    w.clock.advance(Duration::from_secs(30));
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.dropped, 1, "{:?}", outcome.report);
+    assert_eq!(outcome.report.attempts, 0);
+    assert!(
+        w.sender
+            .requests()
+            .iter()
+            .all(|r| !r.endpoint.ends_with("/new")),
+        "the old subscription's event went to the new endpoint"
+    );
+    assert!(w.delivery.is_empty());
+
+    // Events published now are the new subscription's, and reach it.
+    w.publish(&["b"]).await;
+    assert_eq!(w.run().await.report.delivered, 1);
+}
+
+/// Item 6 of the life-cycle issue: a subscription deleted and created again (another endpoint)
+/// while the old one's handshake is in flight is not overwritten by the old handshake's outcome:
+/// the new one keeps its endpoint and waits for its own handshake, which then validates it.
+#[tokio::test]
+async fn a_handshake_does_not_overwrite_a_subscription_created_again_meanwhile() {
+    let w = World::new(ScriptedSender::status(200));
+    let (store, secrets, delivery, clock) = (
+        w.store.clone(),
+        w.secrets.clone(),
+        w.delivery.clone(),
+        w.clock.clone(),
+    );
+    w.sender.on_handshake(move |asked| {
+        if asked.endpoint.ends_with("/old") {
+            // During the round trip, a user deletes the subscription and creates it again.
+            futures::executor::block_on(async {
+                registry(&store, &secrets, &delivery)
+                    .delete(TOPIC, "sub-1")
+                    .await
+                    .unwrap();
+                register(
+                    &store,
+                    &secrets,
+                    &delivery,
+                    SubscriptionRequest {
+                        endpoint: "http://127.0.0.1:9/new".into(),
+                        ..request("sub-1")
+                    },
+                    clock.now(),
+                )
+                .await;
+            });
+        }
+        Ok(ScriptedSender::answer_with_code(asked))
+    });
+    w.subscribe(SubscriptionRequest {
+        endpoint: "http://127.0.0.1:9/old".into(),
+        ..request("sub-1")
+    })
+    .await;
+
+    let stored = w.stored("sub-1").await;
+    assert_eq!(stored.endpoint, "http://127.0.0.1:9/new");
+    assert_eq!(
+        stored.provisioning.state,
+        ProvisioningState::Creating,
+        "the old handshake's outcome was written over the new subscription"
+    );
+
+    w.run().await;
+    let stored = w.stored("sub-1").await;
+    assert_eq!(stored.endpoint, "http://127.0.0.1:9/new");
+    assert_eq!(stored.provisioning.state, ProvisioningState::Succeeded);
+}
+
+/// Item 1 of the life-cycle issue: an invocation plans against its deadline. With an endpoint
+/// that hangs until each attempt times out (30 s), attempts start only while one can still end
+/// with the margin kept before the deadline; the events not attempted are handed on, due at
+/// once with their delivery count unchanged, and the invocation ends in time with its message
+/// settled (not left to come back after the visibility timeout).
+#[tokio::test]
+async fn attempts_stop_before_the_deadline_and_the_rest_is_handed_on() {
+    let mut w = World::with_sender(|clock| {
+        ScriptedSender::new(move |_| {
+            clock.advance(Duration::from_secs(30));
+            AttemptResult::TimedOut
+        })
+    });
+    w.deliver.settings.max_concurrent_requests = 1;
+    assert_eq!(w.deliver.settings.attempt_timeout, Duration::from_secs(30));
+    assert_eq!(w.deliver.settings.deadline_margin, Duration::from_secs(10));
+    w.subscribe(request("sub-1")).await;
+    let ids: Vec<String> = (0..10).map(|i| format!("e{i}")).collect();
+    w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+
+    let deadline = w.clock.now() + chrono::Duration::seconds(100);
+    let outcome = w.run_until(deadline).await;
+    // Starts at 0, 30 and 60 s end by 90 s = deadline - margin; a fourth would end at 120 s.
+    assert_eq!(outcome.report.attempts, 3, "{:?}", outcome.report);
+    assert_eq!(outcome.report.retried, 3);
+    assert_eq!(outcome.report.handed_on, 7);
+    assert!(outcome.failed_message_ids.is_empty());
+    assert!(w.clock.now() <= deadline - chrono::Duration::seconds(10));
+
+    let handed_on: Vec<_> = w
+        .delivery
+        .visible()
+        .iter()
+        .map(
+            |m| match DeliveryQueueMessage::from_body(&m.body).unwrap() {
+                DeliveryQueueMessage::Delivery(d) => d,
+                other => panic!("{other:?}"),
+            },
+        )
+        .collect();
+    assert_eq!(
+        handed_on.iter().map(|m| m.events.len()).sum::<usize>(),
+        7,
+        "handed on, due now"
+    );
+    assert!(
+        handed_on
+            .iter()
+            .all(|m| m.attempts == 0 && m.last_attempt.is_none())
+    );
+}
+
+/// Item 1, R4: the wait for late answers ends with the time left before the deadline (less the
+/// margin), not after the whole 3-minute late window.
+#[tokio::test(start_paused = true)]
+async fn the_late_answer_wait_ends_before_the_deadline_r4() {
+    let w = World::new(ScriptedSender::new(|_| AttemptResult::TimedOut));
+    w.sender.keep_timed_out_requests_open();
+    w.subscribe(request("sub-1")).await;
+    w.publish(&["a"]).await;
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let started = tokio::time::Instant::now();
+    let outcome = w.run_until(deadline).await;
+    assert_eq!(outcome.report.retried, 1, "{:?}", outcome.report);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(49) && waited <= Duration::from_secs(50),
+        "waited {waited:?} for the late answer; 50 s were left"
+    );
 }

@@ -11,8 +11,8 @@
 
 use std::sync::Arc;
 
-use gridrelay_ports::fan_out::fan_out;
-use gridrelay_ports::{Clock, MessageQueue, SubscriptionStore};
+use gridrelay_ports::fan_out::{FanOutError, fan_out};
+use gridrelay_ports::{Clock, MessageQueue, SubscriptionStore, Update, update_subscription};
 use gridrelay_shared::publish::{PublishBody, PublishError, TopicSchema, parse_publish};
 use gridrelay_shared::sas::verify_sas_token;
 use gridrelay_shared::subscription::{Topic, publish_path};
@@ -193,41 +193,36 @@ impl Ingest {
         name: &str,
         code: &str,
     ) -> PublishResponse {
-        let mut sub = match self.store.get_subscription(topic, name).await {
+        let sub = match self.store.get_subscription(topic, name).await {
             Ok(Some(s)) => s,
-            Ok(None) => {
-                return PublishResponse::error(
-                    404,
-                    "NotFound",
-                    format!("event subscription {name:?} on topic {topic:?} does not exist"),
-                );
-            }
+            Ok(None) => return no_such_subscription(topic, name),
             Err(e) => {
                 error!(error = %e, "subscription lookup failed");
                 return PublishResponse::error(503, "ServiceUnavailable", "retry the request");
             }
         };
-        if sub.provisioning.state == ProvisioningState::Succeeded {
-            return PublishResponse::text(200, "the event subscription is already validated");
-        }
-        if let Err(why) = sub.provisioning.accepts_manual_code(code, self.clock.now()) {
-            warn!(
-                topic,
-                subscription = name,
-                reason = why,
-                "manual validation refused"
-            );
-            return PublishResponse::error(400, "BadRequest", why);
-        }
-        sub.provisioning = Provisioning {
-            validation_code_sha256: None,
-            ..Provisioning::with_state(
-                ProvisioningState::Succeeded,
-                Some("validated through the validation URL".into()),
-            )
-        };
-        match self.store.replace_subscription(&sub).await {
-            Ok(()) => {
+        let now = self.clock.now();
+        // Checked and written against the record as it is at the write, so a handshake step or
+        // a delete-and-create meanwhile is neither undone nor validated by mistake.
+        let update = update_subscription(self.store.as_ref(), sub, |s| {
+            if s.provisioning.state == ProvisioningState::Succeeded {
+                return Err(None::<&str>);
+            }
+            s.provisioning
+                .accepts_manual_code(code, now)
+                .map_err(Some)?;
+            s.provisioning = Provisioning {
+                validation_code_sha256: None,
+                ..Provisioning::with_state(
+                    ProvisioningState::Succeeded,
+                    Some("validated through the validation URL".into()),
+                )
+            };
+            Ok(())
+        })
+        .await;
+        match update {
+            Ok(Update::Written(_)) => {
                 info!(
                     topic,
                     subscription = name,
@@ -238,6 +233,19 @@ impl Ingest {
                     "the event subscription is validated; events will be delivered",
                 )
             }
+            Ok(Update::Declined(None)) => {
+                PublishResponse::text(200, "the event subscription is already validated")
+            }
+            Ok(Update::Declined(Some(why))) => {
+                warn!(
+                    topic,
+                    subscription = name,
+                    reason = why,
+                    "manual validation refused"
+                );
+                PublishResponse::error(400, "BadRequest", why)
+            }
+            Ok(Update::Gone) => no_such_subscription(topic, name),
             Err(e) => {
                 error!(error = %e, "could not record the validation");
                 PublishResponse::error(503, "ServiceUnavailable", "retry the request")
@@ -291,6 +299,10 @@ impl Ingest {
                 );
                 PublishResponse::ok()
             }
+            Err(e @ FanOutError::Unconvertible { .. }) => {
+                warn!(topic = %topic.name, error = %e, "publish refused");
+                PublishResponse::error(400, "BadRequest", e.to_string())
+            }
             Err(e) => {
                 error!(topic = %topic.name, error = %e, "fan-out failed");
                 PublishResponse::error(
@@ -314,6 +326,14 @@ fn refused(topic: &Topic, e: &PublishError) -> PublishResponse {
 }
 
 /// Compares the given key with both topic keys in constant time.
+fn no_such_subscription(topic: &str, name: &str) -> PublishResponse {
+    PublishResponse::error(
+        404,
+        "NotFound",
+        format!("event subscription {name:?} on topic {topic:?} does not exist"),
+    )
+}
+
 fn key_matches(topic: &Topic, given: Option<&str>) -> bool {
     let Some(given) = given else { return false };
     let given = given.trim().as_bytes();

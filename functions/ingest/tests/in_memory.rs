@@ -1,0 +1,109 @@
+//! The ingest handler on in-memory ports: publish requests whose problem is the same every
+//! time they are sent are refused (400/413) with nothing enqueued, instead of a 503 that
+//! invites a retry that fails again and duplicates what was enqueued for other subscriptions.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use gridrelay_ingest::{Ingest, PublishRequest, PublishResponse};
+use gridrelay_ports::SubscriptionStore;
+use gridrelay_ports::memory::{ManualClock, MemoryQueue, MemorySubscriptionStore};
+use gridrelay_shared::schema::{InputMapping, InputSchema};
+use gridrelay_shared::subscription::{SubscriptionRequest, Topic};
+use gridrelay_shared::validation::{Provisioning, ProvisioningState};
+
+struct World {
+    store: Arc<MemorySubscriptionStore>,
+    queue: Arc<MemoryQueue>,
+    ingest: Ingest,
+    topic: Topic,
+}
+
+impl World {
+    /// A topic with two validated subscriptions: one receives Event Grid events, one
+    /// CloudEvents (so every event is converted at fan-out).
+    async fn new(topic: Topic) -> Self {
+        let clock = Arc::new(ManualClock::new(Utc::now()));
+        let store = Arc::new(MemorySubscriptionStore::default());
+        let queue = Arc::new(MemoryQueue::new(clock.clone()));
+        store.create_topic(&topic).await.unwrap();
+        for (name, schema) in [("plain", None), ("cloud", Some("cloudeventschemav1_0"))] {
+            let mut sub = SubscriptionRequest {
+                topic: topic.name.clone(),
+                name: name.into(),
+                endpoint: format!("https://example.com/{name}"),
+                event_delivery_schema: schema.map(str::to_string),
+                ..SubscriptionRequest::default()
+            }
+            .validate(topic.input_schema, Utc::now())
+            .unwrap();
+            sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
+            store.create_subscription(&sub).await.unwrap();
+        }
+        let ingest = Ingest {
+            store: store.clone(),
+            delivery_queue: queue.clone(),
+            clock,
+        };
+        Self {
+            store,
+            queue,
+            ingest,
+            topic,
+        }
+    }
+
+    async fn publish(&self, body: &str) -> PublishResponse {
+        self.ingest
+            .publish(PublishRequest {
+                topic: &self.topic.name,
+                api_version: Some("2018-01-01"),
+                sas_key: Some(&self.topic.key1),
+                sas_token: None,
+                content_type: Some("application/json"),
+                ce_headers: &[],
+                body: body.as_bytes(),
+            })
+            .await
+    }
+}
+
+/// Item 8: an event with its `data` field twice is refused with a 400 naming it, and nothing
+/// of the request is enqueued for any subscription (it used to be a 503, after which every
+/// retry failed the same way).
+#[tokio::test]
+async fn a_duplicate_field_is_refused_and_nothing_is_enqueued() {
+    let w = World::new(Topic::with_new_keys("orders", Utc::now())).await;
+    let body = r#"[{"id":"1","subject":"s","eventType":"t","eventTime":"2026-11-23T00:00:00Z","data":{}},
+        {"id":"2","subject":"s","eventType":"t","eventTime":"2026-11-23T00:00:00Z","data":{"a":1},"data":{"a":2}}]"#;
+    let answer = w.publish(body).await;
+    assert_eq!(answer.status, 400, "{answer:?}");
+    assert!(answer.body.contains("events[1].data"), "{}", answer.body);
+    assert!(w.queue.sent().is_empty());
+    assert_eq!(w.store.list_subscriptions("orders").await.unwrap().len(), 2);
+}
+
+/// Item 8: a custom-schema event whose envelope (mapped fields are copied into it) would not
+/// fit a queue message is refused with 413 naming it, and nothing is enqueued.
+#[tokio::test]
+async fn a_custom_envelope_too_large_to_enqueue_is_refused() {
+    let mapping = InputMapping {
+        subject_field: Some("note".into()),
+        default_event_type: Some("t".into()),
+        ..InputMapping::default()
+    };
+    let topic = Topic::with_new_keys("custom", Utc::now())
+        .with_input_schema(InputSchema::CustomEventSchema, Some(mapping))
+        .unwrap();
+    let w = World::new(topic).await;
+    // 150 KB of note: the event fits the limit, its envelope (the note twice) does not.
+    let note = "n".repeat(150_000);
+    let answer = w
+        .publish(&format!(r#"[{{"small":1}},{{"note":"{note}"}}]"#))
+        .await;
+    assert_eq!(answer.status, 413, "{answer:?}");
+    assert!(answer.body.contains("events[1]"), "{}", answer.body);
+    assert!(w.queue.sent().is_empty());
+    assert_eq!(w.publish(r#"[{"small":1}]"#).await.status, 200);
+    assert_eq!(w.queue.sent().len(), 2, "one message for each subscription");
+}
