@@ -16,7 +16,7 @@ pub mod registration;
 pub mod secret_headers;
 mod update;
 
-pub use update::{Update, update_subscription};
+pub use update::{Update, update_endpoint_health, update_subscription};
 
 use std::time::Duration;
 
@@ -76,16 +76,24 @@ pub trait SubscriptionStore: Send + Sync {
 /// (D1, R3) and timed-out attempts that later succeeded (R4). Records expire on their own.
 #[async_trait]
 pub trait DeliveryStateStore: Send + Sync {
-    /// The endpoint's record; healthy if there is none.
-    async fn endpoint_health(&self, endpoint: &str) -> Result<EndpointHealth, StoreError>;
-    /// Writes the record; a healthy one is deleted.
+    /// The endpoint's record and its version; healthy at version 0 if there is none.
+    async fn endpoint_health(
+        &self,
+        endpoint: &str,
+    ) -> Result<Versioned<EndpointHealth>, StoreError>;
+    /// Writes the record over the one read at `version` (0: none), with the next version; a
+    /// healthy one is deleted. [`StoreError::Conflict`] if it changed since it was read, so a
+    /// writer that read before another cannot undo what that one wrote (use
+    /// [`update_endpoint_health`]).
     async fn put_endpoint_health(
         &self,
         endpoint: &str,
         health: &EndpointHealth,
+        version: u64,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError>;
-    /// Takes the probe lease until `until` if no unexpired lease is held; whether it did.
+    /// Takes the probe lease until `until` if no unexpired lease is held (a write: the
+    /// record's version moves on); whether it did.
     async fn acquire_probe(
         &self,
         endpoint: &str,
@@ -96,6 +104,13 @@ pub trait DeliveryStateStore: Send + Sync {
     async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError>;
     /// R4: whether that attempt was answered with success after all.
     async fn late_success(&self, attempt: &str) -> Result<bool, StoreError>;
+}
+
+/// A stored record and the version it was read at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Versioned<T> {
+    pub value: T,
+    pub version: u64,
 }
 
 /// A message to enqueue, visible after `delay` (at most 15 minutes).

@@ -21,7 +21,7 @@ use gridrelay_shared::subscription::{Subscription, Topic};
 use crate::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, HandshakeReply, HandshakeRequest,
     Jitter, LateAnswer, MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError,
-    SecretError, SecretStore, SentAttempt, StoreError, SubscriptionStore,
+    SecretError, SecretStore, SentAttempt, StoreError, SubscriptionStore, Versioned,
 };
 
 /// Locks a mutex, going on with the data if a panicking test thread poisoned it.
@@ -385,7 +385,7 @@ impl SecretStore for MemorySecretStore {
 /// Endpoint health, probe leases and late successes in maps.
 #[derive(Debug, Default)]
 pub struct MemoryDeliveryStateStore {
-    health: Mutex<HashMap<String, EndpointHealth>>,
+    health: Mutex<HashMap<String, Versioned<EndpointHealth>>>,
     late: Mutex<HashMap<String, DateTime<Utc>>>,
     pub outage: Outage,
 }
@@ -403,7 +403,10 @@ impl MemoryDeliveryStateStore {
 
 #[async_trait]
 impl DeliveryStateStore for MemoryDeliveryStateStore {
-    async fn endpoint_health(&self, endpoint: &str) -> Result<EndpointHealth, StoreError> {
+    async fn endpoint_health(
+        &self,
+        endpoint: &str,
+    ) -> Result<Versioned<EndpointHealth>, StoreError> {
         self.check()?;
         Ok(lock(&self.health)
             .get(endpoint)
@@ -415,14 +418,27 @@ impl DeliveryStateStore for MemoryDeliveryStateStore {
         &self,
         endpoint: &str,
         health: &EndpointHealth,
+        version: u64,
         _now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         self.check()?;
         let mut map = lock(&self.health);
+        let stored = map.get(endpoint).map_or(0, |r| r.version);
+        if stored != version {
+            return Err(StoreError::Conflict(format!(
+                "health of endpoint {endpoint}"
+            )));
+        }
         if *health == EndpointHealth::default() {
             map.remove(endpoint);
         } else {
-            map.insert(endpoint.to_string(), *health);
+            map.insert(
+                endpoint.to_string(),
+                Versioned {
+                    value: *health,
+                    version: version + 1,
+                },
+            );
         }
         Ok(())
     }
@@ -435,11 +451,14 @@ impl DeliveryStateStore for MemoryDeliveryStateStore {
     ) -> Result<bool, StoreError> {
         self.check()?;
         let mut map = lock(&self.health);
-        let health = map.entry(endpoint.to_string()).or_default();
-        if health.probe_until.is_some_and(|t| t > now) {
+        let Some(record) = map.get_mut(endpoint) else {
+            return Ok(false);
+        };
+        if record.value.probe_until.is_some_and(|t| t > now) {
             return Ok(false);
         }
-        health.probe_until = Some(until);
+        record.value.probe_until = Some(until);
+        record.version += 1;
         Ok(true)
     }
 

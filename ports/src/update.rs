@@ -7,7 +7,10 @@
 //! moved on, the change is made again to the fresh record, and a record of another subscription
 //! (another `id`) is never touched.
 
-use crate::{StoreError, SubscriptionStore};
+use chrono::{DateTime, Utc};
+
+use crate::{DeliveryStateStore, StoreError, SubscriptionStore};
+use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::subscription::Subscription;
 
 /// How often a change is made again after losing a race before giving up with
@@ -55,6 +58,36 @@ pub async fn update_subscription<R>(
     Err(StoreError::Conflict(format!(
         "subscription {} on topic {} (changed {MAX_TRIES} times while being updated)",
         record.name, record.topic
+    )))
+}
+
+/// Applies `change` to an endpoint's health record as it is at the write (D1): read, change,
+/// write over the version read, again on a conflict. So failures counted by concurrent
+/// invocations add up, and a delay one of them set is not undone by another that read before
+/// it. Returns the record before and after the change that was written.
+pub async fn update_endpoint_health(
+    store: &dyn DeliveryStateStore,
+    endpoint: &str,
+    now: DateTime<Utc>,
+    change: impl Fn(EndpointHealth) -> EndpointHealth,
+) -> Result<(EndpointHealth, EndpointHealth), StoreError> {
+    for _ in 0..MAX_TRIES {
+        let read = store.endpoint_health(endpoint).await?;
+        let after = change(read.value);
+        if after == read.value {
+            return Ok((read.value, after));
+        }
+        match store
+            .put_endpoint_health(endpoint, &after, read.version, now)
+            .await
+        {
+            Ok(()) => return Ok((read.value, after)),
+            Err(StoreError::Conflict(_)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StoreError::Conflict(format!(
+        "health of endpoint {endpoint} (changed {MAX_TRIES} times while being updated)"
     )))
 }
 

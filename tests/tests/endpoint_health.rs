@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use gridrelay_adapters::aws::DynamoDeliveryStateStore;
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
-use gridrelay_ports::DeliveryStateStore;
+use gridrelay_ports::{DeliveryStateStore, StoreError, Versioned};
 use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::subscription::SubscriptionRequest;
 
@@ -38,6 +38,7 @@ async fn failing_endpoint_is_delayed_and_probed_d1_r3() {
             .endpoint_health(&sick.url)
             .await
             .ok()
+            .map(|h| h.value)
             .filter(EndpointHealth::is_delayed)
     })
     .await;
@@ -96,10 +97,77 @@ async fn failing_endpoint_is_delayed_and_probed_d1_r3() {
             .endpoint_health(&sick.url)
             .await
             .ok()
+            .map(|h| h.value)
             .filter(|h| *h == EndpointHealth::default())
     })
     .await;
     assert_eq!(healed, EndpointHealth::default());
     assert!(sys.system.stats().deliver.delayed > 0);
+    sys.shutdown().await;
+}
+
+/// Item 6 of the life-cycle issue, D1, on DynamoDB: a health record is written only over the
+/// version it was read at; taking the probe lease moves the version on too; a healthy record
+/// is deleted only if it is still the one read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_writes_are_conditional_on_the_version_read_d1() {
+    let sys = TestSystem::start(0.01).await;
+    let state = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
+    let endpoint = "https://example.com/versioned";
+    let now = chrono::Utc::now();
+    let none = state.endpoint_health(endpoint).await.expect("read");
+    assert_eq!(none.version, 0);
+    let failing = EndpointHealth {
+        consecutive_failures: 3,
+        ..EndpointHealth::default()
+    };
+    state
+        .put_endpoint_health(endpoint, &failing, 0, now)
+        .await
+        .expect("first write");
+    let err = state
+        .put_endpoint_health(endpoint, &failing, 0, now)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+
+    let read = state.endpoint_health(endpoint).await.expect("read");
+    assert_eq!((read.value, read.version), (failing, 1));
+    let delayed = EndpointHealth {
+        consecutive_failures: 10,
+        delayed_until: Some(now + chrono::Duration::minutes(1)),
+        probe_until: None,
+    };
+    state
+        .put_endpoint_health(endpoint, &delayed, 1, now)
+        .await
+        .expect("second write");
+    assert!(
+        state
+            .acquire_probe(
+                endpoint,
+                now + chrono::Duration::minutes(2),
+                now + chrono::Duration::minutes(3)
+            )
+            .await
+            .expect("lease")
+    );
+    // A writer that read before the lease cannot clear the record.
+    let err = state
+        .put_endpoint_health(endpoint, &EndpointHealth::default(), 2, now)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    let read = state.endpoint_health(endpoint).await.expect("read");
+    assert_eq!(read.version, 3);
+    assert!(read.value.is_delayed() && read.value.probe_until.is_some());
+    state
+        .put_endpoint_health(endpoint, &EndpointHealth::default(), 3, now)
+        .await
+        .expect("cleared");
+    assert_eq!(
+        state.endpoint_health(endpoint).await.expect("read"),
+        Versioned::default()
+    );
     sys.shutdown().await;
 }

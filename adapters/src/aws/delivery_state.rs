@@ -4,9 +4,12 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 
-use super::describe_error;
-use gridrelay_ports::{DeliveryStateStore, StoreError};
+use super::{describe_error, written};
+use gridrelay_ports::{DeliveryStateStore, StoreError, Versioned};
 use gridrelay_shared::health::EndpointHealth;
+
+/// The attribute holding an endpoint health record's version (conditional writes).
+const VERSION: &str = "ver";
 
 /// How long a record outlives its last write (DynamoDB's TTL attribute `expiresAt` removes it).
 const RECORD_LIFETIME: chrono::Duration = chrono::Duration::hours(48);
@@ -75,7 +78,10 @@ impl DynamoDeliveryStateStore {
 
 #[async_trait]
 impl DeliveryStateStore for DynamoDeliveryStateStore {
-    async fn endpoint_health(&self, endpoint: &str) -> Result<EndpointHealth, StoreError> {
+    async fn endpoint_health(
+        &self,
+        endpoint: &str,
+    ) -> Result<Versioned<EndpointHealth>, StoreError> {
         let out = self
             .client
             .get_item()
@@ -86,16 +92,23 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             .await
             .map_err(unavailable)?;
         let Some(item) = out.item else {
-            return Ok(EndpointHealth::default());
+            return Ok(Versioned::default());
         };
-        Ok(EndpointHealth {
-            consecutive_failures: item
-                .get("failures")
+        let number = |name: &str| {
+            item.get(name)
                 .and_then(|v| v.as_n().ok())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0),
-            delayed_until: time(&item, "delayedUntil"),
-            probe_until: time(&item, "probeUntil"),
+                .and_then(|n| n.parse::<u64>().ok())
+        };
+        Ok(Versioned {
+            value: EndpointHealth {
+                consecutive_failures: number("failures")
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(0),
+                delayed_until: time(&item, "delayedUntil"),
+                probe_until: time(&item, "probeUntil"),
+            },
+            // Records written before versions existed read as version 0.
+            version: number(VERSION).unwrap_or(0),
         })
     }
 
@@ -103,17 +116,36 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
         &self,
         endpoint: &str,
         health: &EndpointHealth,
+        version: u64,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        // Over the record read: none (or one from before versions) at 0, else that version.
+        let (condition, value) = if version == 0 {
+            (
+                "attribute_not_exists(pk) OR attribute_not_exists(#ver)",
+                None,
+            )
+        } else {
+            ("#ver = :ver", Some(AttributeValue::N(version.to_string())))
+        };
+        let values = value.map(|v| HashMap::from([(":ver".to_string(), v)]));
+        let conflict = || StoreError::Conflict(format!("health of endpoint {endpoint}"));
         if *health == EndpointHealth::default() {
-            self.client
+            let result = self
+                .client
                 .delete_item()
                 .table_name(&self.table)
                 .set_key(Some(endpoint_key(endpoint)))
+                .condition_expression(condition)
+                .expression_attribute_names("#ver", VERSION)
+                .set_expression_attribute_values(values)
                 .send()
-                .await
-                .map_err(unavailable)?;
-            return Ok(());
+                .await;
+            return if written(result)? {
+                Ok(())
+            } else {
+                Err(conflict())
+            };
         }
         let mut item = endpoint_key(endpoint);
         item.insert(
@@ -127,7 +159,22 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             item.insert("probeUntil".into(), millis(t));
         }
         item.insert("expiresAt".into(), expires(now));
-        self.put(item).await
+        item.insert(VERSION.into(), AttributeValue::N((version + 1).to_string()));
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .expression_attribute_names("#ver", VERSION)
+            .set_expression_attribute_values(values)
+            .send()
+            .await;
+        if written(result)? {
+            Ok(())
+        } else {
+            Err(conflict())
+        }
     }
 
     async fn acquire_probe(
@@ -141,7 +188,9 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(endpoint_key(endpoint)))
-            .update_expression("SET probeUntil = :until")
+            .update_expression("SET probeUntil = :until ADD #ver :one")
+            .expression_attribute_names("#ver", VERSION)
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .condition_expression(
                 "attribute_exists(pk) AND (attribute_not_exists(probeUntil) OR probeUntil < :now)",
             )
@@ -149,16 +198,7 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             .expression_attribute_values(":now", millis(now))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(unavailable(e)),
-        }
+        written(result)
     }
 
     async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError> {

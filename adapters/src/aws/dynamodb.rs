@@ -5,7 +5,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::describe_error;
+use super::{describe_error, written};
 use crate::config::TableNames;
 use gridrelay_ports::{StoreError, SubscriptionStore};
 use gridrelay_shared::subscription::{Subscription, Topic};
@@ -122,23 +122,15 @@ impl DynamoSubscriptionStore {
                 .condition_expression("attribute_exists(#n) AND #sid = :sid AND #ver = :ver")
                 .expression_attribute_values(":sid", s(&sub.id))
         };
-        match request.send().await {
-            Ok(_) => {
-                *sub = next;
-                Ok(())
-            }
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                let what = describe_subscription(sub);
-                let key = subscription_key(&sub.topic, &sub.name);
-                match self.get(&self.tables.subscriptions, key).await? {
-                    Some(_) => Err(StoreError::Conflict(what)),
-                    None => Err(StoreError::NotFound(what)),
-                }
-            }
-            Err(e) => Err(unavailable(e)),
+        if written(request.send().await)? {
+            *sub = next;
+            return Ok(());
+        }
+        let what = describe_subscription(sub);
+        let key = subscription_key(&sub.topic, &sub.name);
+        match self.get(&self.tables.subscriptions, key).await? {
+            Some(_) => Err(StoreError::Conflict(what)),
+            None => Err(StoreError::NotFound(what)),
         }
     }
 
@@ -167,15 +159,10 @@ impl DynamoSubscriptionStore {
             .expression_attribute_names("#n", "name")
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Err(conflict)
-            }
-            Err(e) => Err(unavailable(e)),
+        if written(result)? {
+            Ok(())
+        } else {
+            Err(conflict)
         }
     }
 

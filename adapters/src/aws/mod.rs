@@ -38,3 +38,24 @@ pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
 pub fn describe_error<E: std::error::Error>(err: &E) -> String {
     aws_sdk_sqs::error::DisplayErrorContext(err).to_string()
 }
+
+/// Whether a conditional DynamoDB write was made (`false`: its condition did not hold); any
+/// other failure is the store being unavailable.
+pub(crate) fn written<O, E, R>(
+    result: Result<O, aws_sdk_dynamodb::error::SdkError<E, R>>,
+) -> Result<bool, gridrelay_ports::StoreError>
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.code() == Some("ConditionalCheckFailedException")) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(gridrelay_ports::StoreError::Unavailable(describe_error(&e))),
+    }
+}

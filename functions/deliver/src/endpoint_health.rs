@@ -10,6 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use gridrelay_ports::update_endpoint_health;
 use gridrelay_shared::classify::DeliveryOutcome;
 use gridrelay_shared::delivery::hold;
 use gridrelay_shared::health::{EndpointHealth, Gate};
@@ -20,7 +21,6 @@ use crate::{Attempted, Deliver, Group, Pending, Plan};
 
 /// What one endpoint may receive in this invocation.
 pub(crate) struct EndpointGate {
-    health: EndpointHealth,
     pass: Pass,
 }
 
@@ -87,7 +87,7 @@ impl Deliver {
         let reads = endpoints.into_iter().map(|endpoint| async move {
             let now = self.clock.now();
             let health = match self.state.endpoint_health(endpoint).await {
-                Ok(h) => h,
+                Ok(h) => h.value,
                 Err(e) => {
                     warn!(endpoint, error = %e, "endpoint health unreadable; delivering as if healthy");
                     EndpointHealth::default()
@@ -112,7 +112,7 @@ impl Deliver {
                     }
                 }
             };
-            (endpoint.to_string(), EndpointGate { health, pass })
+            (endpoint.to_string(), EndpointGate { pass })
         });
         futures::future::join_all(reads).await.into_iter().collect()
     }
@@ -162,13 +162,10 @@ impl Deliver {
     }
 
     /// Records what this invocation's attempts say about each endpoint: a success clears its
-    /// record; failures only add to it, and past the threshold delay it (D1).
-    pub(crate) async fn record_health(
-        &self,
-        groups: &[Group],
-        attempted: &[Attempted],
-        gates: &HashMap<String, EndpointGate>,
-    ) {
+    /// record; failures only add to it, and past the threshold delay it (D1). Each change is
+    /// made to the record as it is at the write ([`update_endpoint_health`]), not as it was
+    /// read before the attempts, so concurrent invocations add up and none undoes a delay.
+    pub(crate) async fn record_health(&self, groups: &[Group], attempted: &[Attempted]) {
         let mut seen: HashMap<&str, (u32, bool)> = HashMap::new();
         for a in attempted {
             let endpoint = groups[a.group].subscription.endpoint.as_str();
@@ -181,26 +178,24 @@ impl Deliver {
         }
         let now = self.clock.now();
         let policy = &self.settings.health;
-        let writes = seen.into_iter().filter_map(|(endpoint, (failures, succeeded))| {
-            let before = gates.get(endpoint).map(|g| g.health).unwrap_or_default();
-            let after = if succeeded {
-                EndpointHealth::default()
-            } else {
-                before.after_failures(failures, now, policy)
-            };
-            if after == before {
-                return None;
-            }
-            if after.is_delayed() && !before.is_delayed() {
-                warn!(endpoint, failures = after.consecutive_failures, delayed_until = ?after.delayed_until, "endpoint keeps failing: delivery to it is delayed (D1)");
-            } else if succeeded && before.is_delayed() {
-                info!(endpoint, "endpoint recovered: delayed delivery ends");
-            }
-            Some(async move {
-                if let Err(e) = self.state.put_endpoint_health(endpoint, &after, now).await {
-                    warn!(endpoint, error = %e, "could not record endpoint health");
+        let writes = seen.into_iter().map(|(endpoint, (failures, succeeded))| async move {
+            let change = |before: EndpointHealth| {
+                if succeeded {
+                    EndpointHealth::default()
+                } else {
+                    before.after_failures(failures, now, policy)
                 }
-            })
+            };
+            match update_endpoint_health(self.state.as_ref(), endpoint, now, change).await {
+                Ok((before, after)) => {
+                    if after.is_delayed() && !before.is_delayed() {
+                        warn!(endpoint, failures = after.consecutive_failures, delayed_until = ?after.delayed_until, "endpoint keeps failing: delivery to it is delayed (D1)");
+                    } else if succeeded && before.is_delayed() {
+                        info!(endpoint, "endpoint recovered: delayed delivery ends");
+                    }
+                }
+                Err(e) => warn!(endpoint, error = %e, "could not record endpoint health"),
+            }
         });
         futures::future::join_all(writes).await;
     }

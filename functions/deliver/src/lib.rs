@@ -344,7 +344,7 @@ impl Deliver {
         let mut gates = self.endpoint_gates(&groups).await;
         let (attempted, held) = self.attempt_all(&mut groups, &mut gates, deadline).await;
         self.hold(&groups, held, &gates, &mut plan);
-        self.record_health(&groups, &attempted, &gates).await;
+        self.record_health(&groups, &attempted).await;
         self.settle(&groups, attempted, &mut plan);
         self.send(&mut plan).await;
         let late_wait = self.settings.late_answer_wait.min(self.time_left(deadline));

@@ -23,6 +23,7 @@ use gridrelay_ports::{
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::decision::DeadLetterReason;
 use gridrelay_shared::delivery::DEAD_LETTER_DELAY;
+use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage};
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
@@ -54,19 +55,21 @@ struct World {
 
 impl World {
     fn new(sender: ScriptedSender) -> Self {
-        Self::with_sender(|_| sender)
+        Self::with_sender(|_, _| sender)
     }
 
-    /// A world whose subscriber is made with the world's clock (to take time, as a slow
-    /// endpoint does).
-    fn with_sender(make: impl FnOnce(Arc<ManualClock>) -> ScriptedSender) -> Self {
+    /// A world whose subscriber is made with the world's clock and delivery state (to take
+    /// time, as a slow endpoint does, or to act as a concurrent invocation would).
+    fn with_sender(
+        make: impl FnOnce(Arc<ManualClock>, Arc<MemoryDeliveryStateStore>) -> ScriptedSender,
+    ) -> Self {
         let clock = Arc::new(ManualClock::new(t0()));
-        let sender = make(clock.clone());
+        let state = Arc::new(MemoryDeliveryStateStore::default());
+        let sender = make(clock.clone(), state.clone());
         let store = Arc::new(MemorySubscriptionStore::default());
         let delivery = Arc::new(MemoryQueue::new(clock.clone()));
         let dead = Arc::new(MemoryQueue::new(clock.clone()));
         let sender = Arc::new(sender);
-        let state = Arc::new(MemoryDeliveryStateStore::default());
         let secrets = Arc::new(MemorySecretStore::default());
         let deliver = Deliver {
             store: store.clone(),
@@ -464,7 +467,7 @@ async fn a_failing_endpoint_is_delayed_and_its_neighbour_is_not_d1() {
         .endpoint_health("http://127.0.0.1:9/sick")
         .await
         .unwrap();
-    assert!(health.is_delayed(), "{health:?}");
+    assert!(health.value.is_delayed(), "{health:?}");
 
     w.publish(&["late"]).await;
     let before = w.sender.requests().len();
@@ -595,7 +598,7 @@ async fn a_handshake_does_not_overwrite_a_subscription_created_again_meanwhile()
 /// settled (not left to come back after the visibility timeout).
 #[tokio::test]
 async fn attempts_stop_before_the_deadline_and_the_rest_is_handed_on() {
-    let mut w = World::with_sender(|clock| {
+    let mut w = World::with_sender(|clock, _| {
         ScriptedSender::new(move |_| {
             clock.advance(Duration::from_secs(30));
             AttemptResult::TimedOut
@@ -658,4 +661,37 @@ async fn the_late_answer_wait_ends_before_the_deadline_r4() {
         waited >= Duration::from_secs(49) && waited <= Duration::from_secs(50),
         "waited {waited:?} for the late answer; 50 s were left"
     );
+}
+
+/// Item 6 of the life-cycle issue, D1: endpoint health is changed as it is at the write, not as
+/// it was read before the attempts. While this invocation's attempt is in flight another one
+/// delays the endpoint; this invocation's failure adds to that record instead of writing its
+/// own stale view (one failure, no delay) over it.
+#[tokio::test]
+async fn a_stale_health_writer_does_not_undo_a_delay_d1() {
+    const SICK: &str = "http://127.0.0.1:9/sick";
+    let w = World::with_sender(|clock, state| {
+        ScriptedSender::new(move |_| {
+            futures::executor::block_on(async {
+                // Another invocation's tenth failure, written during this attempt.
+                let read = state.endpoint_health(SICK).await.unwrap();
+                let delayed = EndpointHealth {
+                    consecutive_failures: 10,
+                    delayed_until: Some(clock.now() + chrono::Duration::minutes(1)),
+                    probe_until: None,
+                };
+                state
+                    .put_endpoint_health(SICK, &delayed, read.version, clock.now())
+                    .await
+                    .unwrap();
+            });
+            AttemptResult::Status(503)
+        })
+    });
+    w.subscribe(request("sick")).await;
+    w.publish(&["a"]).await;
+    assert_eq!(w.run().await.report.retried, 1);
+    let health = w.state.endpoint_health(SICK).await.unwrap().value;
+    assert!(health.is_delayed(), "the delay was undone: {health:?}");
+    assert_eq!(health.consecutive_failures, 11);
 }
