@@ -120,6 +120,30 @@ pub struct OutgoingMessage {
     pub delay: Duration,
 }
 
+/// A received message that failed: its receipt and how often it was received.
+#[derive(Debug, Clone, Copy)]
+pub struct FailedReceipt<'a> {
+    pub receipt_handle: &'a str,
+    pub receive_count: u32,
+}
+
+/// Item 2 of the life-cycle issue: messages whose records failed (a store or queue that did
+/// not answer) come back after a short, growing wait
+/// ([`gridrelay_shared::delivery::redelivery_delay`]) instead of the queue's whole visibility
+/// timeout. Best effort: where the queue does not take the change, the timeout applies.
+pub async fn back_off<'a>(
+    queue: &dyn MessageQueue,
+    failed: impl IntoIterator<Item = FailedReceipt<'a>>,
+    scale: gridrelay_shared::time_scale::TimeScale,
+) {
+    for f in failed {
+        let wait = gridrelay_shared::delivery::redelivery_delay(f.receive_count, scale);
+        if let Err(e) = queue.retry_after(f.receipt_handle, wait).await {
+            tracing::warn!(error = %e, "could not shorten a failed message's wait; it comes back after the visibility timeout");
+        }
+    }
+}
+
 /// A message the queue did not accept.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("queue refused the message: {0}")]
@@ -131,6 +155,10 @@ pub trait MessageQueue: Send + Sync {
     /// Sends every message, batching requests as the queue allows. The result holds, for each
     /// message in order, whether the queue durably accepted it.
     async fn send_all(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>>;
+    /// Makes a message received from this queue visible again `after` from now (SQS:
+    /// ChangeMessageVisibility), so a record that failed for a passing reason comes back soon
+    /// rather than after the whole visibility timeout.
+    async fn retry_after(&self, receipt_handle: &str, after: Duration) -> Result<(), QueueError>;
 }
 
 /// A write the object store did not accept.

@@ -318,6 +318,26 @@ impl MessageQueue for MemoryQueue {
             })
             .collect()
     }
+
+    async fn retry_after(&self, receipt_handle: &str, after: Duration) -> Result<(), QueueError> {
+        if self.outage.is_down() {
+            return Err(QueueError("in-memory queue is down".into()));
+        }
+        let receipt: u64 = receipt_handle
+            .parse()
+            .map_err(|_| QueueError(format!("not a receipt handle: {receipt_handle}")))?;
+        let visible_at = self.clock.now() + chrono::Duration::from_std(after).unwrap_or_default();
+        match lock(&self.messages)
+            .iter_mut()
+            .find(|m| m.receipt == receipt)
+        {
+            Some(m) => {
+                m.visible_at = visible_at;
+                Ok(())
+            }
+            None => Err(QueueError(format!("no message with receipt {receipt}"))),
+        }
+    }
 }
 
 /// Objects in a map, keyed by bucket and key.

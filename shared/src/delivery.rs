@@ -32,6 +32,26 @@ pub const LATE_ANSWER_WINDOW: Duration = Duration::from_secs(180);
 /// L4: the wait between the last attempt and the write to the dead-letter location.
 pub const DEAD_LETTER_DELAY: Duration = Duration::from_secs(300);
 
+/// The first wait before a queue message whose record failed (a store or queue that did not
+/// answer) is tried again; each further receive waits three times longer.
+pub const REDELIVERY_FIRST_WAIT: Duration = Duration::from_secs(30);
+/// The longest such wait (the delivery queue's visibility timeout on AWS).
+pub const REDELIVERY_MAX_WAIT: Duration = Duration::from_secs(1800);
+
+/// How long a message whose record failed waits before it is received again, given how often it
+/// was received: 30 s, 90 s, 4.5 min, 13.5 min, then 30 min (scaled, whole seconds, at least
+/// one). A passing failure costs seconds, not the whole visibility timeout; one that repeats
+/// backs off until the redrive policy parks the message.
+pub fn redelivery_delay(receive_count: u32, scale: TimeScale) -> Duration {
+    let factor = 3u32.saturating_pow(receive_count.saturating_sub(1).min(10));
+    let wait = REDELIVERY_FIRST_WAIT
+        .saturating_mul(factor)
+        .min(REDELIVERY_MAX_WAIT);
+    let scaled = scale.apply(wait);
+    let whole = scaled.as_secs() + u64::from(scaled.subsec_nanos() > 0);
+    Duration::from_secs(whole.max(1))
+}
+
 /// The worker's settings that the decisions read.
 #[derive(Debug, Clone, Copy)]
 pub struct DeliveryRules<'a> {
@@ -367,6 +387,20 @@ mod tests {
             schedule,
             scale: TimeScale::REAL,
         }
+    }
+
+    /// Item 2 of the life-cycle issue: a record that failed for a passing reason comes back
+    /// after 30 s, then waits three times longer each receive, up to 30 minutes.
+    #[test]
+    fn failed_records_back_off_from_thirty_seconds() {
+        let waits: Vec<u64> = (1..=7)
+            .map(|n| redelivery_delay(n, TimeScale::REAL).as_secs())
+            .collect();
+        assert_eq!(waits, vec![30, 90, 270, 810, 1800, 1800, 1800]);
+        assert_eq!(redelivery_delay(0, TimeScale::REAL).as_secs(), 30);
+        let scaled = TimeScale::new(0.01).unwrap();
+        assert_eq!(redelivery_delay(1, scaled), Duration::from_secs(1));
+        assert_eq!(redelivery_delay(4, scaled), Duration::from_secs(9));
     }
 
     #[test]

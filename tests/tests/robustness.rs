@@ -9,7 +9,7 @@ use gridrelay_adapters::aws::{SqsQueue, s3_client};
 use gridrelay_adapters::http_sender::HttpEventSender;
 use gridrelay_deliver::{Deliver, DeliverySettings};
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
-use gridrelay_ports::{RandomJitter, SystemClock};
+use gridrelay_ports::{MessageQueue, OutgoingMessage, RandomJitter, SystemClock};
 use gridrelay_shared::message::{DeliveryMessage, QueuedEvent};
 use gridrelay_shared::subscription::SubscriptionRequest;
 use serde_json::json;
@@ -286,5 +286,46 @@ async fn dead_letter_write_recovers_when_the_location_returns_l5() {
     let stats = sys.system.stats();
     assert_eq!(stats.dead_letter.records_written, 1);
     assert_eq!(stats.dead_letter.records_dropped, 0);
+    sys.shutdown().await;
+}
+
+/// Item 2 of the life-cycle issue, on SQS: a received message handed to `retry_after` is
+/// received again after that wait, not after its (here 60 s) visibility timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_message_comes_back_after_its_short_wait() {
+    let sys = TestSystem::start(0.01).await;
+    let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
+    let url = sys.system.resources.delivery_redrive_queue_url.clone();
+    let queue = SqsQueue::new(sqs.clone(), &url);
+    let sent = queue
+        .send_all(&[OutgoingMessage {
+            body: "{}".into(),
+            delay: Duration::ZERO,
+        }])
+        .await;
+    assert!(sent[0].is_ok());
+    let receive = || async {
+        sqs.receive_message()
+            .queue_url(&url)
+            .visibility_timeout(60)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .expect("receive")
+            .messages
+            .unwrap_or_default()
+    };
+    let first = receive().await;
+    let receipt = first[0].receipt_handle().expect("receipt").to_string();
+    queue
+        .retry_after(&receipt, Duration::from_secs(1))
+        .await
+        .expect("visibility changed");
+    let again = eventually(Duration::from_secs(10), "the message again", || async {
+        let got = receive().await;
+        (!got.is_empty()).then_some(got)
+    })
+    .await;
+    assert_eq!(again[0].message_id(), first[0].message_id());
     sys.shutdown().await;
 }

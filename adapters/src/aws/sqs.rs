@@ -1,9 +1,14 @@
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::SqsEvent;
+
 use async_trait::async_trait;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use futures::future::join_all;
 
 use super::describe_error;
-use gridrelay_ports::{MessageQueue, OutgoingMessage, QueueError};
+use gridrelay_ports::{FailedReceipt, MessageQueue, OutgoingMessage, QueueError};
 use gridrelay_shared::message::MAX_MESSAGE_BYTES;
 
 /// SQS's limit of entries in one SendMessageBatch request.
@@ -120,6 +125,39 @@ impl MessageQueue for SqsQueue {
         }
         results
     }
+
+    async fn retry_after(&self, receipt_handle: &str, after: Duration) -> Result<(), QueueError> {
+        // SQS's longest visibility timeout is 12 hours.
+        let seconds = i32::try_from(after.as_secs().min(43_200)).unwrap_or(43_200);
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(seconds)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| QueueError(describe_error(&e)))
+    }
+}
+
+/// The receipts of an SQS event's records at `failed` (their indexes), and how often each was
+/// received, for [`gridrelay_ports::back_off`].
+pub fn failed_receipts<'a>(
+    event: &'a SqsEvent,
+    failed: &'a BTreeSet<usize>,
+) -> impl Iterator<Item = FailedReceipt<'a>> + 'a {
+    failed.iter().filter_map(|&i| {
+        let record = event.records.get(i)?;
+        Some(FailedReceipt {
+            receipt_handle: record.receipt_handle.as_deref()?,
+            receive_count: record
+                .attributes
+                .get("ApproximateReceiveCount")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1),
+        })
+    })
 }
 
 #[cfg(test)]

@@ -16,8 +16,11 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
+use gridrelay_adapters::aws::failed_receipts;
 use gridrelay_ports::fan_out::{FanOutError, fan_out};
-use gridrelay_ports::{Clock, MessageQueue, ObjectStore, OutgoingMessage, SubscriptionStore};
+use gridrelay_ports::{
+    Clock, MessageQueue, ObjectStore, OutgoingMessage, SubscriptionStore, back_off,
+};
 use gridrelay_shared::dead_letter::{
     DeadLetterWrite, FieldNaming, dead_letter_written_event, object_key, render_object,
     render_record,
@@ -139,6 +142,13 @@ impl DeadLetterWriter {
             report.add(&group_report);
             failed.extend(group_failed);
         }
+        let failed_set: std::collections::BTreeSet<usize> = failed.iter().copied().collect();
+        back_off(
+            self.dead_letter_queue.as_ref(),
+            failed_receipts(&event, &failed_set),
+            self.scale,
+        )
+        .await;
         report.failed_messages = failed.len();
         info!(
             objects_written = report.objects_written,

@@ -24,10 +24,11 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use gridrelay_adapters::aws::failed_receipts;
 use gridrelay_ports::secret_headers::resolve_headers;
 use gridrelay_ports::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue,
-    OutgoingMessage, SecretStore, SubscriptionStore,
+    OutgoingMessage, SecretStore, SubscriptionStore, back_off,
 };
 use gridrelay_shared::batching::plan_batches;
 use gridrelay_shared::classify::AttemptResult;
@@ -351,6 +352,12 @@ impl Deliver {
         self.await_late_answers(std::mem::take(&mut plan.late), late_wait)
             .await;
 
+        back_off(
+            self.delivery_queue.as_ref(),
+            failed_receipts(&event, &plan.failed),
+            self.settings.scale,
+        )
+        .await;
         plan.report.failed_messages = plan.failed.len();
         if plan.report != DeliveryReport::default() {
             info!(

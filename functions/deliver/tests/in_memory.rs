@@ -154,7 +154,12 @@ impl World {
             .map(|m| {
                 let mut r = SqsMessage::default();
                 r.message_id = Some(m.id.clone());
+                r.receipt_handle = Some(m.receipt.to_string());
                 r.body = Some(m.body.clone());
+                r.attributes.insert(
+                    "ApproximateReceiveCount".into(),
+                    m.receive_count.to_string(),
+                );
                 r
             })
             .collect();
@@ -694,4 +699,31 @@ async fn a_stale_health_writer_does_not_undo_a_delay_d1() {
     let health = w.state.endpoint_health(SICK).await.unwrap().value;
     assert!(health.is_delayed(), "the delay was undone: {health:?}");
     assert_eq!(health.consecutive_failures, 11);
+}
+
+/// Item 2 of the life-cycle issue, G1: a record that failed because a store did not answer
+/// comes back after 30 s, then 90 s (not after the queue's 30-minute visibility timeout), and
+/// its events are delivered once the store answers again.
+#[tokio::test]
+async fn a_failed_record_comes_back_after_a_short_growing_wait_g1() {
+    let w = World::new(ScriptedSender::status(200));
+    w.subscribe(request("sub-1")).await;
+    w.publish(&["a"]).await;
+    w.store.outage.set(true);
+    assert_eq!(w.run().await.failed_message_ids.len(), 1);
+    w.clock.advance(Duration::from_secs(29));
+    assert!(w.delivery.visible().is_empty(), "back before 30 s");
+    w.clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        w.run().await.failed_message_ids.len(),
+        1,
+        "received again at 30 s"
+    );
+    w.clock.advance(Duration::from_secs(89));
+    assert!(w.delivery.visible().is_empty(), "the second wait is 90 s");
+    w.clock.advance(Duration::from_secs(1));
+    w.store.outage.set(false);
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.delivered, 1);
+    assert!(w.delivery.is_empty());
 }
