@@ -26,6 +26,11 @@ pub enum AttemptResult {
     TimedOut,
     /// The request could not be sent or the connection broke.
     ConnectionFailed(String),
+    /// The request was not made: something the subscription needs to send it (a secret
+    /// delivery header's value) could not be read. A failed attempt like any other, so it
+    /// follows the retry policy and ends in the dead-letter location or a counted drop; it
+    /// says nothing about the endpoint's health.
+    NotSent(String),
 }
 
 /// The `lastDeliveryOutcome` vocabulary of dead-letter records (L6).
@@ -49,6 +54,7 @@ impl DeliveryOutcome {
         match result {
             AttemptResult::TimedOut => Self::TimedOut,
             AttemptResult::ConnectionFailed(_) => Self::ConnectionFailed,
+            AttemptResult::NotSent(_) => Self::GenericError,
             AttemptResult::Status(code) => match code {
                 200..=204 => Self::Succeeded,
                 400 => Self::BadRequest,
@@ -216,7 +222,9 @@ pub fn classify_status(
         AttemptResult::Status(s) if is_success(*s) => return Verdict::Delivered,
         AttemptResult::Status(s) => *s,
         // S2: a timeout or a broken connection is an ordinary failure.
-        AttemptResult::TimedOut | AttemptResult::ConnectionFailed(_) => {
+        AttemptResult::TimedOut
+        | AttemptResult::ConnectionFailed(_)
+        | AttemptResult::NotSent(_) => {
             return Verdict::Retry {
                 min_wait: table.other_failures,
             };

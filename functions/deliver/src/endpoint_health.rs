@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use gridrelay_ports::update_endpoint_health;
-use gridrelay_shared::classify::DeliveryOutcome;
+use gridrelay_shared::classify::{AttemptResult, DeliveryOutcome};
 use gridrelay_shared::delivery::hold;
 use gridrelay_shared::health::{EndpointHealth, Gate};
 use gridrelay_shared::message::DeliveryHistory;
@@ -168,6 +168,10 @@ impl Deliver {
     pub(crate) async fn record_health(&self, groups: &[Group], attempted: &[Attempted]) {
         let mut seen: HashMap<&str, (u32, bool)> = HashMap::new();
         for a in attempted {
+            // Not the endpoint's doing: nothing was sent to it.
+            if matches!(a.result, AttemptResult::NotSent(_)) {
+                continue;
+            }
             let endpoint = groups[a.group].subscription.endpoint.as_str();
             let entry = seen.entry(endpoint).or_default();
             if DeliveryOutcome::of(&a.result) == DeliveryOutcome::Succeeded {

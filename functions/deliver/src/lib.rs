@@ -28,7 +28,7 @@ use gridrelay_adapters::aws::failed_receipts;
 use gridrelay_ports::secret_headers::resolve_headers;
 use gridrelay_ports::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue,
-    OutgoingMessage, SecretStore, SubscriptionStore, back_off,
+    OutgoingMessage, SecretStore, SentAttempt, SubscriptionStore, back_off,
 };
 use gridrelay_shared::batching::plan_batches;
 use gridrelay_shared::classify::AttemptResult;
@@ -120,10 +120,13 @@ pub struct Deliver {
     pub settings: DeliverySettings,
 }
 
+/// Delivery headers resolved for one invocation (H1), or why they could not be.
+type Headers = Arc<Result<Vec<(String, String)>, String>>;
+
 /// A subscription as read for one invocation, with its delivery headers resolved (H1).
 struct Target {
     subscription: Arc<Subscription>,
-    headers: Arc<Vec<(String, String)>>,
+    headers: Headers,
 }
 
 /// Counts of what one invocation did, logged and returned for the runner and tests.
@@ -191,7 +194,9 @@ struct Pending {
 /// Events of one subscription with the same attempt count: they can share a batch.
 struct Group {
     subscription: Arc<Subscription>,
-    headers: Arc<Vec<(String, String)>>,
+    /// An unreadable secret header makes every attempt of the group a failed one that sends
+    /// nothing (`AttemptResult::NotSent`).
+    headers: Headers,
     /// The history its events share for the next attempt (schema and attempt count).
     history: Arc<DeliveryHistory>,
     events: Vec<Pending>,
@@ -438,15 +443,16 @@ impl Deliver {
             .collect();
         let lookups = keys.into_iter().map(|key| async move {
             let result = match self.store.get_subscription(&key.0, &key.1).await {
-                Ok(Some(sub)) => resolve_headers(&sub, self.secrets.as_ref())
-                    .await
-                    .map(|headers| {
-                        Some(Target {
-                            subscription: Arc::new(sub),
-                            headers: Arc::new(headers),
-                        })
-                    })
-                    .map_err(|e| e.to_string()),
+                // Item 2: an unreadable secret is the subscription's problem, settled as a
+                // failed attempt of its events, not a failure of the records around them.
+                Ok(Some(sub)) => Ok(Some(Target {
+                    headers: Arc::new(
+                        resolve_headers(&sub, self.secrets.as_ref())
+                            .await
+                            .map_err(|e| format!("a delivery header could not be read: {e}")),
+                    ),
+                    subscription: Arc::new(sub),
+                })),
                 Ok(None) => Ok(None),
                 Err(e) => Err(e.to_string()),
             };
@@ -599,9 +605,18 @@ impl Deliver {
                     });
                 }
                 let group = &groups[g];
-                let request = delivery_request(group, &events);
                 let time = self.clock.now();
-                let sent = self.sender.send(request).await;
+                let sent = match group.headers.as_ref() {
+                    Ok(headers) => {
+                        self.sender
+                            .send(delivery_request(group, headers, &events))
+                            .await
+                    }
+                    Err(why) => SentAttempt {
+                        result: AttemptResult::NotSent(why.clone()),
+                        late: None,
+                    },
+                };
                 Ok(Attempted {
                     group: g,
                     events,
@@ -650,8 +665,14 @@ impl Deliver {
                     delay,
                     events,
                 } => {
-                    if let AttemptResult::ConnectionFailed(reason) = &a.result {
-                        warn!(subscription = %sub.name, error = %reason, "delivery attempt could not connect");
+                    match &a.result {
+                        AttemptResult::ConnectionFailed(reason) => {
+                            warn!(subscription = %sub.name, error = %reason, "delivery attempt could not connect");
+                        }
+                        AttemptResult::NotSent(reason) => {
+                            warn!(topic = %sub.topic, subscription = %sub.name, error = %reason, "delivery attempt not made; retried on the schedule");
+                        }
+                        _ => {}
                     }
                     plan.report.retried += events;
                     if let (Some(id), Some(answer)) = (timed_out_attempt, late.take()) {
@@ -693,8 +714,13 @@ impl Deliver {
     }
 }
 
-/// The request for one batch, in the subscription's schema, with Event Grid's headers.
-fn delivery_request(group: &Group, events: &[Pending]) -> DeliveryRequest {
+/// The request for one batch, in the subscription's schema, with Event Grid's headers and the
+/// subscription's own.
+fn delivery_request(
+    group: &Group,
+    headers: &[(String, String)],
+    events: &[Pending],
+) -> DeliveryRequest {
     let sub = &group.subscription;
     let (content_type, body) =
         delivery_body(events.iter().map(|p| &*p.event.event), group.history.schema);
@@ -712,7 +738,7 @@ fn delivery_request(group: &Group, events: &[Pending]) -> DeliveryRequest {
             ("aeg-metadata-version".into(), "1".to_string()),
         ]
         .into_iter()
-        .chain(group.headers.iter().cloned())
+        .chain(headers.iter().cloned())
         .collect(),
     }
 }

@@ -23,6 +23,7 @@ use gridrelay_ports::{
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::decision::DeadLetterReason;
 use gridrelay_shared::delivery::DEAD_LETTER_DELAY;
+use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage};
 use gridrelay_shared::schema::InputSchema;
@@ -726,4 +727,58 @@ async fn a_failed_record_comes_back_after_a_short_growing_wait_g1() {
     let outcome = w.run().await;
     assert_eq!(outcome.report.delivered, 1);
     assert!(w.delivery.is_empty());
+}
+
+/// Item 2 of the life-cycle issue, H1, R5, L2: a secret delivery header whose value cannot be
+/// read is the subscription's problem, not its records': its events are settled as failed
+/// attempts that send nothing (retried after 10 s), and when the attempts run out they are
+/// dead-lettered. The message is never left to SQS's redelivery, and no request goes out
+/// without the header.
+#[tokio::test]
+async fn an_unreadable_secret_header_follows_the_retry_policy_h1_r5_l2() {
+    let w = World::new(ScriptedSender::status(200));
+    w.subscribe(with_dead_letter(SubscriptionRequest {
+        max_delivery_attempts: Some(2),
+        delivery_attributes: vec![DeliveryAttributeRequest {
+            name: "Authorization".into(),
+            value: "Bearer s3cret".into(),
+            is_secret: true,
+        }],
+        ..request("sub-1")
+    }))
+    .await;
+    w.publish(&["a"]).await;
+    w.secrets.outage.set(true);
+
+    let first = w.run().await;
+    assert!(first.failed_message_ids.is_empty(), "{first:?}");
+    assert_eq!((first.report.attempts, first.report.retried), (1, 1));
+    assert_eq!(
+        w.delivery.sent().last().unwrap().delay,
+        Duration::from_secs(10)
+    );
+    w.clock.advance(Duration::from_secs(10));
+    let second = w.run().await;
+    assert!(second.failed_message_ids.is_empty());
+    assert_eq!(second.report.dead_lettered, 1);
+    assert!(
+        w.sender.requests().is_empty(),
+        "nothing was sent without its header"
+    );
+    let dead = w.dead_letters();
+    assert_eq!(
+        dead[0].entries[0].reason,
+        DeadLetterReason::MaxDeliveryAttemptsExceeded
+    );
+    assert_eq!(dead[0].entries[0].delivery_attempts, 2);
+    let health = w
+        .state
+        .endpoint_health("http://127.0.0.1:9/sub-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        health.value,
+        EndpointHealth::default(),
+        "not the endpoint's failure"
+    );
 }
