@@ -12,10 +12,12 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gridrelay_adapters::aws::{
-    DynamoSubscriptionStore, SecretsManagerStore, SqsQueue, describe_error, load_sdk_config,
+    DynamoSubscriptionStore, S3ObjectStore, SecretsManagerStore, SqsQueue, describe_error,
+    load_sdk_config, s3_client,
 };
 use gridrelay_adapters::config::{self, TableNames};
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
+use gridrelay_ports::redrive::{DeadLetterSelection, redrive_dead_letters, redrive_queue};
 use gridrelay_ports::registration::{RegistrationError, Registry};
 use gridrelay_ports::{StoreError, SubscriptionStore};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
@@ -88,6 +90,101 @@ enum Command {
     EventSubscription(SubscriptionCommand),
     /// Run the publish API and the delivery and dead-letter workers against AWS_ENDPOINT_URL.
     Local(LocalArgs),
+    /// Move parked or dead-lettered events back into delivery.
+    #[command(subcommand)]
+    Redrive(RedriveCommand),
+}
+
+#[derive(Subcommand)]
+enum RedriveCommand {
+    /// Move the messages of a redrive queue (where SQS parks messages whose processing kept
+    /// failing) back to the queue they came from; messages that cannot be read stay.
+    Queue(RedriveQueueArgs),
+    /// Deliver dead-lettered events again: read a topic's dead-letter objects, pick records by
+    /// subscription, time and reason, enqueue their events as new deliveries (attempts and TTL
+    /// start again), and take them out of their objects.
+    DeadLetters(RedriveDeadLettersArgs),
+}
+
+#[derive(Args)]
+struct RedriveQueueArgs {
+    /// The redrive queue: a URL, or a name to look up (the dead-letter queue's is
+    /// gridrelay-dead-letter-redrive).
+    #[arg(long, default_value = "gridrelay-delivery-redrive")]
+    from: String,
+    /// Where its messages go back to (a URL or name); default: the delivery queue
+    /// (--delivery-queue).
+    #[arg(long)]
+    to: Option<String>,
+    /// Report what would move; move nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Move at most this many messages.
+    #[arg(long, default_value_t = 10_000)]
+    max_messages: usize,
+}
+
+#[derive(Args)]
+struct RedriveDeadLettersArgs {
+    #[arg(long)]
+    topic_name: String,
+    /// One subscription (default: every subscription of the topic with a dead-letter
+    /// destination).
+    #[arg(long)]
+    name: Option<String>,
+    /// Only objects of hours that end after this time (RFC 3339, e.g. 2026-11-23T10:00:00Z).
+    #[arg(long)]
+    since: Option<String>,
+    /// Only objects of hours that begin before this time (RFC 3339).
+    #[arg(long)]
+    until: Option<String>,
+    /// Only records with this deadLetterReason (e.g. MaxDeliveryAttemptsExceeded); repeat for
+    /// more.
+    #[arg(long)]
+    reason: Vec<String>,
+    /// Report what would move; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+impl RedriveDeadLettersArgs {
+    fn selection(&self) -> Result<DeadLetterSelection, LimitError> {
+        validate_topic_name(&self.topic_name)?;
+        let time = |flag: &str, value: &Option<String>| {
+            value
+                .as_deref()
+                .map(|v| {
+                    chrono::DateTime::parse_from_rfc3339(v)
+                        .map(|t| t.to_utc())
+                        .map_err(|_| {
+                            LimitError::new(
+                                flag,
+                                format!("{v:?}"),
+                                "an RFC 3339 time, e.g. 2026-11-23T10:00:00Z",
+                            )
+                        })
+                })
+                .transpose()
+        };
+        let since = time("since", &self.since)?;
+        let until = time("until", &self.until)?;
+        if let (Some(s), Some(u)) = (since, until)
+            && s >= u
+        {
+            return Err(LimitError::new(
+                "until",
+                u.to_rfc3339(),
+                format!("a time after --since ({})", s.to_rfc3339()),
+            ));
+        }
+        Ok(DeadLetterSelection {
+            topic: self.topic_name.clone(),
+            subscription: self.name.clone(),
+            since,
+            until,
+            reasons: self.reason.clone(),
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -325,6 +422,8 @@ fn flag_of(field: &str) -> &str {
         "eventDeliverySchema" => "--event-delivery-schema",
         f if f.starts_with("advancedFilter") => "--advanced-filter",
         "deliveryAttributeMapping" => "--delivery-attribute-mapping",
+        "since" => "--since",
+        "until" => "--until",
         other => other,
     }
 }
@@ -403,6 +502,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     match cli.command {
         Command::Local(args) => run_local(args).await,
+        Command::Redrive(cmd) => redrive_command(cmd, tables, &cli.delivery_queue).await,
         Command::Topic(cmd) => {
             if let TopicCommand::Show(t) | TopicCommand::Delete(t) = &cmd {
                 validate_topic_name(&t.name).map_err(invalid)?;
@@ -459,8 +559,87 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// The queue's URL: given, or looked up by name.
+async fn redrive_command(
+    cmd: RedriveCommand,
+    tables: TableNames,
+    delivery_queue: &str,
+) -> anyhow::Result<()> {
+    let selection = match &cmd {
+        RedriveCommand::DeadLetters(args) => Some(args.selection().map_err(invalid)?),
+        RedriveCommand::Queue(_) => None,
+    };
+    let sdk = load_sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    match (cmd, selection) {
+        (RedriveCommand::Queue(args), _) => {
+            let from = queue_url(&sqs, &args.from, "--from").await?;
+            let to = match &args.to {
+                Some(to) => queue_url(&sqs, to, "--to").await?,
+                None => delivery_queue_url(&sqs, delivery_queue).await?,
+            };
+            let report = redrive_queue(
+                &SqsQueue::new(sqs.clone(), &from),
+                &SqsQueue::new(sqs, &to),
+                args.dry_run,
+                args.max_messages,
+            )
+            .await?;
+            print(&json!({
+                "dryRun": report.dry_run,
+                "from": from,
+                "to": to,
+                "messages": report.messages(),
+                "moved": report.moved.iter().map(|(whose, m)| {
+                    (whose.clone(), json!({"messages": m.messages, "events": m.events}))
+                }).collect::<serde_json::Map<_, _>>(),
+                "unreadableLeft": report.unreadable,
+            }))
+        }
+        (RedriveCommand::DeadLetters(args), Some(selection)) => {
+            let store = DynamoSubscriptionStore::from_sdk(&sdk, tables);
+            let objects = S3ObjectStore::new(s3_client(&sdk));
+            let queue = SqsQueue::new(sqs.clone(), delivery_queue_url(&sqs, delivery_queue).await?);
+            let report = redrive_dead_letters(
+                &store,
+                &objects,
+                &queue,
+                &selection,
+                args.dry_run,
+                chrono::Utc::now(),
+            )
+            .await?;
+            print(&json!({
+                "dryRun": report.dry_run,
+                "events": report.events(),
+                "subscriptions": report.subscriptions.iter().map(|s| json!({
+                    "name": s.subscription,
+                    "skipped": s.skipped,
+                    "objectsRead": s.objects_read,
+                    "objectsDeleted": s.objects_deleted,
+                    "objectsRewritten": s.objects_rewritten,
+                    "moved": s.moved,
+                    "recordsLeft": s.left,
+                })).collect::<Vec<_>>(),
+            }))
+        }
+        (RedriveCommand::DeadLetters(_), None) => bail!("the selection was not validated"),
+    }
+}
+
+/// The delivery queue's URL: given, or looked up by name.
 async fn delivery_queue_url(sqs: &aws_sdk_sqs::Client, queue: &str) -> anyhow::Result<String> {
+    queue_url(sqs, queue, "--delivery-queue")
+        .await
+        .with_context(|| {
+            format!(
+                "set --delivery-queue or {} to the delivery queue's URL",
+                config::DELIVERY_QUEUE_URL_ENV
+            )
+        })
+}
+
+/// A queue's URL: given, or looked up by name.
+async fn queue_url(sqs: &aws_sdk_sqs::Client, queue: &str, flag: &str) -> anyhow::Result<String> {
     if queue.starts_with("http://") || queue.starts_with("https://") {
         return Ok(queue.to_string());
     }
@@ -470,12 +649,7 @@ async fn delivery_queue_url(sqs: &aws_sdk_sqs::Client, queue: &str) -> anyhow::R
         .send()
         .await
         .map_err(|e| anyhow::anyhow!(describe_error(&e)))
-        .with_context(|| {
-            format!(
-                "could not find the delivery queue {queue:?}; set --delivery-queue or {} to its URL",
-                config::DELIVERY_QUEUE_URL_ENV
-            )
-        })?;
+        .with_context(|| format!("could not find the queue {queue:?} ({flag})"))?;
     found
         .queue_url()
         .map(str::to_string)

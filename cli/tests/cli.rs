@@ -1,7 +1,13 @@
 //! The `gridrelay` command line, run as a user runs it.
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
+use gridrelay_adapters::aws::SqsQueue;
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, subscription};
+use gridrelay_ports::{MessageQueue, OutgoingMessage};
+use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
+use gridrelay_shared::subscription::SubscriptionRequest;
 use serde_json::Value;
 
 fn gridrelay(args: &[&str], tables: Option<(&str, &str)>) -> Output {
@@ -310,4 +316,124 @@ async fn topic_and_subscription_lifecycle_c1() {
     json(&gridrelay(&["topic", "delete", "--name", "orders"], tables));
     let listed = json(&gridrelay(&["topic", "list"], tables));
     assert_eq!(listed, serde_json::json!([]));
+}
+
+/// The command line for a running system: its tables and delivery queue.
+fn gridrelay_for(sys: &TestSystem, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gridrelay"))
+        .args(args)
+        .env("GRIDRELAY_TOPICS_TABLE", &sys.names.topics_table)
+        .env(
+            "GRIDRELAY_SUBSCRIPTIONS_TABLE",
+            &sys.names.subscriptions_table,
+        )
+        .env(
+            "GRIDRELAY_DELIVERY_QUEUE_URL",
+            &sys.system.resources.delivery_queue_url,
+        )
+        .output()
+        .expect("gridrelay runs")
+}
+
+/// Item 2 of the life-cycle issue, L2, G1: `gridrelay redrive`, as an operator runs it against
+/// a running system. An event dead-lettered after its one allowed attempt failed is, once the
+/// subscriber is fixed, delivered again by `redrive dead-letters` (its dry run moving
+/// nothing), and its object is gone; a message parked in the delivery redrive queue is moved
+/// back by `redrive queue` and delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("redo").await;
+    let sub = Subscriber::start(vec![Reply::Status(503)], Reply::Status(200)).await;
+    let registered = sys
+        .subscribe(SubscriptionRequest {
+            dead_letter_destination: Some(sys.dead_letter_url("redo")),
+            max_delivery_attempts: Some(1),
+            ..subscription("redo", "audit", &sub.url)
+        })
+        .await;
+    sys.publish(&topic, &events("r", 1)).await;
+    sys.wait_for_dead_letters("redo/", Duration::from_secs(30))
+        .await;
+
+    let bad = gridrelay_for(
+        &sys,
+        &[
+            "redrive",
+            "dead-letters",
+            "--topic-name",
+            "redo",
+            "--since",
+            "yesterday",
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("invalid --since") && stderr(&bad).contains("RFC 3339"));
+    let dry = json(&gridrelay_for(
+        &sys,
+        &[
+            "redrive",
+            "dead-letters",
+            "--topic-name",
+            "redo",
+            "--dry-run",
+        ],
+    ));
+    assert_eq!(dry["events"], 1, "{dry}");
+    assert_eq!(
+        dry["subscriptions"][0]["moved"]["MaxDeliveryAttemptsExceeded"],
+        1
+    );
+    assert_eq!(sys.dead_letter_objects("redo/").await.len(), 1);
+    let done = json(&gridrelay_for(
+        &sys,
+        &[
+            "redrive",
+            "dead-letters",
+            "--topic-name",
+            "redo",
+            "--name",
+            "audit",
+            "--reason",
+            "MaxDeliveryAttemptsExceeded",
+        ],
+    ));
+    assert_eq!(done["events"], 1, "{done}");
+    let delivered = sub.wait_for_requests(2, Duration::from_secs(30)).await;
+    assert_eq!(delivered[1].ids(), vec!["r-0"]);
+    assert_eq!(delivered[1].reply, Reply::Status(200));
+    assert_eq!(delivered[1].header("aeg-delivery-count"), Some("0"));
+    assert!(sys.dead_letter_objects("redo/").await.is_empty());
+
+    // A delivery message that SQS parked in the redrive queue.
+    let parked = DeliveryMessage::packed(
+        &DeliveryHistory::new(&registered),
+        chrono::Utc::now(),
+        vec![QueuedEvent {
+            publish_time: chrono::Utc::now(),
+            event: serde_json::value::RawValue::from_string(
+                r#"{"id":"parked-1","subject":"s","eventType":"t","eventTime":"2026-11-23T00:00:00Z","data":{}}"#
+                    .into(),
+            )
+            .expect("json"),
+        }],
+    );
+    let redrive_url = sys.system.resources.delivery_redrive_queue_url.clone();
+    let redrive = SqsQueue::new(aws_sdk_sqs::Client::new(&sys.sdk), &redrive_url);
+    let sent = redrive
+        .send_all(&[OutgoingMessage {
+            body: parked[0].to_body().expect("body"),
+            delay: Duration::ZERO,
+        }])
+        .await;
+    assert!(sent[0].is_ok());
+    let moved = json(&gridrelay_for(
+        &sys,
+        &["redrive", "queue", "--from", &redrive_url],
+    ));
+    assert_eq!(moved["messages"], 1, "{moved}");
+    assert_eq!(moved["moved"]["redo/audit"]["events"], 1);
+    let delivered = sub.wait_for_requests(3, Duration::from_secs(30)).await;
+    assert_eq!(delivered[2].ids(), vec!["parked-1"]);
+    sys.shutdown().await;
 }

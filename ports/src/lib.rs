@@ -12,6 +12,7 @@
 
 pub mod fan_out;
 pub mod memory;
+pub mod redrive;
 pub mod registration;
 pub mod secret_headers;
 mod update;
@@ -159,6 +160,23 @@ pub trait MessageQueue: Send + Sync {
     /// ChangeMessageVisibility), so a record that failed for a passing reason comes back soon
     /// rather than after the whole visibility timeout.
     async fn retry_after(&self, receipt_handle: &str, after: Duration) -> Result<(), QueueError>;
+    /// Receives up to `max` visible messages (at most 10), hiding them for `visibility`. For
+    /// the operator's tools (`gridrelay redrive`); the functions are invoked with theirs.
+    async fn receive_batch(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<ReceivedMessage>, QueueError>;
+    /// Deletes a received message.
+    async fn delete_received(&self, receipt_handle: &str) -> Result<(), QueueError>;
+}
+
+/// A message received from a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedMessage {
+    pub id: String,
+    pub body: String,
+    pub receipt_handle: String,
 }
 
 /// A write the object store did not accept.
@@ -171,6 +189,11 @@ pub struct ObjectStoreError(pub String);
 pub trait ObjectStore: Send + Sync {
     async fn put_json(&self, bucket: &str, key: &str, body: String)
     -> Result<(), ObjectStoreError>;
+    /// The keys under `prefix`, in key order.
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, ObjectStoreError>;
+    async fn get(&self, bucket: &str, key: &str) -> Result<String, ObjectStoreError>;
+    /// Deletes an object; a missing one is not an error.
+    async fn delete(&self, bucket: &str, key: &str) -> Result<(), ObjectStoreError>;
 }
 
 /// A secret store that did not answer as asked. Never carries a secret value.

@@ -21,7 +21,8 @@ use gridrelay_shared::subscription::{Subscription, Topic};
 use crate::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, HandshakeReply, HandshakeRequest,
     Jitter, LateAnswer, MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError,
-    SecretError, SecretStore, SentAttempt, StoreError, SubscriptionStore, Versioned,
+    ReceivedMessage, SecretError, SecretStore, SentAttempt, StoreError, SubscriptionStore,
+    Versioned,
 };
 
 /// Locks a mutex, going on with the data if a panicking test thread poisoned it.
@@ -319,6 +320,37 @@ impl MessageQueue for MemoryQueue {
             .collect()
     }
 
+    async fn receive_batch(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<ReceivedMessage>, QueueError> {
+        if self.outage.is_down() {
+            return Err(QueueError("in-memory queue is down".into()));
+        }
+        Ok(self
+            .receive(max.min(10), visibility)
+            .into_iter()
+            .map(|m| ReceivedMessage {
+                id: m.id,
+                body: m.body,
+                receipt_handle: m.receipt.to_string(),
+            })
+            .collect())
+    }
+
+    async fn delete_received(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        if self.outage.is_down() {
+            return Err(QueueError("in-memory queue is down".into()));
+        }
+        let receipt: u64 = receipt_handle
+            .parse()
+            .map_err(|_| QueueError(format!("not a receipt handle: {receipt_handle}")))?;
+        let mut messages = lock(&self.messages);
+        messages.retain(|m| m.receipt != receipt);
+        Ok(())
+    }
+
     async fn retry_after(&self, receipt_handle: &str, after: Duration) -> Result<(), QueueError> {
         if self.outage.is_down() {
             return Err(QueueError("in-memory queue is down".into()));
@@ -365,6 +397,35 @@ impl ObjectStore for MemoryObjectStore {
             return Err(ObjectStoreError("in-memory object store is down".into()));
         }
         lock(&self.objects).insert((bucket.to_string(), key.to_string()), body);
+        Ok(())
+    }
+
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, ObjectStoreError> {
+        if self.outage.is_down() {
+            return Err(ObjectStoreError("in-memory object store is down".into()));
+        }
+        Ok(lock(&self.objects)
+            .keys()
+            .filter(|(b, k)| b == bucket && k.starts_with(prefix))
+            .map(|(_, k)| k.clone())
+            .collect())
+    }
+
+    async fn get(&self, bucket: &str, key: &str) -> Result<String, ObjectStoreError> {
+        if self.outage.is_down() {
+            return Err(ObjectStoreError("in-memory object store is down".into()));
+        }
+        lock(&self.objects)
+            .get(&(bucket.to_string(), key.to_string()))
+            .cloned()
+            .ok_or_else(|| ObjectStoreError(format!("no object {key} in {bucket}")))
+    }
+
+    async fn delete(&self, bucket: &str, key: &str) -> Result<(), ObjectStoreError> {
+        if self.outage.is_down() {
+            return Err(ObjectStoreError("in-memory object store is down".into()));
+        }
+        lock(&self.objects).remove(&(bucket.to_string(), key.to_string()));
         Ok(())
     }
 }

@@ -31,12 +31,9 @@ impl FieldNaming {
     }
 }
 
-/// Renders one record: the original event plus the L6 fields.
-pub fn render_record(
-    entry: &DeadLetterEntry,
-    naming: FieldNaming,
-) -> Result<Box<RawValue>, serde_json::Error> {
-    let names = match naming {
+/// The L6 fields' names: reason, attempts, last outcome, publish time, last attempt time.
+fn l6_names(naming: FieldNaming) -> [&'static str; 5] {
+    match naming {
         FieldNaming::EventGrid => [
             "deadLetterReason",
             "deliveryAttempts",
@@ -51,7 +48,15 @@ pub fn render_record(
             "publishtime",
             "lastdeliveryattempttime",
         ],
-    };
+    }
+}
+
+/// Renders one record: the original event plus the L6 fields.
+pub fn render_record(
+    entry: &DeadLetterEntry,
+    naming: FieldNaming,
+) -> Result<Box<RawValue>, serde_json::Error> {
+    let names = l6_names(naming);
     let mut fields = vec![
         (names[0], Value::String(entry.reason.to_string())),
         (names[1], Value::from(entry.delivery_attempts)),
@@ -104,6 +109,96 @@ pub fn object_key(
         path
     } else {
         format!("{}/{path}", destination.prefix)
+    }
+}
+
+/// The folder of one subscription's dead-letter objects: `PREFIX/TOPIC/SUBSCRIPTION/`.
+pub fn subscription_folder(
+    destination: &DeadLetterDestination,
+    topic: &str,
+    subscription: &str,
+) -> String {
+    if destination.prefix.is_empty() {
+        format!("{topic}/{subscription}/")
+    } else {
+        format!("{}/{topic}/{subscription}/", destination.prefix)
+    }
+}
+
+/// The hour an object under `folder` holds records of, read from its key
+/// (`FOLDER/YYYY/MM/DD/HH/<id>.json`).
+pub fn object_hour(folder: &str, key: &str) -> Option<DateTime<Utc>> {
+    let rest = key.strip_prefix(folder)?;
+    let mut parts = rest.split('/');
+    let mut next = || parts.next().and_then(|p| p.parse::<u32>().ok());
+    let (year, month, day, hour) = (next()?, next()?, next()?, next()?);
+    chrono::NaiveDate::from_ymd_opt(i32::try_from(year).ok()?, month, day)?
+        .and_hms_opt(hour, 0, 0)
+        .map(|t| t.and_utc())
+}
+
+/// A dead-letter record read back: the event as its subscription receives it (the L6 fields
+/// taken off, everything else as it was written), and why it was dead-lettered.
+#[derive(Debug)]
+pub struct ReadBack {
+    pub event: Box<RawValue>,
+    /// `deadLetterReason` (`deadletterreason` for CloudEvents).
+    pub reason: String,
+}
+
+/// Takes the L6 fields off a record (see [`render_record`]).
+pub fn read_record(record: &RawValue, naming: FieldNaming) -> Result<ReadBack, serde_json::Error> {
+    let names = l6_names(naming);
+    let fields: OrderedFields<'_> = serde_json::from_str(record.get())?;
+    let mut reason = String::new();
+    let mut out = String::with_capacity(record.get().len());
+    out.push('{');
+    for (name, value) in fields.0 {
+        if name == names[0] {
+            reason = serde_json::from_str::<String>(value.get()).unwrap_or_default();
+        }
+        if names.contains(&name.as_ref()) {
+            continue;
+        }
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(&name)?);
+        out.push(':');
+        out.push_str(value.get());
+    }
+    out.push('}');
+    Ok(ReadBack {
+        event: RawValue::from_string(out)?,
+        reason,
+    })
+}
+
+/// An object's fields in their order, values as raw text.
+struct OrderedFields<'a>(Vec<(std::borrow::Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for OrderedFields<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = OrderedFields<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(entry) =
+                    map.next_entry::<std::borrow::Cow<'de, str>, &'de RawValue>()?
+                {
+                    fields.push(entry);
+                }
+                Ok(OrderedFields(fields))
+            }
+        }
+        deserializer.deserialize_map(Fields)
     }
 }
 
@@ -169,6 +264,7 @@ mod tests {
     use super::*;
     use crate::classify::DeliveryOutcome;
     use crate::decision::DeadLetterReason;
+    use chrono::Timelike;
     use serde_json::json;
 
     fn entry() -> DeadLetterEntry {
@@ -236,6 +332,37 @@ mod tests {
             object_key(&d, "orders", "audit", at, "u1"),
             "orders/audit/2026/01/02/03/u1.json"
         );
+    }
+
+    /// Redrive: a record read back is the event exactly as it was, without the L6 fields, in
+    /// both namings; the reason is read from it.
+    #[test]
+    fn a_record_reads_back_as_its_event() {
+        let original = entry();
+        for naming in [FieldNaming::EventGrid, FieldNaming::CloudEvents] {
+            let record = render_record(&original, naming).unwrap();
+            let back = read_record(&record, naming).unwrap();
+            assert_eq!(back.event.get(), original.event.get());
+            assert_eq!(back.reason, "MaxDeliveryAttemptsExceeded");
+        }
+    }
+
+    /// Redrive: an object's hour is read from its key under the subscription's folder.
+    #[test]
+    fn object_hour_is_read_from_the_key_l3() {
+        let d = DeadLetterDestination::parse("s3://bkt/dl").unwrap();
+        let at = DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
+            .unwrap()
+            .to_utc();
+        let folder = subscription_folder(&d, "orders", "audit");
+        assert_eq!(folder, "dl/orders/audit/");
+        let key = object_key(&d, "orders", "audit", at, "u1");
+        assert_eq!(
+            object_hour(&folder, &key),
+            Some(at.with_minute(0).unwrap().with_second(0).unwrap())
+        );
+        assert_eq!(object_hour(&folder, "dl/orders/audit/junk.json"), None);
+        assert_eq!(object_hour("dl/orders/other/", &key), None);
     }
 
     /// L7: the announcement names the object, its source and what it holds.

@@ -35,4 +35,53 @@ impl ObjectStore for S3ObjectStore {
             .map(|_| ())
             .map_err(|e| ObjectStoreError(describe_error(&e)))
     }
+
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, ObjectStoreError> {
+        let mut keys = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| ObjectStoreError(describe_error(&e)))?;
+            keys.extend(
+                page.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_string)),
+            );
+        }
+        Ok(keys)
+    }
+
+    async fn get(&self, bucket: &str, key: &str) -> Result<String, ObjectStoreError> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| ObjectStoreError(describe_error(&e)))?;
+        let bytes = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| ObjectStoreError(e.to_string()))?
+            .into_bytes();
+        String::from_utf8(bytes.to_vec()).map_err(|e| ObjectStoreError(e.to_string()))
+    }
+
+    async fn delete(&self, bucket: &str, key: &str) -> Result<(), ObjectStoreError> {
+        self.client
+            .delete_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| ObjectStoreError(describe_error(&e)))
+    }
 }

@@ -8,7 +8,7 @@ use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use futures::future::join_all;
 
 use super::describe_error;
-use gridrelay_ports::{FailedReceipt, MessageQueue, OutgoingMessage, QueueError};
+use gridrelay_ports::{FailedReceipt, MessageQueue, OutgoingMessage, QueueError, ReceivedMessage};
 use gridrelay_shared::message::MAX_MESSAGE_BYTES;
 
 /// SQS's limit of entries in one SendMessageBatch request.
@@ -124,6 +124,48 @@ impl MessageQueue for SqsQueue {
             results[i] = r;
         }
         results
+    }
+
+    async fn receive_batch(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<ReceivedMessage>, QueueError> {
+        let max = i32::try_from(max.clamp(1, 10)).unwrap_or(10);
+        let visibility = i32::try_from(visibility.as_secs().min(43_200)).unwrap_or(43_200);
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(max)
+            .visibility_timeout(visibility)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .map_err(|e| QueueError(describe_error(&e)))?;
+        Ok(out
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| {
+                Some(ReceivedMessage {
+                    id: m.message_id?,
+                    body: m.body.unwrap_or_default(),
+                    receipt_handle: m.receipt_handle?,
+                })
+            })
+            .collect())
+    }
+
+    async fn delete_received(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        self.client
+            .delete_message()
+            .queue_url(&self.url)
+            .receipt_handle(receipt_handle)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| QueueError(describe_error(&e)))
     }
 
     async fn retry_after(&self, receipt_handle: &str, after: Duration) -> Result<(), QueueError> {

@@ -1,0 +1,563 @@
+//! `gridrelay redrive`: what was parked or given up goes back into delivery, on an operator's
+//! word.
+//!
+//! Two places hold such events. A *redrive queue* is where SQS parks a message whose record kept
+//! failing (a store that was down for long, a body no version can read): [`redrive_queue`] moves
+//! the messages it can read back to the queue they came from, and leaves the others (and says
+//! so). *Dead-letter objects* hold the events delivery gave up on (L2): [`redrive_dead_letters`]
+//! reads a topic's (or one subscription's) objects, picks records by time and reason, and
+//! enqueues their events for delivery again as new deliveries of the subscription as it is now
+//! (attempts and TTL start again); an object whose records all moved is deleted, one with
+//! records left is written again with those. Both have a dry run that reads and reports what
+//! would move, and changes nothing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
+
+use crate::{
+    MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError, StoreError,
+    SubscriptionStore,
+};
+use gridrelay_shared::dead_letter::{
+    FieldNaming, object_hour, read_record, render_object, subscription_folder,
+};
+use gridrelay_shared::message::{
+    DeadLetterMessage, DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, QueuedEvent,
+};
+use gridrelay_shared::subscription::Subscription;
+
+/// How long a message read by a redrive stays hidden while it runs; those it does not move are
+/// made visible again when it ends.
+const SCAN_VISIBILITY: Duration = Duration::from_secs(120);
+
+/// Why a redrive stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RedriveError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error(transparent)]
+    Objects(#[from] ObjectStoreError),
+    #[error("{0}")]
+    NotFound(String),
+}
+
+/// Messages and events, per `topic/subscription`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Moved {
+    pub messages: usize,
+    pub events: usize,
+}
+
+/// What a queue redrive moved (or, in a dry run, would move).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueRedriveReport {
+    pub dry_run: bool,
+    /// Per `topic/subscription` (handshake steps under `topic/subscription (validation)`).
+    pub moved: BTreeMap<String, Moved>,
+    /// Bodies no kind of message reads: left where they are.
+    pub unreadable: usize,
+}
+
+impl QueueRedriveReport {
+    pub fn messages(&self) -> usize {
+        self.moved.values().map(|m| m.messages).sum()
+    }
+}
+
+/// What one message on a delivery or dead-letter queue is for.
+fn describe(body: &str) -> Option<(String, usize)> {
+    match DeliveryQueueMessage::from_body(body) {
+        Ok(DeliveryQueueMessage::Delivery(m)) => {
+            Some((format!("{}/{}", m.topic, m.subscription), m.events.len()))
+        }
+        Ok(DeliveryQueueMessage::Validation(t)) => {
+            Some((format!("{}/{} (validation)", t.topic, t.subscription), 0))
+        }
+        Err(_) => DeadLetterMessage::from_body(body)
+            .ok()
+            .map(|m| (format!("{}/{}", m.topic, m.subscription), m.entries.len())),
+    }
+}
+
+/// Moves up to `max_messages` readable messages from a redrive queue back to `to` (the queue
+/// they came from).
+pub async fn redrive_queue(
+    from: &dyn MessageQueue,
+    to: &dyn MessageQueue,
+    dry_run: bool,
+    max_messages: usize,
+) -> Result<QueueRedriveReport, RedriveError> {
+    let mut report = QueueRedriveReport {
+        dry_run,
+        ..QueueRedriveReport::default()
+    };
+    let mut left = Vec::new();
+    let mut seen = 0;
+    let result = async {
+        while seen < max_messages {
+            let batch = from
+                .receive_batch((max_messages - seen).min(10), SCAN_VISIBILITY)
+                .await?;
+            if batch.is_empty() {
+                break;
+            }
+            for message in batch {
+                seen += 1;
+                let Some((whose, events)) = describe(&message.body) else {
+                    report.unreadable += 1;
+                    left.push(message.receipt_handle);
+                    continue;
+                };
+                if dry_run {
+                    left.push(message.receipt_handle);
+                } else {
+                    let sent = to
+                        .send_all(&[OutgoingMessage {
+                            body: message.body,
+                            delay: Duration::ZERO,
+                        }])
+                        .await;
+                    if let Some(Err(e)) = sent.into_iter().next() {
+                        left.push(message.receipt_handle);
+                        return Err(RedriveError::Queue(e));
+                    }
+                    from.delete_received(&message.receipt_handle).await?;
+                }
+                let moved = report.moved.entry(whose).or_default();
+                moved.messages += 1;
+                moved.events += events;
+            }
+        }
+        Ok::<(), RedriveError>(())
+    }
+    .await;
+    // What was read but not moved is visible again at once.
+    for receipt in left {
+        from.retry_after(&receipt, Duration::ZERO).await?;
+    }
+    result.map(|()| report)
+}
+
+/// Which dead-lettered events to redrive.
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterSelection {
+    pub topic: String,
+    /// One subscription; `None`: every subscription of the topic.
+    pub subscription: Option<String>,
+    /// Objects of hours that end after this.
+    pub since: Option<DateTime<Utc>>,
+    /// Objects of hours that begin before this.
+    pub until: Option<DateTime<Utc>>,
+    /// `deadLetterReason`s to take; empty: every reason.
+    pub reasons: Vec<String>,
+}
+
+/// What a dead-letter redrive did for one subscription.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubscriptionRedrive {
+    pub subscription: String,
+    /// Why nothing was read for it, if so.
+    pub skipped: Option<String>,
+    pub objects_read: usize,
+    pub objects_deleted: usize,
+    pub objects_rewritten: usize,
+    /// Events moved (in a dry run: that would move), per reason.
+    pub moved: BTreeMap<String, usize>,
+    /// Records left in their objects: another reason, or unreadable.
+    pub left: usize,
+}
+
+/// What a dead-letter redrive did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadLetterRedriveReport {
+    pub dry_run: bool,
+    pub subscriptions: Vec<SubscriptionRedrive>,
+}
+
+impl DeadLetterRedriveReport {
+    pub fn events(&self) -> usize {
+        self.subscriptions
+            .iter()
+            .flat_map(|s| s.moved.values())
+            .sum()
+    }
+}
+
+/// Redrives the selected dead-lettered events of a topic's subscriptions into `delivery_queue`.
+pub async fn redrive_dead_letters(
+    store: &dyn SubscriptionStore,
+    objects: &dyn ObjectStore,
+    delivery_queue: &dyn MessageQueue,
+    selection: &DeadLetterSelection,
+    dry_run: bool,
+    now: DateTime<Utc>,
+) -> Result<DeadLetterRedriveReport, RedriveError> {
+    let subscriptions: Vec<Subscription> = store
+        .list_subscriptions(&selection.topic)
+        .await?
+        .into_iter()
+        .filter(|s| selection.subscription.as_ref().is_none_or(|n| *n == s.name))
+        .collect();
+    if subscriptions.is_empty() {
+        return Err(RedriveError::NotFound(match &selection.subscription {
+            Some(name) => format!(
+                "event subscription {name} on topic {} does not exist",
+                selection.topic
+            ),
+            None => format!("topic {} has no event subscriptions", selection.topic),
+        }));
+    }
+    let mut report = DeadLetterRedriveReport {
+        dry_run,
+        subscriptions: Vec::new(),
+    };
+    for sub in &subscriptions {
+        let done =
+            redrive_subscription(objects, delivery_queue, sub, selection, dry_run, now).await?;
+        report.subscriptions.push(done);
+    }
+    Ok(report)
+}
+
+async fn redrive_subscription(
+    objects: &dyn ObjectStore,
+    delivery_queue: &dyn MessageQueue,
+    sub: &Subscription,
+    selection: &DeadLetterSelection,
+    dry_run: bool,
+    now: DateTime<Utc>,
+) -> Result<SubscriptionRedrive, RedriveError> {
+    let mut done = SubscriptionRedrive {
+        subscription: sub.name.clone(),
+        ..SubscriptionRedrive::default()
+    };
+    let Some(destination) = &sub.dead_letter_destination else {
+        done.skipped = Some("it has no dead-letter destination".into());
+        return Ok(done);
+    };
+    if !sub.delivers() {
+        done.skipped = Some(format!(
+            "it is {:?}, not Succeeded: events sent to it now would be dropped",
+            sub.provisioning.state
+        ));
+        return Ok(done);
+    }
+    let folder = subscription_folder(destination, &sub.topic, &sub.name);
+    let naming = FieldNaming::for_schema(sub.event_delivery_schema);
+    for key in objects.list(&destination.bucket, &folder).await? {
+        let Some(hour) = object_hour(&folder, &key) else {
+            continue;
+        };
+        let hour_end = hour + chrono::Duration::hours(1);
+        if selection.since.is_some_and(|t| hour_end <= t)
+            || selection.until.is_some_and(|t| hour >= t)
+        {
+            continue;
+        }
+        let body = objects.get(&destination.bucket, &key).await?;
+        done.objects_read += 1;
+        let Ok(records) = serde_json::from_str::<Vec<Box<RawValue>>>(&body) else {
+            done.left += 1;
+            continue;
+        };
+        let mut moving = Vec::new();
+        let mut keep = Vec::new();
+        for record in records {
+            match read_record(&record, naming) {
+                Ok(back)
+                    if selection.reasons.is_empty()
+                        || selection
+                            .reasons
+                            .iter()
+                            .any(|r| r.eq_ignore_ascii_case(&back.reason)) =>
+                {
+                    *done.moved.entry(back.reason).or_default() += 1;
+                    moving.push(QueuedEvent {
+                        publish_time: now,
+                        event: back.event,
+                    });
+                }
+                _ => keep.push(record),
+            }
+        }
+        done.left += keep.len();
+        if dry_run || moving.is_empty() {
+            continue;
+        }
+        enqueue(delivery_queue, sub, moving, now).await?;
+        if keep.is_empty() {
+            objects.delete(&destination.bucket, &key).await?;
+            done.objects_deleted += 1;
+        } else {
+            objects
+                .put_json(&destination.bucket, &key, render_object(&keep))
+                .await?;
+            done.objects_rewritten += 1;
+        }
+    }
+    Ok(done)
+}
+
+/// Enqueues events as new deliveries of `sub` (attempts and TTL start again).
+async fn enqueue(
+    queue: &dyn MessageQueue,
+    sub: &Subscription,
+    events: Vec<QueuedEvent>,
+    now: DateTime<Utc>,
+) -> Result<(), RedriveError> {
+    let mut outgoing = Vec::new();
+    for message in DeliveryMessage::packed(&DeliveryHistory::new(sub), now, events) {
+        let body = message
+            .to_body()
+            .map_err(|e| QueueError(format!("could not encode a delivery message: {e}")))?;
+        outgoing.push(OutgoingMessage {
+            body,
+            delay: Duration::ZERO,
+        });
+    }
+    for result in queue.send_all(&outgoing).await {
+        result?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{ManualClock, MemoryObjectStore, MemoryQueue, MemorySubscriptionStore};
+    use gridrelay_shared::classify::DeliveryOutcome;
+    use gridrelay_shared::dead_letter::{object_key, render_record};
+    use gridrelay_shared::decision::DeadLetterReason;
+    use gridrelay_shared::message::DeadLetterEntry;
+    use gridrelay_shared::schema::InputSchema;
+    use gridrelay_shared::subscription::SubscriptionRequest;
+    use gridrelay_shared::validation::{Provisioning, ProvisioningState};
+    use std::sync::Arc;
+
+    fn at(hour: u32) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(&format!("2026-11-23T{hour:02}:30:00Z"))
+            .unwrap()
+            .to_utc()
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        futures::executor::block_on(f)
+    }
+
+    struct World {
+        store: MemorySubscriptionStore,
+        objects: MemoryObjectStore,
+        queue: MemoryQueue,
+        sub: Subscription,
+    }
+
+    /// A subscription with dead-letter objects at 10:00 (records a: attempts exhausted, b: TTL)
+    /// and at 12:00 (c: attempts exhausted).
+    fn world() -> World {
+        let store = MemorySubscriptionStore::default();
+        let mut sub = SubscriptionRequest {
+            topic: "orders".into(),
+            name: "audit".into(),
+            endpoint: "https://example.com/hook".into(),
+            dead_letter_destination: Some("s3://dead/dl".into()),
+            ..SubscriptionRequest::default()
+        }
+        .validate(InputSchema::EventGridSchema, at(9))
+        .unwrap();
+        sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
+        block_on(store.create_subscription(&sub)).unwrap();
+        let objects = MemoryObjectStore::default();
+        let record = |id: &str, reason| {
+            render_record(
+                &DeadLetterEntry {
+                    reason,
+                    delivery_attempts: 30,
+                    last_outcome: Some(DeliveryOutcome::Busy),
+                    publish_time: at(8),
+                    last_attempt_time: Some(at(9)),
+                    event: RawValue::from_string(format!(
+                        r#"{{"id":"{id}","data":{{"n":12345678901234567890}}}}"#
+                    ))
+                    .unwrap(),
+                },
+                FieldNaming::EventGrid,
+            )
+            .unwrap()
+        };
+        let destination = sub.dead_letter_destination.clone().unwrap();
+        for (hour, records) in [
+            (
+                10,
+                vec![
+                    record("a", DeadLetterReason::MaxDeliveryAttemptsExceeded),
+                    record("b", DeadLetterReason::TimeToLiveExceeded),
+                ],
+            ),
+            (
+                12,
+                vec![record("c", DeadLetterReason::MaxDeliveryAttemptsExceeded)],
+            ),
+        ] {
+            let key = object_key(&destination, "orders", "audit", at(hour), "x");
+            block_on(objects.put_json("dead", &key, render_object(&records))).unwrap();
+        }
+        let queue = MemoryQueue::new(Arc::new(ManualClock::new(at(13))));
+        World {
+            store,
+            objects,
+            queue,
+            sub,
+        }
+    }
+
+    fn redrive(
+        w: &World,
+        selection: DeadLetterSelection,
+        dry_run: bool,
+    ) -> DeadLetterRedriveReport {
+        block_on(redrive_dead_letters(
+            &w.store,
+            &w.objects,
+            &w.queue,
+            &DeadLetterSelection {
+                topic: "orders".into(),
+                ..selection
+            },
+            dry_run,
+            at(13),
+        ))
+        .unwrap()
+    }
+
+    fn queued_ids(w: &World) -> Vec<String> {
+        w.queue
+            .sent()
+            .iter()
+            .flat_map(
+                |m| match DeliveryQueueMessage::from_body(&m.body).unwrap() {
+                    DeliveryQueueMessage::Delivery(d) => {
+                        assert_eq!(d.subscription_id, w.sub.id);
+                        assert_eq!((d.attempts, d.not_before), (0, at(13)));
+                        d.events
+                            .iter()
+                            .map(|e| {
+                                assert_eq!(e.publish_time, at(13), "the TTL starts again");
+                                let v: serde_json::Value =
+                                    serde_json::from_str(e.event.get()).unwrap();
+                                assert!(v.get("deadLetterReason").is_none());
+                                assert!(e.event.get().contains("12345678901234567890"));
+                                v["id"].as_str().unwrap().to_string()
+                            })
+                            .collect::<Vec<_>>()
+                    }
+                    other => panic!("{other:?}"),
+                },
+            )
+            .collect()
+    }
+
+    /// A dry run reads and reports what would move, and changes nothing.
+    #[test]
+    fn a_dry_run_moves_nothing() {
+        let w = world();
+        let before = w.objects.objects();
+        let report = redrive(
+            &w,
+            DeadLetterSelection {
+                reasons: vec!["MaxDeliveryAttemptsExceeded".into()],
+                ..DeadLetterSelection::default()
+            },
+            true,
+        );
+        let sub = &report.subscriptions[0];
+        assert_eq!(sub.moved.get("MaxDeliveryAttemptsExceeded"), Some(&2));
+        assert_eq!((sub.left, sub.objects_read), (1, 2));
+        assert_eq!(w.objects.objects(), before);
+        assert!(w.queue.sent().is_empty());
+    }
+
+    /// Records picked by time and reason go back to delivery as the events they were (the L6
+    /// fields off, numbers untouched), for the subscription as it is now; an object whose
+    /// records all moved is deleted, one with records left keeps only those.
+    #[test]
+    fn picked_records_are_delivered_again_and_leave_their_objects() {
+        let w = world();
+        let report = redrive(
+            &w,
+            DeadLetterSelection {
+                since: Some(at(11)),
+                ..DeadLetterSelection::default()
+            },
+            false,
+        );
+        assert_eq!(report.events(), 1);
+        assert_eq!(queued_ids(&w), vec!["c"]);
+        assert_eq!(w.objects.objects().len(), 1, "the 12:00 object was deleted");
+
+        let report = redrive(
+            &w,
+            DeadLetterSelection {
+                subscription: Some("audit".into()),
+                reasons: vec!["maxdeliveryattemptsexceeded".into()],
+                ..DeadLetterSelection::default()
+            },
+            false,
+        );
+        assert_eq!(report.subscriptions[0].objects_rewritten, 1);
+        assert_eq!(queued_ids(&w), vec!["c", "a"]);
+        let left: Vec<String> = w.objects.objects().into_values().collect();
+        assert_eq!(left.len(), 1);
+        assert!(left[0].contains(r#""id":"b""#) && !left[0].contains(r#""id":"a""#));
+    }
+
+    /// A queue redrive moves the messages it can read back to their queue, and leaves (visible
+    /// again) those it cannot; its dry run moves nothing.
+    #[test]
+    fn a_redrive_queue_goes_back_to_its_queue() {
+        let clock = Arc::new(ManualClock::new(at(13)));
+        let parked = MemoryQueue::new(clock.clone());
+        let delivery = MemoryQueue::new(clock);
+        let w = world();
+        let message = DeliveryMessage::packed(
+            &DeliveryHistory::new(&w.sub),
+            at(13),
+            vec![QueuedEvent {
+                publish_time: at(13),
+                event: RawValue::from_string(r#"{"id":"p"}"#.into()).unwrap(),
+            }],
+        );
+        let bodies = [message[0].to_body().unwrap(), "not a message".to_string()];
+        let outgoing: Vec<OutgoingMessage> = bodies
+            .iter()
+            .map(|b| OutgoingMessage {
+                body: b.clone(),
+                delay: Duration::ZERO,
+            })
+            .collect();
+        block_on(parked.send_all(&outgoing));
+
+        let dry = block_on(redrive_queue(&parked, &delivery, true, 100)).unwrap();
+        assert_eq!((dry.messages(), dry.unreadable), (1, 1));
+        assert_eq!(
+            dry.moved["orders/audit"],
+            Moved {
+                messages: 1,
+                events: 1
+            }
+        );
+        assert!(delivery.is_empty());
+        assert_eq!(parked.visible().len(), 2, "all visible again");
+
+        let done = block_on(redrive_queue(&parked, &delivery, false, 100)).unwrap();
+        assert_eq!((done.messages(), done.unreadable), (1, 1));
+        assert_eq!(delivery.visible()[0].body, bodies[0]);
+        let left = parked.visible();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].body, "not a message");
+    }
+}
