@@ -6,7 +6,7 @@
 //! Health is per endpoint URL, so a failing endpoint never holds back another one. If the
 //! store cannot be read, delivery goes ahead as if the endpoint were healthy.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -166,7 +166,8 @@ impl Deliver {
     /// made to the record as it is at the write ([`update_endpoint_health`]), not as it was
     /// read before the attempts, so concurrent invocations add up and none undoes a delay.
     pub(crate) async fn record_health(&self, groups: &[Group], attempted: &[Attempted]) {
-        let mut seen: HashMap<&str, (u32, bool)> = HashMap::new();
+        // In endpoint order, so a simulation replays the same writes for the same seed.
+        let mut seen: BTreeMap<&str, (u32, bool)> = BTreeMap::new();
         for a in attempted {
             // Not the endpoint's doing: nothing was sent to it.
             if matches!(a.result, AttemptResult::NotSent(_)) {
