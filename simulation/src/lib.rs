@@ -16,6 +16,8 @@
 //! nothing was dropped (no subscription here ends in a drop). Duplicates are allowed and
 //! counted. The same seed replays the same run.
 
+pub mod model;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
