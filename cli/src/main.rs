@@ -17,7 +17,9 @@ use gridrelay_adapters::aws::{
 };
 use gridrelay_adapters::config::{self, TableNames};
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
-use gridrelay_ports::redrive::{DeadLetterSelection, redrive_dead_letters, redrive_queue};
+use gridrelay_ports::redrive::{
+    DeadLetterSelection, QueueKind, redrive_dead_letters, redrive_queue,
+};
 use gridrelay_ports::registration::{RegistrationError, Registry};
 use gridrelay_ports::{StoreError, SubscriptionStore};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
@@ -108,12 +110,16 @@ enum RedriveCommand {
 
 #[derive(Args)]
 struct RedriveQueueArgs {
-    /// The redrive queue: a URL, or a name to look up (the dead-letter queue's is
-    /// gridrelay-dead-letter-redrive).
-    #[arg(long, default_value = "gridrelay-delivery-redrive")]
-    from: String,
+    /// Redrive the dead-letter queue's redrive queue (dead-letter messages back to the
+    /// dead-letter queue) instead of the delivery queue's.
+    #[arg(long)]
+    dead_letter: bool,
+    /// The redrive queue: a URL, or a name to look up (default gridrelay-delivery-redrive, or
+    /// gridrelay-dead-letter-redrive with --dead-letter).
+    #[arg(long)]
+    from: Option<String>,
     /// Where its messages go back to (a URL or name); default: the delivery queue
-    /// (--delivery-queue).
+    /// (--delivery-queue), or gridrelay-dead-letter with --dead-letter.
     #[arg(long)]
     to: Option<String>,
     /// Report what would move; move nothing.
@@ -395,7 +401,7 @@ struct LocalArgs {
     #[arg(long, default_value_t = gridrelay_local::DEFAULT_VISIBILITY_TIMEOUT_SECS)]
     visibility_timeout: u64,
     /// Receives before a message that keeps failing moves to its redrive queue.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 10)]
     max_receive_count: u32,
     /// Seconds one handler invocation may run, as a Lambda function's timeout (deliver's is
     /// 300 on AWS): the handler plans against it and is stopped at it.
@@ -572,14 +578,24 @@ async fn redrive_command(
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     match (cmd, selection) {
         (RedriveCommand::Queue(args), _) => {
-            let from = queue_url(&sqs, &args.from, "--from").await?;
-            let to = match &args.to {
-                Some(to) => queue_url(&sqs, to, "--to").await?,
-                None => delivery_queue_url(&sqs, delivery_queue).await?,
+            let (kind, default_from) = if args.dead_letter {
+                (QueueKind::DeadLetter, "gridrelay-dead-letter-redrive")
+            } else {
+                (QueueKind::Delivery, "gridrelay-delivery-redrive")
+            };
+            let from =
+                queue_url(&sqs, args.from.as_deref().unwrap_or(default_from), "--from").await?;
+            let to = match (&args.to, kind) {
+                (Some(to), _) => queue_url(&sqs, to, "--to").await?,
+                (None, QueueKind::DeadLetter) => {
+                    queue_url(&sqs, "gridrelay-dead-letter", "--to").await?
+                }
+                (None, QueueKind::Delivery) => delivery_queue_url(&sqs, delivery_queue).await?,
             };
             let report = redrive_queue(
                 &SqsQueue::new(sqs.clone(), &from),
                 &SqsQueue::new(sqs, &to),
+                kind,
                 args.dry_run,
                 args.max_messages,
             )
@@ -592,7 +608,7 @@ async fn redrive_command(
                 "moved": report.moved.iter().map(|(whose, m)| {
                     (whose.clone(), json!({"messages": m.messages, "events": m.events}))
                 }).collect::<serde_json::Map<_, _>>(),
-                "unreadableLeft": report.unreadable,
+                "leftUnreadableOrOfAnotherKind": report.unreadable,
             }))
         }
         (RedriveCommand::DeadLetters(args), Some(selection)) => {
@@ -619,6 +635,7 @@ async fn redrive_command(
                     "objectsRewritten": s.objects_rewritten,
                     "moved": s.moved,
                     "recordsLeft": s.left,
+                    "objectsOfOtherSubscriptions": s.objects_of_other_subscriptions,
                 })).collect::<Vec<_>>(),
             }))
         }

@@ -101,7 +101,7 @@ impl Default for RunnerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7071)),
             scale: TimeScale::REAL,
             visibility_timeout: Duration::from_secs(DEFAULT_VISIBILITY_TIMEOUT_SECS),
-            max_receive_count: 5,
+            max_receive_count: 10,
             concurrency: 4,
             function_timeout: Duration::from_secs(DEFAULT_FUNCTION_TIMEOUT_SECS),
             deadline_margin: gridrelay_deliver::DEADLINE_MARGIN,

@@ -82,8 +82,10 @@ pub trait DeliveryStateStore: Send + Sync {
         &self,
         endpoint: &str,
     ) -> Result<Versioned<EndpointHealth>, StoreError>;
-    /// Writes the record over the one read at `version` (0: none), with the next version; a
-    /// healthy one is deleted. [`StoreError::Conflict`] if it changed since it was read, so a
+    /// Writes the record over the one read at `version` (0: none), with the next version (a
+    /// healthy record too: deleting it would start its versions again, and a writer that read
+    /// before could then write over a newer record of the same version).
+    /// [`StoreError::Conflict`] if it changed since it was read, so a
     /// writer that read before another cannot undo what that one wrote (use
     /// [`update_endpoint_health`]).
     async fn put_endpoint_health(
@@ -137,12 +139,13 @@ pub async fn back_off<'a>(
     failed: impl IntoIterator<Item = FailedReceipt<'a>>,
     scale: gridrelay_shared::time_scale::TimeScale,
 ) {
-    for f in failed {
+    let changes = failed.into_iter().map(|f| async move {
         let wait = gridrelay_shared::delivery::redelivery_delay(f.receive_count, scale);
         if let Err(e) = queue.retry_after(f.receipt_handle, wait).await {
             tracing::warn!(error = %e, "could not shorten a failed message's wait; it comes back after the visibility timeout");
         }
-    }
+    });
+    futures::future::join_all(changes).await;
 }
 
 /// A message the queue did not accept.

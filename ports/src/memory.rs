@@ -515,17 +515,14 @@ impl DeliveryStateStore for MemoryDeliveryStateStore {
                 "health of endpoint {endpoint}"
             )));
         }
-        if *health == EndpointHealth::default() {
-            map.remove(endpoint);
-        } else {
-            map.insert(
-                endpoint.to_string(),
-                Versioned {
-                    value: *health,
-                    version: version + 1,
-                },
-            );
-        }
+        // A healthy record is kept (it expires on AWS) so its version never starts again.
+        map.insert(
+            endpoint.to_string(),
+            Versioned {
+                value: *health,
+                version: version + 1,
+            },
+        );
         Ok(())
     }
 

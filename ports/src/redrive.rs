@@ -22,7 +22,7 @@ use crate::{
     SubscriptionStore,
 };
 use gridrelay_shared::dead_letter::{
-    FieldNaming, object_hour, read_record, render_object, subscription_folder,
+    FieldNaming, object_hour, object_is_for, read_record, render_object, subscription_folder,
 };
 use gridrelay_shared::message::{
     DeadLetterMessage, DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, QueuedEvent,
@@ -59,7 +59,7 @@ pub struct QueueRedriveReport {
     pub dry_run: bool,
     /// Per `topic/subscription` (handshake steps under `topic/subscription (validation)`).
     pub moved: BTreeMap<String, Moved>,
-    /// Bodies no kind of message reads: left where they are.
+    /// Bodies that are not messages of the queue's kind: left where they are.
     pub unreadable: usize,
 }
 
@@ -69,26 +69,36 @@ impl QueueRedriveReport {
     }
 }
 
-/// What one message on a delivery or dead-letter queue is for.
-fn describe(body: &str) -> Option<(String, usize)> {
-    match DeliveryQueueMessage::from_body(body) {
-        Ok(DeliveryQueueMessage::Delivery(m)) => {
-            Some((format!("{}/{}", m.topic, m.subscription), m.events.len()))
-        }
-        Ok(DeliveryQueueMessage::Validation(t)) => {
-            Some((format!("{}/{} (validation)", t.topic, t.subscription), 0))
-        }
-        Err(_) => DeadLetterMessage::from_body(body)
+/// Which queue's messages a redrive queue holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueKind {
+    Delivery,
+    DeadLetter,
+}
+
+/// What one message of `kind` is for; `None` for a body that is not one.
+fn describe(kind: QueueKind, body: &str) -> Option<(String, usize)> {
+    match kind {
+        QueueKind::Delivery => match DeliveryQueueMessage::from_body(body).ok()? {
+            DeliveryQueueMessage::Delivery(m) => {
+                Some((format!("{}/{}", m.topic, m.subscription), m.events.len()))
+            }
+            DeliveryQueueMessage::Validation(t) => {
+                Some((format!("{}/{} (validation)", t.topic, t.subscription), 0))
+            }
+        },
+        QueueKind::DeadLetter => DeadLetterMessage::from_body(body)
             .ok()
             .map(|m| (format!("{}/{}", m.topic, m.subscription), m.entries.len())),
     }
 }
 
-/// Moves up to `max_messages` readable messages from a redrive queue back to `to` (the queue
-/// they came from).
+/// Moves up to `max_messages` messages of `kind` from a redrive queue back to `to` (the queue
+/// they came from); bodies of another kind, or none, stay.
 pub async fn redrive_queue(
     from: &dyn MessageQueue,
     to: &dyn MessageQueue,
+    kind: QueueKind,
     dry_run: bool,
     max_messages: usize,
 ) -> Result<QueueRedriveReport, RedriveError> {
@@ -108,7 +118,7 @@ pub async fn redrive_queue(
             }
             for message in batch {
                 seen += 1;
-                let Some((whose, events)) = describe(&message.body) else {
+                let Some((whose, events)) = describe(kind, &message.body) else {
                     report.unreadable += 1;
                     left.push(message.receipt_handle);
                     continue;
@@ -170,6 +180,9 @@ pub struct SubscriptionRedrive {
     pub moved: BTreeMap<String, usize>,
     /// Records left in their objects: another reason, or unreadable.
     pub left: usize,
+    /// Objects in the folder written for another subscription of the same name (or before
+    /// subscriptions had ids): never redriven to this one.
+    pub objects_of_other_subscriptions: usize,
 }
 
 /// What a dead-letter redrive did.
@@ -253,6 +266,12 @@ async fn redrive_subscription(
         let Some(hour) = object_hour(&folder, &key) else {
             continue;
         };
+        // Objects of an earlier subscription of the same name (or from before ids) are not
+        // this one's: its endpoint, filter and schema may differ.
+        if !object_is_for(&key, &sub.id) {
+            done.objects_of_other_subscriptions += 1;
+            continue;
+        }
         let hour_end = hour + chrono::Duration::hours(1);
         if selection.since.is_some_and(|t| hour_end <= t)
             || selection.until.is_some_and(|t| hour >= t)
@@ -403,9 +422,25 @@ mod tests {
                 vec![record("c", DeadLetterReason::MaxDeliveryAttemptsExceeded)],
             ),
         ] {
-            let key = object_key(&destination, "orders", "audit", at(hour), "x");
+            let key = object_key(
+                &destination,
+                "orders",
+                "audit",
+                at(hour),
+                &gridrelay_shared::dead_letter::object_name(&sub.id, "x"),
+            );
             block_on(objects.put_json("dead", &key, render_object(&records))).unwrap();
         }
+        // Written for an earlier subscription of the same name.
+        let foreign = object_key(
+            &destination,
+            "orders",
+            "audit",
+            at(10),
+            &gridrelay_shared::dead_letter::object_name("0e1d", "y"),
+        );
+        let old_record = record("z", DeadLetterReason::MaxDeliveryAttemptsExceeded);
+        block_on(objects.put_json("dead", &foreign, render_object(&[old_record]))).unwrap();
         let queue = MemoryQueue::new(Arc::new(ManualClock::new(at(13))));
         World {
             store,
@@ -477,13 +512,15 @@ mod tests {
         let sub = &report.subscriptions[0];
         assert_eq!(sub.moved.get("MaxDeliveryAttemptsExceeded"), Some(&2));
         assert_eq!((sub.left, sub.objects_read), (1, 2));
+        assert_eq!(sub.objects_of_other_subscriptions, 1);
         assert_eq!(w.objects.objects(), before);
         assert!(w.queue.sent().is_empty());
     }
 
     /// Records picked by time and reason go back to delivery as the events they were (the L6
     /// fields off, numbers untouched), for the subscription as it is now; an object whose
-    /// records all moved is deleted, one with records left keeps only those.
+    /// records all moved is deleted, one with records left keeps only those; objects of an
+    /// earlier subscription of the same name are never sent to this one.
     #[test]
     fn picked_records_are_delivered_again_and_leave_their_objects() {
         let w = world();
@@ -497,7 +534,7 @@ mod tests {
         );
         assert_eq!(report.events(), 1);
         assert_eq!(queued_ids(&w), vec!["c"]);
-        assert_eq!(w.objects.objects().len(), 1, "the 12:00 object was deleted");
+        assert_eq!(w.objects.objects().len(), 2, "the 12:00 object was deleted");
 
         let report = redrive(
             &w,
@@ -509,14 +546,27 @@ mod tests {
             false,
         );
         assert_eq!(report.subscriptions[0].objects_rewritten, 1);
-        assert_eq!(queued_ids(&w), vec!["c", "a"]);
+        assert_eq!(
+            queued_ids(&w),
+            vec!["c", "a"],
+            "never z: another subscription's"
+        );
         let left: Vec<String> = w.objects.objects().into_values().collect();
-        assert_eq!(left.len(), 1);
-        assert!(left[0].contains(r#""id":"b""#) && !left[0].contains(r#""id":"a""#));
+        assert_eq!(
+            left.len(),
+            2,
+            "the rewritten object and the other subscription's"
+        );
+        assert!(
+            left.iter()
+                .any(|o| o.contains(r#""id":"b""#) && !o.contains(r#""id":"a""#))
+        );
+        assert!(left.iter().any(|o| o.contains(r#""id":"z""#)));
     }
 
-    /// A queue redrive moves the messages it can read back to their queue, and leaves (visible
-    /// again) those it cannot; its dry run moves nothing.
+    /// A queue redrive moves the messages of its queue's kind back to their queue, and leaves
+    /// (visible again) those it cannot read or that are of another kind; its dry run moves
+    /// nothing.
     #[test]
     fn a_redrive_queue_goes_back_to_its_queue() {
         let clock = Arc::new(ManualClock::new(at(13)));
@@ -541,7 +591,14 @@ mod tests {
             .collect();
         block_on(parked.send_all(&outgoing));
 
-        let dry = block_on(redrive_queue(&parked, &delivery, true, 100)).unwrap();
+        let dry = block_on(redrive_queue(
+            &parked,
+            &delivery,
+            QueueKind::Delivery,
+            true,
+            100,
+        ))
+        .unwrap();
         assert_eq!((dry.messages(), dry.unreadable), (1, 1));
         assert_eq!(
             dry.moved["orders/audit"],
@@ -553,7 +610,26 @@ mod tests {
         assert!(delivery.is_empty());
         assert_eq!(parked.visible().len(), 2, "all visible again");
 
-        let done = block_on(redrive_queue(&parked, &delivery, false, 100)).unwrap();
+        // Delivery messages are not what a dead-letter queue takes: they stay.
+        let wrong = block_on(redrive_queue(
+            &parked,
+            &delivery,
+            QueueKind::DeadLetter,
+            false,
+            100,
+        ))
+        .unwrap();
+        assert_eq!((wrong.messages(), wrong.unreadable), (0, 2));
+        assert!(delivery.is_empty());
+
+        let done = block_on(redrive_queue(
+            &parked,
+            &delivery,
+            QueueKind::Delivery,
+            false,
+            100,
+        ))
+        .unwrap();
         assert_eq!((done.messages(), done.unreadable), (1, 1));
         assert_eq!(delivery.visible()[0].body, bodies[0]);
         let left = parked.visible();

@@ -112,6 +112,22 @@ pub fn object_key(
     }
 }
 
+/// An object's file name: `<subscription id>.<unique>` (just `<unique>` for a subscription
+/// without an id), so what is read back can be told to be this subscription's.
+pub fn object_name(subscription_id: &str, unique: &str) -> String {
+    if subscription_id.is_empty() {
+        unique.to_string()
+    } else {
+        format!("{subscription_id}.{unique}")
+    }
+}
+
+/// Whether the object at `key` was written for the subscription with this id.
+pub fn object_is_for(key: &str, subscription_id: &str) -> bool {
+    let file = key.rsplit('/').next().unwrap_or_default();
+    !subscription_id.is_empty() && file.starts_with(&format!("{subscription_id}."))
+}
+
 /// The folder of one subscription's dead-letter objects: `PREFIX/TOPIC/SUBSCRIPTION/`.
 pub fn subscription_folder(
     destination: &DeadLetterDestination,
@@ -150,12 +166,12 @@ pub struct ReadBack {
 pub fn read_record(record: &RawValue, naming: FieldNaming) -> Result<ReadBack, serde_json::Error> {
     let names = l6_names(naming);
     let fields: OrderedFields<'_> = serde_json::from_str(record.get())?;
-    let mut reason = String::new();
+    let mut reason = None;
     let mut out = String::with_capacity(record.get().len());
     out.push('{');
     for (name, value) in fields.0 {
         if name == names[0] {
-            reason = serde_json::from_str::<String>(value.get()).unwrap_or_default();
+            reason = serde_json::from_str::<String>(value.get()).ok();
         }
         if names.contains(&name.as_ref()) {
             continue;
@@ -168,6 +184,10 @@ pub fn read_record(record: &RawValue, naming: FieldNaming) -> Result<ReadBack, s
         out.push_str(value.get());
     }
     out.push('}');
+    // A record in another naming (another schema) is not read as this one.
+    let reason = reason.ok_or_else(|| {
+        <serde_json::Error as serde::de::Error>::custom(format!("the record has no {}", names[0]))
+    })?;
     Ok(ReadBack {
         event: RawValue::from_string(out)?,
         reason,
@@ -345,6 +365,33 @@ mod tests {
             assert_eq!(back.event.get(), original.event.get());
             assert_eq!(back.reason, "MaxDeliveryAttemptsExceeded");
         }
+    }
+
+    /// Redrive: a record in the other naming is not read back as this one.
+    #[test]
+    fn a_record_of_another_naming_is_not_read_back() {
+        let record = render_record(&entry(), FieldNaming::EventGrid).unwrap();
+        assert!(read_record(&record, FieldNaming::CloudEvents).is_err());
+    }
+
+    /// Redrive: object names carry the subscription id.
+    #[test]
+    fn object_names_carry_the_subscription_id() {
+        let name = object_name("abc", "u1");
+        assert_eq!(name, "abc.u1");
+        assert!(object_is_for(
+            &format!("dl/orders/audit/2026/01/02/03/{name}.json"),
+            "abc"
+        ));
+        assert!(!object_is_for(
+            "dl/orders/audit/2026/01/02/03/abd.u1.json",
+            "abc"
+        ));
+        assert!(!object_is_for(
+            "dl/orders/audit/2026/01/02/03/u1.json",
+            "abc"
+        ));
+        assert!(!object_is_for("dl/orders/audit/2026/01/02/03/u1.json", ""));
     }
 
     /// Redrive: an object's hour is read from its key under the subscription's folder.

@@ -124,7 +124,7 @@ pub fn on_arrival(
     let refuse = |reason| Arrival::NotDeliverable { events, reason };
     let subscription = match subscription {
         None => return refuse(NotDeliverable::SubscriptionDeleted),
-        Some(s) if s.id != message.subscription_id => {
+        Some(s) if is_replaced(s, &message) => {
             return refuse(NotDeliverable::SubscriptionReplaced);
         }
         Some(s) if !s.delivers() => {
@@ -161,6 +161,22 @@ pub fn on_arrival(
         live,
         expired,
     }
+}
+
+/// Whether the message's events were for another subscription of the same name. Where either
+/// side has no id (written before ids existed, or by an older version during an upgrade), the
+/// events are the subscription's unless they were published before it was created.
+fn is_replaced(subscription: &Subscription, message: &DeliveryMessage) -> bool {
+    if subscription.id.is_empty() {
+        return false;
+    }
+    if message.subscription_id.is_empty() {
+        return message
+            .events
+            .iter()
+            .any(|e| e.publish_time < subscription.created_at);
+    }
+    subscription.id != message.subscription_id
 }
 
 /// Events delivery stopped trying (L1, L2, L4).
@@ -200,6 +216,7 @@ pub fn give_up(
     let template = DeadLetterMessage {
         topic: subscription.topic.clone(),
         subscription: subscription.name.clone(),
+        subscription_id: subscription.id.clone(),
         schema,
         destination: destination.clone(),
         dead_lettered_at: now,
@@ -450,6 +467,23 @@ mod tests {
         ));
         let arrival = on_arrival(message(&sub, 0, t0()), Some(&sub), rules(&schedule), t0());
         assert!(matches!(arrival, Arrival::Due { .. }), "{arrival:?}");
+
+        // A message from before ids (or from an older version mid-upgrade): the subscription's
+        // unless its events are older than the subscription.
+        let mut unnamed = message(&sub, 0, t0());
+        unnamed.subscription_id.clear();
+        let arrival = on_arrival(unnamed.clone(), Some(&sub), rules(&schedule), t0());
+        assert!(matches!(arrival, Arrival::Due { .. }), "{arrival:?}");
+        let mut younger = sub.clone();
+        younger.created_at = t0() + chrono::Duration::seconds(1);
+        let arrival = on_arrival(unnamed, Some(&younger), rules(&schedule), t0());
+        assert!(matches!(
+            arrival,
+            Arrival::NotDeliverable {
+                reason: NotDeliverable::SubscriptionReplaced,
+                ..
+            }
+        ));
     }
 
     /// A message not yet due goes back for the rest of its wait, at most 15 minutes a hop.

@@ -252,6 +252,10 @@ pub struct DeadLetterEntry {
 pub struct DeadLetterMessage {
     pub topic: String,
     pub subscription: String,
+    /// The id of the subscription the events were for; it names the objects written, so a
+    /// redrive sends them only to that subscription, not to another of the same name.
+    #[serde(default)]
+    pub subscription_id: String,
     /// The schema the events are in: it decides the names of the L6 fields.
     #[serde(default)]
     pub schema: DeliverySchema,
@@ -405,6 +409,7 @@ mod tests {
             let template = DeadLetterMessage {
                 topic: "t".repeat(50),
                 subscription: "s".repeat(64),
+                subscription_id: "f".repeat(32),
                 schema: DeliverySchema::CloudEventSchemaV1_0,
                 destination: DeadLetterDestination { bucket: "b".repeat(63), prefix: "p".repeat(200) },
                 dead_lettered_at: now,

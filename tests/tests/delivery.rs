@@ -144,11 +144,12 @@ async fn bad_request_is_dead_lettered_at_once_with_l6_fields_s3_l2_l4_l6() {
     let sys = TestSystem::start(scale).await;
     let topic = sys.topic("orders").await;
     let sub = Subscriber::start(vec![], Reply::Status(400)).await;
-    sys.subscribe(SubscriptionRequest {
-        dead_letter_destination: Some(sys.dead_letter_url("dl")),
-        ..subscription("orders", "audit", &sub.url)
-    })
-    .await;
+    let registered = sys
+        .subscribe(SubscriptionRequest {
+            dead_letter_destination: Some(sys.dead_letter_url("dl")),
+            ..subscription("orders", "audit", &sub.url)
+        })
+        .await;
 
     sys.publish(&topic, &events("d", 1)).await;
     let first = sub.wait_for_requests(1, WAIT).await;
@@ -172,13 +173,16 @@ async fn bad_request_is_dead_lettered_at_once_with_l6_fields_s3_l2_l4_l6() {
     assert_eq!(
         parts.len(),
         8,
-        "PREFIX/TOPIC/SUB/YYYY/MM/DD/HH/uuid.json: {key}"
+        "PREFIX/TOPIC/SUB/YYYY/MM/DD/HH/<subscription id>.<uuid>.json: {key}"
     );
     let now = chrono::Utc::now();
     assert_eq!(parts[3], now.format("%Y").to_string());
+    let unique = parts[7]
+        .strip_prefix(&format!("{}.", registered.id))
+        .and_then(|rest| rest.strip_suffix(".json"));
     assert!(
-        parts[7].ends_with(".json")
-            && uuid::Uuid::parse_str(parts[7].trim_end_matches(".json")).is_ok()
+        unique.is_some_and(|u| uuid::Uuid::parse_str(u).is_ok()),
+        "{key}"
     );
 
     assert_eq!(records.len(), 1);

@@ -107,8 +107,8 @@ async fn failing_endpoint_is_delayed_and_probed_d1_r3() {
 }
 
 /// Item 6 of the life-cycle issue, D1, on DynamoDB: a health record is written only over the
-/// version it was read at; taking the probe lease moves the version on too; a healthy record
-/// is deleted only if it is still the one read.
+/// version it was read at; taking the probe lease moves the version on too; a healthy record is
+/// kept with the next version (not deleted), so versions never start again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_writes_are_conditional_on_the_version_read_d1() {
     let sys = TestSystem::start(0.01).await;
@@ -165,9 +165,18 @@ async fn health_writes_are_conditional_on_the_version_read_d1() {
         .put_endpoint_health(endpoint, &EndpointHealth::default(), 3, now)
         .await
         .expect("cleared");
+    // Healthy, and its version goes on: a writer that read version 1 cannot write over it.
     assert_eq!(
         state.endpoint_health(endpoint).await.expect("read"),
-        Versioned::default()
+        Versioned {
+            value: EndpointHealth::default(),
+            version: 4
+        }
     );
+    let err = state
+        .put_endpoint_health(endpoint, &delayed, 1, now)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
     sys.shutdown().await;
 }

@@ -130,23 +130,8 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
         };
         let values = value.map(|v| HashMap::from([(":ver".to_string(), v)]));
         let conflict = || StoreError::Conflict(format!("health of endpoint {endpoint}"));
-        if *health == EndpointHealth::default() {
-            let result = self
-                .client
-                .delete_item()
-                .table_name(&self.table)
-                .set_key(Some(endpoint_key(endpoint)))
-                .condition_expression(condition)
-                .expression_attribute_names("#ver", VERSION)
-                .set_expression_attribute_values(values)
-                .send()
-                .await;
-            return if written(result)? {
-                Ok(())
-            } else {
-                Err(conflict())
-            };
-        }
+        // A healthy record is written too (and expires): deleting it would start its versions
+        // again, and a writer that read before could write over a newer record.
         let mut item = endpoint_key(endpoint);
         item.insert(
             "failures".into(),

@@ -2,7 +2,7 @@
 //!
 //! Invoked by the dead-letter queue's event source; messages arrive there five minutes after
 //! the last attempt (L4). Records are written as JSON arrays in the L6 format, one object per
-//! subscription and hour: `PREFIX/TOPIC/SUBSCRIPTION/YYYY/MM/DD/HH/<uuid>.json` (L3). When the
+//! subscription and hour: `PREFIX/TOPIC/SUBSCRIPTION/YYYY/MM/DD/HH/<subscription id>.<uuid>.json` (L3). When the
 //! bucket cannot be written, the message goes back on the queue with a delay and is tried again,
 //! until the location has been unavailable for four hours; then its events are dropped, counted
 //! and logged (L5). Every object written is announced as a `Gridrelay.DeadLetter.BlobCreated`
@@ -22,8 +22,8 @@ use gridrelay_ports::{
     Clock, MessageQueue, ObjectStore, OutgoingMessage, SubscriptionStore, back_off,
 };
 use gridrelay_shared::dead_letter::{
-    DeadLetterWrite, FieldNaming, dead_letter_written_event, object_key, render_object,
-    render_record,
+    DeadLetterWrite, FieldNaming, dead_letter_written_event, object_key, object_name,
+    render_object, render_record,
 };
 use gridrelay_shared::decision::to_chrono;
 use gridrelay_shared::message::{DeadLetterMessage, queue_delay};
@@ -101,6 +101,7 @@ struct ObjectGroup {
     prefix: String,
     topic: String,
     subscription: String,
+    subscription_id: String,
     hour: String,
 }
 
@@ -124,6 +125,7 @@ impl DeadLetterWriter {
                         prefix: m.destination.prefix.clone(),
                         topic: m.topic.clone(),
                         subscription: m.subscription.clone(),
+                        subscription_id: m.subscription_id.clone(),
                         hour: m.dead_lettered_at.format("%Y%m%d%H").to_string(),
                     };
                     groups.entry(key).or_default().push((i, m));
@@ -193,7 +195,7 @@ impl DeadLetterWriter {
             &first.topic,
             &first.subscription,
             first.dead_lettered_at,
-            &uuid::Uuid::new_v4().to_string(),
+            &object_name(&first.subscription_id, &uuid::Uuid::new_v4().to_string()),
         );
         let body = render_object(&records);
         let content_length = body.len();

@@ -58,7 +58,7 @@ test('event-source mappings report batch item failures', () => {
 test('queues: redrive for poison messages, five-minute dead-letter delay (L4)', () => {
   template.hasResourceProperties('AWS::SQS::Queue', {
     DelaySeconds: 300,
-    RedrivePolicy: { deadLetterTargetArn: Match.anyValue(), maxReceiveCount: 5 },
+    RedrivePolicy: { deadLetterTargetArn: Match.anyValue(), maxReceiveCount: 10 },
   });
   template.hasResourceProperties('AWS::SQS::Queue', { VisibilityTimeout: 1800, RedrivePolicy: Match.anyValue() });
   template.resourceCountIs('AWS::SQS::Queue', 4);
