@@ -401,7 +401,7 @@ struct LocalArgs {
     #[arg(long, default_value_t = gridrelay_local::DEFAULT_VISIBILITY_TIMEOUT_SECS)]
     visibility_timeout: u64,
     /// Receives before a message that keeps failing moves to its redrive queue.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = gridrelay_local::DEFAULT_MAX_RECEIVE_COUNT)]
     max_receive_count: u32,
     /// Seconds one handler invocation may run, as a Lambda function's timeout (deliver's is
     /// 300 on AWS): the handler plans against it and is stopped at it.

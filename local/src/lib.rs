@@ -44,6 +44,9 @@ pub use provision::{ResourceNames, Resources, provision};
 pub const DEFAULT_FUNCTION_TIMEOUT_SECS: u64 = 300;
 /// The runner's default visibility timeout: longer than an invocation may run.
 pub const DEFAULT_VISIBILITY_TIMEOUT_SECS: u64 = 360;
+/// Receives before a message moves to its redrive queue, as SAM and CDK default it (failed
+/// records back off from 30 s to 30 min: about 3.3 hours).
+pub const DEFAULT_MAX_RECEIVE_COUNT: u32 = 10;
 
 /// How the runner behaves.
 #[derive(Debug, Clone)]
@@ -101,7 +104,7 @@ impl Default for RunnerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7071)),
             scale: TimeScale::REAL,
             visibility_timeout: Duration::from_secs(DEFAULT_VISIBILITY_TIMEOUT_SECS),
-            max_receive_count: 10,
+            max_receive_count: DEFAULT_MAX_RECEIVE_COUNT,
             concurrency: 4,
             function_timeout: Duration::from_secs(DEFAULT_FUNCTION_TIMEOUT_SECS),
             deadline_margin: gridrelay_deliver::DEADLINE_MARGIN,

@@ -295,15 +295,28 @@ impl MemoryQueue {
     }
 }
 
+impl MemoryQueue {
+    fn check(&self) -> Result<(), QueueError> {
+        if self.outage.is_down() {
+            return Err(QueueError("in-memory queue is down".into()));
+        }
+        Ok(())
+    }
+
+    /// A received message's receipt, as [`MessageQueue`] hands it out.
+    fn receipt(handle: &str) -> Result<u64, QueueError> {
+        handle
+            .parse()
+            .map_err(|_| QueueError(format!("not a receipt handle: {handle}")))
+    }
+}
+
 #[async_trait]
 impl MessageQueue for MemoryQueue {
     async fn send_all(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>> {
         lock(&self.send_calls).push(messages.iter().map(|m| m.body.len()).sum());
-        if self.outage.is_down() {
-            return messages
-                .iter()
-                .map(|_| Err(QueueError("in-memory queue is down".into())))
-                .collect();
+        if let Err(down) = self.check() {
+            return messages.iter().map(|_| Err(down.clone())).collect();
         }
         let now = self.clock.now();
         let mut queue = lock(&self.messages);
@@ -330,9 +343,7 @@ impl MessageQueue for MemoryQueue {
         max: usize,
         visibility: Duration,
     ) -> Result<Vec<ReceivedMessage>, QueueError> {
-        if self.outage.is_down() {
-            return Err(QueueError("in-memory queue is down".into()));
-        }
+        self.check()?;
         Ok(self
             .receive(max.min(10), visibility)
             .into_iter()
@@ -345,24 +356,16 @@ impl MessageQueue for MemoryQueue {
     }
 
     async fn delete_received(&self, receipt_handle: &str) -> Result<(), QueueError> {
-        if self.outage.is_down() {
-            return Err(QueueError("in-memory queue is down".into()));
-        }
-        let receipt: u64 = receipt_handle
-            .parse()
-            .map_err(|_| QueueError(format!("not a receipt handle: {receipt_handle}")))?;
+        self.check()?;
+        let receipt = Self::receipt(receipt_handle)?;
         let mut messages = lock(&self.messages);
         messages.retain(|m| m.receipt != receipt);
         Ok(())
     }
 
     async fn retry_after(&self, receipt_handle: &str, after: Duration) -> Result<(), QueueError> {
-        if self.outage.is_down() {
-            return Err(QueueError("in-memory queue is down".into()));
-        }
-        let receipt: u64 = receipt_handle
-            .parse()
-            .map_err(|_| QueueError(format!("not a receipt handle: {receipt_handle}")))?;
+        self.check()?;
+        let receipt = Self::receipt(receipt_handle)?;
         let visible_at = self.clock.now() + chrono::Duration::from_std(after).unwrap_or_default();
         match lock(&self.messages)
             .iter_mut()
@@ -388,6 +391,13 @@ impl MemoryObjectStore {
     pub fn objects(&self) -> BTreeMap<(String, String), String> {
         lock(&self.objects).clone()
     }
+
+    fn check(&self) -> Result<(), ObjectStoreError> {
+        if self.outage.is_down() {
+            return Err(ObjectStoreError("in-memory object store is down".into()));
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -398,17 +408,13 @@ impl ObjectStore for MemoryObjectStore {
         key: &str,
         body: String,
     ) -> Result<(), ObjectStoreError> {
-        if self.outage.is_down() {
-            return Err(ObjectStoreError("in-memory object store is down".into()));
-        }
+        self.check()?;
         lock(&self.objects).insert((bucket.to_string(), key.to_string()), body);
         Ok(())
     }
 
     async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, ObjectStoreError> {
-        if self.outage.is_down() {
-            return Err(ObjectStoreError("in-memory object store is down".into()));
-        }
+        self.check()?;
         Ok(lock(&self.objects)
             .keys()
             .filter(|(b, k)| b == bucket && k.starts_with(prefix))
@@ -417,9 +423,7 @@ impl ObjectStore for MemoryObjectStore {
     }
 
     async fn get(&self, bucket: &str, key: &str) -> Result<String, ObjectStoreError> {
-        if self.outage.is_down() {
-            return Err(ObjectStoreError("in-memory object store is down".into()));
-        }
+        self.check()?;
         lock(&self.objects)
             .get(&(bucket.to_string(), key.to_string()))
             .cloned()
@@ -427,9 +431,7 @@ impl ObjectStore for MemoryObjectStore {
     }
 
     async fn delete(&self, bucket: &str, key: &str) -> Result<(), ObjectStoreError> {
-        if self.outage.is_down() {
-            return Err(ObjectStoreError("in-memory object store is down".into()));
-        }
+        self.check()?;
         lock(&self.objects).remove(&(bucket.to_string(), key.to_string()));
         Ok(())
     }

@@ -67,6 +67,12 @@ impl QueueRedriveReport {
     pub fn messages(&self) -> usize {
         self.moved.values().map(|m| m.messages).sum()
     }
+
+    fn count(&mut self, (whose, events): (String, usize)) {
+        let moved = self.moved.entry(whose).or_default();
+        moved.messages += 1;
+        moved.events += events;
+    }
 }
 
 /// Which queue's messages a redrive queue holds.
@@ -116,31 +122,50 @@ pub async fn redrive_queue(
             if batch.is_empty() {
                 break;
             }
+            seen += batch.len();
+            let mut movable = Vec::new();
             for message in batch {
-                seen += 1;
-                let Some((whose, events)) = describe(kind, &message.body) else {
-                    report.unreadable += 1;
-                    left.push(message.receipt_handle);
-                    continue;
-                };
-                if dry_run {
-                    left.push(message.receipt_handle);
-                } else {
-                    let sent = to
-                        .send_all(&[OutgoingMessage {
-                            body: message.body,
-                            delay: Duration::ZERO,
-                        }])
-                        .await;
-                    if let Some(Err(e)) = sent.into_iter().next() {
+                match describe(kind, &message.body) {
+                    Some(about) if !dry_run => movable.push((about, message)),
+                    Some(about) => {
+                        report.count(about);
                         left.push(message.receipt_handle);
-                        return Err(RedriveError::Queue(e));
                     }
-                    from.delete_received(&message.receipt_handle).await?;
+                    None => {
+                        report.unreadable += 1;
+                        left.push(message.receipt_handle);
+                    }
                 }
-                let moved = report.moved.entry(whose).or_default();
-                moved.messages += 1;
-                moved.events += events;
+            }
+            // One send for the batch (SQS: one SendMessageBatch), then each accepted message
+            // is deleted from the redrive queue.
+            let outgoing: Vec<OutgoingMessage> = movable
+                .iter()
+                .map(|(_, m)| OutgoingMessage {
+                    body: m.body.clone(),
+                    delay: Duration::ZERO,
+                })
+                .collect();
+            let sent = if outgoing.is_empty() {
+                Vec::new()
+            } else {
+                to.send_all(&outgoing).await
+            };
+            let mut refused = None;
+            for ((about, message), result) in movable.into_iter().zip(sent) {
+                match result {
+                    Ok(()) => {
+                        from.delete_received(&message.receipt_handle).await?;
+                        report.count(about);
+                    }
+                    Err(e) => {
+                        left.push(message.receipt_handle);
+                        refused.get_or_insert(e);
+                    }
+                }
+            }
+            if let Some(e) = refused {
+                return Err(RedriveError::Queue(e));
             }
         }
         Ok::<(), RedriveError>(())

@@ -334,10 +334,7 @@ impl SubscriptionRequest {
 
 /// A fresh subscription id: 16 random bytes as hex.
 pub fn new_subscription_id() -> String {
-    rand::random::<[u8; 16]>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::validation::hex(&rand::random::<[u8; 16]>())
 }
 
 /// A webhook endpoint must be an absolute http or https URL with a host.

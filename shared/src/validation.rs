@@ -118,7 +118,7 @@ pub fn code_hash(code: &str) -> String {
     hex(&Sha256::digest(code.as_bytes()))
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -129,7 +129,6 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             ("#ver = :ver", Some(AttributeValue::N(version.to_string())))
         };
         let values = value.map(|v| HashMap::from([(":ver".to_string(), v)]));
-        let conflict = || StoreError::Conflict(format!("health of endpoint {endpoint}"));
         // A healthy record is written too (and expires): deleting it would start its versions
         // again, and a writer that read before could write over a newer record.
         let mut item = endpoint_key(endpoint);
@@ -158,7 +157,9 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
         if written(result)? {
             Ok(())
         } else {
-            Err(conflict())
+            Err(StoreError::Conflict(format!(
+                "health of endpoint {endpoint}"
+            )))
         }
     }
 

@@ -1,4 +1,3 @@
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
@@ -132,7 +131,7 @@ impl MessageQueue for SqsQueue {
         visibility: Duration,
     ) -> Result<Vec<ReceivedMessage>, QueueError> {
         let max = i32::try_from(max.clamp(1, 10)).unwrap_or(10);
-        let visibility = i32::try_from(visibility.as_secs().min(43_200)).unwrap_or(43_200);
+        let visibility = visibility_seconds(visibility);
         let out = self
             .client
             .receive_message()
@@ -169,13 +168,11 @@ impl MessageQueue for SqsQueue {
     }
 
     async fn retry_after(&self, receipt_handle: &str, after: Duration) -> Result<(), QueueError> {
-        // SQS's longest visibility timeout is 12 hours.
-        let seconds = i32::try_from(after.as_secs().min(43_200)).unwrap_or(43_200);
         self.client
             .change_message_visibility()
             .queue_url(&self.url)
             .receipt_handle(receipt_handle)
-            .visibility_timeout(seconds)
+            .visibility_timeout(visibility_seconds(after))
             .send()
             .await
             .map(|_| ())
@@ -183,13 +180,18 @@ impl MessageQueue for SqsQueue {
     }
 }
 
+/// A visibility timeout in SQS's whole seconds, at most its 12 hours.
+fn visibility_seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().min(43_200)).unwrap_or(43_200)
+}
+
 /// The receipts of an SQS event's records at `failed` (their indexes), and how often each was
 /// received, for [`gridrelay_ports::back_off`].
 pub fn failed_receipts<'a>(
     event: &'a SqsEvent,
-    failed: &'a BTreeSet<usize>,
+    failed: impl IntoIterator<Item = usize> + 'a,
 ) -> impl Iterator<Item = FailedReceipt<'a>> + 'a {
-    failed.iter().filter_map(|&i| {
+    failed.into_iter().filter_map(|i| {
         let record = event.records.get(i)?;
         Some(FailedReceipt {
             receipt_handle: record.receipt_handle.as_deref()?,

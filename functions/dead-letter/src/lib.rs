@@ -144,10 +144,9 @@ impl DeadLetterWriter {
             report.add(&group_report);
             failed.extend(group_failed);
         }
-        let failed_set: std::collections::BTreeSet<usize> = failed.iter().copied().collect();
         back_off(
             self.dead_letter_queue.as_ref(),
-            failed_receipts(&event, &failed_set),
+            failed_receipts(&event, failed.iter().copied()),
             self.scale,
         )
         .await;

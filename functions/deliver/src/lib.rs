@@ -359,7 +359,7 @@ impl Deliver {
 
         back_off(
             self.delivery_queue.as_ref(),
-            failed_receipts(&event, &plan.failed),
+            failed_receipts(&event, plan.failed.iter().copied()),
             self.settings.scale,
         )
         .await;
@@ -394,25 +394,21 @@ impl Deliver {
         plan: &mut Plan,
         deadline: DateTime<Utc>,
     ) {
-        let (steps, later): (Vec<_>, Vec<_>) = if validations.is_empty()
-            || self.time_left(deadline) >= self.settings.attempt_timeout
-        {
-            (validations.iter().collect(), Vec::new())
-        } else {
-            (Vec::new(), validations.iter().collect())
-        };
-        for (i, task) in later {
-            let body = DeliveryQueueMessage::Validation(task.clone()).to_body();
-            push_encoded(
-                &mut plan.to_delivery,
-                &mut plan.failed,
-                std::iter::once(body),
-                &BTreeSet::from([*i]),
-                Duration::ZERO,
-            );
+        if !self.can_attempt(deadline) {
+            for (i, task) in validations {
+                let body = DeliveryQueueMessage::Validation(task.clone()).to_body();
+                push_encoded(
+                    &mut plan.to_delivery,
+                    &mut plan.failed,
+                    std::iter::once(body),
+                    &BTreeSet::from([*i]),
+                    Duration::ZERO,
+                );
+            }
+            return;
         }
-        let steps = steps
-            .into_iter()
+        let steps = validations
+            .iter()
             .map(|(i, task)| async move { (*i, self.run_validation(task).await) });
         for (i, result) in futures::future::join_all(steps).await {
             match result {
@@ -551,6 +547,11 @@ impl Deliver {
         groups
     }
 
+    /// Whether an attempt started now can end, with the margin kept, before `deadline`.
+    fn can_attempt(&self, deadline: DateTime<Utc>) -> bool {
+        self.time_left(deadline) >= self.settings.attempt_timeout
+    }
+
     /// What is left before `deadline`, less the margin kept for enqueueing.
     fn time_left(&self, deadline: DateTime<Utc>) -> Duration {
         (deadline - self.clock.now())
@@ -597,7 +598,7 @@ impl Deliver {
         let results = futures::stream::iter(batches)
             .map(|(g, events)| async move {
                 // Decided when the batch's turn comes, not when it was planned.
-                if self.time_left(deadline) < self.settings.attempt_timeout {
+                if !self.can_attempt(deadline) {
                     return Err(Held {
                         group: g,
                         events,
