@@ -10,13 +10,15 @@
 //!   [`schema`], [`raw_json`], [`sas`], [`validation`], [`delivery_attributes`].
 //! - Delivery: [`classify`], [`schedule`], [`batching`], [`decision`], [`health`],
 //!   [`message`], [`delivery`] (what happens to each due event and after each attempt).
-//! - Dead-lettering: [`dead_letter`].
+//! - Dead-lettering: [`dead_letter`] (the L6 format), [`dead_letter_write`] (what the
+//!   dead-letter function writes, tries again or drops).
 //!
 //! Requirement IDs such as `R1` or `S3` refer to `spec/delivery-semantics.md`.
 
 pub mod batching;
 pub mod classify;
 pub mod dead_letter;
+pub mod dead_letter_write;
 pub mod decision;
 pub mod delivery;
 pub mod delivery_attributes;

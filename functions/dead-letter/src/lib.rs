@@ -9,9 +9,7 @@
 //! event on the system topic `gridrelay-dead-letter-events`, which users subscribe to like any
 //! other topic (L7).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
@@ -22,19 +20,15 @@ use gridrelay_ports::{
     Clock, MessageQueue, ObjectStore, OutgoingMessage, SubscriptionStore, back_off,
 };
 use gridrelay_shared::dead_letter::{
-    DeadLetterWrite, FieldNaming, dead_letter_written_event, object_key, object_name,
-    render_object, render_record,
+    DeadLetterWrite, dead_letter_written_event, object_key, object_name,
 };
-use gridrelay_shared::decision::to_chrono;
-use gridrelay_shared::message::{DeadLetterMessage, queue_delay};
+use gridrelay_shared::dead_letter_write::{
+    AfterWriteFailure, ObjectMessages, after_write_failure, is_announced, plan_writes,
+    reason_counts, render_object_of,
+};
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::time_scale::TimeScale;
 use tracing::{error, info, warn};
-
-/// L5: how long a dead-letter location may be unavailable before its events are dropped.
-pub const UNAVAILABLE_LIMIT: Duration = Duration::from_secs(4 * 3600);
-/// Wait between tries to write to an unavailable location.
-pub const WRITE_RETRY_DELAY: Duration = Duration::from_secs(60);
 
 /// L7: where dead-letter writes are announced: the subscriptions of a system topic.
 pub struct DeadLetterNotices {
@@ -94,51 +88,25 @@ impl DeadLetterOutcome {
     }
 }
 
-/// Records that go into one object: same location, subscription and hour.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct ObjectGroup {
-    bucket: String,
-    prefix: String,
-    topic: String,
-    subscription: String,
-    subscription_id: String,
-    hour: String,
-}
-
 impl DeadLetterWriter {
     pub async fn handle(&self, event: SqsEvent) -> DeadLetterOutcome {
         let now = self.clock.now();
         let mut report = DeadLetterReport::default();
         let mut failed = Vec::new();
-        let mut groups: BTreeMap<ObjectGroup, Vec<(usize, DeadLetterMessage)>> = BTreeMap::new();
         let ids: Vec<String> = event
             .records
             .iter()
             .map(|r| r.message_id.clone().unwrap_or_default())
             .collect();
-
-        for (i, record) in event.records.iter().enumerate() {
-            match record.body.as_deref().map(DeadLetterMessage::from_body) {
-                Some(Ok(m)) => {
-                    let key = ObjectGroup {
-                        bucket: m.destination.bucket.clone(),
-                        prefix: m.destination.prefix.clone(),
-                        topic: m.topic.clone(),
-                        subscription: m.subscription.clone(),
-                        subscription_id: m.subscription_id.clone(),
-                        hour: m.dead_lettered_at.format("%Y%m%d%H").to_string(),
-                    };
-                    groups.entry(key).or_default().push((i, m));
-                }
-                _ => {
-                    error!(message_id = %ids[i], "unreadable dead-letter message; leaving it to the redrive policy");
-                    failed.push(i);
-                }
-            }
+        let plan = plan_writes(event.records.iter().map(|r| r.body.as_deref()));
+        for &i in &plan.unreadable {
+            error!(message_id = %ids[i], "unreadable dead-letter message; leaving it to the redrive policy");
         }
+        failed.extend(plan.unreadable);
 
-        let writes = groups
-            .into_values()
+        let writes = plan
+            .objects
+            .into_iter()
             .map(|messages| self.write_group(messages, now));
         for (group_report, group_failed) in join_all(writes).await {
             report.add(&group_report);
@@ -169,23 +137,19 @@ impl DeadLetterWriter {
     /// Writes one object for the group; on failure, defers or drops each message (L5).
     async fn write_group(
         &self,
-        messages: Vec<(usize, DeadLetterMessage)>,
+        messages: ObjectMessages,
         now: DateTime<Utc>,
     ) -> (DeadLetterReport, Vec<usize>) {
         let mut report = DeadLetterReport::default();
-        let mut records = Vec::new();
-        for (_, m) in &messages {
-            for entry in &m.entries {
-                match render_record(entry, FieldNaming::for_schema(m.schema)) {
-                    Ok(r) => records.push(r),
-                    Err(e) => {
-                        // Events were validated as JSON objects on publish; this is a bug.
-                        error!(error = %e, "could not render a dead-letter record");
-                        return (report, messages.iter().map(|(i, _)| *i).collect());
-                    }
-                }
+        let positions = |messages: &ObjectMessages| messages.iter().map(|(i, _)| *i).collect();
+        let (body, records) = match render_object_of(&messages) {
+            Ok(rendered) => rendered,
+            Err(e) => {
+                // Events were validated as JSON objects on publish; this is a bug.
+                error!(error = %e, "could not render a dead-letter record");
+                return (report, positions(&messages));
             }
-        }
+        };
         let Some((_, first)) = messages.first() else {
             return (report, Vec::new());
         };
@@ -196,45 +160,36 @@ impl DeadLetterWriter {
             first.dead_lettered_at,
             &object_name(&first.subscription_id, &uuid::Uuid::new_v4().to_string()),
         );
-        let body = render_object(&records);
         let content_length = body.len();
-        match self
+        if let Err(e) = self
             .objects
             .put_json(&first.destination.bucket, &key, body)
             .await
         {
-            Ok(()) => {
-                info!(bucket = %first.destination.bucket, key = %key, records = records.len(), "dead-lettered");
-                report.objects_written = 1;
-                report.records_written = records.len();
-                let mut reasons = BTreeMap::new();
-                for entry in messages.iter().flat_map(|(_, m)| &m.entries) {
-                    *reasons.entry(entry.reason.to_string()).or_insert(0) += 1;
-                }
-                let write = DeadLetterWrite {
-                    bucket: &first.destination.bucket,
-                    key: &key,
-                    content_length,
-                    topic: &first.topic,
-                    subscription: &first.subscription,
-                    reasons,
-                };
-                match self.announce(&write, now).await {
-                    Ok(n) => {
-                        report.notices_enqueued = n;
-                        (report, Vec::new())
-                    }
-                    Err(e) => {
-                        // SQS redelivers the messages: the object is written again and announced
-                        // then (at least once).
-                        error!(error = %e, "could not announce a dead-letter write");
-                        (report, messages.iter().map(|(i, _)| *i).collect())
-                    }
-                }
+            warn!(bucket = %first.destination.bucket, error = %e, "dead-letter location unavailable");
+            return self.defer_or_drop(messages, now).await;
+        }
+        info!(bucket = %first.destination.bucket, key = %key, records, "dead-lettered");
+        report.objects_written = 1;
+        report.records_written = records;
+        let write = DeadLetterWrite {
+            bucket: &first.destination.bucket,
+            key: &key,
+            content_length,
+            topic: &first.topic,
+            subscription: &first.subscription,
+            reasons: reason_counts(messages.iter().flat_map(|(_, m)| &m.entries)),
+        };
+        match self.announce(&write, now).await {
+            Ok(n) => {
+                report.notices_enqueued = n;
+                (report, Vec::new())
             }
             Err(e) => {
-                warn!(bucket = %first.destination.bucket, error = %e, "dead-letter location unavailable");
-                self.defer_or_drop(messages, now, &mut report).await
+                // SQS redelivers the messages: the object is written again and announced
+                // then (at least once).
+                error!(error = %e, "could not announce a dead-letter write");
+                (report, positions(&messages))
             }
         }
     }
@@ -249,7 +204,7 @@ impl DeadLetterWriter {
         let Some(notices) = &self.notices else {
             return Ok(0);
         };
-        if write.topic == notices.topic {
+        if !is_announced(write.topic, &notices.topic) {
             return Ok(0);
         }
         let event = dead_letter_written_event(write, &uuid::Uuid::new_v4().to_string(), now)
@@ -266,36 +221,42 @@ impl DeadLetterWriter {
         Ok(done.enqueued)
     }
 
+    /// L5: sends each message back for another try, or drops its events after four hours.
     async fn defer_or_drop(
         &self,
-        messages: Vec<(usize, DeadLetterMessage)>,
+        messages: ObjectMessages,
         now: DateTime<Utc>,
-        report: &mut DeadLetterReport,
     ) -> (DeadLetterReport, Vec<usize>) {
-        let limit = to_chrono(self.scale.apply(UNAVAILABLE_LIMIT));
-        let delay = queue_delay(self.scale.apply(WRITE_RETRY_DELAY));
+        let mut report = DeadLetterReport::default();
         let mut retry = Vec::new();
         let mut failed = Vec::new();
-        for (i, mut m) in messages {
-            let since = *m.first_write_failure.get_or_insert(now);
-            if now - since >= limit {
-                warn!(
-                    topic = %m.topic,
-                    subscription = %m.subscription,
-                    bucket = %m.destination.bucket,
-                    dropped = m.entries.len(),
-                    metric = "DeadLetterEventsDropped",
-                    "events dropped: dead-letter location unavailable for four hours"
-                );
-                report.records_dropped += m.entries.len();
-                continue;
-            }
-            match m.to_body() {
-                Ok(body) => retry.push((i, m.entries.len(), OutgoingMessage { body, delay })),
-                Err(e) => {
-                    error!(error = %e, "could not encode a dead-letter message");
-                    failed.push(i);
+        for (i, m) in messages {
+            let (topic, subscription, bucket) = (
+                m.topic.clone(),
+                m.subscription.clone(),
+                m.destination.bucket.clone(),
+            );
+            match after_write_failure(m, now, self.scale) {
+                AfterWriteFailure::Drop { events } => {
+                    warn!(
+                        %topic,
+                        %subscription,
+                        %bucket,
+                        dropped = events,
+                        metric = "DeadLetterEventsDropped",
+                        "events dropped: dead-letter location unavailable for four hours"
+                    );
+                    report.records_dropped += events;
                 }
+                AfterWriteFailure::TryAgain { message, delay } => match message.to_body() {
+                    Ok(body) => {
+                        retry.push((i, message.entries.len(), OutgoingMessage { body, delay }))
+                    }
+                    Err(e) => {
+                        error!(error = %e, "could not encode a dead-letter message");
+                        failed.push(i);
+                    }
+                },
             }
         }
         let outgoing: Vec<OutgoingMessage> = retry.iter().map(|(_, _, o)| o.clone()).collect();
@@ -309,6 +270,142 @@ impl DeadLetterWriter {
                 }
             }
         }
-        (*report, failed)
+        (report, failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The shell over in-memory ports: what the writer does with a batch, a failing bucket and an
+    //! unreadable message.
+
+    use super::*;
+    use aws_lambda_events::sqs::SqsMessage;
+    use chrono::TimeZone;
+    use gridrelay_ports::memory::{ManualClock, MemoryObjectStore, MemoryQueue};
+    use gridrelay_shared::classify::DeliveryOutcome;
+    use gridrelay_shared::decision::DeadLetterReason;
+    use gridrelay_shared::message::{DeadLetterEntry, DeadLetterMessage};
+    use gridrelay_shared::schema::DeliverySchema;
+    use gridrelay_shared::subscription::DeadLetterDestination;
+    use serde_json::value::RawValue;
+
+    struct Fixture {
+        clock: Arc<ManualClock>,
+        objects: Arc<MemoryObjectStore>,
+        queue: Arc<MemoryQueue>,
+        writer: DeadLetterWriter,
+    }
+
+    fn fixture() -> Fixture {
+        let start = Utc.with_ymd_and_hms(2026, 11, 23, 10, 0, 0).unwrap();
+        let clock = Arc::new(ManualClock::new(start));
+        let objects = Arc::new(MemoryObjectStore::default());
+        let queue = Arc::new(MemoryQueue::new(clock.clone()));
+        let writer = DeadLetterWriter {
+            objects: objects.clone(),
+            dead_letter_queue: queue.clone(),
+            clock: clock.clone(),
+            scale: TimeScale::REAL,
+            notices: None,
+        };
+        Fixture {
+            clock,
+            objects,
+            queue,
+            writer,
+        }
+    }
+
+    fn message(event_id: &str, at: DateTime<Utc>) -> String {
+        DeadLetterMessage {
+            topic: "orders".into(),
+            subscription: "billing".into(),
+            subscription_id: "0f0f".into(),
+            schema: DeliverySchema::EventGridSchema,
+            destination: DeadLetterDestination {
+                bucket: "dead".into(),
+                prefix: "dl".into(),
+            },
+            dead_lettered_at: at,
+            first_write_failure: None,
+            entries: vec![DeadLetterEntry {
+                reason: DeadLetterReason::MaxDeliveryAttemptsExceeded,
+                delivery_attempts: 30,
+                last_outcome: Some(DeliveryOutcome::Busy),
+                publish_time: at,
+                last_attempt_time: Some(at),
+                event: RawValue::from_string(format!(r#"{{"id":"{event_id}"}}"#)).unwrap(),
+            }],
+        }
+        .to_body()
+        .unwrap()
+    }
+
+    fn batch(bodies: &[String]) -> SqsEvent {
+        let mut event = SqsEvent::default();
+        event.records = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, body)| {
+                let mut r = SqsMessage::default();
+                r.message_id = Some(format!("m{i}"));
+                r.receipt_handle = Some(format!("r{i}"));
+                r.body = Some(body.clone());
+                r
+            })
+            .collect();
+        event
+    }
+
+    /// L3 + L6: messages of one subscription and hour go into one object; an unreadable message
+    /// is failed alone and does not hold back the others.
+    #[tokio::test]
+    async fn l3_writes_one_object_and_fails_only_the_unreadable_message() {
+        let f = fixture();
+        let now = f.clock.now();
+        let outcome = f
+            .writer
+            .handle(batch(&[
+                message("e1", now),
+                "not json".into(),
+                message("e2", now),
+            ]))
+            .await;
+        assert_eq!(outcome.failed_message_ids, vec!["m1".to_string()]);
+        assert_eq!(outcome.report.objects_written, 1);
+        assert_eq!(outcome.report.records_written, 2);
+        let objects = f.objects.objects();
+        let ((bucket, key), body) = objects.iter().next().unwrap();
+        assert_eq!(bucket, "dead");
+        assert!(
+            key.starts_with("dl/orders/billing/2026/11/23/10/0f0f."),
+            "{key}"
+        );
+        assert!(body.contains("\"e1\"") && body.contains("\"e2\""), "{body}");
+    }
+
+    /// L5: while the bucket fails, messages go back on the queue a minute later, stamped with
+    /// their first failure; four hours after it, their events are dropped and counted.
+    #[tokio::test]
+    async fn l5_defers_while_the_bucket_fails_then_drops_after_four_hours() {
+        let f = fixture();
+        f.objects.outage.set(true);
+        let now = f.clock.now();
+        let outcome = f.writer.handle(batch(&[message("e1", now)])).await;
+        assert!(outcome.failed_message_ids.is_empty());
+        assert_eq!(outcome.report.records_deferred, 1);
+        let sent = f.queue.sent();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].delay, std::time::Duration::from_secs(60));
+        let deferred = DeadLetterMessage::from_body(&sent[0].body).unwrap();
+        assert_eq!(deferred.first_write_failure, Some(now));
+
+        f.clock.advance(std::time::Duration::from_secs(4 * 3600));
+        let outcome = f.writer.handle(batch(&[sent[0].body.clone()])).await;
+        assert_eq!(outcome.report.records_dropped, 1);
+        assert_eq!(outcome.report.records_deferred, 0);
+        assert_eq!(f.queue.sent().len(), 1, "nothing more is sent back");
+        assert!(f.objects.objects().is_empty());
     }
 }
