@@ -1,13 +1,17 @@
 # gridrelay: two commands.
 #   make demo   run the whole system locally and show delivery, retry and dead-lettering
 #   make test   install what the tests need, then run every check and test
-.PHONY: demo test build lint bench clean-local
+# and the long runs of the life-cycle checks (chaos, fuzzing, simulation): make soak
+.PHONY: demo test soak build lint bench clean-local
 
 demo:
 	bash infra/local/demo.sh
 
 test:
 	bash infra/local/test.sh
+
+soak:
+	bash infra/local/soak.sh
 
 build:
 	cargo build --workspace

@@ -512,6 +512,20 @@ impl Drop for Subscriber {
     }
 }
 
+/// The validation code of an Event Grid validation handshake request, or `None` for any other
+/// request.
+pub fn validation_code(headers: &HeaderMap, events: &[Value]) -> Option<String> {
+    let validation = headers.get("aeg-event-type").and_then(|v| v.to_str().ok())
+        == Some("SubscriptionValidation");
+    validation.then(|| {
+        events
+            .first()
+            .and_then(|e| e["data"]["validationCode"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    })
+}
+
 async fn receive(
     State(state): State<Arc<Mutex<SubscriberState>>>,
     headers: HeaderMap,
@@ -524,13 +538,7 @@ async fn receive(
         Ok(object @ Value::Object(_)) => vec![object],
         _ => vec![json!({"unparsed": body})],
     };
-    if headers.get("aeg-event-type").and_then(|v| v.to_str().ok()) == Some("SubscriptionValidation")
-    {
-        let code = events
-            .first()
-            .and_then(|e| e["data"]["validationCode"].as_str())
-            .unwrap_or_default()
-            .to_string();
+    if let Some(code) = validation_code(&headers, &events) {
         let mut s = state.lock().expect("subscriber state");
         let handshake = s.handshake;
         s.validations.push(Received {

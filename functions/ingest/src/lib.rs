@@ -42,6 +42,21 @@ pub struct PublishRequest<'a> {
     pub body: &'a [u8],
 }
 
+impl<'a> PublishRequest<'a> {
+    /// A JSON body published to `topic` with its first key (as most clients publish).
+    pub fn json_with_key(topic: &'a Topic, body: &'a [u8]) -> Self {
+        Self {
+            topic: &topic.name,
+            api_version: Some("2018-01-01"),
+            sas_key: Some(&topic.key1),
+            sas_token: None,
+            content_type: Some("application/json"),
+            ce_headers: &[],
+            body,
+        }
+    }
+}
+
 /// The answer to a publish request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublishResponse {

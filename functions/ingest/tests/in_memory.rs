@@ -55,15 +55,7 @@ impl World {
 
     async fn publish(&self, body: &str) -> PublishResponse {
         self.ingest
-            .publish(PublishRequest {
-                topic: &self.topic.name,
-                api_version: Some("2018-01-01"),
-                sas_key: Some(&self.topic.key1),
-                sas_token: None,
-                content_type: Some("application/json"),
-                ce_headers: &[],
-                body: body.as_bytes(),
-            })
+            .publish(PublishRequest::json_with_key(&self.topic, body.as_bytes()))
             .await
     }
 }

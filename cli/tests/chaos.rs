@@ -1,0 +1,545 @@
+//! Chaos on the real local stack (#8; G1 at-least-once, L2 dead-lettering, F1 filters).
+//!
+//! `gridrelay local` runs as its own process against the AWS API at `AWS_ENDPOINT_URL` (moto),
+//! as a user runs it. Four subscriptions (one event per request, batches of ten, a filter, the
+//! CloudEvents schema) point at real HTTP subscribers on 127.0.0.1 that fail about 30 % of the
+//! requests: 500, 503, or hang past the attempt timeout. While events are published the process
+//! is killed with SIGKILL several times (during publishing and during delivery) and restarted.
+//! When it is quiet, every published event must have reached every subscription whose filter it
+//! passes — answered 2xx, or written to the subscription's dead-letter objects — and nothing may
+//! reach a subscription it is not for. Duplicates are allowed (at-least-once) and reported.
+//!
+//! `make test` runs a short run (400 events, 3 kills). `make soak` runs the same test with
+//! `CHAOS_EVENTS=100000 CHAOS_KILLS=5` and prints the figures. `CHAOS_SEED` fixes the
+//! subscribers' failures (the process's timing stays the machine's).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::OpenOptions;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use gridrelay_adapters::aws::{S3ObjectStore, s3_client};
+use gridrelay_e2e::{sdk_config, validation_code};
+use gridrelay_ports::ObjectStore;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+/// Every wait of the delivery contract, multiplied: attempts time out after 0.6 s, the late-answer
+/// window is 3.6 s, dead-letter writes follow the last attempt by 6 s.
+const TIME_SCALE: &str = "0.02";
+/// The runner's function timeout and visibility timeout (seconds): what a killed invocation's
+/// messages wait before they are received again.
+const FUNCTION_TIMEOUT_SECS: &str = "12";
+/// Attempts per event before it is dead-lettered: with 30 % failures about 1 % of events are.
+const MAX_DELIVERY_ATTEMPTS: &str = "4";
+/// How long a hanging subscriber waits before it answers 503 (past the scaled attempt timeout).
+const HANG: Duration = Duration::from_secs(1);
+const TOPIC: &str = "chaos";
+const EVEN: &str = "Chaos.Even";
+
+/// How big a run is.
+struct RunSize {
+    events: usize,
+    kills: usize,
+    /// Events per publish request.
+    per_request: usize,
+    /// Pause between publish requests, so kills land while publishing.
+    pace: Duration,
+    seed: u64,
+}
+
+impl RunSize {
+    fn from_env() -> Self {
+        let number = |name: &str, default: u64| {
+            std::env::var(name)
+                .ok()
+                .map(|v| {
+                    v.parse::<u64>()
+                        .unwrap_or_else(|_| panic!("{name}={v}: expected a whole number"))
+                })
+                .unwrap_or(default)
+        };
+        let events = number("CHAOS_EVENTS", 400) as usize;
+        let short = events <= 2_000;
+        Self {
+            events,
+            kills: number("CHAOS_KILLS", 3) as usize,
+            per_request: if short { 10 } else { 100 },
+            pace: if short {
+                Duration::from_millis(100)
+            } else {
+                Duration::ZERO
+            },
+            seed: number("CHAOS_SEED", rand::rng().random()),
+        }
+    }
+
+    /// How long after publishing the run may take to become quiet before what is missing counts
+    /// as lost.
+    fn settle_timeout(&self) -> Duration {
+        Duration::from_secs(240 + (self.events / 100) as u64)
+    }
+}
+
+/// A subscription of the run and what its subscriber saw.
+struct Endpoint {
+    name: &'static str,
+    /// Only events of this type are for it (its filter), if set.
+    only_type: Option<&'static str>,
+    rng: Mutex<StdRng>,
+    /// Times each event id was answered 2xx.
+    delivered: Mutex<HashMap<String, u32>>,
+    /// Events it received that were not for it.
+    misdelivered: AtomicUsize,
+    requests: AtomicUsize,
+}
+
+impl Endpoint {
+    fn new(name: &'static str, only_type: Option<&'static str>, seed: u64) -> Self {
+        Self {
+            name,
+            only_type,
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            delivered: Mutex::new(HashMap::new()),
+            misdelivered: AtomicUsize::new(0),
+            requests: AtomicUsize::new(0),
+        }
+    }
+
+    fn is_for(&self, event_type: &str) -> bool {
+        self.only_type.is_none_or(|t| t == event_type)
+    }
+}
+
+/// A real subscriber on 127.0.0.1: answers the validation handshakes, then fails about 30 % of
+/// the requests.
+async fn serve(endpoint: Arc<Endpoint>) -> String {
+    let app = Router::new()
+        .route("/hook", axum::routing::post(receive).options(allow_origin))
+        .with_state(endpoint);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a subscriber");
+    let addr = listener.local_addr().expect("subscriber address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/hook")
+}
+
+async fn receive(
+    State(endpoint): State<Arc<Endpoint>>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let events: Vec<Value> = match serde_json::from_str(&body) {
+        Ok(Value::Array(items)) => items,
+        Ok(object @ Value::Object(_)) => vec![object],
+        _ => return StatusCode::BAD_REQUEST.into_response(),
+    };
+    if let Some(code) = validation_code(&headers, &events) {
+        return axum::Json(json!({"validationResponse": code})).into_response();
+    }
+    endpoint.requests.fetch_add(1, Ordering::Relaxed);
+    let roll = endpoint
+        .rng
+        .lock()
+        .map(|mut r| r.random_range(0..100u32))
+        .unwrap_or(0);
+    match roll {
+        0..10 => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        10..20 => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        20..30 => {
+            tokio::time::sleep(HANG).await;
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+        _ => {}
+    }
+    let mut delivered = endpoint.delivered.lock().expect("subscriber state");
+    for event in &events {
+        let id = event["id"].as_str().unwrap_or_default();
+        // Event Grid schema or CloudEvents.
+        let event_type = event["eventType"]
+            .as_str()
+            .or(event["type"].as_str())
+            .unwrap_or_default();
+        if !id.starts_with("ev-") || !endpoint.is_for(event_type) {
+            endpoint.misdelivered.fetch_add(1, Ordering::Relaxed);
+        }
+        *delivered.entry(id.to_string()).or_insert(0) += 1;
+    }
+    StatusCode::OK.into_response()
+}
+
+/// CloudEvents webhook abuse protection.
+async fn allow_origin(headers: HeaderMap) -> Response {
+    let origin = headers
+        .get("webhook-request-origin")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    (StatusCode::OK, [("WebHook-Allowed-Origin", origin)]).into_response()
+}
+
+/// `gridrelay local` as a child process that can be killed and started again.
+struct LocalProcess {
+    prefix: String,
+    listen: SocketAddr,
+    log: PathBuf,
+    child: Option<Child>,
+    starts: usize,
+}
+
+impl LocalProcess {
+    fn new(prefix: &str) -> Self {
+        let listen = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{prefix}.log"));
+        Self {
+            prefix: prefix.to_string(),
+            listen,
+            log,
+            child: None,
+            starts: 0,
+        }
+    }
+
+    fn env(&self, cmd: &mut Command) {
+        cmd.env("GRIDRELAY_TOPICS_TABLE", format!("{}-topics", self.prefix))
+            .env(
+                "GRIDRELAY_SUBSCRIPTIONS_TABLE",
+                format!("{}-subscriptions", self.prefix),
+            )
+            .env("GRIDRELAY_SECRET_PREFIX", &self.prefix)
+            .env(
+                "GRIDRELAY_DELIVERY_QUEUE_URL",
+                format!("{}-delivery", self.prefix),
+            )
+            .env("GRIDRELAY_TIME_SCALE", TIME_SCALE);
+    }
+
+    /// Starts the runner and waits until its publish API accepts connections.
+    fn start(&mut self) {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open the runner's log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridrelay"));
+        cmd.args([
+            "local",
+            "--listen",
+            &self.listen.to_string(),
+            "--prefix",
+            &self.prefix,
+            "--function-timeout",
+            FUNCTION_TIMEOUT_SECS,
+            "--visibility-timeout",
+            FUNCTION_TIMEOUT_SECS,
+        ])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log file"))
+        .stderr(log);
+        self.env(&mut cmd);
+        let mut child = cmd.spawn().expect("gridrelay local starts");
+        self.starts += 1;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect_timeout(&self.listen, Duration::from_millis(200)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "gridrelay local exited with {status}; see {}",
+                    self.log.display()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gridrelay local did not listen within 60 s; see {}",
+                self.log.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.child = Some(child);
+    }
+
+    /// SIGKILL: no shutdown, no flush; whatever was in flight is left to the queues.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn cli(&self, args: &[&str]) -> Value {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridrelay"));
+        cmd.args(args);
+        self.env(&mut cmd);
+        let out: Output = cmd.output().expect("gridrelay runs");
+        assert!(
+            out.status.success(),
+            "gridrelay {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+    }
+}
+
+impl Drop for LocalProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn event_type(i: usize) -> &'static str {
+    if i.is_multiple_of(2) {
+        EVEN
+    } else {
+        "Chaos.Odd"
+    }
+}
+
+/// The ids of the events (of `0..events`) that `endpoint` is owed.
+fn owed_ids(endpoint: &Endpoint, events: usize) -> impl Iterator<Item = String> + '_ {
+    (0..events)
+        .filter(|i| endpoint.is_for(event_type(*i)))
+        .map(|i| format!("ev-{i}"))
+}
+
+fn event(i: usize) -> Value {
+    json!({
+        "id": format!("ev-{i}"),
+        "subject": format!("/chaos/{i}"),
+        "eventType": event_type(i),
+        "eventTime": "2026-11-23T20:00:00Z",
+        "dataVersion": "1",
+        "data": {"n": i}
+    })
+}
+
+/// Publishes every event, each request retried until it is answered 200 (through kills).
+async fn publish_all(url: String, key: String, size: RunSize, published: Arc<AtomicUsize>) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("HTTP client");
+    let mut start = 0;
+    while start < size.events {
+        let end = (start + size.per_request).min(size.events);
+        let body = Value::Array((start..end).map(event).collect()).to_string();
+        loop {
+            let sent = http
+                .post(&url)
+                .header("aeg-sas-key", &key)
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await;
+            match sent.map(|r| r.status().as_u16()) {
+                Ok(200) => break,
+                Ok(status) if (400..500).contains(&status) => {
+                    panic!("publish refused with {status}: the run's events are valid")
+                }
+                // Killed mid-request, restarting, or a 5xx: publish again.
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+        start = end;
+        published.store(start, Ordering::SeqCst);
+        tokio::time::sleep(size.pace).await;
+    }
+}
+
+/// Event ids in every dead-letter object under `prefix`, each object read once.
+async fn dead_lettered(
+    objects: &S3ObjectStore,
+    bucket: &str,
+    prefix: &str,
+    seen: &mut HashMap<String, Vec<String>>,
+) -> HashSet<String> {
+    for key in objects.list(bucket, prefix).await.unwrap_or_default() {
+        if seen.contains_key(&key) {
+            continue;
+        }
+        let Ok(body) = objects.get(bucket, &key).await else {
+            continue;
+        };
+        let records: Vec<Value> =
+            serde_json::from_str(&body).expect("a dead-letter object is a JSON array");
+        let ids = records
+            .iter()
+            .map(|r| r["id"].as_str().unwrap_or_default().to_string())
+            .collect();
+        seen.insert(key, ids);
+    }
+    seen.values().flatten().cloned().collect()
+}
+
+/// G1, L2, F1: through SIGKILLs of the whole runner, every published event reaches every
+/// subscription it is for (2xx or dead-lettered), and none reaches one it is not for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
+    let size = RunSize::from_env();
+    let prefix = format!("chaos-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let began = Instant::now();
+    let mut local = LocalProcess::new(&prefix);
+    local.start();
+
+    let bucket = format!("{prefix}-dead-letters");
+    let endpoints = [
+        Arc::new(Endpoint::new("single", None, size.seed)),
+        Arc::new(Endpoint::new("batched", None, size.seed ^ 1)),
+        Arc::new(Endpoint::new("filtered", Some(EVEN), size.seed ^ 2)),
+        Arc::new(Endpoint::new("cloudevents", None, size.seed ^ 3)),
+    ];
+    let topic = local.cli(&["topic", "create", "--name", TOPIC]);
+    let key = topic["key1"].as_str().expect("topic key").to_string();
+    for endpoint in &endpoints {
+        let url = serve(Arc::clone(endpoint)).await;
+        let dead_letters = format!("s3://{bucket}/{}", endpoint.name);
+        let mut args = vec![
+            "event-subscription",
+            "create",
+            "--topic-name",
+            TOPIC,
+            "--name",
+            endpoint.name,
+            "--endpoint",
+            &url,
+            "--max-delivery-attempts",
+            MAX_DELIVERY_ATTEMPTS,
+            "--deadletter-endpoint",
+            &dead_letters,
+        ];
+        match endpoint.name {
+            "batched" => args.extend(["--max-events-per-batch", "10"]),
+            "filtered" => args.extend(["--included-event-types", EVEN]),
+            "cloudevents" => args.extend(["--event-delivery-schema", "cloudeventschemav1_0"]),
+            _ => {}
+        }
+        local.cli(&args);
+    }
+    for endpoint in &endpoints {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let shown = local.cli(&[
+                "event-subscription",
+                "show",
+                "--topic-name",
+                TOPIC,
+                "--name",
+                endpoint.name,
+            ]);
+            if shown["provisioning"]["state"] == "Succeeded" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} was not validated: {shown}",
+                endpoint.name
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    // Publish, and kill the runner at even steps of the publishing, the last right after it.
+    let published = Arc::new(AtomicUsize::new(0));
+    let url = format!(
+        "http://{}/topics/{TOPIC}/api/events?api-version=2018-01-01",
+        local.listen
+    );
+    let (events, kills, seed) = (size.events, size.kills, size.seed);
+    let settle = size.settle_timeout();
+    let publisher = tokio::spawn(publish_all(url, key, size, Arc::clone(&published)));
+    let mut rng = StdRng::seed_from_u64(seed);
+    for k in 1..=kills {
+        let at = events * k / kills;
+        while published.load(Ordering::SeqCst) < at {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..400))).await;
+        local.kill();
+        local.start();
+    }
+    publisher.await.expect("the publisher finished");
+    let published_after = began.elapsed();
+
+    // Wait until every event is accounted for, or the settle time is up.
+    let s3 = S3ObjectStore::new(s3_client(&sdk_config().await));
+    let mut objects: HashMap<String, Vec<String>> = HashMap::new();
+    let deadline = Instant::now() + settle;
+    let missing = loop {
+        let mut missing: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for endpoint in &endpoints {
+            let dead =
+                dead_lettered(&s3, &bucket, &format!("{}/", endpoint.name), &mut objects).await;
+            let delivered = endpoint.delivered.lock().expect("subscriber state").clone();
+            let lost: Vec<String> = owed_ids(endpoint, events)
+                .filter(|id| !delivered.contains_key(id) && !dead.contains(id))
+                .collect();
+            if !lost.is_empty() {
+                missing.insert(endpoint.name, lost);
+            }
+        }
+        if missing.is_empty() || Instant::now() > deadline {
+            break missing;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+
+    let mut owed = 0;
+    let mut delivered_events = 0;
+    let mut duplicates = 0;
+    let mut misdelivered = 0;
+    let mut requests = 0;
+    for endpoint in &endpoints {
+        owed += owed_ids(endpoint, events).count();
+        let delivered = endpoint.delivered.lock().expect("subscriber state");
+        delivered_events += delivered.len();
+        duplicates += delivered.values().map(|n| (n - 1) as usize).sum::<usize>();
+        misdelivered += endpoint.misdelivered.load(Ordering::Relaxed);
+        requests += endpoint.requests.load(Ordering::Relaxed);
+    }
+    let dead_lettered_records: usize = objects.values().map(Vec::len).sum();
+    let lost: usize = missing.values().map(Vec::len).sum();
+    let report = json!({
+        "events": events,
+        "subscriptions": endpoints.len(),
+        "owed": owed,
+        "delivered": delivered_events,
+        "deadLetteredRecords": dead_lettered_records,
+        "lost": lost,
+        "duplicates": duplicates,
+        "misdelivered": misdelivered,
+        "requests": requests,
+        "kills": kills,
+        "starts": local.starts,
+        "seed": seed,
+        "publishedAfterSeconds": published_after.as_secs_f64().round(),
+        "quietAfterSeconds": began.elapsed().as_secs_f64().round(),
+        "runnerLog": local.log.display().to_string(),
+    });
+    println!("chaos: {report}");
+    assert_eq!(
+        misdelivered, 0,
+        "events reached a subscription they are not for: {report}"
+    );
+    assert!(
+        missing.is_empty(),
+        "lost (neither delivered nor dead-lettered) after {settle:?}: {:?}; {report}",
+        missing
+            .iter()
+            .map(|(name, ids)| (name, ids.len(), ids.iter().take(5).collect::<Vec<_>>()))
+            .collect::<Vec<_>>()
+    );
+    local.kill();
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `make soak`: the long runs of the life-cycle checks (release builds; about 15 minutes on 2 cores).
+#   - chaos: 100,000 events to four subscriptions whose subscribers fail ~30 % of requests, with
+#     `gridrelay local` killed (SIGKILL) and restarted 5 times; prints lost (must be 0),
+#     duplicates and the time it took
+#   - fuzz: a million inputs per strategy through publish parsing and fan-out
+#   - the simulation with 20,000 seeds
+# Sizes: CHAOS_EVENTS, CHAOS_KILLS, FUZZ_CASES, SIMULATION_SEEDS (environment).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+export MOTO_PORT="${MOTO_PORT:-5057}"
+export CHAOS_EVENTS="${CHAOS_EVENTS:-100000}" CHAOS_KILLS="${CHAOS_KILLS:-5}"
+export FUZZ_CASES="${FUZZ_CASES:-1000000}" SIMULATION_SEEDS="${SIMULATION_SEEDS:-20000}"
+started=$(date +%s)
+mkdir -p .run
+section() { printf '\n== %s (%ss)\n' "$*" "$(($(date +%s) - started))" >&2; }
+
+if [[ -z "${AWS_ENDPOINT_URL:-}" ]]; then
+  trap 'infra/local/moto.sh stop' EXIT
+  infra/local/moto.sh start
+  eval "$(infra/local/moto.sh env)"
+fi
+
+section "chaos: $CHAOS_EVENTS events, $CHAOS_KILLS kills"
+cargo test --release --locked -p gridrelay-cli --test chaos -- --nocapture 2>&1 | tee .run/soak-chaos.log | grep -E '^(chaos:|test |test result|lost)'
+
+section "fuzz: $FUZZ_CASES inputs per strategy"
+cargo test --release --locked -p gridrelay-ingest --test fuzz -- --nocapture --test-threads 1 2>&1 | grep -E '^(fuzz:|test |test result)'
+
+section "simulation: $SIMULATION_SEEDS seeds"
+cargo test --release --locked -p gridrelay-simulation -- --nocapture 2>&1 | grep -E '(seeds:|^model:|^test |^test result)'
+
+section "done"
