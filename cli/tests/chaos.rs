@@ -36,9 +36,6 @@ use serde_json::{Value, json};
 /// Every wait of the delivery contract, multiplied: attempts time out after 0.6 s, the late-answer
 /// window is 3.6 s, dead-letter writes follow the last attempt by 6 s.
 const TIME_SCALE: &str = "0.02";
-/// The runner's function timeout and visibility timeout (seconds): what a killed invocation's
-/// messages wait before they are received again.
-const FUNCTION_TIMEOUT_SECS: &str = "12";
 /// Attempts per event before it is dead-lettered: with 30 % failures about 1 % of events are.
 const MAX_DELIVERY_ATTEMPTS: &str = "4";
 /// How long a hanging subscriber waits before it answers 503 (past the scaled attempt timeout).
@@ -54,6 +51,10 @@ struct RunSize {
     per_request: usize,
     /// Pause between publish requests, so kills land while publishing.
     pace: Duration,
+    /// The runner's function timeout and visibility timeout (seconds): what a killed
+    /// invocation's messages wait before they are received again. The worker keeps 10 s of it
+    /// to settle, so short ones hand most events of a large run on, over and over.
+    function_timeout: u64,
     seed: u64,
 }
 
@@ -79,6 +80,7 @@ impl RunSize {
             } else {
                 Duration::ZERO
             },
+            function_timeout: number("CHAOS_FUNCTION_TIMEOUT", if short { 12 } else { 60 }),
             seed: number("CHAOS_SEED", rand::rng().random()),
         }
     }
@@ -197,10 +199,12 @@ struct LocalProcess {
     log: PathBuf,
     child: Option<Child>,
     starts: usize,
+    /// Seconds, for both the function and the visibility timeout.
+    function_timeout: String,
 }
 
 impl LocalProcess {
-    fn new(prefix: &str) -> Self {
+    fn new(prefix: &str, function_timeout: u64) -> Self {
         let listen = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port");
@@ -211,6 +215,7 @@ impl LocalProcess {
             log,
             child: None,
             starts: 0,
+            function_timeout: function_timeout.to_string(),
         }
     }
 
@@ -243,9 +248,9 @@ impl LocalProcess {
             "--prefix",
             &self.prefix,
             "--function-timeout",
-            FUNCTION_TIMEOUT_SECS,
+            &self.function_timeout,
             "--visibility-timeout",
-            FUNCTION_TIMEOUT_SECS,
+            &self.function_timeout,
         ])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
@@ -391,7 +396,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
     let size = RunSize::from_env();
     let prefix = format!("chaos-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let began = Instant::now();
-    let mut local = LocalProcess::new(&prefix);
+    let mut local = LocalProcess::new(&prefix, size.function_timeout);
     local.start();
 
     let bucket = format!("{prefix}-dead-letters");

@@ -14,8 +14,9 @@ use crate::{
 };
 use gridrelay_shared::limits::{LimitError, MAX_SUBSCRIPTIONS_PER_TOPIC};
 use gridrelay_shared::message::DeliveryQueueMessage;
+use gridrelay_shared::message::ValidationTask;
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest};
-use gridrelay_shared::validation::{ValidationStep, ValidationTask};
+use gridrelay_shared::validation::ValidationStep;
 
 /// Why a subscription was not registered.
 #[derive(Debug, thiserror::Error)]

@@ -19,7 +19,7 @@ use crate::classify::DeliveryOutcome;
 use crate::decision::DeadLetterReason;
 use crate::schema::DeliverySchema;
 use crate::subscription::{DeadLetterDestination, Subscription};
-use crate::validation::ValidationTask;
+use crate::validation::ValidationStep;
 
 /// SQS's limit on one message and on one SendMessageBatch request is 256 KiB; stay under it
 /// with room for the SDK's framing.
@@ -182,6 +182,36 @@ impl DeliveryQueueMessage {
 
     fn body_of(tag: &str, value: &impl Serialize) -> Result<String, serde_json::Error> {
         Ok(format!("{{\"{tag}\":{}}}", serde_json::to_string(value)?))
+    }
+}
+
+/// A handshake step for one subscription, carried on the delivery queue as
+/// [`DeliveryQueueMessage::Validation`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValidationTask {
+    pub topic: String,
+    pub subscription: String,
+    /// The id of the subscription it was asked for: a subscription created again under the
+    /// same name is not validated by the old one's task.
+    #[serde(default)]
+    pub subscription_id: String,
+    pub step: ValidationStep,
+}
+
+impl ValidationTask {
+    pub fn new(subscription: &Subscription, step: ValidationStep) -> Self {
+        Self {
+            topic: subscription.topic.clone(),
+            subscription: subscription.name.clone(),
+            subscription_id: subscription.id.clone(),
+            step,
+        }
+    }
+
+    /// Whether the task was asked for this subscription (not for an earlier one of the same
+    /// name).
+    pub fn is_for(&self, subscription: &Subscription) -> bool {
+        self.subscription_id == subscription.id
     }
 }
 
@@ -468,7 +498,7 @@ mod tests {
             topic: "t".into(),
             subscription: "s".into(),
             subscription_id: "0123".into(),
-            step: crate::validation::ValidationStep::Expire,
+            step: ValidationStep::Expire,
         };
         let body = DeliveryQueueMessage::Validation(task.clone())
             .to_body()

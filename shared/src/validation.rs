@@ -181,43 +181,13 @@ pub fn origin_allowed(allowed: Option<&str>, origin: &str) -> bool {
     })
 }
 
-/// A handshake step, carried on the delivery queue (see [`ValidationTask`]).
+/// A handshake step, carried on the delivery queue (see [`crate::message::ValidationTask`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ValidationStep {
     /// Ask the endpoint.
     Handshake,
     /// The manual validation window has passed: fail if still waiting.
     Expire,
-}
-
-/// A handshake step for one subscription, carried on the delivery queue as
-/// [`crate::message::DeliveryQueueMessage::Validation`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ValidationTask {
-    pub topic: String,
-    pub subscription: String,
-    /// The id of the subscription it was asked for: a subscription created again under the
-    /// same name is not validated by the old one's task.
-    #[serde(default)]
-    pub subscription_id: String,
-    pub step: ValidationStep,
-}
-
-impl ValidationTask {
-    pub fn new(subscription: &crate::subscription::Subscription, step: ValidationStep) -> Self {
-        Self {
-            topic: subscription.topic.clone(),
-            subscription: subscription.name.clone(),
-            subscription_id: subscription.id.clone(),
-            step,
-        }
-    }
-
-    /// Whether the task was asked for this subscription (not for an earlier one of the same
-    /// name).
-    pub fn is_for(&self, subscription: &crate::subscription::Subscription) -> bool {
-        self.subscription_id == subscription.id
-    }
 }
 
 #[cfg(test)]

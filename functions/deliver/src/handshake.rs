@@ -10,12 +10,12 @@ use std::time::Duration;
 use gridrelay_ports::{
     HandshakeMethod, HandshakeRequest, OutgoingMessage, StoreError, Update, update_subscription,
 };
-use gridrelay_shared::message::{DeliveryQueueMessage, queue_delay};
+use gridrelay_shared::message::{DeliveryQueueMessage, ValidationTask, queue_delay};
 use gridrelay_shared::schema::{DeliverySchema, JSON_CONTENT_TYPE};
 use gridrelay_shared::subscription::{Subscription, topic_resource_id};
 use gridrelay_shared::validation::{
-    MANUAL_VALIDATION_WINDOW, Provisioning, ProvisioningState, ValidationStep, ValidationTask,
-    answers_with_code, code_hash, new_code, origin_allowed, validation_event_body, validation_url,
+    MANUAL_VALIDATION_WINDOW, Provisioning, ProvisioningState, ValidationStep, answers_with_code,
+    code_hash, new_code, origin_allowed, validation_event_body, validation_url,
 };
 use tracing::{info, warn};
 

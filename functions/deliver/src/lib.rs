@@ -37,6 +37,7 @@ use gridrelay_shared::delivery::{
     on_arrival, settle_attempt,
 };
 use gridrelay_shared::health::HealthPolicy;
+use gridrelay_shared::message::ValidationTask;
 use gridrelay_shared::message::{
     DeadLetterMessage, DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, QueuedEvent,
 };
@@ -44,7 +45,7 @@ use gridrelay_shared::schedule::RetrySchedule;
 use gridrelay_shared::schema::{DeliverySchema, delivery_body};
 use gridrelay_shared::subscription::Subscription;
 use gridrelay_shared::time_scale::TimeScale;
-use gridrelay_shared::validation::{DEFAULT_WEBHOOK_ORIGIN, ValidationTask};
+use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
 use tracing::{error, info, warn};
 
 use crate::endpoint_health::{EndpointGate, Held, HoldReason};
