@@ -24,10 +24,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
 use futures::channel::oneshot;
 use futures::future::{Either, select};
+use gridrelay_adapters::aws::sqs_event;
 use gridrelay_dead_letter::{DeadLetterReport, DeadLetterWriter};
 use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::{Ingest, PublishRequest};
@@ -589,26 +589,6 @@ impl World {
         }
     }
 
-    /// SQS records for received messages, as the event source builds them.
-    fn records(received: &[QueuedMessage]) -> SqsEvent {
-        let mut event = SqsEvent::default();
-        event.records = received
-            .iter()
-            .map(|m| {
-                let mut r = SqsMessage::default();
-                r.message_id = Some(m.id.clone());
-                r.receipt_handle = Some(m.receipt.to_string());
-                r.body = Some(m.body.clone());
-                r.attributes.insert(
-                    "ApproximateReceiveCount".into(),
-                    m.receive_count.to_string(),
-                );
-                r
-            })
-            .collect();
-        event
-    }
-
     /// Receives what is visible on `queue` (sometimes a message twice, for two invocations).
     async fn receive(&self, queue: &MemoryQueue, visibility: Duration) -> Vec<Vec<QueuedMessage>> {
         let first = queue.receive(10, visibility);
@@ -652,9 +632,7 @@ impl World {
             any = true;
             // A function timeout of two minutes: a few timed-out attempts reach it.
             let deadline = self.clock.now() + chrono::Duration::seconds(120);
-            let handled = self
-                .deliver
-                .handle_until(Self::records(&received), deadline);
+            let handled = self.deliver.handle_until(sqs_event(&received), deadline);
             // The process died: nothing is deleted; the messages come back.
             if let Some(o) = self.run_or_die(handled, may_crash, 40).await {
                 self.settle(&self.delivery, &received, &o.failed_message_ids);
@@ -699,7 +677,7 @@ impl World {
             }
             any = true;
             run.invocations += 1;
-            let handled = self.writer.handle(Self::records(&received));
+            let handled = self.writer.handle(sqs_event(&received));
             if let Some(o) = self.run_or_die(handled, true, 10).await {
                 self.settle(&self.dead, &received, &o.failed_message_ids);
                 run.dead_letter.add(&o.report);

@@ -12,7 +12,7 @@ pub use delivery_state::DynamoDeliveryStateStore;
 pub use dynamodb::DynamoSubscriptionStore;
 pub use s3::S3ObjectStore;
 pub use secrets::SecretsManagerStore;
-pub use sqs::{SqsQueue, failed_receipts};
+pub use sqs::{SqsQueue, failed_receipts, sqs_event};
 
 use aws_config::meta::region::RegionProviderChain;
 use aws_config::{BehaviorVersion, SdkConfig};

@@ -1,14 +1,18 @@
 use std::time::Duration;
 
-use aws_lambda_events::sqs::SqsEvent;
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 
 use async_trait::async_trait;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use futures::future::join_all;
 
 use super::describe_error;
+use gridrelay_ports::memory::QueuedMessage;
 use gridrelay_ports::{FailedReceipt, MessageQueue, OutgoingMessage, QueueError, ReceivedMessage};
 use gridrelay_shared::message::MAX_MESSAGE_BYTES;
+
+/// The record attribute that says how often SQS has handed the message out.
+const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
 
 /// SQS's limit of entries in one SendMessageBatch request.
 const MAX_BATCH_ENTRIES: usize = 10;
@@ -197,11 +201,31 @@ pub fn failed_receipts<'a>(
             receipt_handle: record.receipt_handle.as_deref()?,
             receive_count: record
                 .attributes
-                .get("ApproximateReceiveCount")
+                .get(RECEIVE_COUNT)
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(1),
         })
     })
+}
+
+/// The SQS event an event-source mapping hands a function for messages received from an
+/// in-memory queue ([`gridrelay_ports::memory::MemoryQueue`]): ids, receipts, bodies and
+/// receive counts, as [`failed_receipts`] reads them back. For tests and the simulation.
+pub fn sqs_event(received: &[QueuedMessage]) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    event.records = received
+        .iter()
+        .map(|m| {
+            let mut r = SqsMessage::default();
+            r.message_id = Some(m.id.clone());
+            r.receipt_handle = Some(m.receipt.to_string());
+            r.body = Some(m.body.clone());
+            r.attributes
+                .insert(RECEIVE_COUNT.into(), m.receive_count.to_string());
+            r
+        })
+        .collect();
+    event
 }
 
 #[cfg(test)]

@@ -280,9 +280,9 @@ mod tests {
     //! unreadable message.
 
     use super::*;
-    use aws_lambda_events::sqs::SqsMessage;
     use chrono::TimeZone;
-    use gridrelay_ports::memory::{ManualClock, MemoryObjectStore, MemoryQueue};
+    use gridrelay_adapters::aws::sqs_event;
+    use gridrelay_ports::memory::{ManualClock, MemoryObjectStore, MemoryQueue, QueuedMessage};
     use gridrelay_shared::classify::DeliveryOutcome;
     use gridrelay_shared::decision::DeadLetterReason;
     use gridrelay_shared::message::{DeadLetterEntry, DeadLetterMessage};
@@ -342,20 +342,20 @@ mod tests {
         .unwrap()
     }
 
+    /// The event for `bodies` received once each, ids `m0`, `m1`, ….
     fn batch(bodies: &[String]) -> SqsEvent {
-        let mut event = SqsEvent::default();
-        event.records = bodies
+        let received: Vec<QueuedMessage> = bodies
             .iter()
             .enumerate()
-            .map(|(i, body)| {
-                let mut r = SqsMessage::default();
-                r.message_id = Some(format!("m{i}"));
-                r.receipt_handle = Some(format!("r{i}"));
-                r.body = Some(body.clone());
-                r
+            .map(|(i, body)| QueuedMessage {
+                id: format!("m{i}"),
+                body: body.clone(),
+                visible_at: Utc::now(),
+                receive_count: 1,
+                receipt: i as u64,
             })
             .collect();
-        event
+        sqs_event(&received)
     }
 
     /// L3 + L6: messages of one subscription and hour go into one object; an unreadable message

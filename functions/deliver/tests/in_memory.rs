@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
+use gridrelay_adapters::aws::sqs_event;
 use gridrelay_deliver::{Deliver, DeliverOutcome, DeliverySettings};
 use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::memory::{
@@ -149,22 +149,10 @@ impl World {
     /// One invocation that must end by `deadline`.
     async fn run_until(&self, deadline: DateTime<Utc>) -> DeliverOutcome {
         let received = self.delivery.receive(10, VISIBILITY);
-        let mut event = SqsEvent::default();
-        event.records = received
-            .iter()
-            .map(|m| {
-                let mut r = SqsMessage::default();
-                r.message_id = Some(m.id.clone());
-                r.receipt_handle = Some(m.receipt.to_string());
-                r.body = Some(m.body.clone());
-                r.attributes.insert(
-                    "ApproximateReceiveCount".into(),
-                    m.receive_count.to_string(),
-                );
-                r
-            })
-            .collect();
-        let outcome = self.deliver.handle_until(event, deadline).await;
+        let outcome = self
+            .deliver
+            .handle_until(sqs_event(&received), deadline)
+            .await;
         for m in &received {
             if !outcome.failed_message_ids.contains(&m.id) {
                 assert!(self.delivery.delete(&m.id, m.receipt));
