@@ -15,6 +15,7 @@ use crate::{MessageQueue, OutgoingMessage, StoreError, SubscriptionStore};
 use gridrelay_shared::limits::MAX_PUBLISH_BYTES;
 use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
 use gridrelay_shared::schema::{DeliverySchema, InputSchema, to_delivery_form};
+use gridrelay_shared::subscription::Subscription;
 
 /// Why a fan-out did not complete; the caller may retry (duplicates are allowed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -116,14 +117,10 @@ pub async fn fan_out(
             continue;
         }
         enqueued += queued.len();
-        for message in DeliveryMessage::packed(&DeliveryHistory::new(sub), now, queued) {
-            let body = message
-                .to_body()
-                .map_err(|e| FanOutError::Encode(e.to_string()))?;
-            batch.push(OutgoingMessage {
-                body,
-                delay: Duration::ZERO,
-            });
+        for message in
+            new_deliveries(sub, now, queued).map_err(|e| FanOutError::Encode(e.to_string()))?
+        {
+            batch.push(message);
         }
         if batch.is_full() {
             batch.send(queue).await?;
@@ -137,6 +134,24 @@ pub async fn fan_out(
     })
 }
 
+/// The queue messages that deliver `events` to `sub` as new deliveries (no attempt made yet,
+/// due now), packed under the message size limit. Fan-out and redrive enqueue these.
+pub(crate) fn new_deliveries(
+    sub: &Subscription,
+    now: DateTime<Utc>,
+    events: Vec<QueuedEvent>,
+) -> Result<Vec<OutgoingMessage>, serde_json::Error> {
+    DeliveryMessage::packed(&DeliveryHistory::new(sub), now, events)
+        .into_iter()
+        .map(|message| {
+            Ok(OutgoingMessage {
+                body: message.to_body()?,
+                delay: Duration::ZERO,
+            })
+        })
+        .collect()
+}
+
 /// Messages waiting to be sent, and how many were sent before.
 #[derive(Default)]
 struct Outbox {
@@ -146,8 +161,8 @@ struct Outbox {
 }
 
 impl Outbox {
-    /// Sent once it holds this many messages (one SQS batch) or bytes (one publish request).
-    const MESSAGES: usize = 10;
+    /// Sent once it holds this many bytes (one publish request's worth); the queue splits a
+    /// send into its own batches and sends those at once.
     const BYTES: usize = MAX_PUBLISH_BYTES;
 
     fn push(&mut self, message: OutgoingMessage) {
@@ -156,7 +171,7 @@ impl Outbox {
     }
 
     fn is_full(&self) -> bool {
-        self.messages.len() >= Self::MESSAGES || self.bytes >= Self::BYTES
+        self.bytes >= Self::BYTES
     }
 
     /// Sends what it holds; fails if any message was refused (the publisher retries, and what

@@ -261,12 +261,12 @@ impl MemoryQueue {
             .collect()
     }
 
-    /// Up to `max` visible messages, hidden for `visibility` from now.
     /// When the next hidden message becomes visible (`None`: the queue is empty).
     pub fn next_visible_at(&self) -> Option<DateTime<Utc>> {
         lock(&self.messages).iter().map(|m| m.visible_at).min()
     }
 
+    /// Up to `max` visible messages, hidden for `visibility` from now.
     pub fn receive(&self, max: usize, visibility: Duration) -> Vec<QueuedMessage> {
         let now = self.clock.now();
         let hidden_until = now + chrono::Duration::from_std(visibility).unwrap_or_default();

@@ -17,6 +17,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
 
+use crate::fan_out::new_deliveries;
 use crate::{
     MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError, StoreError,
     SubscriptionStore,
@@ -24,9 +25,7 @@ use crate::{
 use gridrelay_shared::dead_letter::{
     FieldNaming, object_hour, object_is_for, read_record, render_object, subscription_folder,
 };
-use gridrelay_shared::message::{
-    DeadLetterMessage, DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, QueuedEvent,
-};
+use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage, QueuedEvent};
 use gridrelay_shared::subscription::Subscription;
 
 /// How long a message read by a redrive stays hidden while it runs; those it does not move are
@@ -354,16 +353,8 @@ async fn enqueue(
     events: Vec<QueuedEvent>,
     now: DateTime<Utc>,
 ) -> Result<(), RedriveError> {
-    let mut outgoing = Vec::new();
-    for message in DeliveryMessage::packed(&DeliveryHistory::new(sub), now, events) {
-        let body = message
-            .to_body()
-            .map_err(|e| QueueError(format!("could not encode a delivery message: {e}")))?;
-        outgoing.push(OutgoingMessage {
-            body,
-            delay: Duration::ZERO,
-        });
-    }
+    let outgoing = new_deliveries(sub, now, events)
+        .map_err(|e| QueueError(format!("could not encode a delivery message: {e}")))?;
     for result in queue.send_all(&outgoing).await {
         result?;
     }
@@ -377,7 +368,7 @@ mod tests {
     use gridrelay_shared::classify::DeliveryOutcome;
     use gridrelay_shared::dead_letter::{object_key, render_record};
     use gridrelay_shared::decision::DeadLetterReason;
-    use gridrelay_shared::message::DeadLetterEntry;
+    use gridrelay_shared::message::{DeadLetterEntry, DeliveryHistory, DeliveryMessage};
     use gridrelay_shared::schema::InputSchema;
     use gridrelay_shared::subscription::SubscriptionRequest;
     use gridrelay_shared::validation::{Provisioning, ProvisioningState};

@@ -101,15 +101,11 @@ pub fn object_key(
     at: DateTime<Utc>,
     id: &str,
 ) -> String {
-    let path = format!(
-        "{topic}/{subscription}/{}/{id}.json",
+    format!(
+        "{}{}/{id}.json",
+        subscription_folder(destination, topic, subscription),
         at.format("%Y/%m/%d/%H")
-    );
-    if destination.prefix.is_empty() {
-        path
-    } else {
-        format!("{}/{path}", destination.prefix)
-    }
+    )
 }
 
 /// An object's file name: `<subscription id>.<unique>` (just `<unique>` for a subscription

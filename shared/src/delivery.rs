@@ -15,7 +15,7 @@ use crate::decision::{
 };
 use crate::message::{
     AttemptRecord, DeadLetterEntry, DeadLetterMessage, DeliveryHistory, DeliveryMessage,
-    QueuedEvent, pack_dead_letter_messages, queue_delay,
+    QueuedEvent, pack_dead_letter_messages, queue_delay, whole_seconds_up,
 };
 use crate::schedule::RetrySchedule;
 use crate::schema::DeliverySchema;
@@ -47,9 +47,7 @@ pub fn redelivery_delay(receive_count: u32, scale: TimeScale) -> Duration {
     let wait = REDELIVERY_FIRST_WAIT
         .saturating_mul(factor)
         .min(REDELIVERY_MAX_WAIT);
-    let scaled = scale.apply(wait);
-    let whole = scaled.as_secs() + u64::from(scaled.subsec_nanos() > 0);
-    Duration::from_secs(whole.max(1))
+    whole_seconds_up(scale.apply(wait)).max(Duration::from_secs(1))
 }
 
 /// The worker's settings that the decisions read.

@@ -261,9 +261,13 @@ fn json_len(value: &impl Serialize) -> usize {
 /// What SQS delay to ask for, given how long until a message is due: at most 15 minutes (the
 /// rest is another hop), rounded up to whole seconds so a message is never early.
 pub fn queue_delay(until_due: Duration) -> Duration {
-    let capped = until_due.min(MAX_QUEUE_DELAY);
-    let whole = capped.as_secs() + u64::from(capped.subsec_nanos() > 0);
-    Duration::from_secs(whole.min(MAX_QUEUE_DELAY.as_secs()))
+    whole_seconds_up(until_due.min(MAX_QUEUE_DELAY))
+}
+
+/// `d` rounded up to whole seconds (SQS delays and visibility timeouts are whole seconds; a
+/// message must never come back early).
+pub fn whole_seconds_up(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs() + u64::from(d.subsec_nanos() > 0))
 }
 
 /// One event that reached a terminal failure, with what L6 reports about it.

@@ -17,6 +17,7 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -171,18 +172,15 @@ impl<'de> Visitor<'de> for WalkVisitor<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         // The event's own fields are read by name (envelopes, schema conversion): each may
         // appear once. Deeper objects are read as trees, where the last one wins.
-        let mut fields: Vec<Cow<'de, str>> = Vec::new();
+        let mut fields: HashSet<Cow<'de, str>> = HashSet::new();
         let top = matches!(self.at, Place::Root);
         while let Some(key) = map.next_key_seed(Key)? {
-            if top {
-                if fields.contains(&key) {
-                    let mut failure = self.failure.borrow_mut();
-                    if failure.is_none() {
-                        *failure = Some(key.to_string());
-                    }
-                    return Err(de::Error::custom(DUPLICATE_FIELD));
+            if top && !fields.insert(key.clone()) {
+                let mut failure = self.failure.borrow_mut();
+                if failure.is_none() {
+                    *failure = Some(key.to_string());
                 }
-                fields.push(key.clone());
+                return Err(de::Error::custom(DUPLICATE_FIELD));
             }
             let at = Place::Field(self.at, &key);
             map.next_value_seed(Walk {
