@@ -98,7 +98,7 @@ impl TestSystem {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let names = ResourceNames::with_prefix(&format!("t{}", &id[..12]));
         let scale = TimeScale::new(scale).expect("valid scale");
-        // Failed messages come back after 3 s, or after one attempt and the margin if that is
+        // Failed messages come back after 3 s, or after one attempt and twice the margin if that is
         // longer; an invocation may run as long as its messages stay hidden.
         let margin = Duration::from_secs(1);
         let hidden = Duration::from_secs(3).max(scale.apply(ATTEMPT_TIMEOUT) + margin * 2);
