@@ -340,7 +340,7 @@ fn refused(topic: &Topic, e: &PublishError) -> PublishResponse {
     PublishResponse::error(e.http_status(), code, e.to_string())
 }
 
-/// Compares the given key with both topic keys in constant time.
+/// 404 for a subscription that does not exist.
 fn no_such_subscription(topic: &str, name: &str) -> PublishResponse {
     PublishResponse::error(
         404,
@@ -349,6 +349,7 @@ fn no_such_subscription(topic: &str, name: &str) -> PublishResponse {
     )
 }
 
+/// Compares the given key with both topic keys in constant time.
 fn key_matches(topic: &Topic, given: Option<&str>) -> bool {
     let Some(given) = given else { return false };
     let given = given.trim().as_bytes();
