@@ -409,14 +409,11 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
     let parked = DeliveryMessage::packed(
         &DeliveryHistory::new(&registered),
         chrono::Utc::now(),
-        vec![QueuedEvent {
-            publish_time: chrono::Utc::now(),
-            event: serde_json::value::RawValue::from_string(
+        vec![QueuedEvent::new(chrono::Utc::now(), serde_json::value::RawValue::from_string(
                 r#"{"id":"parked-1","subject":"s","eventType":"t","eventTime":"2026-11-23T00:00:00Z","data":{}}"#
                     .into(),
             )
-            .expect("json"),
-        }],
+            .expect("json"))],
     );
     let redrive_url = sys.system.resources.delivery_redrive_queue_url.clone();
     let redrive = SqsQueue::new(aws_sdk_sqs::Client::new(&sys.sdk), &redrive_url);

@@ -108,10 +108,7 @@ pub async fn fan_out(
                         .as_ref()
                         .is_some_and(|v| sub.filter.matches(v, fields))
             })
-            .map(|(_, e)| QueuedEvent {
-                publish_time: now,
-                event: e.clone().into_owned(),
-            })
+            .map(|(_, e)| QueuedEvent::new(now, e.clone().into_owned()))
             .collect();
         if queued.is_empty() {
             continue;

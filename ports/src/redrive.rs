@@ -320,10 +320,7 @@ async fn redrive_subscription(
                             .any(|r| r.eq_ignore_ascii_case(&back.reason)) =>
                 {
                     *done.moved.entry(back.reason).or_default() += 1;
-                    moving.push(QueuedEvent {
-                        publish_time: now,
-                        event: back.event,
-                    });
+                    moving.push(QueuedEvent::new(now, back.event));
                 }
                 _ => keep.push(record),
             }
@@ -592,10 +589,10 @@ mod tests {
         let message = DeliveryMessage::packed(
             &DeliveryHistory::new(&w.sub),
             at(13),
-            vec![QueuedEvent {
-                publish_time: at(13),
-                event: RawValue::from_string(r#"{"id":"p"}"#.into()).unwrap(),
-            }],
+            vec![QueuedEvent::new(
+                at(13),
+                RawValue::from_string(r#"{"id":"p"}"#.into()).unwrap(),
+            )],
         );
         let bodies = [message[0].to_body().unwrap(), "not a message".to_string()];
         let outgoing: Vec<OutgoingMessage> = bodies

@@ -64,10 +64,7 @@ fn main() {
         parse_event_grid_batch(&body(1_000, 900), "/gridrelay/topics/orders").unwrap_or_default();
     let queued: Vec<QueuedEvent> = events
         .into_iter()
-        .map(|event| QueuedEvent {
-            publish_time: Utc::now(),
-            event,
-        })
+        .map(|event| QueuedEvent::new(Utc::now(), event))
         .collect();
     let sizes: Vec<usize> = queued.iter().map(|e| e.event.get().len()).collect();
     let policy = BatchPolicy {

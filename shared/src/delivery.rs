@@ -144,11 +144,12 @@ pub fn on_arrival(
         let entries = expired
             .into_iter()
             .map(|e| {
+                let last = e.last_attempt_in(&history);
                 dead_letter_entry(
                     e,
                     DeadLetterReason::TimeToLiveExceeded,
                     history.attempts,
-                    history.last_attempt,
+                    last,
                 )
             })
             .collect();
@@ -235,12 +236,68 @@ pub enum Settlement {
         events: usize,
     },
     /// Re-enqueued for the next attempt (R1, R2, S5).
-    Retry {
-        messages: Vec<DeliveryMessage>,
-        delay: Duration,
-        events: usize,
-    },
+    Retry(Retry),
     GaveUp(GiveUp),
+}
+
+/// Events to attempt again at `at`, with the history they share after their last attempt.
+#[derive(Debug)]
+pub struct Retry {
+    pub history: DeliveryHistory,
+    pub at: DateTime<Utc>,
+    pub events: Vec<QueuedEvent>,
+}
+
+impl Retry {
+    /// The messages that carry it, and the SQS delay to send them with.
+    pub fn packed(self, now: DateTime<Utc>) -> (Vec<DeliveryMessage>, Duration) {
+        (
+            DeliveryMessage::packed(&self.history, self.at, self.events),
+            queue_delay(until(self.at, now)),
+        )
+    }
+
+    /// Whether `other`'s events can ride in the same messages: for the same subscription, after
+    /// as many attempts, due at the same time, and neither waiting for a late answer (R4: a
+    /// late success cancels its own retry, not its neighbours'). Only the last attempt may
+    /// differ; each event keeps its own.
+    fn can_share(&self, other: &Retry) -> bool {
+        let (a, b) = (&self.history, &other.history);
+        self.at == other.at
+            && a.timed_out_attempt.is_none()
+            && b.timed_out_attempt.is_none()
+            && a.topic == b.topic
+            && a.subscription == b.subscription
+            && a.subscription_id == b.subscription_id
+            && a.schema == b.schema
+            && a.attempts == b.attempts
+    }
+}
+
+/// Merges retries that can share messages ([`Retry::can_share`]), so the retries of an
+/// invocation's failed batches cost one SQS message per due time, not one per batch. The first
+/// retry's last attempt becomes the message's; an event whose last attempt differs carries its
+/// own (L6 reports it). `T` is whatever the caller tracks per retry (the SQS records it came
+/// from), gathered for the merged retry in order.
+pub fn merge_retries<T>(retries: Vec<(Retry, T)>) -> Vec<(Retry, Vec<T>)> {
+    let mut merged: Vec<(Retry, Vec<T>)> = Vec::new();
+    for (retry, tag) in retries {
+        match merged.iter_mut().find(|(m, _)| m.can_share(&retry)) {
+            Some((into, tags)) => {
+                let own = retry.history.last_attempt;
+                let differs = own != into.history.last_attempt;
+                into.events.extend(retry.events.into_iter().map(|mut e| {
+                    if differs {
+                        e.last_attempt = own;
+                    }
+                    e
+                }));
+                tags.push(tag);
+            }
+            None => merged.push((retry, vec![tag])),
+        }
+    }
+    merged
 }
 
 /// One batch's attempt, as the worker saw it.
@@ -290,17 +347,20 @@ pub fn settle_attempt(
         AfterAttempt::Delivered => Settlement::Delivered {
             events: events.len(),
         },
-        AfterAttempt::RetryAt(at) => {
-            let history = attempt
+        AfterAttempt::RetryAt(at) => Settlement::Retry(Retry {
+            history: attempt
                 .history
-                .after_attempt(record, attempt.timed_out_attempt);
-            let events_count = events.len();
-            Settlement::Retry {
-                messages: DeliveryMessage::packed(&history, at, events),
-                delay: queue_delay(until(at, now)),
-                events: events_count,
-            }
-        }
+                .after_attempt(record, attempt.timed_out_attempt),
+            at,
+            // The attempt just made is every event's last one now.
+            events: events
+                .into_iter()
+                .map(|e| QueuedEvent {
+                    last_attempt: None,
+                    ..e
+                })
+                .collect(),
+        }),
         AfterAttempt::GiveUp(reason) => {
             let entries = events
                 .into_iter()
@@ -351,6 +411,7 @@ pub fn dead_letter_entry(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::DeliveryQueueMessage;
     use crate::subscription::{DeadLetterDestination, RetryPolicy};
     use serde_json::value::RawValue;
 
@@ -378,10 +439,10 @@ mod tests {
     }
 
     fn event(id: &str, published: DateTime<Utc>) -> QueuedEvent {
-        QueuedEvent {
-            publish_time: published,
-            event: RawValue::from_string(format!("{{\"id\":\"{id}\"}}")).unwrap(),
-        }
+        QueuedEvent::new(
+            published,
+            RawValue::from_string(format!("{{\"id\":\"{id}\"}}")).unwrap(),
+        )
     }
 
     fn message(sub: &Subscription, attempts: u32, not_before: DateTime<Utc>) -> DeliveryMessage {
@@ -567,15 +628,12 @@ mod tests {
     #[test]
     fn busy_endpoint_retries_after_thirty_seconds_r1_s5() {
         let sub = subscription(false);
-        let Settlement::Retry {
-            messages,
-            delay,
-            events,
-        } = settle(&sub, 0, AttemptResult::Status(503))
-        else {
+        let Settlement::Retry(retry) = settle(&sub, 0, AttemptResult::Status(503)) else {
             panic!("expected a retry")
         };
-        assert_eq!((events, delay), (2, Duration::from_secs(30)));
+        let (messages, delay) = retry.packed(t0());
+        assert_eq!(delay, Duration::from_secs(30));
+        assert_eq!(messages[0].events.len(), 2);
         assert_eq!(messages.len(), 1);
         assert_eq!(messages[0].attempts, 1);
         assert_eq!(messages[0].not_before, t0() + chrono::Duration::seconds(30));
@@ -622,6 +680,116 @@ mod tests {
         assert_eq!(entry.reason, DeadLetterReason::MaxDeliveryAttemptsExceeded);
         assert_eq!(entry.delivery_attempts, 2);
         assert_eq!(entry.last_outcome, Some(DeliveryOutcome::TimedOut));
+    }
+
+    fn retry_after(sub: &Subscription, result: AttemptResult, time: DateTime<Utc>) -> Retry {
+        let schedule = RetrySchedule::event_grid();
+        let history = DeliveryHistory::new(sub);
+        match settle_attempt(
+            sub,
+            BatchAttempt {
+                history: &history,
+                time,
+                result: &result,
+                timed_out_attempt: None,
+            },
+            vec![event(&time.to_rfc3339(), t0())],
+            rules(&schedule),
+            t0(),
+            0.0,
+        ) {
+            Settlement::Retry(r) => r,
+            other => panic!("expected a retry, got {other:?}"),
+        }
+    }
+
+    /// R1, R2, L6: retries of several batches due at the same time share one message; each
+    /// event keeps its own last attempt, and an expired one is dead-lettered with it.
+    #[test]
+    fn retries_due_together_share_a_message_and_keep_their_last_attempt_r1_r2_l6() {
+        let sub = subscription(true);
+        let later = t0() + chrono::Duration::milliseconds(700);
+        let first = retry_after(&sub, AttemptResult::Status(500), t0());
+        let second = retry_after(&sub, AttemptResult::Status(502), later);
+        // 503 waits at least 30 s (S5), so it is due at another time.
+        let busy = retry_after(&sub, AttemptResult::Status(503), t0());
+        let merged = merge_retries(vec![(first, 'a'), (busy, 'b'), (second, 'c')]);
+        assert_eq!(merged.len(), 2);
+        let (retry, tags) = &merged[0];
+        assert_eq!(tags, &['a', 'c']);
+        assert_eq!(retry.events.len(), 2);
+        assert_eq!(retry.events[0].last_attempt, None);
+        let own = retry.events[1]
+            .last_attempt
+            .expect("the second batch's own attempt");
+        assert_eq!(
+            (own.time, own.outcome),
+            (later, DeliveryOutcome::GenericError)
+        );
+
+        // Read back after the TTL: each event is reported with its own last attempt (L6).
+        let (mut messages, _) = merged.into_iter().next().unwrap().0.packed(t0());
+        let message = messages.remove(0);
+        let body = message.to_body().unwrap();
+        let Ok(DeliveryQueueMessage::Delivery(message)) = DeliveryQueueMessage::from_body(&body)
+        else {
+            panic!("a delivery message reads back")
+        };
+        let mut short = sub.clone();
+        short.retry_policy.event_time_to_live_in_minutes = 1;
+        let now = t0() + chrono::Duration::minutes(2);
+        let schedule = RetrySchedule::event_grid();
+        let Arrival::Due {
+            expired: Some(GiveUp::DeadLetter { messages: dead, .. }),
+            ..
+        } = on_arrival(message, Some(&short), rules(&schedule), now)
+        else {
+            panic!("expected the expired events dead-lettered")
+        };
+        let times: Vec<_> = dead[0]
+            .entries
+            .iter()
+            .map(|e| e.last_attempt_time)
+            .collect();
+        assert_eq!(times, [Some(t0()), Some(later)]);
+
+        // The next attempt is every event's last one again.
+        let again = settle_attempt(
+            &sub,
+            BatchAttempt {
+                history: &DeliveryHistory {
+                    attempts: 1,
+                    ..DeliveryHistory::new(&sub)
+                },
+                time: now,
+                result: &AttemptResult::Status(500),
+                timed_out_attempt: None,
+            },
+            vec![QueuedEvent {
+                last_attempt: Some(own),
+                ..event("x", t0())
+            }],
+            rules(&schedule),
+            now,
+            0.0,
+        );
+        let Settlement::Retry(again) = again else {
+            panic!("expected a retry")
+        };
+        assert_eq!(again.events[0].last_attempt, None);
+    }
+
+    /// R4: a retry that waits for a timed-out attempt's late answer keeps its own message, so
+    /// a late success cancels only its events.
+    #[test]
+    fn retries_waiting_for_a_late_answer_are_not_merged_r4() {
+        let sub = subscription(true);
+        let mut waiting = retry_after(&sub, AttemptResult::TimedOut, t0());
+        waiting.history.timed_out_attempt = Some("attempt-1".into());
+        let plain = retry_after(&sub, AttemptResult::TimedOut, t0());
+        assert_eq!(waiting.at, plain.at);
+        let merged = merge_retries(vec![(waiting, 1), (plain, 2)]);
+        assert_eq!(merged.len(), 2);
     }
 
     /// D1: held events keep their attempt count and wait until the endpoint's delay ends.

@@ -35,6 +35,26 @@ pub struct QueuedEvent {
     /// When gridrelay accepted it: TTL counts from here (R5) and L6 reports it.
     pub publish_time: DateTime<Utc>,
     pub event: Box<RawValue>,
+    /// This event's last attempt where it differs from its message's: retries of several
+    /// batches that fell due at the same time share one message ([`crate::delivery::merge_retries`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<AttemptRecord>,
+}
+
+impl QueuedEvent {
+    /// An event as fan-out (or redrive) enqueues it: no attempt yet.
+    pub fn new(publish_time: DateTime<Utc>, event: Box<RawValue>) -> Self {
+        Self {
+            publish_time,
+            event,
+            last_attempt: None,
+        }
+    }
+
+    /// Its last attempt, given its message's.
+    pub fn last_attempt_in(&self, history: &DeliveryHistory) -> Option<AttemptRecord> {
+        self.last_attempt.or(history.last_attempt)
+    }
 }
 
 /// The last attempt made for a message's events.
@@ -336,10 +356,7 @@ mod tests {
 
     fn event(bytes: usize) -> QueuedEvent {
         let text = format!("{{\"d\":\"{}\"}}", "x".repeat(bytes));
-        QueuedEvent {
-            publish_time: Utc::now(),
-            event: RawValue::from_string(text).unwrap(),
-        }
+        QueuedEvent::new(Utc::now(), RawValue::from_string(text).unwrap())
     }
 
     fn template() -> DeliveryMessage {

@@ -173,13 +173,11 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         not_before: chrono::Utc::now(),
         last_attempt: None,
         timed_out_attempt: None,
-        events: vec![QueuedEvent {
-            publish_time: chrono::Utc::now(),
-            event: serde_json::value::RawValue::from_string(
-                r#"{"id":"direct-1","data":{}}"#.into(),
-            )
-            .expect("json"),
-        }],
+        events: vec![QueuedEvent::new(
+            chrono::Utc::now(),
+            serde_json::value::RawValue::from_string(r#"{"id":"direct-1","data":{}}"#.into())
+                .expect("json"),
+        )],
     };
     let record = |id: &str, body: String| {
         let mut m = SqsMessage::default();

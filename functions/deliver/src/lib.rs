@@ -34,7 +34,7 @@ use gridrelay_shared::batching::plan_batches;
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::delivery::{
     ATTEMPT_TIMEOUT, Arrival, BatchAttempt, DeliveryRules, GiveUp, LATE_ANSWER_WINDOW, Settlement,
-    on_arrival, settle_attempt,
+    merge_retries, on_arrival, settle_attempt,
 };
 use gridrelay_shared::health::HealthPolicy;
 use gridrelay_shared::message::ValidationTask;
@@ -641,9 +641,13 @@ impl Deliver {
     }
 
     /// Settles every attempted batch ([`settle_attempt`]; B5: its events share one outcome).
+    /// A group's retries share one random draw (R2), so those due at the same time travel in
+    /// one message ([`merge_retries`]).
     fn settle(&self, groups: &[Group], attempted: Vec<Attempted>, plan: &mut Plan) {
         let now = self.clock.now();
         let rules = self.settings.rules();
+        let draws: Vec<f64> = groups.iter().map(|_| self.jitter.draw()).collect();
+        let mut retries = Vec::new();
         for a in attempted {
             plan.report.attempts += 1;
             let group = &groups[a.group];
@@ -659,14 +663,9 @@ impl Deliver {
                 timed_out_attempt: timed_out_attempt.clone(),
             };
             let events = a.events.into_iter().map(|p| p.event).collect();
-            let draw = self.jitter.draw();
-            match settle_attempt(sub, attempt, events, rules, now, draw) {
+            match settle_attempt(sub, attempt, events, rules, now, draws[a.group]) {
                 Settlement::Delivered { events } => plan.report.delivered += events,
-                Settlement::Retry {
-                    messages,
-                    delay,
-                    events,
-                } => {
+                Settlement::Retry(retry) => {
                     match &a.result {
                         AttemptResult::ConnectionFailed(reason) => {
                             warn!(subscription = %sub.name, error = %reason, "delivery attempt could not connect");
@@ -676,14 +675,19 @@ impl Deliver {
                         }
                         _ => {}
                     }
-                    plan.report.retried += events;
+                    plan.report.retried += retry.events.len();
                     if let (Some(id), Some(answer)) = (timed_out_attempt, late.take()) {
                         plan.late.push((id, answer));
                     }
-                    plan.enqueue_delivery(messages, &records, delay);
+                    retries.push((retry, records));
                 }
                 Settlement::GaveUp(give_up) => plan.give_up(sub, give_up, &records),
             }
+        }
+        for (retry, records) in merge_retries(retries) {
+            let records = records.into_iter().flatten().collect();
+            let (messages, delay) = retry.packed(now);
+            plan.enqueue_delivery(messages, &records, delay);
         }
     }
 

@@ -770,3 +770,49 @@ async fn an_unreadable_secret_header_follows_the_retry_policy_h1_r5_l2() {
         "not the endpoint's failure"
     );
 }
+
+/// R1, R2, S5: the retries of an invocation's failed batches travel in one message per due
+/// time, not one per batch (each a paid SQS request): twenty unbatched events failing with
+/// 500 (10 s) or 503 (30 s) come back in two messages, and every event is delivered later.
+#[tokio::test]
+async fn retries_due_together_share_one_message_r1_r2_s5() {
+    let first_tries = Arc::new(AtomicUsize::new(0));
+    let tries = first_tries.clone();
+    let w = World::new(ScriptedSender::new(move |r: &DeliveryRequest| {
+        if header(r, "aeg-delivery-count") != Some("0") {
+            return AttemptResult::Status(200);
+        }
+        match tries.fetch_add(1, Ordering::SeqCst) % 2 {
+            0 => AttemptResult::Status(500),
+            _ => AttemptResult::Status(503),
+        }
+    }));
+    w.subscribe(request("sub-1")).await;
+    let ids: Vec<String> = (0..20).map(|i| format!("e{i}")).collect();
+    w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    let sent_before = w.delivery.sent().len();
+
+    let first = w.run().await;
+    assert_eq!((first.report.attempts, first.report.retried), (20, 20));
+    let retries = &w.delivery.sent()[sent_before..];
+    let mut shape: Vec<(Duration, usize)> = retries
+        .iter()
+        .map(|m| match DeliveryQueueMessage::from_body(&m.body) {
+            Ok(DeliveryQueueMessage::Delivery(d)) => (m.delay, d.events.len()),
+            other => panic!("expected a delivery message, got {other:?}"),
+        })
+        .collect();
+    shape.sort();
+    assert_eq!(
+        shape,
+        [(Duration::from_secs(10), 10), (Duration::from_secs(30), 10)]
+    );
+
+    // The endpoint is delayed after so many failures (D1); its events follow when it is due.
+    let mut delivered = 0;
+    while !w.delivery.is_empty() {
+        delivered += w.run_next().await.report.delivered;
+    }
+    assert_eq!(delivered, 20);
+}
