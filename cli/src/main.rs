@@ -570,77 +570,85 @@ async fn redrive_command(
     tables: TableNames,
     delivery_queue: &str,
 ) -> anyhow::Result<()> {
-    let selection = match &cmd {
-        RedriveCommand::DeadLetters(args) => Some(args.selection().map_err(invalid)?),
-        RedriveCommand::Queue(_) => None,
-    };
+    match cmd {
+        RedriveCommand::Queue(args) => redrive_queue_command(args, delivery_queue).await,
+        RedriveCommand::DeadLetters(args) => {
+            redrive_dead_letters_command(args, tables, delivery_queue).await
+        }
+    }
+}
+
+/// `gridrelay redrive queue`: parked messages back to the queue they came from.
+async fn redrive_queue_command(args: RedriveQueueArgs, delivery_queue: &str) -> anyhow::Result<()> {
+    let names = ResourceNames::default();
     let sdk = load_sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    match (cmd, selection) {
-        (RedriveCommand::Queue(args), _) => {
-            let (kind, default_from) = if args.dead_letter {
-                (QueueKind::DeadLetter, "gridrelay-dead-letter-redrive")
-            } else {
-                (QueueKind::Delivery, "gridrelay-delivery-redrive")
-            };
-            let from =
-                queue_url(&sqs, args.from.as_deref().unwrap_or(default_from), "--from").await?;
-            let to = match (&args.to, kind) {
-                (Some(to), _) => queue_url(&sqs, to, "--to").await?,
-                (None, QueueKind::DeadLetter) => {
-                    queue_url(&sqs, "gridrelay-dead-letter", "--to").await?
-                }
-                (None, QueueKind::Delivery) => delivery_queue_url(&sqs, delivery_queue).await?,
-            };
-            let report = redrive_queue(
-                &SqsQueue::new(sqs.clone(), &from),
-                &SqsQueue::new(sqs, &to),
-                kind,
-                args.dry_run,
-                args.max_messages,
-            )
-            .await?;
-            print(&json!({
-                "dryRun": report.dry_run,
-                "from": from,
-                "to": to,
-                "messages": report.messages(),
-                "moved": report.moved.iter().map(|(whose, m)| {
-                    (whose.clone(), json!({"messages": m.messages, "events": m.events}))
-                }).collect::<serde_json::Map<_, _>>(),
-                "leftUnreadableOrOfAnotherKind": report.unreadable,
-            }))
-        }
-        (RedriveCommand::DeadLetters(args), Some(selection)) => {
-            let store = DynamoSubscriptionStore::from_sdk(&sdk, tables);
-            let objects = S3ObjectStore::new(s3_client(&sdk));
-            let queue = SqsQueue::new(sqs.clone(), delivery_queue_url(&sqs, delivery_queue).await?);
-            let report = redrive_dead_letters(
-                &store,
-                &objects,
-                &queue,
-                &selection,
-                args.dry_run,
-                chrono::Utc::now(),
-            )
-            .await?;
-            print(&json!({
-                "dryRun": report.dry_run,
-                "events": report.events(),
-                "subscriptions": report.subscriptions.iter().map(|s| json!({
-                    "name": s.subscription,
-                    "skipped": s.skipped,
-                    "objectsRead": s.objects_read,
-                    "objectsDeleted": s.objects_deleted,
-                    "objectsRewritten": s.objects_rewritten,
-                    "moved": s.moved,
-                    "recordsLeft": s.left,
-                    "objectsOfOtherSubscriptions": s.objects_of_other_subscriptions,
-                })).collect::<Vec<_>>(),
-            }))
-        }
-        (RedriveCommand::DeadLetters(_), None) => bail!("the selection was not validated"),
-    }
+    let (kind, default_from) = if args.dead_letter {
+        (QueueKind::DeadLetter, &names.dead_letter_redrive_queue)
+    } else {
+        (QueueKind::Delivery, &names.delivery_redrive_queue)
+    };
+    let from = queue_url(&sqs, args.from.as_deref().unwrap_or(default_from), "--from").await?;
+    let to = match (&args.to, kind) {
+        (Some(to), _) => queue_url(&sqs, to, "--to").await?,
+        (None, QueueKind::DeadLetter) => queue_url(&sqs, &names.dead_letter_queue, "--to").await?,
+        (None, QueueKind::Delivery) => delivery_queue_url(&sqs, delivery_queue).await?,
+    };
+    let report = redrive_queue(
+        &SqsQueue::new(sqs.clone(), &from),
+        &SqsQueue::new(sqs, &to),
+        kind,
+        args.dry_run,
+        args.max_messages,
+    )
+    .await?;
+    print(&json!({
+        "dryRun": report.dry_run,
+        "from": from,
+        "to": to,
+        "messages": report.messages(),
+        "moved": report.moved.iter().map(|(whose, m)| {
+            (whose.clone(), json!({"messages": m.messages, "events": m.events}))
+        }).collect::<serde_json::Map<_, _>>(),
+        "leftUnreadableOrOfAnotherKind": report.unreadable,
+    }))
+}
+
+/// `gridrelay redrive dead-letters`: dead-lettered events delivered again.
+async fn redrive_dead_letters_command(
+    args: RedriveDeadLettersArgs,
+    tables: TableNames,
+    delivery_queue: &str,
+) -> anyhow::Result<()> {
+    let selection = args.selection().map_err(invalid)?;
+    let sdk = load_sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let store = DynamoSubscriptionStore::from_sdk(&sdk, tables);
+    let objects = S3ObjectStore::new(s3_client(&sdk));
+    let queue = SqsQueue::new(sqs.clone(), delivery_queue_url(&sqs, delivery_queue).await?);
+    let report = redrive_dead_letters(
+        &store,
+        &objects,
+        &queue,
+        &selection,
+        args.dry_run,
+        chrono::Utc::now(),
+    )
+    .await?;
+    print(&json!({
+        "dryRun": report.dry_run,
+        "events": report.events(),
+        "subscriptions": report.subscriptions.iter().map(|s| json!({
+            "name": s.subscription,
+            "skipped": s.skipped,
+            "objectsRead": s.objects_read,
+            "objectsDeleted": s.objects_deleted,
+            "objectsRewritten": s.objects_rewritten,
+            "moved": s.moved,
+            "recordsLeft": s.left,
+            "objectsOfOtherSubscriptions": s.objects_of_other_subscriptions,
+        })).collect::<Vec<_>>(),
+    }))
 }
 
 /// The delivery queue's URL: given, or looked up by name.

@@ -27,7 +27,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gridrelay_adapters::aws::{S3ObjectStore, s3_client};
-use gridrelay_e2e::{eventually, sdk_config, validation_code};
+use gridrelay_e2e::{delivered_events, eventually, request_origin, sdk_config, validation_code};
+use gridrelay_local::ResourceNames;
 use gridrelay_ports::ObjectStore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -143,10 +144,8 @@ async fn receive(
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    let events: Vec<Value> = match serde_json::from_str(&body) {
-        Ok(Value::Array(items)) => items,
-        Ok(object @ Value::Object(_)) => vec![object],
-        _ => return StatusCode::BAD_REQUEST.into_response(),
+    let Some(events) = delivered_events(&body) else {
+        return StatusCode::BAD_REQUEST.into_response();
     };
     if let Some(code) = validation_code(&headers, &events) {
         return axum::Json(json!({"validationResponse": code})).into_response();
@@ -184,11 +183,7 @@ async fn receive(
 
 /// CloudEvents webhook abuse protection.
 async fn allow_origin(headers: HeaderMap) -> Response {
-    let origin = headers
-        .get("webhook-request-origin")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let origin = request_origin(&headers);
     (StatusCode::OK, [("WebHook-Allowed-Origin", origin)]).into_response()
 }
 
@@ -220,16 +215,7 @@ impl LocalProcess {
     }
 
     fn env(&self, cmd: &mut Command) {
-        cmd.env("GRIDRELAY_TOPICS_TABLE", format!("{}-topics", self.prefix))
-            .env(
-                "GRIDRELAY_SUBSCRIPTIONS_TABLE",
-                format!("{}-subscriptions", self.prefix),
-            )
-            .env("GRIDRELAY_SECRET_PREFIX", &self.prefix)
-            .env(
-                "GRIDRELAY_DELIVERY_QUEUE_URL",
-                format!("{}-delivery", self.prefix),
-            )
+        cmd.envs(ResourceNames::with_prefix(&self.prefix).cli_env())
             .env("GRIDRELAY_TIME_SCALE", TIME_SCALE);
     }
 

@@ -5,22 +5,18 @@ use std::time::Duration;
 
 use gridrelay_adapters::aws::SqsQueue;
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, subscription};
+use gridrelay_local::ResourceNames;
 use gridrelay_ports::{MessageQueue, OutgoingMessage};
 use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
 use gridrelay_shared::subscription::SubscriptionRequest;
 use serde_json::Value;
 
-fn gridrelay(args: &[&str], tables: Option<(&str, &str)>) -> Output {
+/// The command line; with `resources`, pointed at them as an operator's environment would.
+fn gridrelay(args: &[&str], resources: Option<&ResourceNames>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridrelay"));
     cmd.args(args);
-    if let Some((topics, subs)) = tables {
-        cmd.env("GRIDRELAY_TOPICS_TABLE", topics)
-            .env("GRIDRELAY_SUBSCRIPTIONS_TABLE", subs)
-            .env("GRIDRELAY_SECRET_PREFIX", topics)
-            .env(
-                "GRIDRELAY_DELIVERY_QUEUE_URL",
-                topics.replace("-topics", "-delivery"),
-            );
+    if let Some(names) = resources {
+        cmd.envs(names.cli_env());
     }
     cmd.output().expect("gridrelay runs")
 }
@@ -134,30 +130,33 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
 async fn topic_and_subscription_lifecycle_c1() {
     let sdk = gridrelay_e2e::sdk_config().await;
     let prefix = format!("c{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let names = gridrelay_local::ResourceNames::with_prefix(&prefix);
+    let names = ResourceNames::with_prefix(&prefix);
     gridrelay_local::provision(&sdk, &names, 5)
         .await
         .expect("provision");
-    let tables = Some((
-        names.topics_table.as_str(),
-        names.subscriptions_table.as_str(),
-    ));
+    let resources = Some(&names);
 
-    let topic = json(&gridrelay(&["topic", "create", "--name", "orders"], tables));
+    let topic = json(&gridrelay(
+        &["topic", "create", "--name", "orders"],
+        resources,
+    ));
     assert_eq!(
         topic["endpoint"],
         "http://127.0.0.1:7071/topics/orders/api/events"
     );
     assert_eq!(topic["key1"].as_str().map(str::len), Some(44));
     assert_ne!(topic["key1"], topic["key2"]);
-    let again = gridrelay(&["topic", "create", "--name", "orders"], tables);
+    let again = gridrelay(&["topic", "create", "--name", "orders"], resources);
     assert!(!again.status.success() && stderr(&again).contains("already exists"));
 
-    let shown = json(&gridrelay(&["topic", "show", "--name", "orders"], tables));
+    let shown = json(&gridrelay(
+        &["topic", "show", "--name", "orders"],
+        resources,
+    ));
     assert!(shown.get("key1").is_none(), "show does not print keys");
     let keys = json(&gridrelay(
         &["topic", "key", "list", "--name", "orders"],
-        tables,
+        resources,
     ));
     assert_eq!(keys["key1"], topic["key1"]);
 
@@ -189,7 +188,7 @@ async fn topic_and_subscription_lifecycle_c1() {
             "Bearer cli-secret-value",
             "secret",
         ],
-        tables,
+        resources,
     ));
     // H1: a secret value is never printed.
     assert!(!sub.to_string().contains("cli-secret-value"), "{sub}");
@@ -238,7 +237,7 @@ async fn topic_and_subscription_lifecycle_c1() {
             "--endpoint",
             "http://h/x",
         ],
-        tables,
+        resources,
     );
     assert!(stderr(&missing_topic).contains("topic nope does not exist"));
 
@@ -252,7 +251,7 @@ async fn topic_and_subscription_lifecycle_c1() {
             "--input-schema",
             "CloudEventSchemaV1_0",
         ],
-        tables,
+        resources,
     ));
     assert_eq!(ce_topic["inputSchema"], "CloudEventSchemaV1_0");
     let mismatch = gridrelay(
@@ -268,7 +267,7 @@ async fn topic_and_subscription_lifecycle_c1() {
             "--event-delivery-schema",
             "eventgridschema",
         ],
-        tables,
+        resources,
     );
     assert_eq!(mismatch.status.code(), Some(2));
     assert!(
@@ -279,7 +278,7 @@ async fn topic_and_subscription_lifecycle_c1() {
     );
     json(&gridrelay(
         &["topic", "delete", "--name", "ce-orders"],
-        tables,
+        resources,
     ));
 
     let shown = json(&gridrelay(
@@ -291,16 +290,16 @@ async fn topic_and_subscription_lifecycle_c1() {
             "--name",
             "audit",
         ],
-        tables,
+        resources,
     ));
     assert_eq!(shown, sub);
     let listed = json(&gridrelay(
         &["event-subscription", "list", "--topic-name", "orders"],
-        tables,
+        resources,
     ));
     assert_eq!(listed.as_array().map(Vec::len), Some(1));
 
-    let busy = gridrelay(&["topic", "delete", "--name", "orders"], tables);
+    let busy = gridrelay(&["topic", "delete", "--name", "orders"], resources);
     assert!(stderr(&busy).contains("still has event subscriptions"));
     json(&gridrelay(
         &[
@@ -311,28 +310,14 @@ async fn topic_and_subscription_lifecycle_c1() {
             "--name",
             "audit",
         ],
-        tables,
+        resources,
     ));
-    json(&gridrelay(&["topic", "delete", "--name", "orders"], tables));
-    let listed = json(&gridrelay(&["topic", "list"], tables));
+    json(&gridrelay(
+        &["topic", "delete", "--name", "orders"],
+        resources,
+    ));
+    let listed = json(&gridrelay(&["topic", "list"], resources));
     assert_eq!(listed, serde_json::json!([]));
-}
-
-/// The command line for a running system: its tables and delivery queue.
-fn gridrelay_for(sys: &TestSystem, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gridrelay"))
-        .args(args)
-        .env("GRIDRELAY_TOPICS_TABLE", &sys.names.topics_table)
-        .env(
-            "GRIDRELAY_SUBSCRIPTIONS_TABLE",
-            &sys.names.subscriptions_table,
-        )
-        .env(
-            "GRIDRELAY_DELIVERY_QUEUE_URL",
-            &sys.system.resources.delivery_queue_url,
-        )
-        .output()
-        .expect("gridrelay runs")
 }
 
 /// Item 2 of the life-cycle issue, L2, G1: `gridrelay redrive`, as an operator runs it against
@@ -356,8 +341,7 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
     sys.wait_for_dead_letters("redo/", Duration::from_secs(30))
         .await;
 
-    let bad = gridrelay_for(
-        &sys,
+    let bad = gridrelay(
         &[
             "redrive",
             "dead-letters",
@@ -366,11 +350,11 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
             "--since",
             "yesterday",
         ],
+        Some(&sys.names),
     );
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("invalid --since") && stderr(&bad).contains("RFC 3339"));
-    let dry = json(&gridrelay_for(
-        &sys,
+    let dry = json(&gridrelay(
         &[
             "redrive",
             "dead-letters",
@@ -378,6 +362,7 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
             "redo",
             "--dry-run",
         ],
+        Some(&sys.names),
     ));
     assert_eq!(dry["events"], 1, "{dry}");
     assert_eq!(
@@ -385,8 +370,7 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
         1
     );
     assert_eq!(sys.dead_letter_objects("redo/").await.len(), 1);
-    let done = json(&gridrelay_for(
-        &sys,
+    let done = json(&gridrelay(
         &[
             "redrive",
             "dead-letters",
@@ -397,6 +381,7 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
             "--reason",
             "MaxDeliveryAttemptsExceeded",
         ],
+        Some(&sys.names),
     ));
     assert_eq!(done["events"], 1, "{done}");
     let delivered = sub.wait_for_requests(2, Duration::from_secs(30)).await;
@@ -424,9 +409,9 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
         }])
         .await;
     assert!(sent[0].is_ok());
-    let moved = json(&gridrelay_for(
-        &sys,
+    let moved = json(&gridrelay(
         &["redrive", "queue", "--from", &redrive_url],
+        Some(&sys.names),
     ));
     assert_eq!(moved["messages"], 1, "{moved}");
     assert_eq!(moved["moved"]["redo/audit"]["events"], 1);

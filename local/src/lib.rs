@@ -32,7 +32,6 @@ use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::Ingest;
 use gridrelay_ports::{MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock};
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
-use gridrelay_shared::delivery::{ATTEMPT_TIMEOUT, LATE_ANSWER_WINDOW};
 use gridrelay_shared::subscription::{Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
 use tokio::sync::watch;
@@ -84,17 +83,26 @@ impl RunnerConfig {
             visibility.as_secs_f64(),
             function.as_secs_f64()
         );
-        let attempt = self.scale.apply(ATTEMPT_TIMEOUT);
+        let settings = self.delivery_settings();
+        let (attempt, margin) = (settings.attempt_timeout, settings.deadline_margin);
         anyhow::ensure!(
-            function >= attempt + self.deadline_margin,
+            function >= attempt + margin,
             "--function-timeout ({} s) is shorter than one attempt ({} s at this time scale) plus \
              the {} s kept to enqueue: no delivery could start; allowed: at least {} s",
             function.as_secs_f64(),
             attempt.as_secs_f64(),
-            self.deadline_margin.as_secs_f64(),
-            (attempt + self.deadline_margin).as_secs_f64()
+            margin.as_secs_f64(),
+            (attempt + margin).as_secs_f64()
         );
         Ok(())
+    }
+
+    /// The deliver worker's settings at this time scale, with this deadline margin.
+    fn delivery_settings(&self) -> DeliverySettings {
+        DeliverySettings {
+            deadline_margin: self.deadline_margin,
+            ..DeliverySettings::new(self.scale)
+        }
     }
 }
 
@@ -176,13 +184,17 @@ impl LocalSystem {
         // Bound first: the deliver worker puts the API's address in validation URLs.
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let listen = listener.local_addr()?;
+        let settings = DeliverySettings {
+            public_url: Some(format!("http://{listen}")),
+            ..config.delivery_settings()
+        };
         let deliver = Arc::new(Deliver {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_letter_queue.clone(),
             sender: Arc::new(
-                HttpEventSender::new(config.scale.apply(ATTEMPT_TIMEOUT))?
-                    .with_late_answers(config.scale.apply(LATE_ANSWER_WINDOW)),
+                HttpEventSender::new(settings.attempt_timeout)?
+                    .with_late_answers(settings.late_answer_wait),
             ),
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
@@ -191,11 +203,7 @@ impl LocalSystem {
                 sdk,
                 &names.delivery_state_table,
             )),
-            settings: DeliverySettings {
-                public_url: Some(format!("http://{listen}")),
-                deadline_margin: config.deadline_margin,
-                ..DeliverySettings::new(config.scale)
-            },
+            settings,
         });
         ensure_dead_letter_events_topic(store.as_ref()).await?;
         let writer = Arc::new(DeadLetterWriter {

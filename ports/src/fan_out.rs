@@ -204,7 +204,6 @@ mod tests {
     use super::*;
     use crate::memory::{ManualClock, MemoryQueue, MemorySubscriptionStore};
     use gridrelay_shared::subscription::SubscriptionRequest;
-    use gridrelay_shared::validation::{Provisioning, ProvisioningState};
     use std::sync::Arc;
 
     /// Item 8 of the life-cycle issue: ingest's memory is bounded whatever the number of
@@ -216,16 +215,13 @@ mod tests {
         let store = MemorySubscriptionStore::default();
         let queue = MemoryQueue::new(Arc::new(ManualClock::new(now)));
         for i in 0..50 {
-            let mut sub = SubscriptionRequest {
+            let request = SubscriptionRequest {
                 topic: "orders".into(),
                 name: format!("sub-{i:03}"),
                 endpoint: format!("https://example.com/{i}"),
                 ..SubscriptionRequest::default()
-            }
-            .validate(InputSchema::EventGridSchema, now)
-            .unwrap();
-            sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
-            futures::executor::block_on(store.create_subscription(&sub)).unwrap();
+            };
+            store.insert_validated(request, InputSchema::EventGridSchema, now);
         }
         let padding = "x".repeat(1000);
         let events: Vec<Box<RawValue>> = (0..200)

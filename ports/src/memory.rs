@@ -16,7 +16,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::health::EndpointHealth;
-use gridrelay_shared::subscription::{Subscription, Topic};
+use gridrelay_shared::schema::InputSchema;
+use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
+use gridrelay_shared::validation::{Provisioning, ProvisioningState};
 
 use crate::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, HandshakeReply, HandshakeRequest,
@@ -88,6 +90,25 @@ pub struct MemorySubscriptionStore {
 }
 
 impl MemorySubscriptionStore {
+    /// Stores the subscription `request` describes as one whose handshake has succeeded, for
+    /// tests of what comes after it (publish, delivery, redrive), and returns it.
+    ///
+    /// # Panics
+    /// If the request is not valid or the name is taken: a test's own setup is wrong.
+    pub fn insert_validated(
+        &self,
+        request: SubscriptionRequest,
+        input: InputSchema,
+        now: DateTime<Utc>,
+    ) -> Subscription {
+        let mut sub = request.validate(input, now).expect("a valid subscription");
+        sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
+        let key = (sub.topic.clone(), sub.name.clone());
+        let taken = lock(&self.subscriptions).insert(key, sub.clone());
+        assert!(taken.is_none(), "subscription {} already stored", sub.name);
+        sub
+    }
+
     fn check(&self) -> Result<(), StoreError> {
         if self.outage.is_down() {
             return Err(StoreError::Unavailable("in-memory store is down".into()));

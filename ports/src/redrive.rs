@@ -368,7 +368,6 @@ mod tests {
     use gridrelay_shared::message::{DeadLetterEntry, DeliveryHistory, DeliveryMessage};
     use gridrelay_shared::schema::InputSchema;
     use gridrelay_shared::subscription::SubscriptionRequest;
-    use gridrelay_shared::validation::{Provisioning, ProvisioningState};
     use std::sync::Arc;
 
     fn at(hour: u32) -> DateTime<Utc> {
@@ -392,17 +391,17 @@ mod tests {
     /// and at 12:00 (c: attempts exhausted).
     fn world() -> World {
         let store = MemorySubscriptionStore::default();
-        let mut sub = SubscriptionRequest {
-            topic: "orders".into(),
-            name: "audit".into(),
-            endpoint: "https://example.com/hook".into(),
-            dead_letter_destination: Some("s3://dead/dl".into()),
-            ..SubscriptionRequest::default()
-        }
-        .validate(InputSchema::EventGridSchema, at(9))
-        .unwrap();
-        sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
-        block_on(store.create_subscription(&sub)).unwrap();
+        let sub = store.insert_validated(
+            SubscriptionRequest {
+                topic: "orders".into(),
+                name: "audit".into(),
+                endpoint: "https://example.com/hook".into(),
+                dead_letter_destination: Some("s3://dead/dl".into()),
+                ..SubscriptionRequest::default()
+            },
+            InputSchema::EventGridSchema,
+            at(9),
+        );
         let objects = MemoryObjectStore::default();
         let record = |id: &str, reason| {
             render_record(

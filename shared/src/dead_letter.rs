@@ -190,7 +190,7 @@ pub fn read_record(record: &RawValue, naming: FieldNaming) -> Result<ReadBack, s
     })
 }
 
-/// An object's fields in their order, values as raw text.
+/// An object's fields in their order, values as raw text, names borrowed where they can be.
 struct OrderedFields<'a>(Vec<(std::borrow::Cow<'a, str>, &'a RawValue)>);
 
 impl<'de> serde::Deserialize<'de> for OrderedFields<'de> {
@@ -206,10 +206,8 @@ impl<'de> serde::Deserialize<'de> for OrderedFields<'de> {
                 mut map: A,
             ) -> Result<Self::Value, A::Error> {
                 let mut fields = Vec::new();
-                while let Some(entry) =
-                    map.next_entry::<std::borrow::Cow<'de, str>, &'de RawValue>()?
-                {
-                    fields.push(entry);
+                while let Some(name) = map.next_key_seed(crate::readable::Key)? {
+                    fields.push((name, map.next_value::<&'de RawValue>()?));
                 }
                 Ok(OrderedFields(fields))
             }

@@ -192,8 +192,9 @@ impl<'de> Visitor<'de> for WalkVisitor<'_> {
     }
 }
 
-/// A map key, borrowed from the text when it has no escapes.
-struct Key;
+/// A map key, borrowed from the text when it has no escapes (serde's own `Cow<str>` always
+/// copies).
+pub(crate) struct Key;
 
 impl<'de> DeserializeSeed<'de> for Key {
     type Value = Cow<'de, str>;

@@ -389,6 +389,7 @@ pub struct Run {
     pub dead_lettered: BTreeMap<String, Vec<String>>,
     pub deliver: DeliveryReport,
     pub dead_letter: DeadLetterReport,
+    /// Handler invocations (deliver and dead-letter, setup included), and how many died.
     pub invocations: usize,
     pub crashes: usize,
     pub settled: bool,
@@ -408,6 +409,7 @@ struct World {
     deliver: Deliver,
     writer: DeadLetterWriter,
     topic: Topic,
+    invocations: AtomicU64,
     crashes: AtomicU64,
 }
 
@@ -479,6 +481,7 @@ impl World {
             deliver,
             writer,
             topic: Topic::with_new_keys(TOPIC, t0()),
+            invocations: AtomicU64::new(0),
             crashes: AtomicU64::new(0),
         }
     }
@@ -652,6 +655,7 @@ impl World {
         may_crash: bool,
         within: u64,
     ) -> Option<F::Output> {
+        self.invocations.fetch_add(1, Ordering::SeqCst);
         let outcome = if may_crash && self.faults.chance(self.faults.rates().crash) {
             let dies = self.faults.arm_crash(within);
             match select(Box::pin(handled), dies).await {
@@ -676,7 +680,6 @@ impl World {
                 continue;
             }
             any = true;
-            run.invocations += 1;
             let handled = self.writer.handle(sqs_event(&received));
             if let Some(o) = self.run_or_die(handled, true, 10).await {
                 self.settle(&self.dead, &received, &o.failed_message_ids);
@@ -723,7 +726,6 @@ async fn run_async(seed: u64, rates: FaultRates) -> Run {
         }
         let (delivered_any, report) = world.invoke_deliver(true).await;
         if let Some(r) = report {
-            run.invocations += 1;
             run.deliver.add(&r);
         }
         let dead_any = world.invoke_dead_letter(&mut run).await;
@@ -752,7 +754,9 @@ async fn run_async(seed: u64, rates: FaultRates) -> Run {
         }
     }
     run.simulated = world.clock.now() - start;
-    run.crashes = usize::try_from(world.crashes.load(Ordering::SeqCst)).unwrap_or(usize::MAX);
+    let count = |n: &AtomicU64| usize::try_from(n.load(Ordering::SeqCst)).unwrap_or(usize::MAX);
+    run.invocations = count(&world.invocations);
+    run.crashes = count(&world.crashes);
     run.answered = world
         .subscribers
         .answered
@@ -807,6 +811,12 @@ impl Run {
         let mut tally = Tally::default();
         for sub in &self.subscriptions {
             let endpoint = &sub.endpoint;
+            let passes = |id: &str| {
+                self.published.get(id).is_some_and(|e| {
+                    sub.filter
+                        .matches(e, InputSchema::EventGridSchema.filter_fields())
+                })
+            };
             let mut got: BTreeMap<&str, usize> = BTreeMap::new();
             for a in self.answered.iter().filter(|a| &a.endpoint == endpoint) {
                 if a.subscription_header.as_deref() != Some(sub.name.as_str()) {
@@ -821,11 +831,7 @@ impl Run {
                     }
                 }
                 for id in &a.ids {
-                    let passes = self.published.get(id).is_some_and(|e| {
-                        sub.filter
-                            .matches(e, InputSchema::EventGridSchema.filter_fields())
-                    });
-                    if !passes {
+                    if !passes(id) {
                         return Err(format!(
                             "seed {}: event {id} was sent to subscription {}, whose filter it does not pass {replay}",
                             self.seed, sub.name
@@ -839,27 +845,14 @@ impl Run {
                 .map(|ids| ids.iter().map(String::as_str).collect())
                 .unwrap_or_default();
             for id in &dead {
-                let passes = self.published.get(*id).is_some_and(|e| {
-                    sub.filter
-                        .matches(e, InputSchema::EventGridSchema.filter_fields())
-                });
-                if !passes {
+                if !passes(id) {
                     return Err(format!(
                         "seed {}: event {id} was dead-lettered for subscription {}, whose filter it does not pass {replay}",
                         self.seed, sub.name
                     ));
                 }
             }
-            for id in &self.accepted {
-                let Some(event) = self.published.get(id) else {
-                    continue;
-                };
-                if !sub
-                    .filter
-                    .matches(event, InputSchema::EventGridSchema.filter_fields())
-                {
-                    continue;
-                }
+            for id in self.accepted.iter().filter(|id| passes(id)) {
                 tally.expected += 1;
                 match (got.get(id.as_str()), dead.contains(id.as_str())) {
                     (Some(n), _) => {

@@ -512,6 +512,25 @@ impl Drop for Subscriber {
     }
 }
 
+/// The events of a delivery request's body: a JSON array of them, or one event (CloudEvents
+/// binary mode); `None` for anything else.
+pub fn delivered_events(body: &str) -> Option<Vec<Value>> {
+    match serde_json::from_str(body) {
+        Ok(Value::Array(items)) => Some(items),
+        Ok(object @ Value::Object(_)) => Some(vec![object]),
+        _ => None,
+    }
+}
+
+/// The origin a CloudEvents abuse-protection request asks to be allowed.
+pub fn request_origin(headers: &HeaderMap) -> String {
+    headers
+        .get("webhook-request-origin")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// The validation code of an Event Grid validation handshake request, or `None` for any other
 /// request.
 pub fn validation_code(headers: &HeaderMap, events: &[Value]) -> Option<String> {
@@ -533,11 +552,7 @@ async fn receive(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let at = Instant::now();
-    let events: Vec<Value> = match serde_json::from_str(&body) {
-        Ok(Value::Array(items)) => items,
-        Ok(object @ Value::Object(_)) => vec![object],
-        _ => vec![json!({"unparsed": body})],
-    };
+    let events = delivered_events(&body).unwrap_or_else(|| vec![json!({"unparsed": body})]);
     if let Some(code) = validation_code(&headers, &events) {
         let mut s = state.lock().expect("subscriber state");
         let handshake = s.handshake;
@@ -589,11 +604,7 @@ async fn abuse_protection(
     headers: HeaderMap,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let origin = headers
-        .get("webhook-request-origin")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let origin = request_origin(&headers);
     let mut s = state.lock().expect("subscriber state");
     let handshake = s.handshake;
     s.validations.push(Received {

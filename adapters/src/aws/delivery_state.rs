@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 
-use super::{describe_error, written};
+use super::{unavailable, written};
 use gridrelay_ports::{DeliveryStateStore, StoreError, Versioned};
 use gridrelay_shared::health::EndpointHealth;
 
@@ -57,10 +57,6 @@ fn time(item: &HashMap<String, AttributeValue>, name: &str) -> Option<DateTime<U
         .and_then(|v| v.as_n().ok())
         .and_then(|n| n.parse::<i64>().ok())
         .and_then(DateTime::from_timestamp_millis)
-}
-
-fn unavailable<E: std::error::Error>(e: E) -> StoreError {
-    StoreError::Unavailable(describe_error(&e))
 }
 
 impl DynamoDeliveryStateStore {

@@ -5,7 +5,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{describe_error, written};
+use super::{unavailable, written};
 use crate::config::TableNames;
 use gridrelay_ports::{StoreError, SubscriptionStore};
 use gridrelay_shared::subscription::{Subscription, Topic};
@@ -25,10 +25,6 @@ type Item = HashMap<String, AttributeValue>;
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_string())
-}
-
-fn unavailable<E: std::error::Error>(e: E) -> StoreError {
-    StoreError::Unavailable(describe_error(&e))
 }
 
 fn decode<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {

@@ -56,6 +56,11 @@ where
         {
             Ok(false)
         }
-        Err(e) => Err(gridrelay_ports::StoreError::Unavailable(describe_error(&e))),
+        Err(e) => Err(unavailable(e)),
     }
+}
+
+/// A store call that failed: the store is unavailable, with the SDK's full text.
+pub(crate) fn unavailable<E: std::error::Error>(e: E) -> gridrelay_ports::StoreError {
+    gridrelay_ports::StoreError::Unavailable(describe_error(&e))
 }

@@ -20,11 +20,7 @@ use tracing::{info, warn};
 use crate::{Attempted, Deliver, Group, Pending, Plan};
 
 /// What one endpoint may receive in this invocation.
-pub(crate) struct EndpointGate {
-    pass: Pass,
-}
-
-enum Pass {
+pub(crate) enum EndpointGate {
     /// Every batch.
     All,
     /// One probe batch (this invocation holds the lease), then hold the rest until then.
@@ -37,23 +33,23 @@ enum Pass {
 }
 
 impl EndpointGate {
-    /// `Some` if the next batch may be sent.
-    pub(crate) fn admit(&mut self) -> Option<()> {
-        match &mut self.pass {
-            Pass::All => Some(()),
-            Pass::OneProbe { sent, .. } if !*sent => {
+    /// Whether the next batch may be sent.
+    pub(crate) fn admit(&mut self) -> bool {
+        match self {
+            Self::All => true,
+            Self::OneProbe { sent, .. } if !*sent => {
                 *sent = true;
-                Some(())
+                true
             }
-            _ => None,
+            _ => false,
         }
     }
 
     fn held_until(&self) -> Option<DateTime<Utc>> {
-        match self.pass {
-            Pass::All => None,
-            Pass::OneProbe { rest_until, .. } => Some(rest_until),
-            Pass::None(t) => Some(t),
+        match *self {
+            Self::All => None,
+            Self::OneProbe { rest_until, .. } => Some(rest_until),
+            Self::None(t) => Some(t),
         }
     }
 }
@@ -93,26 +89,26 @@ impl Deliver {
                     EndpointHealth::default()
                 }
             };
-            let pass = match health.gate(now, policy) {
-                Gate::Open => Pass::All,
-                Gate::Wait(t) => Pass::None(t),
+            let gate = match health.gate(now, policy) {
+                Gate::Open => EndpointGate::All,
+                Gate::Wait(t) => EndpointGate::None(t),
                 Gate::Probe => {
                     let lease = now + chrono::Duration::from_std(policy.probe_lease).unwrap_or_default();
                     let recheck = now + chrono::Duration::from_std(policy.recheck).unwrap_or_default();
                     match self.state.acquire_probe(endpoint, now, lease).await {
-                        Ok(true) => Pass::OneProbe {
+                        Ok(true) => EndpointGate::OneProbe {
                             sent: false,
                             rest_until: recheck.min(lease),
                         },
-                        Ok(false) => Pass::None(recheck.min(lease)),
+                        Ok(false) => EndpointGate::None(recheck.min(lease)),
                         Err(e) => {
                             warn!(endpoint, error = %e, "probe lease unavailable; waiting");
-                            Pass::None(recheck.min(lease))
+                            EndpointGate::None(recheck.min(lease))
                         }
                     }
                 }
             };
-            (endpoint.to_string(), EndpointGate { pass })
+            (endpoint.to_string(), gate)
         });
         futures::future::join_all(reads).await.into_iter().collect()
     }

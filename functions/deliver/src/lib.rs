@@ -582,16 +582,17 @@ impl Deliver {
             let mut events = std::mem::take(&mut group.events).into_iter();
             for range in plan_batches(&sizes, &group.subscription.batching) {
                 let batch: Vec<Pending> = events.by_ref().take(range.len()).collect();
-                match gates
+                if gates
                     .get_mut(&group.subscription.endpoint)
-                    .map_or(Some(()), EndpointGate::admit)
+                    .is_none_or(EndpointGate::admit)
                 {
-                    Some(()) => batches.push((g, batch)),
-                    None => held.push(Held {
+                    batches.push((g, batch));
+                } else {
+                    held.push(Held {
                         group: g,
                         events: batch,
                         reason: HoldReason::EndpointDelayed,
-                    }),
+                    });
                 }
             }
         }

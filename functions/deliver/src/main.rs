@@ -15,7 +15,6 @@ use gridrelay_adapters::config::{
 use gridrelay_adapters::http_sender::HttpEventSender;
 use gridrelay_deliver::{Deliver, DeliverySettings};
 use gridrelay_ports::{RandomJitter, SystemClock};
-use gridrelay_shared::delivery::{ATTEMPT_TIMEOUT, LATE_ANSWER_WINDOW};
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
@@ -26,6 +25,14 @@ async fn main() -> Result<(), Error> {
     let scale = TimeScale::from_env()?;
     let sdk = load_sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let settings = DeliverySettings {
+        public_url: std::env::var(PUBLIC_URL_ENV).ok().filter(|v| !v.is_empty()),
+        webhook_origin: std::env::var(WEBHOOK_ORIGIN_ENV)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| DEFAULT_WEBHOOK_ORIGIN.to_string()),
+        ..DeliverySettings::new(scale)
+    };
     let deliver = Arc::new(Deliver {
         store: Arc::new(DynamoSubscriptionStore::from_sdk(
             &sdk,
@@ -46,8 +53,8 @@ async fn main() -> Result<(), Error> {
             )?,
         )),
         sender: Arc::new(
-            HttpEventSender::new(scale.apply(ATTEMPT_TIMEOUT))?
-                .with_late_answers(scale.apply(LATE_ANSWER_WINDOW)),
+            HttpEventSender::new(settings.attempt_timeout)?
+                .with_late_answers(settings.late_answer_wait),
         ),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
@@ -59,14 +66,7 @@ async fn main() -> Result<(), Error> {
                 "the DynamoDB table of endpoint health (D1) and late successes (R4)",
             )?,
         )),
-        settings: DeliverySettings {
-            public_url: std::env::var(PUBLIC_URL_ENV).ok().filter(|v| !v.is_empty()),
-            webhook_origin: std::env::var(WEBHOOK_ORIGIN_ENV)
-                .ok()
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| DEFAULT_WEBHOOK_ORIGIN.to_string()),
-            ..DeliverySettings::new(scale)
-        },
+        settings,
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let deliver = Arc::clone(&deliver);

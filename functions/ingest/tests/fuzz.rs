@@ -20,7 +20,6 @@ use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::message::DeliveryQueueMessage;
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
-use gridrelay_shared::validation::{Provisioning, ProvisioningState};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::Value;
@@ -84,19 +83,19 @@ impl World {
             store.create_topic(&topic).await.expect("topic");
             let mut subscriptions = Vec::new();
             for (name, filter, schema) in filters {
-                let mut sub = SubscriptionRequest {
+                let request = SubscriptionRequest {
                     topic: topic.name.clone(),
                     name: name.into(),
                     endpoint: format!("https://example.com/{name}"),
                     filter,
                     event_delivery_schema: schema,
                     ..SubscriptionRequest::default()
-                }
-                .validate(InputSchema::EventGridSchema, Utc::now())
-                .expect("a valid subscription");
-                sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
-                store.create_subscription(&sub).await.expect("subscription");
-                subscriptions.push(sub);
+                };
+                subscriptions.push(store.insert_validated(
+                    request,
+                    InputSchema::EventGridSchema,
+                    Utc::now(),
+                ));
             }
             subscriptions
         });

@@ -10,7 +10,6 @@ use gridrelay_ports::SubscriptionStore;
 use gridrelay_ports::memory::{ManualClock, MemoryQueue, MemorySubscriptionStore};
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{SubscriptionRequest, Topic};
-use gridrelay_shared::validation::{Provisioning, ProvisioningState};
 
 struct World {
     store: Arc<MemorySubscriptionStore>,
@@ -28,17 +27,14 @@ impl World {
         let queue = Arc::new(MemoryQueue::new(clock.clone()));
         store.create_topic(&topic).await.unwrap();
         for (name, schema) in [("plain", None), ("cloud", Some("cloudeventschemav1_0"))] {
-            let mut sub = SubscriptionRequest {
+            let request = SubscriptionRequest {
                 topic: topic.name.clone(),
                 name: name.into(),
                 endpoint: format!("https://example.com/{name}"),
                 event_delivery_schema: schema.map(str::to_string),
                 ..SubscriptionRequest::default()
-            }
-            .validate(topic.input_schema, Utc::now())
-            .unwrap();
-            sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
-            store.create_subscription(&sub).await.unwrap();
+            };
+            store.insert_validated(request, topic.input_schema, Utc::now());
         }
         let ingest = Ingest {
             store: store.clone(),
