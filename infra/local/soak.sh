@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make soak`: the long runs of the life-cycle checks (release builds; about 15 minutes on 2 cores).
+# `make soak`: the long runs of the life-cycle checks (release builds; about 67 minutes on 2 cores
+# with moto, nearly all of it the chaos run).
 #   - chaos: 100,000 events to four subscriptions whose subscribers fail ~30 % of requests, with
 #     `gridrelay local` killed (SIGKILL) and restarted 5 times; prints lost (must be 0),
 #     duplicates and the time it took
