@@ -114,12 +114,13 @@ struct RedriveQueueArgs {
     /// dead-letter queue) instead of the delivery queue's.
     #[arg(long)]
     dead_letter: bool,
-    /// The redrive queue: a URL, or a name to look up (default gridrelay-delivery-redrive, or
-    /// gridrelay-dead-letter-redrive with --dead-letter).
+    /// The redrive queue: a URL, or a name to look up (default <prefix>-delivery-redrive, or
+    /// <prefix>-dead-letter-redrive with --dead-letter, where the delivery queue is
+    /// <prefix>-delivery).
     #[arg(long)]
     from: Option<String>,
     /// Where its messages go back to (a URL or name); default: the delivery queue
-    /// (--delivery-queue), or gridrelay-dead-letter with --dead-letter.
+    /// (--delivery-queue), or <prefix>-dead-letter with --dead-letter.
     #[arg(long)]
     to: Option<String>,
     /// Report what would move; move nothing.
@@ -580,18 +581,33 @@ async fn redrive_command(
 
 /// `gridrelay redrive queue`: parked messages back to the queue they came from.
 async fn redrive_queue_command(args: RedriveQueueArgs, delivery_queue: &str) -> anyhow::Result<()> {
-    let names = ResourceNames::default();
+    // Unnamed queues are the ones beside the delivery queue, named with its prefix.
+    let beside = || {
+        ResourceNames::beside_delivery_queue(delivery_queue).with_context(|| {
+            format!(
+                "the delivery queue {delivery_queue:?} is not named <prefix>-delivery, so the \
+                 queues beside it are unknown: pass --from and --to"
+            )
+        })
+    };
     let sdk = load_sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let (kind, default_from) = if args.dead_letter {
-        (QueueKind::DeadLetter, &names.dead_letter_redrive_queue)
+    let kind = if args.dead_letter {
+        QueueKind::DeadLetter
     } else {
-        (QueueKind::Delivery, &names.delivery_redrive_queue)
+        QueueKind::Delivery
     };
-    let from = queue_url(&sqs, args.from.as_deref().unwrap_or(default_from), "--from").await?;
+    let from = match (&args.from, kind) {
+        (Some(from), _) => from.clone(),
+        (None, QueueKind::DeadLetter) => beside()?.dead_letter_redrive_queue,
+        (None, QueueKind::Delivery) => beside()?.delivery_redrive_queue,
+    };
+    let from = queue_url(&sqs, &from, "--from").await?;
     let to = match (&args.to, kind) {
         (Some(to), _) => queue_url(&sqs, to, "--to").await?,
-        (None, QueueKind::DeadLetter) => queue_url(&sqs, &names.dead_letter_queue, "--to").await?,
+        (None, QueueKind::DeadLetter) => {
+            queue_url(&sqs, &beside()?.dead_letter_queue, "--to").await?
+        }
         (None, QueueKind::Delivery) => delivery_queue_url(&sqs, delivery_queue).await?,
     };
     let report = redrive_queue(

@@ -26,7 +26,6 @@ use gridrelay_adapters::aws::{
     SqsQueue, s3_client,
 };
 use gridrelay_adapters::config::TableNames;
-use gridrelay_adapters::http_sender::HttpEventSender;
 use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
 use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::Ingest;
@@ -192,10 +191,7 @@ impl LocalSystem {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_letter_queue.clone(),
-            sender: Arc::new(
-                HttpEventSender::new(settings.attempt_timeout)?
-                    .with_late_answers(settings.late_answer_wait),
-            ),
+            sender: Arc::new(settings.http_sender()?),
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
             secrets: Arc::new(SecretsManagerStore::from_sdk(sdk)),

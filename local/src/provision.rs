@@ -49,6 +49,14 @@ impl ResourceNames {
         }
     }
 
+    /// The names of the resources beside a delivery queue (its name or URL) named as
+    /// [`Self::with_prefix`] names them (`<prefix>-delivery`); `None` for another name.
+    pub fn beside_delivery_queue(queue: &str) -> Option<Self> {
+        let name = queue.rsplit('/').next().unwrap_or(queue);
+        let prefix = name.strip_suffix("-delivery")?;
+        (!prefix.is_empty()).then(|| Self::with_prefix(prefix))
+    }
+
     /// The environment that points the `gridrelay` command line at these resources: its
     /// tables, its delivery queue (by name) and its secret prefix.
     pub fn cli_env(&self) -> [(&'static str, &str); 4] {
@@ -269,4 +277,23 @@ async fn create_queue(
         .context("queue has no ARN")?
         .to_string();
     Ok((url, arn))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resources_beside_a_delivery_queue_share_its_prefix() {
+        let names = ResourceNames::beside_delivery_queue(
+            "http://127.0.0.1:5056/123456789012/chaos-7-delivery",
+        );
+        assert_eq!(names, Some(ResourceNames::with_prefix("chaos-7")));
+        assert_eq!(
+            ResourceNames::beside_delivery_queue("gridrelay-delivery"),
+            Some(ResourceNames::default())
+        );
+        assert_eq!(ResourceNames::beside_delivery_queue("my-queue"), None);
+        assert_eq!(ResourceNames::beside_delivery_queue("-delivery"), None);
+    }
 }

@@ -238,6 +238,8 @@ pub struct MemoryQueue {
     sent: Mutex<Vec<OutgoingMessage>>,
     send_calls: Mutex<Vec<usize>>,
     next: AtomicU64,
+    /// Entries whose body contains this are refused, as SQS refuses single entries of a batch.
+    refused: Mutex<Option<String>>,
     pub outage: Outage,
 }
 
@@ -249,8 +251,15 @@ impl MemoryQueue {
             sent: Mutex::new(Vec::new()),
             send_calls: Mutex::new(Vec::new()),
             next: AtomicU64::new(1),
+            refused: Mutex::new(None),
             outage: Outage::default(),
         }
+    }
+
+    /// From now on, refuses each sent entry whose body contains `needle` (a batch call that
+    /// fails for some of its entries), or none with `None`.
+    pub fn refuse_entries_containing(&self, needle: Option<&str>) {
+        *lock(&self.refused) = needle.map(str::to_string);
     }
 
     /// Every message accepted so far, in order, whether or not it was received since.
@@ -340,11 +349,15 @@ impl MessageQueue for MemoryQueue {
             return messages.iter().map(|_| Err(down.clone())).collect();
         }
         let now = self.clock.now();
+        let refused = lock(&self.refused).clone();
         let mut queue = lock(&self.messages);
         let mut sent = lock(&self.sent);
         messages
             .iter()
             .map(|m| {
+                if refused.as_deref().is_some_and(|n| m.body.contains(n)) {
+                    return Err(QueueError("in-memory queue refused the entry".into()));
+                }
                 let id = format!("m-{}", self.next.fetch_add(1, Ordering::SeqCst));
                 queue.push_back(QueuedMessage {
                     id,

@@ -257,44 +257,40 @@ impl Retry {
         )
     }
 
-    /// Whether `other`'s events can ride in the same messages: for the same subscription, after
-    /// as many attempts, due at the same time, and neither waiting for a late answer (R4: a
-    /// late success cancels its own retry, not its neighbours'). Only the last attempt may
-    /// differ; each event keeps its own.
+    /// Whether `other`'s events can ride in the same messages: due at the same time, neither
+    /// waiting for a late answer (R4: a late success cancels its own retry, not its
+    /// neighbours'), and the same history but for the last attempt, which each event keeps.
     fn can_share(&self, other: &Retry) -> bool {
-        let (a, b) = (&self.history, &other.history);
+        let shared = |h: &DeliveryHistory| DeliveryHistory {
+            last_attempt: None,
+            ..h.clone()
+        };
         self.at == other.at
-            && a.timed_out_attempt.is_none()
-            && b.timed_out_attempt.is_none()
-            && a.topic == b.topic
-            && a.subscription == b.subscription
-            && a.subscription_id == b.subscription_id
-            && a.schema == b.schema
-            && a.attempts == b.attempts
+            && self.history.timed_out_attempt.is_none()
+            && other.history.timed_out_attempt.is_none()
+            && shared(&self.history) == shared(&other.history)
     }
 }
 
 /// Merges retries that can share messages ([`Retry::can_share`]), so the retries of an
 /// invocation's failed batches cost one SQS message per due time, not one per batch. The first
 /// retry's last attempt becomes the message's; an event whose last attempt differs carries its
-/// own (L6 reports it). `T` is whatever the caller tracks per retry (the SQS records it came
-/// from), gathered for the merged retry in order.
-pub fn merge_retries<T>(retries: Vec<(Retry, T)>) -> Vec<(Retry, Vec<T>)> {
+/// own (L6 reports it). Each retry comes with one `T` per event (what the caller tracks, such
+/// as the SQS record it came from), kept beside its event in the merged retry.
+pub fn merge_retries<T>(retries: Vec<(Retry, Vec<T>)>) -> Vec<(Retry, Vec<T>)> {
     let mut merged: Vec<(Retry, Vec<T>)> = Vec::new();
-    for (retry, tag) in retries {
+    for (retry, tags) in retries {
         match merged.iter_mut().find(|(m, _)| m.can_share(&retry)) {
-            Some((into, tags)) => {
-                let own = retry.history.last_attempt;
-                let differs = own != into.history.last_attempt;
+            Some((into, into_tags)) => {
+                let shared = into.history.last_attempt;
                 into.events.extend(retry.events.into_iter().map(|mut e| {
-                    if differs {
-                        e.last_attempt = own;
-                    }
+                    let own = e.last_attempt_in(&retry.history);
+                    e.last_attempt = if own == shared { None } else { own };
                     e
                 }));
-                tags.push(tag);
+                into_tags.extend(tags);
             }
-            None => merged.push((retry, vec![tag])),
+            None => merged.push((retry, tags)),
         }
     }
     merged
@@ -385,10 +381,12 @@ pub fn hold(
     until_at: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> (Vec<DeliveryMessage>, Duration) {
-    (
-        DeliveryMessage::packed(history, until_at, events),
-        queue_delay(until(until_at, now)),
-    )
+    Retry {
+        history: history.clone(),
+        at: until_at,
+        events,
+    }
+    .packed(now)
 }
 
 /// The L6 facts of an event delivery stopped trying.
@@ -713,7 +711,11 @@ mod tests {
         let second = retry_after(&sub, AttemptResult::Status(502), later);
         // 503 waits at least 30 s (S5), so it is due at another time.
         let busy = retry_after(&sub, AttemptResult::Status(503), t0());
-        let merged = merge_retries(vec![(first, 'a'), (busy, 'b'), (second, 'c')]);
+        let merged = merge_retries(vec![
+            (first, vec!['a']),
+            (busy, vec!['b']),
+            (second, vec!['c']),
+        ]);
         assert_eq!(merged.len(), 2);
         let (retry, tags) = &merged[0];
         assert_eq!(tags, &['a', 'c']);
@@ -788,7 +790,7 @@ mod tests {
         waiting.history.timed_out_attempt = Some("attempt-1".into());
         let plain = retry_after(&sub, AttemptResult::TimedOut, t0());
         assert_eq!(waiting.at, plain.at);
-        let merged = merge_retries(vec![(waiting, 1), (plain, 2)]);
+        let merged = merge_retries(vec![(waiting, vec![1]), (plain, vec![2])]);
         assert_eq!(merged.len(), 2);
     }
 

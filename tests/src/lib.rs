@@ -513,7 +513,7 @@ impl Drop for Subscriber {
 }
 
 /// The events of a delivery request's body: a JSON array of them, or one event (CloudEvents
-/// binary mode); `None` for anything else.
+/// structured mode); `None` for anything else.
 pub fn delivered_events(body: &str) -> Option<Vec<Value>> {
     match serde_json::from_str(body) {
         Ok(Value::Array(items)) => Some(items),

@@ -29,7 +29,7 @@ pub(crate) enum EndpointGate {
         rest_until: DateTime<Utc>,
     },
     /// Nothing until then.
-    None(DateTime<Utc>),
+    Closed(DateTime<Utc>),
 }
 
 impl EndpointGate {
@@ -49,7 +49,7 @@ impl EndpointGate {
         match *self {
             Self::All => None,
             Self::OneProbe { rest_until, .. } => Some(rest_until),
-            Self::None(t) => Some(t),
+            Self::Closed(t) => Some(t),
         }
     }
 }
@@ -91,7 +91,7 @@ impl Deliver {
             };
             let gate = match health.gate(now, policy) {
                 Gate::Open => EndpointGate::All,
-                Gate::Wait(t) => EndpointGate::None(t),
+                Gate::Wait(t) => EndpointGate::Closed(t),
                 Gate::Probe => {
                     let lease = now + chrono::Duration::from_std(policy.probe_lease).unwrap_or_default();
                     let recheck = now + chrono::Duration::from_std(policy.recheck).unwrap_or_default();
@@ -100,10 +100,10 @@ impl Deliver {
                             sent: false,
                             rest_until: recheck.min(lease),
                         },
-                        Ok(false) => EndpointGate::None(recheck.min(lease)),
+                        Ok(false) => EndpointGate::Closed(recheck.min(lease)),
                         Err(e) => {
                             warn!(endpoint, error = %e, "probe lease unavailable; waiting");
-                            EndpointGate::None(recheck.min(lease))
+                            EndpointGate::Closed(recheck.min(lease))
                         }
                     }
                 }
@@ -149,10 +149,10 @@ impl Deliver {
                 }
             }
             for (history, events) in by_history {
-                let records: BTreeSet<usize> = events.iter().map(|p| p.record).collect();
+                let records = events.iter().map(|p| p.record).collect();
                 let events = events.into_iter().map(|p| p.event).collect();
                 let (messages, delay) = hold(&history, events, until_at, now);
-                plan.enqueue_delivery(messages, &records, delay);
+                plan.enqueue_packed(messages, records, delay);
             }
         }
     }

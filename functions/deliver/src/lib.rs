@@ -25,6 +25,7 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use gridrelay_adapters::aws::failed_receipts;
+use gridrelay_adapters::http_sender::{HttpClientError, HttpEventSender};
 use gridrelay_ports::secret_headers::resolve_headers;
 use gridrelay_ports::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue,
@@ -68,8 +69,11 @@ pub struct DeliverySettings {
     pub webhook_origin: String,
     /// D1: when delivery to a failing endpoint is delayed.
     pub health: HealthPolicy,
+    /// R4: how long after its timeout an attempt's answer is still awaited (the sender's
+    /// late window).
+    pub late_answer_window: Duration,
     /// R4: how long an invocation waits, after its work, for the late answers of its timed-out
-    /// attempts (at most the sender's late window; keep it under the queue's visibility timeout).
+    /// attempts (at most `late_answer_window`; keep it under the queue's visibility timeout).
     pub late_answer_wait: Duration,
     /// S2: the longest one attempt takes (the sender's timeout). No attempt starts unless it
     /// can end this long before the invocation's deadline, less `deadline_margin`.
@@ -87,10 +91,16 @@ impl DeliverySettings {
             public_url: None,
             webhook_origin: DEFAULT_WEBHOOK_ORIGIN.to_string(),
             health: HealthPolicy::event_grid(scale),
+            late_answer_window: scale.apply(LATE_ANSWER_WINDOW),
             late_answer_wait: scale.apply(LATE_ANSWER_WINDOW),
             attempt_timeout: scale.apply(ATTEMPT_TIMEOUT),
             deadline_margin: DEADLINE_MARGIN,
         }
+    }
+
+    /// The HTTP sender these settings describe: S2's timeout, R4's late window.
+    pub fn http_sender(&self) -> Result<HttpEventSender, HttpClientError> {
+        Ok(HttpEventSender::new(self.attempt_timeout)?.with_late_answers(self.late_answer_window))
     }
 
     /// What the pure decisions read.
@@ -245,6 +255,21 @@ impl Plan {
             records,
             delay,
         );
+    }
+
+    /// Enqueues packed delivery messages, each tagged with the records of its own events
+    /// (`event_records` has one per event, in order), so a failed send fails only those.
+    fn enqueue_packed(
+        &mut self,
+        messages: Vec<DeliveryMessage>,
+        event_records: Vec<usize>,
+        delay: Duration,
+    ) {
+        let mut event_records = event_records.into_iter();
+        for message in messages {
+            let records = event_records.by_ref().take(message.events.len()).collect();
+            self.enqueue_delivery(vec![message], &records, delay);
+        }
     }
 
     /// L1, L2, L4: dead-letter with the delay, or drop (counted and logged) without a location.
@@ -643,11 +668,12 @@ impl Deliver {
 
     /// Settles every attempted batch ([`settle_attempt`]; B5: its events share one outcome).
     /// A group's retries share one random draw (R2), so those due at the same time travel in
-    /// one message ([`merge_retries`]).
+    /// one message ([`merge_retries`]): jitter spreads retries across invocations, not the
+    /// batches of one subscription within one.
     fn settle(&self, groups: &[Group], attempted: Vec<Attempted>, plan: &mut Plan) {
         let now = self.clock.now();
         let rules = self.settings.rules();
-        let draws: Vec<f64> = groups.iter().map(|_| self.jitter.draw()).collect();
+        let mut draws: HashMap<usize, f64> = HashMap::new();
         let mut retries = Vec::new();
         for a in attempted {
             plan.report.attempts += 1;
@@ -663,8 +689,10 @@ impl Deliver {
                 result: &a.result,
                 timed_out_attempt: timed_out_attempt.clone(),
             };
+            let event_records: Vec<usize> = a.events.iter().map(|p| p.record).collect();
             let events = a.events.into_iter().map(|p| p.event).collect();
-            match settle_attempt(sub, attempt, events, rules, now, draws[a.group]) {
+            let draw = *draws.entry(a.group).or_insert_with(|| self.jitter.draw());
+            match settle_attempt(sub, attempt, events, rules, now, draw) {
                 Settlement::Delivered { events } => plan.report.delivered += events,
                 Settlement::Retry(retry) => {
                     match &a.result {
@@ -680,15 +708,14 @@ impl Deliver {
                     if let (Some(id), Some(answer)) = (timed_out_attempt, late.take()) {
                         plan.late.push((id, answer));
                     }
-                    retries.push((retry, records));
+                    retries.push((retry, event_records));
                 }
                 Settlement::GaveUp(give_up) => plan.give_up(sub, give_up, &records),
             }
         }
-        for (retry, records) in merge_retries(retries) {
-            let records = records.into_iter().flatten().collect();
+        for (retry, event_records) in merge_retries(retries) {
             let (messages, delay) = retry.packed(now);
-            plan.enqueue_delivery(messages, &records, delay);
+            plan.enqueue_packed(messages, event_records, delay);
         }
     }
 

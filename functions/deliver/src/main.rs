@@ -12,7 +12,6 @@ use gridrelay_adapters::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
     TableNames, WEBHOOK_ORIGIN_ENV, required,
 };
-use gridrelay_adapters::http_sender::HttpEventSender;
 use gridrelay_deliver::{Deliver, DeliverySettings};
 use gridrelay_ports::{RandomJitter, SystemClock};
 use gridrelay_shared::time_scale::TimeScale;
@@ -52,10 +51,7 @@ async fn main() -> Result<(), Error> {
                 "the SQS queue of events to dead-letter",
             )?,
         )),
-        sender: Arc::new(
-            HttpEventSender::new(settings.attempt_timeout)?
-                .with_late_answers(settings.late_answer_wait),
-        ),
+        sender: Arc::new(settings.http_sender()?),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
         secrets: Arc::new(SecretsManagerStore::from_sdk(&sdk)),

@@ -119,11 +119,17 @@ impl World {
 
     /// Publishes events through the real fan-out.
     async fn publish(&self, ids: &[&str]) {
+        self.publish_sized(ids, 0).await;
+    }
+
+    /// Publishes events whose data holds a string of `padding` bytes.
+    async fn publish_sized(&self, ids: &[&str], padding: usize) {
+        let pad = "x".repeat(padding);
         let events: Vec<Box<RawValue>> = ids
             .iter()
             .map(|id| {
                 RawValue::from_string(format!(
-                    r#"{{"id":"{id}","subject":"s","eventType":"t","eventTime":"2026-11-23T00:00:00Z","data":{{}},"dataVersion":"1","metadataVersion":"1","topic":"/t"}}"#
+                    r#"{{"id":"{id}","subject":"s","eventType":"t","eventTime":"2026-11-23T00:00:00Z","data":{{"pad":"{pad}"}},"dataVersion":"1","metadataVersion":"1","topic":"/t"}}"#
                 ))
                 .unwrap()
             })
@@ -815,4 +821,35 @@ async fn retries_due_together_share_one_message_r1_r2_s5() {
         delivered += w.run_next().await.report.delivered;
     }
     assert_eq!(delivered, 20);
+}
+
+/// G1: a merged retry too large for one message goes in several, each tagged with its own
+/// events' records: when the queue refuses one of them, only the records whose events it
+/// carries are redelivered, and the others are deleted.
+#[tokio::test]
+async fn a_refused_retry_message_fails_only_the_records_it_carries_g1_r2() {
+    let w = World::new(ScriptedSender::status(500));
+    w.subscribe(request("sub-1")).await;
+    // Three records of 100 KB events: their retries need two messages.
+    for id in ["first", "second", "third"] {
+        w.publish_sized(&[id], 100_000).await;
+    }
+    let sent_before = w.delivery.sent().len();
+    w.delivery
+        .refuse_entries_containing(Some(r#""id":"third""#));
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.attempts, 3);
+    let retries: Vec<usize> = w.delivery.sent()[sent_before..]
+        .iter()
+        .map(|m| match DeliveryQueueMessage::from_body(&m.body) {
+            Ok(DeliveryQueueMessage::Delivery(d)) => d.events.len(),
+            other => panic!("expected a delivery message, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(retries, [2], "the first two events' message was accepted");
+    assert_eq!(
+        outcome.failed_message_ids.len(),
+        1,
+        "only the third event's record is left for redelivery"
+    );
 }
