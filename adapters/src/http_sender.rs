@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use gridrelay_ports::{
     DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest, SentAttempt,
 };
-use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::classify::{AttemptResult, parse_retry_after};
 
 #[derive(Debug, Clone)]
 pub struct HttpEventSender {
@@ -25,12 +25,13 @@ pub struct HttpEventSender {
 pub struct HttpClientError(#[from] reqwest::Error);
 
 impl HttpEventSender {
-    /// A sender whose attempts fail after `timeout`.
-    pub fn new(timeout: Duration) -> Result<Self, HttpClientError> {
+    /// A sender whose attempts fail after `timeout`, keeping up to `idle_per_host` open
+    /// connections to each endpoint between requests (and between warm invocations).
+    pub fn new(timeout: Duration, idle_per_host: usize) -> Result<Self, HttpClientError> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(32)
+            .pool_max_idle_per_host(idle_per_host)
             .user_agent(concat!("gridrelay/", env!("CARGO_PKG_VERSION")))
             .build()?;
         Ok(Self {
@@ -64,6 +65,11 @@ impl EventSender for HttpEventSender {
             match builder.send().await {
                 Ok(mut response) => {
                     let status = response.status().as_u16();
+                    let retry_after = matches!(status, 429 | 503)
+                        .then(|| response.headers().get(reqwest::header::RETRY_AFTER))
+                        .flatten()
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| parse_retry_after(v, chrono::Utc::now()));
                     // The status decides. A small answer is read to its end so the pooled
                     // connection can be reused; past MAX_ANSWER_BODY the response is
                     // dropped, which closes the connection, so an endpoint streaming a large
@@ -75,34 +81,38 @@ impl EventSender for HttpEventSender {
                             break;
                         }
                     }
-                    AttemptResult::Status(status)
+                    SentAttempt {
+                        retry_after,
+                        ..SentAttempt::of(AttemptResult::Status(status))
+                    }
                 }
-                Err(e) if e.is_timeout() => AttemptResult::TimedOut,
-                Err(e) => AttemptResult::ConnectionFailed(error_chain(&e)),
+                Err(e) if e.is_timeout() => SentAttempt::of(AttemptResult::TimedOut),
+                Err(e) => SentAttempt::of(AttemptResult::ConnectionFailed(error_chain(&e))),
             }
         };
         if self.late_window.is_zero() {
-            return SentAttempt {
-                result: exchange.await,
-                late: None,
-            };
+            return exchange.await;
         }
-        // S2 at the attempt timeout; the request itself stays open for R4's late window.
-        let mut task = tokio::spawn(exchange);
-        match tokio::time::timeout(self.timeout, &mut task).await {
-            Ok(joined) => SentAttempt {
-                result: joined.unwrap_or_else(|e| AttemptResult::ConnectionFailed(e.to_string())),
-                late: None,
-            },
-            Err(_) => SentAttempt {
-                result: AttemptResult::TimedOut,
-                late: Some(Box::pin(async move {
-                    match task.await {
-                        Ok(AttemptResult::Status(status)) => Some(status),
-                        _ => None,
-                    }
-                })),
-            },
+        // S2 at the attempt timeout; the request itself stays open for R4's late window, in a
+        // task of its own from then on (only timed-out requests pay for one).
+        let mut exchange = Box::pin(exchange);
+        match tokio::time::timeout(self.timeout, &mut exchange).await {
+            Ok(sent) => sent,
+            Err(_) => {
+                let task = tokio::spawn(exchange);
+                SentAttempt {
+                    late: Some(Box::pin(async move {
+                        match task.await {
+                            Ok(SentAttempt {
+                                result: AttemptResult::Status(status),
+                                ..
+                            }) => Some(status),
+                            _ => None,
+                        }
+                    })),
+                    ..SentAttempt::of(AttemptResult::TimedOut)
+                }
+            }
         }
     }
 

@@ -40,7 +40,7 @@ async fn a_huge_answer_body_is_not_read_the_status_decides() {
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let sender = HttpEventSender::new(Duration::from_secs(30)).unwrap();
+    let sender = HttpEventSender::new(Duration::from_secs(30), 32).unwrap();
     let sent = sender
         .send(DeliveryRequest {
             endpoint: format!("http://{addr}/hook"),
@@ -58,5 +58,56 @@ async fn a_huge_answer_body_is_not_read_the_status_decides() {
         sent_bytes < 64 * CHUNK,
         "the server streamed {sent_bytes} bytes; the client should stop after {MAX_ANSWER_BODY}"
     );
+    server.abort();
+}
+
+/// R1, S5: the sender reads `Retry-After` on 429 and 503 (seconds or an HTTP date), and only
+/// there; the decision to honour it is the retry rules'.
+#[tokio::test]
+async fn retry_after_is_read_from_429_and_503_answers() {
+    use axum::http::{StatusCode, header::RETRY_AFTER};
+    let in_a_minute = (chrono::Utc::now() + chrono::Duration::seconds(61)).to_rfc2822();
+    let app = Router::new()
+        .route(
+            "/busy",
+            post(|| async { (StatusCode::SERVICE_UNAVAILABLE, [(RETRY_AFTER, "120")]) }),
+        )
+        .route(
+            "/slow-down",
+            post(move || {
+                let at = in_a_minute.clone();
+                async move { (StatusCode::TOO_MANY_REQUESTS, [(RETRY_AFTER, at)]) }
+            }),
+        )
+        .route(
+            "/error",
+            post(|| async { (StatusCode::INTERNAL_SERVER_ERROR, [(RETRY_AFTER, "120")]) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let sender = HttpEventSender::new(Duration::from_secs(30), 32).unwrap();
+    let send = |path: &str| {
+        sender.send(DeliveryRequest {
+            endpoint: format!("http://{addr}/{path}"),
+            content_type: "application/json",
+            body: "[]".into(),
+            headers: Vec::new(),
+        })
+    };
+
+    let busy = send("busy").await;
+    assert_eq!(busy.result, AttemptResult::Status(503));
+    assert_eq!(busy.retry_after, Some(Duration::from_secs(120)));
+    let slow = send("slow-down").await;
+    assert_eq!(slow.result, AttemptResult::Status(429));
+    let wait = slow.retry_after.expect("an HTTP date is read");
+    assert!(
+        (Duration::from_secs(55)..=Duration::from_secs(61)).contains(&wait),
+        "{wait:?}"
+    );
+    let error = send("error").await;
+    assert_eq!(error.result, AttemptResult::Status(500));
+    assert_eq!(error.retry_after, None, "only 429 and 503 ask to wait");
     server.abort();
 }

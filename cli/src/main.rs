@@ -408,6 +408,14 @@ struct LocalArgs {
     /// 300 on AWS): the handler plans against it and is stopped at it.
     #[arg(long, default_value_t = gridrelay_local::DEFAULT_FUNCTION_TIMEOUT_SECS)]
     function_timeout: u64,
+    /// Delivery requests in flight at once, across endpoints (1 to 1000; the deliver Lambda
+    /// reads GRIDRELAY_MAX_REQUESTS_IN_FLIGHT).
+    #[arg(long, env = gridrelay_local::MAX_REQUESTS_IN_FLIGHT_ENV, default_value_t = 768)]
+    max_requests_in_flight: u32,
+    /// The most one endpoint gets at once (default: the total); below it each endpoint's limit
+    /// follows its answers.
+    #[arg(long, env = gridrelay_local::MAX_REQUESTS_PER_ENDPOINT_ENV)]
+    max_requests_per_endpoint: Option<u32>,
 }
 
 /// The flag a setting is given with.
@@ -431,6 +439,8 @@ fn flag_of(field: &str) -> &str {
         "deliveryAttributeMapping" => "--delivery-attribute-mapping",
         "since" => "--since",
         "until" => "--until",
+        "maxRequestsInFlight" => "--max-requests-in-flight",
+        "maxRequestsPerEndpoint" => "--max-requests-per-endpoint",
         other => other,
     }
 }
@@ -861,6 +871,11 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         visibility_timeout: Duration::from_secs(args.visibility_timeout),
         max_receive_count: args.max_receive_count,
         function_timeout: Duration::from_secs(args.function_timeout),
+        delivery_concurrency: gridrelay_local::ConcurrencySettings::new(
+            args.max_requests_in_flight,
+            args.max_requests_per_endpoint,
+        )
+        .map_err(invalid)?,
         ..RunnerConfig::default()
     };
     let system = LocalSystem::start(&sdk, &names, config)

@@ -27,6 +27,9 @@ use gridrelay_adapters::aws::{
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
+pub use gridrelay_deliver::{
+    ConcurrencySettings, MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
+};
 use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::Ingest;
 use gridrelay_ports::{MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock};
@@ -65,6 +68,8 @@ pub struct RunnerConfig {
     pub function_timeout: Duration,
     /// What the deliver worker keeps before its deadline to settle and enqueue.
     pub deadline_margin: Duration,
+    /// Requests the deliver worker has in flight, in total and per endpoint.
+    pub delivery_concurrency: ConcurrencySettings,
 }
 
 impl RunnerConfig {
@@ -100,6 +105,7 @@ impl RunnerConfig {
     fn delivery_settings(&self) -> DeliverySettings {
         DeliverySettings {
             deadline_margin: self.deadline_margin,
+            concurrency: self.delivery_concurrency,
             ..DeliverySettings::new(self.scale)
         }
     }
@@ -115,6 +121,7 @@ impl Default for RunnerConfig {
             concurrency: 4,
             function_timeout: Duration::from_secs(DEFAULT_FUNCTION_TIMEOUT_SECS),
             deadline_margin: gridrelay_deliver::DEADLINE_MARGIN,
+            delivery_concurrency: ConcurrencySettings::default(),
         }
     }
 }
@@ -199,6 +206,7 @@ impl LocalSystem {
                 sdk,
                 &names.delivery_state_table,
             )),
+            limits: settings.endpoint_limits(),
             settings,
         });
         ensure_dead_letter_events_topic(store.as_ref()).await?;

@@ -267,6 +267,24 @@ pub struct SentAttempt {
     pub result: AttemptResult,
     /// For a timed-out request that is still waiting for its answer (R4).
     pub late: Option<LateAnswer>,
+    /// What the endpoint's `Retry-After` header asked for, on a 429 or 503.
+    pub retry_after: Option<Duration>,
+}
+
+impl SentAttempt {
+    /// An attempt that ended with `result` and nothing more.
+    pub fn of(result: AttemptResult) -> Self {
+        Self {
+            result,
+            late: None,
+            retry_after: None,
+        }
+    }
+
+    /// An attempt that could not be made (nothing was sent).
+    pub fn not_sent(why: String) -> Self {
+        Self::of(AttemptResult::NotSent(why))
+    }
 }
 
 /// Subscriber endpoints (HTTP).

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::schema::InputSchema;
@@ -606,7 +607,17 @@ pub struct ScriptedSender {
     handshake_script: Mutex<Option<Arc<HandshakeScript>>>,
     /// R4: whether a timed-out request stays open for a late answer (one that never comes).
     keeps_timed_out_open: AtomicBool,
+    /// What each delivery request waits for before it is answered (a timer of the test's
+    /// runtime: this crate has none).
+    wait: Mutex<Option<Arc<AnswerWait>>>,
+    /// What 429 and 503 answers say in `Retry-After`.
+    retry_after: Mutex<Option<Duration>>,
+    /// Per endpoint: requests in flight now, and the most there were at once.
+    in_flight: Mutex<HashMap<String, (usize, usize)>>,
 }
+
+/// What a [`ScriptedSender`] waits for before answering.
+pub type AnswerWait = dyn Fn() -> BoxFuture<'static, ()> + Send + Sync;
 
 /// How a [`ScriptedSender`] answers a handshake request, when a test says.
 pub type HandshakeScript =
@@ -619,7 +630,26 @@ impl ScriptedSender {
             requests: Mutex::new(Vec::new()),
             handshake_script: Mutex::new(None),
             keeps_timed_out_open: AtomicBool::new(false),
+            wait: Mutex::new(None),
+            retry_after: Mutex::new(None),
+            in_flight: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// From now on each delivery request is answered when the future `wait` makes is done
+    /// (a sleep, as a slow endpoint takes).
+    pub fn answer_after(&self, wait: impl Fn() -> BoxFuture<'static, ()> + Send + Sync + 'static) {
+        *lock(&self.wait) = Some(Arc::new(wait));
+    }
+
+    /// From now on 429 and 503 answers carry `Retry-After` with this wait.
+    pub fn retry_after(&self, wait: Option<Duration>) {
+        *lock(&self.retry_after) = wait;
+    }
+
+    /// The most requests `endpoint` had in flight at once so far.
+    pub fn peak_in_flight(&self, endpoint: &str) -> usize {
+        lock(&self.in_flight).get(endpoint).map_or(0, |c| c.1)
     }
 
     /// R4: from now on a timed-out request stays open for its late answer, as the HTTP sender
@@ -668,12 +698,33 @@ impl ScriptedSender {
 #[async_trait]
 impl EventSender for ScriptedSender {
     async fn send(&self, request: DeliveryRequest) -> SentAttempt {
+        let endpoint = request.endpoint.clone();
+        {
+            let mut in_flight = lock(&self.in_flight);
+            let count = in_flight.entry(endpoint.clone()).or_default();
+            count.0 += 1;
+            count.1 = count.1.max(count.0);
+        }
+        let wait = lock(&self.wait).clone();
+        if let Some(wait) = wait {
+            wait().await;
+        }
         let result = (self.script)(&request);
         lock(&self.requests).push(request);
+        if let Some(count) = lock(&self.in_flight).get_mut(&endpoint) {
+            count.0 -= 1;
+        }
         let late: Option<LateAnswer> = (result == AttemptResult::TimedOut
             && self.keeps_timed_out_open.load(Ordering::SeqCst))
         .then(|| Box::pin(std::future::pending()) as LateAnswer);
-        SentAttempt { result, late }
+        let retry_after = matches!(result, AttemptResult::Status(429 | 503))
+            .then(|| *lock(&self.retry_after))
+            .flatten();
+        SentAttempt {
+            result,
+            late,
+            retry_after,
+        }
     }
 
     async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String> {

@@ -206,6 +206,17 @@ impl FromStr for StatusTableName {
     }
 }
 
+/// What an endpoint's `Retry-After` header asks for, read at `now`: a number of seconds, or an
+/// HTTP date (a date already past asks for no wait). `None` for anything else.
+pub fn parse_retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    Some((at.to_utc() - now).to_std().unwrap_or(Duration::ZERO))
+}
+
 /// S1: only 200 to 204 are success.
 pub fn is_success(status: u16) -> bool {
     (200..=204).contains(&status)
@@ -266,6 +277,25 @@ mod tests {
             &AttemptResult::Status(status),
             true,
         )
+    }
+
+    /// Retry-After in seconds or as an HTTP date; a past date asks for no wait; anything
+    /// else is ignored.
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-24T08:00:00Z")
+            .unwrap()
+            .to_utc();
+        let read = |v| parse_retry_after(v, now);
+        assert_eq!(read("120"), Some(Duration::from_secs(120)));
+        assert_eq!(read(" 5 "), Some(Duration::from_secs(5)));
+        assert_eq!(
+            read("Tue, 24 Nov 2026 08:01:30 GMT"),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(read("Tue, 24 Nov 2026 07:00:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(read("-3"), None);
+        assert_eq!(read("soon"), None);
     }
 
     /// S1: 200-204 succeed; every other status fails (including 205-299 and 3xx).

@@ -56,13 +56,16 @@ pub struct RetryRules<'a> {
 /// - `attempts_made` counts the attempt just made.
 /// - R5: when the attempts reach the maximum, a retryable failure becomes terminal.
 /// - R1: otherwise the next attempt waits the schedule's step or the status minimum, whichever
-///   is larger, plus randomization (`draw` in [0, 1)), scaled.
+///   is larger, plus randomization (`draw` in [0, 1)), scaled. An endpoint's `Retry-After`
+///   (`retry_after`, on 429 and 503) raises the status minimum, up to the ladder's longest step:
+///   never sooner than the schedule and S5, never beyond the ladder.
 /// - S3/S4: a status that is not retried is terminal at once.
 /// - R6: the TTL is *not* checked here; it is checked when the next attempt comes due.
 pub fn after_attempt(
     rules: RetryRules<'_>,
     verdict: Verdict,
     status: Option<u16>,
+    retry_after: Option<Duration>,
     attempts_made: u32,
     now: DateTime<Utc>,
     draw: f64,
@@ -76,9 +79,12 @@ pub fn after_attempt(
             AfterAttempt::GiveUp(DeadLetterReason::MaxDeliveryAttemptsExceeded)
         }
         Verdict::Retry { min_wait } => {
-            let wait = rules
-                .schedule
-                .next_wait(attempts_made, min_wait, draw, rules.scale);
+            let asked =
+                retry_after.map_or(Duration::ZERO, |w| w.min(rules.schedule.longest_step()));
+            let wait =
+                rules
+                    .schedule
+                    .next_wait(attempts_made, min_wait.max(asked), draw, rules.scale);
             AfterAttempt::RetryAt(now + to_chrono(wait))
         }
     }
@@ -132,7 +138,36 @@ mod tests {
             schedule: &schedule,
             scale: TimeScale::REAL,
         };
-        after_attempt(rules, verdict, Some(status), attempts, t0(), 0.0)
+        after_attempt(rules, verdict, Some(status), None, attempts, t0(), 0.0)
+    }
+
+    /// Retry-After on a 503: honoured when longer than the ladder's step and S5's minimum,
+    /// ignored when shorter, and never beyond the ladder's longest step (12 h).
+    #[test]
+    fn retry_after_raises_the_wait_within_the_ladder_r1_s5() {
+        let policy = RetryPolicy::default();
+        let schedule = RetrySchedule::event_grid();
+        let rules = RetryRules {
+            policy: &policy,
+            schedule: &schedule,
+            scale: TimeScale::REAL,
+        };
+        let verdict = classify_status(
+            &CURRENT,
+            EndpointKind::Webhook,
+            &AttemptResult::Status(503),
+            true,
+        );
+        let after = |asked: u64| {
+            let asked = Some(Duration::from_secs(asked));
+            match after_attempt(rules, verdict, Some(503), asked, 1, t0(), 0.0) {
+                AfterAttempt::RetryAt(at) => (at - t0()).num_seconds(),
+                other => panic!("expected a retry, got {other:?}"),
+            }
+        };
+        assert_eq!(after(120), 120, "longer than 30 s: honoured");
+        assert_eq!(after(5), 30, "shorter than S5's 30 s: the minimum");
+        assert_eq!(after(7 * 24 * 3600), 12 * 3600, "at most the longest step");
     }
 
     /// R1, S5: a 503 after the first attempt waits 30 s (larger than the 10 s step).
@@ -214,7 +249,7 @@ mod tests {
             let schedule = RetrySchedule::event_grid();
             let rules = RetryRules { policy: &policy, schedule: &schedule, scale: TimeScale::REAL };
             let verdict = classify_status(&CURRENT, EndpointKind::Webhook, &AttemptResult::Status(status), true);
-            let next = after_attempt(rules, verdict, Some(status), attempts, t0(), draw);
+            let next = after_attempt(rules, verdict, Some(status), None, attempts, t0(), draw);
             match next {
                 AfterAttempt::RetryAt(at) => prop_assert!(at >= t0() + chrono::Duration::seconds(10)),
                 AfterAttempt::GiveUp(r) => prop_assert_eq!(r, DeadLetterReason::NonRetriableStatus(status)),

@@ -306,6 +306,8 @@ pub struct BatchAttempt<'a> {
     pub result: &'a AttemptResult,
     /// R4: the name given to a timed-out attempt still open for its late answer.
     pub timed_out_attempt: Option<String>,
+    /// What the endpoint's `Retry-After` asked for (429, 503).
+    pub retry_after: Option<Duration>,
 }
 
 /// Applies the subscription's status table (S1 to S6), retry policy (R1, R5) and
@@ -339,7 +341,15 @@ pub fn settle_attempt(
         time: attempt.time,
         outcome: DeliveryOutcome::of(attempt.result),
     };
-    match after_attempt(retry_rules, verdict, status, attempts_made, now, draw) {
+    match after_attempt(
+        retry_rules,
+        verdict,
+        status,
+        attempt.retry_after,
+        attempts_made,
+        now,
+        draw,
+    ) {
         AfterAttempt::Delivered => Settlement::Delivered {
             events: events.len(),
         },
@@ -604,6 +614,7 @@ mod tests {
                 time: t0(),
                 result: &result,
                 timed_out_attempt: None,
+                retry_after: None,
             },
             vec![event("a", t0()), event("b", t0())],
             rules(&schedule),
@@ -690,6 +701,7 @@ mod tests {
                 time,
                 result: &result,
                 timed_out_attempt: None,
+                retry_after: None,
             },
             vec![event(&time.to_rfc3339(), t0())],
             rules(&schedule),
@@ -766,6 +778,7 @@ mod tests {
                 time: now,
                 result: &AttemptResult::Status(500),
                 timed_out_attempt: None,
+                retry_after: None,
             },
             vec![QueuedEvent {
                 last_attempt: Some(own),

@@ -17,6 +17,7 @@
 
 pub mod batching;
 pub mod classify;
+pub mod concurrency;
 pub mod dead_letter;
 pub mod dead_letter_write;
 pub mod decision;

@@ -51,6 +51,11 @@ impl RetrySchedule {
         self.steps.get(index).copied().unwrap_or(self.repeat)
     }
 
+    /// The longest wait the ladder has: how far an endpoint's `Retry-After` is honoured.
+    pub fn longest_step(&self) -> Duration {
+        self.steps.iter().copied().fold(self.repeat, Duration::max)
+    }
+
     /// The largest randomization added to `base` (R2).
     pub fn jitter_bound(&self, base: Duration) -> Duration {
         base.mul_f64(self.jitter_fraction).min(self.jitter_cap)

@@ -368,7 +368,7 @@ impl EventSender for Subscribers {
         }
         // The request reached the endpoint; the process may die before it hears the answer.
         let _ = self.faults.step().await;
-        SentAttempt { result, late: None }
+        SentAttempt::of(result)
     }
 
     async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String> {
@@ -460,6 +460,7 @@ impl World {
                 faults.clone(),
             )),
             secrets: Arc::new(MemorySecretStore::default()),
+            limits: DeliverySettings::new(TimeScale::REAL).endpoint_limits(),
             settings: DeliverySettings::new(TimeScale::REAL),
         };
         let writer = DeadLetterWriter {

@@ -110,6 +110,7 @@ impl TestSystem {
             concurrency: 4,
             function_timeout: hidden,
             deadline_margin: margin,
+            ..RunnerConfig::default()
         };
         configure(&mut config);
         let system = LocalSystem::start(&sdk, &names, config)

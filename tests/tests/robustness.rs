@@ -152,7 +152,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
             sqs,
             &sys.system.resources.dead_letter_queue_url,
         )),
-        sender: Arc::new(HttpEventSender::new(Duration::from_secs(5)).expect("client")),
+        sender: Arc::new(HttpEventSender::new(Duration::from_secs(5), 32).expect("client")),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
         secrets: Arc::new(gridrelay_adapters::aws::SecretsManagerStore::from_sdk(
@@ -162,6 +162,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
             &sys.sdk,
             &sys.names.delivery_state_table,
         )),
+        limits: DeliverySettings::new(sys.scale).endpoint_limits(),
         settings: DeliverySettings::new(sys.scale),
     };
     let good = DeliveryMessage {
@@ -281,7 +282,10 @@ async fn dead_letter_write_recovers_when_the_location_returns_l5() {
     })
     .await;
     assert!(found.starts_with("dl/later/sub-1/"), "{found}");
-    let stats = sys.system.stats();
+    // The object is visible in S3 a moment before the runner counts the write.
+    let stats = sys
+        .wait_for_stats("the write counted", |s| s.dead_letter.records_written >= 1)
+        .await;
     assert_eq!(stats.dead_letter.records_written, 1);
     assert_eq!(stats.dead_letter.records_dropped, 0);
     sys.shutdown().await;

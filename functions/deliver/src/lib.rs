@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use gridrelay_adapters::aws::failed_receipts;
 use gridrelay_adapters::http_sender::{HttpClientError, HttpEventSender};
 use gridrelay_ports::secret_headers::resolve_headers;
@@ -33,6 +32,7 @@ use gridrelay_ports::{
 };
 use gridrelay_shared::batching::plan_batches;
 use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::concurrency::LoadSignal;
 use gridrelay_shared::delivery::{
     ATTEMPT_TIMEOUT, Arrival, BatchAttempt, DeliveryRules, GiveUp, LATE_ANSWER_WINDOW, Settlement,
     merge_retries, on_arrival, settle_attempt,
@@ -50,8 +50,12 @@ use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
 use tracing::{error, info, warn};
 
 use crate::endpoint_health::{EndpointGate, Held, HoldReason};
+pub use crate::endpoint_limits::{
+    ConcurrencySettings, EndpointLimits, MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
+};
 
 mod endpoint_health;
+pub mod endpoint_limits;
 mod handshake;
 mod late_answers;
 
@@ -60,8 +64,8 @@ mod late_answers;
 pub struct DeliverySettings {
     pub scale: TimeScale,
     pub schedule: RetrySchedule,
-    /// Requests in flight at once, across subscriptions.
-    pub max_concurrent_requests: usize,
+    /// Requests in flight at once, in total and per endpoint ([`EndpointLimits`]).
+    pub concurrency: ConcurrencySettings,
     /// The publish API's public base URL, for validation URLs (none: only the synchronous
     /// handshake works).
     pub public_url: Option<String>,
@@ -87,7 +91,7 @@ impl DeliverySettings {
         Self {
             scale,
             schedule: RetrySchedule::event_grid(),
-            max_concurrent_requests: 32,
+            concurrency: ConcurrencySettings::default(),
             public_url: None,
             webhook_origin: DEFAULT_WEBHOOK_ORIGIN.to_string(),
             health: HealthPolicy::event_grid(scale),
@@ -98,9 +102,19 @@ impl DeliverySettings {
         }
     }
 
-    /// The HTTP sender these settings describe: S2's timeout, R4's late window.
+    /// The HTTP sender these settings describe: S2's timeout, R4's late window, and idle
+    /// connections kept for as many requests as one endpoint may have in flight.
     pub fn http_sender(&self) -> Result<HttpEventSender, HttpClientError> {
-        Ok(HttpEventSender::new(self.attempt_timeout)?.with_late_answers(self.late_answer_window))
+        Ok(HttpEventSender::new(
+            self.attempt_timeout,
+            self.concurrency.max_per_endpoint as usize,
+        )?
+        .with_late_answers(self.late_answer_window))
+    }
+
+    /// The send permits these settings describe, for one worker's lifetime.
+    pub fn endpoint_limits(&self) -> Arc<EndpointLimits> {
+        Arc::new(EndpointLimits::new(self.concurrency))
     }
 
     /// What the pure decisions read.
@@ -128,6 +142,8 @@ pub struct Deliver {
     pub state: Arc<dyn DeliveryStateStore>,
     /// H1: where secret delivery header values are.
     pub secrets: Arc<dyn SecretStore>,
+    /// Who may send now; kept for the worker's lifetime (`settings.endpoint_limits()`).
+    pub limits: Arc<EndpointLimits>,
     pub settings: DeliverySettings,
 }
 
@@ -221,6 +237,8 @@ struct Attempted {
     result: AttemptResult,
     /// R4: a timed-out request still open for its late answer.
     late: Option<LateAnswer>,
+    /// What the endpoint's `Retry-After` asked for.
+    retry_after: Option<Duration>,
 }
 
 /// A message to send and the SQS records whose events it carries.
@@ -586,7 +604,8 @@ impl Deliver {
             .saturating_sub(self.settings.deadline_margin)
     }
 
-    /// POSTs every batch of every group, several at a time (G3: nothing waits to fill a batch).
+    /// POSTs every batch of every group, as many at a time as the endpoints' limits allow (G3:
+    /// nothing waits to fill a batch).
     /// The events move out of their groups into the batches.
     /// Batches to a delayed endpoint are held instead (D1), except one probe when it is due; a
     /// batch whose turn comes too near the deadline to finish is held and handed on.
@@ -622,40 +641,39 @@ impl Deliver {
             }
         }
         let groups = &*groups;
-        let results = futures::stream::iter(batches)
-            .map(|(g, events)| async move {
-                // Decided when the batch's turn comes, not when it was planned.
-                if !self.can_attempt(deadline) {
-                    return Err(Held {
-                        group: g,
-                        events,
-                        reason: HoldReason::Deadline,
-                    });
-                }
-                let group = &groups[g];
-                let time = self.clock.now();
-                let sent = match group.headers.as_ref() {
-                    Ok(headers) => {
-                        self.sender
-                            .send(delivery_request(group, headers, &events))
-                            .await
-                    }
-                    Err(why) => SentAttempt {
-                        result: AttemptResult::NotSent(why.clone()),
-                        late: None,
-                    },
-                };
-                Ok(Attempted {
+        // Every batch waits for its endpoint's turn, then the worker's ([`EndpointLimits`]):
+        // as many in flight as the endpoints take, a slow one holding up only itself.
+        let attempts = batches.into_iter().map(|(g, events)| async move {
+            let group = &groups[g];
+            let permit = self.limits.acquire(&group.subscription.endpoint).await;
+            // Decided when the batch's turn comes, not when it was planned.
+            if !self.can_attempt(deadline) {
+                return Err(Held {
                     group: g,
                     events,
-                    time,
-                    result: sent.result,
-                    late: sent.late,
-                })
+                    reason: HoldReason::Deadline,
+                });
+            }
+            let time = self.clock.now();
+            let sent = match group.headers.as_ref() {
+                Ok(headers) => {
+                    self.sender
+                        .send(delivery_request(group, headers, &events))
+                        .await
+                }
+                Err(why) => SentAttempt::not_sent(why.clone()),
+            };
+            permit.finish(LoadSignal::of(&sent.result));
+            Ok(Attempted {
+                group: g,
+                events,
+                time,
+                result: sent.result,
+                late: sent.late,
+                retry_after: sent.retry_after,
             })
-            .buffer_unordered(self.settings.max_concurrent_requests.max(1))
-            .collect::<Vec<_>>()
-            .await;
+        });
+        let results = futures::future::join_all(attempts).await;
         let mut attempted = Vec::new();
         for result in results {
             match result {
@@ -688,6 +706,7 @@ impl Deliver {
                 time: a.time,
                 result: &a.result,
                 timed_out_attempt: timed_out_attempt.clone(),
+                retry_after: a.retry_after,
             };
             let event_records: Vec<usize> = a.events.iter().map(|p| p.record).collect();
             let events = a.events.into_iter().map(|p| p.event).collect();

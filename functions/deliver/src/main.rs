@@ -12,7 +12,7 @@ use gridrelay_adapters::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
     TableNames, WEBHOOK_ORIGIN_ENV, required,
 };
-use gridrelay_deliver::{Deliver, DeliverySettings};
+use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverySettings};
 use gridrelay_ports::{RandomJitter, SystemClock};
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
@@ -30,6 +30,7 @@ async fn main() -> Result<(), Error> {
             .ok()
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| DEFAULT_WEBHOOK_ORIGIN.to_string()),
+        concurrency: ConcurrencySettings::from_env()?,
         ..DeliverySettings::new(scale)
     };
     let deliver = Arc::new(Deliver {
@@ -62,6 +63,7 @@ async fn main() -> Result<(), Error> {
                 "the DynamoDB table of endpoint health (D1) and late successes (R4)",
             )?,
         )),
+        limits: settings.endpoint_limits(),
         settings,
     });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {

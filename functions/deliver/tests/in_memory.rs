@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::sqs_event;
-use gridrelay_deliver::{Deliver, DeliverOutcome, DeliverySettings};
+use gridrelay_deliver::{
+    ConcurrencySettings, Deliver, DeliverOutcome, DeliverySettings, EndpointLimits,
+};
 use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::memory::{
     FixedJitter, ManualClock, MemoryDeliveryStateStore, MemoryQueue, MemorySecretStore,
@@ -81,6 +83,7 @@ impl World {
             jitter: Arc::new(FixedJitter(0.0)),
             state: state.clone(),
             secrets: secrets.clone(),
+            limits: DeliverySettings::new(TimeScale::REAL).endpoint_limits(),
             settings: DeliverySettings::new(TimeScale::REAL),
         };
         Self {
@@ -604,7 +607,10 @@ async fn attempts_stop_before_the_deadline_and_the_rest_is_handed_on() {
             AttemptResult::TimedOut
         })
     });
-    w.deliver.settings.max_concurrent_requests = 1;
+    w.deliver.limits = Arc::new(EndpointLimits::new(ConcurrencySettings {
+        max_in_flight: 1,
+        ..ConcurrencySettings::default()
+    }));
     assert_eq!(w.deliver.settings.attempt_timeout, Duration::from_secs(30));
     assert_eq!(w.deliver.settings.deadline_margin, Duration::from_secs(10));
     w.subscribe(request("sub-1")).await;
@@ -852,4 +858,72 @@ async fn a_refused_retry_message_fails_only_the_records_it_carries_g1_r2() {
         1,
         "only the third event's record is left for redelivery"
     );
+}
+
+/// G3 and the cost of waiting (#9): an endpoint that answers well gets its requests together —
+/// its limit doubles each round trip, far past the 32 the worker once sent at once — while an
+/// endpoint that answers 503 gets fewer and fewer (AIMD), and neither holds up the other.
+/// Every event of both is attempted in the invocation.
+#[tokio::test(start_paused = true)]
+async fn a_healthy_endpoint_gets_many_requests_at_once_and_an_overloaded_one_few() {
+    let w = World::new(ScriptedSender::new(|r: &DeliveryRequest| {
+        if r.endpoint.contains("busy") {
+            AttemptResult::Status(503)
+        } else {
+            AttemptResult::Status(200)
+        }
+    }));
+    let fast = "http://127.0.0.2:9/fast";
+    let busy = "http://127.0.0.3:9/busy";
+    for (name, endpoint) in [("fast", fast), ("busy", busy)] {
+        w.subscribe(SubscriptionRequest {
+            endpoint: endpoint.into(),
+            ..request(name)
+        })
+        .await;
+    }
+    w.sender
+        .answer_after(|| Box::pin(tokio::time::sleep(Duration::from_millis(50))));
+    let ids: Vec<String> = (0..1000).map(|i| format!("e{i}")).collect();
+    w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.attempts, 2000);
+    assert_eq!(outcome.report.delivered, 1000);
+    let initial = ConcurrencySettings::default().initial_per_endpoint as usize;
+    // 16, 32, 64, 128, 256, then the rest (504) in the sixth round trip.
+    assert!(
+        w.sender.peak_in_flight(fast) >= 256,
+        "the healthy endpoint had at most {} in flight",
+        w.sender.peak_in_flight(fast)
+    );
+    assert!(w.sender.peak_in_flight(busy) <= initial);
+    assert_eq!(w.deliver.limits.limit_of(busy), Some(1));
+    assert!(w.deliver.limits.limit_of(fast) > Some(256));
+}
+
+/// R1, S5: a 503's `Retry-After` longer than the schedule's step and S5's minimum sets the
+/// retry's wait; a shorter one does not shorten it.
+#[tokio::test]
+async fn retry_after_on_503_is_honoured_within_the_ladder_r1_s5() {
+    let w = World::new(ScriptedSender::status(503));
+    w.subscribe(request("sub-1")).await;
+    for (asked, waited) in [(120, 120), (3, 30)] {
+        w.sender.retry_after(Some(Duration::from_secs(asked)));
+        let before = w.delivery.sent().len();
+        w.publish(&["a"]).await;
+        w.run().await;
+        let retries: Vec<Duration> = w.delivery.sent()[before + 1..]
+            .iter()
+            .map(|m| m.delay)
+            .collect();
+        assert_eq!(
+            retries,
+            [Duration::from_secs(waited)],
+            "Retry-After {asked}"
+        );
+        w.clock.advance(Duration::from_secs(3600));
+        w.delivery.receive(10, VISIBILITY);
+    }
 }

@@ -1,0 +1,338 @@
+//! Who may send now: a limit per endpoint that follows its answers, under one for the worker.
+//!
+//! Lambda bills `deliver` for the time it waits on endpoints, so an invocation sends all it can
+//! at once: up to [`ConcurrencySettings::max_in_flight`] requests in total (Lambda gives a
+//! function 1,024 file descriptors), and to each endpoint as many as its
+//! [`ConcurrencyLimit`] allows, which grows while it answers well and halves when it shows
+//! overload. A slow endpoint's requests wait for its own permits, not the worker's, so it never
+//! starves the others. The limits live as long as the worker (a warm Lambda container, the
+//! local runner's process), so what one invocation learnt about an endpoint the next one uses.
+//!
+//! Endpoints are told apart by origin (scheme, host, port): that is the server that carries
+//! the load, whatever the path.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use gridrelay_shared::concurrency::{ConcurrencyLimit, LoadSignal};
+use gridrelay_shared::limits::LimitError;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// How many requests a worker sends at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConcurrencySettings {
+    /// Requests in flight at once, across endpoints.
+    pub max_in_flight: u32,
+    /// Where each endpoint's limit starts (it doubles per round trip of good answers).
+    pub initial_per_endpoint: u32,
+    /// The most any one endpoint gets.
+    pub max_per_endpoint: u32,
+}
+
+/// Where the deliver Lambda reads its total (the local runner: `--max-requests-in-flight`).
+pub const MAX_REQUESTS_IN_FLIGHT_ENV: &str = "GRIDRELAY_MAX_REQUESTS_IN_FLIGHT";
+/// Where it reads the most one endpoint gets (`--max-requests-per-endpoint`).
+pub const MAX_REQUESTS_PER_ENDPOINT_ENV: &str = "GRIDRELAY_MAX_REQUESTS_PER_ENDPOINT";
+
+/// The worker's total: Lambda gives a function 1,024 file descriptors, and the SDK's
+/// connections need a few.
+pub const MAX_REQUESTS_IN_FLIGHT: std::ops::RangeInclusive<u32> = 1..=1000;
+/// The default total.
+pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: u32 = 768;
+/// Where each endpoint's limit starts, unless the most it may get is lower.
+pub const INITIAL_PER_ENDPOINT: u32 = 16;
+
+impl Default for ConcurrencySettings {
+    fn default() -> Self {
+        Self {
+            max_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+            initial_per_endpoint: INITIAL_PER_ENDPOINT,
+            max_per_endpoint: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+        }
+    }
+}
+
+impl ConcurrencySettings {
+    /// `max_in_flight` in total and at most `max_per_endpoint` (default: the total) to one
+    /// endpoint; refused out of range, naming the setting, the value and the range.
+    pub fn new(max_in_flight: u32, max_per_endpoint: Option<u32>) -> Result<Self, LimitError> {
+        if !MAX_REQUESTS_IN_FLIGHT.contains(&max_in_flight) {
+            return Err(LimitError::new(
+                "maxRequestsInFlight",
+                max_in_flight,
+                format!(
+                    "{} to {} (Lambda gives a function 1,024 file descriptors)",
+                    MAX_REQUESTS_IN_FLIGHT.start(),
+                    MAX_REQUESTS_IN_FLIGHT.end()
+                ),
+            ));
+        }
+        let per_endpoint = max_per_endpoint.unwrap_or(max_in_flight);
+        if !(1..=max_in_flight).contains(&per_endpoint) {
+            return Err(LimitError::new(
+                "maxRequestsPerEndpoint",
+                per_endpoint,
+                format!("1 to maxRequestsInFlight ({max_in_flight})"),
+            ));
+        }
+        Ok(Self {
+            max_in_flight,
+            initial_per_endpoint: INITIAL_PER_ENDPOINT.min(per_endpoint),
+            max_per_endpoint: per_endpoint,
+        })
+    }
+
+    /// From [`MAX_REQUESTS_IN_FLIGHT_ENV`] and [`MAX_REQUESTS_PER_ENDPOINT_ENV`], each
+    /// optional.
+    pub fn from_env() -> Result<Self, LimitError> {
+        let read =
+            |name: &str, field: &str| -> Result<Option<u32>, LimitError> {
+                match std::env::var(name) {
+                    Ok(v) if !v.trim().is_empty() => v.trim().parse().map(Some).map_err(|_| {
+                        LimitError::new(format!("{field} ({name})"), v, "a whole number")
+                    }),
+                    _ => Ok(None),
+                }
+            };
+        Self::new(
+            read(MAX_REQUESTS_IN_FLIGHT_ENV, "maxRequestsInFlight")?
+                .unwrap_or(DEFAULT_MAX_REQUESTS_IN_FLIGHT),
+            read(MAX_REQUESTS_PER_ENDPOINT_ENV, "maxRequestsPerEndpoint")?,
+        )
+    }
+}
+
+/// Endpoints tracked before idle ones are forgotten.
+const TRACKED_ENDPOINTS: usize = 4096;
+
+/// The worker's send permits: one pool in total and one per endpoint.
+pub struct EndpointLimits {
+    settings: ConcurrencySettings,
+    total: Arc<Semaphore>,
+    endpoints: Mutex<HashMap<String, Arc<Endpoint>>>,
+}
+
+/// One endpoint's permits: the semaphore holds as many as its limit, less what it owes after
+/// a cut that found permits out.
+struct Endpoint {
+    permits: Arc<Semaphore>,
+    state: Mutex<EndpointState>,
+}
+
+struct EndpointState {
+    limit: ConcurrencyLimit,
+    /// Permits to forget as they come back (the limit was cut while they were out).
+    owed: u32,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The key an endpoint URL's load is counted under: its origin.
+fn origin(endpoint: &str) -> String {
+    match url::Url::parse(endpoint) {
+        Ok(u) => u.origin().ascii_serialization(),
+        Err(_) => endpoint.to_string(),
+    }
+}
+
+impl EndpointLimits {
+    pub fn new(settings: ConcurrencySettings) -> Self {
+        Self {
+            settings,
+            total: Arc::new(Semaphore::new(settings.max_in_flight.max(1) as usize)),
+            endpoints: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// What an endpoint may have in flight now.
+    pub fn limit_of(&self, endpoint: &str) -> Option<u32> {
+        lock(&self.endpoints)
+            .get(&origin(endpoint))
+            .map(|e| lock(&e.state).limit.current())
+    }
+
+    fn endpoint(&self, endpoint: &str) -> Arc<Endpoint> {
+        let mut endpoints = lock(&self.endpoints);
+        if endpoints.len() >= TRACKED_ENDPOINTS {
+            // Forget endpoints with nothing in flight or waiting.
+            endpoints.retain(|_, e| Arc::strong_count(e) > 1);
+        }
+        let s = self.settings;
+        Arc::clone(endpoints.entry(origin(endpoint)).or_insert_with(|| {
+            let limit = ConcurrencyLimit::new(s.initial_per_endpoint, s.max_per_endpoint);
+            Arc::new(Endpoint {
+                permits: Arc::new(Semaphore::new(limit.current() as usize)),
+                state: Mutex::new(EndpointState { limit, owed: 0 }),
+            })
+        }))
+    }
+
+    /// Waits until a request to `endpoint` may be sent (first the endpoint's turn, then the
+    /// worker's), in the order asked.
+    pub async fn acquire(&self, endpoint: &str) -> SendPermit {
+        let endpoint = self.endpoint(endpoint);
+        // Neither semaphore is ever closed, so acquiring cannot fail.
+        let own = Arc::clone(&endpoint.permits)
+            .acquire_owned()
+            .await
+            .expect("endpoint permits are never closed");
+        let total = Arc::clone(&self.total)
+            .acquire_owned()
+            .await
+            .expect("worker permits are never closed");
+        let ticket = lock(&endpoint.state).limit.ticket();
+        SendPermit {
+            endpoint,
+            own: Some(own),
+            _total: total,
+            ticket,
+        }
+    }
+}
+
+/// Leave to send one request; give it back with what the answer said ([`SendPermit::finish`]).
+/// Dropped unused, it says nothing about the endpoint.
+pub struct SendPermit {
+    endpoint: Arc<Endpoint>,
+    own: Option<OwnedSemaphorePermit>,
+    _total: OwnedSemaphorePermit,
+    ticket: u64,
+}
+
+impl SendPermit {
+    /// Gives the permit back, moving the endpoint's limit by what its answer said.
+    pub fn finish(mut self, signal: LoadSignal) {
+        self.release(signal);
+    }
+
+    fn release(&mut self, signal: LoadSignal) {
+        let Some(own) = self.own.take() else { return };
+        let mut state = lock(&self.endpoint.state);
+        let before = state.limit.current();
+        state.limit.on_answer(self.ticket, signal);
+        let after = state.limit.current();
+        if after > before {
+            let grown = after - before;
+            let repaid = grown.min(state.owed);
+            state.owed -= repaid;
+            self.endpoint.permits.add_permits((grown - repaid) as usize);
+        } else if after < before {
+            let cut = before - after;
+            let forgotten = self.endpoint.permits.forget_permits(cut as usize);
+            // Permits out now are forgotten as they come back.
+            state.owed += cut - u32::try_from(forgotten).unwrap_or(cut);
+        }
+        if state.owed > 0 {
+            state.owed -= 1;
+            own.forget();
+        }
+    }
+}
+
+impl Drop for SendPermit {
+    fn drop(&mut self) {
+        self.release(LoadSignal::Silent);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn settings(initial: u32, max_per_endpoint: u32, max_in_flight: u32) -> ConcurrencySettings {
+        ConcurrencySettings {
+            max_in_flight,
+            initial_per_endpoint: initial,
+            max_per_endpoint,
+        }
+    }
+
+    /// How many permits to `endpoint` can be held at once now (taking them, then giving them
+    /// back unused).
+    async fn available(limits: &EndpointLimits, endpoint: &str) -> usize {
+        let mut held = Vec::new();
+        while let Ok(p) =
+            tokio::time::timeout(Duration::from_millis(20), limits.acquire(endpoint)).await
+        {
+            held.push(p);
+        }
+        held.len()
+    }
+
+    #[test]
+    fn settings_out_of_range_are_refused_with_the_setting_and_range() {
+        assert_eq!(
+            ConcurrencySettings::new(768, None),
+            Ok(ConcurrencySettings::default())
+        );
+        let small = ConcurrencySettings::new(32, Some(8)).unwrap();
+        assert_eq!((small.initial_per_endpoint, small.max_per_endpoint), (8, 8));
+        let e = ConcurrencySettings::new(0, None).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("maxRequestsInFlight", "0")
+        );
+        assert!(e.allowed.starts_with("1 to 1000"), "{e}");
+        let e = ConcurrencySettings::new(100, Some(200)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "maxRequestsPerEndpoint is 200; allowed: 1 to maxRequestsInFlight (100)"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_gets_no_more_than_its_limit_and_its_neighbour_is_not_held_up() {
+        let limits = EndpointLimits::new(settings(4, 100, 100));
+        assert_eq!(available(&limits, "http://slow.example/a").await, 4);
+        // Another path of the same server shares its limit; another server has its own.
+        let held: Vec<SendPermit> =
+            futures::future::join_all((0..4).map(|_| limits.acquire("http://slow.example/a")))
+                .await;
+        let blocked = tokio::time::timeout(
+            Duration::from_millis(20),
+            limits.acquire("http://slow.example/b"),
+        )
+        .await;
+        assert!(blocked.is_err(), "the server's four permits are out");
+        assert_eq!(available(&limits, "http://fast.example/").await, 4);
+        drop(held);
+    }
+
+    #[tokio::test]
+    async fn good_answers_raise_the_limit_and_overload_cuts_it_with_requests_still_out() {
+        let limits = EndpointLimits::new(settings(4, 100, 100));
+        let endpoint = "https://hooks.example/x";
+        let round: Vec<SendPermit> =
+            futures::future::join_all((0..4).map(|_| limits.acquire(endpoint))).await;
+        for p in round {
+            p.finish(LoadSignal::Coped);
+        }
+        assert_eq!(limits.limit_of(endpoint), Some(8));
+        assert_eq!(available(&limits, endpoint).await, 8);
+
+        // Eight out; one says overloaded: the limit is 4 and the permits out are owed back.
+        let mut out: Vec<SendPermit> =
+            futures::future::join_all((0..8).map(|_| limits.acquire(endpoint))).await;
+        out.pop().unwrap().finish(LoadSignal::Overloaded);
+        assert_eq!(limits.limit_of(endpoint), Some(4));
+        // The others were sent before the cut: their overloads do not cut again.
+        for p in out {
+            p.finish(LoadSignal::Overloaded);
+        }
+        assert_eq!(limits.limit_of(endpoint), Some(4));
+        assert_eq!(available(&limits, endpoint).await, 4);
+    }
+
+    #[tokio::test]
+    async fn the_worker_limit_holds_across_endpoints() {
+        let limits = EndpointLimits::new(settings(8, 8, 10));
+        let a: Vec<SendPermit> =
+            futures::future::join_all((0..8).map(|_| limits.acquire("http://a.example/"))).await;
+        assert_eq!(available(&limits, "http://b.example/").await, 2);
+        drop(a);
+        assert_eq!(available(&limits, "http://b.example/").await, 8);
+    }
+}
