@@ -893,8 +893,39 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     }))?;
     wait_for_stop_signal().await;
     tracing::info!("stopping");
+    let stats = system.stats();
     system.shutdown().await;
-    Ok(())
+    print(&json!({ "stopped": stop_report(&stats) }))
+}
+
+/// What the run did, printed when `gridrelay local` stops: each function's invocations and the
+/// milliseconds Lambda would bill for them, and what delivery did.
+fn stop_report(stats: &gridrelay_local::RunnerStats) -> serde_json::Value {
+    let d = &stats.deliver;
+    let l = &stats.dead_letter;
+    json!({
+        "ingest": {
+            "invocations": stats.ingest_invocations,
+            "billedMs": stats.billed.ingest_ms,
+        },
+        "deliver": {
+            "invocations": stats.deliver_invocations,
+            "billedMs": stats.billed.deliver_ms,
+            "attempts": d.attempts,
+            "delivered": d.delivered,
+            "retried": d.retried,
+            "deadLettered": d.dead_lettered,
+            "dropped": d.dropped,
+            "delayed": d.delayed,
+        },
+        "deadLetter": {
+            "invocations": stats.dead_letter_invocations,
+            "billedMs": stats.billed.dead_letter_ms,
+            "recordsWritten": l.records_written,
+            "recordsDropped": l.records_dropped,
+        },
+        "stoppedInvocations": stats.stopped_invocations,
+    })
 }
 
 async fn wait_for_stop_signal() {

@@ -419,3 +419,77 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
     assert_eq!(delivered[2].ids(), vec!["parked-1"]);
     sys.shutdown().await;
 }
+
+/// `gridrelay local` stopped with SIGTERM (as `kill` or a service manager stops it) shuts down
+/// and prints what it did: each function's invocations and the milliseconds Lambda would bill
+/// for them (each invocation rounded up to a whole millisecond, so never fewer than one each).
+#[test]
+fn local_prints_invocations_and_billed_time_when_it_stops() {
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::process::Stdio;
+
+    let prefix = format!("stop-{}", uuid::Uuid::new_v4().simple());
+    let listen = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gridrelay"))
+        .args([
+            "local",
+            "--listen",
+            &listen.to_string(),
+            "--prefix",
+            &prefix,
+        ])
+        .envs(ResourceNames::with_prefix(&prefix).cli_env())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("gridrelay local starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gridrelay local did not listen within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Three publishes to a topic that does not exist: three ingest invocations (404 each).
+    for _ in 0..3 {
+        use std::io::Write;
+        let mut conn = TcpStream::connect(listen).expect("connect");
+        conn.write_all(
+            b"POST /topics/missing/api/events?api-version=2018-01-01 HTTP/1.1\r\nHost: local\r\n\
+              aeg-sas-key: nope\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\
+              Connection: close\r\n\r\n[]",
+        )
+        .expect("send");
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).expect("an answer");
+        assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    }
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(term.success());
+    assert!(child.wait().expect("it stops").success(), "exit status");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("stdout read");
+    let report = serde_json::Deserializer::from_str(&out)
+        .into_iter::<Value>()
+        .filter_map(Result::ok)
+        .find_map(|v| v.get("stopped").cloned())
+        .unwrap_or_else(|| panic!("no stop report in {out}"));
+    assert_eq!(report["ingest"]["invocations"], 3, "{report}");
+    let billed = report["ingest"]["billedMs"].as_u64().expect("billedMs");
+    assert!(billed >= 3, "each invocation bills at least 1 ms: {report}");
+    assert_eq!(report["deliver"]["delivered"], 0, "{report}");
+    assert!(report["deliver"]["billedMs"].as_u64().is_some(), "{report}");
+}

@@ -1,6 +1,6 @@
 //! The local stand-in for API Gateway in front of `ingest`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Body as AxumBody;
@@ -12,15 +12,27 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{error, info};
 
+use crate::{RunnerStats, billed_ms};
+
 /// API Gateway's payload limit: larger bodies never reach the function.
 const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// The function behind the API, and where its invocations are counted.
+#[derive(Clone)]
+struct Publish {
+    ingest: Arc<Ingest>,
+    stats: Arc<Mutex<RunnerStats>>,
+}
 
 pub(crate) async fn serve(
     listener: TcpListener,
     ingest: Arc<Ingest>,
+    stats: Arc<Mutex<RunnerStats>>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let app = Router::new().fallback(forward).with_state(ingest);
+    let app = Router::new()
+        .fallback(forward)
+        .with_state(Publish { ingest, stats });
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "publish API listening");
     }
@@ -36,7 +48,7 @@ pub(crate) async fn serve(
 }
 
 /// Turns the HTTP request into what API Gateway hands a Lambda, and the answer back.
-async fn forward(State(ingest): State<Arc<Ingest>>, request: Request) -> Response {
+async fn forward(State(publish): State<Publish>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
         Ok(b) => b,
@@ -44,7 +56,12 @@ async fn forward(State(ingest): State<Arc<Ingest>>, request: Request) -> Respons
     };
     let request =
         lambda_http::Request::from_parts(parts, lambda_http::Body::Binary(bytes.to_vec()));
-    let (parts, body) = ingest.handle(request).await.into_parts();
+    let started = std::time::Instant::now();
+    let (parts, body) = publish.ingest.handle(request).await.into_parts();
+    if let Ok(mut s) = publish.stats.lock() {
+        s.ingest_invocations += 1;
+        s.billed.ingest_ms += billed_ms(started);
+    }
     let body = match body {
         lambda_http::Body::Empty => AxumBody::empty(),
         lambda_http::Body::Text(t) => AxumBody::from(t),

@@ -133,9 +133,28 @@ pub struct RunnerStats {
     pub dead_letter: DeadLetterReport,
     pub deliver_invocations: usize,
     pub dead_letter_invocations: usize,
+    /// Publish requests handled by `ingest`.
+    pub ingest_invocations: usize,
+    /// Each function's invocations' wall time, each rounded up to the millisecond, as Lambda
+    /// bills it.
+    pub billed: BilledTime,
     /// Invocations still running at their deadline, stopped (their messages come back after
     /// the visibility timeout).
     pub stopped_invocations: usize,
+}
+
+/// Milliseconds of each function's invocations, as Lambda would bill them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BilledTime {
+    pub ingest_ms: u64,
+    pub deliver_ms: u64,
+    pub dead_letter_ms: u64,
+}
+
+/// Lambda bills an invocation's duration rounded up to the millisecond.
+pub(crate) fn billed_ms(started: std::time::Instant) -> u64 {
+    let micros = started.elapsed().as_micros();
+    u64::try_from(micros.div_ceil(1000)).unwrap_or(u64::MAX)
 }
 
 /// L7: creates the system topic that announces dead-letter writes, so users can subscribe to it.
@@ -226,7 +245,12 @@ impl LocalSystem {
         let stats = Arc::new(Mutex::new(RunnerStats::default()));
         let mut tasks = JoinSet::new();
 
-        tasks.spawn(api::serve(listener, ingest, stopped.clone()));
+        tasks.spawn(api::serve(
+            listener,
+            ingest,
+            Arc::clone(&stats),
+            stopped.clone(),
+        ));
 
         let region = sdk.region().map(|r| r.to_string()).unwrap_or_default();
         let stopped_stats = Arc::clone(&stats);
@@ -250,10 +274,12 @@ impl LocalSystem {
                 let deliver = Arc::clone(&deliver);
                 let stats = Arc::clone(&deliver_stats);
                 Box::pin(async move {
+                    let started = std::time::Instant::now();
                     let outcome = deliver.handle_until(event, deadline).await;
                     if let Ok(mut s) = stats.lock() {
                         s.deliver.add(&outcome.report);
                         s.deliver_invocations += 1;
+                        s.billed.deliver_ms += billed_ms(started);
                     }
                     outcome.failed_message_ids
                 })
@@ -274,10 +300,12 @@ impl LocalSystem {
                 let writer = Arc::clone(&writer);
                 let stats = Arc::clone(&writer_stats);
                 Box::pin(async move {
+                    let started = std::time::Instant::now();
                     let outcome = writer.handle(event).await;
                     if let Ok(mut s) = stats.lock() {
                         s.dead_letter.add(&outcome.report);
                         s.dead_letter_invocations += 1;
+                        s.billed.dead_letter_ms += billed_ms(started);
                     }
                     outcome.failed_message_ids
                 })
