@@ -21,7 +21,7 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 bench:
-	cargo bench -p gridrelay-shared --bench hot_path
+	bash infra/local/bench.sh
 
 clean-local:
 	-bash infra/local/moto.sh stop

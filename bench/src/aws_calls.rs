@@ -1,0 +1,177 @@
+//! Counts the AWS API calls the local stack makes: a pass-through proxy in front of the AWS API
+//! (moto), which `gridrelay local` is pointed at instead. Each call is counted by service and
+//! operation, with the 64 KB chunks SQS would bill for it (the larger of request and response
+//! payload). Counting on the wire, not in gridrelay's code, counts every call the SDK makes,
+//! retries included.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::cost::sqs_chunks;
+
+/// Calls of one operation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Calls {
+    pub calls: u64,
+    /// SQS: 64 KB chunks billed; other services: equal to `calls`.
+    pub billed_units: u64,
+}
+
+/// Calls by `service:Operation` (S3: `s3:GET`, `s3:PUT`, …).
+pub type CallCounts = BTreeMap<String, Calls>;
+
+struct Proxy {
+    target: String,
+    client: reqwest::Client,
+    counts: Mutex<CallCounts>,
+}
+
+/// A running proxy: its URL and what it has counted.
+pub struct AwsCallCounter {
+    pub url: String,
+    proxy: Arc<Proxy>,
+}
+
+impl AwsCallCounter {
+    /// Starts a proxy to `target` (the AWS API's base URL) on a free loopback port.
+    pub async fn start(target: &str) -> anyhow::Result<Self> {
+        let proxy = Arc::new(Proxy {
+            target: target.trim_end_matches('/').to_string(),
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(256)
+                .build()?,
+            counts: Mutex::new(CallCounts::new()),
+        });
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let app = Router::new()
+            .fallback(forward)
+            .with_state(Arc::clone(&proxy));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(Self { url, proxy })
+    }
+
+    /// Counts so far, and starts counting afresh.
+    pub fn take(&self) -> CallCounts {
+        self.proxy
+            .counts
+            .lock()
+            .map(|mut c| std::mem::take(&mut *c))
+            .unwrap_or_default()
+    }
+}
+
+/// What a request is: `service:Operation`.
+pub fn operation(target: Option<&str>, method: &str, form_body: &[u8]) -> String {
+    if let Some(target) = target {
+        // awsJson: `AmazonSQS.SendMessageBatch`, `DynamoDB_20120810.GetItem`,
+        // `secretsmanager.GetSecretValue`.
+        let (service, op) = target.split_once('.').unwrap_or(("unknown", target));
+        let service = match service {
+            s if s.starts_with("AmazonSQS") => "sqs",
+            s if s.starts_with("DynamoDB") => "dynamodb",
+            s if s.eq_ignore_ascii_case("secretsmanager") => "secretsmanager",
+            other => other,
+        };
+        return format!("{service}:{op}");
+    }
+    // The query protocol names its action in the form body.
+    let form = String::from_utf8_lossy(form_body);
+    if let Some(action) = form
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("Action="))
+    {
+        return format!("query:{action}");
+    }
+    // Everything else the stack calls is S3's REST API.
+    format!("s3:{method}")
+}
+
+async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
+    match relay(&proxy, request).await {
+        Ok(response) => response,
+        Err(e) => (StatusCode::BAD_GATEWAY, format!("{e:#}")).into_response(),
+    }
+}
+
+async fn relay(proxy: &Proxy, request: Request) -> anyhow::Result<Response> {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, 64 * 1024 * 1024)
+        .await
+        .context("request body")?;
+    let target = parts
+        .headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok());
+    let op = operation(target, parts.method.as_str(), &body);
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let mut outgoing = proxy
+        .client
+        .request(parts.method.clone(), format!("{}{path}", proxy.target));
+    for (name, value) in &parts.headers {
+        if name != "host" && name != "content-length" {
+            outgoing = outgoing.header(name, value);
+        }
+    }
+    let answer = outgoing.body(body.clone()).send().await?;
+    let status = answer.status();
+    let headers = answer.headers().clone();
+    let answer_body = answer.bytes().await?;
+
+    let billed = if op.starts_with("sqs:") {
+        sqs_chunks(body.len().max(answer_body.len()))
+    } else {
+        1
+    };
+    if let Ok(mut counts) = proxy.counts.lock() {
+        let entry = counts.entry(op).or_default();
+        entry.calls += 1;
+        entry.billed_units += billed;
+    }
+
+    let mut response = Response::builder().status(status);
+    for (name, value) in &headers {
+        if name != HeaderName::from_static("transfer-encoding") && name != "content-length" {
+            response = response.header(name, value);
+        }
+    }
+    Ok(response.body(Body::from(answer_body))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_named_by_service_and_operation() {
+        assert_eq!(
+            operation(Some("AmazonSQS.SendMessageBatch"), "POST", b""),
+            "sqs:SendMessageBatch"
+        );
+        assert_eq!(
+            operation(Some("DynamoDB_20120810.GetItem"), "POST", b""),
+            "dynamodb:GetItem"
+        );
+        assert_eq!(
+            operation(Some("secretsmanager.GetSecretValue"), "POST", b""),
+            "secretsmanager:GetSecretValue"
+        );
+        assert_eq!(
+            operation(None, "POST", b"Action=ReceiveMessage&Version=2012-11-05"),
+            "query:ReceiveMessage"
+        );
+        assert_eq!(operation(None, "PUT", b"[{}]"), "s3:PUT");
+    }
+}

@@ -1,0 +1,197 @@
+//! What a million delivered events cost on AWS, from what a run counted and timed, at list
+//! prices. The bench counts every AWS API call the local stack makes (`aws_calls`), times every
+//! handler invocation as Lambda would bill it (the runner's stop report), and knows what it
+//! published; this module prices those counts. Pure, so the arithmetic is unit-tested.
+
+/// AWS list prices, us-east-1, as published on the services' pricing pages (checked
+/// 2025-06; first paid tier, free tiers ignored). Change them here.
+#[derive(Debug, Clone, Copy)]
+pub struct Prices {
+    /// API Gateway HTTP API, per request, metered in 512 KB units.
+    pub http_api_request: f64,
+    /// Lambda, per request.
+    pub lambda_request: f64,
+    /// Lambda duration per GB-second, x86_64 and arm64.
+    pub lambda_gb_second_x86: f64,
+    pub lambda_gb_second_arm: f64,
+    /// SQS standard queue, per request, metered in 64 KB chunks.
+    pub sqs_request: f64,
+    /// DynamoDB on demand, per read and write request unit.
+    pub dynamodb_read: f64,
+    pub dynamodb_write: f64,
+    /// S3 standard, per PUT/POST/LIST and per GET.
+    pub s3_put: f64,
+    pub s3_get: f64,
+    /// Secrets Manager, per API call.
+    pub secrets_call: f64,
+}
+
+pub const LIST_PRICES: Prices = Prices {
+    http_api_request: 1.00e-6,
+    lambda_request: 0.20e-6,
+    lambda_gb_second_x86: 0.000_016_666_7,
+    lambda_gb_second_arm: 0.000_013_333_4,
+    sqs_request: 0.40e-6,
+    dynamodb_read: 0.125e-6,
+    dynamodb_write: 0.625e-6,
+    s3_put: 0.005e-3,
+    s3_get: 0.000_4e-3,
+    secrets_call: 0.05e-4,
+};
+
+/// What the managed peers charge per million events delivered once, at the same date.
+pub const PEERS: [(&str, f64); 2] = [
+    // $1.00 per million custom events + $0.20 per million API destination invocations.
+    ("EventBridge + API destinations", 1.20),
+    // $0.60 per million operations: one to publish, one to deliver (64 KB chunks).
+    ("Azure Event Grid (basic)", 1.20),
+];
+
+/// One function's invocations and the milliseconds Lambda would bill for them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FunctionTime {
+    pub invocations: u64,
+    pub billed_ms: u64,
+    pub memory_mb: u32,
+}
+
+/// What a run did, counted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub events: u64,
+    /// Publish requests, each in 512 KB units.
+    pub http_api_units: u64,
+    pub ingest: FunctionTime,
+    pub deliver: FunctionTime,
+    pub dead_letter: FunctionTime,
+    /// SQS requests, each in 64 KB chunks of its payload.
+    pub sqs_chunks: u64,
+    /// DynamoDB calls that read and that write; each priced as one request unit (items here
+    /// are under 1 KB; a strongly consistent read under 4 KB is one unit).
+    pub dynamodb_reads: u64,
+    pub dynamodb_writes: u64,
+    pub s3_puts: u64,
+    pub s3_gets: u64,
+    pub secrets_calls: u64,
+}
+
+/// Dollars per million events, by what they pay for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostPerMillion {
+    pub api_gateway: f64,
+    pub lambda: f64,
+    pub sqs: f64,
+    pub dynamodb: f64,
+    pub other: f64,
+}
+
+impl CostPerMillion {
+    pub fn total(&self) -> f64 {
+        self.api_gateway + self.lambda + self.sqs + self.dynamodb + self.other
+    }
+}
+
+/// Which processor the functions run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    X86,
+    Arm,
+}
+
+impl Usage {
+    /// The run's cost scaled to a million events.
+    pub fn per_million(&self, prices: &Prices, arch: Architecture) -> CostPerMillion {
+        let scale = if self.events == 0 {
+            0.0
+        } else {
+            1e6 / self.events as f64
+        };
+        let gb_second = match arch {
+            Architecture::X86 => prices.lambda_gb_second_x86,
+            Architecture::Arm => prices.lambda_gb_second_arm,
+        };
+        let lambda: f64 = [self.ingest, self.deliver, self.dead_letter]
+            .iter()
+            .map(|f| {
+                f.invocations as f64 * prices.lambda_request
+                    + f.billed_ms as f64 / 1000.0 * f64::from(f.memory_mb) / 1024.0 * gb_second
+            })
+            .sum();
+        CostPerMillion {
+            api_gateway: self.http_api_units as f64 * prices.http_api_request * scale,
+            lambda: lambda * scale,
+            sqs: self.sqs_chunks as f64 * prices.sqs_request * scale,
+            dynamodb: (self.dynamodb_reads as f64 * prices.dynamodb_read
+                + self.dynamodb_writes as f64 * prices.dynamodb_write)
+                * scale,
+            other: (self.s3_puts as f64 * prices.s3_put
+                + self.s3_gets as f64 * prices.s3_get
+                + self.secrets_calls as f64 * prices.secrets_call)
+                * scale,
+        }
+    }
+}
+
+/// API Gateway HTTP API meters a request in 512 KB units.
+pub fn http_api_units(body_bytes: usize) -> u64 {
+    body_bytes.div_ceil(512 * 1024).max(1) as u64
+}
+
+/// SQS bills each 64 KB chunk of a request's payload as one request.
+pub fn sqs_chunks(payload_bytes: usize) -> u64 {
+    payload_bytes.div_ceil(64 * 1024).max(1) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn requests_are_metered_in_their_services_units() {
+        assert_eq!(http_api_units(0), 1);
+        assert_eq!(http_api_units(512 * 1024), 1);
+        assert_eq!(http_api_units(512 * 1024 + 1), 2);
+        assert_eq!(sqs_chunks(10), 1);
+        assert_eq!(sqs_chunks(64 * 1024 + 1), 2);
+        assert_eq!(sqs_chunks(256 * 1024), 4);
+    }
+
+    #[test]
+    fn a_run_is_priced_per_million_events() {
+        // 1,000 events: 10 publishes, 20 SQS chunks, one deliver invocation of 1 s at 1 GB.
+        let usage = Usage {
+            events: 1_000,
+            http_api_units: 10,
+            sqs_chunks: 20,
+            deliver: FunctionTime {
+                invocations: 1,
+                billed_ms: 1_000,
+                memory_mb: 1024,
+            },
+            dynamodb_reads: 4,
+            dynamodb_writes: 2,
+            s3_puts: 1,
+            ..Usage::default()
+        };
+        let cost = usage.per_million(&LIST_PRICES, Architecture::X86);
+        // ×1,000 to a million events.
+        assert!(close(cost.api_gateway, 10.0 * 1e-6 * 1e3));
+        assert!(close(cost.sqs, 20.0 * 0.4e-6 * 1e3));
+        assert!(close(cost.lambda, (0.2e-6 + 0.000_016_666_7) * 1e3));
+        assert!(close(
+            cost.dynamodb,
+            (4.0 * 0.125e-6 + 2.0 * 0.625e-6) * 1e3
+        ));
+        assert!(close(cost.other, 0.005e-3 * 1e3));
+        let arm = usage.per_million(&LIST_PRICES, Architecture::Arm);
+        assert!(arm.lambda < cost.lambda);
+        assert!(close(
+            cost.total(),
+            cost.api_gateway + cost.lambda + cost.sqs + cost.dynamodb + cost.other
+        ));
+    }
+}

@@ -1,0 +1,312 @@
+//! The local stack end to end, as a user runs it: `gridrelay local` in its own process against
+//! the AWS API at `AWS_ENDPOINT_URL` (moto), a topic and a subscription made with the command
+//! line, events published over HTTP in arrays, delivered to a sink in this process. Measured:
+//! events per second from the first publish to the last delivery, the runner's CPU time per
+//! event (its process only: not the emulator's, the sink's or the publisher's), every AWS API
+//! call it made (through `aws_calls`' counting proxy) and each function's billed time (the
+//! runner's stop report), which `cost` prices.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use gridrelay_local::ResourceNames;
+use serde_json::Value;
+
+use crate::aws_calls::{AwsCallCounter, CallCounts};
+use crate::cost::{FunctionTime, Usage, http_api_units};
+use crate::{Cpu, events, sink};
+
+/// Memory of each function, as `infra/template.yaml` sets it.
+pub const FUNCTION_MEMORY_MB: u32 = 256;
+
+/// One end-to-end case.
+#[derive(Debug, Clone, Copy)]
+pub struct Case {
+    pub events: usize,
+    pub event_bytes: usize,
+    pub per_publish: usize,
+    pub delay_ms: u64,
+    pub max_events_per_batch: Option<u32>,
+    /// The runner's `--max-requests-in-flight` (none: its default).
+    pub max_in_flight: Option<u32>,
+}
+
+/// What one case measured.
+pub struct E2eRun {
+    pub elapsed: Duration,
+    pub cpu: Duration,
+    pub requests: usize,
+    /// AWS API calls from the first publish to the last delivery.
+    pub calls: CallCounts,
+    pub usage: Usage,
+}
+
+struct Runner {
+    child: Child,
+    listen: SocketAddr,
+    prefix: String,
+    binary: PathBuf,
+}
+
+impl Runner {
+    fn start(
+        binary: PathBuf,
+        prefix: String,
+        aws_endpoint: &str,
+        max_in_flight: Option<u32>,
+    ) -> anyhow::Result<Self> {
+        let listen = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let mut cmd = Command::new(&binary);
+        cmd.args([
+            "local",
+            "--listen",
+            &listen.to_string(),
+            "--prefix",
+            &prefix,
+        ]);
+        if let Some(n) = max_in_flight {
+            cmd.args(["--max-requests-in-flight", &n.to_string()]);
+        }
+        cmd.env("RUST_LOG", "warn")
+            .env("AWS_ENDPOINT_URL", aws_endpoint)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .envs(ResourceNames::with_prefix(&prefix).cli_env());
+        let mut child = cmd.spawn().context("start gridrelay local")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_err() {
+            if let Some(status) = child.try_wait()? {
+                bail!("gridrelay local exited with {status}");
+            }
+            if Instant::now() > deadline {
+                bail!("gridrelay local did not listen within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(Self {
+            child,
+            listen,
+            prefix,
+            binary,
+        })
+    }
+
+    fn cli(&self, args: &[&str]) -> anyhow::Result<Value> {
+        let out = Command::new(&self.binary)
+            .args(args)
+            .envs(ResourceNames::with_prefix(&self.prefix).cli_env())
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "gridrelay {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(serde_json::from_slice(&out.stdout)?)
+    }
+}
+
+impl Runner {
+    /// Stops the runner as a user would (SIGTERM) and reads its stop report.
+    fn stop(mut self) -> anyhow::Result<Value> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status()?;
+        if !sent.success() {
+            bail!("kill -TERM {pid} failed");
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                bail!("gridrelay local did not stop within 60 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut out = String::new();
+        if let Some(mut stdout) = self.child.stdout.take() {
+            std::io::Read::read_to_string(&mut stdout, &mut out)?;
+        }
+        serde_json::Deserializer::from_str(&out)
+            .into_iter::<Value>()
+            .filter_map(Result::ok)
+            .find_map(|v| v.get("stopped").cloned())
+            .with_context(|| format!("no stop report from gridrelay local: {out}"))
+    }
+}
+
+fn function_time(report: &Value, function: &str) -> FunctionTime {
+    FunctionTime {
+        invocations: report[function]["invocations"].as_u64().unwrap_or(0),
+        billed_ms: report[function]["billedMs"].as_u64().unwrap_or(0),
+        memory_mb: FUNCTION_MEMORY_MB,
+    }
+}
+
+/// What was counted, as the cost model takes it.
+fn usage(events: usize, publish_units: u64, calls: &CallCounts, report: &Value) -> Usage {
+    let sum = |pred: &dyn Fn(&str) -> bool, billed: bool| -> u64 {
+        calls
+            .iter()
+            .filter(|(op, _)| pred(op))
+            .map(|(_, c)| if billed { c.billed_units } else { c.calls })
+            .sum()
+    };
+    let dynamo_read = |op: &str| {
+        [
+            "GetItem",
+            "BatchGetItem",
+            "Query",
+            "Scan",
+            "TransactGetItems",
+        ]
+        .iter()
+        .any(|r| op == format!("dynamodb:{r}"))
+    };
+    Usage {
+        events: events as u64,
+        http_api_units: publish_units,
+        ingest: function_time(report, "ingest"),
+        deliver: function_time(report, "deliver"),
+        dead_letter: function_time(report, "deadLetter"),
+        sqs_chunks: sum(&|op| op.starts_with("sqs:"), true),
+        dynamodb_reads: sum(&|op| dynamo_read(op), false),
+        dynamodb_writes: sum(
+            &|op| op.starts_with("dynamodb:") && !dynamo_read(op) && !op.contains("Describe"),
+            false,
+        ),
+        s3_puts: sum(&|op| op == "s3:PUT" || op == "s3:POST", false),
+        s3_gets: sum(&|op| op == "s3:GET" || op == "s3:HEAD", false),
+        secrets_calls: sum(&|op| op.starts_with("secretsmanager:"), false),
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs one case on a fresh set of resources (named with `prefix`).
+pub async fn run(
+    binary: PathBuf,
+    prefix: String,
+    case: Case,
+    aws: &AwsCallCounter,
+) -> anyhow::Result<E2eRun> {
+    let (hook, counts) =
+        sink::serve("127.0.0.1:0".parse()?, Duration::from_millis(case.delay_ms)).await?;
+    let runner = Runner::start(binary, prefix, &aws.url, case.max_in_flight)?;
+    let topic = runner.cli(&["topic", "create", "--name", "bench"])?;
+    let key = topic["key1"]
+        .as_str()
+        .context("topic create printed no key1")?
+        .to_string();
+    let mut create = vec![
+        "event-subscription".to_string(),
+        "create".into(),
+        "--topic-name".into(),
+        "bench".into(),
+        "--name".into(),
+        "sink".into(),
+        "--endpoint".into(),
+        hook,
+    ];
+    if let Some(n) = case.max_events_per_batch {
+        create.extend(["--max-events-per-batch".into(), n.to_string()]);
+    }
+    runner.cli(&create.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let show = [
+        "event-subscription",
+        "show",
+        "--topic-name",
+        "bench",
+        "--name",
+        "sink",
+    ];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while runner.cli(&show)?["provisioning"]["state"] != "Succeeded" {
+        if Instant::now() > deadline {
+            bail!("the subscription was not validated within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let bodies: Vec<String> = events(case.events, case.event_bytes)?
+        .chunks(case.per_publish)
+        .map(|chunk| {
+            let parts: Vec<&str> = chunk.iter().map(|e| e.get()).collect();
+            format!("[{}]", parts.join(","))
+        })
+        .collect();
+    let url = format!(
+        "http://{}/topics/bench/api/events?api-version=2018-01-01",
+        runner.listen
+    );
+    let publish_units: u64 = bodies.iter().map(|b| http_api_units(b.len())).sum();
+    let client = reqwest::Client::new();
+    aws.take(); // setup's calls are not the events'
+    let cpu = Cpu::of_process(runner.child.id())?;
+    let start = Instant::now();
+    // Four publishers, as a busy application would have.
+    let queue = Arc::new(std::sync::Mutex::new(bodies.into_iter()));
+    let publishers = (0..4).map(|_| {
+        let (client, url, key, queue) = (client.clone(), url.clone(), key.clone(), queue.clone());
+        tokio::spawn(async move {
+            loop {
+                let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
+                let Some(body) = next else { return Ok(()) };
+                let response = client
+                    .post(&url)
+                    .header("aeg-sas-key", &key)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await?;
+                if !response.status().is_success() {
+                    anyhow::bail!("publish answered {}", response.status());
+                }
+            }
+        })
+    });
+    for p in futures_join(publishers.collect()).await {
+        p??;
+    }
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while counts.events.load(Ordering::Relaxed) < case.events {
+        if Instant::now() > deadline {
+            bail!(
+                "{} of {} events delivered after 15 minutes",
+                counts.events.load(Ordering::Relaxed),
+                case.events
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = start.elapsed();
+    let cpu = cpu.used()?;
+    let calls = aws.take();
+    let report = runner.stop()?;
+    Ok(E2eRun {
+        elapsed,
+        cpu,
+        requests: counts.requests.load(Ordering::Relaxed),
+        usage: usage(case.events, publish_units, &calls, &report),
+        calls,
+    })
+}
+
+async fn futures_join<T>(
+    handles: Vec<tokio::task::JoinHandle<T>>,
+) -> Vec<Result<T, tokio::task::JoinError>> {
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await);
+    }
+    out
+}

@@ -1,0 +1,79 @@
+//! A subscriber that only counts: answers Event Grid's validation handshake, then 200 to every
+//! delivery after an optional delay, counting requests and events.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use serde_json::Value;
+
+/// What the sink has seen.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub requests: AtomicUsize,
+    pub events: AtomicUsize,
+}
+
+struct Sink {
+    delay: Duration,
+    counts: Arc<Counts>,
+}
+
+/// Serves the sink on `addr` (port 0: any free one) in this runtime; returns its hook URL.
+pub async fn serve(addr: SocketAddr, delay: Duration) -> anyhow::Result<(String, Arc<Counts>)> {
+    let counts = Arc::new(Counts::default());
+    let sink = Arc::new(Sink {
+        delay,
+        counts: Arc::clone(&counts),
+    });
+    let app = Router::new()
+        .route("/hook", axum::routing::post(receive).options(allow_origin))
+        .with_state(sink);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((format!("http://{addr}/hook"), counts))
+}
+
+async fn receive(
+    State(sink): State<Arc<Sink>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> impl IntoResponse {
+    let validation = headers
+        .get("aeg-event-type")
+        .is_some_and(|v| v == "SubscriptionValidation");
+    if validation {
+        let code = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v[0]["data"]["validationCode"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        return (
+            StatusCode::OK,
+            serde_json::json!({ "validationResponse": code }).to_string(),
+        );
+    }
+    if !sink.delay.is_zero() {
+        tokio::time::sleep(sink.delay).await;
+    }
+    // An array of events (Event Grid schema), or one event.
+    let events = match serde_json::from_slice::<Vec<serde::de::IgnoredAny>>(&body) {
+        Ok(list) => list.len(),
+        Err(_) => 1,
+    };
+    sink.counts.requests.fetch_add(1, Ordering::Relaxed);
+    sink.counts.events.fetch_add(events, Ordering::Relaxed);
+    (StatusCode::OK, String::new())
+}
+
+async fn allow_origin() -> impl IntoResponse {
+    (StatusCode::OK, [("webhook-allowed-origin", "*")])
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, in one run, each figure beside its baseline from the same run
+# (these machines are noisy: only ratios carry from one run to another). About 7 minutes on 2
+# cores after the release build; the README's "Performance and cost" quotes a run.
+#   - hot path: per-event CPU work of publish parsing, batching and rendering, without I/O
+#   - engine: the deliver handler over in-memory ports against a loopback sink, beside wrk's
+#     ceiling on the same sink (installs wrk from Debian if it is missing)
+#   - end to end: `gridrelay local` on moto, subscribers answering at once and after 50 ms,
+#     unbatched and batched, and the old 32 requests per invocation as the baseline; AWS calls
+#     counted by a proxy in front of moto; then the cost per million events on AWS
+# Sizes: BENCH_ENGINE_EVENTS, BENCH_E2E_EVENTS, BENCH_COST_EVENTS (environment).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+export MOTO_PORT="${MOTO_PORT:-5058}"
+engine_events="${BENCH_ENGINE_EVENTS:-50000}"
+e2e_events="${BENCH_E2E_EVENTS:-100000}"
+cost_events="${BENCH_COST_EVENTS:-20000}"
+
+if ! command -v wrk >/dev/null; then
+  echo "installing wrk (the engine benchmark's loopback ceiling)" >&2
+  if [[ $(id -u) -eq 0 ]]; then apt-get install -y -qq wrk >/dev/null
+  else sudo apt-get install -y -qq wrk >/dev/null; fi
+fi
+
+printf '\n== machine\n'
+echo "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GB", $2/1048576}' /proc/meminfo), $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+
+printf '\n== hot path (per-event CPU work)\n'
+mkdir -p .run
+quietly() { "$@" 2>.run/bench-build.log || { cat .run/bench-build.log >&2; exit 1; }; }
+quietly cargo bench --locked -p gridrelay-shared --bench hot_path
+quietly cargo build --release --locked -p gridrelay-bench -p gridrelay-cli
+printf '\n== engine\n'
+target/release/gridrelay-bench engine --events "$engine_events"
+
+if [[ -z "${AWS_ENDPOINT_URL:-}" ]]; then
+  trap 'infra/local/moto.sh stop' EXIT
+  infra/local/moto.sh start >/dev/null
+  eval "$(infra/local/moto.sh env)"
+fi
+printf '\n== end to end\n'
+target/release/gridrelay-bench e2e --events "$e2e_events" --cost-events "$cost_events" \
+  --gridrelay target/release/gridrelay
