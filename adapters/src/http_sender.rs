@@ -2,14 +2,16 @@
 //!
 //! Redirects are not followed (S1 counts 3xx as failure), and every attempt has the attempt
 //! timeout (S2) on its whole exchange. With [`HttpEventSender::with_late_answers`], a request
-//! that timed out stays open for the late window so its answer can still be seen (R4).
+//! that timed out stays open for the late window so its answer can still be seen (R4), for as
+//! long as its late answer is awaited: dropping the [`LateAnswer`] closes it.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use gridrelay_ports::{
-    DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest, SentAttempt,
+    DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest, LateAnswer,
+    SentAttempt,
 };
 use gridrelay_shared::classify::{AttemptResult, parse_retry_after};
 
@@ -25,13 +27,14 @@ pub struct HttpEventSender {
 pub struct HttpClientError(#[from] reqwest::Error);
 
 impl HttpEventSender {
-    /// A sender whose attempts fail after `timeout`, keeping up to `idle_per_host` open
-    /// connections to each endpoint between requests (and between warm invocations).
+    /// A sender whose attempts fail after `timeout`, keeping up to `idle_per_host` (at most
+    /// [`MAX_IDLE_PER_HOST`]) open connections to each endpoint between requests and between
+    /// warm invocations.
     pub fn new(timeout: Duration, idle_per_host: usize) -> Result<Self, HttpClientError> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(idle_per_host)
+            .pool_idle_timeout(IDLE_TIMEOUT)
+            .pool_max_idle_per_host(idle_per_host.min(MAX_IDLE_PER_HOST))
             .user_agent(concat!("gridrelay/", env!("CARGO_PKG_VERSION")))
             .build()?;
         Ok(Self {
@@ -47,6 +50,37 @@ impl HttpEventSender {
         self.late_window = window;
         self
     }
+}
+
+/// Idle connections kept per endpoint, whatever its limit: enough to start the next burst
+/// warm, few enough that many endpoints' idle sockets stay far inside Lambda's 1,024 file
+/// descriptors.
+pub const MAX_IDLE_PER_HOST: usize = 64;
+/// How long an idle pooled connection is kept.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A spawned exchange that is aborted, closing its connection, when its late answer is no
+/// longer awaited.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The late answer of an exchange that goes on in `task`.
+fn late_answer(task: tokio::task::JoinHandle<SentAttempt>) -> LateAnswer {
+    let mut task = AbortOnDrop(task);
+    Box::pin(async move {
+        match (&mut task.0).await {
+            Ok(SentAttempt {
+                result: AttemptResult::Status(status),
+                ..
+            }) => Some(status),
+            _ => None,
+        }
+    })
 }
 
 #[async_trait]
@@ -98,21 +132,10 @@ impl EventSender for HttpEventSender {
         let mut exchange = Box::pin(exchange);
         match tokio::time::timeout(self.timeout, &mut exchange).await {
             Ok(sent) => sent,
-            Err(_) => {
-                let task = tokio::spawn(exchange);
-                SentAttempt {
-                    late: Some(Box::pin(async move {
-                        match task.await {
-                            Ok(SentAttempt {
-                                result: AttemptResult::Status(status),
-                                ..
-                            }) => Some(status),
-                            _ => None,
-                        }
-                    })),
-                    ..SentAttempt::of(AttemptResult::TimedOut)
-                }
-            }
+            Err(_) => SentAttempt {
+                late: Some(late_answer(tokio::spawn(exchange))),
+                ..SentAttempt::of(AttemptResult::TimedOut)
+            },
         }
     }
 

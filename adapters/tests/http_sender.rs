@@ -111,3 +111,69 @@ async fn retry_after_is_read_from_429_and_503_answers() {
     assert_eq!(error.retry_after, None, "only 429 and 503 ask to wait");
     server.abort();
 }
+
+/// R4 with the worker's total: a timed-out request stays open while its late answer is
+/// awaited, and is closed as soon as the late answer is dropped, so a worker's open
+/// connections never outlive the permits that count them.
+#[tokio::test]
+async fn a_timed_out_request_is_closed_when_its_late_answer_is_no_longer_awaited() {
+    use tokio::io::AsyncReadExt;
+    // An endpoint that reads the request and never answers; it reports when the client closes
+    // the connection (a read of 0 bytes).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (closed_tx, mut closed) = tokio::sync::mpsc::unbounded_channel();
+    let server = tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let closed_tx = closed_tx.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = socket.read(&mut buf).await {
+                    if n == 0 {
+                        let _ = closed_tx.send(());
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let sender = HttpEventSender::new(Duration::from_millis(200), 32)
+        .unwrap()
+        .with_late_answers(Duration::from_secs(60));
+    let send = || {
+        sender.send(DeliveryRequest {
+            endpoint: format!("http://{addr}/hook"),
+            content_type: "application/json",
+            body: "[]".into(),
+            headers: Vec::new(),
+        })
+    };
+
+    let kept = send().await;
+    assert_eq!(kept.result, AttemptResult::TimedOut);
+    let kept_late = kept
+        .late
+        .expect("a timed-out request waits for its late answer");
+    // Awaited (held), it stays open well past the attempt timeout.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(600), closed.recv())
+            .await
+            .is_err(),
+        "the request was closed while its late answer was still awaited"
+    );
+
+    let dropped = send().await;
+    assert_eq!(dropped.result, AttemptResult::TimedOut);
+    drop(dropped.late);
+    tokio::time::timeout(Duration::from_secs(5), closed.recv())
+        .await
+        .expect("dropping the late answer closes its request")
+        .expect("the server is running");
+    drop(kept_late);
+    tokio::time::timeout(Duration::from_secs(5), closed.recv())
+        .await
+        .expect("and so does the first one's")
+        .expect("the server is running");
+    server.abort();
+}

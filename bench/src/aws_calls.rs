@@ -3,6 +3,9 @@
 //! operation, with the 64 KB chunks SQS would bill for it (the larger of request and response
 //! payload). Counting on the wire, not in gridrelay's code, counts every call the SDK makes,
 //! retries included.
+//!
+//! For moto only: the proxy passes requests on to another host, so a SigV4 signature (which
+//! covers `Host`) would not hold against real AWS; moto does not check signatures.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -25,7 +28,7 @@ pub struct Calls {
     pub billed_units: u64,
 }
 
-/// Calls by `service:Operation` (S3: `s3:GET`, `s3:PUT`, …).
+/// Calls by `service:Operation` (S3: `s3:GET`, `s3:PUT`, `s3:LIST`, …).
 pub type CallCounts = BTreeMap<String, Calls>;
 
 struct Proxy {
@@ -47,6 +50,8 @@ impl AwsCallCounter {
             target: target.trim_end_matches('/').to_string(),
             client: reqwest::Client::builder()
                 .pool_max_idle_per_host(256)
+                // A redirect is the AWS API's answer to pass back, not to follow.
+                .redirect(reqwest::redirect::Policy::none())
                 .build()?,
             counts: Mutex::new(CallCounts::new()),
         });
@@ -69,8 +74,14 @@ impl AwsCallCounter {
     }
 }
 
-/// What a request is: `service:Operation`.
-pub fn operation(target: Option<&str>, method: &str, form_body: &[u8]) -> String {
+/// What a request is: `service:Operation`, from its `X-Amz-Target`, method, path and query
+/// (S3's REST API) or form body (the query protocol).
+pub fn operation(
+    target: Option<&str>,
+    method: &str,
+    path_and_query: &str,
+    form_body: &[u8],
+) -> String {
     if let Some(target) = target {
         // awsJson: `AmazonSQS.SendMessageBatch`, `DynamoDB_20120810.GetItem`,
         // `secretsmanager.GetSecretValue`.
@@ -91,8 +102,40 @@ pub fn operation(target: Option<&str>, method: &str, form_body: &[u8]) -> String
     {
         return format!("query:{action}");
     }
-    // Everything else the stack calls is S3's REST API.
+    // Everything else the stack calls is S3's REST API, where listing a bucket (a GET of
+    // the bucket, not of a key) is priced with PUTs.
+    let (path, query) = path_and_query
+        .split_once('?')
+        .unwrap_or((path_and_query, ""));
+    let of_bucket = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .count()
+        <= 1;
+    if method == "GET" && (of_bucket || query.split('&').any(|q| q == "list-type=2")) {
+        return "s3:LIST".to_string();
+    }
     format!("s3:{method}")
+}
+
+/// Headers that belong to one connection, not to the message (RFC 9110 7.6.1): a proxy does
+/// not pass them on. `content-length` is set again for the body as passed on.
+fn passed_on(name: &HeaderName) -> bool {
+    !matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "content-length"
+    )
 }
 
 async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
@@ -111,17 +154,17 @@ async fn relay(proxy: &Proxy, request: Request) -> anyhow::Result<Response> {
         .headers
         .get("x-amz-target")
         .and_then(|v| v.to_str().ok());
-    let op = operation(target, parts.method.as_str(), &body);
     let path = parts
         .uri
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
+    let op = operation(target, parts.method.as_str(), path, &body);
     let mut outgoing = proxy
         .client
         .request(parts.method.clone(), format!("{}{path}", proxy.target));
     for (name, value) in &parts.headers {
-        if name != "host" && name != "content-length" {
+        if passed_on(name) {
             outgoing = outgoing.header(name, value);
         }
     }
@@ -143,7 +186,9 @@ async fn relay(proxy: &Proxy, request: Request) -> anyhow::Result<Response> {
 
     let mut response = Response::builder().status(status);
     for (name, value) in &headers {
-        if name != HeaderName::from_static("transfer-encoding") && name != "content-length" {
+        // A HEAD answer has no body: its content-length is the object's, passed on as is.
+        let head_length = parts.method == axum::http::Method::HEAD && name == "content-length";
+        if passed_on(name) || head_length {
             response = response.header(name, value);
         }
     }
@@ -157,21 +202,55 @@ mod tests {
     #[test]
     fn calls_are_named_by_service_and_operation() {
         assert_eq!(
-            operation(Some("AmazonSQS.SendMessageBatch"), "POST", b""),
+            operation(Some("AmazonSQS.SendMessageBatch"), "POST", "/", b""),
             "sqs:SendMessageBatch"
         );
         assert_eq!(
-            operation(Some("DynamoDB_20120810.GetItem"), "POST", b""),
+            operation(Some("DynamoDB_20120810.GetItem"), "POST", "/", b""),
             "dynamodb:GetItem"
         );
         assert_eq!(
-            operation(Some("secretsmanager.GetSecretValue"), "POST", b""),
+            operation(Some("secretsmanager.GetSecretValue"), "POST", "/", b""),
             "secretsmanager:GetSecretValue"
         );
         assert_eq!(
-            operation(None, "POST", b"Action=ReceiveMessage&Version=2012-11-05"),
+            operation(
+                None,
+                "POST",
+                "/",
+                b"Action=ReceiveMessage&Version=2012-11-05"
+            ),
             "query:ReceiveMessage"
         );
-        assert_eq!(operation(None, "PUT", b"[{}]"), "s3:PUT");
+        assert_eq!(operation(None, "PUT", "/dl/a/b.json", b"[{}]"), "s3:PUT");
+        assert_eq!(operation(None, "GET", "/dl/a/b.json", b""), "s3:GET");
+        assert_eq!(operation(None, "HEAD", "/dl/a/b.json", b""), "s3:HEAD");
+        // Listing is priced as PUTs are.
+        assert_eq!(
+            operation(None, "GET", "/dl?list-type=2&prefix=a", b""),
+            "s3:LIST"
+        );
+        assert_eq!(operation(None, "GET", "/dl/", b""), "s3:LIST");
+    }
+
+    #[test]
+    fn connection_headers_are_not_passed_on() {
+        for h in [
+            "connection",
+            "keep-alive",
+            "transfer-encoding",
+            "upgrade",
+            "host",
+        ] {
+            assert!(!passed_on(&HeaderName::from_static(h)), "{h}");
+        }
+        for h in [
+            "authorization",
+            "x-amz-target",
+            "content-type",
+            "x-amz-date",
+        ] {
+            assert!(passed_on(&HeaderName::from_static(h)), "{h}");
+        }
     }
 }

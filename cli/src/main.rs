@@ -410,10 +410,10 @@ struct LocalArgs {
     function_timeout: u64,
     /// Delivery requests in flight at once, across endpoints (1 to 1000; the deliver Lambda
     /// reads GRIDRELAY_MAX_REQUESTS_IN_FLIGHT).
-    #[arg(long, env = gridrelay_local::MAX_REQUESTS_IN_FLIGHT_ENV, default_value_t = 768)]
+    #[arg(long, env = gridrelay_local::MAX_REQUESTS_IN_FLIGHT_ENV, default_value_t = gridrelay_local::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
     max_requests_in_flight: u32,
-    /// The most one endpoint gets at once (default: the total); below it each endpoint's limit
-    /// follows its answers.
+    /// The most one endpoint gets at once (1 to the total; default: three quarters of the total); below it
+    /// each endpoint's limit follows its answers.
     #[arg(long, env = gridrelay_local::MAX_REQUESTS_PER_ENDPOINT_ENV)]
     max_requests_per_endpoint: Option<u32>,
 }
@@ -893,8 +893,7 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     }))?;
     wait_for_stop_signal().await;
     tracing::info!("stopping");
-    let stats = system.stats();
-    system.shutdown().await;
+    let stats = system.shutdown().await;
     print(&json!({ "stopped": stop_report(&stats) }))
 }
 

@@ -28,7 +28,8 @@ use gridrelay_adapters::aws::{
 use gridrelay_adapters::config::TableNames;
 use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
 pub use gridrelay_deliver::{
-    ConcurrencySettings, MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
+    ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_IN_FLIGHT_ENV,
+    MAX_REQUESTS_PER_ENDPOINT_ENV,
 };
 use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::Ingest;
@@ -135,11 +136,11 @@ pub struct RunnerStats {
     pub dead_letter_invocations: usize,
     /// Publish requests handled by `ingest`.
     pub ingest_invocations: usize,
-    /// Each function's invocations' wall time, each rounded up to the millisecond, as Lambda
-    /// bills it.
+    /// Each function's invocations' wall time, each rounded up to the millisecond (at least
+    /// 1), as Lambda bills it; an invocation stopped at its timeout bills the whole timeout.
     pub billed: BilledTime,
     /// Invocations still running at their deadline, stopped (their messages come back after
-    /// the visibility timeout).
+    /// the visibility timeout). Counted apart from each function's (finished) invocations.
     pub stopped_invocations: usize,
 }
 
@@ -151,10 +152,15 @@ pub struct BilledTime {
     pub dead_letter_ms: u64,
 }
 
-/// Lambda bills an invocation's duration rounded up to the millisecond.
+/// Lambda bills an invocation's duration rounded up to the millisecond, and at least one.
 pub(crate) fn billed_ms(started: std::time::Instant) -> u64 {
-    let micros = started.elapsed().as_micros();
-    u64::try_from(micros.div_ceil(1000)).unwrap_or(u64::MAX)
+    whole_ms(started.elapsed())
+}
+
+fn whole_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_micros().div_ceil(1000))
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// L7: creates the system topic that announces dead-letter writes, so users can subscribe to it.
@@ -253,12 +259,17 @@ impl LocalSystem {
         ));
 
         let region = sdk.region().map(|r| r.to_string()).unwrap_or_default();
-        let stopped_stats = Arc::clone(&stats);
-        let on_stopped: poller::OnStopped = Arc::new(move || {
-            if let Ok(mut s) = stopped_stats.lock() {
-                s.stopped_invocations += 1;
-            }
-        });
+        // A stopped invocation ran its whole timeout, and Lambda bills all of it.
+        let timeout_ms = whole_ms(config.function_timeout);
+        let on_stopped = |bill: fn(&mut BilledTime) -> &mut u64| -> poller::OnStopped {
+            let stats = Arc::clone(&stats);
+            Arc::new(move || {
+                if let Ok(mut s) = stats.lock() {
+                    s.stopped_invocations += 1;
+                    *bill(&mut s.billed) += timeout_ms;
+                }
+            })
+        };
         let deliver_stats = Arc::clone(&stats);
         tasks.spawn(poller::poll(
             poller::Source::new(
@@ -269,7 +280,7 @@ impl LocalSystem {
             ),
             config.clone(),
             stopped.clone(),
-            on_stopped.clone(),
+            on_stopped(|b| &mut b.deliver_ms),
             Arc::new(move |event, deadline| {
                 let deliver = Arc::clone(&deliver);
                 let stats = Arc::clone(&deliver_stats);
@@ -295,7 +306,7 @@ impl LocalSystem {
             ),
             config,
             stopped,
-            on_stopped,
+            on_stopped(|b| &mut b.dead_letter_ms),
             Arc::new(move |event, _deadline| {
                 let writer = Arc::clone(&writer);
                 let stats = Arc::clone(&writer_stats);
@@ -337,16 +348,28 @@ impl LocalSystem {
         self.stats.lock().map(|s| *s).unwrap_or_default()
     }
 
-    /// Stops polling and serving, and waits for handlers in flight to finish.
-    pub async fn shutdown(mut self) {
+    /// Stops polling and serving, waits for handlers in flight to finish, and says what the
+    /// handlers did in all, those included.
+    pub async fn shutdown(mut self) -> RunnerStats {
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
+        self.stats()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// #9: Lambda bills each invocation rounded up to the millisecond, never less than one.
+    #[test]
+    fn billed_time_is_whole_milliseconds_rounded_up_and_at_least_one() {
+        assert_eq!(whole_ms(Duration::ZERO), 1);
+        assert_eq!(whole_ms(Duration::from_micros(1)), 1);
+        assert_eq!(whole_ms(Duration::from_micros(1000)), 1);
+        assert_eq!(whole_ms(Duration::from_micros(1001)), 2);
+        assert_eq!(whole_ms(Duration::from_secs(300)), 300_000);
+    }
 
     /// Item 9 of the life-cycle issue: the runner behaves like the Lambda it stands in for. Its
     /// defaults let an invocation run its whole function timeout within its messages'

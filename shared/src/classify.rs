@@ -207,14 +207,22 @@ impl FromStr for StatusTableName {
 }
 
 /// What an endpoint's `Retry-After` header asks for, read at `now`: a number of seconds, or an
-/// HTTP date (a date already past asks for no wait). `None` for anything else.
+/// HTTP date in any of the three forms HTTP allows (IMF-fixdate, RFC 850, asctime) or, as
+/// some servers send it, an RFC 2822 date with a numeric zone; a date already past asks for
+/// no wait. `None` for anything else.
 pub fn parse_retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
     let value = value.trim();
     if let Ok(seconds) = value.parse::<u64>() {
         return Some(Duration::from_secs(seconds));
     }
-    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-    Some((at.to_utc() - now).to_std().unwrap_or(Duration::ZERO))
+    let at = match httpdate::parse_http_date(value) {
+        Ok(at) => at,
+        Err(_) => chrono::DateTime::parse_from_rfc2822(value).ok()?.into(),
+    };
+    Some(
+        at.duration_since(std::time::SystemTime::from(now))
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// S1: only 200 to 204 are success.
@@ -294,6 +302,19 @@ mod tests {
             Some(Duration::from_secs(90))
         );
         assert_eq!(read("Tue, 24 Nov 2026 07:00:00 GMT"), Some(Duration::ZERO));
+        // The obsolete forms HTTP still asks recipients to read (RFC 9110 5.6.7).
+        assert_eq!(
+            read("Tuesday, 24-Nov-26 08:02:00 GMT"),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            read("Tue Nov 24 08:00:10 2026"),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            read("Tue, 24 Nov 2026 09:00:30 +0100"),
+            Some(Duration::from_secs(30))
+        );
         assert_eq!(read("-3"), None);
         assert_eq!(read("soon"), None);
     }

@@ -8,6 +8,10 @@
 //! halves it and ends slow start; after that it grows by one per round trip of good answers.
 //! A burst of failures from requests sent before a cut counts as one sign, not many (each
 //! request carries the ticket it was sent with), so one bad moment halves the limit once.
+//! A good answer grows the limit only while the limit is in use (at least half of it in
+//! flight at some moment of the current round trip): an endpoint sent one request at a time
+//! proves nothing about a hundred, and a limit that grew unused would let a sudden burst
+//! through at once.
 //!
 //! Pure: the worker asks for the limit, takes a ticket per request, and reports each answer.
 
@@ -50,6 +54,12 @@ pub struct ConcurrencyLimit {
     issued: u64,
     /// Requests with a ticket below this were sent before the last cut.
     cut_at: u64,
+    /// Requests with a ticket and no answer yet.
+    in_flight: u32,
+    /// The most in flight at once this round trip (the last `limit` answers' worth).
+    busiest: u32,
+    /// Answers this round trip.
+    answered: u32,
 }
 
 impl ConcurrencyLimit {
@@ -63,6 +73,9 @@ impl ConcurrencyLimit {
             slow_start: true,
             issued: 0,
             cut_at: 0,
+            in_flight: 0,
+            busiest: 0,
+            answered: 0,
         }
     }
 
@@ -71,16 +84,34 @@ impl ConcurrencyLimit {
         self.limit
     }
 
+    /// Requests sent and not answered yet.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
     /// The ticket of a request sent now.
     pub fn ticket(&mut self) -> u64 {
         self.issued += 1;
+        self.in_flight = self.in_flight.saturating_add(1);
+        self.busiest = self.busiest.max(self.in_flight);
         self.issued
     }
 
-    /// Takes the answer to the request sent with `ticket`.
+    /// Takes the answer to the request sent with `ticket` (every ticket gets one answer, if
+    /// only [`LoadSignal::Silent`]).
     pub fn on_answer(&mut self, ticket: u64, signal: LoadSignal) {
+        let in_use = u64::from(self.busiest) * 2 >= u64::from(self.limit);
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.answered += 1;
+        if self.answered >= self.limit {
+            // A round trip's worth of answers: the next one starts from what is out now.
+            self.answered = 0;
+            self.busiest = self.in_flight;
+        }
         match signal {
             LoadSignal::Silent => {}
+            // Unused, the limit shows nothing about what the endpoint could take.
+            LoadSignal::Coped if !in_use => {}
             LoadSignal::Coped if self.slow_start => self.limit = (self.limit + 1).min(self.max),
             LoadSignal::Coped => {
                 self.credit += 1;
@@ -106,12 +137,21 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// One round trip at the current limit: as many requests as it allows, each answered with
-    /// `signal`.
+    /// One round trip of a sender with more work than the limit: as many answers as the
+    /// limit was when it began, each `signal`, with the limit's worth in flight before each
+    /// (every answer makes room for the next request). Ends with nothing in flight.
     fn round_trip(limit: &mut ConcurrencyLimit, signal: LoadSignal) {
-        let tickets: Vec<u64> = (0..limit.current()).map(|_| limit.ticket()).collect();
-        for t in tickets {
+        let mut out = std::collections::VecDeque::new();
+        for _ in 0..limit.current() {
+            while out.len() < limit.current() as usize {
+                out.push_back(limit.ticket());
+            }
+            let t = out.pop_front().unwrap();
             limit.on_answer(t, signal);
+        }
+        // Unanswered requests say nothing.
+        for t in out {
+            limit.on_answer(t, LoadSignal::Silent);
         }
     }
 
@@ -157,6 +197,27 @@ mod tests {
         let after = limit.ticket();
         limit.on_answer(after, LoadSignal::Overloaded);
         assert_eq!(limit.current(), 10);
+    }
+
+    #[test]
+    fn a_limit_grows_only_while_it_is_in_use() {
+        let mut limit = ConcurrencyLimit::new(16, 1000);
+        // One request at a time, a thousand times: nothing learnt about sixteen at once.
+        for _ in 0..1000 {
+            let t = limit.ticket();
+            limit.on_answer(t, LoadSignal::Coped);
+        }
+        assert_eq!(limit.current(), 16);
+        assert_eq!(limit.in_flight(), 0);
+        // Eight at once is half the limit: their answers grow it.
+        let tickets: Vec<u64> = (0..8).map(|_| limit.ticket()).collect();
+        limit.on_answer(tickets[0], LoadSignal::Coped);
+        assert_eq!(limit.current(), 17);
+        // Seven left out of seventeen: under half, the rest grow nothing.
+        for t in &tickets[1..] {
+            limit.on_answer(*t, LoadSignal::Coped);
+        }
+        assert_eq!(limit.current(), 17);
     }
 
     #[test]

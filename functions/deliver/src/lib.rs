@@ -51,7 +51,8 @@ use tracing::{error, info, warn};
 
 use crate::endpoint_health::{EndpointGate, Held, HoldReason};
 pub use crate::endpoint_limits::{
-    ConcurrencySettings, EndpointLimits, MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
+    ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, EndpointLimits,
+    MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
 };
 
 mod endpoint_health;
@@ -103,7 +104,7 @@ impl DeliverySettings {
     }
 
     /// The HTTP sender these settings describe: S2's timeout, R4's late window, and idle
-    /// connections kept for as many requests as one endpoint may have in flight.
+    /// connections kept for as many requests as one endpoint may have in flight (capped).
     pub fn http_sender(&self) -> Result<HttpEventSender, HttpClientError> {
         Ok(HttpEventSender::new(
             self.attempt_timeout,
@@ -645,8 +646,24 @@ impl Deliver {
         // as many in flight as the endpoints take, a slow one holding up only itself.
         let attempts = batches.into_iter().map(|(g, events)| async move {
             let group = &groups[g];
-            let permit = self.limits.acquire(&group.subscription.endpoint).await;
+            // A turn that comes too late for an attempt is not waited for: permits held by
+            // requests open for late answers come back only after the attempts.
+            let last_start = self
+                .time_left(deadline)
+                .saturating_sub(self.settings.attempt_timeout);
+            let permit = tokio::time::timeout(
+                last_start,
+                self.limits.acquire(&group.subscription.endpoint),
+            )
+            .await;
             // Decided when the batch's turn comes, not when it was planned.
+            let Ok(permit) = permit else {
+                return Err(Held {
+                    group: g,
+                    events,
+                    reason: HoldReason::Deadline,
+                });
+            };
             if !self.can_attempt(deadline) {
                 return Err(Held {
                     group: g,
@@ -663,13 +680,28 @@ impl Deliver {
                 }
                 Err(why) => SentAttempt::not_sent(why.clone()),
             };
-            permit.finish(LoadSignal::of(&sent.result));
+            let signal = LoadSignal::of(&sent.result);
+            // R4: a request still open for its late answer keeps its place in the worker's
+            // total until the answer is in or no longer awaited (which closes it).
+            let late = match sent.late {
+                Some(answer) => {
+                    let connection = permit.finish_keeping_connection(signal);
+                    Some(Box::pin(async move {
+                        let _connection = connection;
+                        answer.await
+                    }) as LateAnswer)
+                }
+                None => {
+                    permit.finish(signal);
+                    None
+                }
+            };
             Ok(Attempted {
                 group: g,
                 events,
                 time,
                 result: sent.result,
-                late: sent.late,
+                late,
                 retry_after: sent.retry_after,
             })
         });

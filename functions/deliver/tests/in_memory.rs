@@ -669,6 +669,30 @@ async fn the_late_answer_wait_ends_before_the_deadline_r4() {
     );
 }
 
+/// R4 under the worker's total: a timed-out request held open for its late answer keeps its
+/// place among the requests in flight (so open connections stay under the total), and batches
+/// that find no place before their last chance to start are handed on, not left waiting past
+/// the deadline for places that come back only after the attempts.
+#[tokio::test(start_paused = true)]
+async fn requests_open_for_late_answers_fill_the_total_and_the_rest_is_handed_on_r4() {
+    let mut w = World::new(ScriptedSender::new(|_| AttemptResult::TimedOut));
+    w.sender.keep_timed_out_requests_open();
+    w.deliver.limits = Arc::new(EndpointLimits::new(ConcurrencySettings {
+        max_in_flight: 2,
+        ..ConcurrencySettings::default()
+    }));
+    w.subscribe(request("sub-1")).await;
+    w.publish(&["a", "b", "c", "d", "e"]).await;
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let outcome = tokio::time::timeout(Duration::from_secs(120), w.run_until(deadline))
+        .await
+        .expect("the invocation ends by its deadline");
+    assert_eq!(outcome.report.attempts, 2, "{:?}", outcome.report);
+    assert_eq!(outcome.report.retried, 2);
+    assert_eq!(outcome.report.handed_on, 3);
+    assert!(outcome.failed_message_ids.is_empty());
+}
+
 /// Item 6 of the life-cycle issue, D1: endpoint health is changed as it is at the write, not as
 /// it was read before the attempts. While this invocation's attempt is in flight another one
 /// delays the endpoint; this invocation's failure adds to that record instead of writing its
