@@ -648,14 +648,19 @@ impl Deliver {
             let group = &groups[g];
             // A turn that comes too late for an attempt is not waited for: permits held by
             // requests open for late answers come back only after the attempts.
+            // (Without a tokio runtime, as in the deterministic simulation, there is no timer
+            // and the turn is waited for: nothing there holds permits past its attempt.)
             let last_start = self
                 .time_left(deadline)
                 .saturating_sub(self.settings.attempt_timeout);
-            let permit = tokio::time::timeout(
-                last_start,
-                self.limits.acquire(&group.subscription.endpoint),
-            )
-            .await;
+            let acquire = self.limits.acquire(&group.subscription.endpoint);
+            let permit = if tokio::runtime::Handle::try_current().is_ok() {
+                tokio::time::timeout(last_start, acquire)
+                    .await
+                    .map_err(drop)
+            } else {
+                Ok(acquire.await)
+            };
             // Decided when the batch's turn comes, not when it was planned.
             let Ok(permit) = permit else {
                 return Err(Held {
