@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the three Lambda functions as deployable `bootstrap` binaries (x86_64, provided.al2023)
-# with cargo-lambda (zig as the linker, no Docker): target/lambda/<function>/bootstrap.
-# One binary at a time, with the flags cargo-lambda-cdk uses, so `cdk synth` reuses the build.
+# Builds the three Lambda functions as `bootstrap` binaries (provided.al2023) with cargo-lambda
+# (zig as the linker, no Docker): target/lambda/<function>/bootstrap, for this machine's
+# processor (x86_64), so the tests can run them under an emulated Runtime API. The stacks deploy
+# arm64 by default: `sam build` and `cdk synth` build those themselves (check.sh runs the latter).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"

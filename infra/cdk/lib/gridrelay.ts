@@ -27,6 +27,20 @@ export interface GridrelayProps {
   readonly deliveryBatchSize?: number;
   /** How long the event source may wait to fill a deliver batch. Default none (G3: immediate). */
   readonly deliveryBatchingWindow?: Duration;
+  /** Most deliver invocations at once (the event source's maximum concurrency, 2-1000). Each
+   * has up to 768 requests in flight; endpoints that hang hold at most this much of the
+   * account's concurrency. Default 50. README, "Concurrency and the account". */
+  readonly deliverMaxConcurrency?: number;
+  /** Concurrency reserved for deliver, from the account's unreserved pool. At least
+   * deliverMaxConcurrency, or the event source is throttled. Default: none reserved. */
+  readonly deliverReservedConcurrency?: number;
+  /** Concurrency reserved for ingest, so other functions can never throttle publishing.
+   * Default: none reserved. */
+  readonly ingestReservedConcurrency?: number;
+  /** Most dead-letter invocations at once (2-1000). Default 5. */
+  readonly deadLetterMaxConcurrency?: number;
+  /** Processor the functions run on. Default ARM_64 (Graviton: 20 % less per GB-second). */
+  readonly architecture?: lambda.Architecture;
   /** Dead-letter queue messages per dead-letter invocation. Default 10. */
   readonly deadLetterBatchSize?: number;
   /** How long the event source may wait to group dead-letter writes. Default 30 seconds. */
@@ -68,6 +82,7 @@ export class Gridrelay extends Construct {
 
   constructor(scope: Construct, id: string, props: GridrelayProps = {}) {
     super(scope, id);
+    const limits = concurrencyLimits(props);
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
     const maxReceiveCount = props.maxReceiveCount ?? 10;
     const manifestPath = props.cargoManifest ?? path.join(__dirname, '..', '..', '..', '..', 'Cargo.toml');
@@ -142,14 +157,15 @@ export class Gridrelay extends Construct {
       GRIDRELAY_DELIVERY_STATE_TABLE: this.deliveryStateTable.tableName,
       RUST_LOG: 'info',
     };
-    const fn = (name: string, binaryName: string, timeout: Duration, description: string) =>
+    const fn = (name: string, binaryName: string, timeout: Duration, description: string, reservedConcurrentExecutions?: number) =>
       new RustFunction(this, name, {
         manifestPath,
         binaryName,
         description,
         timeout,
+        reservedConcurrentExecutions,
         memorySize: 256,
-        architecture: lambda.Architecture.X86_64,
+        architecture: props.architecture ?? lambda.Architecture.ARM_64,
         environment,
         loggingFormat: lambda.LoggingFormat.JSON,
         logGroup: new logs.LogGroup(this, `${name}Logs`, {
@@ -158,9 +174,10 @@ export class Gridrelay extends Construct {
         }),
       });
     this.ingest = fn('Ingest', 'gridrelay-ingest', Duration.seconds(15),
-      'Validates, authorises and fans out published events into the delivery queue.');
+      'Validates, authorises and fans out published events into the delivery queue.', limits.ingestReserved);
     this.deliver = fn('Deliver', 'gridrelay-deliver', Duration.seconds(300),
-      'Batches and POSTs events, classifies responses, re-enqueues retries, dead-letters terminal failures.');
+      'Batches and POSTs events, classifies responses, re-enqueues retries, dead-letters terminal failures.',
+      limits.deliverReserved);
     this.deadLetter = fn('DeadLetter', 'gridrelay-dead-letter', Duration.seconds(60),
       "Writes undeliverable events to S3 in Event Grid's dead-letter format.");
 
@@ -196,11 +213,13 @@ export class Gridrelay extends Construct {
     this.deliver.addEventSource(new SqsEventSource(this.deliveryQueue, {
       batchSize: props.deliveryBatchSize ?? 10,
       maxBatchingWindow: props.deliveryBatchingWindow,
+      maxConcurrency: limits.deliverMax,
       reportBatchItemFailures: true,
     }));
     this.deadLetter.addEventSource(new SqsEventSource(this.deadLetterQueue, {
       batchSize: props.deadLetterBatchSize ?? 10,
       maxBatchingWindow: props.deadLetterBatchingWindow ?? Duration.seconds(30),
+      maxConcurrency: limits.deadLetterMax,
       reportBatchItemFailures: true,
     }));
 
@@ -273,4 +292,20 @@ export class Gridrelay extends Construct {
     new CfnOutput(this, 'SubscriptionsTableName', { value: this.subscriptionsTable.tableName, description: 'Set GRIDRELAY_SUBSCRIPTIONS_TABLE to it.' });
     new CfnOutput(this, 'DeadLetterBucketName', { value: this.deadLetterBucket.bucketName, description: 'Dead-letter destinations are s3://THIS-BUCKET/PREFIX.' });
   }
+}
+
+/** The concurrency props, validated: each error names the prop, its value and what is allowed. */
+export function concurrencyLimits(props: GridrelayProps) {
+  const whole = (name: string, value: number | undefined, min: number, max: number, why = '') => {
+    if (value !== undefined && !(Number.isInteger(value) && value >= min && value <= max)) {
+      throw new Error(`${name} is ${value}; it must be a whole number from ${min}${why} to ${max}`);
+    }
+    return value;
+  };
+  const deliverMax = whole('deliverMaxConcurrency', props.deliverMaxConcurrency, 2, 1000) ?? 50;
+  const deadLetterMax = whole('deadLetterMaxConcurrency', props.deadLetterMaxConcurrency, 2, 1000) ?? 5;
+  const deliverReserved = whole('deliverReservedConcurrency', props.deliverReservedConcurrency, deliverMax, 10000,
+    ' (deliverMaxConcurrency: less would throttle the event source)');
+  const ingestReserved = whole('ingestReservedConcurrency', props.ingestReservedConcurrency, 1, 10000);
+  return { deliverMax, deadLetterMax, deliverReserved, ingestReserved };
 }

@@ -7,6 +7,7 @@ import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import { App, Duration, Stack } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
+import { Architecture } from 'aws-cdk-lib/aws-lambda';
 import { Gridrelay } from '../lib/gridrelay';
 
 function synth(): { template: Template; construct: Gridrelay; stack: Stack } {
@@ -27,6 +28,53 @@ test('three Rust functions on provided.al2023', () => {
     LoggingConfig: Match.objectLike({ LogFormat: 'JSON' }),
     Environment: { Variables: Match.objectLike({ GRIDRELAY_TIME_SCALE: '1' }) },
   });
+});
+
+test('the functions run on arm64 unless told otherwise', () => {
+  template.resourcePropertiesCountIs('AWS::Lambda::Function', { Architectures: ['arm64'] }, 3);
+  const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+  const x86 = new Stack(app, 'X86');
+  new Gridrelay(x86, 'Gridrelay', { architecture: Architecture.X86_64 });
+  Template.fromStack(x86).resourcePropertiesCountIs('AWS::Lambda::Function', { Architectures: ['x86_64'] }, 3);
+});
+
+test('event sources cap their invocations; nothing is reserved unless asked for', () => {
+  template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+    EventSourceArn: { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] },
+    ScalingConfig: { MaximumConcurrency: 50 },
+  });
+  template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+    EventSourceArn: { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
+    ScalingConfig: { MaximumConcurrency: 5 },
+  });
+  for (const fn of Object.values(template.findResources('AWS::Lambda::Function'))) {
+    assert.equal(fn.Properties.ReservedConcurrentExecutions, undefined);
+  }
+  const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+  const reserved = new Stack(app, 'Reserved');
+  const g = new Gridrelay(reserved, 'Gridrelay', {
+    deliverMaxConcurrency: 20, deliverReservedConcurrency: 20, ingestReservedConcurrency: 10,
+  });
+  const t = Template.fromStack(reserved);
+  t.hasResourceProperties('AWS::Lambda::EventSourceMapping', { ScalingConfig: { MaximumConcurrency: 20 } });
+  const reservedOf = (f: { node: { defaultChild?: unknown } }) =>
+    t.findResources('AWS::Lambda::Function')[reserved.resolve((f.node.defaultChild as { logicalId: string }).logicalId)]
+      .Properties.ReservedConcurrentExecutions;
+  assert.equal(reservedOf(g.deliver), 20);
+  assert.equal(reservedOf(g.ingest), 10);
+  assert.equal(reservedOf(g.deadLetter), undefined);
+});
+
+test('concurrency props out of range are refused, naming the prop, its value and the range', () => {
+  const build = (props: ConstructorParameters<typeof Gridrelay>[2]) => {
+    const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+    new Gridrelay(new Stack(app, 'Bad'), 'Gridrelay', props);
+  };
+  assert.throws(() => build({ deliverMaxConcurrency: 1 }), /deliverMaxConcurrency is 1; it must be a whole number from 2 to 1000/);
+  assert.throws(() => build({ deadLetterMaxConcurrency: 1001 }), /deadLetterMaxConcurrency is 1001; .* from 2 to 1000/);
+  assert.throws(() => build({ deliverMaxConcurrency: 100, deliverReservedConcurrency: 40 }),
+    /deliverReservedConcurrency is 40; it must be a whole number from 100 \(deliverMaxConcurrency/);
+  assert.throws(() => build({ ingestReservedConcurrency: 2.5 }), /ingestReservedConcurrency is 2.5/);
 });
 
 test('publish route and validation URL route on an HTTP API', () => {

@@ -1,8 +1,11 @@
-"""Least privilege in the SAM template, checked on what SAM really deploys.
+"""Least privilege and concurrency limits in the SAM template, checked on what SAM really deploys.
 
 Transforms infra/template.yaml with SAM's own translator (the one `sam deploy` uses), then
 asserts, for each function's role, the exact actions and resources it is allowed, and that no
-managed policy other than basic Lambda logging is attached. Run by infra/deploy/check.sh.
+managed policy other than basic Lambda logging is attached; that both event sources cap their
+invocations (MaximumConcurrency) by default and reserved concurrency is set only when asked for;
+and that the functions run on arm64 unless the Architecture parameter says otherwise.
+Run by infra/deploy/check.sh.
 """
 import os
 import sys
@@ -57,6 +60,40 @@ EXPECTED = {
 }
 
 
+CAPPED_SOURCES = {"DeliverFunction": "DeliverMaximumConcurrency", "DeadLetterFunction": "DeadLetterMaximumConcurrency"}
+RESERVED = {"DeliverFunction": "DeliverReservedConcurrency", "IngestFunction": "IngestReservedConcurrency"}
+
+
+def concurrency_problems(resources, defaults):
+    """Each event source caps its invocations with its parameter (a safe default between 2 and
+    1000); reserved concurrency is a parameter that defaults to none; arm64 is the default."""
+    problems = []
+    for function, parameter in CAPPED_SOURCES.items():
+        mapping = next(
+            (r["Properties"] for r in resources.values()
+             if r["Type"] == "AWS::Lambda::EventSourceMapping" and r["Properties"]["FunctionName"] == {"Ref": function}),
+            None,
+        )
+        cap = (mapping or {}).get("ScalingConfig", {}).get("MaximumConcurrency")
+        if cap != {"Ref": parameter}:
+            problems.append(f"{function}: event source MaximumConcurrency is {cap}, expected the {parameter} parameter")
+        elif not 2 <= int(defaults.get(parameter, 0)) <= 1000:
+            problems.append(f"{parameter}: default {defaults.get(parameter)} is outside 2-1000")
+    for function, parameter in RESERVED.items():
+        reserved = resources[function]["Properties"].get("ReservedConcurrentExecutions")
+        if not (isinstance(reserved, dict) and {"Ref": parameter} in reserved.get("Fn::If", [])):
+            problems.append(f"{function}: ReservedConcurrentExecutions is {reserved}, expected the {parameter} parameter")
+        if int(defaults.get(parameter, -1)) != 0:
+            problems.append(f"{parameter}: default {defaults.get(parameter)}, expected 0 (none reserved)")
+    if defaults.get("Architecture") != "arm64":
+        problems.append(f"Architecture: default {defaults.get('Architecture')}, expected arm64")
+    for function in ["IngestFunction", "DeliverFunction", "DeadLetterFunction"]:
+        architectures = resources[function]["Properties"].get("Architectures")
+        if architectures != [{"Ref": "Architecture"}]:
+            problems.append(f"{function}: Architectures {architectures}, expected the Architecture parameter")
+    return problems
+
+
 def main():
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "template.yaml"
@@ -65,6 +102,7 @@ def main():
         if resource["Type"] == "AWS::Serverless::Function":
             # What `sam package` does: code locations become S3 objects.
             resource["Properties"]["CodeUri"] = "s3://packaged/code.zip"
+    defaults = {name: p["Default"] for name, p in source["Parameters"].items() if "Default" in p}
     template = transform(source, {}, ManagedPolicies())
     resources = template["Resources"]
     problems = []
@@ -87,10 +125,15 @@ def main():
     mappings = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"]
     if len(mappings) != 2 or any(m.get("FunctionResponseTypes") != ["ReportBatchItemFailures"] for m in mappings):
         problems.append(f"expected two SQS mappings with ReportBatchItemFailures, got {mappings}")
+    problems += concurrency_problems(resources, defaults)
     if problems:
-        print("SAM least-privilege check failed:\n" + "\n".join(problems), file=sys.stderr)
+        print("SAM template check failed:\n" + "\n".join(problems), file=sys.stderr)
         sys.exit(1)
-    print(f"SAM roles hold exactly the expected permissions ({sum(map(len, EXPECTED.values()))} grants, 3 roles)")
+    print(
+        f"SAM roles hold exactly the expected permissions ({sum(map(len, EXPECTED.values()))} grants, 3 roles); "
+        f"deliver at most {defaults['DeliverMaximumConcurrency']} and dead-letter at most "
+        f"{defaults['DeadLetterMaximumConcurrency']} invocations at once; {defaults['Architecture']}"
+    )
 
 
 main()
