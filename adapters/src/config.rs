@@ -77,3 +77,15 @@ pub fn required(name: &'static str, purpose: &'static str) -> Result<String, Mis
         .filter(|v| !v.is_empty())
         .ok_or(MissingSetting { name, purpose })
 }
+
+/// How long a warm function keeps the topics, subscriptions and secret header values it read
+/// ([`gridrelay_ports::cache`]): [`gridrelay_ports::cache::CONFIG_CACHE_ENV`] if set, else
+/// 10 s; refused out of range, naming the setting, the value and the range.
+pub fn config_cache_from_env() -> Result<std::time::Duration, gridrelay_shared::limits::LimitError>
+{
+    use gridrelay_ports::cache::{CONFIG_CACHE_ENV, DEFAULT_CONFIG_CACHE, config_cache_time};
+    match std::env::var(CONFIG_CACHE_ENV) {
+        Ok(v) if !v.trim().is_empty() => config_cache_time(&v),
+        _ => Ok(DEFAULT_CONFIG_CACHE),
+    }
+}

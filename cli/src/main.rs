@@ -416,6 +416,11 @@ struct LocalArgs {
     /// each endpoint's limit follows its answers.
     #[arg(long, env = gridrelay_local::MAX_REQUESTS_PER_ENDPOINT_ENV)]
     max_requests_per_endpoint: Option<u32>,
+    /// Seconds the functions keep the topics, subscriptions and secret values they read (0 to
+    /// 300, 0 keeps nothing; the Lambdas read GRIDRELAY_CONFIG_CACHE_SECONDS). A change made
+    /// with this command line is in effect within this time.
+    #[arg(long, env = gridrelay_ports::cache::CONFIG_CACHE_ENV, default_value = "10")]
+    config_cache_seconds: String,
 }
 
 /// The flag a setting is given with.
@@ -441,6 +446,7 @@ fn flag_of(field: &str) -> &str {
         "until" => "--until",
         "maxRequestsInFlight" => "--max-requests-in-flight",
         "maxRequestsPerEndpoint" => "--max-requests-per-endpoint",
+        f if f.starts_with("configCacheSeconds") => "--config-cache-seconds",
         other => other,
     }
 }
@@ -876,8 +882,11 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
             args.max_requests_per_endpoint,
         )
         .map_err(invalid)?,
+        config_cache: gridrelay_ports::cache::config_cache_time(&args.config_cache_seconds)
+            .map_err(invalid)?,
         ..RunnerConfig::default()
     };
+    let config_cache = config.config_cache;
     let system = LocalSystem::start(&sdk, &names, config)
         .await
         .context("could not start; is the AWS API at AWS_ENDPOINT_URL running?")?;
@@ -885,6 +894,7 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         "publishEndpoint": system.publish_endpoint("{topic}"),
         "awsEndpoint": sdk.endpoint_url(),
         "timeScale": scale.factor(),
+        "configCacheSeconds": config_cache.as_secs(),
         "topicsTable": names.topics_table,
         "subscriptionsTable": names.subscriptions_table,
         "deliveryQueue": system.resources.delivery_queue_url,

@@ -22,8 +22,7 @@ use std::time::Duration;
 
 use aws_config::SdkConfig;
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, DynamoSubscriptionStore, S3ObjectStore, SecretsManagerStore,
-    SqsQueue, s3_client,
+    DynamoDeliveryStateStore, S3ObjectStore, SqsQueue, s3_client, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
@@ -71,6 +70,10 @@ pub struct RunnerConfig {
     pub deadline_margin: Duration,
     /// Requests the deliver worker has in flight, in total and per endpoint.
     pub delivery_concurrency: ConcurrencySettings,
+    /// How long the functions keep the topics, subscriptions and secret values they read
+    /// (`gridrelay_ports::cache`; zero keeps nothing). One cache serves the three functions
+    /// here; on AWS each function instance has its own.
+    pub config_cache: Duration,
 }
 
 impl RunnerConfig {
@@ -123,6 +126,7 @@ impl Default for RunnerConfig {
             function_timeout: Duration::from_secs(DEFAULT_FUNCTION_TIMEOUT_SECS),
             deadline_margin: gridrelay_deliver::DEADLINE_MARGIN,
             delivery_concurrency: ConcurrencySettings::default(),
+            config_cache: gridrelay_ports::cache::DEFAULT_CONFIG_CACHE,
         }
     }
 }
@@ -195,13 +199,14 @@ impl LocalSystem {
         config.check()?;
         let resources = provision(sdk, names, config.max_receive_count).await?;
         let sqs = aws_sdk_sqs::Client::new(sdk);
-        let store: Arc<dyn SubscriptionStore> = Arc::new(DynamoSubscriptionStore::from_sdk(
+        let store: Arc<dyn SubscriptionStore> = subscription_store(
             sdk,
             TableNames {
                 topics: names.topics_table.clone(),
                 subscriptions: names.subscriptions_table.clone(),
             },
-        ));
+            config.config_cache,
+        );
         let delivery_queue = Arc::new(SqsQueue::new(sqs.clone(), &resources.delivery_queue_url));
         let dead_letter_queue =
             Arc::new(SqsQueue::new(sqs.clone(), &resources.dead_letter_queue_url));
@@ -226,7 +231,7 @@ impl LocalSystem {
             sender: Arc::new(settings.http_sender()?),
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
-            secrets: Arc::new(SecretsManagerStore::from_sdk(sdk)),
+            secrets: secret_store(sdk, config.config_cache),
             state: Arc::new(DynamoDeliveryStateStore::from_sdk(
                 sdk,
                 &names.delivery_state_table,

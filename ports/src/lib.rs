@@ -8,8 +8,10 @@
 //!
 //! Beside the traits are the workflows that are nothing but calls through them and the rules
 //! of `gridrelay-shared`: [`fan_out`] (ingest's and dead-letter's path into the delivery
-//! queue), [`registration`] (creating and deleting subscriptions) and [`secret_headers`].
+//! queue), [`registration`] (creating and deleting subscriptions) and [`secret_headers`]; and
+//! [`cache`], what a warm function keeps of the stores' records between invocations.
 
+pub mod cache;
 pub mod fan_out;
 pub mod memory;
 pub mod redrive;
@@ -71,6 +73,10 @@ pub trait SubscriptionStore: Send + Sync {
     async fn replace_subscription(&self, subscription: &mut Subscription)
     -> Result<(), StoreError>;
     async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError>;
+    /// Says that what was read of `topic` (its record, its subscriptions) may be out of date,
+    /// so the next read of it goes to the store. Only a cache in front of the store
+    /// ([`cache::CachedSubscriptionStore`]) has anything to forget.
+    fn forget(&self, _topic: &str) {}
 }
 
 /// What `deliver` remembers between invocations (DynamoDB on AWS): each endpoint's health

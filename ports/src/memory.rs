@@ -8,7 +8,7 @@
 //! against an AWS API.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -87,6 +87,7 @@ impl Jitter for FixedJitter {
 pub struct MemorySubscriptionStore {
     topics: Mutex<BTreeMap<String, Topic>>,
     subscriptions: Mutex<BTreeMap<(String, String), Subscription>>,
+    reads: AtomicUsize,
     pub outage: Outage,
 }
 
@@ -110,18 +111,28 @@ impl MemorySubscriptionStore {
         sub
     }
 
+    /// Reads made so far (topics, subscriptions, lists), as a cache in front would save them.
+    pub fn reads(&self) -> usize {
+        self.reads.load(Ordering::SeqCst)
+    }
+
     fn check(&self) -> Result<(), StoreError> {
         if self.outage.is_down() {
             return Err(StoreError::Unavailable("in-memory store is down".into()));
         }
         Ok(())
     }
+
+    fn check_read(&self) -> Result<(), StoreError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.check()
+    }
 }
 
 #[async_trait]
 impl SubscriptionStore for MemorySubscriptionStore {
     async fn get_topic(&self, name: &str) -> Result<Option<Topic>, StoreError> {
-        self.check()?;
+        self.check_read()?;
         Ok(lock(&self.topics).get(name).cloned())
     }
 
@@ -161,14 +172,14 @@ impl SubscriptionStore for MemorySubscriptionStore {
         topic: &str,
         name: &str,
     ) -> Result<Option<Subscription>, StoreError> {
-        self.check()?;
+        self.check_read()?;
         Ok(lock(&self.subscriptions)
             .get(&(topic.to_string(), name.to_string()))
             .cloned())
     }
 
     async fn list_subscriptions(&self, topic: &str) -> Result<Vec<Subscription>, StoreError> {
-        self.check()?;
+        self.check_read()?;
         Ok(lock(&self.subscriptions)
             .values()
             .filter(|s| s.topic == topic)
@@ -476,7 +487,15 @@ impl ObjectStore for MemoryObjectStore {
 #[derive(Debug, Default)]
 pub struct MemorySecretStore {
     secrets: Mutex<HashMap<String, String>>,
+    reads: AtomicUsize,
     pub outage: Outage,
+}
+
+impl MemorySecretStore {
+    /// Values read so far.
+    pub fn reads(&self) -> usize {
+        self.reads.load(Ordering::SeqCst)
+    }
 }
 
 #[async_trait]
@@ -490,6 +509,7 @@ impl SecretStore for MemorySecretStore {
     }
 
     async fn get(&self, id: &str) -> Result<String, SecretError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
         if self.outage.is_down() {
             return Err(SecretError("in-memory secret store is down".into()));
         }

@@ -26,6 +26,32 @@ pub async fn load_sdk_config() -> SdkConfig {
         .await
 }
 
+/// The subscription store as the functions use it: DynamoDB behind a warm cache that keeps
+/// what it read for `keep` ([`gridrelay_ports::cache`]; zero keeps nothing).
+pub fn subscription_store(
+    sdk: &SdkConfig,
+    tables: crate::config::TableNames,
+    keep: std::time::Duration,
+) -> std::sync::Arc<gridrelay_ports::cache::CachedSubscriptionStore> {
+    std::sync::Arc::new(gridrelay_ports::cache::CachedSubscriptionStore::new(
+        std::sync::Arc::new(DynamoSubscriptionStore::from_sdk(sdk, tables)),
+        std::sync::Arc::new(gridrelay_ports::SystemClock),
+        keep,
+    ))
+}
+
+/// Secrets Manager behind a warm cache that keeps the values it read for `keep`.
+pub fn secret_store(
+    sdk: &SdkConfig,
+    keep: std::time::Duration,
+) -> std::sync::Arc<gridrelay_ports::cache::CachedSecretStore> {
+    std::sync::Arc::new(gridrelay_ports::cache::CachedSecretStore::new(
+        std::sync::Arc::new(SecretsManagerStore::from_sdk(sdk)),
+        std::sync::Arc::new(gridrelay_ports::SystemClock),
+        keep,
+    ))
+}
+
 /// An S3 client; path-style addressing when an endpoint override (an emulator) is set.
 pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
     let config = aws_sdk_s3::config::Builder::from(sdk)

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    DynamoSubscriptionStore, S3ObjectStore, SqsQueue, load_sdk_config, s3_client,
+    S3ObjectStore, SqsQueue, load_sdk_config, s3_client, subscription_store,
 };
 use gridrelay_adapters::config::{
     DEAD_LETTER_EVENTS_TOPIC_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, TableNames,
-    required,
+    config_cache_from_env, required,
 };
 use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterWriter};
 use gridrelay_ports::SystemClock;
@@ -35,10 +35,7 @@ async fn main() -> Result<(), Error> {
         clock: Arc::new(SystemClock),
         scale,
         notices: Some(DeadLetterNotices {
-            store: Arc::new(DynamoSubscriptionStore::from_sdk(
-                &sdk,
-                TableNames::from_env(),
-            )),
+            store: subscription_store(&sdk, TableNames::from_env(), config_cache_from_env()?),
             delivery_queue: Arc::new(SqsQueue::new(
                 sqs,
                 required(

@@ -28,6 +28,9 @@ impl Deliver {
         &self,
         task: &ValidationTask,
     ) -> Result<Option<OutgoingMessage>, StoreError> {
+        // A step acts on the subscription's state as it is now, not as a warm function kept
+        // it (`gridrelay_ports::cache`); steps are rare.
+        self.store.forget(&task.topic);
         let Some(sub) = self
             .store
             .get_subscription(&task.topic, &task.subscription)

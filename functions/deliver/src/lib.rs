@@ -17,7 +17,7 @@
 //! returning a typed outcome; this module does the I/O around them (read subscriptions and
 //! endpoint health, POST, enqueue) and turns the outcomes into messages and counts.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -478,12 +478,24 @@ impl Deliver {
         messages: &[(usize, DeliveryMessage)],
         plan: &mut Plan,
     ) -> HashMap<(String, String), Option<Target>> {
-        let keys: BTreeSet<(String, String)> = messages
-            .iter()
-            .map(|(_, m)| (m.topic.clone(), m.subscription.clone()))
-            .collect();
-        let lookups = keys.into_iter().map(|key| async move {
-            let result = match self.store.get_subscription(&key.0, &key.1).await {
+        let mut keys: BTreeMap<(String, String), BTreeSet<&str>> = BTreeMap::new();
+        for (_, m) in messages {
+            keys.entry((m.topic.clone(), m.subscription.clone()))
+                .or_default()
+                .insert(&m.subscription_id);
+        }
+        let lookups = keys.into_iter().map(|(key, ids)| async move {
+            let mut read = self.store.get_subscription(&key.0, &key.1).await;
+            // A warm function may keep a subscription that was deleted and created again since
+            // (`gridrelay_ports::cache`): a message fanned out for another id than the one read
+            // has it read again, so events for the new one are never taken for the old one's.
+            if let Ok(Some(sub)) = &read
+                && ids.iter().any(|id| *id != sub.id)
+            {
+                self.store.forget(&key.0);
+                read = self.store.get_subscription(&key.0, &key.1).await;
+            }
+            let result = match read {
                 // Item 2: an unreadable secret is the subscription's problem, settled as a
                 // failed attempt of its events, not a failure of the records around them.
                 Ok(Some(sub)) => Ok(Some(Target {

@@ -5,12 +5,11 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, DynamoSubscriptionStore, SecretsManagerStore, SqsQueue,
-    load_sdk_config,
+    DynamoDeliveryStateStore, SqsQueue, load_sdk_config, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
-    TableNames, WEBHOOK_ORIGIN_ENV, required,
+    TableNames, WEBHOOK_ORIGIN_ENV, config_cache_from_env, required,
 };
 use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverySettings};
 use gridrelay_ports::{RandomJitter, SystemClock};
@@ -24,6 +23,7 @@ async fn main() -> Result<(), Error> {
     let scale = TimeScale::from_env()?;
     let sdk = load_sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let keep = config_cache_from_env()?;
     let settings = DeliverySettings {
         public_url: std::env::var(PUBLIC_URL_ENV).ok().filter(|v| !v.is_empty()),
         webhook_origin: std::env::var(WEBHOOK_ORIGIN_ENV)
@@ -34,10 +34,7 @@ async fn main() -> Result<(), Error> {
         ..DeliverySettings::new(scale)
     };
     let deliver = Arc::new(Deliver {
-        store: Arc::new(DynamoSubscriptionStore::from_sdk(
-            &sdk,
-            TableNames::from_env(),
-        )),
+        store: subscription_store(&sdk, TableNames::from_env(), keep),
         delivery_queue: Arc::new(SqsQueue::new(
             sqs.clone(),
             required(
@@ -55,7 +52,7 @@ async fn main() -> Result<(), Error> {
         sender: Arc::new(settings.http_sender()?),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
-        secrets: Arc::new(SecretsManagerStore::from_sdk(&sdk)),
+        secrets: secret_store(&sdk, keep),
         state: Arc::new(DynamoDeliveryStateStore::from_sdk(
             &sdk,
             required(

@@ -13,6 +13,7 @@ use gridrelay_adapters::aws::sqs_event;
 use gridrelay_deliver::{
     ConcurrencySettings, Deliver, DeliverOutcome, DeliverySettings, EndpointLimits,
 };
+use gridrelay_ports::cache::CachedSubscriptionStore;
 use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::memory::{
     FixedJitter, ManualClock, MemoryDeliveryStateStore, MemoryQueue, MemorySecretStore,
@@ -537,6 +538,47 @@ async fn old_retries_never_reach_a_subscription_created_again_under_the_name() {
     // Events published now are the new subscription's, and reach it.
     w.publish(&["b"]).await;
     assert_eq!(w.run().await.report.delivered, 1);
+}
+
+/// Issue #9, warm caches: an invocation in front of a cache reads a subscription once per
+/// cache period, and a message fanned out for another id than the one kept (the subscription
+/// was deleted and created again under its name) has it read again: its events reach the new
+/// subscription instead of being dropped as the old one's.
+#[tokio::test]
+async fn a_kept_subscription_is_read_again_when_a_message_names_another_id() {
+    let mut w = World::new(ScriptedSender::status(200));
+    w.deliver.store = Arc::new(CachedSubscriptionStore::new(
+        w.store.clone(),
+        w.clock.clone(),
+        Duration::from_secs(10),
+    ));
+    w.subscribe(request("sub-1")).await;
+    w.publish(&["a"]).await;
+    assert_eq!(w.run().await.report.delivered, 1);
+    for id in ["b", "c", "d"] {
+        w.publish(&[id]).await;
+        let reads = w.store.reads();
+        assert_eq!(w.run().await.report.delivered, 1);
+        assert_eq!(w.store.reads(), reads, "the subscription was kept");
+        w.clock.advance(Duration::from_secs(1));
+    }
+
+    w.store.delete_subscription(TOPIC, "sub-1").await.unwrap();
+    let again = w.store.insert_validated(
+        SubscriptionRequest {
+            topic: TOPIC.into(),
+            endpoint: "http://127.0.0.1:9/new".into(),
+            ..request("sub-1")
+        },
+        InputSchema::EventGridSchema,
+        w.clock.now(),
+    );
+    w.publish(&["e"]).await;
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.dropped, 0, "{:?}", outcome.report);
+    assert_eq!(outcome.report.delivered, 1, "{:?}", outcome.report);
+    let last = w.sender.requests().pop().unwrap();
+    assert_eq!(last.endpoint, again.endpoint);
 }
 
 /// Item 6 of the life-cycle issue: a subscription deleted and created again (another endpoint)

@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
-use gridrelay_adapters::aws::{DynamoSubscriptionStore, SqsQueue, load_sdk_config};
-use gridrelay_adapters::config::{DELIVERY_QUEUE_URL_ENV, TableNames, required};
+use gridrelay_adapters::aws::{SqsQueue, load_sdk_config, subscription_store};
+use gridrelay_adapters::config::{
+    DELIVERY_QUEUE_URL_ENV, TableNames, config_cache_from_env, required,
+};
 use gridrelay_ingest::Ingest;
 use gridrelay_ports::SystemClock;
 use lambda_http::{Error, Request, service_fn};
@@ -17,10 +19,7 @@ async fn main() -> Result<(), Error> {
         "the SQS queue events are delivered from",
     )?;
     let ingest = Arc::new(Ingest {
-        store: Arc::new(DynamoSubscriptionStore::from_sdk(
-            &sdk,
-            TableNames::from_env(),
-        )),
+        store: subscription_store(&sdk, TableNames::from_env(), config_cache_from_env()?),
         delivery_queue: Arc::new(SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), queue_url)),
         clock: Arc::new(SystemClock),
     });

@@ -95,3 +95,99 @@ async fn a_custom_envelope_too_large_to_enqueue_is_refused() {
     assert_eq!(w.publish(r#"[{"small":1}]"#).await.status, 200);
     assert_eq!(w.queue.sent().len(), 2, "one message for each subscription");
 }
+
+/// Issue #9, warm caches: ingest in front of a cache, and the store behind it.
+struct Warm {
+    store: Arc<MemorySubscriptionStore>,
+    queue: Arc<MemoryQueue>,
+    clock: Arc<ManualClock>,
+    ingest: Ingest,
+}
+
+const CACHE_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+async fn warm(topic: &Topic) -> Warm {
+    let w = World::new(topic.clone()).await;
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let cached = gridrelay_ports::cache::CachedSubscriptionStore::new(
+        w.store.clone(),
+        clock.clone(),
+        CACHE_TIME,
+    );
+    Warm {
+        store: w.store,
+        queue: w.queue.clone(),
+        clock: clock.clone(),
+        ingest: Ingest {
+            store: Arc::new(cached),
+            delivery_queue: w.queue,
+            clock,
+        },
+    }
+}
+
+const ONE_EVENT: &str =
+    r#"[{"id":"1","subject":"s","eventType":"t","eventTime":"2026-11-23T00:00:00Z","data":{}}]"#;
+
+/// Issue #9: a warm ingest serving a stream of publishes reads the topic and its
+/// subscriptions once per cache period; each publish is then one queue call (G1: still
+/// enqueued before the 200).
+#[tokio::test]
+async fn a_warm_ingest_reads_the_store_once_per_period_g1() {
+    let topic = Topic::with_new_keys("orders", Utc::now());
+    let w = warm(&topic).await;
+    let reads_before = w.store.reads();
+    for _ in 0..50 {
+        let answer = w
+            .ingest
+            .publish(PublishRequest::json_with_key(&topic, ONE_EVENT.as_bytes()))
+            .await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        w.clock.advance(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(w.store.reads() - reads_before, 2, "topic and list, once");
+    assert_eq!(w.queue.send_calls().len(), 50, "one queue call per publish");
+    assert_eq!(w.queue.sent().len(), 100, "two subscriptions, 50 publishes");
+    w.clock.advance(CACHE_TIME);
+    w.ingest
+        .publish(PublishRequest::json_with_key(&topic, ONE_EVENT.as_bytes()))
+        .await;
+    assert_eq!(
+        w.store.reads() - reads_before,
+        4,
+        "read again after the period"
+    );
+}
+
+/// Issue #9: a key regenerated while ingest keeps the topic works at once: a key that does
+/// not match what was kept is checked against the topic read again before it is refused; a
+/// wrong key is still refused.
+#[tokio::test]
+async fn a_regenerated_key_works_at_once_despite_the_cache() {
+    let topic = Topic::with_new_keys("orders", Utc::now());
+    let w = warm(&topic).await;
+    let publish = |key: String| {
+        let ingest = &w.ingest;
+        let topic = topic.clone();
+        async move {
+            let request = PublishRequest {
+                sas_key: Some(&key),
+                ..PublishRequest::json_with_key(&topic, ONE_EVENT.as_bytes())
+            };
+            ingest.publish(request).await.status
+        }
+    };
+    assert_eq!(publish(topic.key1.clone()).await, 200);
+    let regenerated = Topic {
+        key1: Topic::new_key(),
+        ..topic.clone()
+    };
+    w.store.replace_topic(&regenerated).await.unwrap();
+    assert_eq!(publish(regenerated.key1.clone()).await, 200);
+    assert_eq!(publish("not-a-key".into()).await, 401);
+    assert_eq!(
+        publish(topic.key1.clone()).await,
+        401,
+        "the old key, once read again"
+    );
+}

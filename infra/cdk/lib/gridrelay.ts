@@ -39,6 +39,9 @@ export interface GridrelayProps {
   readonly ingestReservedConcurrency?: number;
   /** Most dead-letter invocations at once (2-1000). Default 5. */
   readonly deadLetterMaxConcurrency?: number;
+  /** Seconds a warm function keeps the topics, subscriptions and secret header values it read
+   * (0-300, 0 keeps nothing). Default 10. */
+  readonly configCacheSeconds?: number;
   /** Processor the functions run on. Default ARM_64 (Graviton: 20 % less per GB-second). */
   readonly architecture?: lambda.Architecture;
   /** Dead-letter queue messages per dead-letter invocation. Default 10. */
@@ -82,7 +85,7 @@ export class Gridrelay extends Construct {
 
   constructor(scope: Construct, id: string, props: GridrelayProps = {}) {
     super(scope, id);
-    const limits = concurrencyLimits(props);
+    const limits = checkedSettings(props);
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
     const maxReceiveCount = props.maxReceiveCount ?? 10;
     const manifestPath = props.cargoManifest ?? path.join(__dirname, '..', '..', '..', '..', 'Cargo.toml');
@@ -155,6 +158,7 @@ export class Gridrelay extends Construct {
       GRIDRELAY_DEAD_LETTER_EVENTS_TOPIC: 'gridrelay-dead-letter-events',
       GRIDRELAY_SECRET_PREFIX: secretPrefix,
       GRIDRELAY_DELIVERY_STATE_TABLE: this.deliveryStateTable.tableName,
+      GRIDRELAY_CONFIG_CACHE_SECONDS: String(limits.configCacheSeconds),
       RUST_LOG: 'info',
     };
     const fn = (name: string, binaryName: string, timeout: Duration, description: string, reservedConcurrentExecutions?: number) =>
@@ -294,8 +298,8 @@ export class Gridrelay extends Construct {
   }
 }
 
-/** The concurrency props, validated: each error names the prop, its value and what is allowed. */
-export function concurrencyLimits(props: GridrelayProps) {
+/** The concurrency and cache props, validated: each error names the prop, its value and what is allowed. */
+export function checkedSettings(props: GridrelayProps) {
   const whole = (name: string, value: number | undefined, min: number, max: number, why = '') => {
     if (value !== undefined && !(Number.isInteger(value) && value >= min && value <= max)) {
       throw new Error(`${name} is ${value}; it must be a whole number from ${min}${why} to ${max}`);
@@ -307,5 +311,6 @@ export function concurrencyLimits(props: GridrelayProps) {
   const deliverReserved = whole('deliverReservedConcurrency', props.deliverReservedConcurrency, deliverMax, 10000,
     ' (deliverMaxConcurrency: less would throttle the event source)');
   const ingestReserved = whole('ingestReservedConcurrency', props.ingestReservedConcurrency, 1, 10000);
-  return { deliverMax, deadLetterMax, deliverReserved, ingestReserved };
+  const configCacheSeconds = whole('configCacheSeconds', props.configCacheSeconds, 0, 300) ?? 10;
+  return { deliverMax, deadLetterMax, deliverReserved, ingestReserved, configCacheSeconds };
 }

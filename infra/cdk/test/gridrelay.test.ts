@@ -26,7 +26,7 @@ test('three Rust functions on provided.al2023', () => {
   template.hasResourceProperties('AWS::Lambda::Function', {
     Timeout: 300,
     LoggingConfig: Match.objectLike({ LogFormat: 'JSON' }),
-    Environment: { Variables: Match.objectLike({ GRIDRELAY_TIME_SCALE: '1' }) },
+    Environment: { Variables: Match.objectLike({ GRIDRELAY_TIME_SCALE: '1', GRIDRELAY_CONFIG_CACHE_SECONDS: '10' }) },
   });
 });
 
@@ -75,6 +75,7 @@ test('concurrency props out of range are refused, naming the prop, its value and
   assert.throws(() => build({ deliverMaxConcurrency: 100, deliverReservedConcurrency: 40 }),
     /deliverReservedConcurrency is 40; it must be a whole number from 100 \(deliverMaxConcurrency/);
   assert.throws(() => build({ ingestReservedConcurrency: 2.5 }), /ingestReservedConcurrency is 2.5/);
+  assert.throws(() => build({ configCacheSeconds: 301 }), /configCacheSeconds is 301; it must be a whole number from 0 to 300/);
 });
 
 test('publish route and validation URL route on an HTTP API', () => {

@@ -1,0 +1,578 @@
+//! Warm-invocation caches in front of the subscription store and the secret store (issue #9).
+//!
+//! Why: topics, subscriptions and secret header values change rarely, yet every publish read
+//! its topic and its subscriptions (two DynamoDB calls beside the one SQS call that matters),
+//! and every `deliver` invocation read each subscription and its secrets again. A warm Lambda
+//! keeps what it read for a short time ([`CONFIG_CACHE_ENV`], 10 s by default), so a steady
+//! stream of publishes costs one AWS call each.
+//!
+//! What that costs in freshness, and what bounds it:
+//! - a change made elsewhere (the command line, another function) reaches a warm function
+//!   within the cache's time; a change written through the cache is seen by it at once, and a
+//!   read that overlapped a write through it is not kept;
+//! - only what exists is kept: a topic or subscription that was missing is read again every
+//!   time, so one just created is found at once; a topic's subscription list is kept as a whole;
+//! - callers that learn that what they read is out of date say so
+//!   ([`SubscriptionStore::forget`]): `ingest` reads a topic again before refusing a key (a
+//!   regenerated key works at once) and `deliver` reads a subscription again when its id is not
+//!   the one a message was fanned out for (deleted and created again: its identity).
+//!
+//! Time is the injected [`Clock`], so tests move it by hand.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::{Clock, SecretError, SecretStore, StoreError, SubscriptionStore};
+use gridrelay_shared::limits::LimitError;
+use gridrelay_shared::subscription::{Subscription, Topic};
+
+/// Where the functions read how long they keep what they read (`gridrelay local
+/// --config-cache-seconds`).
+pub const CONFIG_CACHE_ENV: &str = "GRIDRELAY_CONFIG_CACHE_SECONDS";
+/// How long, by default: short enough that a change made with the command line is in effect
+/// before anyone could check it by hand, long enough that a function serving a publish every
+/// few seconds reads the store once per period.
+pub const DEFAULT_CONFIG_CACHE: Duration = Duration::from_secs(10);
+/// What [`CONFIG_CACHE_ENV`] accepts, in seconds; 0 keeps nothing.
+pub const CONFIG_CACHE_SECONDS: RangeInclusive<u64> = 0..=300;
+
+/// The cache time `seconds` gives, or an error naming the setting, the value and the range.
+pub fn config_cache_time(seconds: &str) -> Result<Duration, LimitError> {
+    let refuse = || {
+        LimitError::new(
+            format!("configCacheSeconds ({CONFIG_CACHE_ENV})"),
+            seconds,
+            format!(
+                "a whole number of seconds from {} to {}",
+                CONFIG_CACHE_SECONDS.start(),
+                CONFIG_CACHE_SECONDS.end()
+            ),
+        )
+    };
+    let value: u64 = seconds.trim().parse().map_err(|_| refuse())?;
+    if !CONFIG_CACHE_SECONDS.contains(&value) {
+        return Err(refuse());
+    }
+    Ok(Duration::from_secs(value))
+}
+
+/// Values read at a time, each kept until the cache's time has passed since.
+struct Kept<K, V> {
+    entries: Mutex<HashMap<K, (V, DateTime<Utc>)>>,
+}
+
+impl<K: Eq + Hash, V: Clone> Kept<K, V> {
+    fn new() -> Self {
+        Self {
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, (V, DateTime<Utc>)>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The value kept for `key` if it was read less than `ttl` before `now` (a clock that went
+    /// back counts as expired).
+    fn fresh(&self, key: &K, now: DateTime<Utc>, ttl: Duration) -> Option<V> {
+        let entries = self.lock();
+        let (value, read_at) = entries.get(key)?;
+        let age = (now - *read_at).to_std().ok()?;
+        (age < ttl).then(|| value.clone())
+    }
+
+    fn keep(&self, key: K, value: V, read_at: DateTime<Utc>) {
+        self.lock().insert(key, (value, read_at));
+    }
+
+    fn forget_where(&self, mut matches: impl FnMut(&K) -> bool) {
+        self.lock().retain(|k, _| !matches(k));
+    }
+}
+
+/// When kept values may be used: the clock, the cache's time, and a count of writes, so that
+/// a read which overlapped a write is not kept (it may have read the record as it was before).
+struct Freshness {
+    clock: Arc<dyn Clock>,
+    ttl: Duration,
+    writes: AtomicU64,
+}
+
+impl Freshness {
+    fn new(clock: Arc<dyn Clock>, ttl: Duration) -> Self {
+        Self {
+            clock,
+            ttl,
+            writes: AtomicU64::new(0),
+        }
+    }
+
+    fn wrote(&self) {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Reads through `read` unless `kept` has a fresh value for `key`, and keeps what exists.
+    async fn read<K: Eq + Hash, V: Clone, E>(
+        &self,
+        kept: &Kept<K, V>,
+        key: K,
+        read: impl std::future::Future<Output = Result<Option<V>, E>>,
+    ) -> Result<Option<V>, E> {
+        if self.ttl.is_zero() {
+            return read.await;
+        }
+        let now = self.clock.now();
+        if let Some(value) = kept.fresh(&key, now, self.ttl) {
+            return Ok(Some(value));
+        }
+        let writes = self.writes.load(Ordering::SeqCst);
+        let value = read.await?;
+        if let Some(value) = &value
+            && self.writes.load(Ordering::SeqCst) == writes
+        {
+            kept.keep(key, value.clone(), now);
+        }
+        Ok(value)
+    }
+}
+
+/// A [`SubscriptionStore`] that keeps the topics, subscription lists and subscriptions it
+/// read for `ttl` (see the module's docs for what that means for freshness).
+pub struct CachedSubscriptionStore {
+    store: Arc<dyn SubscriptionStore>,
+    freshness: Freshness,
+    topics: Kept<String, Topic>,
+    lists: Kept<String, Vec<Subscription>>,
+    subscriptions: Kept<(String, String), Subscription>,
+}
+
+impl CachedSubscriptionStore {
+    /// In front of `store`; a `ttl` of zero keeps nothing.
+    pub fn new(store: Arc<dyn SubscriptionStore>, clock: Arc<dyn Clock>, ttl: Duration) -> Self {
+        Self {
+            store,
+            freshness: Freshness::new(clock, ttl),
+            topics: Kept::new(),
+            lists: Kept::new(),
+            subscriptions: Kept::new(),
+        }
+    }
+
+    /// A write to `topic` or one of its subscriptions is about to happen or has happened.
+    fn wrote(&self, topic: &str) {
+        self.freshness.wrote();
+        SubscriptionStore::forget(self, topic);
+    }
+}
+
+#[async_trait]
+impl SubscriptionStore for CachedSubscriptionStore {
+    async fn get_topic(&self, name: &str) -> Result<Option<Topic>, StoreError> {
+        self.freshness
+            .read(&self.topics, name.to_string(), self.store.get_topic(name))
+            .await
+    }
+
+    async fn list_topics(&self) -> Result<Vec<Topic>, StoreError> {
+        self.store.list_topics().await
+    }
+
+    async fn create_topic(&self, topic: &Topic) -> Result<(), StoreError> {
+        self.wrote(&topic.name);
+        let result = self.store.create_topic(topic).await;
+        self.wrote(&topic.name);
+        result
+    }
+
+    async fn replace_topic(&self, topic: &Topic) -> Result<(), StoreError> {
+        self.wrote(&topic.name);
+        let result = self.store.replace_topic(topic).await;
+        self.wrote(&topic.name);
+        result
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<bool, StoreError> {
+        self.wrote(name);
+        let result = self.store.delete_topic(name).await;
+        self.wrote(name);
+        result
+    }
+
+    async fn get_subscription(
+        &self,
+        topic: &str,
+        name: &str,
+    ) -> Result<Option<Subscription>, StoreError> {
+        self.freshness
+            .read(
+                &self.subscriptions,
+                (topic.to_string(), name.to_string()),
+                self.store.get_subscription(topic, name),
+            )
+            .await
+    }
+
+    async fn list_subscriptions(&self, topic: &str) -> Result<Vec<Subscription>, StoreError> {
+        let list = self.store.list_subscriptions(topic);
+        let read = async { list.await.map(Some) };
+        Ok(self
+            .freshness
+            .read(&self.lists, topic.to_string(), read)
+            .await?
+            .unwrap_or_default())
+    }
+
+    async fn create_subscription(&self, subscription: &Subscription) -> Result<(), StoreError> {
+        self.wrote(&subscription.topic);
+        let result = self.store.create_subscription(subscription).await;
+        self.wrote(&subscription.topic);
+        result
+    }
+
+    async fn replace_subscription(
+        &self,
+        subscription: &mut Subscription,
+    ) -> Result<(), StoreError> {
+        let topic = subscription.topic.clone();
+        self.wrote(&topic);
+        let result = self.store.replace_subscription(subscription).await;
+        self.wrote(&topic);
+        result
+    }
+
+    async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError> {
+        self.wrote(topic);
+        let result = self.store.delete_subscription(topic, name).await;
+        self.wrote(topic);
+        result
+    }
+
+    fn forget(&self, topic: &str) {
+        self.topics.forget_where(|t| t == topic);
+        self.lists.forget_where(|t| t == topic);
+        self.subscriptions.forget_where(|(t, _)| t == topic);
+    }
+}
+
+/// A [`SecretStore`] that keeps the values it read for `ttl`; values it writes or deletes are
+/// forgotten.
+pub struct CachedSecretStore {
+    secrets: Arc<dyn SecretStore>,
+    freshness: Freshness,
+    values: Kept<String, String>,
+}
+
+impl CachedSecretStore {
+    /// In front of `secrets`; a `ttl` of zero keeps nothing.
+    pub fn new(secrets: Arc<dyn SecretStore>, clock: Arc<dyn Clock>, ttl: Duration) -> Self {
+        Self {
+            secrets,
+            freshness: Freshness::new(clock, ttl),
+            values: Kept::new(),
+        }
+    }
+
+    fn wrote(&self) {
+        self.freshness.wrote();
+        self.values.forget_where(|_| true);
+    }
+}
+
+#[async_trait]
+impl SecretStore for CachedSecretStore {
+    async fn put(&self, name: &str, value: &str) -> Result<String, SecretError> {
+        self.wrote();
+        let result = self.secrets.put(name, value).await;
+        self.wrote();
+        result
+    }
+
+    async fn get(&self, id: &str) -> Result<String, SecretError> {
+        let read = async { self.secrets.get(id).await.map(Some) };
+        let value = self
+            .freshness
+            .read(&self.values, id.to_string(), read)
+            .await?;
+        value.ok_or_else(|| SecretError(format!("no value read for secret {id}")))
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), SecretError> {
+        self.wrote();
+        let result = self.secrets.delete(id).await;
+        self.wrote();
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{ManualClock, MemorySecretStore, MemorySubscriptionStore};
+    use futures::executor::block_on;
+    use gridrelay_shared::schema::InputSchema;
+    use gridrelay_shared::subscription::SubscriptionRequest;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn at_start() -> DateTime<Utc> {
+        "2026-11-25T12:00:00Z".parse().unwrap()
+    }
+
+    struct Fixture {
+        store: Arc<MemorySubscriptionStore>,
+        clock: Arc<ManualClock>,
+        cached: CachedSubscriptionStore,
+    }
+
+    impl Fixture {
+        /// The subscription `name` of topic orders, as the cache answers.
+        async fn kept(&self, name: &str) -> Option<Subscription> {
+            self.cached.get_subscription("orders", name).await.unwrap()
+        }
+
+        /// The names of topic orders' subscriptions, as the cache answers.
+        async fn listed(&self) -> Vec<String> {
+            let list = self.cached.list_subscriptions("orders").await.unwrap();
+            list.into_iter().map(|s| s.name).collect()
+        }
+    }
+
+    fn fixture(ttl: Duration) -> Fixture {
+        let store = Arc::new(MemorySubscriptionStore::default());
+        let clock = Arc::new(ManualClock::new(at_start()));
+        block_on(store.create_topic(&Topic::with_new_keys("orders", at_start()))).unwrap();
+        let cached = CachedSubscriptionStore::new(store.clone(), clock.clone(), ttl);
+        Fixture {
+            store,
+            clock,
+            cached,
+        }
+    }
+
+    fn subscription(name: &str) -> Subscription {
+        SubscriptionRequest {
+            topic: "orders".into(),
+            name: name.into(),
+            endpoint: format!("https://example.com/{name}"),
+            ..SubscriptionRequest::default()
+        }
+        .validate(InputSchema::EventGridSchema, at_start())
+        .unwrap()
+    }
+
+    /// Issue #9: a warm function serving many publishes reads the topic and its subscriptions
+    /// once per period, and again once the period has passed.
+    #[test]
+    fn a_topic_and_its_subscriptions_are_read_once_per_period() {
+        let f = fixture(TTL);
+        block_on(async {
+            for _ in 0..100 {
+                assert!(f.cached.get_topic("orders").await.unwrap().is_some());
+                assert!(f.listed().await.is_empty());
+                f.clock.advance(Duration::from_millis(99));
+            }
+            assert_eq!(f.store.reads(), 2, "one topic read and one list read");
+            f.clock.set(at_start() + TTL);
+            f.cached.get_topic("orders").await.unwrap();
+            f.cached.list_subscriptions("orders").await.unwrap();
+            assert_eq!(f.store.reads(), 4, "read again once the period has passed");
+        });
+    }
+
+    /// What is missing is not kept: a topic or subscription created elsewhere is found at once.
+    #[test]
+    fn what_is_missing_is_read_every_time() {
+        let f = fixture(TTL);
+        block_on(async {
+            assert!(f.cached.get_topic("payments").await.unwrap().is_none());
+            assert!(f.kept("audit").await.is_none());
+            f.store
+                .create_topic(&Topic::with_new_keys("payments", at_start()))
+                .await
+                .unwrap();
+            f.store
+                .create_subscription(&subscription("audit"))
+                .await
+                .unwrap();
+            assert!(f.cached.get_topic("payments").await.unwrap().is_some());
+            assert!(f.kept("audit").await.is_some());
+        });
+    }
+
+    /// A change written through the cache is seen by it at once; one made elsewhere within the
+    /// period, and not before it has passed.
+    #[test]
+    fn changes_through_the_cache_are_seen_at_once_and_others_within_the_period() {
+        let f = fixture(TTL);
+        block_on(async {
+            assert!(f.listed().await.is_empty());
+            f.cached
+                .create_subscription(&subscription("audit"))
+                .await
+                .unwrap();
+            assert_eq!(f.listed().await, ["audit"]);
+
+            f.store
+                .create_subscription(&subscription("billing"))
+                .await
+                .unwrap();
+            f.clock.advance(TTL - Duration::from_millis(1));
+            assert_eq!(
+                f.listed().await,
+                ["audit"],
+                "kept until the period has passed"
+            );
+            f.clock.advance(Duration::from_millis(1));
+            assert_eq!(f.listed().await, ["audit", "billing"]);
+
+            let mut audit = f.kept("audit").await.unwrap();
+            audit.endpoint = "https://example.com/moved".into();
+            f.cached.replace_subscription(&mut audit).await.unwrap();
+            let read = f.kept("audit").await.unwrap();
+            assert_eq!(read.endpoint, "https://example.com/moved");
+            f.cached
+                .delete_subscription("orders", "audit")
+                .await
+                .unwrap();
+            assert!(f.kept("audit").await.is_none());
+        });
+    }
+
+    /// `forget` sends the next read of the topic to the store (what ingest does before
+    /// refusing a key, and deliver when a subscription's id is not its message's).
+    #[test]
+    fn a_forgotten_topic_is_read_again() {
+        let f = fixture(TTL);
+        block_on(async {
+            let before = f.cached.get_topic("orders").await.unwrap().unwrap();
+            let mut regenerated = before.clone();
+            regenerated.key1 = Topic::new_key();
+            f.store.replace_topic(&regenerated).await.unwrap();
+            assert_eq!(
+                f.cached.get_topic("orders").await.unwrap().unwrap().key1,
+                before.key1
+            );
+            f.cached.forget("orders");
+            let after = f.cached.get_topic("orders").await.unwrap().unwrap();
+            assert_eq!(after.key1, regenerated.key1);
+        });
+    }
+
+    /// A cache time of zero keeps nothing, and a clock that went back does not make a kept
+    /// value fresh.
+    #[test]
+    fn nothing_is_kept_at_zero_and_a_clock_gone_back_expires() {
+        let f = fixture(Duration::ZERO);
+        block_on(async {
+            f.cached.get_topic("orders").await.unwrap();
+            f.cached.get_topic("orders").await.unwrap();
+            assert_eq!(f.store.reads(), 2);
+        });
+        let f = fixture(TTL);
+        block_on(async {
+            f.cached.get_topic("orders").await.unwrap();
+            f.clock.set(at_start() - Duration::from_secs(1));
+            f.cached.get_topic("orders").await.unwrap();
+            assert_eq!(f.store.reads(), 2);
+        });
+    }
+
+    /// Secret header values are read once per period; a value written through the cache is
+    /// read again.
+    #[test]
+    fn secret_values_are_read_once_per_period() {
+        let secrets = Arc::new(MemorySecretStore::default());
+        let clock = Arc::new(ManualClock::new(at_start()));
+        let cached = CachedSecretStore::new(secrets.clone(), clock.clone(), TTL);
+        block_on(async {
+            let id = cached
+                .put("gridrelay/orders/audit/x-key", "one")
+                .await
+                .unwrap();
+            for _ in 0..10 {
+                assert_eq!(cached.get(&id).await.unwrap(), "one");
+            }
+            assert_eq!(secrets.reads(), 1);
+            cached
+                .put("gridrelay/orders/audit/x-key", "two")
+                .await
+                .unwrap();
+            assert_eq!(cached.get(&id).await.unwrap(), "two");
+            clock.advance(TTL);
+            cached.get(&id).await.unwrap();
+            assert_eq!(secrets.reads(), 3);
+            assert!(cached.get("missing").await.is_err(), "errors are not kept");
+        });
+    }
+
+    /// A secret store whose reads pause after reading, until told to go on.
+    struct PausedSecrets {
+        secrets: MemorySecretStore,
+        gate: Mutex<Option<futures::channel::oneshot::Receiver<()>>>,
+    }
+
+    #[async_trait]
+    impl SecretStore for PausedSecrets {
+        async fn put(&self, name: &str, value: &str) -> Result<String, SecretError> {
+            self.secrets.put(name, value).await
+        }
+        async fn get(&self, id: &str) -> Result<String, SecretError> {
+            let value = self.secrets.get(id).await;
+            let gate = self.gate.lock().unwrap().take();
+            if let Some(gate) = gate {
+                let _ = gate.await;
+            }
+            value
+        }
+        async fn delete(&self, id: &str) -> Result<(), SecretError> {
+            self.secrets.delete(id).await
+        }
+    }
+
+    /// A read that overlapped a write through the cache is not kept: it may hold the value
+    /// from before the write, which would then be served for a whole period.
+    #[test]
+    fn a_read_that_overlapped_a_write_is_not_kept() {
+        let (go_on, gate) = futures::channel::oneshot::channel();
+        let paused = Arc::new(PausedSecrets {
+            secrets: MemorySecretStore::default(),
+            gate: Mutex::new(Some(gate)),
+        });
+        let clock = Arc::new(ManualClock::new(at_start()));
+        let cached = CachedSecretStore::new(paused.clone(), clock, TTL);
+        block_on(async {
+            paused.secrets.put("s", "old").await.unwrap();
+            let read = cached.get("s");
+            let write = async {
+                cached.put("s", "new").await.unwrap();
+                go_on.send(()).unwrap();
+            };
+            let (old, ()) = futures::join!(read, write);
+            assert_eq!(old.unwrap(), "old", "the read began before the write");
+            assert_eq!(cached.get("s").await.unwrap(), "new", "and was not kept");
+        });
+    }
+
+    /// The setting is refused out of range, naming it, the value and the range.
+    #[test]
+    fn the_cache_time_is_validated() {
+        assert_eq!(config_cache_time("0"), Ok(Duration::ZERO));
+        assert_eq!(config_cache_time(" 10 "), Ok(TTL));
+        assert_eq!(config_cache_time("300"), Ok(Duration::from_secs(300)));
+        for bad in ["301", "-1", "ten", "1.5", ""] {
+            let e = config_cache_time(bad).unwrap_err().to_string();
+            assert!(e.contains("GRIDRELAY_CONFIG_CACHE_SECONDS"), "{e}");
+            assert!(e.contains(&format!("is {bad};")), "{e}");
+            assert!(e.contains("from 0 to 300"), "{e}");
+        }
+    }
+}
