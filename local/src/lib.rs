@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use aws_config::SdkConfig;
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, S3ObjectStore, SqsQueue, s3_client, secret_store, subscription_store,
+    S3ObjectStore, SqsQueue, delivery_state_store, s3_client, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
@@ -232,10 +232,7 @@ impl LocalSystem {
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
             secrets: secret_store(sdk, config.config_cache),
-            state: Arc::new(DynamoDeliveryStateStore::from_sdk(
-                sdk,
-                &names.delivery_state_table,
-            )),
+            state: delivery_state_store(sdk, &names.delivery_state_table, config.config_cache),
             limits: settings.endpoint_limits(),
             settings,
         });

@@ -1,8 +1,10 @@
-//! Warm-invocation caches in front of the subscription store and the secret store (issue #9).
+//! Warm-invocation caches in front of the subscription store, the secret store and the
+//! delivery state store (issue #9).
 //!
 //! Why: topics, subscriptions and secret header values change rarely, yet every publish read
 //! its topic and its subscriptions (two DynamoDB calls beside the one SQS call that matters),
-//! and every `deliver` invocation read each subscription and its secrets again. A warm Lambda
+//! and every `deliver` invocation read each subscription, its secrets and its endpoint's
+//! health again. A warm Lambda
 //! keeps what it read for a short time ([`CONFIG_CACHE_ENV`], 10 s by default), so a steady
 //! stream of publishes costs one AWS call each.
 //!
@@ -29,7 +31,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::{Clock, SecretError, SecretStore, StoreError, SubscriptionStore};
+use crate::{
+    Clock, DeliveryStateStore, SecretError, SecretStore, StoreError, SubscriptionStore, Versioned,
+};
+use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::limits::LimitError;
 use gridrelay_shared::subscription::{Subscription, Topic};
 
@@ -127,6 +132,17 @@ impl Freshness {
         key: K,
         read: impl std::future::Future<Output = Result<Option<V>, E>>,
     ) -> Result<Option<V>, E> {
+        self.read_keeping(kept, key, read, |_| true).await
+    }
+
+    /// As [`Freshness::read`], keeping only what `worth_keeping` says.
+    async fn read_keeping<K: Eq + Hash, V: Clone, E>(
+        &self,
+        kept: &Kept<K, V>,
+        key: K,
+        read: impl std::future::Future<Output = Result<Option<V>, E>>,
+        worth_keeping: impl Fn(&V) -> bool,
+    ) -> Result<Option<V>, E> {
         if self.ttl.is_zero() {
             return read.await;
         }
@@ -137,6 +153,7 @@ impl Freshness {
         let writes = self.writes.load(Ordering::SeqCst);
         let value = read.await?;
         if let Some(value) = &value
+            && worth_keeping(value)
             && self.writes.load(Ordering::SeqCst) == writes
         {
             kept.keep(key, value.clone(), now);
@@ -310,6 +327,90 @@ impl SecretStore for CachedSecretStore {
         let result = self.secrets.delete(id).await;
         self.wrote();
         result
+    }
+}
+
+/// A [`DeliveryStateStore`] that keeps healthy endpoints' records (no failures, no delay, no
+/// probe) for `ttl`, so a warm `deliver` reads the health of an endpoint that answers well
+/// once per period. Anything else is read every time, so a delay or its end (D1) is seen at
+/// once; a write (a failure counted, a probe taken) forgets the endpoint's record first and
+/// after, so an invocation that fails on an endpoint another one found failing reads its
+/// record as it is from then on.
+pub struct CachedDeliveryState {
+    state: Arc<dyn DeliveryStateStore>,
+    freshness: Freshness,
+    healthy: Kept<String, Versioned<EndpointHealth>>,
+}
+
+impl CachedDeliveryState {
+    /// In front of `state`; a `ttl` of zero keeps nothing.
+    pub fn new(state: Arc<dyn DeliveryStateStore>, clock: Arc<dyn Clock>, ttl: Duration) -> Self {
+        Self {
+            state,
+            freshness: Freshness::new(clock, ttl),
+            healthy: Kept::new(),
+        }
+    }
+
+    fn wrote(&self, endpoint: &str) {
+        self.freshness.wrote();
+        self.healthy.forget_where(|e| e == endpoint);
+    }
+}
+
+#[async_trait]
+impl DeliveryStateStore for CachedDeliveryState {
+    async fn endpoint_health(
+        &self,
+        endpoint: &str,
+    ) -> Result<Versioned<EndpointHealth>, StoreError> {
+        let read = async {
+            let record = self.state.endpoint_health(endpoint).await?;
+            Ok::<_, StoreError>(Some(record))
+        };
+        let kept = self
+            .freshness
+            .read_keeping(&self.healthy, endpoint.to_string(), read, |r| {
+                r.value == EndpointHealth::default()
+            })
+            .await?;
+        kept.ok_or_else(|| StoreError::Unavailable(format!("no health read for {endpoint}")))
+    }
+
+    async fn put_endpoint_health(
+        &self,
+        endpoint: &str,
+        health: &EndpointHealth,
+        version: u64,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.wrote(endpoint);
+        let result = self
+            .state
+            .put_endpoint_health(endpoint, health, version, now)
+            .await;
+        self.wrote(endpoint);
+        result
+    }
+
+    async fn acquire_probe(
+        &self,
+        endpoint: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.wrote(endpoint);
+        let result = self.state.acquire_probe(endpoint, now, until).await;
+        self.wrote(endpoint);
+        result
+    }
+
+    async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
+        self.state.mark_late_success(attempt, now).await
+    }
+
+    async fn late_success(&self, attempt: &str) -> Result<bool, StoreError> {
+        self.state.late_success(attempt).await
     }
 }
 
@@ -559,6 +660,59 @@ mod tests {
             let (old, ()) = futures::join!(read, write);
             assert_eq!(old.unwrap(), "old", "the read began before the write");
             assert_eq!(cached.get("s").await.unwrap(), "new", "and was not kept");
+        });
+    }
+
+    /// D1 with a warm cache: a healthy endpoint's record is read once per period; one with
+    /// failures is read every time; a failure counted through the cache on a record another
+    /// invocation moved on meanwhile (the kept healthy record is then out of date) is counted
+    /// on the record as it is, not lost to conflicts.
+    #[test]
+    fn only_healthy_endpoints_are_kept_and_a_stale_one_does_not_block_a_write_d1() {
+        use crate::memory::MemoryDeliveryStateStore;
+        use crate::update_endpoint_health;
+        let state = Arc::new(MemoryDeliveryStateStore::default());
+        let clock = Arc::new(ManualClock::new(at_start()));
+        let cached = CachedDeliveryState::new(state.clone(), clock.clone(), TTL);
+        let failed = |h: EndpointHealth| EndpointHealth {
+            consecutive_failures: h.consecutive_failures + 1,
+            ..h
+        };
+        block_on(async {
+            for _ in 0..5 {
+                assert_eq!(
+                    cached.endpoint_health("a").await.unwrap().value,
+                    EndpointHealth::default()
+                );
+            }
+            assert_eq!(state.health_reads(), 1, "healthy: kept");
+
+            // Another invocation counts two failures; this one still keeps "healthy".
+            for _ in 0..2 {
+                update_endpoint_health(state.as_ref(), "a", at_start(), failed)
+                    .await
+                    .unwrap();
+            }
+            assert_eq!(cached.endpoint_health("a").await.unwrap().version, 0);
+            // Its own failure, counted through the cache, lands on the record as it is.
+            let (before, after) = update_endpoint_health(&cached, "a", at_start(), failed)
+                .await
+                .unwrap();
+            assert_eq!(before.consecutive_failures, 2);
+            assert_eq!(after.consecutive_failures, 3);
+            let reads = state.health_reads();
+            for _ in 0..3 {
+                assert_eq!(
+                    cached
+                        .endpoint_health("a")
+                        .await
+                        .unwrap()
+                        .value
+                        .consecutive_failures,
+                    3
+                );
+            }
+            assert_eq!(state.health_reads(), reads + 3, "failing: read every time");
         });
     }
 

@@ -530,10 +530,16 @@ impl SecretStore for MemorySecretStore {
 pub struct MemoryDeliveryStateStore {
     health: Mutex<HashMap<String, Versioned<EndpointHealth>>>,
     late: Mutex<HashMap<String, DateTime<Utc>>>,
+    health_reads: AtomicUsize,
     pub outage: Outage,
 }
 
 impl MemoryDeliveryStateStore {
+    /// Endpoint health records read so far.
+    pub fn health_reads(&self) -> usize {
+        self.health_reads.load(Ordering::SeqCst)
+    }
+
     fn check(&self) -> Result<(), StoreError> {
         if self.outage.is_down() {
             return Err(StoreError::Unavailable(
@@ -550,6 +556,7 @@ impl DeliveryStateStore for MemoryDeliveryStateStore {
         &self,
         endpoint: &str,
     ) -> Result<Versioned<EndpointHealth>, StoreError> {
+        self.health_reads.fetch_add(1, Ordering::SeqCst);
         self.check()?;
         Ok(lock(&self.health)
             .get(endpoint)

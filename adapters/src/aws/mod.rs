@@ -52,6 +52,20 @@ pub fn secret_store(
     ))
 }
 
+/// The delivery state table behind a warm cache that keeps healthy endpoints' records for
+/// `keep` (D1: delays and failures are read every time).
+pub fn delivery_state_store(
+    sdk: &SdkConfig,
+    table: impl Into<String>,
+    keep: std::time::Duration,
+) -> std::sync::Arc<gridrelay_ports::cache::CachedDeliveryState> {
+    std::sync::Arc::new(gridrelay_ports::cache::CachedDeliveryState::new(
+        std::sync::Arc::new(DynamoDeliveryStateStore::from_sdk(sdk, table)),
+        std::sync::Arc::new(gridrelay_ports::SystemClock),
+        keep,
+    ))
+}
+
 /// An S3 client; path-style addressing when an endpoint override (an emulator) is set.
 pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
     let config = aws_sdk_s3::config::Builder::from(sdk)

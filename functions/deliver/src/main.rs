@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, SqsQueue, load_sdk_config, secret_store, subscription_store,
+    SqsQueue, delivery_state_store, load_sdk_config, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
@@ -53,13 +53,14 @@ async fn main() -> Result<(), Error> {
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
         secrets: secret_store(&sdk, keep),
-        state: Arc::new(DynamoDeliveryStateStore::from_sdk(
+        state: delivery_state_store(
             &sdk,
             required(
                 DELIVERY_STATE_TABLE_ENV,
                 "the DynamoDB table of endpoint health (D1) and late successes (R4)",
             )?,
-        )),
+            keep,
+        ),
         limits: settings.endpoint_limits(),
         settings,
     });
