@@ -12,12 +12,16 @@
 //! - a change made elsewhere (the command line, another function) reaches a warm function
 //!   within the cache's time; a change written through the cache is seen by it at once, and a
 //!   read that overlapped a write through it is not kept;
-//! - only what exists is kept: a topic or subscription that was missing is read again every
-//!   time, so one just created is found at once; a topic's subscription list is kept as a whole;
+//! - only what exists and receives events is kept: a topic or subscription that was missing,
+//!   a subscription still waiting for its handshake, and a list holding one, are read again
+//!   every time, so a topic just created is found at once and a subscription validated by
+//!   another function receives at once; a list is kept as a whole (an empty one too, so a
+//!   topic's first subscription, created elsewhere, is seen within the cache's time);
 //! - callers that learn that what they read is out of date say so
 //!   ([`SubscriptionStore::forget`]): `ingest` reads a topic again before refusing a key (a
 //!   regenerated key works at once) and `deliver` reads a subscription again when its id is not
-//!   the one a message was fanned out for (deleted and created again: its identity).
+//!   the one a message was fanned out for (deleted and created again: its identity), and reads
+//!   an endpoint's health again before a success clears it.
 //!
 //! Time is the injected [`Clock`], so tests move it by hand.
 
@@ -95,8 +99,12 @@ impl<K: Eq + Hash, V: Clone> Kept<K, V> {
         (age < ttl).then(|| value.clone())
     }
 
-    fn keep(&self, key: K, value: V, read_at: DateTime<Utc>) {
-        self.lock().insert(key, (value, read_at));
+    /// Keeps `value` unless `stale` says, under the map's lock, that it may be out of date.
+    fn keep_unless(&self, key: K, value: V, read_at: DateTime<Utc>, stale: impl FnOnce() -> bool) {
+        let mut entries = self.lock();
+        if !stale() {
+            entries.insert(key, (value, read_at));
+        }
     }
 
     fn forget_where(&self, mut matches: impl FnMut(&K) -> bool) {
@@ -154,9 +162,12 @@ impl Freshness {
         let value = read.await?;
         if let Some(value) = &value
             && worth_keeping(value)
-            && self.writes.load(Ordering::SeqCst) == writes
         {
-            kept.keep(key, value.clone(), now);
+            // Checked under the map's lock, which a write's forgetting takes after counting,
+            // so a write that began after the read is either seen here or forgets this.
+            kept.keep_unless(key, value.clone(), now, || {
+                self.writes.load(Ordering::SeqCst) != writes
+            });
         }
         Ok(value)
     }
@@ -186,7 +197,6 @@ impl CachedSubscriptionStore {
 
     /// A write to `topic` or one of its subscriptions is about to happen or has happened.
     fn wrote(&self, topic: &str) {
-        self.freshness.wrote();
         SubscriptionStore::forget(self, topic);
     }
 }
@@ -229,11 +239,14 @@ impl SubscriptionStore for CachedSubscriptionStore {
         topic: &str,
         name: &str,
     ) -> Result<Option<Subscription>, StoreError> {
+        // Only subscriptions that receive events are kept: one waiting for its handshake is
+        // validated by another function, and must be seen to receive at once.
         self.freshness
-            .read(
+            .read_keeping(
                 &self.subscriptions,
                 (topic.to_string(), name.to_string()),
                 self.store.get_subscription(topic, name),
+                Subscription::delivers,
             )
             .await
     }
@@ -241,9 +254,11 @@ impl SubscriptionStore for CachedSubscriptionStore {
     async fn list_subscriptions(&self, topic: &str) -> Result<Vec<Subscription>, StoreError> {
         let list = self.store.list_subscriptions(topic);
         let read = async { list.await.map(Some) };
+        // Kept only if every subscription in it receives events (see get_subscription).
+        let all_deliver = |list: &Vec<Subscription>| list.iter().all(Subscription::delivers);
         Ok(self
             .freshness
-            .read(&self.lists, topic.to_string(), read)
+            .read_keeping(&self.lists, topic.to_string(), read, all_deliver)
             .await?
             .unwrap_or_default())
     }
@@ -274,6 +289,7 @@ impl SubscriptionStore for CachedSubscriptionStore {
     }
 
     fn forget(&self, topic: &str) {
+        self.freshness.wrote();
         self.topics.forget_where(|t| t == topic);
         self.lists.forget_where(|t| t == topic);
         self.subscriptions.forget_where(|(t, _)| t == topic);
@@ -412,6 +428,10 @@ impl DeliveryStateStore for CachedDeliveryState {
     async fn late_success(&self, attempt: &str) -> Result<bool, StoreError> {
         self.state.late_success(attempt).await
     }
+
+    fn forget(&self, endpoint: &str) {
+        self.wrote(endpoint);
+    }
 }
 
 #[cfg(test)]
@@ -421,6 +441,7 @@ mod tests {
     use futures::executor::block_on;
     use gridrelay_shared::schema::InputSchema;
     use gridrelay_shared::subscription::SubscriptionRequest;
+    use gridrelay_shared::validation::{Provisioning, ProvisioningState};
 
     const TTL: Duration = Duration::from_secs(10);
 
@@ -459,7 +480,8 @@ mod tests {
         }
     }
 
-    fn subscription(name: &str) -> Subscription {
+    /// A subscription waiting for its handshake.
+    fn pending(name: &str) -> Subscription {
         SubscriptionRequest {
             topic: "orders".into(),
             name: name.into(),
@@ -468,6 +490,14 @@ mod tests {
         }
         .validate(InputSchema::EventGridSchema, at_start())
         .unwrap()
+    }
+
+    /// A subscription that receives events.
+    fn subscription(name: &str) -> Subscription {
+        Subscription {
+            provisioning: Provisioning::with_state(ProvisioningState::Succeeded, None),
+            ..pending(name)
+        }
     }
 
     /// Issue #9: a warm function serving many publishes reads the topic and its subscriptions
@@ -545,6 +575,33 @@ mod tests {
                 .await
                 .unwrap();
             assert!(f.kept("audit").await.is_none());
+        });
+    }
+
+    /// A subscription waiting for its handshake, and a list holding one, are read every time:
+    /// the handshake (or the validation URL) runs in another function, and the subscription
+    /// must receive events as soon as it is validated there.
+    #[test]
+    fn a_subscription_waiting_for_its_handshake_is_not_kept() {
+        let f = fixture(TTL);
+        block_on(async {
+            f.store
+                .create_subscription(&pending("audit"))
+                .await
+                .unwrap();
+            assert!(f.kept("audit").await.is_some_and(|s| !s.delivers()));
+            assert_eq!(f.listed().await, ["audit"]);
+            let mut validated = f
+                .store
+                .get_subscription("orders", "audit")
+                .await
+                .unwrap()
+                .unwrap();
+            validated.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
+            f.store.replace_subscription(&mut validated).await.unwrap();
+            assert!(f.kept("audit").await.is_some_and(|s| s.delivers()));
+            let list = f.cached.list_subscriptions("orders").await.unwrap();
+            assert!(list.iter().all(Subscription::delivers));
         });
     }
 

@@ -113,6 +113,10 @@ pub trait DeliveryStateStore: Send + Sync {
     async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError>;
     /// R4: whether that attempt was answered with success after all.
     async fn late_success(&self, attempt: &str) -> Result<bool, StoreError>;
+    /// Says that what was read of `endpoint`'s health may be out of date, so the next read
+    /// goes to the store. Only a cache in front of the store
+    /// ([`cache::CachedDeliveryState`]) has anything to forget.
+    fn forget(&self, _endpoint: &str) {}
 }
 
 /// A stored record and the version it was read at.

@@ -187,6 +187,12 @@ impl Deliver {
                     before.after_failures(failures, now, policy)
                 }
             };
+            // A success clears the record as it is, not as a warm function kept it: a kept
+            // "healthy" would make clearing it look like no change, and failures or a delay
+            // another invocation stored meanwhile would stay (`gridrelay_ports::cache`).
+            if succeeded {
+                self.state.forget(endpoint);
+            }
             match update_endpoint_health(self.state.as_ref(), endpoint, now, change).await {
                 Ok((before, after)) => {
                     if after.is_delayed() && !before.is_delayed() {

@@ -13,7 +13,7 @@ use gridrelay_adapters::aws::sqs_event;
 use gridrelay_deliver::{
     ConcurrencySettings, Deliver, DeliverOutcome, DeliverySettings, EndpointLimits,
 };
-use gridrelay_ports::cache::CachedSubscriptionStore;
+use gridrelay_ports::cache::{CachedDeliveryState, CachedSubscriptionStore};
 use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::memory::{
     FixedJitter, ManualClock, MemoryDeliveryStateStore, MemoryQueue, MemorySecretStore,
@@ -579,6 +579,41 @@ async fn a_kept_subscription_is_read_again_when_a_message_names_another_id() {
     assert_eq!(outcome.report.delivered, 1, "{:?}", outcome.report);
     let last = w.sender.requests().pop().unwrap();
     assert_eq!(last.endpoint, again.endpoint);
+}
+
+/// D1 with a warm cache: an invocation keeping an endpoint's record as healthy, whose
+/// delivery succeeds after another invocation stored failures for it, clears those failures in
+/// the store (a success is recorded on the record as it is, not as it was kept).
+#[tokio::test]
+async fn a_success_clears_failures_stored_meanwhile_despite_the_cache_d1() {
+    let mut w = World::new(ScriptedSender::status(200));
+    w.deliver.state = Arc::new(CachedDeliveryState::new(
+        w.state.clone(),
+        w.clock.clone(),
+        Duration::from_secs(10),
+    ));
+    w.subscribe(request("sub-1")).await;
+    let endpoint = w.stored("sub-1").await.endpoint;
+    w.publish(&["a"]).await;
+    assert_eq!(w.run().await.report.delivered, 1);
+
+    // Another invocation counts nine failures.
+    gridrelay_ports::update_endpoint_health(w.state.as_ref(), &endpoint, w.clock.now(), |h| {
+        EndpointHealth {
+            consecutive_failures: 9,
+            ..h
+        }
+    })
+    .await
+    .unwrap();
+    w.publish(&["b"]).await;
+    assert_eq!(w.run().await.report.delivered, 1);
+    let stored = w.state.endpoint_health(&endpoint).await.unwrap().value;
+    assert_eq!(
+        stored,
+        EndpointHealth::default(),
+        "the success cleared them"
+    );
 }
 
 /// Item 6 of the life-cycle issue: a subscription deleted and created again (another endpoint)

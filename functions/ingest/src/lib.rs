@@ -268,7 +268,6 @@ impl Ingest {
         }
     }
 
-    /// A key (`aeg-sas-key`) or a shared access signature (`aeg-sas-token`) made with a key.
     /// The topic, or the answer to a publish to a topic that does not exist or cannot be read.
     async fn read_topic(&self, name: &str) -> Result<Topic, PublishResponse> {
         match self.store.get_topic(name).await {
@@ -289,6 +288,7 @@ impl Ingest {
         }
     }
 
+    /// A key (`aeg-sas-key`) or a shared access signature (`aeg-sas-token`) made with a key.
     fn authorize(&self, topic: &Topic, request: &PublishRequest<'_>) -> Result<(), String> {
         match (request.sas_key, request.sas_token) {
             (Some(key), _) => key_matches(topic, Some(key)).then_some(()).ok_or_else(|| {
