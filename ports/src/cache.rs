@@ -17,11 +17,16 @@
 //!   every time, so a topic just created is found at once and a subscription validated by
 //!   another function receives at once; a list is kept as a whole (an empty one too, so a
 //!   topic's first subscription, created elsewhere, is seen within the cache's time);
-//! - callers that learn that what they read is out of date say so
-//!   ([`SubscriptionStore::forget`]): `ingest` reads a topic again before refusing a key (a
-//!   regenerated key works at once) and `deliver` reads a subscription again when its id is not
-//!   the one a message was fanned out for (deleted and created again: its identity), and reads
-//!   an endpoint's health again before a success clears it.
+//! - callers that learn that what they read is out of date say so, for what they read and no
+//!   more: `deliver` reads a subscription again when its id is not the one a message was fanned
+//!   out for (deleted and created again: its identity,
+//!   [`SubscriptionStore::forget_subscription`]) and an endpoint's health before a success
+//!   clears it; `ingest` reads a topic again before refusing a key (a regenerated key works at
+//!   once) and a subscription before a validation URL is checked against it. Those two come
+//!   from requests anyone can send, so they are rechecks ([`SubscriptionStore::recheck_topic`]):
+//!   a record is read again at most once per [`RECHECK_INTERVAL`], so the first request with
+//!   a new key reads the topic again and a flood of wrong keys costs one read a second per
+//!   topic, not one per request.
 //!
 //! Time is the injected [`Clock`], so tests move it by hand.
 
@@ -52,6 +57,10 @@ pub const DEFAULT_CONFIG_CACHE: Duration = Duration::from_secs(10);
 /// What [`CONFIG_CACHE_ENV`] accepts, in seconds; 0 keeps nothing.
 pub const CONFIG_CACHE_SECONDS: RangeInclusive<u64> = 0..=300;
 
+/// How often a request nobody vouches for may have a kept record read again
+/// ([`SubscriptionStore::recheck_topic`]).
+pub const RECHECK_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The cache time `seconds` gives, or an error naming the setting, the value and the range.
 pub fn config_cache_time(seconds: &str) -> Result<Duration, LimitError> {
     let refuse = || {
@@ -71,6 +80,10 @@ pub fn config_cache_time(seconds: &str) -> Result<Duration, LimitError> {
     }
     Ok(Duration::from_secs(value))
 }
+
+/// Entries a cache holds before it drops the expired ones (only what exists is kept, so the
+/// keys are the topics, subscriptions, secrets and endpoints a function has used).
+const KEPT_BEFORE_EVICTING: usize = 1024;
 
 /// Values read at a time, each kept until the cache's time has passed since.
 struct Kept<K, V> {
@@ -100,15 +113,72 @@ impl<K: Eq + Hash, V: Clone> Kept<K, V> {
     }
 
     /// Keeps `value` unless `stale` says, under the map's lock, that it may be out of date.
-    fn keep_unless(&self, key: K, value: V, read_at: DateTime<Utc>, stale: impl FnOnce() -> bool) {
+    /// Past [`KEPT_BEFORE_EVICTING`] entries, those older than `ttl` are dropped first.
+    fn keep_unless(
+        &self,
+        key: K,
+        value: V,
+        read_at: DateTime<Utc>,
+        ttl: Duration,
+        stale: impl FnOnce() -> bool,
+    ) {
         let mut entries = self.lock();
-        if !stale() {
-            entries.insert(key, (value, read_at));
+        if stale() {
+            return;
         }
+        if entries.len() >= KEPT_BEFORE_EVICTING {
+            entries.retain(|_, (_, at)| (read_at - *at).to_std().map_or(true, |age| age < ttl));
+        }
+        entries.insert(key, (value, read_at));
     }
 
     fn forget_where(&self, mut matches: impl FnMut(&K) -> bool) {
         self.lock().retain(|k, _| !matches(k));
+    }
+
+    fn forget(&self, key: &K) {
+        self.lock().remove(key);
+    }
+}
+
+/// When each record was last rechecked on behalf of a request nobody vouches for, so that
+/// such requests read a record at most once per [`RECHECK_INTERVAL`].
+struct Rechecks {
+    last: Mutex<HashMap<(String, String), DateTime<Utc>>>,
+}
+
+/// Records whose last recheck is remembered before those older than the interval are dropped
+/// (the names come from requests: anyone can make up new ones).
+const RECHECKS_REMEMBERED: usize = 1024;
+
+impl Rechecks {
+    fn new() -> Self {
+        Self {
+            last: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `key` may be read again now; if so, counts this as its recheck.
+    fn due(&self, key: (String, String), now: DateTime<Utc>) -> bool {
+        let recent =
+            |at: &DateTime<Utc>| (now - *at).to_std().is_ok_and(|age| age < RECHECK_INTERVAL);
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.get(&key).is_some_and(recent) {
+            return false;
+        }
+        if last.len() >= RECHECKS_REMEMBERED {
+            last.retain(|_, at| recent(at));
+            if last.len() >= RECHECKS_REMEMBERED {
+                // A flood of made-up names within one interval: no more rechecks until it
+                // passes (what is kept still expires with the cache's time).
+                return false;
+            }
+        }
+        last.insert(key, now);
+        true
     }
 }
 
@@ -165,7 +235,7 @@ impl Freshness {
         {
             // Checked under the map's lock, which a write's forgetting takes after counting,
             // so a write that began after the read is either seen here or forgets this.
-            kept.keep_unless(key, value.clone(), now, || {
+            kept.keep_unless(key, value.clone(), now, self.ttl, || {
                 self.writes.load(Ordering::SeqCst) != writes
             });
         }
@@ -181,6 +251,7 @@ pub struct CachedSubscriptionStore {
     topics: Kept<String, Topic>,
     lists: Kept<String, Vec<Subscription>>,
     subscriptions: Kept<(String, String), Subscription>,
+    rechecks: Rechecks,
 }
 
 impl CachedSubscriptionStore {
@@ -192,6 +263,7 @@ impl CachedSubscriptionStore {
             topics: Kept::new(),
             lists: Kept::new(),
             subscriptions: Kept::new(),
+            rechecks: Rechecks::new(),
         }
     }
 
@@ -293,6 +365,30 @@ impl SubscriptionStore for CachedSubscriptionStore {
         self.topics.forget_where(|t| t == topic);
         self.lists.forget_where(|t| t == topic);
         self.subscriptions.forget_where(|(t, _)| t == topic);
+    }
+
+    fn forget_subscription(&self, topic: &str, name: &str) {
+        self.freshness.wrote();
+        self.lists.forget_where(|t| t == topic);
+        self.subscriptions
+            .forget_where(|(t, n)| t == topic && n == name);
+    }
+
+    fn recheck_topic(&self, topic: &str) {
+        // A subscription's name is never empty, so this key is the topic's own.
+        if self.rechecks.due(
+            (topic.to_string(), String::new()),
+            self.freshness.clock.now(),
+        ) {
+            self.topics.forget(&topic.to_string());
+        }
+    }
+
+    fn recheck_subscription(&self, topic: &str, name: &str) {
+        let key = (topic.to_string(), name.to_string());
+        if self.rechecks.due(key.clone(), self.freshness.clock.now()) {
+            self.subscriptions.forget(&key);
+        }
     }
 }
 
@@ -461,6 +557,16 @@ mod tests {
             self.cached.get_subscription("orders", name).await.unwrap()
         }
 
+        /// Reads topic orders through the cache, then gives it a new key1 in the store behind
+        /// it; answers the topic as read and as it now is.
+        async fn regenerate_key_elsewhere(&self) -> (Topic, Topic) {
+            let before = self.cached.get_topic("orders").await.unwrap().unwrap();
+            let mut regenerated = before.clone();
+            regenerated.key1 = Topic::new_key();
+            self.store.replace_topic(&regenerated).await.unwrap();
+            (before, regenerated)
+        }
+
         /// The names of topic orders' subscriptions, as the cache answers.
         async fn listed(&self) -> Vec<String> {
             let list = self.cached.list_subscriptions("orders").await.unwrap();
@@ -605,16 +711,13 @@ mod tests {
         });
     }
 
-    /// `forget` sends the next read of the topic to the store (what ingest does before
-    /// refusing a key, and deliver when a subscription's id is not its message's).
+    /// `forget` sends the next read of the topic to the store (what a write elsewhere in
+    /// the same process asks for).
     #[test]
     fn a_forgotten_topic_is_read_again() {
         let f = fixture(TTL);
         block_on(async {
-            let before = f.cached.get_topic("orders").await.unwrap().unwrap();
-            let mut regenerated = before.clone();
-            regenerated.key1 = Topic::new_key();
-            f.store.replace_topic(&regenerated).await.unwrap();
+            let (before, regenerated) = f.regenerate_key_elsewhere().await;
             assert_eq!(
                 f.cached.get_topic("orders").await.unwrap().unwrap().key1,
                 before.key1
@@ -623,6 +726,113 @@ mod tests {
             let after = f.cached.get_topic("orders").await.unwrap().unwrap();
             assert_eq!(after.key1, regenerated.key1);
         });
+    }
+
+    /// Deliver's identity check (a message fanned out for another id) forgets the one
+    /// subscription and its topic's list: the topic and its other subscriptions stay kept.
+    #[test]
+    fn a_forgotten_subscription_is_read_again_and_the_rest_of_its_topic_stays_kept() {
+        let f = fixture(TTL);
+        block_on(async {
+            for name in ["audit", "billing"] {
+                f.store
+                    .create_subscription(&subscription(name))
+                    .await
+                    .unwrap();
+            }
+            f.cached.get_topic("orders").await.unwrap();
+            f.listed().await;
+            f.kept("audit").await;
+            f.kept("billing").await;
+            let reads = f.store.reads();
+            f.cached.forget_subscription("orders", "audit");
+            f.cached.get_topic("orders").await.unwrap();
+            f.kept("billing").await;
+            assert_eq!(f.store.reads(), reads, "the topic and billing stay kept");
+            f.kept("audit").await;
+            assert_eq!(f.store.reads(), reads + 1, "audit is read again");
+            f.listed().await;
+            assert_eq!(f.store.reads(), reads + 2, "and the list that holds it");
+        });
+    }
+
+    /// Rechecks come from requests anyone can send (a wrong key, a validation URL): the first
+    /// reads the record again, so a regenerated key works at once; a flood of them reads it
+    /// once per interval, not once per request.
+    #[test]
+    fn rechecks_read_a_record_again_at_most_once_per_interval() {
+        let f = fixture(TTL);
+        block_on(async {
+            let (_, regenerated) = f.regenerate_key_elsewhere().await;
+            let reads = f.store.reads();
+            f.cached.recheck_topic("orders");
+            let after = f.cached.get_topic("orders").await.unwrap().unwrap();
+            assert_eq!(
+                after.key1, regenerated.key1,
+                "the first recheck reads again"
+            );
+            for _ in 0..100 {
+                f.cached.recheck_topic("orders");
+                f.cached.get_topic("orders").await.unwrap();
+            }
+            assert_eq!(
+                f.store.reads(),
+                reads + 1,
+                "a flood reads once per interval"
+            );
+            f.clock.advance(RECHECK_INTERVAL);
+            f.cached.recheck_topic("orders");
+            f.cached.get_topic("orders").await.unwrap();
+            assert_eq!(f.store.reads(), reads + 2, "and again after it");
+
+            f.store
+                .create_subscription(&subscription("audit"))
+                .await
+                .unwrap();
+            f.kept("audit").await;
+            let reads = f.store.reads();
+            for _ in 0..100 {
+                f.cached.recheck_subscription("orders", "audit");
+                f.kept("audit").await;
+            }
+            assert_eq!(f.store.reads(), reads + 1, "subscriptions alike");
+        });
+    }
+
+    /// Expired entries are dropped once a cache holds many: a function that has served
+    /// thousands of topics does not keep them all for its life.
+    #[test]
+    fn expired_entries_are_dropped_once_many_are_kept() {
+        let f = fixture(TTL);
+        block_on(async {
+            for i in 0..KEPT_BEFORE_EVICTING {
+                let name = format!("topic-{i}");
+                f.store
+                    .create_topic(&Topic::with_new_keys(&name, at_start()))
+                    .await
+                    .unwrap();
+                f.cached.get_topic(&name).await.unwrap();
+            }
+            assert_eq!(f.cached.topics.lock().len(), KEPT_BEFORE_EVICTING);
+            f.clock.advance(TTL);
+            f.cached.get_topic("orders").await.unwrap();
+            assert_eq!(f.cached.topics.lock().len(), 1, "only the one just read");
+        });
+    }
+
+    /// Made-up names cannot grow what rechecks remember without bound: past its size within
+    /// one interval, rechecks stop until the interval has passed.
+    #[test]
+    fn rechecks_of_made_up_names_are_bounded() {
+        let rechecks = Rechecks::new();
+        let now = at_start();
+        let due = (0..RECHECKS_REMEMBERED * 3)
+            .filter(|i| rechecks.due(("orders".into(), format!("made-up-{i}")), now))
+            .count();
+        assert_eq!(due, RECHECKS_REMEMBERED);
+        let later = now + chrono::Duration::from_std(RECHECK_INTERVAL).unwrap();
+        assert!(rechecks.due(("orders".into(), "audit".into()), later));
+        assert!(rechecks.last.lock().unwrap().len() <= 1);
     }
 
     /// A cache time of zero keeps nothing, and a clock that went back does not make a kept

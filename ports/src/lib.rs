@@ -77,6 +77,17 @@ pub trait SubscriptionStore: Send + Sync {
     /// so the next read of it goes to the store. Only a cache in front of the store
     /// ([`cache::CachedSubscriptionStore`]) has anything to forget.
     fn forget(&self, _topic: &str) {}
+    /// Says that what was read of one subscription may be out of date (it and its topic's
+    /// list are read from the store next time); the rest of the topic is kept.
+    fn forget_subscription(&self, _topic: &str, _name: &str) {}
+    /// As [`SubscriptionStore::forget`] for `topic`'s record alone, when a request nobody
+    /// vouches for says it may be out of date (a key that does not match it): at most once per
+    /// [`cache::RECHECK_INTERVAL`], so such requests cost at most one read of the store per
+    /// interval, however many arrive.
+    fn recheck_topic(&self, _topic: &str) {}
+    /// As [`SubscriptionStore::recheck_topic`], for one subscription's record (a validation
+    /// URL followed).
+    fn recheck_subscription(&self, _topic: &str, _name: &str) {}
 }
 
 /// What `deliver` remembers between invocations (DynamoDB on AWS): each endpoint's health

@@ -30,7 +30,8 @@ impl Deliver {
     ) -> Result<Option<OutgoingMessage>, StoreError> {
         // A step acts on the subscription's state as it is now, not as a warm function kept
         // it (`gridrelay_ports::cache`); steps are rare.
-        self.store.forget(&task.topic);
+        self.store
+            .forget_subscription(&task.topic, &task.subscription);
         let Some(sub) = self
             .store
             .get_subscription(&task.topic, &task.subscription)

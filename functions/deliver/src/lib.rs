@@ -489,10 +489,13 @@ impl Deliver {
             // A warm function may keep a subscription that was deleted and created again since
             // (`gridrelay_ports::cache`): a message fanned out for another id than the one read
             // has it read again, so events for the new one are never taken for the old one's.
+            // Only that subscription is read again; messages without an id (written before
+            // ids existed) are matched by time (`is_replaced`) and ask for nothing.
             if let Ok(Some(sub)) = &read
-                && ids.iter().any(|id| *id != sub.id)
+                && !sub.id.is_empty()
+                && ids.iter().any(|id| !id.is_empty() && *id != sub.id)
             {
-                self.store.forget(&key.0);
+                self.store.forget_subscription(&key.0, &key.1);
                 read = self.store.get_subscription(&key.0, &key.1).await;
             }
             let result = match read {

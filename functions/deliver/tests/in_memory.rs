@@ -99,6 +99,15 @@ impl World {
         }
     }
 
+    /// Puts a warm function's cache in front of the subscription store.
+    fn keep_subscriptions_for(&mut self, ttl: Duration) {
+        self.deliver.store = Arc::new(CachedSubscriptionStore::new(
+            self.store.clone(),
+            self.clock.clone(),
+            ttl,
+        ));
+    }
+
     /// Creates the topic and a subscription through registration, and runs its handshake.
     async fn subscribe(&self, request: SubscriptionRequest) {
         register(
@@ -547,11 +556,7 @@ async fn old_retries_never_reach_a_subscription_created_again_under_the_name() {
 #[tokio::test]
 async fn a_kept_subscription_is_read_again_when_a_message_names_another_id() {
     let mut w = World::new(ScriptedSender::status(200));
-    w.deliver.store = Arc::new(CachedSubscriptionStore::new(
-        w.store.clone(),
-        w.clock.clone(),
-        Duration::from_secs(10),
-    ));
+    w.keep_subscriptions_for(Duration::from_secs(10));
     w.subscribe(request("sub-1")).await;
     w.publish(&["a"]).await;
     assert_eq!(w.run().await.report.delivered, 1);
@@ -579,6 +584,33 @@ async fn a_kept_subscription_is_read_again_when_a_message_names_another_id() {
     assert_eq!(outcome.report.delivered, 1, "{:?}", outcome.report);
     let last = w.sender.requests().pop().unwrap();
     assert_eq!(last.endpoint, again.endpoint);
+}
+
+/// Issue #9, warm caches: a subscription created again is read again alone; the topic's
+/// other subscriptions stay kept (a retry of the old one's events, up to a day later, costs
+/// one read, not the whole topic's).
+#[tokio::test]
+async fn a_subscription_created_again_is_read_again_alone() {
+    let mut w = World::new(ScriptedSender::status(200));
+    w.keep_subscriptions_for(Duration::from_secs(10));
+    w.subscribe(request("sub-1")).await;
+    w.subscribe(request("sub-2")).await;
+    w.publish(&["a"]).await;
+    assert_eq!(w.run().await.report.delivered, 2);
+    w.store.delete_subscription(TOPIC, "sub-1").await.unwrap();
+    w.store.insert_validated(
+        SubscriptionRequest {
+            topic: TOPIC.into(),
+            ..request("sub-1")
+        },
+        InputSchema::EventGridSchema,
+        w.clock.now(),
+    );
+    w.publish(&["b"]).await;
+    let reads = w.store.reads();
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.delivered, 2, "{:?}", outcome.report);
+    assert_eq!(w.store.reads() - reads, 1, "sub-1 alone is read again");
 }
 
 /// D1 with a warm cache: an invocation keeping an endpoint's record as healthy, whose

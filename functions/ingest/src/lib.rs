@@ -160,8 +160,8 @@ impl Ingest {
         if credentials && self.authorize(&topic, &request).is_err() {
             // The topic may have been read before its keys were regenerated (a warm function
             // keeps what it read, `gridrelay_ports::cache`): read it again before refusing, so
-            // a new key works at once.
-            self.store.forget(request.topic);
+            // a new key works at once; a recheck, as anyone can send a wrong key.
+            self.store.recheck_topic(request.topic);
             topic = match self.read_topic(request.topic).await {
                 Ok(topic) => topic,
                 Err(refused) => return refused,
@@ -206,8 +206,10 @@ impl Ingest {
         code: &str,
     ) -> PublishResponse {
         // Checked against the subscription as it is now, not as a warm function kept it
-        // (`gridrelay_ports::cache`): its code and window were written by the handshake.
-        self.store.forget(topic);
+        // (`gridrelay_ports::cache`): its code and window were written by the handshake. (A
+        // subscription waiting for its handshake is never kept; this is for one kept as
+        // validated and created again since. A recheck, as anyone can follow the URL.)
+        self.store.recheck_subscription(topic, name);
         let sub = match self.store.get_subscription(topic, name).await {
             Ok(Some(s)) => s,
             Ok(None) => return no_such_subscription(topic, name),

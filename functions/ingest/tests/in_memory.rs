@@ -191,3 +191,50 @@ async fn a_regenerated_key_works_at_once_despite_the_cache() {
         "the old key, once read again"
     );
 }
+
+/// Issue #9: anyone who knows a topic's name can send wrong keys; each is refused, and a
+/// flood of them reads the topic's record once per recheck interval, not once per request,
+/// and never the subscription list a good publish uses.
+#[tokio::test]
+async fn a_flood_of_wrong_keys_reads_the_topic_once_per_interval() {
+    let topic = Topic::with_new_keys("orders", Utc::now());
+    let w = warm(&topic).await;
+    let good = w
+        .ingest
+        .publish(PublishRequest::json_with_key(&topic, ONE_EVENT.as_bytes()))
+        .await;
+    assert_eq!(good.status, 200);
+    let reads_before = w.store.reads();
+    let wrong_key = || async {
+        let request = PublishRequest {
+            sas_key: Some("not-a-key"),
+            ..PublishRequest::json_with_key(&topic, ONE_EVENT.as_bytes())
+        };
+        w.ingest.publish(request).await.status
+    };
+    for _ in 0..200 {
+        assert_eq!(wrong_key().await, 401);
+    }
+    assert_eq!(
+        w.store.reads() - reads_before,
+        1,
+        "one recheck of the topic"
+    );
+    let good = w
+        .ingest
+        .publish(PublishRequest::json_with_key(&topic, ONE_EVENT.as_bytes()))
+        .await;
+    assert_eq!(good.status, 200);
+    assert_eq!(
+        w.store.reads() - reads_before,
+        1,
+        "the list a good publish reads is still kept"
+    );
+    w.clock.advance(gridrelay_ports::cache::RECHECK_INTERVAL);
+    assert_eq!(wrong_key().await, 401);
+    assert_eq!(
+        w.store.reads() - reads_before,
+        2,
+        "again after the interval"
+    );
+}
