@@ -26,6 +26,10 @@ pub struct Calls {
     pub calls: u64,
     /// SQS: 64 KB chunks billed; other services: equal to `calls`.
     pub billed_units: u64,
+    /// Time from the request's arrival at the proxy to the whole answer, summed over calls.
+    pub micros: u64,
+    /// The longest of those.
+    pub max_micros: u64,
 }
 
 /// Calls by `service:Operation` (S3: `s3:GET`, `s3:PUT`, `s3:LIST`, …).
@@ -146,6 +150,7 @@ async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -> Response 
 }
 
 async fn relay(proxy: &Proxy, request: Request) -> anyhow::Result<Response> {
+    let started = std::time::Instant::now();
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, 64 * 1024 * 1024)
         .await
@@ -182,6 +187,9 @@ async fn relay(proxy: &Proxy, request: Request) -> anyhow::Result<Response> {
         let entry = counts.entry(op).or_default();
         entry.calls += 1;
         entry.billed_units += billed;
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        entry.micros = entry.micros.saturating_add(micros);
+        entry.max_micros = entry.max_micros.max(micros);
     }
 
     let mut response = Response::builder().status(status);

@@ -44,6 +44,50 @@ pub struct E2eRun {
     /// AWS API calls from the first publish to the last delivery.
     pub calls: CallCounts,
     pub usage: Usage,
+    /// When the last publish was answered, from the first publish.
+    pub published: Duration,
+    /// The sink every [`SAMPLE_EVERY`]: requests in flight and events delivered so far.
+    pub timeline: Vec<Sample>,
+}
+
+/// How often the timeline samples the sink.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+/// One look at the sink.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub at: Duration,
+    pub in_flight: usize,
+    pub delivered: usize,
+}
+
+impl E2eRun {
+    /// Requests in flight at the sink, averaged over the samples from the first delivery to
+    /// the last.
+    pub fn mean_in_flight(&self) -> f64 {
+        let busy: Vec<&Sample> = self.timeline.iter().filter(|s| s.delivered > 0).collect();
+        if busy.is_empty() {
+            return 0.0;
+        }
+        busy.iter().map(|s| s.in_flight as f64).sum::<f64>() / busy.len() as f64
+    }
+
+    /// Events delivered per second while publishing went on, and after it ended (none: it
+    /// ended within a sample of the last publish).
+    pub fn rates_by_phase(&self) -> (f64, Option<f64>) {
+        let at_publish = self
+            .timeline
+            .iter()
+            .take_while(|s| s.at <= self.published)
+            .last()
+            .map_or((Duration::ZERO, 0), |s| (s.at, s.delivered));
+        let during = at_publish.1 as f64 / at_publish.0.as_secs_f64().max(1e-3);
+        let total = self.timeline.last().map_or(0, |s| s.delivered);
+        let after = self.elapsed.saturating_sub(at_publish.0);
+        let after =
+            (after > SAMPLE_EVERY * 2).then(|| (total - at_publish.1) as f64 / after.as_secs_f64());
+        (during, after)
+    }
 }
 
 struct Runner {
@@ -266,6 +310,25 @@ pub async fn run(
     let client = reqwest::Client::new();
     let cpu = Cpu::of_process(runner.child.id())?;
     let start = Instant::now();
+    let sampler = {
+        let counts = Arc::clone(&counts);
+        tokio::spawn(async move {
+            let mut timeline = Vec::new();
+            let mut tick = tokio::time::interval(SAMPLE_EVERY);
+            loop {
+                tick.tick().await;
+                let delivered = counts.events.load(Ordering::Relaxed);
+                timeline.push(Sample {
+                    at: start.elapsed(),
+                    in_flight: counts.in_flight.load(Ordering::Relaxed),
+                    delivered,
+                });
+                if delivered >= case.events {
+                    return timeline;
+                }
+            }
+        })
+    };
     // Four publishers, as a busy application would have.
     let queue = Arc::new(std::sync::Mutex::new(bodies.into_iter()));
     let publishers = (0..4).map(|_| {
@@ -290,6 +353,7 @@ pub async fn run(
     for p in futures_join(publishers.collect()).await {
         p??;
     }
+    let published = start.elapsed();
     let deadline = Instant::now() + Duration::from_secs(900);
     while counts.events.load(Ordering::Relaxed) < case.events {
         if Instant::now() > deadline {
@@ -303,6 +367,7 @@ pub async fn run(
     }
     let elapsed = start.elapsed();
     let cpu = cpu.used()?;
+    let timeline = sampler.await?;
     let calls = aws.take();
     let report = runner.stop()?;
     Ok(E2eRun {
@@ -311,6 +376,8 @@ pub async fn run(
         requests: counts.requests.load(Ordering::Relaxed),
         usage: usage(case.events, publish_units, &calls, &report),
         calls,
+        published,
+        timeline,
     })
 }
 

@@ -53,6 +53,12 @@ enum Bench {
         /// The `gridrelay` binary (default: beside this one).
         #[arg(long)]
         gridrelay: Option<PathBuf>,
+        /// Also print each case's sink, every 100 ms: requests in flight, events delivered.
+        #[arg(long)]
+        timeline: bool,
+        /// Only the first part (rates), not the cost table.
+        #[arg(long)]
+        no_cost: bool,
     },
     /// A counting subscriber; prints its hook URL, then serves until killed.
     Sink {
@@ -73,12 +79,15 @@ async fn main() -> anyhow::Result<()> {
             cost_events,
             event_bytes,
             gridrelay,
+            timeline,
+            no_cost,
         } => {
             let binary = match gridrelay {
                 Some(b) => b,
                 None => std::env::current_exe()?.with_file_name("gridrelay"),
             };
-            e2e_bench(binary, events, cost_events, event_bytes).await
+            let shown = E2eShown { timeline, no_cost };
+            e2e_bench(binary, events, cost_events, event_bytes, shown).await
         }
         Bench::Sink { delay_ms } => {
             let (url, _) =
@@ -122,11 +131,18 @@ async fn engine_bench(events: usize, event_bytes: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `e2e` prints beyond the rates.
+struct E2eShown {
+    timeline: bool,
+    no_cost: bool,
+}
+
 async fn e2e_bench(
     binary: PathBuf,
     events: usize,
     cost_events: usize,
     event_bytes: usize,
+    shown: E2eShown,
 ) -> anyhow::Result<()> {
     let aws_endpoint = std::env::var("AWS_ENDPOINT_URL")
         .context("set AWS_ENDPOINT_URL (infra/local/moto.sh env)")?;
@@ -183,6 +199,36 @@ async fn e2e_bench(
             run.requests,
             calls_per_event(&run),
         );
+        let (during, after) = run.rates_by_phase();
+        let after = after.map_or("-".to_string(), |r| format!("{r:.0}"));
+        println!(
+            "  {:<15} published in {:.1} s ({during:.0} events/s delivered meanwhile), the rest delivered in {:.1} s more ({after} events/s); {:.0} requests in flight at the sink on average",
+            "",
+            run.published.as_secs_f64(),
+            (run.elapsed.saturating_sub(run.published)).as_secs_f64(),
+            run.mean_in_flight(),
+        );
+        if shown.timeline {
+            for (op, c) in &run.calls {
+                println!(
+                    "    {op}: {} calls, {:.1} ms on average, {:.1} ms at most",
+                    c.calls,
+                    c.micros as f64 / 1000.0 / c.calls.max(1) as f64,
+                    c.max_micros as f64 / 1000.0
+                );
+            }
+            for s in &run.timeline {
+                println!(
+                    "    {:>6.1} s {:>5} in flight {:>8} delivered",
+                    s.at.as_secs_f64(),
+                    s.in_flight,
+                    s.delivered
+                );
+            }
+        }
+    }
+    if shown.no_cost {
+        return Ok(());
     }
 
     println!(

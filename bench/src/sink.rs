@@ -18,6 +18,8 @@ use serde_json::Value;
 pub struct Counts {
     pub requests: AtomicUsize,
     pub events: AtomicUsize,
+    /// Deliveries received and not yet answered.
+    pub in_flight: AtomicUsize,
 }
 
 struct Sink {
@@ -61,9 +63,11 @@ async fn receive(
             serde_json::json!({ "validationResponse": code }).to_string(),
         );
     }
+    sink.counts.in_flight.fetch_add(1, Ordering::Relaxed);
     if !sink.delay.is_zero() {
         tokio::time::sleep(sink.delay).await;
     }
+    sink.counts.in_flight.fetch_sub(1, Ordering::Relaxed);
     // An array of events (Event Grid schema), or one event.
     let events = match serde_json::from_slice::<Vec<serde::de::IgnoredAny>>(&body) {
         Ok(list) => list.len(),
