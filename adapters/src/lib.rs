@@ -9,3 +9,4 @@
 pub mod aws;
 pub mod config;
 pub mod http_sender;
+pub mod metrics;

@@ -921,6 +921,7 @@ fn stop_report(stats: &gridrelay_local::RunnerStats) -> serde_json::Value {
             "invocations": stats.deliver_invocations,
             "billedMs": stats.billed.deliver_ms,
             "attempts": d.attempts,
+            "failedAttempts": d.failed_attempts,
             "delivered": d.delivered,
             "retried": d.retried,
             "deadLettered": d.dead_lettered,

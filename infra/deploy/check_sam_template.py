@@ -94,6 +94,28 @@ def concurrency_problems(resources, defaults):
     return problems
 
 
+def metric_problems(resources):
+    """The functions' metrics are embedded metric format with dimension Stack (issue #9): the
+    alarms must name that dimension (a metric without it has no data) and the functions must be
+    told the stack's name."""
+    problems = []
+    for alarm, metric in [
+        ("DroppedEventsAlarm", "EventsDropped"),
+        ("DeadLetteredEventsAlarm", "EventsDeadLettered"),
+        ("DeadLetterDroppedEventsAlarm", "DeadLetterEventsDropped"),
+    ]:
+        props = resources.get(alarm, {}).get("Properties", {})
+        if props.get("MetricName") != metric or [d.get("Name") for d in props.get("Dimensions", [])] != ["Stack"]:
+            problems.append(f"{alarm}: expected {metric} with dimension Stack, got {props}")
+    for function in ["DeliverFunction", "DeadLetterFunction"]:
+        env = resources[function]["Properties"].get("Environment", {}).get("Variables", {})
+        if "GRIDRELAY_STACK_NAME" not in env:
+            problems.append(f"{function}: GRIDRELAY_STACK_NAME is not set (its metrics' Stack dimension)")
+    if any(r["Type"] == "AWS::Logs::MetricFilter" for r in resources.values()):
+        problems.append("a log metric filter: the functions' metrics are embedded metric format")
+    return problems
+
+
 def main():
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "template.yaml"
@@ -126,6 +148,7 @@ def main():
     if len(mappings) != 2 or any(m.get("FunctionResponseTypes") != ["ReportBatchItemFailures"] for m in mappings):
         problems.append(f"expected two SQS mappings with ReportBatchItemFailures, got {mappings}")
     problems += concurrency_problems(resources, defaults)
+    problems += metric_problems(resources)
     if problems:
         print("SAM template check failed:\n" + "\n".join(problems), file=sys.stderr)
         sys.exit(1)

@@ -132,6 +132,7 @@ impl Function {
                 &resources.dead_letter_queue_url,
             )
             .env("GRIDRELAY_TIME_SCALE", "0.01")
+            .env("GRIDRELAY_STACK_NAME", "boot-stack")
             .env(
                 "GRIDRELAY_DELIVERY_STATE_TABLE",
                 &names.delivery_state_table,
@@ -371,7 +372,55 @@ async fn deliver_bootstrap_reports_batch_item_failures() {
         json!({"batchItemFailures": [{"itemIdentifier": "poison"}]})
     );
     assert_eq!(subscriber.received()[0].ids(), vec!["d-1"]);
-    f.stop().await;
+
+    // Issue #9: after the invocation, its metrics in CloudWatch embedded metric format, one
+    // document for the subscription and one for the stack, each with its dimensions.
+    let logged = f.stop().await;
+    let documents: Vec<Value> = logged
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Gridrelay")
+        .collect();
+    let dimensions = |d: &Value| -> Vec<String> {
+        let mut names: Vec<String> = d["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    };
+    let metric_names = |d: &Value| -> Vec<String> {
+        d["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["Name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let of_subscription = documents
+        .iter()
+        .find(|d| d["Subscription"] == "sub-1")
+        .unwrap_or_else(|| panic!("no metrics for sub-1 in {logged}"));
+    assert_eq!(
+        dimensions(of_subscription),
+        ["Stack", "Subscription", "Topic"]
+    );
+    assert_eq!(of_subscription["Stack"], "boot-stack");
+    assert_eq!(of_subscription["Topic"], "boot");
+    assert_eq!(of_subscription["EventsDelivered"], 1);
+    assert!(metric_names(of_subscription).contains(&"DeliveryLatency".to_string()));
+    let latency = of_subscription["DeliveryLatency"][0]
+        .as_f64()
+        .or_else(|| of_subscription["DeliveryLatency"].as_f64())
+        .expect("a latency value");
+    assert!((0.0..60_000.0).contains(&latency), "latency {latency} ms");
+    let of_stack = documents
+        .iter()
+        .find(|d| dimensions(d) == ["Stack"])
+        .unwrap_or_else(|| panic!("no metrics for the stack in {logged}"));
+    assert_eq!(of_stack["EventsDelivered"], 1);
 }
 
 /// The dead-letter bootstrap writes the records of an SQS event to S3.

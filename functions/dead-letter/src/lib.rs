@@ -30,6 +30,10 @@ use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::time_scale::TimeScale;
 use tracing::{error, info, warn};
 
+/// L5: events dropped after their dead-letter location was unavailable for four hours, as a
+/// CloudWatch metric (namespace `Gridrelay`; per topic and subscription, and for the stack).
+pub const DROPPED_METRIC: &str = "DeadLetterEventsDropped";
+
 /// L7: where dead-letter writes are announced: the subscriptions of a system topic.
 pub struct DeadLetterNotices {
     pub store: Arc<dyn SubscriptionStore>,
@@ -243,9 +247,15 @@ impl DeadLetterWriter {
                         %subscription,
                         %bucket,
                         dropped = events,
-                        metric = "DeadLetterEventsDropped",
                         "events dropped: dead-letter location unavailable for four hours"
                     );
+                    // A metric for the subscription and one for the stack (the alarm's).
+                    let labels = [
+                        ("Topic", topic.clone()),
+                        ("Subscription", subscription.clone()),
+                    ];
+                    metrics::counter!(DROPPED_METRIC, &labels).increment(events as u64);
+                    metrics::counter!(DROPPED_METRIC).increment(events as u64);
                     report.records_dropped += events;
                 }
                 AfterWriteFailure::TryAgain { message, delay } => match message.to_body() {
@@ -386,9 +396,14 @@ mod tests {
     }
 
     /// L5: while the bucket fails, messages go back on the queue a minute later, stamped with
-    /// their first failure; four hours after it, their events are dropped and counted.
+    /// their first failure; four hours after it, their events are dropped and counted (in the
+    /// report, and as a metric for the subscription and for the stack: issue #9).
     #[tokio::test]
     async fn l5_defers_while_the_bucket_fails_then_drops_after_four_hours() {
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        // The test's runtime runs on this thread.
+        let _recording = metrics::set_default_local_recorder(&recorder);
         let f = fixture();
         f.objects.outage.set(true);
         let now = f.clock.now();
@@ -407,5 +422,27 @@ mod tests {
         assert_eq!(outcome.report.records_deferred, 0);
         assert_eq!(f.queue.sent().len(), 1, "nothing more is sent back");
         assert!(f.objects.objects().is_empty());
+        let counted: Vec<(Vec<String>, String)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == DROPPED_METRIC)
+            .map(|(key, _, _, value)| {
+                let labels = key.key().labels().map(|l| l.value().to_string()).collect();
+                (labels, format!("{value:?}"))
+            })
+            .collect();
+        let deferred_topic = deferred.topic.clone();
+        let mut expected = vec![
+            (vec![], "Counter(1)".to_string()),
+            (
+                vec![deferred_topic, deferred.subscription.clone()],
+                "Counter(1)".to_string(),
+            ),
+        ];
+        let mut counted = counted;
+        counted.sort();
+        expected.sort();
+        assert_eq!(counted, expected);
     }
 }

@@ -1,5 +1,6 @@
-//! Lambda entry point of `dead-letter`: wires S3 and SQS and answers each SQS batch with its
-//! batch-item failures.
+//! Lambda entry point of `dead-letter`: wires S3 and SQS, answers each SQS batch with its
+//! batch-item failures, and writes what it dropped as CloudWatch embedded metric format
+//! (`gridrelay_adapters::metrics`).
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterWriter};
 use gridrelay_ports::SystemClock;
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::time_scale::TimeScale;
-use lambda_runtime::{Error, LambdaEvent, service_fn};
+use lambda_runtime::{Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -47,11 +48,12 @@ async fn main() -> Result<(), Error> {
                 .unwrap_or_else(|_| DEAD_LETTER_EVENTS_TOPIC.to_string()),
         }),
     });
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
+    let recorder = gridrelay_adapters::metrics::recorder_from_env()?;
+    gridrelay_adapters::metrics::run(recorder, move |event: LambdaEvent<SqsEvent>| {
         let writer = Arc::clone(&writer);
         async move {
             Ok::<SqsBatchResponse, Error>(writer.handle(event.payload).await.into_batch_response())
         }
-    }))
+    })
     .await
 }

@@ -129,14 +129,16 @@ impl Deliver {
             let sub = &group.subscription;
             let until_at = match h.reason {
                 HoldReason::EndpointDelayed => {
-                    plan.report.delayed += h.events.len();
+                    let n = h.events.len();
+                    plan.count(&sub.topic, &sub.name, |r| r.delayed += n);
                     gates
                         .get(&sub.endpoint)
                         .and_then(EndpointGate::held_until)
                         .unwrap_or(now)
                 }
                 HoldReason::Deadline => {
-                    plan.report.handed_on += h.events.len();
+                    let n = h.events.len();
+                    plan.count(&sub.topic, &sub.name, |r| r.handed_on += n);
                     now
                 }
             };

@@ -42,8 +42,11 @@ impl Deliver {
                     events = m.events.len(),
                     "retry cancelled: the timed-out attempt was answered with success (R4)"
                 );
-                plan.report.delivered += m.events.len();
-                plan.report.late_successes += m.events.len();
+                let n = m.events.len();
+                plan.count(&m.topic, &m.subscription, |r| {
+                    r.delivered += n;
+                    r.late_successes += n;
+                });
             } else {
                 keep.push((i, m));
             }

@@ -54,11 +54,13 @@ pub use crate::endpoint_limits::{
     ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, EndpointLimits,
     MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
 };
+use crate::metrics::{MetricsBySubscription, SubscriptionMetrics};
 
 mod endpoint_health;
 pub mod endpoint_limits;
 mod handshake;
 mod late_answers;
+pub mod metrics;
 
 /// Tunables of the deliver worker.
 #[derive(Debug, Clone)]
@@ -161,6 +163,8 @@ struct Target {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeliveryReport {
     pub attempts: usize,
+    /// Attempts that did not deliver (retried or given up).
+    pub failed_attempts: usize,
     pub delivered: usize,
     pub retried: usize,
     pub dead_lettered: usize,
@@ -182,6 +186,7 @@ pub struct DeliveryReport {
 impl DeliveryReport {
     pub fn add(&mut self, other: &DeliveryReport) {
         self.attempts += other.attempts;
+        self.failed_attempts += other.failed_attempts;
         self.delivered += other.delivered;
         self.retried += other.retried;
         self.dead_lettered += other.dead_lettered;
@@ -200,6 +205,8 @@ pub struct DeliverOutcome {
     /// SQS message IDs to report as batch-item failures.
     pub failed_message_ids: Vec<String>,
     pub report: DeliveryReport,
+    /// The report's counts by topic and subscription, and delivery latencies.
+    pub by_subscription: MetricsBySubscription,
 }
 
 impl DeliverOutcome {
@@ -235,6 +242,8 @@ struct Attempted {
     group: usize,
     events: Vec<Pending>,
     time: DateTime<Utc>,
+    /// When the answer (or its absence) was known: a delivered event's latency ends here.
+    answered: DateTime<Utc>,
     result: AttemptResult,
     /// R4: a timed-out request still open for its late answer.
     late: Option<LateAnswer>,
@@ -255,11 +264,24 @@ struct Plan {
     to_delivery: Vec<Outgoing>,
     to_dead_letter: Vec<Outgoing>,
     report: DeliveryReport,
+    by_subscription: MetricsBySubscription,
     /// R4: timed-out attempts whose retries were enqueued, and their late answers.
     late: Vec<(String, LateAnswer)>,
 }
 
 impl Plan {
+    /// Counts for the invocation's report and the subscription's share of it.
+    fn count(&mut self, topic: &str, subscription: &str, add: impl Fn(&mut DeliveryReport)) {
+        add(&mut self.report);
+        add(&mut self.of(topic, subscription).counts);
+    }
+
+    fn of(&mut self, topic: &str, subscription: &str) -> &mut SubscriptionMetrics {
+        self.by_subscription
+            .entry((topic.to_string(), subscription.to_string()))
+            .or_default()
+    }
+
     fn enqueue_delivery(
         &mut self,
         messages: Vec<DeliveryMessage>,
@@ -302,18 +324,18 @@ impl Plan {
                         reason = %e.reason,
                         delivery_attempts = e.delivery_attempts,
                         dropped = 1,
-                        metric = "EventsDropped",
                         "event dropped: no dead-letter destination"
                     );
                 }
-                self.report.dropped += entries.len();
+                let n = entries.len();
+                self.count(&sub.topic, &sub.name, |r| r.dropped += n);
             }
             GiveUp::DeadLetter {
                 messages,
                 delay,
                 events,
             } => {
-                self.report.dead_lettered += events;
+                self.count(&sub.topic, &sub.name, |r| r.dead_lettered += events);
                 let encoded = messages.iter().map(DeadLetterMessage::to_body);
                 push_encoded(
                     &mut self.to_dead_letter,
@@ -412,6 +434,7 @@ impl Deliver {
         if plan.report != DeliveryReport::default() {
             info!(
                 attempts = plan.report.attempts,
+                failed_attempts = plan.report.failed_attempts,
                 delivered = plan.report.delivered,
                 retried = plan.report.retried,
                 dead_lettered = plan.report.dead_lettered,
@@ -427,6 +450,7 @@ impl Deliver {
         DeliverOutcome {
             failed_message_ids: plan.failed.iter().map(|&i| ids[i].clone()).collect(),
             report: plan.report,
+            by_subscription: plan.by_subscription,
         }
     }
 
@@ -558,15 +582,14 @@ impl Deliver {
                         topic = %key.0,
                         subscription = %key.1,
                         dropped = events,
-                        metric = "EventsDropped",
                         reason = reason.as_str(),
                         detail = ?reason,
                         "events dropped: not for a subscription that receives events"
                     );
-                    plan.report.dropped += events;
+                    plan.count(&key.0, &key.1, |r| r.dropped += events);
                 }
                 Arrival::NotYetDue { message, delay } => {
-                    plan.report.deferred += 1;
+                    plan.count(&key.0, &key.1, |r| r.deferred += 1);
                     plan.enqueue_delivery(vec![message], &records, delay);
                 }
                 Arrival::Due {
@@ -700,6 +723,7 @@ impl Deliver {
                 }
                 Err(why) => SentAttempt::not_sent(why.clone()),
             };
+            let answered = self.clock.now();
             let signal = LoadSignal::of(&sent.result);
             // R4: a request still open for its late answer keeps its place in the worker's
             // total until the answer is in or no longer awaited (which closes it).
@@ -720,6 +744,7 @@ impl Deliver {
                 group: g,
                 events,
                 time,
+                answered,
                 result: sent.result,
                 late,
                 retry_after: sent.retry_after,
@@ -746,9 +771,11 @@ impl Deliver {
         let mut draws: HashMap<usize, f64> = HashMap::new();
         let mut retries = Vec::new();
         for a in attempted {
-            plan.report.attempts += 1;
             let group = &groups[a.group];
             let sub = &group.subscription;
+            plan.count(&sub.topic, &sub.name, |r| r.attempts += 1);
+            let published: Vec<DateTime<Utc>> =
+                a.events.iter().map(|p| p.event.publish_time).collect();
             let records: BTreeSet<usize> = a.events.iter().map(|p| p.record).collect();
             // R4: the retry of a timed-out attempt names it, so a late success can cancel it.
             let mut late = a.late;
@@ -764,8 +791,17 @@ impl Deliver {
             let events = a.events.into_iter().map(|p| p.event).collect();
             let draw = *draws.entry(a.group).or_insert_with(|| self.jitter.draw());
             match settle_attempt(sub, attempt, events, rules, now, draw) {
-                Settlement::Delivered { events } => plan.report.delivered += events,
+                Settlement::Delivered { events } => {
+                    plan.count(&sub.topic, &sub.name, |r| r.delivered += events);
+                    let delivered_at = a.answered;
+                    plan.of(&sub.topic, &sub.name).latency_ms.extend(
+                        published
+                            .iter()
+                            .map(|&p| metrics::latency_ms(p, delivered_at)),
+                    );
+                }
                 Settlement::Retry(retry) => {
+                    plan.count(&sub.topic, &sub.name, |r| r.failed_attempts += 1);
                     match &a.result {
                         AttemptResult::ConnectionFailed(reason) => {
                             warn!(subscription = %sub.name, error = %reason, "delivery attempt could not connect");
@@ -775,13 +811,17 @@ impl Deliver {
                         }
                         _ => {}
                     }
-                    plan.report.retried += retry.events.len();
+                    let n = retry.events.len();
+                    plan.count(&sub.topic, &sub.name, |r| r.retried += n);
                     if let (Some(id), Some(answer)) = (timed_out_attempt, late.take()) {
                         plan.late.push((id, answer));
                     }
                     retries.push((retry, event_records));
                 }
-                Settlement::GaveUp(give_up) => plan.give_up(sub, give_up, &records),
+                Settlement::GaveUp(give_up) => {
+                    plan.count(&sub.topic, &sub.name, |r| r.failed_attempts += 1);
+                    plan.give_up(sub, give_up, &records);
+                }
             }
         }
         for (retry, event_records) in merge_retries(retries) {

@@ -1,5 +1,7 @@
-//! Lambda entry point of `deliver`: wires the AWS clients and the HTTP sender, and answers
-//! each SQS batch with its batch-item failures (`ReportBatchItemFailures`).
+//! Lambda entry point of `deliver`: wires the AWS clients and the HTTP sender, answers each
+//! SQS batch with its batch-item failures (`ReportBatchItemFailures`), and writes each
+//! invocation's per-subscription metrics in CloudWatch embedded metric format
+//! ([`gridrelay_deliver::metrics`]).
 
 use std::sync::Arc;
 
@@ -11,11 +13,11 @@ use gridrelay_adapters::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
     TableNames, WEBHOOK_ORIGIN_ENV, config_cache_from_env, required,
 };
-use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverySettings};
+use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverySettings, metrics};
 use gridrelay_ports::{RandomJitter, SystemClock};
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
-use lambda_runtime::{Error, LambdaEvent, service_fn};
+use lambda_runtime::{Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -64,18 +66,16 @@ async fn main() -> Result<(), Error> {
         limits: settings.endpoint_limits(),
         settings,
     });
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
+    let recorder = gridrelay_adapters::metrics::recorder_from_env()?;
+    gridrelay_adapters::metrics::run(recorder, move |event: LambdaEvent<SqsEvent>| {
         let deliver = Arc::clone(&deliver);
         // The invocation plans against the time Lambda gives it.
         let deadline = chrono::DateTime::<chrono::Utc>::from(event.context.deadline());
         async move {
-            Ok::<SqsBatchResponse, Error>(
-                deliver
-                    .handle_until(event.payload, deadline)
-                    .await
-                    .into_batch_response(),
-            )
+            let outcome = deliver.handle_until(event.payload, deadline).await;
+            metrics::record(&outcome.by_subscription);
+            Ok::<SqsBatchResponse, Error>(outcome.into_batch_response())
         }
-    }))
+    })
     .await
 }

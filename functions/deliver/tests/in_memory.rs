@@ -1060,3 +1060,84 @@ async fn retry_after_on_503_is_honoured_within_the_ladder_r1_s5() {
         w.delivery.receive(10, VISIBILITY);
     }
 }
+
+/// Issue #9, per-subscription metrics: an invocation counts what each subscription's events
+/// went through, and the time from publish to delivery of each delivered event; recorded,
+/// each subscription's metrics carry its topic and name, and the stack's (no dimension of
+/// its own) are their sum.
+#[tokio::test]
+async fn each_subscription_has_its_own_metrics_and_the_stack_their_sum() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let w = World::new(ScriptedSender::new(|r| {
+        if r.endpoint.ends_with("/sub-2") {
+            AttemptResult::Status(503)
+        } else {
+            AttemptResult::Status(200)
+        }
+    }));
+    w.subscribe(request("sub-1")).await;
+    w.subscribe(request("sub-2")).await;
+    w.publish(&["a", "b"]).await;
+    w.clock.advance(Duration::from_millis(1_500));
+    let outcome = w.run().await;
+
+    let key = |name: &str| (TOPIC.to_string(), name.to_string());
+    let delivered = &outcome.by_subscription[&key("sub-1")];
+    assert_eq!(delivered.counts.delivered, 2);
+    assert_eq!(delivered.counts.failed_attempts, 0);
+    assert_eq!(delivered.latency_ms, [1_500.0, 1_500.0]);
+    let failing = &outcome.by_subscription[&key("sub-2")];
+    assert_eq!(failing.counts.delivered, 0);
+    assert_eq!(
+        failing.counts.failed_attempts, 2,
+        "one attempt per event, unbatched"
+    );
+    assert_eq!(failing.counts.retried, 2);
+    assert!(failing.latency_ms.is_empty());
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        gridrelay_deliver::metrics::record(&outcome.by_subscription);
+    });
+    let recorded = snapshotter.snapshot().into_vec();
+    let value = |name: &str, subscription: Option<&str>| {
+        recorded.iter().find_map(|(key, _, _, value)| {
+            let labels: Vec<(String, String)> = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_string(), l.value().to_string()))
+                .collect();
+            let wanted = match subscription {
+                Some(s) => vec![
+                    ("Topic".to_string(), TOPIC.to_string()),
+                    ("Subscription".to_string(), s.to_string()),
+                ],
+                None => vec![],
+            };
+            (key.key().name() == name && labels == wanted).then_some(value)
+        })
+    };
+    use gridrelay_deliver::metrics::{DELIVERED, FAILED_ATTEMPTS, LATENCY, RETRIED};
+    assert_eq!(
+        value(DELIVERED, Some("sub-1")),
+        Some(&DebugValue::Counter(2))
+    );
+    assert_eq!(
+        value(FAILED_ATTEMPTS, Some("sub-2")),
+        Some(&DebugValue::Counter(2))
+    );
+    assert_eq!(value(RETRIED, Some("sub-2")), Some(&DebugValue::Counter(2)));
+    assert_eq!(value(DELIVERED, Some("sub-2")), None, "nothing to say");
+    assert_eq!(value(DELIVERED, None), Some(&DebugValue::Counter(2)));
+    assert_eq!(value(RETRIED, None), Some(&DebugValue::Counter(2)));
+    match value(LATENCY, Some("sub-1")) {
+        Some(DebugValue::Histogram(values)) => {
+            assert_eq!(
+                values.iter().map(|v| v.into_inner()).collect::<Vec<_>>(),
+                [1_500.0, 1_500.0]
+            );
+        }
+        other => panic!("no latency recorded: {other:?}"),
+    }
+}

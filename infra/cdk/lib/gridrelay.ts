@@ -159,6 +159,8 @@ export class Gridrelay extends Construct {
       GRIDRELAY_SECRET_PREFIX: secretPrefix,
       GRIDRELAY_DELIVERY_STATE_TABLE: this.deliveryStateTable.tableName,
       GRIDRELAY_CONFIG_CACHE_SECONDS: String(limits.configCacheSeconds),
+      // The functions' metrics (embedded metric format) carry it as dimension Stack.
+      GRIDRELAY_STACK_NAME: Stack.of(this).stackName,
       RUST_LOG: 'info',
     };
     const fn = (name: string, binaryName: string, timeout: Duration, description: string, reservedConcurrentExecutions?: number) =>
@@ -249,24 +251,19 @@ export class Gridrelay extends Construct {
   }
 
   private alarms(topic?: sns.ITopic) {
-    const dropped = (name: string, group: logs.ILogGroup, metricName: string, description: string) => {
-      new logs.MetricFilter(this, `${name}Metric`, {
-        logGroup: group,
-        filterPattern: logs.FilterPattern.stringValue('$.fields.metric', '=', metricName),
-        metricNamespace: 'Gridrelay',
-        metricName,
-        metricValue: '$.fields.dropped',
-        unit: cloudwatch.Unit.COUNT,
+    const above0 = (name: string, metric: cloudwatch.Metric, description: string) =>
+      metric.createAlarm(this, `${name}Alarm`, {
+        alarmDescription: description,
+        threshold: 0,
+        evaluationPeriods: 1,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       });
-      return new cloudwatch.Metric({ namespace: 'Gridrelay', metricName, statistic: 'Sum', period: Duration.minutes(5) })
-        .createAlarm(this, `${name}Alarm`, {
-          alarmDescription: description,
-          threshold: 0,
-          evaluationPeriods: 1,
-          comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
-        });
-    };
+    // The functions write these in embedded metric format: per subscription, and for the stack.
+    const stackMetric = (metricName: string) => new cloudwatch.Metric({
+      namespace: 'Gridrelay', metricName, dimensionsMap: { Stack: Stack.of(this).stackName },
+      statistic: 'Sum', period: Duration.minutes(5),
+    });
     const depth = (name: string, queue: sqs.Queue, description: string) =>
       queue.metricApproximateNumberOfMessagesVisible({ statistic: 'Maximum', period: Duration.minutes(5) })
         .createAlarm(this, `${name}Alarm`, {
@@ -277,9 +274,11 @@ export class Gridrelay extends Construct {
           treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
         });
     const alarms = [
-      dropped('DroppedEvents', this.deliver.logGroup, 'EventsDropped',
+      above0('DroppedEvents', stackMetric('EventsDropped'),
         'Events were dropped (terminal failure without a dead-letter destination, or a deleted subscription).'),
-      dropped('DeadLetterDroppedEvents', this.deadLetter.logGroup, 'DeadLetterEventsDropped',
+      above0('DeadLetteredEvents', stackMetric('EventsDeadLettered'),
+        "Events were dead-lettered (attempts or time to live exhausted); see the subscription's metrics and the dead-letter bucket."),
+      above0('DeadLetterDroppedEvents', stackMetric('DeadLetterEventsDropped'),
         'Dead-lettered events were dropped after their location was unavailable for four hours.'),
       depth('DeliveryRedriveDepth', this.deliveryRedriveQueue, 'Poison messages reached the delivery redrive queue.'),
       depth('DeadLetterRedriveDepth', this.deadLetterRedriveQueue, 'Poison messages reached the dead-letter redrive queue.'),

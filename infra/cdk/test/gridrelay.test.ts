@@ -137,11 +137,18 @@ test('dead-letter bucket: encrypted, private, expiring', () => {
   });
 });
 
-test('alarms on redrive depth and dropped events', () => {
-  template.resourceCountIs('AWS::CloudWatch::Alarm', 4);
-  template.hasResourceProperties('AWS::Logs::MetricFilter', {
-    FilterPattern: '{ $.fields.metric = "EventsDropped" }',
-    MetricTransformations: [Match.objectLike({ MetricValue: '$.fields.dropped' })],
+test('alarms on redrive depth, dropped and dead-lettered events', () => {
+  template.resourceCountIs('AWS::CloudWatch::Alarm', 5);
+  // The functions' own metrics (embedded metric format), for the stack: no log filter reads them.
+  for (const metricName of ['EventsDropped', 'EventsDeadLettered', 'DeadLetterEventsDropped']) {
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      Namespace: 'Gridrelay', MetricName: metricName,
+      Dimensions: [{ Name: 'Stack', Value: Match.anyValue() }],
+    });
+  }
+  template.resourceCountIs('AWS::Logs::MetricFilter', 0);
+  template.hasResourceProperties('AWS::Lambda::Function', {
+    Environment: { Variables: Match.objectLike({ GRIDRELAY_STACK_NAME: Match.anyValue() }) },
   });
 });
 
