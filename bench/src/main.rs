@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand};
 use serde_json::value::RawValue;
 
 mod aws_calls;
+mod cold_start;
 mod cost;
 mod e2e;
 mod engine;
@@ -60,6 +61,12 @@ enum Bench {
         #[arg(long)]
         no_cost: bool,
     },
+    /// Each function's bootstrap: init time, size, and deliver's memory handling one full
+    /// batch (needs AWS_ENDPOINT_URL and the bootstraps from infra/deploy/build.sh).
+    ColdStart {
+        #[arg(long, default_value_t = 5_000)]
+        events: usize,
+    },
     /// A counting subscriber; prints its hook URL, then serves until killed.
     Sink {
         #[arg(long, default_value_t = 0)]
@@ -89,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
             let shown = E2eShown { timeline, no_cost };
             e2e_bench(binary, events, cost_events, event_bytes, shown).await
         }
+        Bench::ColdStart { events } => cold_start::run(events).await,
         Bench::Sink { delay_ms } => {
             let (url, _) =
                 sink::serve("127.0.0.1:0".parse()?, Duration::from_millis(delay_ms)).await?;

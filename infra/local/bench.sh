@@ -8,6 +8,8 @@
 #   - end to end: `gridrelay local` on moto, subscribers answering at once and after 50 ms,
 #     unbatched and batched, and the old 32 requests per invocation as the baseline; AWS calls
 #     counted by a proxy in front of moto; then the cost per million events on AWS
+#   - cold start: each function's bootstrap (infra/deploy/build.sh) under an emulated Lambda
+#     Runtime API: init time beside a bare process start, size, deliver's memory for a full batch
 # Sizes: BENCH_ENGINE_EVENTS, BENCH_E2E_EVENTS, BENCH_COST_EVENTS (environment).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,6 +41,10 @@ if [[ -z "${AWS_ENDPOINT_URL:-}" ]]; then
   infra/local/moto.sh start >/dev/null
   eval "$(infra/local/moto.sh env)"
 fi
+printf '\n== cold start\n'
+quietly bash infra/deploy/build.sh
+target/release/gridrelay-bench cold-start
+
 printf '\n== end to end\n'
 target/release/gridrelay-bench e2e --events "$e2e_events" --cost-events "$cost_events" \
   --gridrelay target/release/gridrelay

@@ -5,6 +5,8 @@
 //! by `make test`, or LocalStack, or AWS). Subscribers are real HTTP servers on 127.0.0.1 that
 //! answer from a script and record what they received.
 
+pub mod runtime_api;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -3,19 +3,12 @@
 //! Lambda's own runtime serves), invoked with an API Gateway v2 event and SQS events, and their
 //! answers and effects checked against the AWS API at `AWS_ENDPOINT_URL`.
 
-use std::collections::VecDeque;
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::routing::{get, post};
 use chrono::Utc;
 use gridrelay_adapters::aws::{DynamoSubscriptionStore, s3_client};
 use gridrelay_adapters::config::TableNames;
+use gridrelay_e2e::runtime_api::LambdaProcess;
 use gridrelay_e2e::{Reply, Subscriber, eventually, sdk_config, subscription};
 use gridrelay_local::{ResourceNames, Resources, provision};
 use gridrelay_ports::SubscriptionStore;
@@ -23,188 +16,6 @@ use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage};
 use gridrelay_shared::subscription::{Subscription, Topic};
 use gridrelay_shared::validation::{Provisioning, ProvisioningState};
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
-
-/// What the emulated Runtime API hands out and what it was told.
-#[derive(Default)]
-struct RuntimeState {
-    pending: VecDeque<(String, Value)>,
-    responses: Vec<(String, Value)>,
-    errors: Vec<String>,
-}
-
-type Shared = Arc<Mutex<RuntimeState>>;
-
-async fn next(State(state): State<Shared>) -> (HeaderMap, String) {
-    loop {
-        let job = state.lock().ok().and_then(|mut s| s.pending.pop_front());
-        if let Some((id, event)) = job {
-            let mut headers = HeaderMap::new();
-            let deadline = (Utc::now().timestamp_millis() + 120_000).to_string();
-            let pairs = [
-                ("lambda-runtime-aws-request-id", id.clone()),
-                ("lambda-runtime-deadline-ms", deadline),
-                (
-                    "lambda-runtime-invoked-function-arn",
-                    "arn:aws:lambda:us-east-1:123456789012:function:gridrelay".to_string(),
-                ),
-                (
-                    "lambda-runtime-trace-id",
-                    "Root=1-5759e988-bd862e3fe1be46a994272793".to_string(),
-                ),
-            ];
-            for (name, value) in pairs {
-                if let Ok(v) = HeaderValue::from_str(&value) {
-                    headers.insert(name, v);
-                }
-            }
-            return (headers, event.to_string());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn response(State(state): State<Shared>, Path(id): Path<String>, body: String) -> StatusCode {
-    let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    if let Ok(mut s) = state.lock() {
-        s.responses.push((id, value));
-    }
-    StatusCode::ACCEPTED
-}
-
-async fn error(State(state): State<Shared>, body: String) -> StatusCode {
-    if let Ok(mut s) = state.lock() {
-        s.errors.push(body);
-    }
-    StatusCode::ACCEPTED
-}
-
-/// One function binary under an emulated Runtime API.
-struct Function {
-    state: Shared,
-    child: Child,
-    _server: tokio::task::JoinHandle<()>,
-}
-
-impl Function {
-    async fn start(binary: &str, resources: &Resources) -> Self {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("../target/lambda/{binary}/bootstrap"));
-        assert!(
-            path.exists(),
-            "{} is missing: build the deployable binaries with `cargo lambda build --release` (make test does)",
-            path.display()
-        );
-        let state: Shared = Arc::default();
-        let app = Router::new()
-            .route("/2018-06-01/runtime/invocation/next", get(next))
-            .route(
-                "/2018-06-01/runtime/invocation/{id}/response",
-                post(response),
-            )
-            .route("/2018-06-01/runtime/invocation/{id}/error", post(error))
-            .route("/2018-06-01/runtime/init/error", post(error))
-            .with_state(Arc::clone(&state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind runtime API");
-        let addr = listener.local_addr().expect("runtime API address");
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        let names = &resources.names;
-        let child = Command::new(&path)
-            .env("AWS_LAMBDA_RUNTIME_API", addr.to_string())
-            .env("AWS_LAMBDA_FUNCTION_NAME", binary)
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{binary}"))
-            .env("AWS_LAMBDA_LOG_STREAM_NAME", "test")
-            .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
-            .env("GRIDRELAY_TOPICS_TABLE", &names.topics_table)
-            .env("GRIDRELAY_SUBSCRIPTIONS_TABLE", &names.subscriptions_table)
-            .env(
-                "GRIDRELAY_DELIVERY_QUEUE_URL",
-                &resources.delivery_queue_url,
-            )
-            .env(
-                "GRIDRELAY_DEAD_LETTER_QUEUE_URL",
-                &resources.dead_letter_queue_url,
-            )
-            .env("GRIDRELAY_TIME_SCALE", "0.01")
-            .env("GRIDRELAY_STACK_NAME", "boot-stack")
-            .env(
-                "GRIDRELAY_DELIVERY_STATE_TABLE",
-                &names.delivery_state_table,
-            )
-            .env(
-                "AWS_REGION",
-                std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
-            )
-            .env(
-                "AWS_ACCESS_KEY_ID",
-                std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_else(|_| "testing".into()),
-            )
-            .env(
-                "AWS_SECRET_ACCESS_KEY",
-                std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or_else(|_| "testing".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("bootstrap starts");
-        Self {
-            state,
-            child,
-            _server: server,
-        }
-    }
-
-    /// Invokes the function with `event` and returns its answer.
-    async fn invoke(&mut self, event: Value) -> Value {
-        let id = uuid::Uuid::new_v4().to_string();
-        self.state
-            .lock()
-            .expect("state")
-            .pending
-            .push_back((id.clone(), event));
-        let state = Arc::clone(&self.state);
-        let answer = eventually(Duration::from_secs(30), "the function's answer", || {
-            let state = Arc::clone(&state);
-            let id = id.clone();
-            async move {
-                let s = state.lock().ok()?;
-                assert!(
-                    s.errors.is_empty(),
-                    "the function reported an error: {:?}",
-                    s.errors
-                );
-                s.responses
-                    .iter()
-                    .find(|(r, _)| *r == id)
-                    .map(|(_, v)| v.clone())
-            }
-        })
-        .await;
-        assert!(
-            self.child.try_wait().ok().flatten().is_none(),
-            "bootstrap exited"
-        );
-        answer
-    }
-
-    /// Stops the process and returns what it logged on stdout.
-    async fn stop(mut self) -> String {
-        let _ = self.child.start_kill();
-        let out = self
-            .child
-            .wait_with_output()
-            .await
-            .expect("bootstrap output");
-        String::from_utf8_lossy(&out.stdout).to_string()
-    }
-}
 
 struct Setup {
     resources: Resources,
@@ -317,7 +128,7 @@ async fn ingest_bootstrap_serves_api_gateway_events() {
     };
     s.store.create_topic(&topic).await.expect("topic");
     s.subscribe("http://127.0.0.1:9/hook").await;
-    let mut f = Function::start("gridrelay-ingest", &s.resources).await;
+    let mut f = LambdaProcess::start("gridrelay-ingest", &s.resources, &[]).await;
 
     let body = json!([{"id": "b-1", "subject": "s", "eventType": "t", "eventTime": "2026-11-22T04:00:00Z", "data": {"x": 1}}]);
     let ok = f
@@ -359,7 +170,12 @@ async fn deliver_bootstrap_reports_batch_item_failures() {
         "attempts": 0, "not_before": Utc::now(),
         "events": [{"publish_time": Utc::now(), "event": {"id": "d-1", "data": {}}}]
     });
-    let mut f = Function::start("gridrelay-deliver", &s.resources).await;
+    let mut f = LambdaProcess::start(
+        "gridrelay-deliver",
+        &s.resources,
+        &[("GRIDRELAY_STACK_NAME", "boot-stack")],
+    )
+    .await;
 
     let answer = f
         .invoke(sqs_event(&[
@@ -436,7 +252,7 @@ async fn dead_letter_bootstrap_writes_to_s3() {
                      "publish_time": Utc::now(), "last_attempt_time": Utc::now(), "event": {"id": "z-1", "data": {}}}]
     });
     DeadLetterMessage::from_body(&message.to_string()).expect("a valid dead-letter message");
-    let mut f = Function::start("gridrelay-dead-letter", &s.resources).await;
+    let mut f = LambdaProcess::start("gridrelay-dead-letter", &s.resources, &[]).await;
 
     let answer = f.invoke(sqs_event(&[("m1", message.to_string())])).await;
     assert_eq!(answer, json!({"batchItemFailures": []}));

@@ -1,0 +1,157 @@
+//! Cold start of the deployed artifacts (issue #9): each function's `bootstrap` (as `cargo
+//! lambda build --release` makes it) started under an emulated Lambda Runtime API
+//! (`gridrelay_e2e::runtime_api`), timed from its process's start to its first request for
+//! work (Lambda's init duration), beside the start of a process that does nothing (`true`) as
+//! the floor of this machine; its size; and `deliver`'s resident memory after init and at its
+//! peak while it handles one SQS batch of 5,000 events (10 messages) against a loopback sink,
+//! which is what a function's memory size must hold.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use chrono::Utc;
+use gridrelay_adapters::aws::{DynamoSubscriptionStore, sqs_event};
+use gridrelay_adapters::config::TableNames;
+use gridrelay_e2e::runtime_api::{LambdaProcess, bootstrap_path, resident_kib};
+use gridrelay_local::{ResourceNames, provision};
+use gridrelay_ports::SubscriptionStore;
+use gridrelay_ports::fan_out::fan_out;
+use gridrelay_ports::memory::MemoryQueue;
+use gridrelay_ports::{Clock, SystemClock};
+use gridrelay_shared::schema::InputSchema;
+use gridrelay_shared::subscription::{SubscriptionRequest, Topic};
+use gridrelay_shared::validation::{Provisioning, ProvisioningState};
+
+use crate::{events, sink};
+
+/// Starts of each function timed; the median is printed.
+const STARTS: usize = 5;
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// The floor: starting a process that does nothing, on this machine, now.
+fn process_floor() -> anyhow::Result<Duration> {
+    let times = (0..STARTS)
+        .map(|_| {
+            let start = Instant::now();
+            std::process::Command::new("true").status()?;
+            Ok(start.elapsed())
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(median(times))
+}
+
+fn megabytes(path: &Path) -> anyhow::Result<f64> {
+    let bytes = std::fs::metadata(path)
+        .with_context(|| format!("{} (build it: infra/deploy/build.sh)", path.display()))?
+        .len();
+    Ok(bytes as f64 / 1_048_576.0)
+}
+
+/// Prints the cold-start figures; `events` go to `deliver` in one batch of 10 messages.
+pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
+    let sdk = gridrelay_e2e::sdk_config().await;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let names = ResourceNames::with_prefix(&format!("bench-cold-{}", &id[..8]));
+    let resources = provision(&sdk, &names, 3).await.context("provision")?;
+    let floor = process_floor()?;
+    println!(
+        "cold start: bootstraps (x86_64, release) under an emulated Lambda Runtime API; process start floor (`true`): {:.1} ms",
+        floor.as_secs_f64() * 1000.0
+    );
+    for binary in ["gridrelay-ingest", "gridrelay-deliver"] {
+        let size = megabytes(&bootstrap_path(binary))?;
+        let mut inits = Vec::new();
+        for _ in 0..STARTS {
+            let f = LambdaProcess::start(binary, &resources, &[]).await;
+            inits.push(f.init_duration().await);
+            f.stop().await;
+        }
+        let init = median(inits);
+        println!(
+            "  {binary:<18} bootstrap {size:>5.1} MB; init {:>6.1} ms (median of {STARTS}) = {:.1}x the process floor",
+            init.as_secs_f64() * 1000.0,
+            init.as_secs_f64() / floor.as_secs_f64()
+        );
+    }
+
+    // deliver with one full batch: a validated subscription to a sink answering at once.
+    let (hook, counts) = sink::serve("127.0.0.1:0".parse()?, Duration::ZERO).await?;
+    let store = DynamoSubscriptionStore::from_sdk(
+        &sdk,
+        TableNames {
+            topics: names.topics_table.clone(),
+            subscriptions: names.subscriptions_table.clone(),
+        },
+    );
+    let now = Utc::now();
+    store
+        .create_topic(&Topic::with_new_keys("bench", now))
+        .await?;
+    let mut sub = SubscriptionRequest {
+        topic: "bench".into(),
+        name: "sink".into(),
+        endpoint: hook,
+        ..SubscriptionRequest::default()
+    }
+    .validate(InputSchema::EventGridSchema, now)?;
+    // The handshake is not what this measures: stored as validated.
+    sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
+    store.create_subscription(&sub).await?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let queue = MemoryQueue::new(Arc::clone(&clock));
+    let per_message = events_in_batch.div_ceil(10).max(1);
+    // Small enough that a message holds `per_message` of them, as SQS's size allows.
+    let event_bytes = (200_000 / per_message).clamp(150, 1_000);
+    for chunk in events(events_in_batch, event_bytes)?.chunks(per_message) {
+        fan_out(
+            &store,
+            &queue,
+            "bench",
+            InputSchema::EventGridSchema,
+            chunk,
+            clock.now(),
+        )
+        .await?;
+    }
+    let received = queue.receive(10, Duration::from_secs(900));
+    let in_batch: usize = received.len();
+    if !queue.receive(10, Duration::from_secs(900)).is_empty() {
+        bail!("{events_in_batch} events did not fit one batch of 10 messages");
+    }
+    let batch = serde_json::to_value(sqs_event(&received))?;
+
+    let mut f = LambdaProcess::start("gridrelay-deliver", &resources, &[]).await;
+    f.init_duration().await;
+    let pid = f.pid().context("deliver's pid")?;
+    let (after_init, _) = resident_kib(pid).context("deliver's memory (/proc)")?;
+    let start = Instant::now();
+    let answer = f.invoke(batch).await;
+    let took = start.elapsed();
+    let (_, peak) = resident_kib(pid).context("deliver's memory (/proc)")?;
+    f.stop().await;
+    if answer["batchItemFailures"]
+        .as_array()
+        .is_none_or(|a| !a.is_empty())
+    {
+        bail!("deliver failed part of the batch: {answer}");
+    }
+    let delivered = counts.events.load(Ordering::Relaxed);
+    if delivered != events_in_batch {
+        bail!("{delivered} of {events_in_batch} events reached the sink");
+    }
+    println!(
+        "  gridrelay-deliver  resident {:.1} MB after init, {:.1} MB at peak handling {events_in_batch} events of {event_bytes} B in {in_batch} messages ({:.0} ms) = {:.1}x; functions have 256 MB",
+        after_init as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        took.as_secs_f64() * 1000.0,
+        peak as f64 / after_init.max(1) as f64
+    );
+    Ok(())
+}

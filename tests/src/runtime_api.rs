@@ -1,0 +1,247 @@
+//! The deployed artifacts as Lambda runs them: a `bootstrap` binary (from `cargo lambda build
+//! --release`) started as a process under an emulated Lambda Runtime API, the HTTP interface
+//! Lambda's own runtime serves (`/next` hands out an invocation, `/response` and `/error` take
+//! its result). Used by the bootstrap tests and by `make bench`'s cold-start figures (init time
+//! as Lambda measures it: from the process's start to its first request for work).
+
+use std::collections::VecDeque;
+use std::path::{Path as FsPath, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::routing::{get, post};
+use chrono::Utc;
+use gridrelay_local::Resources;
+use serde_json::Value;
+use tokio::process::{Child, Command};
+
+use crate::eventually;
+
+/// What the emulated Runtime API hands out and what it was told.
+struct RuntimeState {
+    started: Instant,
+    /// When the process first asked for work: its init is over.
+    first_next: Option<Duration>,
+    pending: VecDeque<(String, Value)>,
+    responses: Vec<(String, Value)>,
+    errors: Vec<String>,
+}
+
+type Shared = Arc<Mutex<RuntimeState>>;
+
+async fn next(State(state): State<Shared>) -> (HeaderMap, String) {
+    if let Ok(mut s) = state.lock()
+        && s.first_next.is_none()
+    {
+        s.first_next = Some(s.started.elapsed());
+    }
+    loop {
+        let job = state.lock().ok().and_then(|mut s| s.pending.pop_front());
+        if let Some((id, event)) = job {
+            let mut headers = HeaderMap::new();
+            let deadline = (Utc::now().timestamp_millis() + 120_000).to_string();
+            let pairs = [
+                ("lambda-runtime-aws-request-id", id.clone()),
+                ("lambda-runtime-deadline-ms", deadline),
+                (
+                    "lambda-runtime-invoked-function-arn",
+                    "arn:aws:lambda:us-east-1:123456789012:function:gridrelay".to_string(),
+                ),
+                (
+                    "lambda-runtime-trace-id",
+                    "Root=1-5759e988-bd862e3fe1be46a994272793".to_string(),
+                ),
+            ];
+            for (name, value) in pairs {
+                if let Ok(v) = HeaderValue::from_str(&value) {
+                    headers.insert(name, v);
+                }
+            }
+            return (headers, event.to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn response(State(state): State<Shared>, Path(id): Path<String>, body: String) -> StatusCode {
+    let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    if let Ok(mut s) = state.lock() {
+        s.responses.push((id, value));
+    }
+    StatusCode::ACCEPTED
+}
+
+async fn error(State(state): State<Shared>, body: String) -> StatusCode {
+    if let Ok(mut s) = state.lock() {
+        s.errors.push(body);
+    }
+    StatusCode::ACCEPTED
+}
+
+/// Where `cargo lambda build --release` puts a function's `bootstrap`.
+pub fn bootstrap_path(binary: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../target/lambda/{binary}/bootstrap"))
+}
+
+/// One function binary under an emulated Runtime API.
+pub struct LambdaProcess {
+    state: Shared,
+    child: Child,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl LambdaProcess {
+    /// Starts `binary`'s bootstrap with the environment SAM gives it, pointed at `resources`
+    /// (and at `AWS_ENDPOINT_URL`, inherited), with `extra` variables on top.
+    pub async fn start(binary: &str, resources: &Resources, extra: &[(&str, &str)]) -> Self {
+        let path = bootstrap_path(binary);
+        assert!(
+            path.exists(),
+            "{} is missing: build the deployable binaries with `cargo lambda build --release` (make test does)",
+            path.display()
+        );
+        let state: Shared = Arc::new(Mutex::new(RuntimeState {
+            started: Instant::now(),
+            first_next: None,
+            pending: VecDeque::new(),
+            responses: Vec::new(),
+            errors: Vec::new(),
+        }));
+        let app = Router::new()
+            .route("/2018-06-01/runtime/invocation/next", get(next))
+            .route(
+                "/2018-06-01/runtime/invocation/{id}/response",
+                post(response),
+            )
+            .route("/2018-06-01/runtime/invocation/{id}/error", post(error))
+            .route("/2018-06-01/runtime/init/error", post(error))
+            .with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind runtime API");
+        let addr = listener.local_addr().expect("runtime API address");
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let names = &resources.names;
+        let env_or = |name: &str, default: &str| std::env::var(name).unwrap_or(default.into());
+        let mut command = Command::new(&path);
+        command
+            .env("AWS_LAMBDA_RUNTIME_API", addr.to_string())
+            .env("AWS_LAMBDA_FUNCTION_NAME", binary)
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{binary}"))
+            .env("AWS_LAMBDA_LOG_STREAM_NAME", "test")
+            .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+            .env("GRIDRELAY_TOPICS_TABLE", &names.topics_table)
+            .env("GRIDRELAY_SUBSCRIPTIONS_TABLE", &names.subscriptions_table)
+            .env(
+                "GRIDRELAY_DELIVERY_QUEUE_URL",
+                &resources.delivery_queue_url,
+            )
+            .env(
+                "GRIDRELAY_DEAD_LETTER_QUEUE_URL",
+                &resources.dead_letter_queue_url,
+            )
+            .env("GRIDRELAY_TIME_SCALE", "0.01")
+            .env(
+                "GRIDRELAY_DELIVERY_STATE_TABLE",
+                &names.delivery_state_table,
+            )
+            .env("AWS_REGION", env_or("AWS_REGION", "us-east-1"))
+            .env("AWS_ACCESS_KEY_ID", env_or("AWS_ACCESS_KEY_ID", "testing"))
+            .env(
+                "AWS_SECRET_ACCESS_KEY",
+                env_or("AWS_SECRET_ACCESS_KEY", "testing"),
+            )
+            .envs(extra.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let child = command.spawn().expect("bootstrap starts");
+        Self {
+            state,
+            child,
+            _server: server,
+        }
+    }
+
+    /// The process's id (for its memory figures in `/proc`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// How long the process took from its start to its first request for work (Lambda's
+    /// init duration), waiting for it up to 30 s.
+    pub async fn init_duration(&self) -> Duration {
+        let state = Arc::clone(&self.state);
+        eventually(Duration::from_secs(30), "the function's init", || {
+            let state = Arc::clone(&state);
+            async move { state.lock().ok()?.first_next }
+        })
+        .await
+    }
+
+    /// Invokes the function with `event` and returns its answer.
+    pub async fn invoke(&mut self, event: Value) -> Value {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.state
+            .lock()
+            .expect("state")
+            .pending
+            .push_back((id.clone(), event));
+        let state = Arc::clone(&self.state);
+        let answer = eventually(Duration::from_secs(30), "the function's answer", || {
+            let state = Arc::clone(&state);
+            let id = id.clone();
+            async move {
+                let s = state.lock().ok()?;
+                assert!(
+                    s.errors.is_empty(),
+                    "the function reported an error: {:?}",
+                    s.errors
+                );
+                s.responses
+                    .iter()
+                    .find(|(r, _)| *r == id)
+                    .map(|(_, v)| v.clone())
+            }
+        })
+        .await;
+        assert!(
+            self.child.try_wait().ok().flatten().is_none(),
+            "bootstrap exited"
+        );
+        answer
+    }
+
+    /// Stops the process and returns what it logged on stdout.
+    pub async fn stop(mut self) -> String {
+        let _ = self.child.start_kill();
+        let out = self
+            .child
+            .wait_with_output()
+            .await
+            .expect("bootstrap output");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+}
+
+/// A process's resident memory from `/proc/PID/status`: (now, peak), in KiB. Linux only.
+pub fn resident_kib(pid: u32) -> Option<(u64, u64)> {
+    let status =
+        std::fs::read_to_string(FsPath::new("/proc").join(pid.to_string()).join("status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
