@@ -3,8 +3,8 @@
 //! line's layout and without a CloudWatch API call per invocation.
 //!
 //! The functions record through the `metrics` facade; [`recorder_from_env`] installs the
-//! recorder (`metrics_cloudwatch_embedded`) that the Lambda runtime's layer flushes after
-//! each invocation. Every metric carries the dimension `Stack`, so two stacks in one account
+//! recorder (`metrics_cloudwatch_embedded`) and [`flush`] writes what was recorded, which
+//! each function does at the end of each invocation. Every metric carries the dimension `Stack`, so two stacks in one account
 //! keep their metrics apart; the names are the functions' own (`gridrelay_deliver::metrics`).
 
 /// The namespace the metrics are published in.
@@ -15,11 +15,9 @@ pub const STACK_NAME_ENV: &str = "GRIDRELAY_STACK_NAME";
 pub const DEFAULT_STACK_NAME: &str = "gridrelay";
 
 pub use metrics_cloudwatch_embedded::Collector;
-/// The Lambda runtime with the layer that flushes the recorder after each invocation.
-pub use metrics_cloudwatch_embedded::lambda::handler::run;
 
 /// Installs the embedded metric format recorder for this process: namespace [`NAMESPACE`],
-/// dimension `Stack` from [`STACK_NAME_ENV`]. Hand it to [`run`].
+/// dimension `Stack` from [`STACK_NAME_ENV`].
 pub fn recorder_from_env() -> Result<&'static Collector, metrics_cloudwatch_embedded::Error> {
     let stack = std::env::var(STACK_NAME_ENV)
         .ok()
@@ -29,4 +27,13 @@ pub fn recorder_from_env() -> Result<&'static Collector, metrics_cloudwatch_embe
         .cloudwatch_namespace(NAMESPACE)
         .with_dimension("Stack", stack)
         .init()
+}
+
+/// Writes what was recorded since the last flush to stdout (one line per set of dimensions),
+/// where Lambda sends it to CloudWatch Logs. A failed write loses those metrics, not the
+/// invocation.
+pub fn flush(collector: &Collector) {
+    if let Err(e) = collector.flush(std::io::stdout().lock()) {
+        tracing::warn!(error = %e, "metrics could not be written");
+    }
 }

@@ -63,11 +63,10 @@ async fn receive(
             serde_json::json!({ "validationResponse": code }).to_string(),
         );
     }
-    sink.counts.in_flight.fetch_add(1, Ordering::Relaxed);
+    let _in_flight = InFlight::count(&sink.counts);
     if !sink.delay.is_zero() {
         tokio::time::sleep(sink.delay).await;
     }
-    sink.counts.in_flight.fetch_sub(1, Ordering::Relaxed);
     // An array of events (Event Grid schema), or one event.
     let events = match serde_json::from_slice::<Vec<serde::de::IgnoredAny>>(&body) {
         Ok(list) => list.len(),
@@ -76,6 +75,22 @@ async fn receive(
     sink.counts.requests.fetch_add(1, Ordering::Relaxed);
     sink.counts.events.fetch_add(events, Ordering::Relaxed);
     (StatusCode::OK, String::new())
+}
+
+/// One request in flight, counted until it is answered or given up.
+struct InFlight(Arc<Counts>);
+
+impl InFlight {
+    fn count(counts: &Arc<Counts>) -> Self {
+        counts.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(counts))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 async fn allow_origin() -> impl IntoResponse {

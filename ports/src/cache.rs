@@ -139,16 +139,28 @@ impl<K: Eq + Hash, V: Clone> Kept<K, V> {
     fn forget(&self, key: &K) {
         self.lock().remove(key);
     }
+
+    /// Whether anything is kept for `key`, fresh or not.
+    fn holds(&self, key: &K) -> bool {
+        self.lock().contains_key(key)
+    }
 }
 
-/// When each record was last rechecked on behalf of a request nobody vouches for, so that
-/// such requests read a record at most once per [`RECHECK_INTERVAL`].
+/// A record a recheck is for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Recheck {
+    Topic(String),
+    Subscription(String, String),
+}
+
+/// When each kept record was last rechecked on behalf of a request nobody vouches for, so
+/// that such requests read a record at most once per [`RECHECK_INTERVAL`]. Only kept records
+/// are rechecked (what is not kept is read anyway), so made-up names are never remembered.
 struct Rechecks {
-    last: Mutex<HashMap<(String, String), DateTime<Utc>>>,
+    last: Mutex<HashMap<Recheck, DateTime<Utc>>>,
 }
 
-/// Records whose last recheck is remembered before those older than the interval are dropped
-/// (the names come from requests: anyone can make up new ones).
+/// Rechecks remembered before those older than the interval are dropped.
 const RECHECKS_REMEMBERED: usize = 1024;
 
 impl Rechecks {
@@ -159,7 +171,7 @@ impl Rechecks {
     }
 
     /// Whether `key` may be read again now; if so, counts this as its recheck.
-    fn due(&self, key: (String, String), now: DateTime<Utc>) -> bool {
+    fn due(&self, key: Recheck, now: DateTime<Utc>) -> bool {
         let recent =
             |at: &DateTime<Utc>| (now - *at).to_std().is_ok_and(|age| age < RECHECK_INTERVAL);
         let mut last = self
@@ -171,11 +183,6 @@ impl Rechecks {
         }
         if last.len() >= RECHECKS_REMEMBERED {
             last.retain(|_, at| recent(at));
-            if last.len() >= RECHECKS_REMEMBERED {
-                // A flood of made-up names within one interval: no more rechecks until it
-                // passes (what is kept still expires with the cache's time).
-                return false;
-            }
         }
         last.insert(key, now);
         true
@@ -375,18 +382,21 @@ impl SubscriptionStore for CachedSubscriptionStore {
     }
 
     fn recheck_topic(&self, topic: &str) {
-        // A subscription's name is never empty, so this key is the topic's own.
-        if self.rechecks.due(
-            (topic.to_string(), String::new()),
-            self.freshness.clock.now(),
-        ) {
-            self.topics.forget(&topic.to_string());
+        let key = topic.to_string();
+        let now = self.freshness.clock.now();
+        if self.topics.holds(&key) && self.rechecks.due(Recheck::Topic(key.clone()), now) {
+            // A read in flight since before this must not keep what it read.
+            self.freshness.wrote();
+            self.topics.forget(&key);
         }
     }
 
     fn recheck_subscription(&self, topic: &str, name: &str) {
         let key = (topic.to_string(), name.to_string());
-        if self.rechecks.due(key.clone(), self.freshness.clock.now()) {
+        let now = self.freshness.clock.now();
+        let recheck = Recheck::Subscription(key.0.clone(), key.1.clone());
+        if self.subscriptions.holds(&key) && self.rechecks.due(recheck, now) {
+            self.freshness.wrote();
             self.subscriptions.forget(&key);
         }
     }
@@ -820,19 +830,25 @@ mod tests {
         });
     }
 
-    /// Made-up names cannot grow what rechecks remember without bound: past its size within
-    /// one interval, rechecks stop until the interval has passed.
+    /// Only kept records are rechecked, so made-up names (a validation URL anyone can follow,
+    /// with any name or none) are never remembered and never hold back a topic's own recheck:
+    /// a regenerated key still works at once after a flood of them.
     #[test]
-    fn rechecks_of_made_up_names_are_bounded() {
-        let rechecks = Rechecks::new();
-        let now = at_start();
-        let due = (0..RECHECKS_REMEMBERED * 3)
-            .filter(|i| rechecks.due(("orders".into(), format!("made-up-{i}")), now))
-            .count();
-        assert_eq!(due, RECHECKS_REMEMBERED);
-        let later = now + chrono::Duration::from_std(RECHECK_INTERVAL).unwrap();
-        assert!(rechecks.due(("orders".into(), "audit".into()), later));
-        assert!(rechecks.last.lock().unwrap().len() <= 1);
+    fn rechecks_of_names_not_kept_are_not_remembered_and_hold_nothing_back() {
+        let f = fixture(TTL);
+        block_on(async {
+            f.cached.get_topic("orders").await.unwrap();
+            for i in 0..RECHECKS_REMEMBERED * 3 {
+                f.cached
+                    .recheck_subscription("orders", &format!("made-up-{i}"));
+            }
+            f.cached.recheck_subscription("orders", "");
+            assert!(f.cached.rechecks.last.lock().unwrap().is_empty());
+            let (_, regenerated) = f.regenerate_key_elsewhere().await;
+            f.cached.recheck_topic("orders");
+            let after = f.cached.get_topic("orders").await.unwrap().unwrap();
+            assert_eq!(after.key1, regenerated.key1);
+        });
     }
 
     /// A cache time of zero keeps nothing, and a clock that went back does not make a kept

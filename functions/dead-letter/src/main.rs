@@ -16,7 +16,7 @@ use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterWriter};
 use gridrelay_ports::SystemClock;
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::time_scale::TimeScale;
-use lambda_runtime::{Error, LambdaEvent};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -49,11 +49,18 @@ async fn main() -> Result<(), Error> {
         }),
     });
     let recorder = gridrelay_adapters::metrics::recorder_from_env()?;
-    gridrelay_adapters::metrics::run(recorder, move |event: LambdaEvent<SqsEvent>| {
+    ::metrics::describe_counter!(
+        gridrelay_dead_letter::DROPPED_METRIC,
+        ::metrics::Unit::Count,
+        "events dropped after their dead-letter location was unavailable for four hours (L5)"
+    );
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let writer = Arc::clone(&writer);
         async move {
-            Ok::<SqsBatchResponse, Error>(writer.handle(event.payload).await.into_batch_response())
+            let outcome = writer.handle(event.payload).await;
+            gridrelay_adapters::metrics::flush(recorder);
+            Ok::<SqsBatchResponse, Error>(outcome.into_batch_response())
         }
-    })
+    }))
     .await
 }

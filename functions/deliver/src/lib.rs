@@ -514,9 +514,9 @@ impl Deliver {
             // (`gridrelay_ports::cache`): a message fanned out for another id than the one read
             // has it read again, so events for the new one are never taken for the old one's.
             // Only that subscription is read again; messages without an id (written before
-            // ids existed) are matched by time (`is_replaced`) and ask for nothing.
+            // ids existed) are matched by time (`is_replaced`) and ask for nothing. A kept
+            // record without an id and a message with one: it was created again since.
             if let Ok(Some(sub)) = &read
-                && !sub.id.is_empty()
                 && ids.iter().any(|id| !id.is_empty() && *id != sub.id)
             {
                 self.store.forget_subscription(&key.0, &key.1);

@@ -17,7 +17,7 @@ use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverySettings, metrics}
 use gridrelay_ports::{RandomJitter, SystemClock};
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
-use lambda_runtime::{Error, LambdaEvent};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -67,15 +67,17 @@ async fn main() -> Result<(), Error> {
         settings,
     });
     let recorder = gridrelay_adapters::metrics::recorder_from_env()?;
-    gridrelay_adapters::metrics::run(recorder, move |event: LambdaEvent<SqsEvent>| {
+    metrics::describe();
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let deliver = Arc::clone(&deliver);
         // The invocation plans against the time Lambda gives it.
         let deadline = chrono::DateTime::<chrono::Utc>::from(event.context.deadline());
         async move {
             let outcome = deliver.handle_until(event.payload, deadline).await;
             metrics::record(&outcome.by_subscription);
+            gridrelay_adapters::metrics::flush(recorder);
             Ok::<SqsBatchResponse, Error>(outcome.into_batch_response())
         }
-    })
+    }))
     .await
 }

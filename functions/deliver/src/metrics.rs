@@ -63,6 +63,8 @@ pub fn latency_ms(published: DateTime<Utc>, delivered: DateTime<Utc>) -> f64 {
 /// At most [`LATENCY_VALUES`] values that keep the shape of `values`: all of them if they fit,
 /// else evenly spaced order statistics (the smallest and the largest included), so the
 /// percentiles CloudWatch computes from one invocation's values are those of all its events.
+/// Across invocations each weighs the same, whatever it delivered (the recorder cannot send
+/// EMF's value counts).
 pub fn representative(values: &[f64]) -> Vec<f64> {
     let mut sorted = values.to_vec();
     if sorted.len() <= LATENCY_VALUES {
@@ -73,6 +75,23 @@ pub fn representative(values: &[f64]) -> Vec<f64> {
     (0..LATENCY_VALUES)
         .map(|i| sorted[i * last / (LATENCY_VALUES - 1)])
         .collect()
+}
+
+/// Says each metric's unit and meaning to the recorder (CloudWatch stores the unit); once,
+/// after the recorder is installed.
+pub fn describe() {
+    use metrics::Unit;
+    for (name, what) in [
+        (DELIVERED, "events delivered"),
+        (FAILED_ATTEMPTS, "delivery attempts that did not deliver"),
+        (RETRIED, "events scheduled for another attempt"),
+        (DEAD_LETTERED, "events sent to dead-lettering"),
+        (DROPPED, "events given up without a dead-letter location"),
+        (DELAYED, "events held back for a delayed endpoint"),
+    ] {
+        metrics::describe_counter!(name, Unit::Count, what);
+    }
+    metrics::describe_histogram!(LATENCY, Unit::Milliseconds, "publish to delivery");
 }
 
 /// Hands one invocation's metrics to the `metrics` facade: each subscription's, and the

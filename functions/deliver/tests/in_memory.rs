@@ -613,6 +613,46 @@ async fn a_subscription_created_again_is_read_again_alone() {
     assert_eq!(w.store.reads() - reads, 1, "sub-1 alone is read again");
 }
 
+/// Issue #9, warm caches: a kept subscription written before ids existed (no id), deleted and
+/// created again, is read again when a message names the new one's id: its events go to the
+/// new endpoint, not the old one's.
+#[tokio::test]
+async fn a_kept_subscription_without_an_id_is_read_again_for_a_message_with_one() {
+    let mut w = World::new(ScriptedSender::status(200));
+    w.keep_subscriptions_for(Duration::from_secs(10));
+    let mut old = SubscriptionRequest {
+        topic: TOPIC.into(),
+        ..request("sub-1")
+    }
+    .validate(InputSchema::EventGridSchema, w.clock.now())
+    .unwrap();
+    old.id = String::new();
+    old.provisioning =
+        gridrelay_shared::validation::Provisioning::with_state(ProvisioningState::Succeeded, None);
+    w.store
+        .create_topic(&Topic::with_new_keys(TOPIC, w.clock.now()))
+        .await
+        .ok();
+    w.store.create_subscription(&old).await.unwrap();
+    w.publish(&["a"]).await;
+    assert_eq!(w.run().await.report.delivered, 1);
+
+    w.store.delete_subscription(TOPIC, "sub-1").await.unwrap();
+    let again = w.store.insert_validated(
+        SubscriptionRequest {
+            topic: TOPIC.into(),
+            endpoint: "http://127.0.0.1:9/new".into(),
+            ..request("sub-1")
+        },
+        InputSchema::EventGridSchema,
+        w.clock.now(),
+    );
+    w.publish(&["b"]).await;
+    assert_eq!(w.run().await.report.delivered, 1);
+    let last = w.sender.requests().pop().unwrap();
+    assert_eq!(last.endpoint, again.endpoint, "not the old endpoint");
+}
+
 /// D1 with a warm cache: an invocation keeping an endpoint's record as healthy, whose
 /// delivery succeeds after another invocation stored failures for it, clears those failures in
 /// the store (a success is recorded on the record as it is, not as it was kept).
