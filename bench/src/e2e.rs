@@ -90,7 +90,7 @@ impl E2eRun {
     }
 }
 
-struct Runner {
+pub(crate) struct Runner {
     child: Child,
     listen: SocketAddr,
     prefix: String,
@@ -164,8 +164,64 @@ impl Runner {
 }
 
 impl Runner {
+    /// Starts a runner, creates topic `bench` and its subscription `sink` to `hook` with the
+    /// command line, and waits for its handshake; answers the runner and the topic's key.
+    pub(crate) async fn with_subscription(
+        binary: PathBuf,
+        prefix: String,
+        aws_endpoint: &str,
+        max_in_flight: Option<u32>,
+        max_events_per_batch: Option<u32>,
+        hook: String,
+    ) -> anyhow::Result<(Self, String)> {
+        let runner = Runner::start(binary, prefix, aws_endpoint, max_in_flight)?;
+        let topic = runner.cli(&["topic", "create", "--name", "bench"])?;
+        let key = topic["key1"]
+            .as_str()
+            .context("topic create printed no key1")?
+            .to_string();
+        let mut create = vec![
+            "event-subscription".to_string(),
+            "create".into(),
+            "--topic-name".into(),
+            "bench".into(),
+            "--name".into(),
+            "sink".into(),
+            "--endpoint".into(),
+            hook,
+        ];
+        if let Some(n) = max_events_per_batch {
+            create.extend(["--max-events-per-batch".into(), n.to_string()]);
+        }
+        runner.cli(&create.iter().map(String::as_str).collect::<Vec<_>>())?;
+        let show = [
+            "event-subscription",
+            "show",
+            "--topic-name",
+            "bench",
+            "--name",
+            "sink",
+        ];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while runner.cli(&show)?["provisioning"]["state"] != "Succeeded" {
+            if Instant::now() > deadline {
+                bail!("the subscription was not validated within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok((runner, key))
+    }
+
+    /// Where topic `bench` is published to.
+    pub(crate) fn publish_url(&self) -> String {
+        format!(
+            "http://{}/topics/bench/api/events?api-version=2018-01-01",
+            self.listen
+        )
+    }
+
     /// Stops the runner as a user would (SIGTERM) and reads its stop report.
-    fn stop(mut self) -> anyhow::Result<Value> {
+    pub(crate) fn stop(mut self) -> anyhow::Result<Value> {
         let pid = self.child.id().to_string();
         let sent = Command::new("kill").args(["-TERM", &pid]).status()?;
         if !sent.success() {
@@ -259,41 +315,15 @@ pub async fn run(
     // The stop report covers the runner's whole life, so the calls do too: its setup (a
     // topic, a subscription and its handshake) and its polling are part of the count.
     aws.take();
-    let runner = Runner::start(binary, prefix, &aws.url, case.max_in_flight)?;
-    let topic = runner.cli(&["topic", "create", "--name", "bench"])?;
-    let key = topic["key1"]
-        .as_str()
-        .context("topic create printed no key1")?
-        .to_string();
-    let mut create = vec![
-        "event-subscription".to_string(),
-        "create".into(),
-        "--topic-name".into(),
-        "bench".into(),
-        "--name".into(),
-        "sink".into(),
-        "--endpoint".into(),
+    let (runner, key) = Runner::with_subscription(
+        binary,
+        prefix,
+        &aws.url,
+        case.max_in_flight,
+        case.max_events_per_batch,
         hook,
-    ];
-    if let Some(n) = case.max_events_per_batch {
-        create.extend(["--max-events-per-batch".into(), n.to_string()]);
-    }
-    runner.cli(&create.iter().map(String::as_str).collect::<Vec<_>>())?;
-    let show = [
-        "event-subscription",
-        "show",
-        "--topic-name",
-        "bench",
-        "--name",
-        "sink",
-    ];
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while runner.cli(&show)?["provisioning"]["state"] != "Succeeded" {
-        if Instant::now() > deadline {
-            bail!("the subscription was not validated within 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    )
+    .await?;
 
     let bodies: Vec<String> = events(case.events, case.event_bytes)?
         .chunks(case.per_publish)
@@ -302,10 +332,7 @@ pub async fn run(
             format!("[{}]", parts.join(","))
         })
         .collect();
-    let url = format!(
-        "http://{}/topics/bench/api/events?api-version=2018-01-01",
-        runner.listen
-    );
+    let url = runner.publish_url();
     let publish_units: u64 = bodies.iter().map(|b| http_api_units(b.len())).sum();
     let client = reqwest::Client::new();
     let cpu = Cpu::of_process(runner.child.id())?;

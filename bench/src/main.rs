@@ -24,6 +24,7 @@ mod cold_start;
 mod cost;
 mod e2e;
 mod engine;
+mod latency;
 mod sink;
 
 #[derive(Parser)]
@@ -61,6 +62,17 @@ enum Bench {
         #[arg(long)]
         no_cost: bool,
     },
+    /// Publish to first attempt at a steady rate, with where the time goes (needs
+    /// AWS_ENDPOINT_URL and a built `gridrelay`).
+    Latency {
+        #[arg(long, default_value_t = 1_000)]
+        rate: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// The `gridrelay` binary (default: beside this one).
+        #[arg(long)]
+        gridrelay: Option<PathBuf>,
+    },
     /// Each function's bootstrap: init time, size, and deliver's memory handling one full
     /// batch (needs AWS_ENDPOINT_URL and the bootstraps from infra/deploy/build.sh).
     ColdStart {
@@ -97,6 +109,27 @@ async fn main() -> anyhow::Result<()> {
             e2e_bench(binary, events, cost_events, event_bytes, shown).await
         }
         Bench::ColdStart { events } => cold_start::run(events).await,
+        Bench::Latency {
+            rate,
+            seconds,
+            gridrelay,
+        } => {
+            let binary = match gridrelay {
+                Some(b) => b,
+                None => std::env::current_exe()?.with_file_name("gridrelay"),
+            };
+            let aws_endpoint = std::env::var("AWS_ENDPOINT_URL")
+                .context("set AWS_ENDPOINT_URL (infra/local/moto.sh env)")?;
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            latency::run(
+                binary,
+                format!("bench-lat-{}", &id[..8]),
+                rate,
+                seconds,
+                &aws_endpoint,
+            )
+            .await
+        }
         Bench::Sink { delay_ms } => {
             let (url, _) =
                 sink::serve("127.0.0.1:0".parse()?, Duration::from_millis(delay_ms)).await?;

@@ -1,5 +1,7 @@
 //! A subscriber that only counts: answers Event Grid's validation handshake, then 200 to every
-//! delivery after an optional delay, counting requests and events.
+//! delivery after an optional delay, counting requests and events, and, for events that carry
+//! the time they were published at (`data.sentAtMicros`, microseconds since the epoch), the
+//! time from then to their arrival.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +22,13 @@ pub struct Counts {
     pub events: AtomicUsize,
     /// Deliveries received and not yet answered.
     pub in_flight: AtomicUsize,
+    /// Milliseconds from `data.sentAtMicros` to arrival, per event that has it.
+    pub latencies_ms: std::sync::Mutex<Vec<f64>>,
+}
+
+/// Microseconds since the epoch, now: what publishers put in `data.sentAtMicros`.
+pub fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
 }
 
 struct Sink {
@@ -67,14 +76,39 @@ async fn receive(
     if !sink.delay.is_zero() {
         tokio::time::sleep(sink.delay).await;
     }
+    let arrived = now_micros();
     // An array of events (Event Grid schema), or one event.
-    let events = match serde_json::from_slice::<Vec<serde::de::IgnoredAny>>(&body) {
-        Ok(list) => list.len(),
+    let events = match serde_json::from_slice::<Vec<TimedEvent>>(&body) {
+        Ok(list) => {
+            let sent: Vec<f64> = list
+                .iter()
+                .filter_map(|e| e.data.as_ref()?.sent_at_micros)
+                .map(|sent| (arrived - sent) as f64 / 1000.0)
+                .collect();
+            if !sent.is_empty()
+                && let Ok(mut l) = sink.counts.latencies_ms.lock()
+            {
+                l.extend(sent);
+            }
+            list.len()
+        }
         Err(_) => 1,
     };
     sink.counts.requests.fetch_add(1, Ordering::Relaxed);
     sink.counts.events.fetch_add(events, Ordering::Relaxed);
     (StatusCode::OK, String::new())
+}
+
+/// What the sink reads of a delivered event: when it was published, if it says.
+#[derive(serde::Deserialize)]
+struct TimedEvent {
+    data: Option<TimedData>,
+}
+
+#[derive(serde::Deserialize)]
+struct TimedData {
+    #[serde(rename = "sentAtMicros")]
+    sent_at_micros: Option<i64>,
 }
 
 /// One request in flight, counted until it is answered or given up.

@@ -935,6 +935,20 @@ fn stop_report(stats: &gridrelay_local::RunnerStats) -> serde_json::Value {
             "recordsDropped": l.records_dropped,
         },
         "stoppedInvocations": stats.stopped_invocations,
+        "latency": {
+            "queueMs": percentiles(&stats.latencies.queue_ms, "messages"),
+            "publishToAnswerMs": percentiles(&stats.latencies.publish_to_answer_ms, "events"),
+        },
+    })
+}
+
+/// p50, p99 and the most of a latency histogram, and how many it counted.
+fn percentiles(h: &hdrhistogram::Histogram<u64>, counted: &str) -> serde_json::Value {
+    json!({
+        "p50": h.value_at_quantile(0.5),
+        "p99": h.value_at_quantile(0.99),
+        "max": h.max(),
+        counted: h.len(),
     })
 }
 

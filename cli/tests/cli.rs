@@ -492,4 +492,9 @@ fn local_prints_invocations_and_billed_time_when_it_stops() {
     assert!(billed >= 3, "each invocation bills at least 1 ms: {report}");
     assert_eq!(report["deliver"]["delivered"], 0, "{report}");
     assert!(report["deliver"]["billedMs"].as_u64().is_some(), "{report}");
+    assert_eq!(
+        report["latency"]["publishToAnswerMs"]["events"], 0,
+        "{report}"
+    );
+    assert_eq!(report["latency"]["queueMs"]["messages"], 0, "{report}");
 }

@@ -10,6 +10,7 @@
 #     counted by a proxy in front of moto; then the cost per million events on AWS
 #   - cold start: each function's bootstrap (infra/deploy/build.sh) under an emulated Lambda
 #     Runtime API: init time beside a bare process start, size, deliver's memory for a full batch
+#   - latency: publish to first attempt at 1,000 events/s, with where the time goes
 # Sizes: BENCH_ENGINE_EVENTS, BENCH_E2E_EVENTS, BENCH_COST_EVENTS (environment).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -48,3 +49,5 @@ target/release/gridrelay-bench cold-start
 printf '\n== end to end\n'
 target/release/gridrelay-bench e2e --events "$e2e_events" --cost-events "$cost_events" \
   --gridrelay target/release/gridrelay
+printf '\n== latency\n'
+target/release/gridrelay-bench latency --gridrelay target/release/gridrelay

@@ -21,6 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_config::SdkConfig;
+use aws_lambda_events::sqs::SqsEvent;
+use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
     S3ObjectStore, SqsQueue, delivery_state_store, s3_client, secret_store, subscription_store,
 };
@@ -30,12 +32,13 @@ pub use gridrelay_deliver::{
     ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_IN_FLIGHT_ENV,
     MAX_REQUESTS_PER_ENDPOINT_ENV,
 };
-use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
+use gridrelay_deliver::{Deliver, DeliverOutcome, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::Ingest;
 use gridrelay_ports::{MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock};
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::subscription::{Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
+use hdrhistogram::Histogram;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -132,7 +135,7 @@ impl Default for RunnerConfig {
 }
 
 /// What the handlers did since the runner started.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct RunnerStats {
     pub deliver: DeliveryReport,
     pub dead_letter: DeadLetterReport,
@@ -146,6 +149,60 @@ pub struct RunnerStats {
     /// Invocations still running at their deadline, stopped (their messages come back after
     /// the visibility timeout). Counted apart from each function's (finished) invocations.
     pub stopped_invocations: usize,
+    pub latencies: Latencies,
+}
+
+/// Where delivered events' time went, as the runner saw it (issue #9's latency figures).
+#[derive(Debug, Clone)]
+pub struct Latencies {
+    /// Per delivery queue message, in milliseconds: from its send (SQS `SentTimestamp`) to the
+    /// start of the invocation that received it: waiting in the queue and for a poll.
+    pub queue_ms: Histogram<u64>,
+    /// Per delivered event, in milliseconds: from its publish (ingest accepting it) to its
+    /// subscriber's answer.
+    pub publish_to_answer_ms: Histogram<u64>,
+}
+
+/// The most a latency is recorded as: the retry ladder's whole day, in milliseconds.
+const LONGEST_LATENCY_MS: u64 = 86_400_000;
+
+impl Default for Latencies {
+    fn default() -> Self {
+        let histogram = || {
+            Histogram::new_with_max(LONGEST_LATENCY_MS, 2)
+                .expect("two significant digits up to a day is a valid histogram")
+        };
+        Self {
+            queue_ms: histogram(),
+            publish_to_answer_ms: histogram(),
+        }
+    }
+}
+
+impl Latencies {
+    /// Each message's time in the queue, if an invocation with `event` starts at `started`.
+    fn queue_waits(event: &SqsEvent, started: DateTime<Utc>) -> Vec<u64> {
+        event
+            .records
+            .iter()
+            .filter_map(|r| r.attributes.get("SentTimestamp")?.parse::<i64>().ok())
+            .map(|sent| (started.timestamp_millis() - sent).max(0).unsigned_abs())
+            .collect()
+    }
+
+    /// Records what one delivery invocation saw: its messages' time in the queue and its
+    /// delivered events' time from publish to answer.
+    fn record(&mut self, queue_waits: &[u64], outcome: &DeliverOutcome) {
+        for &ms in queue_waits {
+            self.queue_ms.saturating_record(ms);
+        }
+        for m in outcome.by_subscription.values() {
+            for ms in &m.latency_ms {
+                self.publish_to_answer_ms
+                    .saturating_record(ms.round() as u64);
+            }
+        }
+    }
 }
 
 /// Milliseconds of each function's invocations, as Lambda would bill them.
@@ -288,8 +345,10 @@ impl LocalSystem {
                 let stats = Arc::clone(&deliver_stats);
                 Box::pin(async move {
                     let started = std::time::Instant::now();
+                    let queue_waits = Latencies::queue_waits(&event, Utc::now());
                     let outcome = deliver.handle_until(event, deadline).await;
                     if let Ok(mut s) = stats.lock() {
+                        s.latencies.record(&queue_waits, &outcome);
                         s.deliver.add(&outcome.report);
                         s.deliver_invocations += 1;
                         s.billed.deliver_ms += billed_ms(started);
@@ -347,7 +406,7 @@ impl LocalSystem {
     }
 
     pub fn stats(&self) -> RunnerStats {
-        self.stats.lock().map(|s| *s).unwrap_or_default()
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// Stops polling and serving, waits for handlers in flight to finish, and says what the
@@ -362,6 +421,41 @@ impl LocalSystem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// #9, latency figures: a message's time in the queue runs from its SQS `SentTimestamp`
+    /// to its invocation's start (never negative: clocks differ); a delivered event's from its
+    /// publish to its answer, as deliver measured it.
+    #[test]
+    fn latencies_are_queue_waits_and_publish_to_answer() {
+        let started: DateTime<Utc> = "2026-11-25T12:00:00.250Z".parse().unwrap();
+        let mut event = SqsEvent::default();
+        for sent in [
+            "1795608000000",
+            "1795608000240",
+            "1795608001000",
+            "not a time",
+        ] {
+            let mut r = aws_lambda_events::sqs::SqsMessage::default();
+            r.attributes.insert("SentTimestamp".into(), sent.into());
+            event.records.push(r);
+        }
+        let waits = Latencies::queue_waits(&event, started);
+        assert_eq!(waits, [250, 10, 0]);
+        let mut outcome = DeliverOutcome::default();
+        outcome.by_subscription.insert(
+            ("orders".into(), "audit".into()),
+            gridrelay_deliver::metrics::SubscriptionMetrics {
+                latency_ms: vec![12.4, 30.0],
+                ..Default::default()
+            },
+        );
+        let mut latencies = Latencies::default();
+        latencies.record(&waits, &outcome);
+        assert_eq!(latencies.queue_ms.len(), 3);
+        assert_eq!(latencies.queue_ms.max(), 250);
+        assert_eq!(latencies.publish_to_answer_ms.len(), 2);
+        assert_eq!(latencies.publish_to_answer_ms.min(), 12);
+    }
 
     /// #9: Lambda bills each invocation rounded up to the millisecond, never less than one.
     #[test]
