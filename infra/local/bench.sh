@@ -46,8 +46,10 @@ printf '\n== cold start\n'
 quietly bash infra/deploy/build.sh
 target/release/gridrelay-bench cold-start
 
+# First on a fresh emulator: moto's SQS slows with every queue and message it holds.
+printf '\n== latency\n'
+target/release/gridrelay-bench latency --gridrelay target/release/gridrelay
+
 printf '\n== end to end\n'
 target/release/gridrelay-bench e2e --events "$e2e_events" --cost-events "$cost_events" \
   --gridrelay target/release/gridrelay
-printf '\n== latency\n'
-target/release/gridrelay-bench latency --gridrelay target/release/gridrelay
