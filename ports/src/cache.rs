@@ -250,6 +250,15 @@ impl Freshness {
     }
 }
 
+/// Runs `write` with what it may change forgotten before it starts (so a read overlapping it
+/// is not kept) and after it ends (so what was read meanwhile is read again).
+async fn forgetting_around<T>(forget: impl Fn(), write: impl std::future::Future<Output = T>) -> T {
+    forget();
+    let result = write.await;
+    forget();
+    result
+}
+
 /// A [`SubscriptionStore`] that keeps the topics, subscription lists and subscriptions it
 /// read for `ttl` (see the module's docs for what that means for freshness).
 pub struct CachedSubscriptionStore {
@@ -293,24 +302,15 @@ impl SubscriptionStore for CachedSubscriptionStore {
     }
 
     async fn create_topic(&self, topic: &Topic) -> Result<(), StoreError> {
-        self.wrote(&topic.name);
-        let result = self.store.create_topic(topic).await;
-        self.wrote(&topic.name);
-        result
+        forgetting_around(|| self.wrote(&topic.name), self.store.create_topic(topic)).await
     }
 
     async fn replace_topic(&self, topic: &Topic) -> Result<(), StoreError> {
-        self.wrote(&topic.name);
-        let result = self.store.replace_topic(topic).await;
-        self.wrote(&topic.name);
-        result
+        forgetting_around(|| self.wrote(&topic.name), self.store.replace_topic(topic)).await
     }
 
     async fn delete_topic(&self, name: &str) -> Result<bool, StoreError> {
-        self.wrote(name);
-        let result = self.store.delete_topic(name).await;
-        self.wrote(name);
-        result
+        forgetting_around(|| self.wrote(name), self.store.delete_topic(name)).await
     }
 
     async fn get_subscription(
@@ -343,10 +343,8 @@ impl SubscriptionStore for CachedSubscriptionStore {
     }
 
     async fn create_subscription(&self, subscription: &Subscription) -> Result<(), StoreError> {
-        self.wrote(&subscription.topic);
-        let result = self.store.create_subscription(subscription).await;
-        self.wrote(&subscription.topic);
-        result
+        let write = self.store.create_subscription(subscription);
+        forgetting_around(|| self.wrote(&subscription.topic), write).await
     }
 
     async fn replace_subscription(
@@ -354,31 +352,28 @@ impl SubscriptionStore for CachedSubscriptionStore {
         subscription: &mut Subscription,
     ) -> Result<(), StoreError> {
         let topic = subscription.topic.clone();
-        self.wrote(&topic);
-        let result = self.store.replace_subscription(subscription).await;
-        self.wrote(&topic);
-        result
+        let write = self.store.replace_subscription(subscription);
+        forgetting_around(|| self.wrote(&topic), write).await
     }
 
     async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError> {
-        self.wrote(topic);
-        let result = self.store.delete_subscription(topic, name).await;
-        self.wrote(topic);
-        result
+        let write = self.store.delete_subscription(topic, name);
+        forgetting_around(|| self.wrote(topic), write).await
     }
 
     fn forget(&self, topic: &str) {
         self.freshness.wrote();
-        self.topics.forget_where(|t| t == topic);
-        self.lists.forget_where(|t| t == topic);
-        self.subscriptions.forget_where(|(t, _)| t == topic);
+        let topic = topic.to_string();
+        self.topics.forget(&topic);
+        self.lists.forget(&topic);
+        self.subscriptions.forget_where(|(t, _)| *t == topic);
     }
 
     fn forget_subscription(&self, topic: &str, name: &str) {
         self.freshness.wrote();
-        self.lists.forget_where(|t| t == topic);
+        self.lists.forget(&topic.to_string());
         self.subscriptions
-            .forget_where(|(t, n)| t == topic && n == name);
+            .forget(&(topic.to_string(), name.to_string()));
     }
 
     fn recheck_topic(&self, topic: &str) {
@@ -429,10 +424,7 @@ impl CachedSecretStore {
 #[async_trait]
 impl SecretStore for CachedSecretStore {
     async fn put(&self, name: &str, value: &str) -> Result<String, SecretError> {
-        self.wrote();
-        let result = self.secrets.put(name, value).await;
-        self.wrote();
-        result
+        forgetting_around(|| self.wrote(), self.secrets.put(name, value)).await
     }
 
     async fn get(&self, id: &str) -> Result<String, SecretError> {
@@ -445,10 +437,7 @@ impl SecretStore for CachedSecretStore {
     }
 
     async fn delete(&self, id: &str) -> Result<(), SecretError> {
-        self.wrote();
-        let result = self.secrets.delete(id).await;
-        self.wrote();
-        result
+        forgetting_around(|| self.wrote(), self.secrets.delete(id)).await
     }
 }
 
@@ -476,7 +465,7 @@ impl CachedDeliveryState {
 
     fn wrote(&self, endpoint: &str) {
         self.freshness.wrote();
-        self.healthy.forget_where(|e| e == endpoint);
+        self.healthy.forget(&endpoint.to_string());
     }
 }
 
@@ -506,13 +495,10 @@ impl DeliveryStateStore for CachedDeliveryState {
         version: u64,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        self.wrote(endpoint);
-        let result = self
+        let write = self
             .state
-            .put_endpoint_health(endpoint, health, version, now)
-            .await;
-        self.wrote(endpoint);
-        result
+            .put_endpoint_health(endpoint, health, version, now);
+        forgetting_around(|| self.wrote(endpoint), write).await
     }
 
     async fn acquire_probe(
@@ -521,10 +507,8 @@ impl DeliveryStateStore for CachedDeliveryState {
         now: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        self.wrote(endpoint);
-        let result = self.state.acquire_probe(endpoint, now, until).await;
-        self.wrote(endpoint);
-        result
+        let write = self.state.acquire_probe(endpoint, now, until);
+        forgetting_around(|| self.wrote(endpoint), write).await
     }
 
     async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
