@@ -263,17 +263,26 @@ struct Plan {
     failed: BTreeSet<usize>,
     to_delivery: Vec<Outgoing>,
     to_dead_letter: Vec<Outgoing>,
-    report: DeliveryReport,
+    /// What happened to each subscription's events; the invocation's report is their sum.
     by_subscription: MetricsBySubscription,
     /// R4: timed-out attempts whose retries were enqueued, and their late answers.
     late: Vec<(String, LateAnswer)>,
 }
 
 impl Plan {
-    /// Counts for the invocation's report and the subscription's share of it.
-    fn count(&mut self, topic: &str, subscription: &str, add: impl Fn(&mut DeliveryReport)) {
-        add(&mut self.report);
+    /// Counts what happened to a subscription's events.
+    fn count(&mut self, topic: &str, subscription: &str, add: impl FnOnce(&mut DeliveryReport)) {
         add(&mut self.of(topic, subscription).counts);
+    }
+
+    /// The invocation's report: every subscription's counts, and the messages left to SQS.
+    fn report(&self) -> DeliveryReport {
+        let mut report = DeliveryReport::default();
+        for m in self.by_subscription.values() {
+            report.add(&m.counts);
+        }
+        report.failed_messages = self.failed.len();
+        report
     }
 
     fn of(&mut self, topic: &str, subscription: &str) -> &mut SubscriptionMetrics {
@@ -430,26 +439,26 @@ impl Deliver {
             self.settings.scale,
         )
         .await;
-        plan.report.failed_messages = plan.failed.len();
-        if plan.report != DeliveryReport::default() {
+        let report = plan.report();
+        if report != DeliveryReport::default() {
             info!(
-                attempts = plan.report.attempts,
-                failed_attempts = plan.report.failed_attempts,
-                delivered = plan.report.delivered,
-                retried = plan.report.retried,
-                dead_lettered = plan.report.dead_lettered,
-                dropped = plan.report.dropped,
-                deferred = plan.report.deferred,
-                delayed = plan.report.delayed,
-                late_successes = plan.report.late_successes,
-                handed_on = plan.report.handed_on,
-                failed_messages = plan.report.failed_messages,
+                attempts = report.attempts,
+                failed_attempts = report.failed_attempts,
+                delivered = report.delivered,
+                retried = report.retried,
+                dead_lettered = report.dead_lettered,
+                dropped = report.dropped,
+                deferred = report.deferred,
+                delayed = report.delayed,
+                late_successes = report.late_successes,
+                handed_on = report.handed_on,
+                failed_messages = report.failed_messages,
                 "deliver invocation"
             );
         }
         DeliverOutcome {
             failed_message_ids: plan.failed.iter().map(|&i| ids[i].clone()).collect(),
-            report: plan.report,
+            report,
             by_subscription: plan.by_subscription,
         }
     }
