@@ -363,17 +363,10 @@ pub async fn run(
         tokio::spawn(async move {
             loop {
                 let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
-                let Some(body) = next else { return Ok(()) };
-                let response = client
-                    .post(&url)
-                    .header("aeg-sas-key", &key)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await?;
-                if !response.status().is_success() {
-                    anyhow::bail!("publish answered {}", response.status());
-                }
+                let Some(body) = next else {
+                    return Ok::<(), anyhow::Error>(());
+                };
+                publish(&client, &url, &key, body).await?;
             }
         })
     });
@@ -406,6 +399,27 @@ pub async fn run(
         published,
         timeline,
     })
+}
+
+/// Publishes `body` (a JSON array of events) with the topic's key; an answer other than 2xx is
+/// an error.
+pub(crate) async fn publish(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+    body: String,
+) -> anyhow::Result<()> {
+    let response = client
+        .post(url)
+        .header("aeg-sas-key", key)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await?;
+    if !response.status().is_success() {
+        bail!("publish answered {}", response.status());
+    }
+    Ok(())
 }
 
 async fn futures_join<T>(
