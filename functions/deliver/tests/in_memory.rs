@@ -99,6 +99,23 @@ impl World {
         }
     }
 
+    /// Deletes the subscription of `request`'s name on the topic and stores a validated one in
+    /// its place (another id), as another process would, behind any cache.
+    async fn create_again(&self, request: SubscriptionRequest) -> Subscription {
+        self.store
+            .delete_subscription(TOPIC, &request.name)
+            .await
+            .unwrap();
+        self.store.insert_validated(
+            SubscriptionRequest {
+                topic: TOPIC.into(),
+                ..request
+            },
+            InputSchema::EventGridSchema,
+            self.clock.now(),
+        )
+    }
+
     /// Puts a warm function's cache in front of the subscription store.
     fn keep_subscriptions_for(&mut self, ttl: Duration) {
         self.deliver.store = Arc::new(CachedSubscriptionStore::new(
@@ -237,6 +254,17 @@ fn registry<'a>(
         secret_prefix: "gridrelay",
         delivery_queue: delivery,
     }
+}
+
+/// A sender that answers 503 for endpoints ending in `suffix`, 200 for all others.
+fn busy_at(suffix: &'static str) -> ScriptedSender {
+    ScriptedSender::new(move |r| {
+        if r.endpoint.ends_with(suffix) {
+            AttemptResult::Status(503)
+        } else {
+            AttemptResult::Status(200)
+        }
+    })
 }
 
 fn request(name: &str) -> SubscriptionRequest {
@@ -460,13 +488,7 @@ async fn long_waits_run_in_fifteen_minute_hops_r1() {
 /// without an attempt (and without counting one), while another endpoint is not held.
 #[tokio::test]
 async fn a_failing_endpoint_is_delayed_and_its_neighbour_is_not_d1() {
-    let w = World::new(ScriptedSender::new(|r| {
-        if r.endpoint.ends_with("/sick") {
-            AttemptResult::Status(503)
-        } else {
-            AttemptResult::Status(200)
-        }
-    }));
+    let w = World::new(busy_at("/sick"));
     w.subscribe(request("sick")).await;
     w.subscribe(request("well")).await;
     let ids: Vec<String> = (0..10).map(|i| format!("e{i}")).collect();
@@ -504,13 +526,7 @@ async fn a_failing_endpoint_is_delayed_and_its_neighbour_is_not_d1() {
 /// counted when it comes due; it never reaches the new endpoint.
 #[tokio::test]
 async fn old_retries_never_reach_a_subscription_created_again_under_the_name() {
-    let w = World::new(ScriptedSender::new(|r| {
-        if r.endpoint.ends_with("/old") {
-            AttemptResult::Status(503)
-        } else {
-            AttemptResult::Status(200)
-        }
-    }));
+    let w = World::new(busy_at("/old"));
     w.subscribe(SubscriptionRequest {
         endpoint: "http://127.0.0.1:9/old".into(),
         ..request("sub-1")
@@ -568,16 +584,12 @@ async fn a_kept_subscription_is_read_again_when_a_message_names_another_id() {
         w.clock.advance(Duration::from_secs(1));
     }
 
-    w.store.delete_subscription(TOPIC, "sub-1").await.unwrap();
-    let again = w.store.insert_validated(
-        SubscriptionRequest {
-            topic: TOPIC.into(),
+    let again = w
+        .create_again(SubscriptionRequest {
             endpoint: "http://127.0.0.1:9/new".into(),
             ..request("sub-1")
-        },
-        InputSchema::EventGridSchema,
-        w.clock.now(),
-    );
+        })
+        .await;
     w.publish(&["e"]).await;
     let outcome = w.run().await;
     assert_eq!(outcome.report.dropped, 0, "{:?}", outcome.report);
@@ -597,15 +609,7 @@ async fn a_subscription_created_again_is_read_again_alone() {
     w.subscribe(request("sub-2")).await;
     w.publish(&["a"]).await;
     assert_eq!(w.run().await.report.delivered, 2);
-    w.store.delete_subscription(TOPIC, "sub-1").await.unwrap();
-    w.store.insert_validated(
-        SubscriptionRequest {
-            topic: TOPIC.into(),
-            ..request("sub-1")
-        },
-        InputSchema::EventGridSchema,
-        w.clock.now(),
-    );
+    w.create_again(request("sub-1")).await;
     w.publish(&["b"]).await;
     let reads = w.store.reads();
     let outcome = w.run().await;
@@ -637,16 +641,12 @@ async fn a_kept_subscription_without_an_id_is_read_again_for_a_message_with_one(
     w.publish(&["a"]).await;
     assert_eq!(w.run().await.report.delivered, 1);
 
-    w.store.delete_subscription(TOPIC, "sub-1").await.unwrap();
-    let again = w.store.insert_validated(
-        SubscriptionRequest {
-            topic: TOPIC.into(),
+    let again = w
+        .create_again(SubscriptionRequest {
             endpoint: "http://127.0.0.1:9/new".into(),
             ..request("sub-1")
-        },
-        InputSchema::EventGridSchema,
-        w.clock.now(),
-    );
+        })
+        .await;
     w.publish(&["b"]).await;
     assert_eq!(w.run().await.report.delivered, 1);
     let last = w.sender.requests().pop().unwrap();
@@ -1108,13 +1108,7 @@ async fn retry_after_on_503_is_honoured_within_the_ladder_r1_s5() {
 #[tokio::test]
 async fn each_subscription_has_its_own_metrics_and_the_stack_their_sum() {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-    let w = World::new(ScriptedSender::new(|r| {
-        if r.endpoint.ends_with("/sub-2") {
-            AttemptResult::Status(503)
-        } else {
-            AttemptResult::Status(200)
-        }
-    }));
+    let w = World::new(busy_at("/sub-2"));
     w.subscribe(request("sub-1")).await;
     w.subscribe(request("sub-2")).await;
     w.publish(&["a", "b"]).await;
