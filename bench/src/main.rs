@@ -101,10 +101,7 @@ async fn main() -> anyhow::Result<()> {
             timeline,
             no_cost,
         } => {
-            let binary = match gridrelay {
-                Some(b) => b,
-                None => std::env::current_exe()?.with_file_name("gridrelay"),
-            };
+            let binary = gridrelay_binary(gridrelay)?;
             let shown = E2eShown { timeline, no_cost };
             e2e_bench(binary, events, cost_events, event_bytes, shown).await
         }
@@ -114,12 +111,8 @@ async fn main() -> anyhow::Result<()> {
             seconds,
             gridrelay,
         } => {
-            let binary = match gridrelay {
-                Some(b) => b,
-                None => std::env::current_exe()?.with_file_name("gridrelay"),
-            };
-            let aws_endpoint = std::env::var("AWS_ENDPOINT_URL")
-                .context("set AWS_ENDPOINT_URL (infra/local/moto.sh env)")?;
+            let binary = gridrelay_binary(gridrelay)?;
+            let aws_endpoint = aws_endpoint()?;
             let id = uuid::Uuid::new_v4().simple().to_string();
             latency::run(
                 binary,
@@ -137,6 +130,19 @@ async fn main() -> anyhow::Result<()> {
             std::future::pending::<()>().await;
             Ok(())
         }
+    }
+}
+
+/// The AWS API the local stack runs against (moto by default).
+fn aws_endpoint() -> anyhow::Result<String> {
+    std::env::var("AWS_ENDPOINT_URL").context("set AWS_ENDPOINT_URL (infra/local/moto.sh env)")
+}
+
+/// The `gridrelay` binary given, or the one beside this benchmark.
+fn gridrelay_binary(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match given {
+        Some(b) => Ok(b),
+        None => Ok(std::env::current_exe()?.with_file_name("gridrelay")),
     }
 }
 
@@ -185,8 +191,7 @@ async fn e2e_bench(
     event_bytes: usize,
     shown: E2eShown,
 ) -> anyhow::Result<()> {
-    let aws_endpoint = std::env::var("AWS_ENDPOINT_URL")
-        .context("set AWS_ENDPOINT_URL (infra/local/moto.sh env)")?;
+    let aws_endpoint = aws_endpoint()?;
     let aws = aws_calls::AwsCallCounter::start(&aws_endpoint).await?;
     println!(
         "end to end: gridrelay local on {aws_endpoint} (AWS calls counted on the way), {events} events of {event_bytes} B published in arrays of 500"
