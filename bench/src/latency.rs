@@ -51,6 +51,12 @@ pub async fn run(
     seconds: u64,
     aws_endpoint: &str,
 ) -> anyhow::Result<()> {
+    if Duration::from_secs(seconds) <= WARM_UP {
+        bail!(
+            "--seconds {seconds}: give more than the {} s left out at the start",
+            WARM_UP.as_secs()
+        );
+    }
     let (hook, counts) = sink::serve("127.0.0.1:0".parse()?, Duration::ZERO).await?;
     let (runner, key) =
         Runner::with_subscription(binary, prefix, aws_endpoint, None, None, hook).await?;
