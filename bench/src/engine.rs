@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use chrono::Utc;
 use gridrelay_adapters::aws::sqs_event;
-use gridrelay_deliver::{Deliver, DeliverySettings};
+use gridrelay_deliver::{Deliver, DeliverySettings, SubscriptionCaps};
 use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::memory::{
-    MemoryDeliveryStateStore, MemoryQueue, MemorySecretStore, MemorySubscriptionStore,
+    MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryQueue, MemorySecretStore,
+    MemorySubscriptionStore,
 };
 use gridrelay_ports::{Clock, RandomJitter, SystemClock};
 use gridrelay_shared::schema::InputSchema;
@@ -112,6 +113,9 @@ pub async fn deliver_all(
         state: Arc::new(MemoryDeliveryStateStore::default()),
         secrets: Arc::new(MemorySecretStore::default()),
         limits: settings.endpoint_limits(),
+        caps: Arc::new(SubscriptionCaps::new(Arc::new(
+            MemoryDeliveryCapStore::default(),
+        ))),
         settings,
     };
 

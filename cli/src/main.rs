@@ -317,6 +317,16 @@ struct CreateSubscription {
     /// Event time to live in minutes, 1 to 1440 (default 1440).
     #[arg(long, allow_negative_numbers = true)]
     event_ttl: Option<i64>,
+    /// The most requests in flight to this subscription at once, 1 to 1000 (default: no cap;
+    /// each endpoint's own limit follows its answers). Held across every worker; delivery
+    /// beyond it waits, is never dropped, and is not an attempt.
+    #[arg(long, allow_negative_numbers = true)]
+    max_concurrent_requests: Option<i64>,
+    /// The most events delivered to this subscription per second, 1 to 100000 (default: no
+    /// cap). Counted per calendar second across every worker; batches hold at most this many
+    /// events; delivery beyond it waits, is never dropped, and is not an attempt.
+    #[arg(long, allow_negative_numbers = true)]
+    max_events_per_second: Option<i64>,
     /// Where undeliverable events are written: s3://BUCKET[/PREFIX]. Unset: they are dropped.
     #[arg(long)]
     deadletter_endpoint: Option<String>,
@@ -430,6 +440,8 @@ fn flag_of(field: &str) -> &str {
         "preferredBatchSizeInKilobytes" => "--preferred-batch-size-in-kilobytes",
         "maxDeliveryAttempts" => "--max-delivery-attempts",
         "eventTimeToLiveInMinutes" => "--event-ttl",
+        "maxConcurrentRequests" => "--max-concurrent-requests",
+        "maxEventsPerSecond" => "--max-events-per-second",
         "deadLetterDestination" => "--deadletter-endpoint",
         "statusTable" => "--status-table",
         "endpoint" => "--endpoint",
@@ -547,6 +559,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     preferred_batch_size_in_kilobytes: c.preferred_batch_size_in_kilobytes,
                     max_delivery_attempts: c.max_delivery_attempts,
                     event_ttl_minutes: c.event_ttl,
+                    max_concurrent_requests: c.max_concurrent_requests,
+                    max_events_per_second: c.max_events_per_second,
                     dead_letter_destination: c.deadletter_endpoint.clone(),
                     status_table: c.status_table.clone(),
                     filter: c.filter().map_err(invalid)?,
@@ -927,6 +941,7 @@ fn stop_report(stats: &gridrelay_local::RunnerStats) -> serde_json::Value {
             "deadLettered": d.dead_lettered,
             "dropped": d.dropped,
             "delayed": d.delayed,
+            "throttled": d.throttled,
         },
         "deadLetter": {
             "invocations": stats.dead_letter_invocations,

@@ -44,7 +44,11 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
         "--endpoint",
         "http://127.0.0.1:9/hook",
     ];
-    let cases: [(&str, &str, &str); 11] = [
+    let cases: [(&str, &str, &str); 15] = [
+        ("--max-concurrent-requests", "0", "1 to 1000"),
+        ("--max-concurrent-requests", "1001", "1 to 1000"),
+        ("--max-events-per-second", "-1", "1 to 100000"),
+        ("--max-events-per-second", "100001", "1 to 100000"),
         ("--event-delivery-schema", "xml", "custominputschema"),
         ("--max-events-per-batch", "0", "1 to 5000"),
         ("--max-events-per-batch", "5001", "1 to 5000"),
@@ -176,6 +180,10 @@ async fn topic_and_subscription_lifecycle_c1() {
             "5",
             "--event-ttl",
             "60",
+            "--max-concurrent-requests",
+            "8",
+            "--max-events-per-second",
+            "250",
             "--deadletter-endpoint",
             "s3://my-dead-letters/orders",
             "--delivery-attribute-mapping",
@@ -224,6 +232,10 @@ async fn topic_and_subscription_lifecycle_c1() {
     );
     assert_eq!(sub["retryPolicy"]["maxDeliveryAttempts"], 5);
     assert_eq!(sub["retryPolicy"]["eventTimeToLiveInMinutes"], 60);
+    assert_eq!(
+        sub["deliveryCaps"],
+        serde_json::json!({"maxConcurrentRequests": 8, "maxEventsPerSecond": 250})
+    );
     assert_eq!(sub["deadLetterDestination"]["bucket"], "my-dead-letters");
 
     let missing_topic = gridrelay(

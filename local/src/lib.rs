@@ -24,7 +24,8 @@ use aws_config::SdkConfig;
 use aws_lambda_events::sqs::SqsEvent;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
-    S3ObjectStore, SqsQueue, delivery_state_store, s3_client, secret_store, subscription_store,
+    DynamoDeliveryStateStore, S3ObjectStore, SqsQueue, delivery_state_store, s3_client,
+    secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
@@ -32,7 +33,9 @@ pub use gridrelay_deliver::{
     ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_IN_FLIGHT_ENV,
     MAX_REQUESTS_PER_ENDPOINT_ENV,
 };
-use gridrelay_deliver::{Deliver, DeliverOutcome, DeliveryReport, DeliverySettings};
+use gridrelay_deliver::{
+    Deliver, DeliverOutcome, DeliveryReport, DeliverySettings, SubscriptionCaps,
+};
 use gridrelay_ingest::Ingest;
 use gridrelay_ports::{MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock};
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
@@ -291,6 +294,9 @@ impl LocalSystem {
             secrets: secret_store(sdk, config.config_cache),
             state: delivery_state_store(sdk, &names.delivery_state_table, config.config_cache),
             limits: settings.endpoint_limits(),
+            caps: Arc::new(SubscriptionCaps::new(Arc::new(
+                DynamoDeliveryStateStore::from_sdk(sdk, &names.delivery_state_table),
+            ))),
             settings,
         });
         ensure_dead_letter_events_topic(store.as_ref()).await?;

@@ -130,6 +130,36 @@ pub trait DeliveryStateStore: Send + Sync {
     fn forget(&self, _endpoint: &str) {}
 }
 
+/// What subscriptions' delivery caps (`gridrelay_shared::caps`) have used, shared by every
+/// deliver worker so the caps hold across Lambda instances (the delivery state table on AWS):
+/// the events-per-second allowance booked so far, and leased request slots. Records expire on
+/// their own.
+#[async_trait]
+pub trait DeliveryCapStore: Send + Sync {
+    /// Books `events` of `subscription`'s allowance of `rate` events per second at `now`, after
+    /// every booking made before ([`gridrelay_shared::caps::book_events`], atomically); when
+    /// the batch may start.
+    async fn book_events(
+        &self,
+        subscription: &str,
+        events: u32,
+        rate: u32,
+        now: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>, StoreError>;
+    /// Takes one of `subscription`'s `max` request slots until `until`, if one is free at
+    /// `now` (a slot whose lease has passed is free: its holder died or overran); the lease,
+    /// to give back with [`release_slot`](Self::release_slot), if it did.
+    async fn acquire_slot(
+        &self,
+        subscription: &str,
+        max: u32,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError>;
+    /// Gives a slot back before its lease ends.
+    async fn release_slot(&self, subscription: &str, lease: &str) -> Result<(), StoreError>;
+}
+
 /// A stored record and the version it was read at.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Versioned<T> {

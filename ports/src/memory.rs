@@ -22,10 +22,10 @@ use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
 use gridrelay_shared::validation::{Provisioning, ProvisioningState};
 
 use crate::{
-    Clock, DeliveryRequest, DeliveryStateStore, EventSender, HandshakeReply, HandshakeRequest,
-    Jitter, LateAnswer, MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError,
-    ReceivedMessage, SecretError, SecretStore, SentAttempt, StoreError, SubscriptionStore,
-    Versioned,
+    Clock, DeliveryCapStore, DeliveryRequest, DeliveryStateStore, EventSender, HandshakeReply,
+    HandshakeRequest, Jitter, LateAnswer, MessageQueue, ObjectStore, ObjectStoreError,
+    OutgoingMessage, QueueError, ReceivedMessage, SecretError, SecretStore, SentAttempt,
+    StoreError, SubscriptionStore, Versioned,
 };
 
 /// Locks a mutex, going on with the data if a panicking test thread poisoned it.
@@ -760,5 +760,84 @@ impl EventSender for ScriptedSender {
             Some(script) => script(&request),
             None => Ok(Self::answer_with_code(&request)),
         }
+    }
+}
+
+/// Delivery cap allowances in memory: one process's workers share them exactly.
+#[derive(Debug, Default)]
+pub struct MemoryDeliveryCapStore {
+    /// Until when each subscription's events-per-second allowance is booked.
+    booked: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// Leases held, by subscription: lease id and when it ends.
+    slots: Mutex<HashMap<String, HashMap<String, DateTime<Utc>>>>,
+    leases: AtomicU64,
+    pub outage: Outage,
+}
+
+impl MemoryDeliveryCapStore {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.outage.is_down() {
+            return Err(StoreError::Unavailable(
+                "in-memory delivery cap store is down".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Until when `subscription`'s allowance is booked.
+    pub fn booked_until(&self, subscription: &str) -> Option<DateTime<Utc>> {
+        lock(&self.booked).get(subscription).copied()
+    }
+
+    /// Slots of `subscription` leased now (passed leases included until someone needs them).
+    pub fn slots_held(&self, subscription: &str) -> usize {
+        lock(&self.slots).get(subscription).map_or(0, HashMap::len)
+    }
+}
+
+#[async_trait]
+impl DeliveryCapStore for MemoryDeliveryCapStore {
+    async fn book_events(
+        &self,
+        subscription: &str,
+        events: u32,
+        rate: u32,
+        now: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>, StoreError> {
+        self.check()?;
+        let mut booked = lock(&self.booked);
+        let before = booked.get(subscription).copied();
+        let booking = gridrelay_shared::caps::book_events(before, now, events, rate);
+        booked.insert(subscription.to_string(), booking.booked_until);
+        Ok(booking.start)
+    }
+
+    async fn acquire_slot(
+        &self,
+        subscription: &str,
+        max: u32,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        self.check()?;
+        let mut slots = lock(&self.slots);
+        let held = slots.entry(subscription.to_string()).or_default();
+        if held.len() >= max as usize {
+            held.retain(|_, ends| *ends > now);
+        }
+        if held.len() >= max as usize {
+            return Ok(None);
+        }
+        let lease = format!("lease-{}", self.leases.fetch_add(1, Ordering::SeqCst));
+        held.insert(lease.clone(), until);
+        Ok(Some(lease))
+    }
+
+    async fn release_slot(&self, subscription: &str, lease: &str) -> Result<(), StoreError> {
+        self.check()?;
+        if let Some(held) = lock(&self.slots).get_mut(subscription) {
+            held.remove(lease);
+        }
+        Ok(())
     }
 }

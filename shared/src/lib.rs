@@ -8,7 +8,7 @@
 //!
 //! - Limits and inputs: [`limits`], [`time_scale`], [`subscription`], [`filter`], [`publish`],
 //!   [`schema`], [`raw_json`], [`sas`], [`validation`], [`delivery_attributes`].
-//! - Delivery: [`classify`], [`schedule`], [`batching`], [`decision`], [`health`],
+//! - Delivery: [`caps`], [`classify`], [`schedule`], [`batching`], [`decision`], [`health`],
 //!   [`message`], [`delivery`] (what happens to each due event and after each attempt).
 //! - Dead-lettering: [`dead_letter`] (the L6 format), [`dead_letter_write`] (what the
 //!   dead-letter function writes, tries again or drops).
@@ -16,6 +16,7 @@
 //! Requirement IDs such as `R1` or `S3` refer to `spec/delivery-semantics.md`.
 
 pub mod batching;
+pub mod caps;
 pub mod classify;
 pub mod concurrency;
 pub mod dead_letter;

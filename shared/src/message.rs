@@ -85,6 +85,10 @@ pub struct DeliveryMessage {
     /// R4: the timed-out attempt this message retries; a late success for it cancels the retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed_out_attempt: Option<String>,
+    /// Its events' next attempt is booked in the subscription's events-per-second allowance
+    /// for `not_before` (`caps::book_events`): it goes then without booking again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rate_booked: bool,
     pub events: Vec<QueuedEvent>,
 }
 
@@ -101,6 +105,8 @@ pub struct DeliveryHistory {
     pub last_attempt: Option<AttemptRecord>,
     /// R4: the timed-out attempt the events wait to retry.
     pub timed_out_attempt: Option<String>,
+    /// The next attempt is booked in the subscription's events-per-second allowance.
+    pub rate_booked: bool,
 }
 
 impl DeliveryHistory {
@@ -114,6 +120,7 @@ impl DeliveryHistory {
             attempts: 0,
             last_attempt: None,
             timed_out_attempt: None,
+            rate_booked: false,
         }
     }
 
@@ -124,6 +131,8 @@ impl DeliveryHistory {
             attempts: self.attempts + 1,
             last_attempt: Some(record),
             timed_out_attempt,
+            // The next attempt books its own share.
+            rate_booked: false,
             ..self.clone()
         }
     }
@@ -146,6 +155,7 @@ impl DeliveryMessage {
             not_before,
             last_attempt: history.last_attempt,
             timed_out_attempt: history.timed_out_attempt.clone(),
+            rate_booked: history.rate_booked,
             events,
         };
         let base = DELIVERY_TAG_BYTES + json_len(&message(Vec::new()));
@@ -162,6 +172,7 @@ impl DeliveryMessage {
             attempts: self.attempts,
             last_attempt: self.last_attempt,
             timed_out_attempt: self.timed_out_attempt.clone(),
+            rate_booked: self.rate_booked,
         }
     }
 
@@ -372,6 +383,7 @@ mod tests {
                 outcome: DeliveryOutcome::RequestEntityTooLarge,
             }),
             timed_out_attempt: Some("0".repeat(36)),
+            rate_booked: true,
             events: vec![],
         }
     }

@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::caps::DeliveryCaps;
 use crate::classify::StatusTableName;
 use crate::delivery_attributes::{self, DeliveryAttributeMapping, DeliveryAttributeRequest};
 use crate::filter::EventFilter;
@@ -235,6 +236,9 @@ pub struct Subscription {
     pub batching: BatchPolicy,
     #[serde(default)]
     pub retry_policy: RetryPolicy,
+    /// Requests in flight and events per second it may be sent at most, whatever is waiting.
+    #[serde(default, skip_serializing_if = "DeliveryCaps::is_unset")]
+    pub delivery_caps: DeliveryCaps,
     #[serde(default)]
     pub dead_letter_destination: Option<DeadLetterDestination>,
     /// S6: which status-code classification table applies.
@@ -273,6 +277,8 @@ pub struct SubscriptionRequest {
     pub preferred_batch_size_in_kilobytes: Option<i64>,
     pub max_delivery_attempts: Option<i64>,
     pub event_ttl_minutes: Option<i64>,
+    pub max_concurrent_requests: Option<i64>,
+    pub max_events_per_second: Option<i64>,
     pub dead_letter_destination: Option<String>,
     pub status_table: Option<String>,
     pub filter: EventFilter,
@@ -313,6 +319,10 @@ impl SubscriptionRequest {
             retry_policy: RetryPolicy::from_settings(
                 self.max_delivery_attempts,
                 self.event_ttl_minutes,
+            )?,
+            delivery_caps: DeliveryCaps::from_settings(
+                self.max_concurrent_requests,
+                self.max_events_per_second,
             )?,
             dead_letter_destination: self
                 .dead_letter_destination

@@ -29,17 +29,17 @@ use futures::channel::oneshot;
 use futures::future::{Either, select};
 use gridrelay_adapters::aws::sqs_event;
 use gridrelay_dead_letter::{DeadLetterReport, DeadLetterWriter};
-use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings};
+use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings, SubscriptionCaps};
 use gridrelay_ingest::{Ingest, PublishRequest};
 use gridrelay_ports::memory::{
-    FixedJitter, ManualClock, MemoryDeliveryStateStore, MemoryObjectStore, MemoryQueue,
-    MemorySecretStore, MemorySubscriptionStore, QueuedMessage, ScriptedSender,
+    FixedJitter, ManualClock, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryObjectStore,
+    MemoryQueue, MemorySecretStore, MemorySubscriptionStore, QueuedMessage, ScriptedSender,
 };
 use gridrelay_ports::registration::Registry;
 use gridrelay_ports::{
-    Clock, DeliveryRequest, DeliveryStateStore, EventSender, HandshakeReply, HandshakeRequest,
-    MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError, ReceivedMessage,
-    SentAttempt, StoreError, SubscriptionStore, Versioned,
+    Clock, DeliveryCapStore, DeliveryRequest, DeliveryStateStore, EventSender, HandshakeReply,
+    HandshakeRequest, MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError,
+    ReceivedMessage, SentAttempt, StoreError, SubscriptionStore, Versioned,
 };
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::filter::EventFilter;
@@ -286,6 +286,42 @@ impl DeliveryStateStore for FaultyState {
     }
 }
 
+struct FaultyCaps(Arc<MemoryDeliveryCapStore>, Arc<Faults>);
+
+#[async_trait]
+impl DeliveryCapStore for FaultyCaps {
+    async fn book_events(
+        &self,
+        subscription: &str,
+        events: u32,
+        rate: u32,
+        now: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>, StoreError> {
+        if self.1.step().await {
+            return Err(StoreError::Unavailable(injected()));
+        }
+        self.0.book_events(subscription, events, rate, now).await
+    }
+    async fn acquire_slot(
+        &self,
+        subscription: &str,
+        max: u32,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        if self.1.step().await {
+            return Err(StoreError::Unavailable(injected()));
+        }
+        self.0.acquire_slot(subscription, max, now, until).await
+    }
+    async fn release_slot(&self, subscription: &str, lease: &str) -> Result<(), StoreError> {
+        if self.1.step().await {
+            return Err(StoreError::Unavailable(injected()));
+        }
+        self.0.release_slot(subscription, lease).await
+    }
+}
+
 struct FaultyObjects(Arc<MemoryObjectStore>, Arc<Faults>);
 
 #[async_trait]
@@ -461,6 +497,10 @@ impl World {
             )),
             secrets: Arc::new(MemorySecretStore::default()),
             limits: DeliverySettings::new(TimeScale::REAL).endpoint_limits(),
+            caps: Arc::new(SubscriptionCaps::new(Arc::new(FaultyCaps(
+                Arc::new(MemoryDeliveryCapStore::default()),
+                faults.clone(),
+            )))),
             settings: DeliverySettings::new(TimeScale::REAL),
         };
         let writer = DeadLetterWriter {
@@ -489,7 +529,8 @@ impl World {
 
     /// Three subscriptions, validated with faults off: `all` (every event, dead-letters to
     /// `s3://dead/all`), `created` (event type `created`, 5 attempts, dead-letters) and `plain`
-    /// (subjects under `/a/`, dead-letters too).
+    /// (subjects under `/a/`, dead-letters too, capped at 2 requests at once and 3 events a
+    /// second, so its events are also held by caps and by a cap store that fails).
     async fn subscribe(&self) {
         let off = self.faults.rates();
         *self.faults.rates.lock().unwrap_or_else(|e| e.into_inner()) = FaultRates {
@@ -528,14 +569,18 @@ impl World {
                 },
                 Some(5),
             ),
-            request(
-                "plain",
-                EventFilter {
-                    subject_begins_with: Some("/a/".into()),
-                    ..EventFilter::default()
-                },
-                None,
-            ),
+            SubscriptionRequest {
+                max_concurrent_requests: Some(2),
+                max_events_per_second: Some(3),
+                ..request(
+                    "plain",
+                    EventFilter {
+                        subject_begins_with: Some("/a/".into()),
+                        ..EventFilter::default()
+                    },
+                    None,
+                )
+            },
         ] {
             let _ = registry.register(&r, self.clock.now()).await;
         }

@@ -426,6 +426,9 @@ struct SubscriberState {
     handshake: Handshake,
     received: Vec<Received>,
     validations: Vec<Received>,
+    /// Event requests being answered now, and the most there were at once.
+    in_flight: usize,
+    most_in_flight: usize,
 }
 
 /// A webhook endpoint on 127.0.0.1 that answers from a script.
@@ -487,6 +490,14 @@ impl Subscriber {
         self.state
             .lock()
             .map(|s| s.validations.clone())
+            .unwrap_or_default()
+    }
+
+    /// The most event requests it was answering at once so far.
+    pub fn most_in_flight(&self) -> usize {
+        self.state
+            .lock()
+            .map(|s| s.most_in_flight)
             .unwrap_or_default()
     }
 
@@ -586,13 +597,28 @@ async fn receive(
             events,
             reply,
         });
+        s.in_flight += 1;
+        s.most_in_flight = s.most_in_flight.max(s.in_flight);
         reply
     };
+    // Counted out when answered, or when the client gave up and the answer was dropped.
+    let _answering = Answering(state);
     match reply {
         Reply::Status(code) => status_code(code).into_response(),
         Reply::Hang(d) => {
             tokio::time::sleep(d).await;
             StatusCode::OK.into_response()
+        }
+    }
+}
+
+/// An event request being answered.
+struct Answering(Arc<Mutex<SubscriberState>>);
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.in_flight -= 1;
         }
     }
 }

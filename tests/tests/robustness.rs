@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use gridrelay_adapters::aws::{SqsQueue, s3_client};
 use gridrelay_adapters::http_sender::HttpEventSender;
-use gridrelay_deliver::{Deliver, DeliverySettings};
+use gridrelay_deliver::{Deliver, DeliverySettings, SubscriptionCaps};
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
 use gridrelay_ports::{MessageQueue, OutgoingMessage, RandomJitter, SystemClock};
 use gridrelay_shared::message::{DeliveryMessage, QueuedEvent};
@@ -163,6 +163,12 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
             &sys.names.delivery_state_table,
         )),
         limits: DeliverySettings::new(sys.scale).endpoint_limits(),
+        caps: Arc::new(SubscriptionCaps::new(Arc::new(
+            gridrelay_adapters::aws::DynamoDeliveryStateStore::from_sdk(
+                &sys.sdk,
+                &sys.names.delivery_state_table,
+            ),
+        ))),
         settings: DeliverySettings::new(sys.scale),
     };
     let good = DeliveryMessage {
@@ -174,6 +180,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         not_before: chrono::Utc::now(),
         last_attempt: None,
         timed_out_attempt: None,
+        rate_booked: false,
         events: vec![QueuedEvent::new(
             chrono::Utc::now(),
             serde_json::value::RawValue::from_string(r#"{"id":"direct-1","data":{}}"#.into())

@@ -4,8 +4,9 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 
-use super::{unavailable, written};
-use gridrelay_ports::{DeliveryStateStore, StoreError, Versioned};
+use super::{is_conditional_failure, unavailable, written};
+use gridrelay_ports::{DeliveryCapStore, DeliveryStateStore, StoreError, Versioned};
+use gridrelay_shared::caps::book_events;
 use gridrelay_shared::health::EndpointHealth;
 
 /// The attribute holding an endpoint health record's version (conditional writes).
@@ -14,9 +15,15 @@ const VERSION: &str = "ver";
 /// How long a record outlives its last write (DynamoDB's TTL attribute `expiresAt` removes it).
 const RECORD_LIFETIME: chrono::Duration = chrono::Duration::hours(48);
 
-/// Endpoint health and late successes in one DynamoDB table: partition key `pk`
-/// (`endpoint#URL` or `late#ATTEMPT`), times as epoch milliseconds, `expiresAt` (epoch
-/// seconds) as the table's TTL attribute.
+/// Tries at booking a subscription's allowance while other instances book it too.
+const BOOKING_TRIES: usize = 8;
+
+/// Expired leases removed in one write when a subscription's slots are all taken.
+const EXPIRED_LEASES_PER_WRITE: usize = 50;
+
+/// Endpoint health, late successes and delivery cap allowances in one DynamoDB table: partition
+/// key `pk` (`endpoint#URL`, `late#ATTEMPT`, `rate#SUBSCRIPTION` or `slots#SUBSCRIPTION`), times as epoch milliseconds, `expiresAt` (epoch seconds) as the
+/// table's TTL attribute.
 #[derive(Debug, Clone)]
 pub struct DynamoDeliveryStateStore {
     client: aws_sdk_dynamodb::Client,
@@ -50,6 +57,10 @@ fn millis(t: DateTime<Utc>) -> AttributeValue {
 
 fn expires(now: DateTime<Utc>) -> AttributeValue {
     AttributeValue::N((now + RECORD_LIFETIME).timestamp().to_string())
+}
+
+fn micros(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
 }
 
 fn time(item: &HashMap<String, AttributeValue>, name: &str) -> Option<DateTime<Utc>> {
@@ -201,5 +212,205 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             .await
             .map_err(unavailable)?;
         Ok(out.item.is_some())
+    }
+}
+
+/// Delivery caps: a subscription's events-per-second allowance is one item holding until when
+/// it is booked (microseconds): an atomic `ADD` while that is past now, else a conditional
+/// `SET` to now plus the batch's share; its request slots are one item whose `leases` map
+/// holds each lease's end, grown by a conditional `SET` while it has fewer than the cap. When
+/// the slots are all taken, the leases that have ended (their holder died or overran) are
+/// removed and the write is tried once more.
+#[async_trait]
+impl DeliveryCapStore for DynamoDeliveryStateStore {
+    async fn book_events(
+        &self,
+        subscription: &str,
+        events: u32,
+        rate: u32,
+        now: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>, StoreError> {
+        let pk = format!("rate#{subscription}");
+        let alone = book_events(None, now, events, rate);
+        let takes = (alone.booked_until - alone.start)
+            .num_microseconds()
+            .unwrap_or(i64::MAX);
+        let now_us = micros(now);
+        for _ in 0..BOOKING_TRIES {
+            // Booked past now: the batch starts where the bookings end, moved on atomically
+            // (one write, however many instances book at once).
+            let added = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(pk.clone())))
+                .update_expression("SET expiresAt = :expires ADD bookedUntilMicros :takes")
+                .condition_expression("bookedUntilMicros >= :now")
+                .expression_attribute_values(":takes", AttributeValue::N(takes.to_string()))
+                .expression_attribute_values(":now", AttributeValue::N(now_us.to_string()))
+                .expression_attribute_values(":expires", expires(now))
+                .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+                .send()
+                .await;
+            match added {
+                Ok(out) => {
+                    let until = out
+                        .attributes
+                        .as_ref()
+                        .and_then(|a| a.get("bookedUntilMicros"))
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|n| n.parse::<i64>().ok())
+                        .ok_or_else(|| {
+                            StoreError::Corrupt(format!("{pk} has no bookedUntilMicros"))
+                        })?;
+                    return DateTime::from_timestamp_micros(until - takes).ok_or_else(|| {
+                        StoreError::Corrupt(format!("{pk}: bookedUntilMicros {until}"))
+                    });
+                }
+                Err(e) if !is_conditional_failure(&e) => return Err(unavailable(e)),
+                Err(_) => {}
+            }
+            // Idle (nothing booked past now): the batch starts now.
+            let started = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(pk.clone())))
+                .update_expression("SET bookedUntilMicros = :until, expiresAt = :expires")
+                .condition_expression(
+                    "attribute_not_exists(bookedUntilMicros) OR bookedUntilMicros < :now",
+                )
+                .expression_attribute_values(
+                    ":until",
+                    AttributeValue::N((now_us + takes).to_string()),
+                )
+                .expression_attribute_values(":now", AttributeValue::N(now_us.to_string()))
+                .expression_attribute_values(":expires", expires(now))
+                .send()
+                .await;
+            if written(started)? {
+                return Ok(now);
+            }
+            // Another instance booked in between: book after it.
+        }
+        Err(StoreError::Conflict(format!(
+            "the events-per-second allowance of {subscription} ({BOOKING_TRIES} tries)"
+        )))
+    }
+
+    async fn acquire_slot(
+        &self,
+        subscription: &str,
+        max: u32,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        let pk = format!("slots#{subscription}");
+        let lease = uuid::Uuid::new_v4().simple().to_string();
+        for _ in 0..2 {
+            let taken = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(pk.clone())))
+                .update_expression("SET leases.#lease = :until, expiresAt = :expires")
+                // DynamoDB finds `size` of a missing map false; moto fails on it, so the
+                // map's existence is asked first.
+                .condition_expression("attribute_exists(leases) AND size(leases) < :max")
+                .expression_attribute_names("#lease", &lease)
+                .expression_attribute_values(":until", millis(until))
+                .expression_attribute_values(":expires", expires(now))
+                .expression_attribute_values(":max", AttributeValue::N(max.to_string()))
+                .send()
+                .await;
+            if written(taken)? {
+                return Ok(Some(lease));
+            }
+            if !self.make_room(&pk, now).await? {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    async fn release_slot(&self, subscription: &str, lease: &str) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(format!("slots#{subscription}"))))
+            .update_expression("REMOVE leases.#lease")
+            .condition_expression("attribute_exists(leases)")
+            .expression_attribute_names("#lease", lease)
+            .send()
+            .await;
+        written(result).map(drop)
+    }
+}
+
+impl DynamoDeliveryStateStore {
+    /// A subscription's slots were all taken, or its item has no lease map yet: makes the map,
+    /// or removes leases that ended before `now`. Whether there may be room now.
+    async fn make_room(&self, pk: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let item = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk.to_string())))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?
+            .item;
+        let Some(leases) = item
+            .as_ref()
+            .and_then(|i| i.get("leases"))
+            .and_then(|l| l.as_m().ok())
+        else {
+            self.client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(pk.to_string())))
+                .update_expression(
+                    "SET leases = if_not_exists(leases, :empty), expiresAt = :expires",
+                )
+                .expression_attribute_values(":empty", AttributeValue::M(HashMap::new()))
+                .expression_attribute_values(":expires", expires(now))
+                .send()
+                .await
+                .map_err(unavailable)?;
+            return Ok(true);
+        };
+        let now_ms = now.timestamp_millis();
+        let ended: Vec<&String> = leases
+            .iter()
+            .filter(|(_, ends)| {
+                ends.as_n()
+                    .ok()
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .is_none_or(|ms| ms <= now_ms)
+            })
+            .map(|(id, _)| id)
+            .take(EXPIRED_LEASES_PER_WRITE)
+            .collect();
+        if ended.is_empty() {
+            return Ok(false);
+        }
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk.to_string())));
+        let mut paths = Vec::new();
+        for (i, id) in ended.iter().enumerate() {
+            paths.push(format!("leases.#e{i}"));
+            update = update.expression_attribute_names(format!("#e{i}"), *id);
+        }
+        update
+            .update_expression(format!("REMOVE {}", paths.join(", ")))
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(true)
     }
 }

@@ -90,14 +90,18 @@ where
 {
     match result {
         Ok(_) => Ok(true),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.code() == Some("ConditionalCheckFailedException")) =>
-        {
-            Ok(false)
-        }
+        Err(e) if is_conditional_failure(&e) => Ok(false),
         Err(e) => Err(unavailable(e)),
     }
+}
+
+/// Whether a conditional write was refused because its condition did not hold.
+pub(crate) fn is_conditional_failure<E, R>(e: &aws_sdk_dynamodb::error::SdkError<E, R>) -> bool
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
+{
+    e.as_service_error()
+        .is_some_and(|s| s.code() == Some("ConditionalCheckFailedException"))
 }
 
 /// A store call that failed: the store is unavailable, with the SDK's full text.

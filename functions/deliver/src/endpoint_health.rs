@@ -1,6 +1,7 @@
 //! Delayed delivery (D1) and best-effort skipping of retries (R3) in the deliver worker: which
 //! batches may go to each endpoint in this invocation, holding the others back without counting
-//! an attempt, and what the attempts taught about each endpoint's health.
+//! an attempt (as are those the deadline or a subscription's caps leave), and what the attempts
+//! taught about each endpoint's health.
 //!
 //! The rules are `gridrelay_shared::health`; the records are in the delivery state store.
 //! Health is per endpoint URL, so a failing endpoint never holds back another one. If the
@@ -68,6 +69,9 @@ pub(crate) enum HoldReason {
     /// The invocation's deadline is too near to finish an attempt: handed on to the next
     /// invocation at once.
     Deadline,
+    /// The subscription's caps left no room: handed on, due then; `booked`: its
+    /// events-per-second share is booked for then.
+    Capped { until: DateTime<Utc>, booked: bool },
 }
 
 impl Deliver {
@@ -141,6 +145,11 @@ impl Deliver {
                     plan.count(&sub.topic, &sub.name, |r| r.handed_on += n);
                     now
                 }
+                HoldReason::Capped { until, .. } => {
+                    let n = h.events.len();
+                    plan.count(&sub.topic, &sub.name, |r| r.throttled += n);
+                    until
+                }
             };
             // Events of one batch may carry different histories; keep each one's.
             let mut by_history: Vec<(Arc<DeliveryHistory>, Vec<Pending>)> = Vec::new();
@@ -151,6 +160,15 @@ impl Deliver {
                 }
             }
             for (history, events) in by_history {
+                let history = match h.reason {
+                    HoldReason::Capped { booked, .. } if booked != history.rate_booked => {
+                        Arc::new(DeliveryHistory {
+                            rate_booked: booked,
+                            ..(*history).clone()
+                        })
+                    }
+                    _ => history,
+                };
                 let records = events.iter().map(|p| p.record).collect();
                 let events = events.into_iter().map(|p| p.event).collect();
                 let (messages, delay) = hold(&history, events, until_at, now);

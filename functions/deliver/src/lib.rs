@@ -55,12 +55,15 @@ pub use crate::endpoint_limits::{
     MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
 };
 use crate::metrics::{MetricsBySubscription, SubscriptionMetrics};
+use crate::subscription_caps::Turn;
+pub use crate::subscription_caps::{CAP_WAIT, SubscriptionCaps};
 
 mod endpoint_health;
 pub mod endpoint_limits;
 mod handshake;
 mod late_answers;
 pub mod metrics;
+mod subscription_caps;
 
 /// Tunables of the deliver worker.
 #[derive(Debug, Clone)]
@@ -87,6 +90,9 @@ pub struct DeliverySettings {
     pub attempt_timeout: Duration,
     /// Time kept before the deadline to settle, enqueue and report (real time, not scaled).
     pub deadline_margin: Duration,
+    /// How long a batch of a capped subscription waits in the worker for its turn before it is
+    /// held and handed on ([`SubscriptionCaps`]; real time: caps count real seconds).
+    pub cap_wait: Duration,
 }
 
 impl DeliverySettings {
@@ -102,6 +108,7 @@ impl DeliverySettings {
             late_answer_wait: scale.apply(LATE_ANSWER_WINDOW),
             attempt_timeout: scale.apply(ATTEMPT_TIMEOUT),
             deadline_margin: DEADLINE_MARGIN,
+            cap_wait: CAP_WAIT,
         }
     }
 
@@ -147,6 +154,8 @@ pub struct Deliver {
     pub secrets: Arc<dyn SecretStore>,
     /// Who may send now; kept for the worker's lifetime (`settings.endpoint_limits()`).
     pub limits: Arc<EndpointLimits>,
+    /// Subscriptions' caps, shared with every other worker through their store.
+    pub caps: Arc<SubscriptionCaps>,
     pub settings: DeliverySettings,
 }
 
@@ -179,6 +188,9 @@ pub struct DeliveryReport {
     /// Events not attempted because the invocation's deadline was near, handed on (due at
     /// once, history unchanged) to the next invocation.
     pub handed_on: usize,
+    /// Events not attempted yet because their subscription's caps left no room, handed on
+    /// (history unchanged) for when there should be.
+    pub throttled: usize,
     /// Messages left for SQS to redeliver.
     pub failed_messages: usize,
 }
@@ -195,6 +207,7 @@ impl DeliveryReport {
         self.delayed += other.delayed;
         self.late_successes += other.late_successes;
         self.handed_on += other.handed_on;
+        self.throttled += other.throttled;
         self.failed_messages += other.failed_messages;
     }
 }
@@ -452,6 +465,7 @@ impl Deliver {
                 delayed = report.delayed,
                 late_successes = report.late_successes,
                 handed_on = report.handed_on,
+                throttled = report.throttled,
                 failed_messages = report.failed_messages,
                 "deliver invocation"
             );
@@ -577,7 +591,9 @@ impl Deliver {
         let now = self.clock.now();
         let rules = self.settings.rules();
         let mut groups: Vec<Group> = Vec::new();
-        let mut index: HashMap<(String, String, DeliverySchema, u32), usize> = HashMap::new();
+        // Events booked in their subscription's events-per-second allowance go in batches of
+        // their own, which do not book again.
+        let mut index: HashMap<(String, String, DeliverySchema, u32, bool), usize> = HashMap::new();
         for (i, message) in messages {
             if plan.failed.contains(&i) {
                 continue;
@@ -616,7 +632,13 @@ impl Deliver {
                     }
                     let history = Arc::new(history);
                     let slot = *index
-                        .entry((key.0, key.1, history.schema, history.attempts))
+                        .entry((
+                            key.0,
+                            key.1,
+                            history.schema,
+                            history.attempts,
+                            history.rate_booked,
+                        ))
                         .or_insert_with(|| {
                             groups.push(Group {
                                 subscription: Arc::clone(&target.subscription),
@@ -672,12 +694,11 @@ impl Deliver {
                 .map(|p| p.event.event.get().len())
                 .collect();
             let mut events = std::mem::take(&mut group.events).into_iter();
-            for range in plan_batches(&sizes, &group.subscription.batching) {
+            let sub = &*group.subscription;
+            let batching = sub.delivery_caps.batching(&sub.batching);
+            for range in plan_batches(&sizes, &batching) {
                 let batch: Vec<Pending> = events.by_ref().take(range.len()).collect();
-                if gates
-                    .get_mut(&group.subscription.endpoint)
-                    .is_none_or(EndpointGate::admit)
-                {
+                if gates.get_mut(&sub.endpoint).is_none_or(EndpointGate::admit) {
                     batches.push((g, batch));
                 } else {
                     held.push(Held {
@@ -700,6 +721,31 @@ impl Deliver {
             let last_start = self
                 .time_left(deadline)
                 .saturating_sub(self.settings.attempt_timeout);
+            // The subscription's caps first: a batch they hold waits on the queue, not here.
+            let cap_turn = match self
+                .caps
+                .turn(
+                    &group.subscription,
+                    u32::try_from(events.len()).unwrap_or(u32::MAX),
+                    group.history.rate_booked,
+                    self.clock.as_ref(),
+                    self.settings.cap_wait.min(last_start),
+                    self.settings.attempt_timeout + self.settings.deadline_margin,
+                )
+                .await
+            {
+                Turn::Go(turn) => turn,
+                Turn::HoldUntil { until, booked } => {
+                    return Err(Held {
+                        group: g,
+                        events,
+                        reason: HoldReason::Capped { until, booked },
+                    });
+                }
+            };
+            let last_start = self
+                .time_left(deadline)
+                .saturating_sub(self.settings.attempt_timeout);
             let acquire = self.limits.acquire(&group.subscription.endpoint);
             let permit = if tokio::runtime::Handle::try_current().is_ok() {
                 tokio::time::timeout(last_start, acquire)
@@ -710,6 +756,7 @@ impl Deliver {
             };
             // Decided when the batch's turn comes, not when it was planned.
             let Ok(permit) = permit else {
+                cap_turn.release().await;
                 return Err(Held {
                     group: g,
                     events,
@@ -717,6 +764,7 @@ impl Deliver {
                 });
             };
             if !self.can_attempt(deadline) {
+                cap_turn.release().await;
                 return Err(Held {
                     group: g,
                     events,
@@ -733,6 +781,7 @@ impl Deliver {
                 Err(why) => SentAttempt::not_sent(why.clone()),
             };
             let answered = self.clock.now();
+            cap_turn.release().await;
             let signal = LoadSignal::of(&sent.result);
             // R4: a request still open for its late answer keeps its place in the worker's
             // total until the answer is in or no longer awaited (which closes it).

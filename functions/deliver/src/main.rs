@@ -7,13 +7,16 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    SqsQueue, delivery_state_store, load_sdk_config, secret_store, subscription_store,
+    DynamoDeliveryStateStore, SqsQueue, delivery_state_store, load_sdk_config, secret_store,
+    subscription_store,
 };
 use gridrelay_adapters::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
     TableNames, WEBHOOK_ORIGIN_ENV, config_cache_from_env, required,
 };
-use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverySettings, metrics};
+use gridrelay_deliver::{
+    ConcurrencySettings, Deliver, DeliverySettings, SubscriptionCaps, metrics,
+};
 use gridrelay_ports::{RandomJitter, SystemClock};
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
@@ -35,6 +38,10 @@ async fn main() -> Result<(), Error> {
         concurrency: ConcurrencySettings::from_env()?,
         ..DeliverySettings::new(scale)
     };
+    let state_table = required(
+        DELIVERY_STATE_TABLE_ENV,
+        "the DynamoDB table of endpoint health (D1), late successes (R4) and delivery caps",
+    )?;
     let deliver = Arc::new(Deliver {
         store: subscription_store(&sdk, TableNames::from_env(), keep),
         delivery_queue: Arc::new(SqsQueue::new(
@@ -55,15 +62,12 @@ async fn main() -> Result<(), Error> {
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
         secrets: secret_store(&sdk, keep),
-        state: delivery_state_store(
-            &sdk,
-            required(
-                DELIVERY_STATE_TABLE_ENV,
-                "the DynamoDB table of endpoint health (D1) and late successes (R4)",
-            )?,
-            keep,
-        ),
+        state: delivery_state_store(&sdk, &state_table, keep),
         limits: settings.endpoint_limits(),
+        // Not cached: the caps' allowances are shared with every other instance as they are.
+        caps: Arc::new(SubscriptionCaps::new(Arc::new(
+            DynamoDeliveryStateStore::from_sdk(&sdk, &state_table),
+        ))),
         settings,
     });
     let recorder = gridrelay_adapters::metrics::recorder_from_env()?;

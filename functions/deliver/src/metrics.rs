@@ -32,6 +32,8 @@ pub const DEAD_LETTERED: &str = "EventsDeadLettered";
 pub const DROPPED: &str = "EventsDropped";
 /// Events held back without an attempt because their endpoint is delayed (D1).
 pub const DELAYED: &str = "EventsDelayed";
+/// Events held back without an attempt because their subscription's caps left no room.
+pub const THROTTLED: &str = "EventsThrottled";
 /// Milliseconds from publish to delivery, one value per delivered event (at most
 /// [`LATENCY_VALUES`] per subscription and invocation).
 pub const LATENCY: &str = "DeliveryLatency";
@@ -88,6 +90,7 @@ pub fn describe() {
         (DEAD_LETTERED, "events sent to dead-lettering"),
         (DROPPED, "events given up without a dead-letter location"),
         (DELAYED, "events held back for a delayed endpoint"),
+        (THROTTLED, "events held back by their subscription's caps"),
     ] {
         metrics::describe_counter!(name, Unit::Count, what);
     }
@@ -121,6 +124,7 @@ fn record_one(m: &SubscriptionMetrics, labels: &[(&'static str, String)]) {
         (DEAD_LETTERED, c.dead_lettered),
         (DROPPED, c.dropped),
         (DELAYED, c.delayed),
+        (THROTTLED, c.throttled),
     ] {
         if value > 0 {
             metrics::counter!(name, labels).increment(value as u64);

@@ -12,23 +12,25 @@ use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::sqs_event;
 use gridrelay_deliver::{
     ConcurrencySettings, Deliver, DeliverOutcome, DeliverySettings, EndpointLimits,
+    SubscriptionCaps,
 };
 use gridrelay_ports::cache::{CachedDeliveryState, CachedSubscriptionStore};
 use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::memory::{
-    FixedJitter, ManualClock, MemoryDeliveryStateStore, MemoryQueue, MemorySecretStore,
-    MemorySubscriptionStore, ScriptedSender,
+    FixedJitter, ManualClock, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryQueue,
+    MemorySecretStore, MemorySubscriptionStore, ScriptedSender,
 };
 use gridrelay_ports::registration::Registry;
 use gridrelay_ports::{
-    Clock, DeliveryRequest, DeliveryStateStore, MessageQueue, OutgoingMessage, SubscriptionStore,
+    Clock, DeliveryCapStore, DeliveryRequest, DeliveryStateStore, MessageQueue, OutgoingMessage,
+    SubscriptionStore,
 };
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::decision::DeadLetterReason;
 use gridrelay_shared::delivery::DEAD_LETTER_DELAY;
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::health::EndpointHealth;
-use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage};
+use gridrelay_shared::message::{DeadLetterMessage, DeliveryMessage, DeliveryQueueMessage};
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
 use gridrelay_shared::time_scale::TimeScale;
@@ -54,6 +56,7 @@ struct World {
     sender: Arc<ScriptedSender>,
     state: Arc<MemoryDeliveryStateStore>,
     secrets: Arc<MemorySecretStore>,
+    caps: Arc<MemoryDeliveryCapStore>,
     deliver: Deliver,
 }
 
@@ -75,6 +78,7 @@ impl World {
         let dead = Arc::new(MemoryQueue::new(clock.clone()));
         let sender = Arc::new(sender);
         let secrets = Arc::new(MemorySecretStore::default());
+        let caps = Arc::new(MemoryDeliveryCapStore::default());
         let deliver = Deliver {
             store: store.clone(),
             delivery_queue: delivery.clone(),
@@ -85,6 +89,7 @@ impl World {
             state: state.clone(),
             secrets: secrets.clone(),
             limits: DeliverySettings::new(TimeScale::REAL).endpoint_limits(),
+            caps: Arc::new(SubscriptionCaps::new(caps.clone())),
             settings: DeliverySettings::new(TimeScale::REAL),
         };
         Self {
@@ -95,6 +100,7 @@ impl World {
             sender,
             state,
             secrets,
+            caps,
             deliver,
         }
     }
@@ -1174,4 +1180,208 @@ async fn each_subscription_has_its_own_metrics_and_the_stack_their_sum() {
         }
         other => panic!("no latency recorded: {other:?}"),
     }
+}
+
+/// The delivery messages sent since the first `from` were, with their delays.
+fn delivery_messages_since(w: &World, from: usize) -> Vec<(DeliveryMessage, Duration)> {
+    w.delivery.sent()[from..]
+        .iter()
+        .filter_map(
+            |m| match DeliveryQueueMessage::from_body(&m.body).unwrap() {
+                DeliveryQueueMessage::Delivery(d) => Some((d, m.delay)),
+                DeliveryQueueMessage::Validation(_) => None,
+            },
+        )
+        .collect()
+}
+
+/// A second deliver worker (another Lambda instance): the same stores, queues and endpoint,
+/// its own process memory (endpoint limits, caps' local share).
+fn another_worker(w: &World) -> Deliver {
+    Deliver {
+        store: w.store.clone(),
+        delivery_queue: w.delivery.clone(),
+        dead_letter_queue: w.dead.clone(),
+        sender: w.sender.clone(),
+        clock: w.clock.clone(),
+        jitter: Arc::new(FixedJitter(0.0)),
+        state: w.state.clone(),
+        secrets: w.secrets.clone(),
+        limits: DeliverySettings::new(TimeScale::REAL).endpoint_limits(),
+        caps: Arc::new(SubscriptionCaps::new(w.caps.clone())),
+        settings: DeliverySettings::new(TimeScale::REAL),
+    }
+}
+
+fn capped(name: &str, concurrent: Option<i64>, per_second: Option<i64>) -> SubscriptionRequest {
+    SubscriptionRequest {
+        max_concurrent_requests: concurrent,
+        max_events_per_second: per_second,
+        ..request(name)
+    }
+}
+
+/// `--max-concurrent-requests` holds across workers: two workers (two Lambda instances, each
+/// with its own memory) deliver 60 events to an endpoint that answers in 50 ms, and it never
+/// has more than 3 requests in flight, though the adaptive limit alone would send 16 at once.
+/// Waiting for a slot is not an attempt: every event is delivered by its first and only one.
+#[tokio::test(start_paused = true)]
+async fn max_concurrent_requests_holds_across_workers_and_waiting_is_no_attempt() {
+    let w = World::new(ScriptedSender::status(200));
+    w.subscribe(capped("sub-1", Some(3), None)).await;
+    w.sender
+        .answer_after(|| Box::pin(tokio::time::sleep(Duration::from_millis(50))));
+    let second = another_worker(&w);
+    for half in 0..2 {
+        let ids: Vec<String> = (0..30).map(|i| format!("e{half}-{i}")).collect();
+        w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+            .await;
+    }
+    let received = w.delivery.receive(10, VISIBILITY);
+    assert_eq!(received.len(), 2, "one message per publish");
+    let (a, b) = futures::join!(
+        w.deliver.handle(sqs_event(&received[..1])),
+        second.handle(sqs_event(&received[1..]))
+    );
+    let endpoint = w.stored("sub-1").await.endpoint;
+    assert_eq!(w.sender.peak_in_flight(&endpoint), 3);
+    for outcome in [&a, &b] {
+        assert_eq!(outcome.report.attempts, 30, "{:?}", outcome.report);
+        assert_eq!(outcome.report.delivered, 30);
+        assert_eq!(outcome.report.throttled, 0);
+    }
+    assert!(
+        w.sender
+            .requests()
+            .iter()
+            .all(|r| header(r, "aeg-delivery-count") == Some("0"))
+    );
+    let sub = w.stored("sub-1").await;
+    assert_eq!(
+        w.caps
+            .slots_held(&format!("{}/{}/{}", sub.topic, sub.name, sub.id)),
+        0,
+        "every slot given back"
+    );
+}
+
+/// `--max-events-per-second`: an invocation with 35 events for a subscription allowed 10 per
+/// second books each batch in the schedule (100 ms per event) and sends the one due now; the
+/// rest are handed on, each due at its booked start, with their delivery count unchanged (not
+/// an attempt). When they come back they go without booking again, so the backlog goes round
+/// the queue once and the schedule ends where the 35 bookings put it (3.5 s).
+#[tokio::test]
+async fn max_events_per_second_books_a_schedule_and_hands_the_rest_on_without_attempts() {
+    let mut w = World::new(ScriptedSender::status(200));
+    // No waiting in the worker: what is not due now goes to the queue at once.
+    w.deliver.settings.cap_wait = Duration::ZERO;
+    w.subscribe(capped("sub-1", None, Some(10))).await;
+    let ids: Vec<String> = (0..35).map(|i| format!("e{i}")).collect();
+    w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    let sent_before = w.delivery.sent().len();
+
+    let first = w.run().await;
+    assert_eq!(first.report.attempts, 1, "{:?}", first.report);
+    assert_eq!(first.report.delivered, 1);
+    assert_eq!(first.report.throttled, 34);
+    assert_eq!(first.report.failed_attempts, 0);
+    let mut by_second = std::collections::BTreeMap::new();
+    for (m, delay) in delivery_messages_since(&w, sent_before) {
+        assert_eq!((m.attempts, m.last_attempt), (0, None), "history unchanged");
+        assert!(m.rate_booked);
+        *by_second.entry(delay.as_secs()).or_insert(0) += m.events.len();
+    }
+    assert_eq!(
+        by_second,
+        std::collections::BTreeMap::from([(1, 10), (2, 10), (3, 10), (4, 4)]),
+        "due at their booked starts, 100 ms apart (queue delays round up)"
+    );
+
+    let mut delivered = first.report.delivered;
+    for _ in 0..4 {
+        w.clock.advance(Duration::from_secs(1));
+        let next = w.run().await;
+        assert_eq!(next.report.throttled, 0, "{:?}", next.report);
+        delivered += next.report.delivered;
+    }
+    assert_eq!(delivered, 35);
+    assert_eq!(w.sender.requests().len(), 35, "one attempt per event");
+    let sub = w.stored("sub-1").await;
+    let key = format!("{}/{}/{}", sub.topic, sub.name, sub.id);
+    assert_eq!(
+        w.caps.booked_until(&key),
+        Some(t0() + chrono::Duration::milliseconds(3_500)),
+        "booked once each"
+    );
+}
+
+/// A batch never holds more events than one second allows, so batching and the cap agree:
+/// `--max-events-per-batch 100` with 5 per second sends batches of 5.
+#[tokio::test]
+async fn batches_hold_no_more_events_than_a_second_allows_b2() {
+    let mut w = World::new(ScriptedSender::status(200));
+    w.deliver.settings.cap_wait = Duration::ZERO;
+    w.subscribe(SubscriptionRequest {
+        max_events_per_batch: Some(100),
+        ..capped("sub-1", None, Some(5))
+    })
+    .await;
+    let ids: Vec<String> = (0..12).map(|i| format!("e{i}")).collect();
+    w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.attempts, 1);
+    assert_eq!(outcome.report.delivered, 5);
+    assert_eq!(outcome.report.throttled, 7);
+    let body = &w.sender.requests()[0].body;
+    let events: Vec<serde_json::Value> = serde_json::from_str(body).unwrap();
+    assert_eq!(events.len(), 5);
+}
+
+/// Faults: a worker that died holding a slot blocks it only until its lease ends; while the
+/// cap store cannot be reached, batches of a capped subscription are held (a second later, no
+/// attempt, nothing lost) and delivered once it is back. Uncapped subscriptions never ask it.
+#[tokio::test]
+async fn a_dead_holder_and_an_unreachable_cap_store_hold_events_without_loss() {
+    let mut w = World::new(ScriptedSender::status(200));
+    w.deliver.settings.cap_wait = Duration::ZERO;
+    w.subscribe(capped("sub-1", Some(1), None)).await;
+    w.subscribe(request("free")).await;
+    let sub = w.stored("sub-1").await;
+    let key = format!("{}/{}/{}", sub.topic, sub.name, sub.id);
+    // A worker took the only slot for 40 s and died.
+    let now = w.clock.now();
+    w.caps
+        .acquire_slot(&key, 1, now, now + chrono::Duration::seconds(40))
+        .await
+        .unwrap()
+        .expect("a free slot");
+    w.publish(&["a"]).await;
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.attempts, 1, "only the uncapped one");
+    assert_eq!(outcome.report.throttled, 1);
+    assert!(outcome.failed_message_ids.is_empty());
+    w.clock.advance(Duration::from_secs(1));
+    assert_eq!(w.run().await.report.throttled, 1, "the lease still holds");
+    w.clock.advance(Duration::from_secs(40));
+    let outcome = w.run().await;
+    assert_eq!((outcome.report.delivered, outcome.report.throttled), (1, 0));
+
+    w.caps.outage.set(true);
+    w.publish(&["b"]).await;
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.attempts, 1, "the uncapped one goes");
+    assert_eq!(outcome.report.throttled, 1);
+    assert!(outcome.failed_message_ids.is_empty());
+    w.caps.outage.set(false);
+    w.clock.advance(Duration::from_secs(1));
+    let outcome = w.run().await;
+    assert_eq!((outcome.report.delivered, outcome.report.attempts), (1, 1));
+    assert!(
+        w.sender
+            .requests()
+            .iter()
+            .all(|r| header(r, "aeg-delivery-count") == Some("0"))
+    );
 }

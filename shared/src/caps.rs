@@ -1,0 +1,221 @@
+//! Caps a user sets on one subscription: requests in flight and events per second.
+//!
+//! Every webhook service is asked for them: a subscriber whose endpoint takes only so much load
+//! wants gridrelay never to send more, however many events are waiting. They are upper bounds
+//! on top of the adaptive per-endpoint limit (`concurrency`): delivery beyond them waits (in
+//! the worker for a moment, on the queue for longer), is never dropped, and does not count as
+//! an attempt. They hold across every worker (all Lambda instances), because the allowance is
+//! kept in the delivery state store.
+//!
+//! The events-per-second cap is a schedule ([`book_events`]): each batch books its share of
+//! the allowance and starts when the batches booked before it are through, so batches are
+//! spaced evenly; a batch never holds more events than one second allows.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::ops::RangeInclusive;
+
+use crate::limits::{LimitError, check_range};
+use crate::subscription::BatchPolicy;
+
+/// `maxConcurrentRequests`: a worker holds at most 1,000 requests in flight in total.
+pub const MAX_CONCURRENT_REQUESTS: RangeInclusive<i64> = 1..=1000;
+/// `maxEventsPerSecond`.
+pub const MAX_EVENTS_PER_SECOND: RangeInclusive<i64> = 1..=100_000;
+
+/// A subscription's caps; unset caps do not limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryCaps {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_requests: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_events_per_second: Option<u32>,
+}
+
+impl DeliveryCaps {
+    /// Each cap checked against its range, naming the setting, the value and the range.
+    pub fn from_settings(
+        max_concurrent_requests: Option<i64>,
+        max_events_per_second: Option<i64>,
+    ) -> Result<Self, LimitError> {
+        Ok(Self {
+            max_concurrent_requests: max_concurrent_requests
+                .map(|v| check_range("maxConcurrentRequests", v, &MAX_CONCURRENT_REQUESTS))
+                .transpose()?,
+            max_events_per_second: max_events_per_second
+                .map(|v| check_range("maxEventsPerSecond", v, &MAX_EVENTS_PER_SECOND))
+                .transpose()?,
+        })
+    }
+
+    /// Whether neither cap is set.
+    pub fn is_unset(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The batching a subscription delivers with under these caps: no batch holds more events
+    /// than one second allows, so every batch fits in an empty second.
+    pub fn batching(&self, policy: &BatchPolicy) -> BatchPolicy {
+        match self.max_events_per_second {
+            Some(rate) if rate < policy.max_events_per_batch => BatchPolicy {
+                max_events_per_batch: rate,
+                ..*policy
+            },
+            _ => *policy,
+        }
+    }
+}
+
+/// Where a subscription's events-per-second allowance stands after a booking, and when the
+/// booked batch may start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateBooking {
+    /// When the batch may be sent: now, or later if earlier bookings take the time until then.
+    pub start: DateTime<Utc>,
+    /// Until when the subscription's allowance is booked, this batch included.
+    pub booked_until: DateTime<Utc>,
+}
+
+/// Books `events` at `rate` events per second after what is booked until `booked_until`
+/// (none: nothing is), at `now`: the batch starts when the earlier bookings are through (or
+/// now), and takes `events / rate` seconds of the allowance. Batches are so spaced evenly (a
+/// virtual schedule, as GCRA): whatever the bookings, the batches that start in any stretch of
+/// time L carry at most `rate · L` events plus the last batch's. A booking is made once per
+/// batch; a batch booked for later waits on the queue until its start and then goes without
+/// booking again, so a backlog goes round the queue once, not once a second.
+pub fn book_events(
+    booked_until: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    events: u32,
+    rate: u32,
+) -> RateBooking {
+    let start = booked_until.map_or(now, |b| b.max(now));
+    let micros = (u64::from(events) * 1_000_000).div_ceil(u64::from(rate.max(1)));
+    let takes = chrono::Duration::microseconds(i64::try_from(micros).unwrap_or(i64::MAX));
+    RateBooking {
+        start,
+        booked_until: start + takes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use proptest::prelude::*;
+
+    #[test]
+    fn caps_out_of_range_are_refused_naming_setting_value_and_range() {
+        assert_eq!(
+            DeliveryCaps::from_settings(None, None).unwrap(),
+            DeliveryCaps::default()
+        );
+        assert!(DeliveryCaps::default().is_unset());
+        let caps = DeliveryCaps::from_settings(Some(4), Some(250)).unwrap();
+        assert_eq!(
+            (caps.max_concurrent_requests, caps.max_events_per_second),
+            (Some(4), Some(250))
+        );
+        let e = DeliveryCaps::from_settings(Some(0), None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "maxConcurrentRequests is 0; allowed: 1 to 1000"
+        );
+        let e = DeliveryCaps::from_settings(None, Some(100_001)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "maxEventsPerSecond is 100001; allowed: 1 to 100000"
+        );
+        let e = DeliveryCaps::from_settings(None, Some(-5)).unwrap_err();
+        assert_eq!(e.field, "maxEventsPerSecond");
+    }
+
+    #[test]
+    fn unset_caps_are_not_written_and_old_records_read_as_unset() {
+        assert_eq!(
+            serde_json::to_value(DeliveryCaps::default()).unwrap(),
+            serde_json::json!({})
+        );
+        let caps: DeliveryCaps =
+            serde_json::from_value(serde_json::json!({"maxEventsPerSecond": 7})).unwrap();
+        assert_eq!(caps.max_events_per_second, Some(7));
+        assert_eq!(caps.max_concurrent_requests, None);
+    }
+
+    #[test]
+    fn a_batch_never_holds_more_events_than_one_second_allows() {
+        let policy = BatchPolicy::from_settings(Some(100), Some(512)).unwrap();
+        let capped = DeliveryCaps::from_settings(None, Some(10)).unwrap();
+        assert_eq!(capped.batching(&policy).max_events_per_batch, 10);
+        assert_eq!(
+            capped.batching(&policy).preferred_batch_size_in_kilobytes,
+            512
+        );
+        let roomy = DeliveryCaps::from_settings(None, Some(1000)).unwrap();
+        assert_eq!(roomy.batching(&policy), policy);
+        assert_eq!(DeliveryCaps::default().batching(&policy), policy);
+    }
+
+    fn t(ms: i64) -> DateTime<Utc> {
+        Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
+    }
+
+    #[test]
+    fn bookings_space_batches_evenly_and_an_idle_allowance_starts_now() {
+        // 10 a second: a batch of 4 takes 400 ms of it.
+        let first = book_events(None, t(0), 4, 10);
+        assert_eq!((first.start, first.booked_until), (t(0), t(400)));
+        let second = book_events(Some(first.booked_until), t(100), 4, 10);
+        assert_eq!((second.start, second.booked_until), (t(400), t(800)));
+        // Idle since: what was booked is past, the next batch starts at once.
+        let later = book_events(Some(second.booked_until), t(5_000), 1, 10);
+        assert_eq!((later.start, later.booked_until), (t(5_000), t(5_100)));
+        // Fractions round up: 1 event at 3 a second takes 333,334 µs.
+        let third = book_events(None, t(0), 1, 3);
+        assert_eq!(
+            third.booked_until - third.start,
+            chrono::Duration::microseconds(333_334)
+        );
+    }
+
+    proptest! {
+        /// Whatever batches are booked, whenever: those that start in any stretch of time carry
+        /// at most the rate's worth of it plus the last batch (which the cap's batching keeps at
+        /// most one second's worth).
+        #[test]
+        fn batches_starting_in_any_stretch_carry_at_most_its_allowance(
+            rate in 1u32..200,
+            bookings in proptest::collection::vec((0i64..3_000, 1u32..200), 1..150),
+        ) {
+            let mut booked = None;
+            let mut now = 0;
+            let mut starts = Vec::new();
+            for (gap, size) in bookings {
+                now += gap;
+                let size = size.min(rate);
+                let b = book_events(booked, t(now), size, rate);
+                prop_assert!(b.start >= t(now));
+                booked = Some(b.booked_until);
+                starts.push((b.start, size));
+            }
+            for &(from, _) in &starts {
+                for span_ms in [1i64, 250, 1_000, 5_000] {
+                    let to = from + chrono::Duration::milliseconds(span_ms);
+                    let inside: Vec<u32> = starts
+                        .iter()
+                        .filter(|(s, _)| *s >= from && *s < to)
+                        .map(|&(_, n)| n)
+                        .collect();
+                    let events: u64 = inside.iter().map(|&n| u64::from(n)).sum();
+                    let last = u64::from(*inside.last().unwrap_or(&0));
+                    let allowance = u64::from(rate) * span_ms as u64 / 1000;
+                    prop_assert!(
+                        events <= allowance + last,
+                        "{events} events start within {span_ms} ms at {rate}/s"
+                    );
+                }
+            }
+        }
+    }
+}

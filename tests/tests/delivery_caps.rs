@@ -1,0 +1,217 @@
+//! End-to-end: a subscription's caps (`--max-concurrent-requests`, `--max-events-per-second`)
+//! through the local runner's real handlers against the AWS API, with real subscribers; and the
+//! DynamoDB store of the caps' allowances, checked against the same contract as the in-memory
+//! one.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chrono::Utc;
+use gridrelay_adapters::aws::DynamoDeliveryStateStore;
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
+use gridrelay_ports::DeliveryCapStore;
+use gridrelay_ports::memory::MemoryDeliveryCapStore;
+use gridrelay_shared::subscription::SubscriptionRequest;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// What every store of the caps' allowances keeps to: bookings follow one another (each starts
+/// when the one before is through, or now), also under a race of 20 bookers; slots never pass
+/// their cap, also under a race of 20 takers; a slot given back is free again, and one whose
+/// lease ended (its holder died) is taken over.
+async fn keeps_the_cap_contract(store: &dyn DeliveryCapStore, subscription: &str) {
+    use chrono::DurationRound;
+    // Stores keep milliseconds.
+    let now = Utc::now()
+        .duration_trunc(chrono::Duration::milliseconds(1))
+        .expect("a time");
+    let ms = chrono::Duration::milliseconds;
+    // 10 a second: 4 events take 400 ms.
+    assert_eq!(
+        store.book_events(subscription, 4, 10, now).await.unwrap(),
+        now
+    );
+    assert_eq!(
+        store
+            .book_events(subscription, 4, 10, now + ms(100))
+            .await
+            .unwrap(),
+        now + ms(400)
+    );
+    // Idle since: the next starts when asked.
+    let later = now + ms(10_000);
+    assert_eq!(
+        store.book_events(subscription, 1, 10, later).await.unwrap(),
+        later
+    );
+    let booking = format!("{subscription}-bookings");
+    let bookers = (0..20).map(|_| store.book_events(&booking, 1, 10, now));
+    let mut starts: Vec<_> = futures::future::join_all(bookers)
+        .await
+        .into_iter()
+        .map(|r| r.expect("booked"))
+        .collect();
+    starts.sort();
+    let expected: Vec<_> = (0..20).map(|i| now + ms(100 * i)).collect();
+    assert_eq!(starts, expected, "twenty bookings, 100 ms apart");
+
+    // Giving back a slot never taken changes nothing.
+    store
+        .release_slot(subscription, "no-such-lease")
+        .await
+        .unwrap();
+    let now = Utc::now();
+    let ends = now + chrono::Duration::seconds(10);
+    let a = store
+        .acquire_slot(subscription, 2, now, ends)
+        .await
+        .unwrap();
+    let b = store
+        .acquire_slot(subscription, 2, now, ends)
+        .await
+        .unwrap();
+    assert!(a.is_some() && b.is_some() && a != b);
+    assert_eq!(
+        store
+            .acquire_slot(subscription, 2, now, ends)
+            .await
+            .unwrap(),
+        None
+    );
+    store.release_slot(subscription, &a.unwrap()).await.unwrap();
+    let c = store
+        .acquire_slot(subscription, 2, now, ends)
+        .await
+        .unwrap();
+    assert!(c.is_some(), "a slot given back is free");
+    // b's and c's holders died: once their leases end, their slots are taken over.
+    let later = ends + chrono::Duration::seconds(1);
+    let later_ends = later + chrono::Duration::seconds(10);
+    for _ in 0..2 {
+        assert!(
+            store
+                .acquire_slot(subscription, 2, later, later_ends)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+    assert_eq!(
+        store
+            .acquire_slot(subscription, 2, later, later_ends)
+            .await
+            .unwrap(),
+        None
+    );
+
+    // Twenty at once for five slots: five get one.
+    let race = format!("{subscription}-race");
+    let takers = (0..20).map(|_| store.acquire_slot(&race, 5, now, ends));
+    let won = futures::future::join_all(takers)
+        .await
+        .into_iter()
+        .filter(|r| matches!(r, Ok(Some(_))))
+        .count();
+    assert_eq!(won, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dynamodb_cap_store_keeps_the_contract_of_the_in_memory_one() {
+    keeps_the_cap_contract(&MemoryDeliveryCapStore::default(), "orders/audit/1").await;
+    let sys = TestSystem::start(0.01).await;
+    let store = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
+    keeps_the_cap_contract(&store, "orders/audit/1").await;
+    sys.shutdown().await;
+}
+
+/// `--max-concurrent-requests 2`: a subscriber answering in 100 ms never has more than 2 of
+/// the subscription's requests at once, while its uncapped neighbour on the same topic gets
+/// more; every event is delivered once, by its first attempt (waiting is not an attempt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrent_requests_holds_for_a_slow_subscriber_end_to_end() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("orders").await;
+    let slow = Reply::Hang(Duration::from_millis(100));
+    let capped = Subscriber::start(vec![], slow).await;
+    let free = Subscriber::start(vec![], slow).await;
+    sys.subscribe(SubscriptionRequest {
+        max_concurrent_requests: Some(2),
+        ..subscription("orders", "capped", &capped.url)
+    })
+    .await;
+    sys.subscribe(subscription("orders", "free", &free.url))
+        .await;
+
+    sys.publish(&topic, &events("e", 30)).await;
+    eventually(WAIT, "30 events at each subscriber", || async {
+        (capped.event_count() >= 30 && free.event_count() >= 30).then_some(())
+    })
+    .await;
+
+    assert_eq!(capped.most_in_flight(), 2);
+    assert!(
+        free.most_in_flight() > 2,
+        "uncapped: {} at once",
+        free.most_in_flight()
+    );
+    let requests = capped.received();
+    let ids: BTreeSet<String> = requests.iter().flat_map(|r| r.ids()).collect();
+    assert_eq!(ids, (0..30).map(|i| format!("e-{i}")).collect());
+    assert_eq!(requests.len(), 30, "one request per event");
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.header("aeg-delivery-count") == Some("0"))
+    );
+    sys.shutdown().await;
+}
+
+/// `--max-events-per-second 10` with batches of at most 4: 40 events published at once reach
+/// the subscriber spaced by the schedule (a batch of 4 every 400 ms: over at least 3.5 s),
+/// never more than 10 plus one batch in any second, each by its first attempt; those the
+/// invocation could not wait for went round the queue (`throttled`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_events_per_second_paces_delivery_end_to_end() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("orders").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(SubscriptionRequest {
+        max_events_per_second: Some(10),
+        max_events_per_batch: Some(4),
+        ..subscription("orders", "paced", &sub.url)
+    })
+    .await;
+
+    sys.publish(&topic, &events("e", 40)).await;
+    eventually(WAIT, "40 events at the subscriber", || async {
+        (sub.event_count() >= 40).then_some(())
+    })
+    .await;
+
+    let requests = sub.received();
+    let ids: BTreeSet<String> = requests.iter().flat_map(|r| r.ids()).collect();
+    assert_eq!(ids.len(), 40);
+    assert_eq!(sub.event_count(), 40, "each event once");
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.events.len() <= 4 && r.header("aeg-delivery-count") == Some("0"))
+    );
+    let first = requests[0].at;
+    let span = requests[requests.len() - 1].at - first;
+    assert!(
+        span >= Duration::from_millis(3_500),
+        "all 40 within {span:?}"
+    );
+    for r in &requests {
+        let in_second: usize = requests
+            .iter()
+            .filter(|o| o.at >= r.at && o.at - r.at < Duration::from_secs(1))
+            .map(|o| o.events.len())
+            .sum();
+        assert!(in_second <= 14, "{in_second} events within a second");
+    }
+    let stats = sys.system.stats();
+    assert!(stats.deliver.throttled > 0, "{:?}", stats.deliver);
+    sys.shutdown().await;
+}
