@@ -323,8 +323,8 @@ struct CreateSubscription {
     #[arg(long, allow_negative_numbers = true)]
     max_concurrent_requests: Option<i64>,
     /// The most events delivered to this subscription per second, 1 to 100000 (default: no
-    /// cap). Counted per calendar second across every worker; batches hold at most this many
-    /// events; delivery beyond it waits, is never dropped, and is not an attempt.
+    /// cap). Batches are spaced evenly by a schedule shared by every worker and hold at most
+    /// this many events; delivery beyond it waits, is never dropped, and is not an attempt.
     #[arg(long, allow_negative_numbers = true)]
     max_events_per_second: Option<i64>,
     /// Where undeliverable events are written: s3://BUCKET[/PREFIX]. Unset: they are dropped.

@@ -110,7 +110,7 @@ fn main() {
         attempts: 1,
         last_attempt: None,
         timed_out_attempt: None,
-        rate_booked: false,
+        rate_booked_at: None,
     };
     let not_before = Utc::now();
     let per_sec = rate(|| {

@@ -85,10 +85,11 @@ pub struct DeliveryMessage {
     /// R4: the timed-out attempt this message retries; a late success for it cancels the retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed_out_attempt: Option<String>,
-    /// Its events' next attempt is booked in the subscription's events-per-second allowance
-    /// for `not_before` (`caps::book_events`): it goes then without booking again.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub rate_booked: bool,
+    /// When its events' next attempt is booked to start in the subscription's events-per-second
+    /// allowance (`caps::book_events`): it goes then without booking again. `not_before` is up
+    /// to a second earlier, so the queue (whole seconds) brings it in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_booked_at: Option<DateTime<Utc>>,
     pub events: Vec<QueuedEvent>,
 }
 
@@ -105,8 +106,9 @@ pub struct DeliveryHistory {
     pub last_attempt: Option<AttemptRecord>,
     /// R4: the timed-out attempt the events wait to retry.
     pub timed_out_attempt: Option<String>,
-    /// The next attempt is booked in the subscription's events-per-second allowance.
-    pub rate_booked: bool,
+    /// When the next attempt is booked to start in the subscription's events-per-second
+    /// allowance, if it is.
+    pub rate_booked_at: Option<DateTime<Utc>>,
 }
 
 impl DeliveryHistory {
@@ -120,7 +122,7 @@ impl DeliveryHistory {
             attempts: 0,
             last_attempt: None,
             timed_out_attempt: None,
-            rate_booked: false,
+            rate_booked_at: None,
         }
     }
 
@@ -132,7 +134,7 @@ impl DeliveryHistory {
             last_attempt: Some(record),
             timed_out_attempt,
             // The next attempt books its own share.
-            rate_booked: false,
+            rate_booked_at: None,
             ..self.clone()
         }
     }
@@ -155,7 +157,7 @@ impl DeliveryMessage {
             not_before,
             last_attempt: history.last_attempt,
             timed_out_attempt: history.timed_out_attempt.clone(),
-            rate_booked: history.rate_booked,
+            rate_booked_at: history.rate_booked_at,
             events,
         };
         let base = DELIVERY_TAG_BYTES + json_len(&message(Vec::new()));
@@ -172,7 +174,7 @@ impl DeliveryMessage {
             attempts: self.attempts,
             last_attempt: self.last_attempt,
             timed_out_attempt: self.timed_out_attempt.clone(),
-            rate_booked: self.rate_booked,
+            rate_booked_at: self.rate_booked_at,
         }
     }
 
@@ -383,7 +385,7 @@ mod tests {
                 outcome: DeliveryOutcome::RequestEntityTooLarge,
             }),
             timed_out_attempt: Some("0".repeat(36)),
-            rate_booked: true,
+            rate_booked_at: Some(Utc::now()),
             events: vec![],
         }
     }

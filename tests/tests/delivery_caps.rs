@@ -21,7 +21,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// lease ended (its holder died) is taken over.
 async fn keeps_the_cap_contract(store: &dyn DeliveryCapStore, subscription: &str) {
     use chrono::DurationRound;
-    // Stores keep milliseconds.
+    // The in-memory store keeps what it is given; DynamoDB keeps microseconds.
     let now = Utc::now()
         .duration_trunc(chrono::Duration::milliseconds(1))
         .expect("a time");

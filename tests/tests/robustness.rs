@@ -180,7 +180,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         not_before: chrono::Utc::now(),
         last_attempt: None,
         timed_out_attempt: None,
-        rate_booked: false,
+        rate_booked_at: None,
         events: vec![QueuedEvent::new(
             chrono::Utc::now(),
             serde_json::value::RawValue::from_string(r#"{"id":"direct-1","data":{}}"#.into())

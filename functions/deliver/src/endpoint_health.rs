@@ -69,9 +69,12 @@ pub(crate) enum HoldReason {
     /// The invocation's deadline is too near to finish an attempt: handed on to the next
     /// invocation at once.
     Deadline,
-    /// The subscription's caps left no room: handed on, due then; `booked`: its
-    /// events-per-second share is booked for then.
-    Capped { until: DateTime<Utc>, booked: bool },
+    /// The subscription's caps left no room: handed on, due `until`; `booked_at`: its
+    /// events-per-second share is booked to start then.
+    Capped {
+        until: DateTime<Utc>,
+        booked_at: Option<DateTime<Utc>>,
+    },
 }
 
 impl Deliver {
@@ -161,9 +164,9 @@ impl Deliver {
             }
             for (history, events) in by_history {
                 let history = match h.reason {
-                    HoldReason::Capped { booked, .. } if booked != history.rate_booked => {
+                    HoldReason::Capped { booked_at, .. } if booked_at != history.rate_booked_at => {
                         Arc::new(DeliveryHistory {
-                            rate_booked: booked,
+                            rate_booked_at: booked_at,
                             ..(*history).clone()
                         })
                     }

@@ -136,6 +136,10 @@ impl DeliverySettings {
     }
 }
 
+/// The longest a subscription's request slot is leased: Lambda's longest timeout (15 minutes)
+/// and R4's late window, for invocations with no deadline of their own.
+pub const MAX_SLOT_LEASE: Duration = Duration::from_secs(18 * 60);
+
 /// What a deliver invocation keeps, by default, between its last work and its deadline: enough
 /// for two batched SQS sends and the reply.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
@@ -593,7 +597,8 @@ impl Deliver {
         let mut groups: Vec<Group> = Vec::new();
         // Events booked in their subscription's events-per-second allowance go in batches of
         // their own, which do not book again.
-        let mut index: HashMap<(String, String, DeliverySchema, u32, bool), usize> = HashMap::new();
+        type GroupKey = (String, String, DeliverySchema, u32, Option<DateTime<Utc>>);
+        let mut index: HashMap<GroupKey, usize> = HashMap::new();
         for (i, message) in messages {
             if plan.failed.contains(&i) {
                 continue;
@@ -637,7 +642,7 @@ impl Deliver {
                             key.1,
                             history.schema,
                             history.attempts,
-                            history.rate_booked,
+                            history.rate_booked_at,
                         ))
                         .or_insert_with(|| {
                             groups.push(Group {
@@ -664,6 +669,15 @@ impl Deliver {
     /// Whether an attempt started now can end, with the margin kept, before `deadline`.
     fn can_attempt(&self, deadline: DateTime<Utc>) -> bool {
         self.time_left(deadline) >= self.settings.attempt_timeout
+    }
+
+    /// Until when a subscription's request slot is leased: the invocation's deadline, after
+    /// which none of its requests is open (late answers are not awaited past it); at most
+    /// [`MAX_SLOT_LEASE`] from now.
+    fn slot_lease_until(&self, deadline: DateTime<Utc>) -> DateTime<Utc> {
+        let most =
+            self.clock.now() + chrono::Duration::from_std(MAX_SLOT_LEASE).unwrap_or_default();
+        deadline.min(most)
     }
 
     /// What is left before `deadline`, less the margin kept for enqueueing.
@@ -727,19 +741,19 @@ impl Deliver {
                 .turn(
                     &group.subscription,
                     u32::try_from(events.len()).unwrap_or(u32::MAX),
-                    group.history.rate_booked,
+                    group.history.rate_booked_at,
                     self.clock.as_ref(),
                     self.settings.cap_wait.min(last_start),
-                    self.settings.attempt_timeout + self.settings.deadline_margin,
+                    self.slot_lease_until(deadline),
                 )
                 .await
             {
                 Turn::Go(turn) => turn,
-                Turn::HoldUntil { until, booked } => {
+                Turn::HoldUntil { until, booked_at } => {
                     return Err(Held {
                         group: g,
                         events,
-                        reason: HoldReason::Capped { until, booked },
+                        reason: HoldReason::Capped { until, booked_at },
                     });
                 }
             };
@@ -781,20 +795,25 @@ impl Deliver {
                 Err(why) => SentAttempt::not_sent(why.clone()),
             };
             let answered = self.clock.now();
-            cap_turn.release().await;
             let signal = LoadSignal::of(&sent.result);
             // R4: a request still open for its late answer keeps its place in the worker's
-            // total until the answer is in or no longer awaited (which closes it).
+            // total, and its subscription's slot, until the answer is in or no longer awaited
+            // (which closes it).
             let late = match sent.late {
                 Some(answer) => {
                     let connection = permit.finish_keeping_connection(signal);
                     Some(Box::pin(async move {
                         let _connection = connection;
-                        answer.await
+                        let answer = answer.await;
+                        // Dropped, the turn gives its slot back in a task of its own (a late
+                        // answer must stay `Sync`, which awaiting the store here is not).
+                        drop(cap_turn);
+                        answer
                     }) as LateAnswer)
                 }
                 None => {
                     permit.finish(signal);
+                    cap_turn.release().await;
                     None
                 }
             };

@@ -8,8 +8,15 @@
 //! soon waits on the queue instead of in the worker (Lambda bills the wait): it is held and
 //! handed on, due when its booking starts (or a second later, for a slot), with its delivery
 //! count unchanged, so waiting is never an attempt and never a drop. A held batch keeps its
-//! booking (`DeliveryHistory::rate_booked`) and goes without booking again, so a backlog goes
-//! round the queue once, not once a second.
+//! booking (`DeliveryHistory::rate_booked_at`): it is due on the queue up to a second early
+//! (SQS delays are whole seconds), waits in the worker for its start and goes without booking
+//! again, so a backlog goes round the queue once, not once a second, and stays spaced. A
+//! batch back more than a second after its start books again.
+//!
+//! A slot's lease lasts until the invocation's deadline, the longest any of its requests can
+//! be open (a timed-out request kept open for its late answer, R4, included: it gives its
+//! slot back when it is closed). So a slot is never taken over while its request is open; a
+//! dead instance's slots are free again at its deadline.
 //!
 //! Within a worker, at most the cap's batches of one subscription ask the store for a slot at
 //! once (the others wait on a local semaphore, which costs nothing), so a backlog does not
@@ -24,6 +31,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use gridrelay_ports::{Clock, DeliveryCapStore};
+use gridrelay_shared::caps::{booking_holds, held_until};
 use gridrelay_shared::subscription::Subscription;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::warn;
@@ -44,8 +52,9 @@ pub struct SubscriptionCaps {
     local: Mutex<HashMap<(String, u32), Arc<Semaphore>>>,
 }
 
-/// A batch's turn under its subscription's caps; give it back with [`CapTurn::release`] after
-/// the attempt (if it is lost, its slot's lease ends by itself).
+/// A batch's turn under its subscription's caps; give it back with [`CapTurn::release`] when
+/// its request is closed (dropped, it is given back in a task of its own; if that is lost too,
+/// the slot's lease ends by itself).
 #[must_use]
 pub struct CapTurn {
     slot: Option<(Arc<dyn DeliveryCapStore>, String, String)>,
@@ -61,11 +70,25 @@ impl CapTurn {
     }
 
     /// Gives the slot back.
-    pub async fn release(self) {
-        if let Some((store, key, lease)) = &self.slot
-            && let Err(e) = store.release_slot(key, lease).await
+    pub async fn release(mut self) {
+        if let Some((store, key, lease)) = self.slot.take() {
+            give_back(store, key, lease).await;
+        }
+    }
+}
+
+async fn give_back(store: Arc<dyn DeliveryCapStore>, key: String, lease: String) {
+    if let Err(e) = store.release_slot(&key, &lease).await {
+        warn!(subscription = %key, error = %e, "could not give a request slot back; its lease ends by itself");
+    }
+}
+
+impl Drop for CapTurn {
+    fn drop(&mut self) {
+        if let Some((store, key, lease)) = self.slot.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            warn!(subscription = %key, error = %e, "could not give a request slot back; its lease ends by itself");
+            runtime.spawn(give_back(store, key, lease));
         }
     }
 }
@@ -73,11 +96,11 @@ impl CapTurn {
 /// What a batch of a capped subscription is told.
 pub(crate) enum Turn {
     Go(CapTurn),
-    /// Hold it and hand it on, due then; `booked`: its events-per-second share is booked for
-    /// then.
+    /// Hold it and hand it on, due `until`; `booked_at`: its events-per-second share is booked
+    /// to start then.
     HoldUntil {
         until: DateTime<Utc>,
-        booked: bool,
+        booked_at: Option<DateTime<Utc>>,
     },
 }
 
@@ -114,17 +137,17 @@ impl SubscriptionCaps {
     }
 
     /// Waits, at most `wait` (real time), for a batch of `events` events of `sub` to have its
-    /// turn under the caps; `booked` says its events-per-second share is booked for now
-    /// already (it was held for it). A slot's lease lasts `lease`. Uncapped subscriptions go
-    /// at once.
+    /// turn under the caps; `booked_at`: its events-per-second share is booked to start then
+    /// (it was held for it). A slot's lease lasts until `lease_until` (when the invocation's
+    /// requests are all closed). Uncapped subscriptions go at once.
     pub(crate) async fn turn(
         &self,
         sub: &Subscription,
         events: u32,
-        booked: bool,
+        booked_at: Option<DateTime<Utc>>,
         clock: &dyn Clock,
         wait: Duration,
-        lease: Duration,
+        lease_until: DateTime<Utc>,
     ) -> Turn {
         let caps = sub.delivery_caps;
         if caps.is_unset() {
@@ -133,9 +156,11 @@ impl SubscriptionCaps {
         let wait = if can_wait() { wait } else { Duration::ZERO };
         let started = tokio::time::Instant::now();
         let left = || wait.saturating_sub(started.elapsed());
-        let in_a_second = |booked| Turn::HoldUntil {
+        // A booking whose start is long past is booked again (late batches must not bunch).
+        let booked_at = booked_at.filter(|&start| booking_holds(start, clock.now()));
+        let in_a_second = |booked_at| Turn::HoldUntil {
             until: clock.now() + chrono::Duration::seconds(1),
-            booked,
+            booked_at,
         };
         let key = key_of(sub);
 
@@ -151,14 +176,16 @@ impl SubscriptionCaps {
                     .and_then(Result::ok)
             };
             let Some(permit) = permit else {
-                return in_a_second(booked);
+                return in_a_second(booked_at);
             };
             turn._local = Some(permit);
             let mut pause = SLOT_RETRY_FIRST;
             loop {
-                let now = clock.now();
-                let until = now + chrono::Duration::from_std(lease).unwrap_or_default();
-                match self.store.acquire_slot(&key, max, now, until).await {
+                match self
+                    .store
+                    .acquire_slot(&key, max, clock.now(), lease_until)
+                    .await
+                {
                     Ok(Some(id)) => {
                         turn.slot = Some((Arc::clone(&self.store), key.clone(), id));
                         break;
@@ -167,38 +194,42 @@ impl SubscriptionCaps {
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(SLOT_RETRY_MAX);
                     }
-                    Ok(None) => return in_a_second(booked),
+                    Ok(None) => return in_a_second(booked_at),
                     Err(e) => {
                         warn!(subscription = %key, error = %e, "delivery cap store unavailable; holding the batch");
-                        return in_a_second(booked);
+                        return in_a_second(booked_at);
                     }
                 }
             }
         }
 
-        if let Some(rate) = caps.max_events_per_second
-            && !booked
-        {
-            let now = clock.now();
-            match self.store.book_events(&key, events, rate, now).await {
-                Ok(start) => {
-                    let until_start = (start - now).to_std().unwrap_or_default();
-                    if until_start > left() {
+        if let Some(rate) = caps.max_events_per_second {
+            let start = match booked_at {
+                Some(start) => start,
+                None => match self
+                    .store
+                    .book_events(&key, events, rate, clock.now())
+                    .await
+                {
+                    Ok(start) => start,
+                    Err(e) => {
+                        warn!(subscription = %key, error = %e, "delivery cap store unavailable; holding the batch");
                         turn.release().await;
-                        return Turn::HoldUntil {
-                            until: start,
-                            booked: true,
-                        };
+                        return in_a_second(None);
                     }
-                    if !until_start.is_zero() {
-                        tokio::time::sleep(until_start).await;
-                    }
-                }
-                Err(e) => {
-                    warn!(subscription = %key, error = %e, "delivery cap store unavailable; holding the batch");
-                    turn.release().await;
-                    return in_a_second(false);
-                }
+                },
+            };
+            let now = clock.now();
+            let until_start = (start - now).to_std().unwrap_or_default();
+            if until_start > left() {
+                turn.release().await;
+                return Turn::HoldUntil {
+                    until: held_until(start, now),
+                    booked_at: Some(start),
+                };
+            }
+            if !until_start.is_zero() {
+                tokio::time::sleep(until_start).await;
             }
         }
         Turn::Go(turn)

@@ -1266,43 +1266,69 @@ async fn max_concurrent_requests_holds_across_workers_and_waiting_is_no_attempt(
 }
 
 /// `--max-events-per-second`: an invocation with 35 events for a subscription allowed 10 per
-/// second books each batch in the schedule (100 ms per event) and sends the one due now; the
-/// rest are handed on, each due at its booked start, with their delivery count unchanged (not
-/// an attempt). When they come back they go without booking again, so the backlog goes round
-/// the queue once and the schedule ends where the 35 bookings put it (3.5 s).
-#[tokio::test]
+/// second books each batch in the schedule (100 ms per event). It sends those due within the
+/// 2 s it may wait, 100 ms apart, and hands the rest on with their delivery count unchanged
+/// (not an attempt), each due a second before its booked start (the queue's delays are whole
+/// seconds). When they come back they wait for their start and go without booking again: the
+/// backlog goes round the queue once, stays spaced, and the schedule ends where the 35
+/// bookings put it (3.5 s).
+#[tokio::test(start_paused = true)]
 async fn max_events_per_second_books_a_schedule_and_hands_the_rest_on_without_attempts() {
-    let mut w = World::new(ScriptedSender::status(200));
-    // No waiting in the worker: what is not due now goes to the queue at once.
-    w.deliver.settings.cap_wait = Duration::ZERO;
+    let sent_at = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let times = sent_at.clone();
+    let w = World::new(ScriptedSender::new(move |_| {
+        times.lock().unwrap().push(tokio::time::Instant::now());
+        AttemptResult::Status(200)
+    }));
     w.subscribe(capped("sub-1", None, Some(10))).await;
     let ids: Vec<String> = (0..35).map(|i| format!("e{i}")).collect();
     w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
         .await;
     let sent_before = w.delivery.sent().len();
+    // Requests sent in one invocation are 100 ms apart (the injected clock stands still while
+    // the runtime's paused timer moves).
+    let spaced = |from: usize| {
+        let times = sent_at.lock().unwrap();
+        let mut run: Vec<_> = times[from..].to_vec();
+        run.sort();
+        run.windows(2)
+            .all(|w| w[1] - w[0] >= Duration::from_millis(99))
+    };
 
     let first = w.run().await;
-    assert_eq!(first.report.attempts, 1, "{:?}", first.report);
-    assert_eq!(first.report.delivered, 1);
-    assert_eq!(first.report.throttled, 34);
-    assert_eq!(first.report.failed_attempts, 0);
+    assert_eq!(first.report.attempts, 21, "{:?}", first.report);
+    assert_eq!(first.report.delivered, 21);
+    assert_eq!(first.report.throttled, 14);
+    assert!(spaced(0));
     let mut by_second = std::collections::BTreeMap::new();
     for (m, delay) in delivery_messages_since(&w, sent_before) {
         assert_eq!((m.attempts, m.last_attempt), (0, None), "history unchanged");
-        assert!(m.rate_booked);
+        let start = m.rate_booked_at.expect("booked");
+        assert_eq!(
+            start - m.not_before,
+            chrono::Duration::seconds(1),
+            "due a second early"
+        );
         *by_second.entry(delay.as_secs()).or_insert(0) += m.events.len();
     }
     assert_eq!(
         by_second,
-        std::collections::BTreeMap::from([(1, 10), (2, 10), (3, 10), (4, 4)]),
-        "due at their booked starts, 100 ms apart (queue delays round up)"
+        std::collections::BTreeMap::from([(2, 10), (3, 4)]),
+        "starts 2.1-3.0 s and 3.1-3.4 s, due a second early, delays rounded up"
     );
 
     let mut delivered = first.report.delivered;
-    for _ in 0..4 {
-        w.clock.advance(Duration::from_secs(1));
+    for (advance, expected) in [(2, 10), (1, 4)] {
+        w.clock.advance(Duration::from_secs(advance));
+        let before = sent_at.lock().unwrap().len();
         let next = w.run().await;
-        assert_eq!(next.report.throttled, 0, "{:?}", next.report);
+        assert_eq!(
+            (next.report.delivered, next.report.throttled),
+            (expected, 0),
+            "{:?}",
+            next.report
+        );
+        assert!(spaced(before));
         delivered += next.report.delivered;
     }
     assert_eq!(delivered, 35);
@@ -1313,6 +1339,32 @@ async fn max_events_per_second_books_a_schedule_and_hands_the_rest_on_without_at
         w.caps.booked_until(&key),
         Some(t0() + chrono::Duration::milliseconds(3_500)),
         "booked once each"
+    );
+}
+
+/// A batch held for a booking that comes back more than a second after its start (the queue
+/// or the worker was slow) books again instead of going at once with every other late one.
+#[tokio::test]
+async fn a_booking_long_past_is_booked_again() {
+    let mut w = World::new(ScriptedSender::status(200));
+    w.deliver.settings.cap_wait = Duration::ZERO;
+    w.subscribe(capped("sub-1", None, Some(1))).await;
+    w.publish(&["a", "b"]).await;
+    let first = w.run().await;
+    assert_eq!((first.report.delivered, first.report.throttled), (1, 1));
+    let sub = w.stored("sub-1").await;
+    let key = format!("{}/{}/{}", sub.topic, sub.name, sub.id);
+    assert_eq!(
+        w.caps.booked_until(&key),
+        Some(t0() + chrono::Duration::seconds(2))
+    );
+    // Back 5 s late: booked again from now, sent now (nothing booked past now).
+    w.clock.advance(Duration::from_secs(6));
+    let late = w.run().await;
+    assert_eq!((late.report.delivered, late.report.throttled), (1, 0));
+    assert_eq!(
+        w.caps.booked_until(&key),
+        Some(t0() + chrono::Duration::seconds(7))
     );
 }
 
@@ -1384,4 +1436,38 @@ async fn a_dead_holder_and_an_unreachable_cap_store_hold_events_without_loss() {
             .iter()
             .all(|r| header(r, "aeg-delivery-count") == Some("0"))
     );
+}
+
+/// R4 with a cap: a timed-out request kept open for its late answer keeps its subscription's
+/// slot until it is closed, so with `--max-concurrent-requests 1` nothing else is sent to the
+/// subscription meanwhile; once the invocation stops waiting for the answer (closing the
+/// request), the slot is free again.
+#[tokio::test(start_paused = true)]
+async fn a_request_open_for_its_late_answer_keeps_its_slot_r4() {
+    let answered = Arc::new(AtomicUsize::new(0));
+    let count = answered.clone();
+    let w = World::new(ScriptedSender::new(move |_| {
+        if count.fetch_add(1, Ordering::SeqCst) == 0 {
+            AttemptResult::TimedOut
+        } else {
+            AttemptResult::Status(200)
+        }
+    }));
+    w.sender.keep_timed_out_requests_open();
+    w.subscribe(capped("sub-1", Some(1), None)).await;
+    w.publish(&["a", "b"]).await;
+    let sub = w.stored("sub-1").await;
+    let key = format!("{}/{}/{}", sub.topic, sub.name, sub.id);
+
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.attempts, 1, "{:?}", outcome.report);
+    assert_eq!(outcome.report.retried, 1);
+    assert_eq!(outcome.report.throttled, 1, "the slot stayed taken");
+    // The late answer was given up at the end of the wait: the request is closed, and its
+    // slot given back.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(w.caps.slots_held(&key), 0);
+    w.clock.advance(Duration::from_secs(1));
+    let next = w.run().await;
+    assert_eq!(next.report.delivered, 1, "{:?}", next.report);
 }
