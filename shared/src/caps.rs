@@ -103,21 +103,12 @@ pub fn book_events(
 /// seconds, so it comes back up to this much before its start, and the worker waits the rest.
 pub const HELD_EARLY: chrono::Duration = chrono::Duration::seconds(1);
 
-/// How long after its start a booking still holds: a batch that comes back later (the queue or
-/// the worker was slow) books again, so late batches do not bunch up on old bookings.
-pub const BOOKING_HOLDS_FOR: chrono::Duration = chrono::Duration::seconds(1);
-
 /// When a batch held for its booked `start` is due on the queue at `now`: [`HELD_EARLY`]
 /// before it, unless that is already past (then at the start itself, so it cannot come back
 /// at once and spin).
 pub fn held_until(start: DateTime<Utc>, now: DateTime<Utc>) -> DateTime<Utc> {
     let early = start - HELD_EARLY;
     if early > now { early } else { start }
-}
-
-/// Whether a booking for `start` still holds at `now` ([`BOOKING_HOLDS_FOR`]).
-pub fn booking_holds(start: DateTime<Utc>, now: DateTime<Utc>) -> bool {
-    now - start <= BOOKING_HOLDS_FOR
 }
 
 #[cfg(test)]
@@ -201,13 +192,10 @@ mod tests {
     }
 
     #[test]
-    fn a_held_batch_is_due_a_second_early_and_a_late_one_books_again() {
+    fn a_held_batch_is_due_a_second_early() {
         assert_eq!(held_until(t(5_000), t(0)), t(4_000));
         // Less than a second away: due at its start (the queue's delay rounds up to it).
         assert_eq!(held_until(t(500), t(0)), t(500));
-        assert!(booking_holds(t(5_000), t(4_200)));
-        assert!(booking_holds(t(5_000), t(6_000)));
-        assert!(!booking_holds(t(5_000), t(6_001)));
     }
 
     proptest! {

@@ -136,10 +136,6 @@ impl DeliverySettings {
     }
 }
 
-/// The longest a subscription's request slot is leased: Lambda's longest timeout (15 minutes)
-/// and R4's late window, for invocations with no deadline of their own.
-pub const MAX_SLOT_LEASE: Duration = Duration::from_secs(18 * 60);
-
 /// What a deliver invocation keeps, by default, between its last work and its deadline: enough
 /// for two batched SQS sends and the reply.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
@@ -671,12 +667,14 @@ impl Deliver {
         self.time_left(deadline) >= self.settings.attempt_timeout
     }
 
-    /// Until when a subscription's request slot is leased: the invocation's deadline, after
-    /// which none of its requests is open (late answers are not awaited past it); at most
-    /// [`MAX_SLOT_LEASE`] from now.
+    /// Until when a subscription's request slot is leased: as long as a request started now
+    /// can be open (its timeout, then R4's late window, and the margin), and not past the
+    /// invocation's deadline, after which none of its requests is open.
     fn slot_lease_until(&self, deadline: DateTime<Utc>) -> DateTime<Utc> {
-        let most =
-            self.clock.now() + chrono::Duration::from_std(MAX_SLOT_LEASE).unwrap_or_default();
+        let open = self.settings.attempt_timeout
+            + self.settings.late_answer_window
+            + self.settings.deadline_margin;
+        let most = self.clock.now() + chrono::Duration::from_std(open).unwrap_or_default();
         deadline.min(most)
     }
 
@@ -802,14 +800,13 @@ impl Deliver {
             let late = match sent.late {
                 Some(answer) => {
                     let connection = permit.finish_keeping_connection(signal);
-                    Some(Box::pin(async move {
+                    // (`SyncFuture`: a late answer is `Sync`, the slot store's release is not.)
+                    Some(Box::pin(sync_wrapper::SyncFuture::new(async move {
                         let _connection = connection;
                         let answer = answer.await;
-                        // Dropped, the turn gives its slot back in a task of its own (a late
-                        // answer must stay `Sync`, which awaiting the store here is not).
-                        drop(cap_turn);
+                        cap_turn.release().await;
                         answer
-                    }) as LateAnswer)
+                    })) as LateAnswer)
                 }
                 None => {
                     permit.finish(signal);

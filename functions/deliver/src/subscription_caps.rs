@@ -10,13 +10,14 @@
 //! count unchanged, so waiting is never an attempt and never a drop. A held batch keeps its
 //! booking (`DeliveryHistory::rate_booked_at`): it is due on the queue up to a second early
 //! (SQS delays are whole seconds), waits in the worker for its start and goes without booking
-//! again, so a backlog goes round the queue once, not once a second, and stays spaced. A
-//! batch back more than a second after its start books again.
+//! again, however late it comes back, so a backlog goes round the queue once, not once a
+//! second, and stays spaced.
 //!
-//! A slot's lease lasts until the invocation's deadline, the longest any of its requests can
-//! be open (a timed-out request kept open for its late answer, R4, included: it gives its
-//! slot back when it is closed). So a slot is never taken over while its request is open; a
-//! dead instance's slots are free again at its deadline.
+//! A slot's lease lasts as long as its request can be open: the attempt timeout and R4's late
+//! window (a timed-out request kept open for its late answer gives its slot back when it is
+//! closed), and never past the invocation's deadline. So a slot is never taken over while its
+//! request is open, and one that could not be given back (the store failed three times, or
+//! the instance died) is free again within minutes.
 //!
 //! Within a worker, at most the cap's batches of one subscription ask the store for a slot at
 //! once (the others wait on a local semaphore, which costs nothing), so a backlog does not
@@ -31,7 +32,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use gridrelay_ports::{Clock, DeliveryCapStore};
-use gridrelay_shared::caps::{booking_holds, held_until};
+use gridrelay_shared::caps::held_until;
 use gridrelay_shared::subscription::Subscription;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::warn;
@@ -78,10 +79,26 @@ impl CapTurn {
 }
 
 async fn give_back(store: Arc<dyn DeliveryCapStore>, key: String, lease: String) {
-    if let Err(e) = store.release_slot(&key, &lease).await {
-        warn!(subscription = %key, error = %e, "could not give a request slot back; its lease ends by itself");
+    let mut pause = SLOT_RETRY_FIRST;
+    for tries in 1..=RELEASE_TRIES {
+        match store.release_slot(&key, &lease).await {
+            Ok(()) => return,
+            Err(e) if tries == RELEASE_TRIES => {
+                warn!(subscription = %key, error = %e, "could not give a request slot back; its lease ends by itself");
+            }
+            Err(_) => {
+                if can_wait() {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+            }
+        }
     }
 }
+
+/// How many times a slot is given back before it is left to its lease: a slot not given back
+/// is lost to the subscription for minutes.
+const RELEASE_TRIES: u32 = 3;
 
 impl Drop for CapTurn {
     fn drop(&mut self) {
@@ -156,8 +173,10 @@ impl SubscriptionCaps {
         let wait = if can_wait() { wait } else { Duration::ZERO };
         let started = tokio::time::Instant::now();
         let left = || wait.saturating_sub(started.elapsed());
-        // A booking whose start is long past is booked again (late batches must not bunch).
-        let booked_at = booked_at.filter(|&start| booking_holds(start, clock.now()));
+        // A booking whose start has passed is kept, however late the batch comes back: booking
+        // again would waste its share and, under a backlog that keeps every batch late, push
+        // the schedule on for ever while nothing goes. Batches that come back late unevenly
+        // may go closer together than the rate; over the schedule the rate holds.
         let in_a_second = |booked_at| Turn::HoldUntil {
             until: clock.now() + chrono::Duration::seconds(1),
             booked_at,
