@@ -158,6 +158,13 @@ impl World {
         self.publish_sized(ids, 0).await;
     }
 
+    /// Publishes `count` events with ids `{prefix}0`, `{prefix}1`, ...
+    async fn publish_numbered(&self, prefix: &str, count: usize) {
+        let ids: Vec<String> = (0..count).map(|i| format!("{prefix}{i}")).collect();
+        self.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+            .await;
+    }
+
     /// Publishes events whose data holds a string of `padding` bytes.
     async fn publish_sized(&self, ids: &[&str], padding: usize) {
         let pad = "x".repeat(padding);
@@ -497,9 +504,7 @@ async fn a_failing_endpoint_is_delayed_and_its_neighbour_is_not_d1() {
     let w = World::new(busy_at("/sick"));
     w.subscribe(request("sick")).await;
     w.subscribe(request("well")).await;
-    let ids: Vec<String> = (0..10).map(|i| format!("e{i}")).collect();
-    w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
-        .await;
+    w.publish_numbered("e", 10).await;
     while w.sender.requests().len() < 20 {
         assert!(w.run().await.report.attempts > 0);
     }
@@ -769,9 +774,7 @@ async fn attempts_stop_before_the_deadline_and_the_rest_is_handed_on() {
     assert_eq!(w.deliver.settings.attempt_timeout, Duration::from_secs(30));
     assert_eq!(w.deliver.settings.deadline_margin, Duration::from_secs(10));
     w.subscribe(request("sub-1")).await;
-    let ids: Vec<String> = (0..10).map(|i| format!("e{i}")).collect();
-    w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
-        .await;
+    w.publish_numbered("e", 10).await;
 
     let deadline = w.clock.now() + chrono::Duration::seconds(100);
     let outcome = w.run_until(deadline).await;
@@ -979,9 +982,7 @@ async fn retries_due_together_share_one_message_r1_r2_s5() {
         }
     }));
     w.subscribe(request("sub-1")).await;
-    let ids: Vec<String> = (0..20).map(|i| format!("e{i}")).collect();
-    w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
-        .await;
+    w.publish_numbered("e", 20).await;
     let sent_before = w.delivery.sent().len();
 
     let first = w.run().await;
@@ -1063,9 +1064,7 @@ async fn a_healthy_endpoint_gets_many_requests_at_once_and_an_overloaded_one_few
     }
     w.sender
         .answer_after(|| Box::pin(tokio::time::sleep(Duration::from_millis(50))));
-    let ids: Vec<String> = (0..1000).map(|i| format!("e{i}")).collect();
-    w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
-        .await;
+    w.publish_numbered("e", 1000).await;
 
     let outcome = w.run().await;
     assert_eq!(outcome.report.attempts, 2000);
@@ -1233,9 +1232,7 @@ async fn max_concurrent_requests_holds_across_workers_and_waiting_is_no_attempt(
         .answer_after(|| Box::pin(tokio::time::sleep(Duration::from_millis(50))));
     let second = another_worker(&w);
     for half in 0..2 {
-        let ids: Vec<String> = (0..30).map(|i| format!("e{half}-{i}")).collect();
-        w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
-            .await;
+        w.publish_numbered(&format!("e{half}-"), 30).await;
     }
     let received = w.delivery.receive(10, VISIBILITY);
     assert_eq!(received.len(), 2, "one message per publish");
@@ -1281,9 +1278,7 @@ async fn max_events_per_second_books_a_schedule_and_hands_the_rest_on_without_at
         AttemptResult::Status(200)
     }));
     w.subscribe(capped("sub-1", None, Some(10))).await;
-    let ids: Vec<String> = (0..35).map(|i| format!("e{i}")).collect();
-    w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
-        .await;
+    w.publish_numbered("e", 35).await;
     let sent_before = w.delivery.sent().len();
     // Requests sent in one invocation are 100 ms apart (the injected clock stands still while
     // the runtime's paused timer moves).
@@ -1375,9 +1370,7 @@ async fn batches_hold_no_more_events_than_a_second_allows_b2() {
         ..capped("sub-1", None, Some(5))
     })
     .await;
-    let ids: Vec<String> = (0..12).map(|i| format!("e{i}")).collect();
-    w.publish(&ids.iter().map(String::as_str).collect::<Vec<_>>())
-        .await;
+    w.publish_numbered("e", 12).await;
     let outcome = w.run().await;
     assert_eq!(outcome.report.attempts, 1);
     assert_eq!(outcome.report.delivered, 5);
