@@ -730,9 +730,11 @@ impl Deliver {
             // requests open for late answers come back only after the attempts.
             // (Without a tokio runtime, as in the deterministic simulation, there is no timer
             // and the turn is waited for: nothing there holds permits past its attempt.)
-            let last_start = self
-                .time_left(deadline)
-                .saturating_sub(self.settings.attempt_timeout);
+            // Asked at each step: the caps' turn may have waited.
+            let last_start = || {
+                self.time_left(deadline)
+                    .saturating_sub(self.settings.attempt_timeout)
+            };
             // The subscription's caps first: a batch they hold waits on the queue, not here.
             let cap_turn = match self
                 .caps
@@ -741,7 +743,7 @@ impl Deliver {
                     u32::try_from(events.len()).unwrap_or(u32::MAX),
                     group.history.rate_booked_at,
                     self.clock.as_ref(),
-                    self.settings.cap_wait.min(last_start),
+                    self.settings.cap_wait.min(last_start()),
                     self.slot_lease_until(deadline),
                 )
                 .await
@@ -755,12 +757,9 @@ impl Deliver {
                     });
                 }
             };
-            let last_start = self
-                .time_left(deadline)
-                .saturating_sub(self.settings.attempt_timeout);
             let acquire = self.limits.acquire(&group.subscription.endpoint);
-            let permit = if tokio::runtime::Handle::try_current().is_ok() {
-                tokio::time::timeout(last_start, acquire)
+            let permit = if subscription_caps::can_wait() {
+                tokio::time::timeout(last_start(), acquire)
                     .await
                     .map_err(drop)
             } else {

@@ -129,7 +129,7 @@ fn key_of(sub: &Subscription) -> String {
 
 /// Sleeps when a timer is there to sleep on (not in the deterministic simulation, which waits
 /// for nothing: it holds instead).
-fn can_wait() -> bool {
+pub(crate) fn can_wait() -> bool {
     tokio::runtime::Handle::try_current().is_ok()
 }
 
@@ -155,8 +155,8 @@ impl SubscriptionCaps {
 
     /// Waits, at most `wait` (real time), for a batch of `events` events of `sub` to have its
     /// turn under the caps; `booked_at`: its events-per-second share is booked to start then
-    /// (it was held for it). A slot's lease lasts until `lease_until` (when the invocation's
-    /// requests are all closed). Uncapped subscriptions go at once.
+    /// (it was held for it). A slot's lease lasts until `lease_until` (when its request is
+    /// closed at the latest). Uncapped subscriptions go at once.
     pub(crate) async fn turn(
         &self,
         sub: &Subscription,
@@ -173,10 +173,6 @@ impl SubscriptionCaps {
         let wait = if can_wait() { wait } else { Duration::ZERO };
         let started = tokio::time::Instant::now();
         let left = || wait.saturating_sub(started.elapsed());
-        // A booking whose start has passed is kept, however late the batch comes back: booking
-        // again would waste its share and, under a backlog that keeps every batch late, push
-        // the schedule on for ever while nothing goes. Batches that come back late unevenly
-        // may go closer together than the rate; over the schedule the rate holds.
         let in_a_second = |booked_at| Turn::HoldUntil {
             until: clock.now() + chrono::Duration::seconds(1),
             booked_at,
@@ -223,6 +219,10 @@ impl SubscriptionCaps {
         }
 
         if let Some(rate) = caps.max_events_per_second {
+            // A booking whose start has passed is kept, however late the batch comes back:
+            // booking again would waste its share and, under a backlog that keeps every batch
+            // late, push the schedule on for ever while nothing goes. Batches that come back
+            // late unevenly may go closer together than the rate; over the schedule it holds.
             let start = match booked_at {
                 Some(start) => start,
                 None => match self
