@@ -45,6 +45,14 @@ impl Outage {
     pub fn is_down(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
+
+    /// `Err("{port} is down")` while the switch is on: each port wraps it in its own error.
+    fn check(&self, port: &str) -> Result<(), String> {
+        if self.is_down() {
+            return Err(format!("{port} is down"));
+        }
+        Ok(())
+    }
 }
 
 /// A clock that moves only when told to.
@@ -117,10 +125,9 @@ impl MemorySubscriptionStore {
     }
 
     fn check(&self) -> Result<(), StoreError> {
-        if self.outage.is_down() {
-            return Err(StoreError::Unavailable("in-memory store is down".into()));
-        }
-        Ok(())
+        self.outage
+            .check("in-memory store")
+            .map_err(StoreError::Unavailable)
     }
 
     fn check_read(&self) -> Result<(), StoreError> {
@@ -339,10 +346,7 @@ impl MemoryQueue {
 
 impl MemoryQueue {
     fn check(&self) -> Result<(), QueueError> {
-        if self.outage.is_down() {
-            return Err(QueueError("in-memory queue is down".into()));
-        }
-        Ok(())
+        self.outage.check("in-memory queue").map_err(QueueError)
     }
 
     /// A received message's receipt, as [`MessageQueue`] hands it out.
@@ -439,10 +443,9 @@ impl MemoryObjectStore {
     }
 
     fn check(&self) -> Result<(), ObjectStoreError> {
-        if self.outage.is_down() {
-            return Err(ObjectStoreError("in-memory object store is down".into()));
-        }
-        Ok(())
+        self.outage
+            .check("in-memory object store")
+            .map_err(ObjectStoreError)
     }
 }
 
@@ -501,18 +504,18 @@ impl MemorySecretStore {
 #[async_trait]
 impl SecretStore for MemorySecretStore {
     async fn put(&self, name: &str, value: &str) -> Result<String, SecretError> {
-        if self.outage.is_down() {
-            return Err(SecretError("in-memory secret store is down".into()));
-        }
+        self.outage
+            .check("in-memory secret store")
+            .map_err(SecretError)?;
         lock(&self.secrets).insert(name.to_string(), value.to_string());
         Ok(name.to_string())
     }
 
     async fn get(&self, id: &str) -> Result<String, SecretError> {
         self.reads.fetch_add(1, Ordering::SeqCst);
-        if self.outage.is_down() {
-            return Err(SecretError("in-memory secret store is down".into()));
-        }
+        self.outage
+            .check("in-memory secret store")
+            .map_err(SecretError)?;
         lock(&self.secrets)
             .get(id)
             .cloned()
@@ -541,12 +544,9 @@ impl MemoryDeliveryStateStore {
     }
 
     fn check(&self) -> Result<(), StoreError> {
-        if self.outage.is_down() {
-            return Err(StoreError::Unavailable(
-                "in-memory delivery state store is down".into(),
-            ));
-        }
-        Ok(())
+        self.outage
+            .check("in-memory delivery state store")
+            .map_err(StoreError::Unavailable)
     }
 }
 
@@ -776,12 +776,9 @@ pub struct MemoryDeliveryCapStore {
 
 impl MemoryDeliveryCapStore {
     fn check(&self) -> Result<(), StoreError> {
-        if self.outage.is_down() {
-            return Err(StoreError::Unavailable(
-                "in-memory delivery cap store is down".into(),
-            ));
-        }
-        Ok(())
+        self.outage
+            .check("in-memory delivery cap store")
+            .map_err(StoreError::Unavailable)
     }
 
     /// Until when `subscription`'s allowance is booked.
