@@ -5,10 +5,12 @@
 //! that timed out stays open for the late window so its answer can still be seen (R4), for as
 //! long as its late answer is awaited: dropping the [`LateAnswer`] closes it.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
+use crate::descriptors::{DescriptorGuard, process_limit};
 use gridrelay_ports::{
     DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest, LateAnswer,
     SentAttempt,
@@ -17,7 +19,7 @@ use gridrelay_shared::classify::{AttemptResult, parse_retry_after};
 
 #[derive(Debug, Clone)]
 pub struct HttpEventSender {
-    client: reqwest::Client,
+    pool: Arc<ConnectionPool>,
     timeout: Duration,
     late_window: Duration,
 }
@@ -26,19 +28,84 @@ pub struct HttpEventSender {
 #[error("could not build the HTTP client: {0}")]
 pub struct HttpClientError(#[from] reqwest::Error);
 
-impl HttpEventSender {
-    /// A sender whose attempts fail after `timeout`, keeping up to `idle_per_host` (at most
-    /// [`MAX_IDLE_PER_HOST`]) open connections to each endpoint between requests and between
-    /// warm invocations.
-    pub fn new(timeout: Duration, idle_per_host: usize) -> Result<Self, HttpClientError> {
-        let client = reqwest::Client::builder()
+/// The client whose pool holds the endpoints' connections, built again (its idle connections
+/// closed) when new connections find file descriptors running short ([`crate::descriptors`]).
+#[derive(Debug)]
+struct ConnectionPool {
+    client: RwLock<reqwest::Client>,
+    idle_per_host: usize,
+    guard: DescriptorGuard,
+    flushed_at: Mutex<Option<Instant>>,
+}
+
+/// The least time between two flushes of the idle pool, so a shortage that flushing cannot
+/// cure (that many requests in flight) does not close every connection on each new one.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+impl ConnectionPool {
+    fn build(
+        idle_per_host: usize,
+        guard: &DescriptorGuard,
+    ) -> Result<reqwest::Client, HttpClientError> {
+        Ok(reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(IDLE_TIMEOUT)
-            .pool_max_idle_per_host(idle_per_host.min(MAX_IDLE_PER_HOST))
+            .pool_max_idle_per_host(idle_per_host)
             .user_agent(concat!("gridrelay/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+            .connector_layer(guard.clone())
+            .build()?)
+    }
+
+    /// The client to send with: the current one, or a new one if a connection asked for the
+    /// idle pool to go (the old pool closes its idle connections once its last request ends).
+    fn client(&self) -> reqwest::Client {
+        if self.guard.flush_wanted() {
+            let mut flushed_at = self
+                .flushed_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if flushed_at.is_none_or(|at| at.elapsed() >= FLUSH_EVERY) {
+                match Self::build(self.idle_per_host, &self.guard) {
+                    Ok(client) => {
+                        *self.client.write().unwrap_or_else(PoisonError::into_inner) = client;
+                        *flushed_at = Some(Instant::now());
+                        tracing::warn!(
+                            "file descriptors running short: idle endpoint connections closed"
+                        );
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not flush idle connections"),
+                }
+            }
+        }
+        self.client
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl HttpEventSender {
+    /// A sender whose attempts fail after `timeout`, keeping up to `idle_per_host` open
+    /// connections to each endpoint between requests and between warm invocations, under the
+    /// process's file descriptor limit.
+    pub fn new(timeout: Duration, idle_per_host: usize) -> Result<Self, HttpClientError> {
+        Self::with_descriptor_limit(timeout, idle_per_host, process_limit())
+    }
+
+    /// As [`HttpEventSender::new`], under `limit` file descriptors instead of the process's.
+    pub fn with_descriptor_limit(
+        timeout: Duration,
+        idle_per_host: usize,
+        limit: usize,
+    ) -> Result<Self, HttpClientError> {
+        let guard = DescriptorGuard::new(limit);
         Ok(Self {
-            client,
+            pool: Arc::new(ConnectionPool {
+                client: RwLock::new(ConnectionPool::build(idle_per_host, &guard)?),
+                idle_per_host,
+                guard,
+                flushed_at: Mutex::new(None),
+            }),
             timeout,
             late_window: Duration::ZERO,
         })
@@ -52,10 +119,6 @@ impl HttpEventSender {
     }
 }
 
-/// Idle connections kept per endpoint, whatever its limit: enough to start the next burst
-/// warm, few enough that many endpoints' idle sockets stay far inside Lambda's 1,024 file
-/// descriptors.
-pub const MAX_IDLE_PER_HOST: usize = 64;
 /// How long an idle pooled connection is kept.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -87,7 +150,8 @@ fn late_answer(task: tokio::task::JoinHandle<SentAttempt>) -> LateAnswer {
 impl EventSender for HttpEventSender {
     async fn send(&self, request: DeliveryRequest) -> SentAttempt {
         let mut builder = self
-            .client
+            .pool
+            .client()
             .post(&request.endpoint)
             .timeout(self.timeout + self.late_window)
             .header("content-type", request.content_type)
@@ -145,7 +209,8 @@ impl EventSender for HttpEventSender {
             HandshakeMethod::Options => reqwest::Method::OPTIONS,
         };
         let mut builder = self
-            .client
+            .pool
+            .client()
             .request(method, &request.endpoint)
             .timeout(self.timeout);
         for (name, value) in &request.headers {

@@ -8,5 +8,6 @@
 
 pub mod aws;
 pub mod config;
+pub mod descriptors;
 pub mod http_sender;
 pub mod metrics;

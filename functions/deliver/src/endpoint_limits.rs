@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use gridrelay_adapters::descriptors;
 use gridrelay_shared::concurrency::{ConcurrencyLimit, LoadSignal};
 use gridrelay_shared::limits::LimitError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -35,9 +36,11 @@ pub const MAX_REQUESTS_IN_FLIGHT_ENV: &str = "GRIDRELAY_MAX_REQUESTS_IN_FLIGHT";
 /// Where it reads the most one endpoint gets (`--max-requests-per-endpoint`).
 pub const MAX_REQUESTS_PER_ENDPOINT_ENV: &str = "GRIDRELAY_MAX_REQUESTS_PER_ENDPOINT";
 
-/// The worker's total: Lambda gives a function 1,024 file descriptors, and the SDK's
-/// connections need a few.
-pub const MAX_REQUESTS_IN_FLIGHT: std::ops::RangeInclusive<u32> = 1..=1000;
+/// The worker's total: Lambda gives a function 1,024 file descriptors; requests in flight
+/// alone never bring the sender's descriptor guard to flush its idle connections or refuse new
+/// ones ([`gridrelay_adapters::descriptors`]), which keeps some for the AWS SDK's calls.
+pub const MAX_REQUESTS_IN_FLIGHT: std::ops::RangeInclusive<u32> =
+    1..=(descriptors::DEFAULT_LIMIT - descriptors::FLUSH_AT) as u32;
 /// The default total.
 pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: u32 = 768;
 /// Where each endpoint's limit starts, unless the most it may get is lower.
@@ -324,7 +327,9 @@ mod tests {
             (e.field.as_str(), e.value.as_str()),
             ("maxRequestsInFlight", "0")
         );
-        assert!(e.allowed.starts_with("1 to 1000"), "{e}");
+        assert!(e.allowed.starts_with("1 to 896"), "{e}");
+        let e = ConcurrencySettings::new(897, None).unwrap_err();
+        assert_eq!(e.value, "897", "past the descriptor guard's flush mark: {e}");
         let e = ConcurrencySettings::new(100, Some(200)).unwrap_err();
         assert_eq!(
             e.to_string(),
