@@ -8,7 +8,7 @@
 //! calls (deleting messages, re-enqueueing, writing state) need a few too.
 //!
 //! So every new connection first counts the process's open descriptors
-//! ([`DescriptorGuard`], a connector layer): from [`FLUSH_AT`] below the limit it asks for the
+//! ([`DescriptorGuard`], in the sender's connector, [`GuardedConnector`]): from [`FLUSH_AT`] below the limit it asks for the
 //! idle pool to be dropped ([`DescriptorGuard::flush_wanted`]); within [`RESERVE`] of it the
 //! connection is refused, a failed attempt retried on the ladder, so the descriptors left are
 //! the AWS calls'. Counting is a directory read on Linux, never per request and not per new
@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use futures::TryFutureExt;
 use futures::future::{Either, Ready, ready};
 
 /// Descriptors kept for everything that is not an endpoint connection.
@@ -133,16 +134,8 @@ pub fn open_descriptors() -> Option<usize> {
     std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count())
 }
 
-impl<S> tower_layer::Layer<S> for DescriptorGuard {
-    type Service = GuardedConnector<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        GuardedConnector {
-            guard: self.clone(),
-            inner,
-        }
-    }
-}
+/// An error a connector may fail with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A connector that asks the guard before each new connection.
 #[derive(Debug, Clone)]
@@ -151,24 +144,31 @@ pub struct GuardedConnector<S> {
     inner: S,
 }
 
+impl<S> GuardedConnector<S> {
+    pub fn new(guard: DescriptorGuard, inner: S) -> Self {
+        Self { guard, inner }
+    }
+}
+
 impl<S, R> tower_service::Service<R> for GuardedConnector<S>
 where
     S: tower_service::Service<R>,
-    S::Error: From<NoDescriptorToSpare>,
+    S::Error: Into<BoxError>,
 {
     type Response = S::Response;
-    type Error = S::Error;
-    type Future = Either<Ready<Result<S::Response, S::Error>>, S::Future>;
+    type Error = BoxError;
+    type Future =
+        Either<Ready<Result<S::Response, BoxError>>, futures::future::ErrInto<S::Future, BoxError>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: R) -> Self::Future {
         let open = self.guard.bound_with_one_more(open_descriptors);
         match open.map(|open| self.guard.admit(open)) {
             Some(Err(refused)) => Either::Left(ready(Err(refused.into()))),
-            _ => Either::Right(self.inner.call(request)),
+            _ => Either::Right(self.inner.call(request).err_into()),
         }
     }
 }

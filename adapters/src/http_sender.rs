@@ -1,21 +1,37 @@
-//! Subscriber endpoints over HTTP, with one pooled `reqwest` client.
+//! Subscriber endpoints over HTTP, with one pooled `hyper` client.
 //!
 //! Redirects are not followed (S1 counts 3xx as failure), and every attempt has the attempt
 //! timeout (S2) on its whole exchange. With [`HttpEventSender::with_late_answers`], a request
 //! that timed out stays open for the late window so its answer can still be seen (R4), for as
 //! long as its late answer is awaited: dropping the [`LateAnswer`] closes it.
+//!
+//! `hyper_util`'s pooled client, not `reqwest`: a delivery is one POST of a body already built,
+//! so none of `reqwest`'s layers (URL parsing with IDNA, redirect and retry policies, cookie and
+//! proxy hooks) has work to do, and per request they cost more CPU than the whole delivery
+//! decision (`make bench`, engine: the sender is most of `deliver`'s CPU per event). TLS is
+//! `rustls` with the platform's verifier, HTTP/2 where the endpoint offers it (ALPN), as
+//! `reqwest` had it.
 
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::descriptors::{DescriptorGuard, process_limit};
+use crate::descriptors::{DescriptorGuard, GuardedConnector, process_limit};
 use gridrelay_ports::{
     DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest, LateAnswer,
     SentAttempt,
 };
 use gridrelay_shared::classify::{AttemptResult, parse_retry_after};
+
+type HyperClient = Client<HttpsConnector<GuardedConnector<HttpConnector>>, Full<Bytes>>;
 
 #[derive(Debug, Clone)]
 pub struct HttpEventSender {
@@ -26,13 +42,14 @@ pub struct HttpEventSender {
 
 #[derive(Debug, thiserror::Error)]
 #[error("could not build the HTTP client: {0}")]
-pub struct HttpClientError(#[from] reqwest::Error);
+pub struct HttpClientError(String);
 
 /// The client whose pool holds the endpoints' connections, built again (its idle connections
 /// closed) when new connections find file descriptors running short ([`crate::descriptors`]).
 #[derive(Debug)]
 struct ConnectionPool {
-    client: RwLock<reqwest::Client>,
+    client: RwLock<HyperClient>,
+    tls: rustls::ClientConfig,
     idle_per_host: usize,
     guard: DescriptorGuard,
     flushed_at: Mutex<Option<Instant>>,
@@ -42,39 +59,43 @@ struct ConnectionPool {
 /// cure (that many requests in flight) does not close every connection on each new one.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
+/// Sent with every request.
+const USER_AGENT_VALUE: &str = concat!("gridrelay/", env!("CARGO_PKG_VERSION"));
+
 impl ConnectionPool {
     fn build(
+        tls: &rustls::ClientConfig,
         idle_per_host: usize,
         guard: &DescriptorGuard,
-    ) -> Result<reqwest::Client, HttpClientError> {
-        Ok(reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
+    ) -> HyperClient {
+        let mut tcp = HttpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls.clone())
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(GuardedConnector::new(guard.clone(), tcp));
+        Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
             .pool_idle_timeout(IDLE_TIMEOUT)
             .pool_max_idle_per_host(idle_per_host)
-            .user_agent(concat!("gridrelay/", env!("CARGO_PKG_VERSION")))
-            .connector_layer(guard.clone())
-            .build()?)
+            .build(connector)
     }
 
     /// The client to send with: the current one, or a new one if a connection asked for the
     /// idle pool to go (the old pool closes its idle connections once its last request ends).
-    fn client(&self) -> reqwest::Client {
+    fn client(&self) -> HyperClient {
         if self.guard.flush_wanted() {
             let mut flushed_at = self
                 .flushed_at
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             if flushed_at.is_none_or(|at| at.elapsed() >= FLUSH_EVERY) {
-                match Self::build(self.idle_per_host, &self.guard) {
-                    Ok(client) => {
-                        *self.client.write().unwrap_or_else(PoisonError::into_inner) = client;
-                        *flushed_at = Some(Instant::now());
-                        tracing::warn!(
-                            "file descriptors running short: idle endpoint connections closed"
-                        );
-                    }
-                    Err(e) => tracing::warn!(error = %e, "could not flush idle connections"),
-                }
+                let client = Self::build(&self.tls, self.idle_per_host, &self.guard);
+                *self.client.write().unwrap_or_else(PoisonError::into_inner) = client;
+                *flushed_at = Some(Instant::now());
+                tracing::warn!("file descriptors running short: idle endpoint connections closed");
             }
         }
         self.client
@@ -98,10 +119,14 @@ impl HttpEventSender {
         idle_per_host: usize,
         limit: usize,
     ) -> Result<Self, HttpClientError> {
+        use rustls_platform_verifier::ConfigVerifierExt;
+        let tls = rustls::ClientConfig::with_platform_verifier()
+            .map_err(|e| HttpClientError(e.to_string()))?;
         let guard = DescriptorGuard::new(limit);
         Ok(Self {
             pool: Arc::new(ConnectionPool {
-                client: RwLock::new(ConnectionPool::build(idle_per_host, &guard)?),
+                client: RwLock::new(ConnectionPool::build(&tls, idle_per_host, &guard)),
+                tls,
                 idle_per_host,
                 guard,
                 flushed_at: Mutex::new(None),
@@ -146,46 +171,94 @@ fn late_answer(task: tokio::task::JoinHandle<SentAttempt>) -> LateAnswer {
     })
 }
 
+/// A request to `endpoint` with the user agent, `headers` and `body`.
+fn request(
+    method: http::Method,
+    endpoint: &str,
+    headers: &[(String, String)],
+    body: Option<(&str, String)>,
+) -> Result<http::Request<Full<Bytes>>, String> {
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(endpoint)
+        .header(USER_AGENT, USER_AGENT_VALUE);
+    let body = match body {
+        Some((content_type, body)) => {
+            builder = builder.header(CONTENT_TYPE, content_type);
+            Bytes::from(body)
+        }
+        None => Bytes::new(),
+    };
+    for (name, value) in headers {
+        builder = builder.header(name, value);
+    }
+    builder
+        .body(Full::new(body))
+        .map_err(|e| format!("the request cannot be built: {}", error_chain(&e)))
+}
+
+/// Reads an answer's body up to `most` bytes (then stops, so the connection is dropped).
+async fn read_body(body: hyper::body::Incoming, most: usize) -> Result<Vec<u8>, String> {
+    let mut body = body;
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| error_chain(&e))?;
+        if let Some(data) = frame.data_ref() {
+            read.extend_from_slice(data);
+            if read.len() > most {
+                read.truncate(most);
+                break;
+            }
+        }
+    }
+    Ok(read)
+}
+
 #[async_trait]
 impl EventSender for HttpEventSender {
     async fn send(&self, request: DeliveryRequest) -> SentAttempt {
-        let mut builder = self
-            .pool
-            .client()
-            .post(&request.endpoint)
-            .timeout(self.timeout + self.late_window)
-            .header("content-type", request.content_type)
-            .body(request.body);
-        for (name, value) in &request.headers {
-            builder = builder.header(name, value);
-        }
+        let built = self::request(
+            http::Method::POST,
+            &request.endpoint,
+            &request.headers,
+            Some((request.content_type, request.body)),
+        );
+        let request = match built {
+            Ok(request) => request,
+            Err(why) => return SentAttempt::of(AttemptResult::ConnectionFailed(why)),
+        };
+        let client = self.pool.client();
+        let whole = self.timeout + self.late_window;
         let exchange = async move {
-            match builder.send().await {
-                Ok(mut response) => {
-                    let status = response.status().as_u16();
-                    let retry_after = matches!(status, 429 | 503)
-                        .then(|| response.headers().get(reqwest::header::RETRY_AFTER))
-                        .flatten()
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| parse_retry_after(v, chrono::Utc::now()));
-                    // The status decides. A small answer is read to its end so the pooled
-                    // connection can be reused; past MAX_ANSWER_BODY the response is
-                    // dropped, which closes the connection, so an endpoint streaming a large
-                    // body cannot fill this function's memory or hold the attempt.
-                    let mut read = 0;
-                    while let Ok(Some(chunk)) = response.chunk().await {
-                        read += chunk.len();
-                        if read > MAX_ANSWER_BODY {
-                            break;
-                        }
-                    }
-                    SentAttempt {
-                        retry_after,
-                        ..SentAttempt::of(AttemptResult::Status(status))
+            let answer = async {
+                let response = client.request(request).await?;
+                let status = response.status().as_u16();
+                let retry_after = matches!(status, 429 | 503)
+                    .then(|| response.headers().get(RETRY_AFTER))
+                    .flatten()
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| parse_retry_after(v, chrono::Utc::now()));
+                // The status decides. A small answer is read to its end so the pooled
+                // connection can be reused; past MAX_ANSWER_BODY the response is dropped,
+                // which closes the connection, so an endpoint streaming a large body cannot
+                // fill this function's memory or hold the attempt.
+                let mut body = response.into_body();
+                let mut read = 0;
+                while let Some(Ok(frame)) = body.frame().await {
+                    read += frame.data_ref().map_or(0, Bytes::len);
+                    if read > MAX_ANSWER_BODY {
+                        break;
                     }
                 }
-                Err(e) if e.is_timeout() => SentAttempt::of(AttemptResult::TimedOut),
-                Err(e) => SentAttempt::of(AttemptResult::ConnectionFailed(error_chain(&e))),
+                Ok::<_, hyper_util::client::legacy::Error>(SentAttempt {
+                    retry_after,
+                    ..SentAttempt::of(AttemptResult::Status(status))
+                })
+            };
+            match tokio::time::timeout(whole, answer).await {
+                Ok(Ok(sent)) => sent,
+                Ok(Err(e)) => SentAttempt::of(AttemptResult::ConnectionFailed(error_chain(&e))),
+                Err(_) => SentAttempt::of(AttemptResult::TimedOut),
             }
         };
         if self.late_window.is_zero() {
@@ -205,46 +278,29 @@ impl EventSender for HttpEventSender {
 
     async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String> {
         let method = match request.method {
-            HandshakeMethod::Post => reqwest::Method::POST,
-            HandshakeMethod::Options => reqwest::Method::OPTIONS,
+            HandshakeMethod::Post => http::Method::POST,
+            HandshakeMethod::Options => http::Method::OPTIONS,
         };
-        let mut builder = self
-            .pool
-            .client()
-            .request(method, &request.endpoint)
-            .timeout(self.timeout);
-        for (name, value) in &request.headers {
-            builder = builder.header(name, value);
-        }
-        if let Some((content_type, body)) = request.body {
-            builder = builder.header("content-type", content_type).body(body);
-        }
-        let mut response = builder.send().await.map_err(|e| {
-            if e.is_timeout() {
-                "no answer within the attempt timeout".to_string()
-            } else {
-                error_chain(&e)
-            }
-        })?;
-        let status = response.status().as_u16();
-        let headers = response
-            .headers()
-            .iter()
-            .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
-            .collect();
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| error_chain(&e))? {
-            body.extend_from_slice(&chunk);
-            if body.len() > MAX_ANSWER_BODY {
-                body.truncate(MAX_ANSWER_BODY);
-                break;
-            }
-        }
-        Ok(HandshakeReply {
-            status,
-            headers,
-            body,
-        })
+        let request = self::request(method, &request.endpoint, &request.headers, request.body)?;
+        let client = self.pool.client();
+        let exchange = async move {
+            let response = client.request(request).await.map_err(|e| error_chain(&e))?;
+            let status = response.status().as_u16();
+            let headers = response
+                .headers()
+                .iter()
+                .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
+                .collect();
+            let body = read_body(response.into_body(), MAX_ANSWER_BODY).await?;
+            Ok(HandshakeReply {
+                status,
+                headers,
+                body,
+            })
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .unwrap_or_else(|_| Err("no answer within the attempt timeout".to_string()))
     }
 }
 

@@ -5,30 +5,13 @@ mod support;
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use gridrelay_adapters::http_sender::HttpEventSender;
-use gridrelay_ports::{DeliveryRequest, EventSender};
 use gridrelay_shared::classify::AttemptResult;
-use support::counting_sink;
+use support::{burst, counting_sink};
 
-async fn burst(sender: &HttpEventSender, endpoint: &str, requests: usize) {
-    let results: Vec<_> = futures::stream::iter(0..requests)
-        .map(|_| {
-            sender.send(DeliveryRequest {
-                endpoint: endpoint.to_string(),
-                content_type: "application/json",
-                body: "[]".into(),
-                headers: Vec::new(),
-            })
-        })
-        .buffer_unordered(requests)
-        .collect()
-        .await;
-    assert!(
-        results
-            .iter()
-            .all(|r| r.result == AttemptResult::Status(200))
-    );
+async fn all_answered(sender: &HttpEventSender, endpoint: &str, requests: usize) {
+    let sent = burst(sender, endpoint, requests).await;
+    assert!(sent.iter().all(|s| s.result == AttemptResult::Status(200)));
 }
 
 /// A burst of 200 requests at once to an endpoint that answers after 100 ms needs 200
@@ -39,10 +22,10 @@ async fn the_next_burst_reuses_every_connection_the_last_one_opened() {
     let (endpoint, connections) = counting_sink(Duration::from_millis(100)).await;
     let sender = HttpEventSender::new(Duration::from_secs(10), 576).unwrap();
 
-    burst(&sender, &endpoint, 200).await;
+    all_answered(&sender, &endpoint, 200).await;
     let first = connections.accepted();
     assert!(first >= 150, "{first} connections for 200 requests at once");
-    burst(&sender, &endpoint, 200).await;
+    all_answered(&sender, &endpoint, 200).await;
     let opened_again = connections.accepted() - first;
     assert!(
         opened_again <= 5,

@@ -6,27 +6,10 @@ mod support;
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use gridrelay_adapters::descriptors::{FLUSH_AT, RESERVE, open_descriptors};
 use gridrelay_adapters::http_sender::HttpEventSender;
-use gridrelay_ports::{DeliveryRequest, EventSender, SentAttempt};
 use gridrelay_shared::classify::AttemptResult;
-use support::{counting_sink, eventually};
-
-async fn burst(sender: &HttpEventSender, endpoint: &str, requests: usize) -> Vec<SentAttempt> {
-    futures::stream::iter(0..requests)
-        .map(|_| {
-            sender.send(DeliveryRequest {
-                endpoint: endpoint.to_string(),
-                content_type: "application/json",
-                body: "[]".into(),
-                headers: Vec::new(),
-            })
-        })
-        .buffer_unordered(requests)
-        .collect()
-        .await
-}
+use support::{burst, counting_sink, eventually};
 
 /// Idle connections to one endpoint are closed when another endpoint's new connections find
 /// descriptors running short, and within the reserve a new connection is refused as a failed

@@ -183,7 +183,7 @@ pub fn wrk_ceiling(sink: &str, event_bytes: usize, connections: usize) -> anyhow
         .with_context(|| format!("wrk printed no rate: {text}"))
 }
 
-/// The HTTP client alone: `count` one-event requests to the sink with reqwest, `in_flight` at
+/// The HTTP sender alone: `count` one-event requests to the sink, `in_flight` at
 /// a time, as the engine's sender sends them: what the engine could reach if deciding, queueing
 /// and settling cost nothing.
 pub async fn client_ceiling(

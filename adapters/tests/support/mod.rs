@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::post;
+use futures::StreamExt;
+use gridrelay_adapters::http_sender::HttpEventSender;
+use gridrelay_ports::{DeliveryRequest, EventSender, SentAttempt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -127,4 +130,20 @@ pub async fn eventually(done: impl Fn() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     done()
+}
+
+/// Sends `requests` deliveries of an empty array to `endpoint`, all at once.
+pub async fn burst(sender: &HttpEventSender, endpoint: &str, requests: usize) -> Vec<SentAttempt> {
+    futures::stream::iter(0..requests)
+        .map(|_| {
+            sender.send(DeliveryRequest {
+                endpoint: endpoint.to_string(),
+                content_type: "application/json",
+                body: "[]".into(),
+                headers: Vec::new(),
+            })
+        })
+        .buffer_unordered(requests)
+        .collect()
+        .await
 }

@@ -329,7 +329,10 @@ mod tests {
         );
         assert!(e.allowed.starts_with("1 to 896"), "{e}");
         let e = ConcurrencySettings::new(897, None).unwrap_err();
-        assert_eq!(e.value, "897", "past the descriptor guard's flush mark: {e}");
+        assert_eq!(
+            e.value, "897",
+            "past the descriptor guard's flush mark: {e}"
+        );
         let e = ConcurrencySettings::new(100, Some(200)).unwrap_err();
         assert_eq!(
             e.to_string(),
