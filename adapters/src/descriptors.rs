@@ -7,15 +7,21 @@
 //! hold them until their idle timeout while another endpoint needs new ones, and the AWS SDK's
 //! calls (deleting messages, re-enqueueing, writing state) need a few too.
 //!
-//! So every new connection first counts the process's open descriptors
-//! ([`DescriptorGuard`], in the sender's connector, [`GuardedConnector`]): from [`FLUSH_AT`] below the limit it asks for the
-//! idle pool to be dropped ([`DescriptorGuard::flush_wanted`]); within [`RESERVE`] of it the
-//! connection is refused, a failed attempt retried on the ladder, so the descriptors left are
-//! the AWS calls'. Counting is a directory read on Linux, never per request and not per new
-//! connection either (an endpoint that closes its connections would pay one per request): the
-//! count read last plus the connections opened since is an upper bound (closing only lowers
-//! it), read again only when that bound reaches the flush mark or is a second old. Elsewhere
-//! (no `/proc`) the guard lets everything through.
+//! So every new connection first counts the process's open descriptors ([`DescriptorGuard`],
+//! in the sender's connector, [`GuardedConnector`]): from [`FLUSH_AT`] below the limit it asks
+//! for the idle pool to be dropped ([`DescriptorGuard::flush_wanted`]); within [`RESERVE`] of
+//! it the connection is refused, a failed attempt retried on the ladder, so the descriptors
+//! left are the AWS calls'. Counting is a directory read on Linux, never per request and not
+//! per new connection either (an endpoint that closes its connections would pay one per
+//! request): the count read last plus the connections opened since is the estimate, read
+//! again from twice the flush mark's distance below the limit, or when it is a second old.
+//! Between reads it misses descriptors opened elsewhere (the SDK's sockets, DNS), which the
+//! margin covers. Elsewhere (no `/proc`) the guard lets everything through.
+//!
+//! A dropped pool closes its idle connections once the last request sent on it has its answer
+//! (the client's requests hold it until then): at once when endpoints answer, up to the
+//! attempt timeout and R4's late window when one hangs. Until then new connections may be
+//! refused within the reserve, failed attempts that are retried, never the AWS calls.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -72,13 +78,13 @@ impl DescriptorGuard {
         }
     }
 
-    /// At least as many descriptors as are open now, counting one more for the connection
-    /// about to open: the last count plus what was opened since, read again (`read_open`) when
-    /// that bound reaches the flush mark or the count is old.
-    fn bound_with_one_more(&self, read_open: impl FnOnce() -> Option<usize>) -> Option<usize> {
+    /// About as many descriptors as are open now, counting one more for the connection
+    /// about to open: the last count plus what was opened since, read again (`read_open`) from
+    /// twice the flush mark's distance below the limit or when the count is old.
+    fn estimate_with_one_more(&self, read_open: impl FnOnce() -> Option<usize>) -> Option<usize> {
         let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(c) = count.as_mut()
-            && c.read + c.opened_since + FLUSH_AT < self.limit
+            && c.read + c.opened_since + 2 * FLUSH_AT < self.limit
             && c.at.elapsed() < COUNT_FOR
         {
             let bound = c.read + c.opened_since;
@@ -165,7 +171,7 @@ where
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        let open = self.guard.bound_with_one_more(open_descriptors);
+        let open = self.guard.estimate_with_one_more(open_descriptors);
         match open.map(|open| self.guard.admit(open)) {
             Some(Err(refused)) => Either::Left(ready(Err(refused.into()))),
             _ => Either::Right(self.inner.call(request).err_into()),
@@ -202,19 +208,20 @@ mod tests {
             reads.set(reads.get() + 1);
             Some(open)
         };
-        assert_eq!(guard.bound_with_one_more(|| read(100)), Some(100));
-        // 100 open, and each connection since counted as open: no read until the mark.
-        for opened in 1..(1024 - FLUSH_AT - 100) {
-            assert_eq!(guard.bound_with_one_more(|| read(0)), Some(100 + opened));
+        assert_eq!(guard.estimate_with_one_more(|| read(100)), Some(100));
+        // 100 open, and each connection since counted as open: no read until twice the flush
+        // mark's distance from the limit.
+        for opened in 1..(1024 - 2 * FLUSH_AT - 100) {
+            assert_eq!(guard.estimate_with_one_more(|| read(0)), Some(100 + opened));
         }
         assert_eq!(reads.get(), 1);
         // At the mark, the real count: connections closed meanwhile lower it again.
-        assert_eq!(guard.bound_with_one_more(|| read(300)), Some(300));
+        assert_eq!(guard.estimate_with_one_more(|| read(300)), Some(300));
         assert_eq!(reads.get(), 2);
-        assert_eq!(guard.bound_with_one_more(|| read(0)), Some(301));
+        assert_eq!(guard.estimate_with_one_more(|| read(0)), Some(301));
         // Nothing readable (no /proc): no bound, the guard lets connections through.
         let blind = DescriptorGuard::new(1024);
-        assert_eq!(blind.bound_with_one_more(|| None), None);
+        assert_eq!(blind.estimate_with_one_more(|| None), None);
     }
 
     #[test]

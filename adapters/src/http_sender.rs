@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use base64::Engine as _;
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, RETRY_AFTER, USER_AGENT};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
@@ -71,6 +72,10 @@ impl ConnectionPool {
         let mut tcp = HttpConnector::new();
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
+        // A connection kept idle for the next burst finds out when its peer is gone.
+        tcp.set_keepalive(Some(Duration::from_secs(15)));
+        tcp.set_keepalive_interval(Some(Duration::from_secs(15)));
+        tcp.set_keepalive_retries(Some(3));
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls.clone())
             .https_or_http()
@@ -171,17 +176,30 @@ fn late_answer(task: tokio::task::JoinHandle<SentAttempt>) -> LateAnswer {
     })
 }
 
-/// A request to `endpoint` with the user agent, `headers` and `body`.
+/// A request to `endpoint` with `headers` and `body`, and the user agent, `Accept: */*` and
+/// Basic credentials from the URL's `user:password@` unless `headers` name their own.
 fn request(
     method: http::Method,
     endpoint: &str,
     headers: &[(String, String)],
     body: Option<(&str, String)>,
 ) -> Result<http::Request<Full<Bytes>>, String> {
-    let mut builder = http::Request::builder()
-        .method(method)
-        .uri(endpoint)
-        .header(USER_AGENT, USER_AGENT_VALUE);
+    let (uri, credentials) = without_credentials(endpoint)?;
+    let given = |name: &HeaderName| {
+        headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name.as_str()))
+    };
+    let mut builder = http::Request::builder().method(method).uri(uri);
+    if !given(&USER_AGENT) {
+        builder = builder.header(USER_AGENT, USER_AGENT_VALUE);
+    }
+    if !given(&ACCEPT) {
+        builder = builder.header(ACCEPT, "*/*");
+    }
+    if let Some(basic) = credentials.filter(|_| !given(&AUTHORIZATION)) {
+        builder = builder.header(AUTHORIZATION, basic);
+    }
     let body = match body {
         Some((content_type, body)) => {
             builder = builder.header(CONTENT_TYPE, content_type);
@@ -195,6 +213,44 @@ fn request(
     builder
         .body(Full::new(body))
         .map_err(|e| format!("the request cannot be built: {}", error_chain(&e)))
+}
+
+/// The endpoint's URI without its `user:password@`, and those as a Basic `Authorization`
+/// value: they are never sent in the URL (HTTP/2 would carry them in `:authority`). Errors
+/// name what is wrong, never the URL (it may hold credentials).
+fn without_credentials(endpoint: &str) -> Result<(http::Uri, Option<String>), String> {
+    let uri: http::Uri = endpoint
+        .parse()
+        .map_err(|e| format!("the endpoint is not a valid URL: {e}"))?;
+    let Some((userinfo, host)) = uri
+        .authority()
+        .and_then(|a| a.as_str().rsplit_once('@'))
+        .map(|(u, h)| (u.to_string(), h.to_string()))
+    else {
+        return Ok((uri, None));
+    };
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let (user, password) = userinfo.split_once(':').unwrap_or((&userinfo, ""));
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            decode(user),
+            decode(password)
+        ))
+    );
+    let mut parts = uri.into_parts();
+    parts.authority = Some(
+        host.parse()
+            .map_err(|e| format!("the endpoint's host is not valid: {e}"))?,
+    );
+    let uri = http::Uri::from_parts(parts)
+        .map_err(|e| format!("the endpoint is not a valid URL: {e}"))?;
+    Ok((uri, Some(basic)))
 }
 
 /// Reads an answer's body up to `most` bytes (then stops, so the connection is dropped).
@@ -228,21 +284,27 @@ impl EventSender for HttpEventSender {
             Err(why) => return SentAttempt::of(AttemptResult::ConnectionFailed(why)),
         };
         let client = self.pool.client();
-        let whole = self.timeout + self.late_window;
+        let deadline = tokio::time::Instant::now() + self.timeout + self.late_window;
         let exchange = async move {
-            let answer = async {
-                let response = client.request(request).await?;
-                let status = response.status().as_u16();
-                let retry_after = matches!(status, 429 | 503)
-                    .then(|| response.headers().get(RETRY_AFTER))
-                    .flatten()
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| parse_retry_after(v, chrono::Utc::now()));
-                // The status decides. A small answer is read to its end so the pooled
-                // connection can be reused; past MAX_ANSWER_BODY the response is dropped,
-                // which closes the connection, so an endpoint streaming a large body cannot
-                // fill this function's memory or hold the attempt.
-                let mut body = response.into_body();
+            let response = match tokio::time::timeout_at(deadline, client.request(request)).await {
+                Ok(Ok(response)) => response,
+                Ok(Err(e)) => {
+                    return SentAttempt::of(AttemptResult::ConnectionFailed(error_chain(&e)));
+                }
+                Err(_) => return SentAttempt::of(AttemptResult::TimedOut),
+            };
+            let status = response.status().as_u16();
+            let retry_after = matches!(status, 429 | 503)
+                .then(|| response.headers().get(RETRY_AFTER))
+                .flatten()
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, chrono::Utc::now()));
+            // The status decides. A small answer is read to its end so the pooled connection
+            // can be reused; past MAX_ANSWER_BODY, or the deadline, the response is dropped,
+            // which closes the connection, so an endpoint streaming a large or slow body
+            // cannot fill this function's memory, hold the attempt or undo its status.
+            let mut body = response.into_body();
+            let read_to_end = async {
                 let mut read = 0;
                 while let Some(Ok(frame)) = body.frame().await {
                     read += frame.data_ref().map_or(0, Bytes::len);
@@ -250,15 +312,11 @@ impl EventSender for HttpEventSender {
                         break;
                     }
                 }
-                Ok::<_, hyper_util::client::legacy::Error>(SentAttempt {
-                    retry_after,
-                    ..SentAttempt::of(AttemptResult::Status(status))
-                })
             };
-            match tokio::time::timeout(whole, answer).await {
-                Ok(Ok(sent)) => sent,
-                Ok(Err(e)) => SentAttempt::of(AttemptResult::ConnectionFailed(error_chain(&e))),
-                Err(_) => SentAttempt::of(AttemptResult::TimedOut),
+            let _ = tokio::time::timeout_at(deadline, read_to_end).await;
+            SentAttempt {
+                retry_after,
+                ..SentAttempt::of(AttemptResult::Status(status))
             }
         };
         if self.late_window.is_zero() {

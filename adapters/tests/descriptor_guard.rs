@@ -19,9 +19,9 @@ async fn idle_connections_are_closed_when_descriptors_run_short_and_the_reserve_
     let (a, at_a) = counting_sink(Duration::from_millis(100)).await;
     let (b, at_b) = counting_sink(Duration::from_millis(100)).await;
     let before = open_descriptors().expect("this test reads /proc/self/fd");
-    // Short of descriptors from 30 more on. The guard counts a connection it opens as one
-    // descriptor until it reads the count again (at that mark); here each costs two, both
-    // ends being in this process: A's 20 stay below the mark, B's 11th reads 60 more.
+    // Short of descriptors from 30 more on. This near the limit the guard reads the count at
+    // each new connection; here each costs two, both ends being in this process: A's 20
+    // stay below the mark, B's find 40 more.
     let limit = before + FLUSH_AT + 30;
     let sender =
         HttpEventSender::with_descriptor_limit(Duration::from_secs(10), 100, limit).unwrap();

@@ -41,14 +41,7 @@ async fn a_huge_answer_body_is_not_read_the_status_decides() {
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let sender = HttpEventSender::new(Duration::from_secs(30), 32).unwrap();
-    let sent = sender
-        .send(DeliveryRequest {
-            endpoint: format!("http://{addr}/hook"),
-            content_type: "application/json",
-            body: "[]".into(),
-            headers: Vec::new(),
-        })
-        .await;
+    let sent = sender.send(empty_batch(addr)).await;
     assert_eq!(sent.result, AttemptResult::Status(200));
     // Give the server a moment to notice the dropped connection, then see how much it sent:
     // what the client read plus what the sockets' buffers held, far below the whole body.
@@ -175,5 +168,117 @@ async fn a_timed_out_request_is_closed_when_its_late_answer_is_no_longer_awaited
         .await
         .expect("and so does the first one's")
         .expect("the server is running");
+    server.abort();
+}
+
+/// A delivery of an empty array to `addr`'s hook.
+fn empty_batch(addr: std::net::SocketAddr) -> DeliveryRequest {
+    DeliveryRequest {
+        endpoint: format!("http://{addr}/hook"),
+        content_type: "application/json",
+        body: "[]".into(),
+        headers: Vec::new(),
+    }
+}
+
+/// Serves `app` on a new port; returns its address and the server task.
+async fn serve(app: Router) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, server)
+}
+
+/// An endpoint that keeps the headers of every request it gets.
+fn header_echo(seen: Arc<std::sync::Mutex<Vec<axum::http::HeaderMap>>>) -> Router {
+    Router::new().route(
+        "/hook",
+        post(move |headers: axum::http::HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(headers);
+                "ok"
+            }
+        }),
+    )
+}
+
+/// Credentials in an endpoint URL (`https://user:pass@host/…`, which Event Grid users put
+/// there) go as Basic authorization, percent-decoded, never in the URL or the Host header; a
+/// subscription's own `Authorization` header wins. The subscription's own `User-Agent` replaces
+/// gridrelay's instead of going beside it.
+#[tokio::test]
+async fn url_credentials_go_as_basic_authorization_and_own_headers_win() {
+    use base64::Engine as _;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (addr, server) = serve(header_echo(seen.clone())).await;
+    let sender = HttpEventSender::new(Duration::from_secs(30), 32).unwrap();
+    let send = |endpoint: String, headers: Vec<(String, String)>| {
+        sender.send(DeliveryRequest {
+            endpoint,
+            content_type: "application/json",
+            body: "[]".into(),
+            headers,
+        })
+    };
+
+    let with_credentials = format!("http://us%40er:p%3Ass@{addr}/hook");
+    let sent = send(with_credentials.clone(), Vec::new()).await;
+    assert_eq!(sent.result, AttemptResult::Status(200));
+    let own = vec![
+        ("Authorization".to_string(), "Bearer own".to_string()),
+        ("user-agent".to_string(), "their-agent/1".to_string()),
+    ];
+    let sent = send(with_credentials, own).await;
+    assert_eq!(sent.result, AttemptResult::Status(200));
+
+    let seen = seen.lock().unwrap();
+    let basic = base64::engine::general_purpose::STANDARD.encode("us@er:p:ss");
+    assert_eq!(seen[0]["authorization"], format!("Basic {basic}").as_str());
+    assert_eq!(
+        seen[0]["host"],
+        addr.to_string().as_str(),
+        "no credentials in Host"
+    );
+    assert!(
+        seen[0]["user-agent"]
+            .to_str()
+            .unwrap()
+            .starts_with("gridrelay/")
+    );
+    let authorization: Vec<_> = seen[1].get_all("authorization").iter().collect();
+    assert_eq!(authorization, ["Bearer own"]);
+    let agents: Vec<_> = seen[1].get_all("user-agent").iter().collect();
+    assert_eq!(agents, ["their-agent/1"]);
+    server.abort();
+}
+
+/// S1, S2: once the status is in, it decides, even if the body then stalls past the attempt
+/// timeout: a 200 whose body never ends is delivered, not retried (and delivered twice).
+#[tokio::test]
+async fn a_status_that_came_in_time_decides_though_its_body_stalls() {
+    let app = Router::new().route(
+        "/hook",
+        post(|| async {
+            let chunks = futures::stream::iter(0..2).then(|i| async move {
+                if i > 0 {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                Ok::<_, std::io::Error>(Bytes::from_static(b"partial"))
+            });
+            Body::from_stream(chunks)
+        }),
+    );
+    let (addr, server) = serve(app).await;
+    let sender = HttpEventSender::new(Duration::from_millis(300), 32).unwrap();
+    let started = std::time::Instant::now();
+    let sent = sender.send(empty_batch(addr)).await;
+    assert_eq!(sent.result, AttemptResult::Status(200));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the body is read until the attempt's deadline only"
+    );
     server.abort();
 }

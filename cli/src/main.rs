@@ -418,7 +418,7 @@ struct LocalArgs {
     /// 300 on AWS): the handler plans against it and is stopped at it.
     #[arg(long, default_value_t = gridrelay_local::DEFAULT_FUNCTION_TIMEOUT_SECS)]
     function_timeout: u64,
-    /// Delivery requests in flight at once, across endpoints (1 to 896; the deliver Lambda
+    /// Delivery requests in flight at once, across endpoints (1 to 832; the deliver Lambda
     /// reads GRIDRELAY_MAX_REQUESTS_IN_FLIGHT).
     #[arg(long, env = gridrelay_local::MAX_REQUESTS_IN_FLIGHT_ENV, default_value_t = gridrelay_local::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
     max_requests_in_flight: u32,

@@ -36,11 +36,12 @@ pub const MAX_REQUESTS_IN_FLIGHT_ENV: &str = "GRIDRELAY_MAX_REQUESTS_IN_FLIGHT";
 /// Where it reads the most one endpoint gets (`--max-requests-per-endpoint`).
 pub const MAX_REQUESTS_PER_ENDPOINT_ENV: &str = "GRIDRELAY_MAX_REQUESTS_PER_ENDPOINT";
 
-/// The worker's total: Lambda gives a function 1,024 file descriptors; requests in flight
-/// alone never bring the sender's descriptor guard to flush its idle connections or refuse new
-/// ones ([`gridrelay_adapters::descriptors`]), which keeps some for the AWS SDK's calls.
+/// The worker's total: Lambda gives a function 1,024 file descriptors. Requests in flight and
+/// the process's own descriptors (the runtime's, the SDK's connections; up to
+/// [`descriptors::RESERVE`]) stay below the mark where the sender's descriptor guard flushes
+/// its idle connections ([`gridrelay_adapters::descriptors`]).
 pub const MAX_REQUESTS_IN_FLIGHT: std::ops::RangeInclusive<u32> =
-    1..=(descriptors::DEFAULT_LIMIT - descriptors::FLUSH_AT) as u32;
+    1..=(descriptors::DEFAULT_LIMIT - descriptors::FLUSH_AT - descriptors::RESERVE) as u32;
 /// The default total.
 pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: u32 = 768;
 /// Where each endpoint's limit starts, unless the most it may get is lower.
@@ -327,11 +328,11 @@ mod tests {
             (e.field.as_str(), e.value.as_str()),
             ("maxRequestsInFlight", "0")
         );
-        assert!(e.allowed.starts_with("1 to 896"), "{e}");
-        let e = ConcurrencySettings::new(897, None).unwrap_err();
+        assert!(e.allowed.starts_with("1 to 832"), "{e}");
+        let e = ConcurrencySettings::new(833, None).unwrap_err();
         assert_eq!(
-            e.value, "897",
-            "past the descriptor guard's flush mark: {e}"
+            e.value, "833",
+            "near the descriptor guard's flush mark: {e}"
         );
         let e = ConcurrencySettings::new(100, Some(200)).unwrap_err();
         assert_eq!(

@@ -113,7 +113,7 @@ impl DeliverySettings {
     }
 
     /// The HTTP sender these settings describe: S2's timeout, R4's late window, and idle
-    /// connections kept for as many requests as one endpoint may have in flight (capped).
+    /// connections kept for as many requests as one endpoint may have in flight.
     pub fn http_sender(&self) -> Result<HttpEventSender, HttpClientError> {
         Ok(HttpEventSender::new(
             self.attempt_timeout,
