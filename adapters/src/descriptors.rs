@@ -87,9 +87,9 @@ impl DescriptorGuard {
             && c.read + c.opened_since + 2 * FLUSH_AT < self.limit
             && c.at.elapsed() < COUNT_FOR
         {
-            let bound = c.read + c.opened_since;
+            let estimate = c.read + c.opened_since;
             c.opened_since += 1;
-            return Some(bound);
+            return Some(estimate);
         }
         let read = read_open()?;
         *count = Some(Count {

@@ -21,8 +21,8 @@ use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, RETRY_AFTER, USER_AGENT};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::descriptors::{DescriptorGuard, GuardedConnector, process_limit};
@@ -88,9 +88,9 @@ impl ConnectionPool {
             .build(connector)
     }
 
-    /// The client to send with: the current one, or a new one if a connection asked for the
+    /// Sends `request` on the current client, or on a new one if a connection asked for the
     /// idle pool to go (the old pool closes its idle connections once its last request ends).
-    fn client(&self) -> HyperClient {
+    fn request(&self, request: http::Request<Full<Bytes>>) -> ResponseFuture {
         if self.guard.flush_wanted() {
             let mut flushed_at = self
                 .flushed_at
@@ -106,7 +106,7 @@ impl ConnectionPool {
         self.client
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .request(request)
     }
 }
 
@@ -253,21 +253,24 @@ fn without_credentials(endpoint: &str) -> Result<(http::Uri, Option<String>), St
     Ok((uri, Some(basic)))
 }
 
-/// Reads an answer's body up to `most` bytes (then stops, so the connection is dropped).
-async fn read_body(body: hyper::body::Incoming, most: usize) -> Result<Vec<u8>, String> {
-    let mut body = body;
-    let mut read = Vec::new();
+/// Reads an answer's body to its end or past `most` bytes, handing each chunk to `keep`; then
+/// the body is dropped, which closes the connection if it was not read to its end.
+async fn read_at_most(
+    mut body: hyper::body::Incoming,
+    most: usize,
+    mut keep: impl FnMut(&Bytes),
+) -> Result<(), hyper::Error> {
+    let mut read = 0;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| error_chain(&e))?;
-        if let Some(data) = frame.data_ref() {
-            read.extend_from_slice(data);
-            if read.len() > most {
-                read.truncate(most);
+        if let Some(data) = frame?.data_ref() {
+            keep(data);
+            read += data.len();
+            if read > most {
                 break;
             }
         }
     }
-    Ok(read)
+    Ok(())
 }
 
 #[async_trait]
@@ -283,10 +286,10 @@ impl EventSender for HttpEventSender {
             Ok(request) => request,
             Err(why) => return SentAttempt::of(AttemptResult::ConnectionFailed(why)),
         };
-        let client = self.pool.client();
+        let response = self.pool.request(request);
         let deadline = tokio::time::Instant::now() + self.timeout + self.late_window;
         let exchange = async move {
-            let response = match tokio::time::timeout_at(deadline, client.request(request)).await {
+            let response = match tokio::time::timeout_at(deadline, response).await {
                 Ok(Ok(response)) => response,
                 Ok(Err(e)) => {
                     return SentAttempt::of(AttemptResult::ConnectionFailed(error_chain(&e)));
@@ -303,17 +306,8 @@ impl EventSender for HttpEventSender {
             // can be reused; past MAX_ANSWER_BODY, or the deadline, the response is dropped,
             // which closes the connection, so an endpoint streaming a large or slow body
             // cannot fill this function's memory, hold the attempt or undo its status.
-            let mut body = response.into_body();
-            let read_to_end = async {
-                let mut read = 0;
-                while let Some(Ok(frame)) = body.frame().await {
-                    read += frame.data_ref().map_or(0, Bytes::len);
-                    if read > MAX_ANSWER_BODY {
-                        break;
-                    }
-                }
-            };
-            let _ = tokio::time::timeout_at(deadline, read_to_end).await;
+            let read = read_at_most(response.into_body(), MAX_ANSWER_BODY, |_| {});
+            let _ = tokio::time::timeout_at(deadline, read).await;
             SentAttempt {
                 retry_after,
                 ..SentAttempt::of(AttemptResult::Status(status))
@@ -340,16 +334,22 @@ impl EventSender for HttpEventSender {
             HandshakeMethod::Options => http::Method::OPTIONS,
         };
         let request = self::request(method, &request.endpoint, &request.headers, request.body)?;
-        let client = self.pool.client();
+        let response = self.pool.request(request);
         let exchange = async move {
-            let response = client.request(request).await.map_err(|e| error_chain(&e))?;
+            let response = response.await.map_err(|e| error_chain(&e))?;
             let status = response.status().as_u16();
             let headers = response
                 .headers()
                 .iter()
                 .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
                 .collect();
-            let body = read_body(response.into_body(), MAX_ANSWER_BODY).await?;
+            let mut body = Vec::new();
+            read_at_most(response.into_body(), MAX_ANSWER_BODY, |data| {
+                body.extend_from_slice(data)
+            })
+            .await
+            .map_err(|e| error_chain(&e))?;
+            body.truncate(MAX_ANSWER_BODY);
             Ok(HandshakeReply {
                 status,
                 headers,
