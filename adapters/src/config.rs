@@ -89,3 +89,16 @@ pub fn config_cache_from_env() -> Result<std::time::Duration, gridrelay_shared::
         _ => Ok(DEFAULT_CONFIG_CACHE),
     }
 }
+
+/// Networks outbound requests may reach although not public, where plain `http://` is allowed
+/// too ([`gridrelay_shared::outbound`]): comma-separated CIDRs; unset or empty, none. The stack
+/// parameter `AllowedNetworks` sets it; `gridrelay local` defaults to loopback.
+pub const ALLOWED_NETWORKS_ENV: &str = "GRIDRELAY_ALLOWED_NETWORKS";
+
+/// The allowed networks from the environment (none when unset); refused naming the value.
+pub fn allowed_networks_from_env()
+-> Result<gridrelay_shared::outbound::AllowedNetworks, gridrelay_shared::limits::LimitError> {
+    std::env::var(ALLOWED_NETWORKS_ENV)
+        .unwrap_or_default()
+        .parse()
+}

@@ -26,13 +26,17 @@ use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::descriptors::{DescriptorGuard, GuardedConnector, process_limit};
+use crate::outbound::{OutboundConnector, SystemResolver, refusal_in};
+use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::{
     DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest, LateAnswer,
     SentAttempt,
 };
 use gridrelay_shared::classify::{AttemptResult, parse_retry_after};
+use gridrelay_shared::outbound::OutboundPolicy;
 
-type HyperClient = Client<HttpsConnector<GuardedConnector<HttpConnector>>, Full<Bytes>>;
+type HyperClient =
+    Client<HttpsConnector<GuardedConnector<OutboundConnector<HttpConnector>>>, Full<Bytes>>;
 
 #[derive(Debug, Clone)]
 pub struct HttpEventSender {
@@ -53,7 +57,37 @@ struct ConnectionPool {
     tls: rustls::ClientConfig,
     idle_per_host: usize,
     guard: DescriptorGuard,
+    policy: Arc<OutboundPolicy>,
+    resolver: Arc<dyn AddressResolver>,
     flushed_at: Mutex<Option<Instant>>,
+}
+
+/// What a sender is built from.
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    /// S2: an attempt fails after this long.
+    pub timeout: Duration,
+    /// Open connections kept to each endpoint between requests and warm invocations.
+    pub idle_per_host: usize,
+    /// Which addresses requests may connect to ([`crate::outbound`]).
+    pub policy: OutboundPolicy,
+    /// How endpoint names become addresses.
+    pub resolver: Arc<dyn AddressResolver>,
+    /// The file descriptors the process may open ([`crate::descriptors`]).
+    pub descriptor_limit: usize,
+}
+
+impl SenderConfig {
+    /// With the system's resolver, under the process's file descriptor limit.
+    pub fn new(timeout: Duration, idle_per_host: usize, policy: OutboundPolicy) -> Self {
+        Self {
+            timeout,
+            idle_per_host,
+            policy,
+            resolver: Arc::new(SystemResolver),
+            descriptor_limit: process_limit(),
+        }
+    }
 }
 
 /// The least time between two flushes of the idle pool, so a shortage that flushing cannot
@@ -64,11 +98,16 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 const USER_AGENT_VALUE: &str = concat!("gridrelay/", env!("CARGO_PKG_VERSION"));
 
 impl ConnectionPool {
-    fn build(
-        tls: &rustls::ClientConfig,
-        idle_per_host: usize,
-        guard: &DescriptorGuard,
-    ) -> HyperClient {
+    fn build(&self) -> HyperClient {
+        Self::client(
+            &self.tls,
+            self.idle_per_host,
+            &self.guard,
+            OutboundConnector::new(Self::tcp(), self.policy.clone(), self.resolver.clone()),
+        )
+    }
+
+    fn tcp() -> HttpConnector {
         let mut tcp = HttpConnector::new();
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
@@ -76,11 +115,20 @@ impl ConnectionPool {
         tcp.set_keepalive(Some(Duration::from_secs(15)));
         tcp.set_keepalive_interval(Some(Duration::from_secs(15)));
         tcp.set_keepalive_retries(Some(3));
+        tcp
+    }
+
+    fn client(
+        tls: &rustls::ClientConfig,
+        idle_per_host: usize,
+        guard: &DescriptorGuard,
+        outbound: OutboundConnector<HttpConnector>,
+    ) -> HyperClient {
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls.clone())
             .https_or_http()
             .enable_all_versions()
-            .wrap_connector(GuardedConnector::new(guard.clone(), tcp));
+            .wrap_connector(GuardedConnector::new(guard.clone(), outbound));
         Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(IDLE_TIMEOUT)
@@ -97,7 +145,7 @@ impl ConnectionPool {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             if flushed_at.is_none_or(|at| at.elapsed() >= FLUSH_EVERY) {
-                let client = Self::build(&self.tls, self.idle_per_host, &self.guard);
+                let client = self.build();
                 *self.client.write().unwrap_or_else(PoisonError::into_inner) = client;
                 *flushed_at = Some(Instant::now());
                 tracing::warn!("file descriptors running short: idle endpoint connections closed");
@@ -111,32 +159,37 @@ impl ConnectionPool {
 }
 
 impl HttpEventSender {
-    /// A sender whose attempts fail after `timeout`, keeping up to `idle_per_host` open
-    /// connections to each endpoint between requests and between warm invocations, under the
-    /// process's file descriptor limit.
-    pub fn new(timeout: Duration, idle_per_host: usize) -> Result<Self, HttpClientError> {
-        Self::with_descriptor_limit(timeout, idle_per_host, process_limit())
-    }
-
-    /// As [`HttpEventSender::new`], under `limit` file descriptors instead of the process's.
-    pub fn with_descriptor_limit(
-        timeout: Duration,
-        idle_per_host: usize,
-        limit: usize,
-    ) -> Result<Self, HttpClientError> {
+    /// A sender whose attempts fail after `config.timeout`, keeping up to
+    /// `config.idle_per_host` open connections to each endpoint between requests and between
+    /// warm invocations, under the file descriptor limit, connecting only where
+    /// `config.policy` allows.
+    pub fn new(config: SenderConfig) -> Result<Self, HttpClientError> {
         use rustls_platform_verifier::ConfigVerifierExt;
         let tls = rustls::ClientConfig::with_platform_verifier()
             .map_err(|e| HttpClientError(e.to_string()))?;
-        let guard = DescriptorGuard::new(limit);
+        let guard = DescriptorGuard::new(config.descriptor_limit);
+        let policy = Arc::new(config.policy);
+        let outbound = OutboundConnector::new(
+            ConnectionPool::tcp(),
+            policy.clone(),
+            config.resolver.clone(),
+        );
         Ok(Self {
             pool: Arc::new(ConnectionPool {
-                client: RwLock::new(ConnectionPool::build(&tls, idle_per_host, &guard)),
+                client: RwLock::new(ConnectionPool::client(
+                    &tls,
+                    config.idle_per_host,
+                    &guard,
+                    outbound,
+                )),
                 tls,
-                idle_per_host,
+                idle_per_host: config.idle_per_host,
                 guard,
+                policy,
+                resolver: config.resolver,
                 flushed_at: Mutex::new(None),
             }),
-            timeout,
+            timeout: config.timeout,
             late_window: Duration::ZERO,
         })
     }
@@ -292,7 +345,10 @@ impl EventSender for HttpEventSender {
             let response = match tokio::time::timeout_at(deadline, response).await {
                 Ok(Ok(response)) => response,
                 Ok(Err(e)) => {
-                    return SentAttempt::of(AttemptResult::ConnectionFailed(error_chain(&e)));
+                    return SentAttempt::of(match refusal_in(&e) {
+                        Some(refusal) => AttemptResult::Refused(refusal.to_string()),
+                        None => AttemptResult::ConnectionFailed(error_chain(&e)),
+                    });
                 }
                 Err(_) => return SentAttempt::of(AttemptResult::TimedOut),
             };
@@ -336,7 +392,10 @@ impl EventSender for HttpEventSender {
         let request = self::request(method, &request.endpoint, &request.headers, request.body)?;
         let response = self.pool.request(request);
         let exchange = async move {
-            let response = response.await.map_err(|e| error_chain(&e))?;
+            let response = response.await.map_err(|e| match refusal_in(&e) {
+                Some(refusal) => refusal.to_string(),
+                None => error_chain(&e),
+            })?;
             let status = response.status().as_u16();
             let headers = response
                 .headers()

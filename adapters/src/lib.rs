@@ -11,3 +11,4 @@ pub mod config;
 pub mod descriptors;
 pub mod http_sender;
 pub mod metrics;
+pub mod outbound;

@@ -5,8 +5,9 @@ mod support;
 
 use std::time::Duration;
 
-use gridrelay_adapters::http_sender::HttpEventSender;
+use gridrelay_adapters::http_sender::{HttpEventSender, SenderConfig};
 use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 use support::{burst, counting_sink};
 
 async fn all_answered(sender: &HttpEventSender, endpoint: &str, requests: usize) {
@@ -20,7 +21,12 @@ async fn all_answered(sender: &HttpEventSender, endpoint: &str, requests: usize)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_burst_reuses_every_connection_the_last_one_opened() {
     let (endpoint, connections) = counting_sink(Duration::from_millis(100)).await;
-    let sender = HttpEventSender::new(Duration::from_secs(10), 576).unwrap();
+    let sender = HttpEventSender::new(SenderConfig::new(
+        Duration::from_secs(10),
+        576,
+        OutboundPolicy::new(AllowedNetworks::loopback()),
+    ))
+    .unwrap();
 
     all_answered(&sender, &endpoint, 200).await;
     let first = connections.accepted();

@@ -7,8 +7,9 @@ mod support;
 use std::time::Duration;
 
 use gridrelay_adapters::descriptors::{FLUSH_AT, RESERVE, open_descriptors};
-use gridrelay_adapters::http_sender::HttpEventSender;
+use gridrelay_adapters::http_sender::{HttpEventSender, SenderConfig};
 use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 use support::{burst, counting_sink, eventually};
 
 /// Idle connections to one endpoint are closed when another endpoint's new connections find
@@ -23,8 +24,7 @@ async fn idle_connections_are_closed_when_descriptors_run_short_and_the_reserve_
     // each new connection; here each costs two, both ends being in this process: A's 20
     // stay below the mark, B's find 40 more.
     let limit = before + FLUSH_AT + 30;
-    let sender =
-        HttpEventSender::with_descriptor_limit(Duration::from_secs(10), 100, limit).unwrap();
+    let sender = HttpEventSender::new(with_limit(limit)).unwrap();
 
     let sent = burst(&sender, &a, 20).await;
     assert!(sent.iter().all(|s| s.result == AttemptResult::Status(200)));
@@ -47,8 +47,7 @@ async fn idle_connections_are_closed_when_descriptors_run_short_and_the_reserve_
 
     // Within the reserve, a new connection is refused, and says why.
     let now = open_descriptors().unwrap();
-    let tight = HttpEventSender::with_descriptor_limit(Duration::from_secs(10), 100, now + RESERVE)
-        .unwrap();
+    let tight = HttpEventSender::new(with_limit(now + RESERVE)).unwrap();
     let accepted_at_b = at_b.accepted();
     let refused = burst(&tight, &b, 1).await;
     match &refused[0].result {
@@ -59,4 +58,16 @@ async fn idle_connections_are_closed_when_descriptors_run_short_and_the_reserve_
         other => panic!("a refused connection is a failed attempt, not {other:?}"),
     }
     assert_eq!(at_b.accepted(), accepted_at_b, "no connection was opened");
+}
+
+/// A sender's settings under `limit` file descriptors, to loopback.
+fn with_limit(limit: usize) -> SenderConfig {
+    SenderConfig {
+        descriptor_limit: limit,
+        ..SenderConfig::new(
+            Duration::from_secs(10),
+            100,
+            OutboundPolicy::new(AllowedNetworks::loopback()),
+        )
+    }
 }

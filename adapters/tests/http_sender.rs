@@ -8,9 +8,10 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::routing::post;
 use futures::StreamExt;
-use gridrelay_adapters::http_sender::{HttpEventSender, MAX_ANSWER_BODY};
+use gridrelay_adapters::http_sender::{HttpEventSender, MAX_ANSWER_BODY, SenderConfig};
 use gridrelay_ports::{DeliveryRequest, EventSender};
 use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 
 /// What the endpoint offers: 512 chunks of 1 MiB.
 const CHUNK: usize = 1 << 20;
@@ -40,7 +41,12 @@ async fn a_huge_answer_body_is_not_read_the_status_decides() {
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let sender = HttpEventSender::new(Duration::from_secs(30), 32).unwrap();
+    let sender = HttpEventSender::new(SenderConfig::new(
+        Duration::from_secs(30),
+        32,
+        OutboundPolicy::new(AllowedNetworks::loopback()),
+    ))
+    .unwrap();
     let sent = sender.send(empty_batch(addr)).await;
     assert_eq!(sent.result, AttemptResult::Status(200));
     // Give the server a moment to notice the dropped connection, then see how much it sent:
@@ -79,7 +85,12 @@ async fn retry_after_is_read_from_429_and_503_answers() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let sender = HttpEventSender::new(Duration::from_secs(30), 32).unwrap();
+    let sender = HttpEventSender::new(SenderConfig::new(
+        Duration::from_secs(30),
+        32,
+        OutboundPolicy::new(AllowedNetworks::loopback()),
+    ))
+    .unwrap();
     let send = |path: &str| {
         sender.send(DeliveryRequest {
             endpoint: format!("http://{addr}/{path}"),
@@ -131,9 +142,13 @@ async fn a_timed_out_request_is_closed_when_its_late_answer_is_no_longer_awaited
             });
         }
     });
-    let sender = HttpEventSender::new(Duration::from_millis(200), 32)
-        .unwrap()
-        .with_late_answers(Duration::from_secs(60));
+    let sender = HttpEventSender::new(SenderConfig::new(
+        Duration::from_millis(200),
+        32,
+        OutboundPolicy::new(AllowedNetworks::loopback()),
+    ))
+    .unwrap()
+    .with_late_answers(Duration::from_secs(60));
     let send = || {
         sender.send(DeliveryRequest {
             endpoint: format!("http://{addr}/hook"),
@@ -214,7 +229,12 @@ async fn url_credentials_go_as_basic_authorization_and_own_headers_win() {
     use base64::Engine as _;
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (addr, server) = serve(header_echo(seen.clone())).await;
-    let sender = HttpEventSender::new(Duration::from_secs(30), 32).unwrap();
+    let sender = HttpEventSender::new(SenderConfig::new(
+        Duration::from_secs(30),
+        32,
+        OutboundPolicy::new(AllowedNetworks::loopback()),
+    ))
+    .unwrap();
     let send = |endpoint: String, headers: Vec<(String, String)>| {
         sender.send(DeliveryRequest {
             endpoint,
@@ -272,7 +292,12 @@ async fn a_status_that_came_in_time_decides_though_its_body_stalls() {
         }),
     );
     let (addr, server) = serve(app).await;
-    let sender = HttpEventSender::new(Duration::from_millis(300), 32).unwrap();
+    let sender = HttpEventSender::new(SenderConfig::new(
+        Duration::from_millis(300),
+        32,
+        OutboundPolicy::new(AllowedNetworks::loopback()),
+    ))
+    .unwrap();
     let started = std::time::Instant::now();
     let sent = sender.send(empty_batch(addr)).await;
     assert_eq!(sent.result, AttemptResult::Status(200));

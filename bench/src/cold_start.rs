@@ -127,7 +127,13 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
     }
     let batch = serde_json::to_value(sqs_event(&received))?;
 
-    let mut f = LambdaProcess::start("gridrelay-deliver", &resources, &[]).await;
+    // The sink is on loopback, which the function refuses unless allowed.
+    let mut f = LambdaProcess::start(
+        "gridrelay-deliver",
+        &resources,
+        &[("GRIDRELAY_ALLOWED_NETWORKS", "127.0.0.0/8")],
+    )
+    .await;
     f.init_duration().await;
     let pid = f.pid().context("deliver's pid")?;
     let (after_init, _) = resident_kib(pid).context("deliver's memory (/proc)")?;

@@ -102,7 +102,7 @@ pub async fn deliver_all(
         )
         .await?;
     }
-    let settings = DeliverySettings::new(TimeScale::REAL);
+    let settings = loopback_settings();
     let deliver = Deliver {
         store,
         delivery_queue: delivery.clone(),
@@ -193,7 +193,7 @@ pub async fn client_ceiling(
     in_flight: usize,
 ) -> anyhow::Result<f64> {
     use futures::StreamExt;
-    let sender = DeliverySettings::new(TimeScale::REAL).http_sender()?;
+    let sender = loopback_settings().http_sender()?;
     let body = format!("[{}]", event_body(0, event_bytes));
     let start = Instant::now();
     let results: Vec<_> = futures::stream::iter(0..count)
@@ -217,4 +217,14 @@ pub async fn client_ceiling(
         bail!("{failed} requests failed");
     }
     Ok(count as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The deliver worker's settings, allowed to reach the loopback sink.
+fn loopback_settings() -> DeliverySettings {
+    DeliverySettings {
+        outbound: gridrelay_shared::outbound::OutboundPolicy::new(
+            gridrelay_shared::outbound::AllowedNetworks::loopback(),
+        ),
+        ..DeliverySettings::new(TimeScale::REAL)
+    }
 }

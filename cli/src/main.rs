@@ -16,7 +16,9 @@ use gridrelay_adapters::aws::{
     load_sdk_config, s3_client,
 };
 use gridrelay_adapters::config::{self, TableNames};
+use gridrelay_adapters::outbound::SystemResolver;
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
+use gridrelay_ports::endpoints::EndpointCheck;
 use gridrelay_ports::redrive::{
     DeadLetterSelection, QueueKind, redrive_dead_letters, redrive_queue,
 };
@@ -25,6 +27,7 @@ use gridrelay_ports::{StoreError, SubscriptionStore};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
+use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{SubscriptionRequest, Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
@@ -78,6 +81,12 @@ struct Cli {
         default_value = "gridrelay-delivery"
     )]
     delivery_queue: String,
+    /// Networks (comma-separated CIDRs) endpoints may be in although not public, where plain
+    /// http:// is allowed too. Default for `local`: loopback. Default for `event-subscription
+    /// create`: loopback when AWS_ENDPOINT_URL is on this machine (a local stack), else none;
+    /// give the stack's AllowedNetworks on AWS.
+    #[arg(long, global = true, env = config::ALLOWED_NETWORKS_ENV)]
+    allowed_networks: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -458,6 +467,7 @@ fn flag_of(field: &str) -> &str {
         "until" => "--until",
         "maxRequestsInFlight" => "--max-requests-in-flight",
         "maxRequestsPerEndpoint" => "--max-requests-per-endpoint",
+        gridrelay_shared::outbound::ALLOWED_NETWORKS_FIELD => "--allowed-networks",
         f if f.starts_with("configCacheSeconds") => "--config-cache-seconds",
         other => other,
     }
@@ -536,7 +546,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         subscriptions: cli.subscriptions_table.clone(),
     };
     match cli.command {
-        Command::Local(args) => run_local(args).await,
+        Command::Local(args) => run_local(args, cli.allowed_networks.as_deref()).await,
         Command::Redrive(cmd) => redrive_command(cmd, tables, &cli.delivery_queue).await,
         Command::Topic(cmd) => {
             if let TopicCommand::Show(t) | TopicCommand::Delete(t) = &cmd {
@@ -585,11 +595,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 cli.delivery_queue.clone()
             };
             let queue = SqsQueue::new(sqs, &queue_url);
+            let endpoints = EndpointCheck {
+                policy: OutboundPolicy::new(create_allowed_networks(
+                    cli.allowed_networks.as_deref(),
+                )?),
+                resolver: Arc::new(SystemResolver),
+            };
             let registry = Registry {
                 store: &store,
                 secrets: &secrets,
                 secret_prefix: &cli.secret_prefix,
                 delivery_queue: &queue,
+                endpoints: &endpoints,
             };
             subscription_command(&registry, cmd, request).await
         }
@@ -881,8 +898,35 @@ fn store_error(e: StoreError) -> anyhow::Error {
     }
 }
 
-async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
+/// The networks `event-subscription create` admits endpoints in: those given, else loopback
+/// when the AWS API is on this machine (the stack is `gridrelay local`'s, which allows it),
+/// else none (the deliver function checks every connection again with the stack's own).
+fn create_allowed_networks(given: Option<&str>) -> anyhow::Result<AllowedNetworks> {
+    if let Some(given) = given {
+        return given.parse().map_err(invalid);
+    }
+    let local_stack = std::env::var("AWS_ENDPOINT_URL")
+        .ok()
+        .and_then(|u| url::Url::parse(&u).ok())
+        .is_some_and(|u| match u.host() {
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        });
+    Ok(if local_stack {
+        AllowedNetworks::loopback()
+    } else {
+        AllowedNetworks::none()
+    })
+}
+
+async fn run_local(args: LocalArgs, allowed_networks: Option<&str>) -> anyhow::Result<()> {
     let scale = TimeScale::from_env().map_err(invalid)?;
+    let allowed_networks: AllowedNetworks = allowed_networks
+        .unwrap_or(gridrelay_shared::outbound::LOCAL_ALLOWED_NETWORKS)
+        .parse()
+        .map_err(invalid)?;
     let sdk = load_sdk_config().await;
     let names = ResourceNames::with_prefix(&args.prefix);
     let config = RunnerConfig {
@@ -898,6 +942,7 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         .map_err(invalid)?,
         config_cache: gridrelay_ports::cache::config_cache_time(&args.config_cache_seconds)
             .map_err(invalid)?,
+        allowed_networks: allowed_networks.clone(),
         ..RunnerConfig::default()
     };
     let config_cache = config.config_cache;
@@ -909,6 +954,7 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         "awsEndpoint": sdk.endpoint_url(),
         "timeScale": scale.factor(),
         "configCacheSeconds": config_cache.as_secs(),
+        "allowedNetworks": allowed_networks.to_string(),
         "topicsTable": names.topics_table,
         "subscriptionsTable": names.subscriptions_table,
         "deliveryQueue": system.resources.delivery_queue_url,

@@ -510,3 +510,77 @@ fn local_prints_invocations_and_billed_time_when_it_stops() {
     );
     assert_eq!(report["latency"]["queueMs"]["messages"], 0, "{report}");
 }
+
+/// Outbound safety (issue #10, items 1 and 2) at the command line: `event-subscription create`
+/// refuses an endpoint outside the allowed networks at once (exit 2, naming the flag, the host
+/// and why) and stores nothing; against a local stack loopback is allowed with no setting, as
+/// `gridrelay local` allows it; `--allowed-networks` widens it and is itself validated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_refuses_endpoints_outside_the_allowed_networks() {
+    let sdk = gridrelay_e2e::sdk_config().await;
+    let prefix = format!("o{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let names = ResourceNames::with_prefix(&prefix);
+    gridrelay_local::provision(&sdk, &names, 5)
+        .await
+        .expect("provision");
+    let resources = Some(&names);
+    json(&gridrelay(
+        &["topic", "create", "--name", "orders"],
+        resources,
+    ));
+    let create = |name: &'static str, endpoint: &'static str, extra: &[&'static str]| {
+        let mut args = vec![
+            "event-subscription",
+            "create",
+            "--topic-name",
+            "orders",
+            "--name",
+            name,
+            "--endpoint",
+            endpoint,
+        ];
+        args.extend(extra);
+        gridrelay(&args, resources)
+    };
+
+    for (endpoint, why) in [
+        ("https://169.254.169.254/latest/meta-data", "link-local"),
+        ("http://0xa9fea9fe/latest", "link-local"),
+        ("http://10.1.2.3/hook", "private"),
+        ("http://203.0.113.9/hook", "reserved"),
+    ] {
+        let out = create("refused", endpoint, &[]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{endpoint}: {err}");
+        assert!(
+            err.contains("--endpoint") && err.contains(why) && err.contains("allowed networks"),
+            "{endpoint}: {err}"
+        );
+    }
+    let listed = json(&gridrelay(
+        &["event-subscription", "list", "--topic-name", "orders"],
+        resources,
+    ));
+    assert_eq!(listed, serde_json::json!([]), "nothing stored");
+
+    // The local stack (AWS_ENDPOINT_URL on loopback) allows loopback, as `gridrelay local`.
+    let local = json(&create("local", "http://127.0.0.1:9/hook", &[]));
+    assert_eq!(local["endpoint"], "http://127.0.0.1:9/hook");
+    let widened = json(&create(
+        "office",
+        "http://10.1.2.3/hook",
+        &["--allowed-networks", "10.0.0.0/8"],
+    ));
+    assert_eq!(widened["endpoint"], "http://10.1.2.3/hook");
+    let out = create(
+        "bad",
+        "http://10.1.2.3/hook",
+        &["--allowed-networks", "10.0.0.0/33"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--allowed-networks") && err.contains("10.0.0.0/33"),
+        "{err}"
+    );
+}

@@ -28,6 +28,8 @@ use gridrelay_adapters::aws::{
     secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
+use gridrelay_adapters::http_sender::SenderConfig;
+use gridrelay_adapters::outbound::SystemResolver;
 use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
 pub use gridrelay_deliver::{
     ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_IN_FLIGHT_ENV,
@@ -37,8 +39,10 @@ use gridrelay_deliver::{
     Deliver, DeliverOutcome, DeliveryReport, DeliverySettings, SubscriptionCaps,
 };
 use gridrelay_ingest::Ingest;
+use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::{MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock};
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
+use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 use gridrelay_shared::subscription::{Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
 use hdrhistogram::Histogram;
@@ -80,6 +84,11 @@ pub struct RunnerConfig {
     /// (`gridrelay_ports::cache`; zero keeps nothing). One cache serves the three functions
     /// here; on AWS each function instance has its own.
     pub config_cache: Duration,
+    /// Networks deliveries and handshakes may reach although not public (loopback unless
+    /// told otherwise, so subscribers on this machine work).
+    pub allowed_networks: AllowedNetworks,
+    /// How endpoint names become addresses (the system's resolver; tests give their own).
+    pub resolver: Arc<dyn AddressResolver>,
 }
 
 impl RunnerConfig {
@@ -116,6 +125,7 @@ impl RunnerConfig {
         DeliverySettings {
             deadline_margin: self.deadline_margin,
             concurrency: self.delivery_concurrency,
+            outbound: OutboundPolicy::new(self.allowed_networks.clone()),
             ..DeliverySettings::new(self.scale)
         }
     }
@@ -133,6 +143,8 @@ impl Default for RunnerConfig {
             deadline_margin: gridrelay_deliver::DEADLINE_MARGIN,
             delivery_concurrency: ConcurrencySettings::default(),
             config_cache: gridrelay_ports::cache::DEFAULT_CONFIG_CACHE,
+            allowed_networks: AllowedNetworks::loopback(),
+            resolver: Arc::new(SystemResolver),
         }
     }
 }
@@ -288,7 +300,14 @@ impl LocalSystem {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_letter_queue.clone(),
-            sender: Arc::new(settings.http_sender()?),
+            sender: Arc::new(settings.http_sender_with(SenderConfig {
+                resolver: config.resolver.clone(),
+                ..SenderConfig::new(
+                    settings.attempt_timeout,
+                    settings.concurrency.max_per_endpoint as usize,
+                    settings.outbound.clone(),
+                )
+            })?),
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
             secrets: secret_store(sdk, config.config_cache),

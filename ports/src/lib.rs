@@ -12,6 +12,7 @@
 //! [`cache`], what a warm function keeps of the stores' records between invocations.
 
 pub mod cache;
+pub mod endpoints;
 pub mod fan_out;
 pub mod memory;
 pub mod redrive;

@@ -838,3 +838,35 @@ impl DeliveryCapStore for MemoryDeliveryCapStore {
         Ok(())
     }
 }
+
+/// A resolver with names set by the test, changeable at any time (DNS rebinding).
+#[derive(Debug, Default)]
+pub struct MemoryResolver {
+    names: std::sync::Mutex<HashMap<String, Vec<std::net::IpAddr>>>,
+}
+
+impl MemoryResolver {
+    /// `host` resolves to `addresses` from now on.
+    pub fn set(&self, host: &str, addresses: &[&str]) {
+        let addresses = addresses
+            .iter()
+            .map(|a| a.parse().expect("an IP address"))
+            .collect();
+        self.names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(host.to_string(), addresses);
+    }
+}
+
+#[async_trait]
+impl crate::endpoints::AddressResolver for MemoryResolver {
+    async fn resolve(&self, host: &str, _port: u16) -> Result<Vec<std::net::IpAddr>, String> {
+        self.names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(host)
+            .cloned()
+            .ok_or_else(|| format!("no address for {host}"))
+    }
+}

@@ -8,6 +8,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::endpoints::EndpointGate;
 use crate::secret_headers::store_secrets;
 use crate::{
     MessageQueue, OutgoingMessage, SecretError, SecretStore, StoreError, SubscriptionStore,
@@ -43,6 +44,8 @@ pub struct Registry<'a> {
     pub secret_prefix: &'a str,
     /// The delivery queue, where the handshake is asked for.
     pub delivery_queue: &'a dyn MessageQueue,
+    /// Which endpoints may be registered ([`crate::endpoints`]).
+    pub endpoints: &'a dyn EndpointGate,
 }
 
 impl Registry<'_> {
@@ -58,6 +61,7 @@ impl Registry<'_> {
             .await?
             .ok_or_else(|| RegistrationError::NoSuchTopic(request.topic.clone()))?;
         let mut sub = request.validate(topic.input_schema, now)?;
+        self.endpoints.admit(&sub.endpoint).await?;
         let existing = self.store.list_subscriptions(&sub.topic).await?;
         if existing.iter().any(|s| s.name == sub.name) {
             return Err(StoreError::AlreadyExists(format!(
@@ -135,6 +139,7 @@ mod tests {
             secrets: &secrets,
             secret_prefix: "gridrelay",
             delivery_queue: &queue,
+            endpoints: &crate::endpoints::AnyEndpoint,
         };
         futures::executor::block_on(async {
             store

@@ -26,6 +26,10 @@ pub enum AttemptResult {
     TimedOut,
     /// The request could not be sent or the connection broke.
     ConnectionFailed(String),
+    /// No connection was made: every address the endpoint resolves to is one gridrelay may not
+    /// reach ([`crate::outbound::OutboundPolicy`]). A failed attempt, retried on the schedule
+    /// (the name may resolve elsewhere later); the text says why, never the address.
+    Refused(String),
     /// The request was not made: something the subscription needs to send it (a secret
     /// delivery header's value) could not be read. A failed attempt like any other, so it
     /// follows the retry policy and ends in the dead-letter location or a counted drop; it
@@ -47,6 +51,8 @@ pub enum DeliveryOutcome {
     Redirected,
     GenericError,
     ConnectionFailed,
+    /// gridrelay's own: the endpoint resolved only to addresses outside what it may reach.
+    AddressRefused,
 }
 
 impl DeliveryOutcome {
@@ -54,6 +60,7 @@ impl DeliveryOutcome {
         match result {
             AttemptResult::TimedOut => Self::TimedOut,
             AttemptResult::ConnectionFailed(_) => Self::ConnectionFailed,
+            AttemptResult::Refused(_) => Self::AddressRefused,
             AttemptResult::NotSent(_) => Self::GenericError,
             AttemptResult::Status(code) => match code {
                 200..=204 => Self::Succeeded,
@@ -83,6 +90,7 @@ impl DeliveryOutcome {
             Self::Redirected => "Redirected",
             Self::GenericError => "GenericError",
             Self::ConnectionFailed => "ConnectionFailed",
+            Self::AddressRefused => "AddressRefused",
         }
     }
 }
@@ -243,6 +251,7 @@ pub fn classify_status(
         // S2: a timeout or a broken connection is an ordinary failure.
         AttemptResult::TimedOut
         | AttemptResult::ConnectionFailed(_)
+        | AttemptResult::Refused(_)
         | AttemptResult::NotSent(_) => {
             return Verdict::Retry {
                 min_wait: table.other_failures,

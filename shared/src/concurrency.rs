@@ -36,7 +36,7 @@ impl LoadSignal {
             | AttemptResult::TimedOut
             | AttemptResult::ConnectionFailed(_) => Self::Overloaded,
             AttemptResult::Status(_) => Self::Coped,
-            AttemptResult::NotSent(_) => Self::Silent,
+            AttemptResult::NotSent(_) | AttemptResult::Refused(_) => Self::Silent,
         }
     }
 }

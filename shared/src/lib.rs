@@ -28,6 +28,7 @@ pub mod filter;
 pub mod health;
 pub mod limits;
 pub mod message;
+pub mod outbound;
 pub mod publish;
 pub mod raw_json;
 pub mod readable;

@@ -429,7 +429,7 @@ mod tests {
         /// failure on them: none exceeds the queue's limit, and no entry is lost.
         #[test]
         fn dead_letter_messages_fit_sqs(
-            entries in proptest::collection::vec((0usize..2_000, 0usize..3, 0usize..12, any::<u16>()), 1..3_000),
+            entries in proptest::collection::vec((0usize..2_000, 0usize..3, 0usize..13, any::<u16>()), 1..3_000),
             large in proptest::collection::vec(100_000usize..200_000, 0..4),
         ) {
             let outcomes = [
@@ -445,6 +445,7 @@ mod tests {
                 Some(DeliveryOutcome::Redirected),
                 Some(DeliveryOutcome::GenericError),
                 Some(DeliveryOutcome::ConnectionFailed),
+                Some(DeliveryOutcome::AddressRefused),
             ];
             let now = Utc::now();
             let mut all: Vec<DeadLetterEntry> = entries

@@ -482,7 +482,13 @@ mod tests {
 
     #[test]
     fn endpoint_must_be_http_url() {
-        assert!(validate_endpoint("http://127.0.0.1:8080/hook").is_ok());
+        // The form only: where it may point is the outbound policy's (`outbound`).
+        assert!(validate_endpoint("https://hooks.example.com/hook").is_ok());
+        assert_eq!(
+            validate_endpoint("http://0x7f.1:8080/hook").as_deref(),
+            Ok("http://127.0.0.1:8080/hook"),
+            "stored in its one spelling"
+        );
         assert!(validate_endpoint("ftp://x").is_err());
         assert!(validate_endpoint("not a url").is_err());
     }

@@ -548,6 +548,7 @@ impl World {
             secrets: &secrets,
             secret_prefix: "gridrelay",
             delivery_queue: self.delivery.as_ref(),
+            endpoints: &gridrelay_ports::endpoints::AnyEndpoint,
         };
         let request =
             |name: &str, filter: EventFilter, attempts: Option<i64>| SubscriptionRequest {

@@ -19,8 +19,10 @@ use axum::http::{HeaderMap, StatusCode};
 use chrono::Utc;
 use gridrelay_adapters::aws::SecretsManagerStore;
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig, RunnerStats};
+use gridrelay_ports::endpoints::EndpointCheck;
 use gridrelay_ports::registration::Registry;
 use gridrelay_shared::delivery::ATTEMPT_TIMEOUT;
+use gridrelay_shared::outbound::OutboundPolicy;
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
 use gridrelay_shared::time_scale::TimeScale;
@@ -75,6 +77,9 @@ pub struct TestSystem {
     pub names: ResourceNames,
     pub scale: TimeScale,
     pub secrets: SecretsManagerStore,
+    /// What `event-subscription create` checks endpoints against: the runner's allowed
+    /// networks, the system's resolver.
+    pub endpoints: EndpointCheck,
     http: reqwest::Client,
 }
 
@@ -115,6 +120,10 @@ impl TestSystem {
             ..RunnerConfig::default()
         };
         configure(&mut config);
+        let endpoints = EndpointCheck {
+            policy: OutboundPolicy::new(config.allowed_networks.clone()),
+            resolver: config.resolver.clone(),
+        };
         let system = LocalSystem::start(&sdk, &names, config)
             .await
             .expect("local system starts");
@@ -125,6 +134,7 @@ impl TestSystem {
             names,
             scale,
             secrets,
+            endpoints,
             http: reqwest::Client::new(),
         }
     }
@@ -199,6 +209,7 @@ impl TestSystem {
             secrets: &self.secrets,
             secret_prefix: &self.names.secret_prefix,
             delivery_queue: self.system.delivery_queue.as_ref(),
+            endpoints: &self.endpoints,
         }
     }
 
@@ -457,15 +468,47 @@ impl Subscriber {
             handshake,
             ..SubscriberState::default()
         }));
-        let app = Router::new()
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind subscriber");
+        Self::serve(listener, state, false)
+    }
+
+    /// A subscriber on `listen` that answers 200 and the handshake, and closes each
+    /// connection after its answer, so every request opens a new one. `None` if the address
+    /// cannot be bound.
+    pub async fn start_on_closing(listen: SocketAddr) -> Option<Self> {
+        let state = Arc::new(Mutex::new(SubscriberState {
+            otherwise: Some(Reply::Status(200)),
+            handshake: Handshake::Answer,
+            ..SubscriberState::default()
+        }));
+        let listener = tokio::net::TcpListener::bind(listen).await.ok()?;
+        Some(Self::serve(listener, state, true))
+    }
+
+    fn serve(
+        listener: tokio::net::TcpListener,
+        state: Arc<Mutex<SubscriberState>>,
+        close_connections: bool,
+    ) -> Self {
+        let mut app = Router::new()
             .route(
                 "/hook",
                 axum::routing::post(receive).options(abuse_protection),
             )
             .with_state(Arc::clone(&state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind subscriber");
+        if close_connections {
+            app = app.layer(axum::middleware::map_response(
+                |mut response: axum::response::Response| async move {
+                    response.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                    response
+                },
+            ));
+        }
         let addr = listener.local_addr().expect("subscriber address");
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -475,6 +518,15 @@ impl Subscriber {
             state,
             server,
         }
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        self.url
+            .trim_start_matches("http://")
+            .trim_end_matches("/hook")
+            .parse()
+            .expect("the subscriber's address")
     }
 
     /// Every request so far, in arrival order.

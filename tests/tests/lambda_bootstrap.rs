@@ -173,7 +173,11 @@ async fn deliver_bootstrap_reports_batch_item_failures() {
     let mut f = LambdaProcess::start(
         "gridrelay-deliver",
         &s.resources,
-        &[("GRIDRELAY_STACK_NAME", "boot-stack")],
+        &[
+            ("GRIDRELAY_STACK_NAME", "boot-stack"),
+            // The subscriber is on loopback, which the function refuses unless allowed.
+            ("GRIDRELAY_ALLOWED_NETWORKS", "127.0.0.0/8"),
+        ],
     )
     .await;
 

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use gridrelay_adapters::aws::{SqsQueue, s3_client};
-use gridrelay_adapters::http_sender::HttpEventSender;
+use gridrelay_adapters::http_sender::{HttpEventSender, SenderConfig};
 use gridrelay_deliver::{Deliver, DeliverySettings, SubscriptionCaps};
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
 use gridrelay_ports::{MessageQueue, OutgoingMessage, RandomJitter, SystemClock};
 use gridrelay_shared::message::{DeliveryMessage, QueuedEvent};
+use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 use gridrelay_shared::subscription::SubscriptionRequest;
 use serde_json::json;
 
@@ -152,7 +153,14 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
             sqs,
             &sys.system.resources.dead_letter_queue_url,
         )),
-        sender: Arc::new(HttpEventSender::new(Duration::from_secs(5), 32).expect("client")),
+        sender: Arc::new(
+            HttpEventSender::new(SenderConfig::new(
+                Duration::from_secs(5),
+                32,
+                OutboundPolicy::new(AllowedNetworks::loopback()),
+            ))
+            .expect("client"),
+        ),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
         secrets: Arc::new(gridrelay_adapters::aws::SecretsManagerStore::from_sdk(

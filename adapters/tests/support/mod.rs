@@ -35,14 +35,28 @@ impl Connections {
 
 /// Serves 200 after `delay` on a new port; returns its hook URL and its connection counts.
 pub async fn counting_sink(delay: Duration) -> (String, Arc<Connections>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    counting_sink_on("127.0.0.1:0", delay, false).await
+}
+
+/// As [`counting_sink`], on `listen`; with `close`, each connection is closed after its
+/// answer, so every request opens a new one.
+pub async fn counting_sink_on(
+    listen: &str,
+    delay: Duration,
+    close: bool,
+) -> (String, Arc<Connections>) {
+    let listener = TcpListener::bind(listen).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let connections = Arc::new(Connections::default());
     let app = Router::new().route(
         "/hook",
         post(move || async move {
             tokio::time::sleep(delay).await;
-            "ok"
+            if close {
+                ([(axum::http::header::CONNECTION, "close")], "ok")
+            } else {
+                ([(axum::http::header::CONNECTION, "keep-alive")], "ok")
+            }
         }),
     );
     let counting = CountingListener {

@@ -24,7 +24,7 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::failed_receipts;
-use gridrelay_adapters::http_sender::{HttpClientError, HttpEventSender};
+use gridrelay_adapters::http_sender::{HttpClientError, HttpEventSender, SenderConfig};
 use gridrelay_ports::secret_headers::resolve_headers;
 use gridrelay_ports::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue,
@@ -42,6 +42,7 @@ use gridrelay_shared::message::ValidationTask;
 use gridrelay_shared::message::{
     DeadLetterMessage, DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, QueuedEvent,
 };
+use gridrelay_shared::outbound::OutboundPolicy;
 use gridrelay_shared::schedule::RetrySchedule;
 use gridrelay_shared::schema::{DeliverySchema, delivery_body};
 use gridrelay_shared::subscription::Subscription;
@@ -93,6 +94,8 @@ pub struct DeliverySettings {
     /// How long a batch of a capped subscription waits in the worker for its turn before it is
     /// held and handed on ([`SubscriptionCaps`]; real time: caps count real seconds).
     pub cap_wait: Duration,
+    /// Where requests may connect: by default only public addresses, over `https://`.
+    pub outbound: OutboundPolicy,
 }
 
 impl DeliverySettings {
@@ -109,17 +112,27 @@ impl DeliverySettings {
             attempt_timeout: scale.apply(ATTEMPT_TIMEOUT),
             deadline_margin: DEADLINE_MARGIN,
             cap_wait: CAP_WAIT,
+            outbound: OutboundPolicy::default(),
         }
     }
 
-    /// The HTTP sender these settings describe: S2's timeout, R4's late window, and idle
-    /// connections kept for as many requests as one endpoint may have in flight.
+    /// The HTTP sender these settings describe: S2's timeout, R4's late window, idle
+    /// connections kept for as many requests as one endpoint may have in flight, and the
+    /// outbound policy.
     pub fn http_sender(&self) -> Result<HttpEventSender, HttpClientError> {
-        Ok(HttpEventSender::new(
+        self.http_sender_with(SenderConfig::new(
             self.attempt_timeout,
             self.concurrency.max_per_endpoint as usize,
-        )?
-        .with_late_answers(self.late_answer_window))
+            self.outbound.clone(),
+        ))
+    }
+
+    /// As [`DeliverySettings::http_sender`], from `config` (another resolver, say).
+    pub fn http_sender_with(
+        &self,
+        config: SenderConfig,
+    ) -> Result<HttpEventSender, HttpClientError> {
+        Ok(HttpEventSender::new(config)?.with_late_answers(self.late_answer_window))
     }
 
     /// The send permits these settings describe, for one worker's lifetime.
@@ -878,6 +891,9 @@ impl Deliver {
                     match &a.result {
                         AttemptResult::ConnectionFailed(reason) => {
                             warn!(subscription = %sub.name, error = %reason, "delivery attempt could not connect");
+                        }
+                        AttemptResult::Refused(reason) => {
+                            warn!(topic = %sub.topic, subscription = %sub.name, error = %reason, "delivery attempt refused before connecting; retried on the schedule");
                         }
                         AttemptResult::NotSent(reason) => {
                             warn!(topic = %sub.topic, subscription = %sub.name, error = %reason, "delivery attempt not made; retried on the schedule");

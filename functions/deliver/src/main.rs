@@ -12,12 +12,13 @@ use gridrelay_adapters::aws::{
 };
 use gridrelay_adapters::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
-    TableNames, WEBHOOK_ORIGIN_ENV, config_cache_from_env, required,
+    TableNames, WEBHOOK_ORIGIN_ENV, allowed_networks_from_env, config_cache_from_env, required,
 };
 use gridrelay_deliver::{
     ConcurrencySettings, Deliver, DeliverySettings, SubscriptionCaps, metrics,
 };
 use gridrelay_ports::{RandomJitter, SystemClock};
+use gridrelay_shared::outbound::OutboundPolicy;
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
@@ -36,6 +37,7 @@ async fn main() -> Result<(), Error> {
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| DEFAULT_WEBHOOK_ORIGIN.to_string()),
         concurrency: ConcurrencySettings::from_env()?,
+        outbound: OutboundPolicy::new(allowed_networks_from_env()?),
         ..DeliverySettings::new(scale)
     };
     let state_table = required(

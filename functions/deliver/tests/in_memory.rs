@@ -266,6 +266,7 @@ fn registry<'a>(
         secrets,
         secret_prefix: "gridrelay",
         delivery_queue: delivery,
+        endpoints: &gridrelay_ports::endpoints::AnyEndpoint,
     }
 }
 

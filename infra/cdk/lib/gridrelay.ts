@@ -42,6 +42,11 @@ export interface GridrelayProps {
   /** Seconds a warm function keeps the topics, subscriptions and secret header values it read
    * (0-300, 0 keeps nothing). Default 10. */
   readonly configCacheSeconds?: number;
+  /** Networks (CIDRs) deliveries and handshakes may reach although they are not public
+   * (private, loopback, link-local, ...), where plain http:// is allowed too. Default: none,
+   * only public addresses over https://. The deliver function checks every connection's
+   * resolved address against it (GRIDRELAY_ALLOWED_NETWORKS). */
+  readonly allowedNetworks?: string[];
   /** Processor the functions run on. Default ARM_64 (Graviton: 20 % less per GB-second). */
   readonly architecture?: lambda.Architecture;
   /** Dead-letter queue messages per dead-letter invocation. Default 10. */
@@ -246,6 +251,7 @@ export class Gridrelay extends Construct {
     this.publishUrl = this.api.apiEndpoint;
     // Validation URLs sent in the handshake point at the publish API.
     this.deliver.addEnvironment('GRIDRELAY_PUBLIC_URL', this.api.apiEndpoint);
+    this.deliver.addEnvironment('GRIDRELAY_ALLOWED_NETWORKS', limits.allowedNetworks.join(','));
 
     this.alarms(props.alarmTopic);
   }
@@ -311,5 +317,12 @@ export function checkedSettings(props: GridrelayProps) {
     ' (deliverMaxConcurrency: less would throttle the event source)');
   const ingestReserved = whole('ingestReservedConcurrency', props.ingestReservedConcurrency, 1, 10000);
   const configCacheSeconds = whole('configCacheSeconds', props.configCacheSeconds, 0, 300) ?? 10;
-  return { deliverMax, deadLetterMax, deliverReserved, ingestReserved, configCacheSeconds };
+  const cidr = /^(\d{1,3}(\.\d{1,3}){3}(\/\d{1,2})?|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*(\/\d{1,3})?)$/;
+  const allowedNetworks = props.allowedNetworks ?? [];
+  for (const net of allowedNetworks) {
+    if (!cidr.test(net)) {
+      throw new Error(`allowedNetworks has ${JSON.stringify(net)}; each must be an IPv4 or IPv6 CIDR or address, like 10.0.0.0/8 or fd00::/8`);
+    }
+  }
+  return { deliverMax, deadLetterMax, deliverReserved, ingestReserved, configCacheSeconds, allowedNetworks };
 }

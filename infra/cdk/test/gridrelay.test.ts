@@ -76,6 +76,20 @@ test('concurrency props out of range are refused, naming the prop, its value and
     /deliverReservedConcurrency is 40; it must be a whole number from 100 \(deliverMaxConcurrency/);
   assert.throws(() => build({ ingestReservedConcurrency: 2.5 }), /ingestReservedConcurrency is 2.5/);
   assert.throws(() => build({ configCacheSeconds: 301 }), /configCacheSeconds is 301; it must be a whole number from 0 to 300/);
+  assert.throws(() => build({ allowedNetworks: ['10.0.0.0/8', 'intranet'] }), /allowedNetworks has "intranet"; each must be an IPv4 or IPv6 CIDR/);
+});
+
+test('deliver reaches only public https:// endpoints unless allowedNetworks widens it', () => {
+  const deliverEnv = (props: ConstructorParameters<typeof Gridrelay>[2]) => {
+    const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+    const stack = new Stack(app, 'Nets');
+    const g = new Gridrelay(stack, 'Gridrelay', props);
+    const t = Template.fromStack(stack);
+    const id = stack.resolve((g.deliver.node.defaultChild as unknown as { logicalId: string }).logicalId);
+    return t.findResources('AWS::Lambda::Function')[id].Properties.Environment.Variables;
+  };
+  assert.equal(deliverEnv({}).GRIDRELAY_ALLOWED_NETWORKS, '');
+  assert.equal(deliverEnv({ allowedNetworks: ['10.0.0.0/8', 'fd00::/8'] }).GRIDRELAY_ALLOWED_NETWORKS, '10.0.0.0/8,fd00::/8');
 });
 
 test('publish route and validation URL route on an HTTP API', () => {
