@@ -21,7 +21,6 @@ use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, RETRY_AFTER, USER_AGENT};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
@@ -35,8 +34,7 @@ use gridrelay_ports::{
 use gridrelay_shared::classify::{AttemptResult, parse_retry_after};
 use gridrelay_shared::outbound::OutboundPolicy;
 
-type HyperClient =
-    Client<HttpsConnector<GuardedConnector<OutboundConnector<HttpConnector>>>, Full<Bytes>>;
+type HyperClient = Client<HttpsConnector<GuardedConnector<OutboundConnector>>, Full<Bytes>>;
 
 #[derive(Debug, Clone)]
 pub struct HttpEventSender {
@@ -103,26 +101,15 @@ impl ConnectionPool {
             &self.tls,
             self.idle_per_host,
             &self.guard,
-            OutboundConnector::new(Self::tcp(), self.policy.clone(), self.resolver.clone()),
+            OutboundConnector::new(self.policy.clone(), self.resolver.clone()),
         )
-    }
-
-    fn tcp() -> HttpConnector {
-        let mut tcp = HttpConnector::new();
-        tcp.enforce_http(false);
-        tcp.set_nodelay(true);
-        // A connection kept idle for the next burst finds out when its peer is gone.
-        tcp.set_keepalive(Some(Duration::from_secs(15)));
-        tcp.set_keepalive_interval(Some(Duration::from_secs(15)));
-        tcp.set_keepalive_retries(Some(3));
-        tcp
     }
 
     fn client(
         tls: &rustls::ClientConfig,
         idle_per_host: usize,
         guard: &DescriptorGuard,
-        outbound: OutboundConnector<HttpConnector>,
+        outbound: OutboundConnector,
     ) -> HyperClient {
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls.clone())
@@ -169,11 +156,7 @@ impl HttpEventSender {
             .map_err(|e| HttpClientError(e.to_string()))?;
         let guard = DescriptorGuard::new(config.descriptor_limit);
         let policy = Arc::new(config.policy);
-        let outbound = OutboundConnector::new(
-            ConnectionPool::tcp(),
-            policy.clone(),
-            config.resolver.clone(),
-        );
+        let outbound = OutboundConnector::new(policy.clone(), config.resolver.clone());
         Ok(Self {
             pool: Arc::new(ConnectionPool {
                 client: RwLock::new(ConnectionPool::client(

@@ -3,21 +3,28 @@
 //!
 //! [`OutboundConnector`] resolves the endpoint's host itself (an address in any spelling is
 //! that address; a name goes to its [`AddressResolver`]), checks every address against the
-//! [`OutboundPolicy`], and hands the connector inside it only addresses that passed, as
-//! literal IPs, so nothing resolves the name a second time: what was checked is what is
-//! connected to, whatever the name's DNS says by then (rebinding). TLS still verifies and
+//! [`OutboundPolicy`], and hands `hyper`'s TCP connector only the addresses that passed, as
+//! its resolver's answer, so nothing resolves the name a second time: what was checked is
+//! what is connected to, whatever the name's DNS says by then (rebinding), and the TCP
+//! connector still races IPv6 and IPv4 and falls back to the next address as it would. TLS still verifies and
 //! names the server by the URL's host (the TLS layer wraps this connector). A host whose
 //! addresses are all refused fails with the [`Refusal`], which the sender reports as a refused
 //! attempt ([`gridrelay_shared::classify::AttemptResult::Refused`]).
 
-use std::future::{Future, poll_fn};
+use std::convert::Infallible;
+use std::future::{Future, Ready, ready};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use http::Uri;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
 use crate::descriptors::BoxError;
 use gridrelay_ports::endpoints::AddressResolver;
@@ -44,38 +51,58 @@ pub struct Unresolved(String);
 
 /// A connector that connects only to addresses the policy allows.
 #[derive(Debug, Clone)]
-pub struct OutboundConnector<C> {
-    inner: C,
+pub struct OutboundConnector {
     policy: Arc<OutboundPolicy>,
     resolver: Arc<dyn AddressResolver>,
 }
 
-impl<C> OutboundConnector<C> {
-    pub fn new(inner: C, policy: Arc<OutboundPolicy>, resolver: Arc<dyn AddressResolver>) -> Self {
-        Self {
-            inner,
-            policy,
-            resolver,
-        }
+impl OutboundConnector {
+    pub fn new(policy: Arc<OutboundPolicy>, resolver: Arc<dyn AddressResolver>) -> Self {
+        Self { policy, resolver }
     }
 }
 
-impl<C> tower_service::Service<Uri> for OutboundConnector<C>
-where
-    C: tower_service::Service<Uri> + Clone + Send + 'static,
-    C::Future: Send,
-    C::Error: Into<BoxError>,
-{
-    type Response = C::Response;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<C::Response, BoxError>> + Send>>;
+/// The addresses that passed the policy, as the TCP connector's resolver: it then connects as
+/// it would to a name (both families raced, the next address on failure) but only to these.
+#[derive(Debug, Clone)]
+struct CheckedAddresses(Vec<SocketAddr>);
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+impl tower_service::Service<Name> for CheckedAddresses {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = Infallible;
+    type Future = Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _name: Name) -> Self::Future {
+        ready(Ok(self.0.clone().into_iter()))
+    }
+}
+
+/// The TCP connector for one connection, to `addresses` only.
+fn tcp(addresses: Vec<SocketAddr>) -> HttpConnector<CheckedAddresses> {
+    let mut tcp = HttpConnector::new_with_resolver(CheckedAddresses(addresses));
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    // A connection kept idle for the next burst finds out when its peer is gone.
+    tcp.set_keepalive(Some(Duration::from_secs(15)));
+    tcp.set_keepalive_interval(Some(Duration::from_secs(15)));
+    tcp.set_keepalive_retries(Some(3));
+    tcp
+}
+
+impl tower_service::Service<Uri> for OutboundConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
-        let mut inner = self.inner.clone();
         let policy = self.policy.clone();
         let resolver = self.resolver.clone();
         Box::pin(async move {
@@ -95,28 +122,29 @@ where
                 Host::Address(ip) => vec![ip],
                 Host::Name(name) => resolver.resolve(&name, port).await.map_err(Unresolved)?,
             };
-            // Addresses the policy refuses are never connected to; if some were allowed, the
-            // last connection error is the answer (the endpoint is reachable in principle).
-            let (mut refused, mut failed): (Option<Refusal>, Option<BoxError>) = (None, None);
-            for ip in addresses {
-                if let Err(refusal) = policy.check(transport, ip) {
-                    refused.get_or_insert(refusal);
-                    continue;
-                }
-                let mut parts = dst.clone().into_parts();
-                parts.authority = Some(SocketAddr::new(ip, port).to_string().parse()?);
-                let literal = Uri::from_parts(parts)?;
-                poll_fn(|cx| inner.poll_ready(cx))
-                    .await
-                    .map_err(Into::into)?;
-                match inner.call(literal).await {
-                    Ok(connection) => return Ok(connection),
-                    Err(e) => failed = Some(e.into()),
-                }
+            // Addresses the policy refuses are never connected to; the others are.
+            let mut refused = None;
+            let allowed: Vec<SocketAddr> = addresses
+                .into_iter()
+                .filter(|&ip| match policy.check(transport, ip) {
+                    Ok(()) => true,
+                    Err(refusal) => {
+                        refused.get_or_insert(refusal);
+                        false
+                    }
+                })
+                .map(|ip| SocketAddr::new(ip, port))
+                .collect();
+            if allowed.is_empty() {
+                return Err(match refused {
+                    Some(refusal) => Box::new(refusal) as BoxError,
+                    None => Box::new(Unresolved("it resolves to no address".into())),
+                });
             }
-            Err(failed
-                .or_else(|| refused.map(|r| Box::new(r) as BoxError))
-                .unwrap_or_else(|| Box::new(Unresolved("it resolves to no address".into()))))
+            // A host in a standard spelling is an address the TCP connector reads as the one
+            // checked; any other host goes to `CheckedAddresses`, never to DNS.
+            let mut tcp = tcp(allowed);
+            Ok(tcp.call(dst).await?)
         })
     }
 }

@@ -26,7 +26,11 @@ pub trait EndpointGate: Send + Sync {
 }
 
 /// The outbound policy on the addresses an endpoint's host resolves to now: every one must be
-/// allowed (a name that does not resolve here is left to the handshake).
+/// allowed (a name that does not resolve here is left to the handshake). Stricter than at
+/// connect time, where a name's refused addresses are skipped and its allowed ones used: a
+/// subscription is not created for a name that points into a private network at all. The
+/// error names the address the name resolved to: it goes to the user who typed the name, from
+/// their own resolver, and is not stored.
 pub struct EndpointCheck {
     pub policy: OutboundPolicy,
     pub resolver: std::sync::Arc<dyn AddressResolver>,

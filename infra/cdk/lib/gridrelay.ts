@@ -5,6 +5,7 @@
  *
  * Functions are built from the Rust workspace with cargo-lambda (cargo-lambda-cdk's RustFunction).
  */
+import { isIP } from 'node:net';
 import * as path from 'node:path';
 import { ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as apigw from 'aws-cdk-lib/aws-apigatewayv2';
@@ -317,10 +318,13 @@ export function checkedSettings(props: GridrelayProps) {
     ' (deliverMaxConcurrency: less would throttle the event source)');
   const ingestReserved = whole('ingestReservedConcurrency', props.ingestReservedConcurrency, 1, 10000);
   const configCacheSeconds = whole('configCacheSeconds', props.configCacheSeconds, 0, 300) ?? 10;
-  const cidr = /^(\d{1,3}(\.\d{1,3}){3}(\/\d{1,2})?|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*(\/\d{1,3})?)$/;
   const allowedNetworks = props.allowedNetworks ?? [];
   for (const net of allowedNetworks) {
-    if (!cidr.test(net)) {
+    const [address, prefix, ...rest] = net.split('/');
+    const family = isIP(address);
+    const bits = family === 4 ? 32 : 128;
+    const prefixOk = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= bits);
+    if (family === 0 || !prefixOk || rest.length > 0) {
       throw new Error(`allowedNetworks has ${JSON.stringify(net)}; each must be an IPv4 or IPv6 CIDR or address, like 10.0.0.0/8 or fd00::/8`);
     }
   }

@@ -77,6 +77,9 @@ test('concurrency props out of range are refused, naming the prop, its value and
   assert.throws(() => build({ ingestReservedConcurrency: 2.5 }), /ingestReservedConcurrency is 2.5/);
   assert.throws(() => build({ configCacheSeconds: 301 }), /configCacheSeconds is 301; it must be a whole number from 0 to 300/);
   assert.throws(() => build({ allowedNetworks: ['10.0.0.0/8', 'intranet'] }), /allowedNetworks has "intranet"; each must be an IPv4 or IPv6 CIDR/);
+  assert.throws(() => build({ allowedNetworks: ['10.0.0.0/33'] }), /allowedNetworks has "10.0.0.0\/33"/);
+  assert.throws(() => build({ allowedNetworks: ['1.2.3'] }), /allowedNetworks has "1.2.3"/);
+  assert.doesNotThrow(() => build({ allowedNetworks: ['fd00::/8', '192.0.2.7', '::1/128'] }));
 });
 
 test('deliver reaches only public https:// endpoints unless allowedNetworks widens it', () => {
