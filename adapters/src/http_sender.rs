@@ -24,15 +24,16 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use crate::descriptors::NoDescriptorToSpare;
 use crate::descriptors::{DescriptorGuard, GuardedConnector, process_limit};
-use crate::outbound::{OutboundConnector, SystemResolver, refusal_in};
+use crate::outbound::{OutboundConnector, SystemResolver, Unresolved, refusal_in};
 use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::{
     DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest, LateAnswer,
     SentAttempt,
 };
 use gridrelay_shared::classify::{AttemptResult, parse_retry_after};
-use gridrelay_shared::outbound::OutboundPolicy;
+use gridrelay_shared::outbound::{OutboundPolicy, Refusal};
 
 type HyperClient = Client<HttpsConnector<GuardedConnector<OutboundConnector>>, Full<Bytes>>;
 
@@ -330,7 +331,7 @@ impl EventSender for HttpEventSender {
                 Ok(Err(e)) => {
                     return SentAttempt::of(match refusal_in(&e) {
                         Some(refusal) => AttemptResult::Refused(refusal.to_string()),
-                        None => AttemptResult::ConnectionFailed(error_chain(&e)),
+                        None => AttemptResult::ConnectionFailed(in_words(&e)),
                     });
                 }
                 Err(_) => return SentAttempt::of(AttemptResult::TimedOut),
@@ -375,10 +376,7 @@ impl EventSender for HttpEventSender {
         let request = self::request(method, &request.endpoint, &request.headers, request.body)?;
         let response = self.pool.request(request);
         let exchange = async move {
-            let response = response.await.map_err(|e| match refusal_in(&e) {
-                Some(refusal) => refusal.to_string(),
-                None => error_chain(&e),
-            })?;
+            let response = response.await.map_err(|e| in_words(&e))?;
             let status = response.status().as_u16();
             let headers = response
                 .headers()
@@ -390,7 +388,7 @@ impl EventSender for HttpEventSender {
                 body.extend_from_slice(data)
             })
             .await
-            .map_err(|e| error_chain(&e))?;
+            .map_err(|e| in_words(&e))?;
             body.truncate(MAX_ANSWER_BODY);
             Ok(HandshakeReply {
                 status,
@@ -407,6 +405,56 @@ impl EventSender for HttpEventSender {
 /// The most of an endpoint's answer that is read, to a delivery (then the connection is
 /// dropped) or to a handshake (the part the code is looked for in).
 pub const MAX_ANSWER_BODY: usize = 64 * 1024;
+
+/// What kept a request from its answer, in words a user can act on (a handshake's stored
+/// detail, a failed attempt's log line): the outbound policy's refusal, a name that does not
+/// resolve, TLS's reason, a refused or broken connection. Never the client's internal error
+/// chain, and never an address: a failure detail must not map someone's network.
+fn in_words(e: &(dyn std::error::Error + 'static)) -> String {
+    use std::io::ErrorKind::*;
+    let mut io_kind = None;
+    let mut incomplete = false;
+    // The sources, and what I/O errors wrap (TLS failures come as an I/O error inside an I/O
+    // error, and an I/O error's `source` skips what it wraps).
+    let mut pending = vec![e];
+    while let Some(err) = pending.pop() {
+        if let Some(refusal) = err.downcast_ref::<Refusal>() {
+            return refusal.to_string();
+        }
+        if err.is::<Unresolved>() {
+            return "the endpoint's host name could not be resolved".to_string();
+        }
+        if let Some(short) = err.downcast_ref::<NoDescriptorToSpare>() {
+            return short.to_string();
+        }
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return format!("TLS error: {tls}");
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() != Other {
+                io_kind.get_or_insert(io.kind());
+            }
+            if let Some(inner) = io.get_ref() {
+                pending.push(inner);
+            }
+        }
+        if let Some(h) = err.downcast_ref::<hyper::Error>() {
+            incomplete |= h.is_incomplete_message() || h.is_canceled();
+        }
+        pending.extend(err.source());
+    }
+    match io_kind {
+        Some(ConnectionRefused) => "the endpoint refused the connection",
+        Some(TimedOut) => "timed out connecting to the endpoint",
+        Some(NetworkUnreachable | HostUnreachable) => "the endpoint's network cannot be reached",
+        Some(ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof) => {
+            "the endpoint closed the connection before answering"
+        }
+        _ if incomplete => "the endpoint closed the connection before answering",
+        _ => "the connection failed before an answer",
+    }
+    .to_string()
+}
 
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();

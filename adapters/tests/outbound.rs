@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use gridrelay_adapters::http_sender::{HttpEventSender, SenderConfig};
 use gridrelay_ports::memory::MemoryResolver;
-use gridrelay_ports::{DeliveryRequest, EventSender, HandshakeMethod, HandshakeRequest};
+use gridrelay_ports::{EventSender, HandshakeMethod, HandshakeRequest};
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
-use support::counting_sink_on;
+use support::{counting_sink_on, deliver_empty};
 
 fn sender(allowed: &str, resolver: Option<Arc<MemoryResolver>>) -> HttpEventSender {
     let allowed: AllowedNetworks = allowed.parse().unwrap();
@@ -21,18 +21,6 @@ fn sender(allowed: &str, resolver: Option<Arc<MemoryResolver>>) -> HttpEventSend
         config.resolver = resolver;
     }
     HttpEventSender::new(config).unwrap()
-}
-
-async fn post(sender: &HttpEventSender, endpoint: &str) -> AttemptResult {
-    sender
-        .send(DeliveryRequest {
-            endpoint: endpoint.to_string(),
-            content_type: "application/json",
-            body: "[]".into(),
-            headers: Vec::new(),
-        })
-        .await
-        .result
 }
 
 fn refused_because(result: &AttemptResult, why: &str) -> bool {
@@ -64,7 +52,7 @@ async fn every_spelling_of_loopback_is_refused_before_connecting() {
         "localhost",
     ] {
         let endpoint = format!("http://{host}:{port}/hook");
-        let result = post(&strict, &endpoint).await;
+        let result = deliver_empty(&strict, &endpoint).await;
         assert!(
             refused_because(&result, "loopback"),
             "{endpoint}: {result:?}"
@@ -74,7 +62,7 @@ async fn every_spelling_of_loopback_is_refused_before_connecting() {
     // the policy. Either way nothing connects.
     for host in ["127.0.0.1", "[::ffff:127.0.0.1]", "localhost"] {
         let endpoint = format!("https://{host}:{port}/hook");
-        let result = post(&strict, &endpoint).await;
+        let result = deliver_empty(&strict, &endpoint).await;
         assert!(
             refused_because(&result, "loopback"),
             "{endpoint}: {result:?}"
@@ -82,7 +70,7 @@ async fn every_spelling_of_loopback_is_refused_before_connecting() {
     }
     for host in ["2130706433", "0x7f.1", "127.0.0.1."] {
         let endpoint = format!("https://{host}:{port}/hook");
-        let result = post(&strict, &endpoint).await;
+        let result = deliver_empty(&strict, &endpoint).await;
         assert!(
             !matches!(result, AttemptResult::Status(_)),
             "{endpoint}: {result:?}"
@@ -92,7 +80,7 @@ async fn every_spelling_of_loopback_is_refused_before_connecting() {
 
     let local = sender("127.0.0.0/8,::1/128", None);
     assert_eq!(
-        post(&local, &format!("http://0x7f.1:{port}/hook")).await,
+        deliver_empty(&local, &format!("http://0x7f.1:{port}/hook")).await,
         AttemptResult::Status(200)
     );
     assert_eq!(connections.accepted(), 1);
@@ -119,15 +107,21 @@ async fn a_name_rebound_to_loopback_is_refused_on_its_next_connection() {
     let sender = sender("127.0.0.2/32", Some(resolver.clone()));
     let endpoint = format!("http://hooks.rebind.test:{port}/hook");
 
-    assert_eq!(post(&sender, &endpoint).await, AttemptResult::Status(200));
+    assert_eq!(
+        deliver_empty(&sender, &endpoint).await,
+        AttemptResult::Status(200)
+    );
     resolver.set("hooks.rebind.test", &["127.0.0.1"]);
-    let result = post(&sender, &endpoint).await;
+    let result = deliver_empty(&sender, &endpoint).await;
     assert!(refused_because(&result, "loopback"), "{result:?}");
     resolver.set("hooks.rebind.test", &["::1"]);
-    let result = post(&sender, &endpoint).await;
+    let result = deliver_empty(&sender, &endpoint).await;
     assert!(refused_because(&result, "loopback"), "{result:?}");
     resolver.set("hooks.rebind.test", &["127.0.0.2"]);
-    assert_eq!(post(&sender, &endpoint).await, AttemptResult::Status(200));
+    assert_eq!(
+        deliver_empty(&sender, &endpoint).await,
+        AttemptResult::Status(200)
+    );
 
     assert_eq!(at_subscriber.accepted(), 2);
     assert_eq!(
@@ -155,7 +149,7 @@ async fn only_the_allowed_addresses_of_a_name_are_connected_to() {
         &["127.0.0.1", "169.254.169.254", "10.255.255.1", "127.0.0.2"],
     );
     let sender = sender("127.0.0.2/32", Some(resolver));
-    let sent = post(&sender, &format!("http://mixed.test:{port}/hook")).await;
+    let sent = deliver_empty(&sender, &format!("http://mixed.test:{port}/hook")).await;
     assert_eq!(sent, AttemptResult::Status(200));
     assert_eq!(at_subscriber.accepted(), 1);
     assert_eq!(at_loopback.accepted(), 0, "the refused address got nothing");
@@ -168,9 +162,9 @@ async fn plain_http_to_a_public_address_is_refused() {
     let resolver = Arc::new(MemoryResolver::default());
     resolver.set("public.test", &["52.95.110.1"]);
     let strict = sender("", Some(resolver.clone()));
-    let result = post(&strict, "http://public.test/hook").await;
+    let result = deliver_empty(&strict, "http://public.test/hook").await;
     assert!(refused_because(&result, "must be https://"), "{result:?}");
-    let result = post(&strict, "http://52.95.110.1/hook").await;
+    let result = deliver_empty(&strict, "http://52.95.110.1/hook").await;
     assert!(refused_because(&result, "must be https://"), "{result:?}");
 }
 
@@ -200,4 +194,37 @@ async fn a_refused_handshake_says_why_without_the_address() {
         assert!(!e.contains("client error"), "{e}");
     }
     assert_eq!(connections.accepted(), 0);
+}
+
+/// Item 3: a failed request says what happened in words (a refused connection, a name that
+/// does not resolve), never the client's error chain or the address it tried.
+#[tokio::test]
+async fn failures_are_told_in_words_without_addresses() {
+    // A port nothing listens on: bound, then closed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let resolver = Arc::new(MemoryResolver::default());
+    resolver.set("closed.test", &["127.0.0.1"]);
+    let local = sender("127.0.0.0/8", Some(resolver));
+    let refused = deliver_empty(&local, &format!("http://closed.test:{port}/hook")).await;
+    assert_eq!(
+        refused,
+        AttemptResult::ConnectionFailed("the endpoint refused the connection".into())
+    );
+    let unresolved = deliver_empty(&local, "https://nowhere.test/hook").await;
+    assert_eq!(
+        unresolved,
+        AttemptResult::ConnectionFailed("the endpoint's host name could not be resolved".into())
+    );
+    let e = local
+        .handshake(HandshakeRequest {
+            method: HandshakeMethod::Options,
+            endpoint: format!("http://closed.test:{port}/hook"),
+            headers: Vec::new(),
+            body: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e, "the endpoint refused the connection");
 }

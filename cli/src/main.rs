@@ -27,9 +27,10 @@ use gridrelay_ports::{StoreError, SubscriptionStore};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
-use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
+use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy, redact_endpoint};
 use gridrelay_shared::schema::{InputMapping, InputSchema};
-use gridrelay_shared::subscription::{SubscriptionRequest, Topic, publish_path};
+use gridrelay_shared::signing::SigningSecret;
+use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
 use serde_json::json;
 
@@ -294,6 +295,31 @@ enum SubscriptionCommand {
     },
     /// Delete an event subscription.
     Delete(SubscriptionName),
+    /// Signed deliveries (Standard Webhooks).
+    #[command(subcommand)]
+    SigningSecret(SigningSecretCommand),
+}
+
+#[derive(Subcommand)]
+enum SigningSecretCommand {
+    /// Sign with a new secret from now on; the current one keeps signing beside it for the
+    /// grace period, so subscribers can switch without missing a delivery. Starts signing a
+    /// subscription that did not sign. Prints the new secret.
+    Rotate(RotateSigningSecret),
+}
+
+#[derive(Args)]
+struct RotateSigningSecret {
+    #[arg(long)]
+    topic_name: String,
+    #[arg(long)]
+    name: String,
+    /// The new secret: generate (default), or a whsec_… value.
+    #[arg(long, default_value = gridrelay_shared::signing::GENERATE)]
+    signing_secret: String,
+    /// Hours the current secret keeps signing beside the new one, 0 to 168.
+    #[arg(long, default_value_t = 24)]
+    grace_period_hours: u64,
 }
 
 #[derive(Args)]
@@ -375,6 +401,11 @@ struct CreateSubscription {
     /// `--delivery-attribute-mapping` occurrences, one per flag.
     #[arg(skip)]
     delivery_attribute_groups: Vec<Vec<String>>,
+    /// Sign every delivery (Standard Webhooks: webhook-id, webhook-timestamp,
+    /// webhook-signature): generate, or a whsec_… secret. Kept in Secrets Manager; a generated
+    /// one is printed once, here.
+    #[arg(long)]
+    signing_secret: Option<String>,
 }
 
 impl CreateSubscription {
@@ -467,6 +498,8 @@ fn flag_of(field: &str) -> &str {
         "until" => "--until",
         "maxRequestsInFlight" => "--max-requests-in-flight",
         "maxRequestsPerEndpoint" => "--max-requests-per-endpoint",
+        "signingSecret" => "--signing-secret",
+        "gracePeriodHours" => "--grace-period-hours",
         gridrelay_shared::outbound::ALLOWED_NETWORKS_FIELD => "--allowed-networks",
         f if f.starts_with("configCacheSeconds") => "--config-cache-seconds",
         other => other,
@@ -576,6 +609,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     filter: c.filter().map_err(invalid)?,
                     event_delivery_schema: c.event_delivery_schema.clone(),
                     delivery_attributes: c.delivery_attributes().map_err(invalid)?,
+                    signing_secret: c
+                        .signing_secret
+                        .as_deref()
+                        .map(SigningSecret::from_flag)
+                        .transpose()
+                        .map_err(invalid)?,
                 }),
                 _ => None,
             };
@@ -847,7 +886,24 @@ async fn subscription_command(
                 .register(&request, chrono::Utc::now())
                 .await
                 .map_err(registration_error)?;
-            print(&serde_json::to_value(&sub)?)
+            let mut json = subscription_json(&sub)?;
+            if let Some(secret) = &request.signing_secret {
+                // Shown once: verify deliveries with it.
+                json["signingSecret"] = secret.to_text().into();
+            }
+            print(&json)
+        }
+        (SubscriptionCommand::SigningSecret(SigningSecretCommand::Rotate(r)), _) => {
+            let secret = SigningSecret::from_flag(&r.signing_secret).map_err(invalid)?;
+            let grace =
+                gridrelay_shared::signing::grace_hours(r.grace_period_hours).map_err(invalid)?;
+            let sub = registry
+                .rotate_signing_secret(&r.topic_name, &r.name, &secret, grace, chrono::Utc::now())
+                .await
+                .map_err(registration_error)?;
+            let mut json = subscription_json(&sub)?;
+            json["signingSecret"] = secret.to_text().into();
+            print(&json)
         }
         (SubscriptionCommand::Show(SubscriptionName { topic_name, name }), _) => {
             let sub = store
@@ -857,7 +913,7 @@ async fn subscription_command(
                 .with_context(|| {
                     format!("event subscription {name} on topic {topic_name} does not exist")
                 })?;
-            print(&serde_json::to_value(&sub)?)
+            print(&subscription_json(&sub)?)
         }
         (SubscriptionCommand::List { topic_name }, _) => {
             existing_topic(store, &topic_name).await?;
@@ -865,7 +921,11 @@ async fn subscription_command(
                 .list_subscriptions(&topic_name)
                 .await
                 .map_err(store_error)?;
-            print(&serde_json::to_value(&subs)?)
+            let subs = subs
+                .iter()
+                .map(subscription_json)
+                .collect::<Result<Vec<_>, _>>()?;
+            print(&serde_json::Value::Array(subs))
         }
         (SubscriptionCommand::Delete(SubscriptionName { topic_name, name }), _) => {
             if !registry
@@ -879,6 +939,14 @@ async fn subscription_command(
         }
         (SubscriptionCommand::Create(_), None) => bail!("subscription was not validated"),
     }
+}
+
+/// A subscription as the command line prints it: its endpoint without credentials or query
+/// string (`***` says they are there), which are kept only in the store.
+fn subscription_json(sub: &Subscription) -> anyhow::Result<serde_json::Value> {
+    let mut json = serde_json::to_value(sub)?;
+    json["endpoint"] = redact_endpoint(&sub.endpoint).into();
+    Ok(json)
 }
 
 fn registration_error(e: RegistrationError) -> anyhow::Error {

@@ -514,20 +514,12 @@ fn local_prints_invocations_and_billed_time_when_it_stops() {
 /// Outbound safety (issue #10, items 1 and 2) at the command line: `event-subscription create`
 /// refuses an endpoint outside the allowed networks at once (exit 2, naming the flag, the host
 /// and why) and stores nothing; against a local stack loopback is allowed with no setting, as
-/// `gridrelay local` allows it; `--allowed-networks` widens it and is itself validated.
+/// `gridrelay local` allows it; `--allowed-networks` widens it and is itself validated. What
+/// it prints of an endpoint has no credentials or query string (item 3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_refuses_endpoints_outside_the_allowed_networks() {
-    let sdk = gridrelay_e2e::sdk_config().await;
-    let prefix = format!("o{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let names = ResourceNames::with_prefix(&prefix);
-    gridrelay_local::provision(&sdk, &names, 5)
-        .await
-        .expect("provision");
+    let names = provisioned_with_orders_topic().await;
     let resources = Some(&names);
-    json(&gridrelay(
-        &["topic", "create", "--name", "orders"],
-        resources,
-    ));
     let create = |name: &'static str, endpoint: &'static str, extra: &[&'static str]| {
         let mut args = vec![
             "event-subscription",
@@ -566,6 +558,41 @@ async fn create_refuses_endpoints_outside_the_allowed_networks() {
     // The local stack (AWS_ENDPOINT_URL on loopback) allows loopback, as `gridrelay local`.
     let local = json(&create("local", "http://127.0.0.1:9/hook", &[]));
     assert_eq!(local["endpoint"], "http://127.0.0.1:9/hook");
+    // Item 3: what the command line prints of an endpoint holds neither its credentials nor
+    // its query string, and says that they are there.
+    let secret = json(&create(
+        "secret",
+        "http://hook-user:s3cret@127.0.0.1:9/hook?code=s3cret",
+        &[],
+    ));
+    assert_eq!(secret["endpoint"], "http://***@127.0.0.1:9/hook?***");
+    for shown in [
+        gridrelay(
+            &[
+                "event-subscription",
+                "show",
+                "--topic-name",
+                "orders",
+                "--name",
+                "secret",
+            ],
+            resources,
+        ),
+        gridrelay(
+            &["event-subscription", "list", "--topic-name", "orders"],
+            resources,
+        ),
+    ] {
+        let out = String::from_utf8_lossy(&shown.stdout).to_string();
+        assert!(
+            shown.status.success() && out.contains("http://***@127.0.0.1:9/hook?***"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("s3cret") && !out.contains("hook-user"),
+            "{out}"
+        );
+    }
     let widened = json(&create(
         "office",
         "http://10.1.2.3/hook",
@@ -583,4 +610,99 @@ async fn create_refuses_endpoints_outside_the_allowed_networks() {
         err.contains("--allowed-networks") && err.contains("10.0.0.0/33"),
         "{err}"
     );
+}
+
+/// Signed deliveries (issue #10, item 4) at the command line: `--signing-secret generate`
+/// prints a new `whsec_` secret once; `signing-secret rotate` prints the next one and keeps the
+/// old one in grace; a bad secret or grace period is refused naming the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_secrets_are_generated_and_rotated_from_the_command_line() {
+    let names = provisioned_with_orders_topic().await;
+    let resources = Some(&names);
+    let base = [
+        "event-subscription",
+        "create",
+        "--topic-name",
+        "orders",
+        "--name",
+        "signed",
+        "--endpoint",
+        "http://127.0.0.1:9/hook",
+        "--signing-secret",
+    ];
+    let bad = gridrelay(&[&base[..], &["whsec_short"]].concat(), resources);
+    let err = stderr(&bad);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--signing-secret") && !err.contains("whsec_short"),
+        "{err}"
+    );
+
+    let created = json(&gridrelay(&[&base[..], &["generate"]].concat(), resources));
+    let first = created["signingSecret"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(first.starts_with("whsec_"), "{created}");
+    assert!(created["signing"]["secretId"].is_string(), "{created}");
+    let shown = gridrelay(
+        &[
+            "event-subscription",
+            "show",
+            "--topic-name",
+            "orders",
+            "--name",
+            "signed",
+        ],
+        resources,
+    );
+    assert!(
+        !String::from_utf8_lossy(&shown.stdout).contains(&first),
+        "show never prints it"
+    );
+
+    let rotate = |extra: &[&str]| {
+        let mut args = vec![
+            "event-subscription",
+            "signing-secret",
+            "rotate",
+            "--topic-name",
+            "orders",
+            "--name",
+            "signed",
+        ];
+        args.extend(extra);
+        gridrelay(&args, resources)
+    };
+    let rotated = json(&rotate(&["--grace-period-hours", "2"]));
+    let second = rotated["signingSecret"].as_str().unwrap_or_default();
+    assert!(second.starts_with("whsec_") && second != first, "{rotated}");
+    let until: chrono::DateTime<chrono::Utc> = rotated["signing"]["previous"]["until"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .expect("the old secret's grace period");
+    let minutes = (until - chrono::Utc::now()).num_minutes();
+    assert!((115..=120).contains(&minutes), "{minutes} minutes of grace");
+    let out = rotate(&["--grace-period-hours", "169"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--grace-period-hours") && err.contains("0 to 168"),
+        "{err}"
+    );
+}
+
+/// Fresh resources of their own, with a topic `orders` made by the command line.
+async fn provisioned_with_orders_topic() -> ResourceNames {
+    let sdk = gridrelay_e2e::sdk_config().await;
+    let prefix = format!("o{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let names = ResourceNames::with_prefix(&prefix);
+    gridrelay_local::provision(&sdk, &names, 5)
+        .await
+        .expect("provision");
+    json(&gridrelay(
+        &["topic", "create", "--name", "orders"],
+        Some(&names),
+    ));
+    names
 }

@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use gridrelay_shared::delivery_attributes::SecretValue;
 
 use crate::{
     Clock, DeliveryStateStore, SecretError, SecretStore, StoreError, SubscriptionStore, Versioned,
@@ -402,7 +403,7 @@ impl SubscriptionStore for CachedSubscriptionStore {
 pub struct CachedSecretStore {
     secrets: Arc<dyn SecretStore>,
     freshness: Freshness,
-    values: Kept<String, String>,
+    values: Kept<String, SecretValue>,
 }
 
 impl CachedSecretStore {
@@ -427,7 +428,7 @@ impl SecretStore for CachedSecretStore {
         forgetting_around(|| self.wrote(), self.secrets.put(name, value)).await
     }
 
-    async fn get(&self, id: &str) -> Result<String, SecretError> {
+    async fn get(&self, id: &str) -> Result<SecretValue, SecretError> {
         let read = async { self.secrets.get(id).await.map(Some) };
         let value = self
             .freshness
@@ -485,7 +486,12 @@ impl DeliveryStateStore for CachedDeliveryState {
                 r.value == EndpointHealth::default()
             })
             .await?;
-        kept.ok_or_else(|| StoreError::Unavailable(format!("no health read for {endpoint}")))
+        kept.ok_or_else(|| {
+            StoreError::Unavailable(format!(
+                "no health read for {}",
+                gridrelay_shared::outbound::redact_endpoint(endpoint)
+            ))
+        })
     }
 
     async fn put_endpoint_health(
@@ -867,14 +873,14 @@ mod tests {
                 .await
                 .unwrap();
             for _ in 0..10 {
-                assert_eq!(cached.get(&id).await.unwrap(), "one");
+                assert_eq!(cached.get(&id).await.unwrap().expose(), "one");
             }
             assert_eq!(secrets.reads(), 1);
             cached
                 .put("gridrelay/orders/audit/x-key", "two")
                 .await
                 .unwrap();
-            assert_eq!(cached.get(&id).await.unwrap(), "two");
+            assert_eq!(cached.get(&id).await.unwrap().expose(), "two");
             clock.advance(TTL);
             cached.get(&id).await.unwrap();
             assert_eq!(secrets.reads(), 3);
@@ -893,7 +899,7 @@ mod tests {
         async fn put(&self, name: &str, value: &str) -> Result<String, SecretError> {
             self.secrets.put(name, value).await
         }
-        async fn get(&self, id: &str) -> Result<String, SecretError> {
+        async fn get(&self, id: &str) -> Result<SecretValue, SecretError> {
             let value = self.secrets.get(id).await;
             let gate = self.gate.lock().unwrap().take();
             if let Some(gate) = gate {
@@ -925,8 +931,16 @@ mod tests {
                 go_on.send(()).unwrap();
             };
             let (old, ()) = futures::join!(read, write);
-            assert_eq!(old.unwrap(), "old", "the read began before the write");
-            assert_eq!(cached.get("s").await.unwrap(), "new", "and was not kept");
+            assert_eq!(
+                old.unwrap().expose(),
+                "old",
+                "the read began before the write"
+            );
+            assert_eq!(
+                cached.get("s").await.unwrap().expose(),
+                "new",
+                "and was not kept"
+            );
         });
     }
 

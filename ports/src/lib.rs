@@ -28,7 +28,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::delivery_attributes::SecretValue;
 use gridrelay_shared::health::EndpointHealth;
+use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::subscription::{Subscription, Topic};
 
 /// Failures of the subscription store.
@@ -261,13 +263,14 @@ pub struct SecretError(pub String);
 pub trait SecretStore: Send + Sync {
     /// Stores `value` under `name` (replacing an older value) and returns the secret's id.
     async fn put(&self, name: &str, value: &str) -> Result<String, SecretError>;
-    async fn get(&self, id: &str) -> Result<String, SecretError>;
+    async fn get(&self, id: &str) -> Result<SecretValue, SecretError>;
     /// Deletes the secret at once; a missing secret is not an error.
     async fn delete(&self, id: &str) -> Result<(), SecretError>;
 }
 
-/// One POST to a subscriber endpoint.
-#[derive(Debug, Clone)]
+/// One POST to a subscriber endpoint. Its `Debug` shows neither the endpoint's credentials
+/// and query nor header values (they may be secret, H1).
+#[derive(Clone)]
 pub struct DeliveryRequest {
     pub endpoint: String,
     pub content_type: &'static str,
@@ -275,13 +278,41 @@ pub struct DeliveryRequest {
     pub headers: Vec<(String, String)>,
 }
 
-/// A validation handshake request: a POST with a body, or an OPTIONS without.
-#[derive(Debug, Clone)]
+/// A validation handshake request: a POST with a body, or an OPTIONS without. `Debug` as
+/// [`DeliveryRequest`]'s.
+#[derive(Clone)]
 pub struct HandshakeRequest {
     pub endpoint: String,
     pub method: HandshakeMethod,
     pub headers: Vec<(String, String)>,
     pub body: Option<(&'static str, String)>,
+}
+
+/// Header names, each with its value hidden.
+fn header_names(headers: &[(String, String)]) -> Vec<(&str, &str)> {
+    headers.iter().map(|(n, _)| (n.as_str(), "***")).collect()
+}
+
+impl std::fmt::Debug for DeliveryRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliveryRequest")
+            .field("endpoint", &redact_endpoint(&self.endpoint))
+            .field("content_type", &self.content_type)
+            .field("body_bytes", &self.body.len())
+            .field("headers", &header_names(&self.headers))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for HandshakeRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandshakeRequest")
+            .field("endpoint", &redact_endpoint(&self.endpoint))
+            .field("method", &self.method)
+            .field("headers", &header_names(&self.headers))
+            .field("body_bytes", &self.body.as_ref().map(|(_, b)| b.len()))
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::delivery_attributes::SecretValue;
 use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
@@ -511,14 +512,14 @@ impl SecretStore for MemorySecretStore {
         Ok(name.to_string())
     }
 
-    async fn get(&self, id: &str) -> Result<String, SecretError> {
+    async fn get(&self, id: &str) -> Result<SecretValue, SecretError> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         self.outage
             .check("in-memory secret store")
             .map_err(SecretError)?;
         lock(&self.secrets)
             .get(id)
-            .cloned()
+            .map(SecretValue::new)
             .ok_or_else(|| SecretError(format!("no secret {id}")))
     }
 

@@ -9,13 +9,15 @@
 use chrono::{DateTime, Utc};
 
 use crate::endpoints::EndpointGate;
-use crate::secret_headers::store_secrets;
+use crate::secret_headers::{secret_ids, store_secrets, store_signing_secret};
 use crate::{
     MessageQueue, OutgoingMessage, SecretError, SecretStore, StoreError, SubscriptionStore,
 };
+use crate::{Update, update_subscription};
 use gridrelay_shared::limits::{LimitError, MAX_SUBSCRIPTIONS_PER_TOPIC};
 use gridrelay_shared::message::DeliveryQueueMessage;
 use gridrelay_shared::message::ValidationTask;
+use gridrelay_shared::signing::{Signing, SigningSecret};
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest};
 use gridrelay_shared::validation::ValidationStep;
 
@@ -87,6 +89,11 @@ impl Registry<'_> {
             self.secret_prefix,
         )
         .await?;
+        if let Some(secret) = &request.signing_secret {
+            let id =
+                store_signing_secret(&sub, secret, self.secrets, self.secret_prefix, now).await?;
+            sub.signing = Some(Signing::new(id));
+        }
         self.store.create_subscription(&sub).await?;
         let task = ValidationTask::new(&sub, ValidationStep::Handshake);
         let ask = DeliveryQueueMessage::Validation(task)
@@ -108,14 +115,55 @@ impl Registry<'_> {
     /// Deletes a subscription and its secrets; whether it existed.
     pub async fn delete(&self, topic: &str, name: &str) -> Result<bool, RegistrationError> {
         let existing = self.store.get_subscription(topic, name).await?;
-        for id in existing
-            .iter()
-            .flat_map(|s| &s.delivery_attribute_mappings)
-            .filter_map(|m| m.secret_id.as_deref())
-        {
+        for id in existing.iter().flat_map(secret_ids) {
             self.secrets.delete(id).await?;
         }
         Ok(self.store.delete_subscription(topic, name).await?)
+    }
+
+    /// Signs the subscription's deliveries with `secret` from now on (signing starts if it did
+    /// not), its current secret signing beside it for `grace`. A secret no longer in use is
+    /// deleted from the secret store. The record as written.
+    pub async fn rotate_signing_secret(
+        &self,
+        topic: &str,
+        name: &str,
+        secret: &SigningSecret,
+        grace: std::time::Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Subscription, RegistrationError> {
+        let sub = self
+            .store
+            .get_subscription(topic, name)
+            .await?
+            .ok_or_else(|| {
+                StoreError::NotFound(format!("event subscription {name} on topic {topic}"))
+            })?;
+        let id = store_signing_secret(&sub, secret, self.secrets, self.secret_prefix, now).await?;
+        let before = secret_ids(&sub)
+            .into_iter()
+            .map(str::to_string)
+            .collect::<Vec<_>>();
+        let update = update_subscription(self.store, sub, |s| {
+            s.signing = Some(match &s.signing {
+                Some(signing) => signing.rotated(id.clone(), now, grace),
+                None => Signing::new(id.clone()),
+            });
+            Ok::<(), ()>(())
+        })
+        .await?;
+        let Update::Written(sub) = update else {
+            self.secrets.delete(&id).await?;
+            return Err(StoreError::NotFound(format!(
+                "event subscription {name} on topic {topic}"
+            ))
+            .into());
+        };
+        let kept = secret_ids(&sub);
+        for dropped in before.iter().filter(|id| !kept.contains(&id.as_str())) {
+            self.secrets.delete(dropped).await?;
+        }
+        Ok(*sub)
     }
 }
 

@@ -1,10 +1,12 @@
-//! Secret delivery header values (H1) in and out of the secret store.
+//! Secret delivery header values (H1) and signing secrets in and out of the secret store.
 //!
 //! The rules of delivery headers are `gridrelay_shared::delivery_attributes`; this is the I/O:
 //! registration puts each secret value in the secret store and keeps only its id on the
 //! record, and `deliver` reads the values back when it sends.
 
+use chrono::{DateTime, Utc};
 use gridrelay_shared::delivery_attributes::{DeliveryAttributeRequest, secret_name};
+use gridrelay_shared::signing::{Signing, SigningSecret, signing_secret_name};
 use gridrelay_shared::subscription::Subscription;
 
 use crate::{SecretError, SecretStore};
@@ -44,7 +46,7 @@ pub async fn resolve_headers(
     for m in &subscription.delivery_attribute_mappings {
         let value = match (&m.value, &m.secret_id) {
             (Some(v), _) => v.clone(),
-            (None, Some(id)) => secrets.get(id).await?,
+            (None, Some(id)) => secrets.get(id).await?.expose().to_string(),
             (None, None) => {
                 return Err(SecretError(format!(
                     "header {} is secret but has no stored value",
@@ -55,4 +57,47 @@ pub async fn resolve_headers(
         headers.push((m.name.clone(), value));
     }
     Ok(headers)
+}
+
+/// Puts a signing secret in the secret store; its id.
+pub async fn store_signing_secret(
+    subscription: &Subscription,
+    secret: &SigningSecret,
+    secrets: &dyn SecretStore,
+    prefix: &str,
+    now: DateTime<Utc>,
+) -> Result<String, SecretError> {
+    let name = signing_secret_name(prefix, &subscription.topic, &subscription.name, now);
+    secrets.put(&name, &secret.to_text()).await
+}
+
+/// The secrets that sign a delivery at `now` (none for a subscription that does not sign).
+pub async fn resolve_signing(
+    subscription: &Subscription,
+    secrets: &dyn SecretStore,
+    now: DateTime<Utc>,
+) -> Result<Vec<SigningSecret>, SecretError> {
+    let Some(signing) = &subscription.signing else {
+        return Ok(Vec::new());
+    };
+    let mut keys = Vec::new();
+    for id in signing.secret_ids_at(now) {
+        let value = secrets.get(id).await?;
+        let key = SigningSecret::parse(value.expose())
+            .map_err(|_| SecretError(format!("signing secret {id} is not a whsec_ value")))?;
+        keys.push(key);
+    }
+    Ok(keys)
+}
+
+/// Every secret id a subscription's record holds: its headers' and its signing secrets'.
+pub fn secret_ids(subscription: &Subscription) -> Vec<&str> {
+    let headers = subscription
+        .delivery_attribute_mappings
+        .iter()
+        .filter_map(|m| m.secret_id.as_deref());
+    let signing = subscription.signing.iter().flat_map(|s: &Signing| {
+        std::iter::once(s.secret_id.as_str()).chain(s.previous.iter().map(|p| p.secret_id.as_str()))
+    });
+    headers.chain(signing).collect()
 }

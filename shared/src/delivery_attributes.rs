@@ -70,6 +70,29 @@ impl std::fmt::Debug for DeliveryAttributeRequest {
     }
 }
 
+/// A secret header value read back from the secret store. Its `Debug` prints `<secret>`, and
+/// it has no `Display` or `Serialize`: the value leaves it only through [`SecretValue::expose`],
+/// where a request is built.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretValue(String);
+
+impl SecretValue {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value itself, to put in a request.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretValue(<secret>)")
+    }
+}
+
 impl DeliveryAttributeRequest {
     /// Parses the words of one flag: `NAME static VALUE [secret|true|false]`.
     pub fn parse(words: &[String]) -> Result<Self, LimitError> {
@@ -269,5 +292,16 @@ mod tests {
             },
         ];
         assert!(check_all(&twice).is_err());
+    }
+
+    #[test]
+    fn a_secret_value_is_never_printed_by_debug() {
+        let v = SecretValue::new("Bearer s3cret");
+        assert_eq!(format!("{v:?}"), "SecretValue(<secret>)");
+        assert_eq!(
+            format!("{:?}", Some(vec![v.clone()])),
+            "Some([SecretValue(<secret>)])"
+        );
+        assert_eq!(v.expose(), "Bearer s3cret");
     }
 }

@@ -35,6 +35,7 @@ pub mod readable;
 pub mod sas;
 pub mod schedule;
 pub mod schema;
+pub mod signing;
 pub mod subscription;
 pub mod time_scale;
 pub mod validation;

@@ -283,6 +283,35 @@ pub fn endpoint_target(endpoint: &str) -> Result<(Transport, Host, u16), LimitEr
     Ok((transport, host, port))
 }
 
+/// An endpoint URL as logs, error details and `show` may print it: credentials (`user:pass@`)
+/// and the query string, where webhook URLs carry their secrets, are replaced with `***`, so
+/// it still says that they are there; the fragment (never sent) is dropped.
+pub fn redact_endpoint(endpoint: &str) -> String {
+    let Ok(url) = url::Url::parse(endpoint) else {
+        return "(an endpoint URL that cannot be read)".to_string();
+    };
+    let credentials = if url.username().is_empty() && url.password().is_none() {
+        ""
+    } else {
+        "***@"
+    };
+    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+    let query = if url.query().is_some() { "?***" } else { "" };
+    format!(
+        "{}://{credentials}{}{port}{}{query}",
+        url.scheme(),
+        url.host_str().unwrap_or_default(),
+        url.path()
+    )
+}
+
+/// A stable key for an endpoint that does not hold its URL (which may hold credentials): the
+/// SHA-256 of the URL, hex. Endpoint health is stored under it.
+pub fn endpoint_digest(endpoint: &str) -> String {
+    use sha2::Digest;
+    crate::validation::hex(&sha2::Sha256::digest(endpoint.as_bytes()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -461,6 +490,40 @@ mod tests {
             office.check(Transport::Http, "203.0.113.40".parse().unwrap()),
             Ok(())
         );
+    }
+
+    #[test]
+    fn endpoints_are_printed_without_credentials_or_query() {
+        for (endpoint, shown) in [
+            (
+                "https://user:pa%40ss@hooks.example.com:8443/in?code=s3cret#frag",
+                "https://***@hooks.example.com:8443/in?***",
+            ),
+            (
+                "https://hooks.example.com/in?sig=abc",
+                "https://hooks.example.com/in?***",
+            ),
+            (
+                "https://token@hooks.example.com/",
+                "https://***@hooks.example.com/",
+            ),
+            ("http://[::1]:9/hook", "http://[::1]:9/hook"),
+            (
+                "https://hooks.example.com/in",
+                "https://hooks.example.com/in",
+            ),
+            ("not a url s3cret", "(an endpoint URL that cannot be read)"),
+        ] {
+            let redacted = redact_endpoint(endpoint);
+            assert_eq!(redacted, shown);
+            assert!(
+                !redacted.contains("s3cret") && !redacted.contains("pa"),
+                "{redacted}"
+            );
+        }
+        let digest = endpoint_digest("https://u:s3cret@hooks.example.com/?code=s3cret");
+        assert_eq!(digest.len(), 64);
+        assert_ne!(digest, endpoint_digest("https://hooks.example.com/"));
     }
 
     #[test]

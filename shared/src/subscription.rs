@@ -15,6 +15,7 @@ use crate::limits::{
     PREFERRED_BATCH_SIZE_KB, check_range, validate_subscription_name, validate_topic_name,
 };
 use crate::schema::{DeliverySchema, InputMapping, InputSchema};
+use crate::signing::{Signing, SigningSecret};
 use crate::validation::{Provisioning, ProvisioningState};
 
 /// A topic: a named publish endpoint with two keys (either one authorizes a publish).
@@ -253,6 +254,9 @@ pub struct Subscription {
     /// H1: headers sent with every delivery (secret values are in the secret store).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delivery_attribute_mappings: Vec<DeliveryAttributeMapping>,
+    /// Signed deliveries (Standard Webhooks): the ids of its signing secrets in the secret store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing: Option<Signing>,
     /// Whether its endpoint agreed to receive events (the validation handshake). A record
     /// without one was never validated, and receives nothing.
     #[serde(default = "Provisioning::unrecorded")]
@@ -286,6 +290,8 @@ pub struct SubscriptionRequest {
     pub event_delivery_schema: Option<String>,
     /// H1: delivery headers.
     pub delivery_attributes: Vec<DeliveryAttributeRequest>,
+    /// Sign every delivery with this secret (Standard Webhooks); registration stores it.
+    pub signing_secret: Option<SigningSecret>,
 }
 
 impl SubscriptionRequest {
@@ -336,6 +342,8 @@ impl SubscriptionRequest {
             filter: self.filter.clone(),
             event_delivery_schema,
             delivery_attribute_mappings: delivery_attributes::mappings(&self.delivery_attributes),
+            // Set by registration once the secret is stored.
+            signing: None,
             provisioning: Provisioning::creating(),
             created_at: now,
         })

@@ -22,7 +22,7 @@ const BOOKING_TRIES: usize = 8;
 const EXPIRED_LEASES_PER_WRITE: usize = 50;
 
 /// Endpoint health, late successes and delivery cap allowances in one DynamoDB table: partition
-/// key `pk` (`endpoint#URL`, `late#ATTEMPT`, `rate#SUBSCRIPTION` or `slots#SUBSCRIPTION`), times as epoch milliseconds, `expiresAt` (epoch seconds) as the
+/// key `pk` (`endpoint#SHA-256 OF THE URL`, `late#ATTEMPT`, `rate#SUBSCRIPTION` or `slots#SUBSCRIPTION`), times as epoch milliseconds, `expiresAt` (epoch seconds) as the
 /// table's TTL attribute.
 #[derive(Debug, Clone)]
 pub struct DynamoDeliveryStateStore {
@@ -48,7 +48,11 @@ fn key(pk: String) -> HashMap<String, AttributeValue> {
 }
 
 fn endpoint_key(endpoint: &str) -> HashMap<String, AttributeValue> {
-    key(format!("endpoint#{endpoint}"))
+    // The URL's digest, not the URL: it may carry credentials in its userinfo or query.
+    key(format!(
+        "endpoint#{}",
+        gridrelay_shared::outbound::endpoint_digest(endpoint)
+    ))
 }
 
 fn millis(t: DateTime<Utc>) -> AttributeValue {

@@ -2,6 +2,7 @@ use async_trait::async_trait;
 
 use super::describe_error;
 use gridrelay_ports::{SecretError, SecretStore};
+use gridrelay_shared::delivery_attributes::SecretValue;
 
 /// Secret delivery header values in AWS Secrets Manager, one secret each.
 #[derive(Debug, Clone)]
@@ -50,7 +51,7 @@ impl SecretStore for SecretsManagerStore {
         }
     }
 
-    async fn get(&self, id: &str) -> Result<String, SecretError> {
+    async fn get(&self, id: &str) -> Result<SecretValue, SecretError> {
         let out = self
             .client
             .get_secret_value()
@@ -59,7 +60,7 @@ impl SecretStore for SecretsManagerStore {
             .await
             .map_err(|e| SecretError(describe_error(&e)))?;
         out.secret_string()
-            .map(str::to_string)
+            .map(SecretValue::new)
             .ok_or_else(|| SecretError(format!("secret {id} holds no string")))
     }
 

@@ -161,3 +161,19 @@ pub async fn burst(sender: &HttpEventSender, endpoint: &str, requests: usize) ->
         .collect()
         .await
 }
+
+/// Sends one delivery of an empty array to `endpoint`; what came of it.
+pub async fn deliver_empty(
+    sender: &HttpEventSender,
+    endpoint: &str,
+) -> gridrelay_shared::classify::AttemptResult {
+    sender
+        .send(DeliveryRequest {
+            endpoint: endpoint.to_string(),
+            content_type: "application/json",
+            body: "[]".into(),
+            headers: Vec::new(),
+        })
+        .await
+        .result
+}

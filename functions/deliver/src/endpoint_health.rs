@@ -16,6 +16,7 @@ use gridrelay_shared::classify::{AttemptResult, DeliveryOutcome};
 use gridrelay_shared::delivery::hold;
 use gridrelay_shared::health::{EndpointHealth, Gate};
 use gridrelay_shared::message::DeliveryHistory;
+use gridrelay_shared::outbound::redact_endpoint;
 use tracing::{info, warn};
 
 use crate::{Attempted, Deliver, Group, Pending, Plan};
@@ -92,7 +93,7 @@ impl Deliver {
             let health = match self.state.endpoint_health(endpoint).await {
                 Ok(h) => h.value,
                 Err(e) => {
-                    warn!(endpoint, error = %e, "endpoint health unreadable; delivering as if healthy");
+                    warn!(endpoint = %redact_endpoint(endpoint), error = %e, "endpoint health unreadable; delivering as if healthy");
                     EndpointHealth::default()
                 }
             };
@@ -109,7 +110,7 @@ impl Deliver {
                         },
                         Ok(false) => EndpointGate::Closed(recheck.min(lease)),
                         Err(e) => {
-                            warn!(endpoint, error = %e, "probe lease unavailable; waiting");
+                            warn!(endpoint = %redact_endpoint(endpoint), error = %e, "probe lease unavailable; waiting");
                             EndpointGate::Closed(recheck.min(lease))
                         }
                     }
@@ -219,12 +220,12 @@ impl Deliver {
             match update_endpoint_health(self.state.as_ref(), endpoint, now, change).await {
                 Ok((before, after)) => {
                     if after.is_delayed() && !before.is_delayed() {
-                        warn!(endpoint, failures = after.consecutive_failures, delayed_until = ?after.delayed_until, "endpoint keeps failing: delivery to it is delayed (D1)");
+                        warn!(endpoint = %redact_endpoint(endpoint), failures = after.consecutive_failures, delayed_until = ?after.delayed_until, "endpoint keeps failing: delivery to it is delayed (D1)");
                     } else if succeeded && before.is_delayed() {
-                        info!(endpoint, "endpoint recovered: delayed delivery ends");
+                        info!(endpoint = %redact_endpoint(endpoint), "endpoint recovered: delayed delivery ends");
                     }
                 }
-                Err(e) => warn!(endpoint, error = %e, "could not record endpoint health"),
+                Err(e) => warn!(endpoint = %redact_endpoint(endpoint), error = %e, "could not record endpoint health"),
             }
         });
         futures::future::join_all(writes).await;

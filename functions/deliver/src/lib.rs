@@ -25,7 +25,7 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::failed_receipts;
 use gridrelay_adapters::http_sender::{HttpClientError, HttpEventSender, SenderConfig};
-use gridrelay_ports::secret_headers::resolve_headers;
+use gridrelay_ports::secret_headers::{resolve_headers, resolve_signing};
 use gridrelay_ports::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue,
     OutgoingMessage, SecretStore, SentAttempt, SubscriptionStore, back_off,
@@ -45,6 +45,7 @@ use gridrelay_shared::message::{
 use gridrelay_shared::outbound::OutboundPolicy;
 use gridrelay_shared::schedule::RetrySchedule;
 use gridrelay_shared::schema::{DeliverySchema, delivery_body};
+use gridrelay_shared::signing::{SigningSecret, signature_header, webhook_id};
 use gridrelay_shared::subscription::Subscription;
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
@@ -172,8 +173,16 @@ pub struct Deliver {
     pub settings: DeliverySettings,
 }
 
-/// Delivery headers resolved for one invocation (H1), or why they could not be.
-type Headers = Arc<Result<Vec<(String, String)>, String>>;
+/// Delivery headers (H1) and signing secrets resolved for one invocation, or why they could
+/// not be.
+type Headers = Arc<Result<Resolved, String>>;
+
+/// What a subscription's secrets resolve to for one invocation.
+struct Resolved {
+    headers: Vec<(String, String)>,
+    /// The secrets its deliveries are signed with (none: not signed).
+    signing: Vec<SigningSecret>,
+}
 
 /// A subscription as read for one invocation, with its delivery headers resolved (H1).
 struct Target {
@@ -408,6 +417,17 @@ fn push_encoded(
 }
 
 impl Deliver {
+    /// A subscription's delivery headers and signing secrets, read from the secret store.
+    async fn resolve_secrets(&self, sub: &Subscription) -> Result<Resolved, String> {
+        let headers = resolve_headers(sub, self.secrets.as_ref())
+            .await
+            .map_err(|e| format!("a delivery header could not be read: {e}"))?;
+        let signing = resolve_signing(sub, self.secrets.as_ref(), self.clock.now())
+            .await
+            .map_err(|e| format!("a signing secret could not be read: {e}"))?;
+        Ok(Resolved { headers, signing })
+    }
+
     /// Handles one batch of delivery queue messages, with no deadline but the attempts' own
     /// timeouts.
     pub async fn handle(&self, event: SqsEvent) -> DeliverOutcome {
@@ -562,11 +582,7 @@ impl Deliver {
                 // Item 2: an unreadable secret is the subscription's problem, settled as a
                 // failed attempt of its events, not a failure of the records around them.
                 Ok(Some(sub)) => Ok(Some(Target {
-                    headers: Arc::new(
-                        resolve_headers(&sub, self.secrets.as_ref())
-                            .await
-                            .map_err(|e| format!("a delivery header could not be read: {e}")),
-                    ),
+                    headers: Arc::new(self.resolve_secrets(&sub).await),
                     subscription: Arc::new(sub),
                 })),
                 Ok(None) => Ok(None),
@@ -797,9 +813,9 @@ impl Deliver {
             }
             let time = self.clock.now();
             let sent = match group.headers.as_ref() {
-                Ok(headers) => {
+                Ok(resolved) => {
                     self.sender
-                        .send(delivery_request(group, headers, &events))
+                        .send(delivery_request(group, resolved, &events, time))
                         .await
                 }
                 Err(why) => SentAttempt::not_sent(why.clone()),
@@ -948,16 +964,28 @@ impl Deliver {
     }
 }
 
-/// The request for one batch, in the subscription's schema, with Event Grid's headers and the
-/// subscription's own.
+/// The request for one batch, in the subscription's schema, with Event Grid's headers, the
+/// subscription's own, and its Standard Webhooks signature when it signs (the id the same for
+/// every attempt of these events, the timestamp `now`).
 fn delivery_request(
     group: &Group,
-    headers: &[(String, String)],
+    resolved: &Resolved,
     events: &[Pending],
+    now: DateTime<Utc>,
 ) -> DeliveryRequest {
     let sub = &group.subscription;
     let (content_type, body) =
         delivery_body(events.iter().map(|p| &*p.event.event), group.history.schema);
+    let signature = (!resolved.signing.is_empty()).then(|| {
+        let id = webhook_id(&sub.id, events.iter().map(|p| p.event.event.get()));
+        let timestamp = now.timestamp();
+        let signature = signature_header(&resolved.signing, &id, timestamp, body.as_bytes());
+        [
+            ("webhook-id".to_string(), id),
+            ("webhook-timestamp".to_string(), timestamp.to_string()),
+            ("webhook-signature".to_string(), signature),
+        ]
+    });
     DeliveryRequest {
         endpoint: sub.endpoint.clone(),
         content_type,
@@ -972,7 +1000,8 @@ fn delivery_request(
             ("aeg-metadata-version".into(), "1".to_string()),
         ]
         .into_iter()
-        .chain(headers.iter().cloned())
+        .chain(resolved.headers.iter().cloned())
+        .chain(signature.into_iter().flatten())
         .collect(),
     }
 }
