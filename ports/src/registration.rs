@@ -210,4 +210,67 @@ mod tests {
             assert_eq!(store.list_subscriptions("orders").await.unwrap().len(), 500);
         });
     }
+
+    /// Issue #10, item 4: a signing secret is kept while a record names it, so a warm
+    /// function signing with a record it read before a rotation still finds it; the secret a
+    /// second rotation pushes off the record is deleted, and deleting the subscription deletes
+    /// the rest.
+    #[test]
+    fn rotation_keeps_the_secrets_a_record_names_and_deletes_the_one_it_drops() {
+        let t0 = chrono::Utc::now();
+        let store = MemorySubscriptionStore::default();
+        let secrets = MemorySecretStore::default();
+        let queue = MemoryQueue::new(Arc::new(ManualClock::new(t0)));
+        let registry = Registry {
+            store: &store,
+            secrets: &secrets,
+            secret_prefix: "gridrelay",
+            delivery_queue: &queue,
+            endpoints: &crate::endpoints::AnyEndpoint,
+        };
+        let later = |ms| t0 + chrono::Duration::milliseconds(ms);
+        futures::executor::block_on(async {
+            store
+                .create_topic(&Topic::with_new_keys("orders", t0))
+                .await
+                .unwrap();
+            let sub = registry
+                .register(
+                    &SubscriptionRequest {
+                        topic: "orders".into(),
+                        name: "signed".into(),
+                        endpoint: "https://example.com/in".into(),
+                        signing_secret: Some(SigningSecret::generate()),
+                        ..SubscriptionRequest::default()
+                    },
+                    t0,
+                )
+                .await
+                .unwrap();
+            let first = sub.signing.unwrap().secret_id;
+            let next = SigningSecret::generate();
+            let rotate = |at| {
+                registry.rotate_signing_secret(
+                    "orders",
+                    "signed",
+                    &next,
+                    std::time::Duration::ZERO,
+                    at,
+                )
+            };
+            let second = rotate(later(1)).await.unwrap().signing.unwrap();
+            assert_eq!(second.previous.as_ref().unwrap().secret_id, first);
+            assert!(
+                secrets.get(&first).await.is_ok(),
+                "still named by the record"
+            );
+            let third = rotate(later(2)).await.unwrap().signing.unwrap();
+            assert!(secrets.get(&first).await.is_err(), "dropped: deleted");
+            assert!(secrets.get(&second.secret_id).await.is_ok());
+            assert!(secrets.get(&third.secret_id).await.is_ok());
+            assert!(registry.delete("orders", "signed").await.unwrap());
+            assert!(secrets.get(&second.secret_id).await.is_err());
+            assert!(secrets.get(&third.secret_id).await.is_err());
+        });
+    }
 }

@@ -81,11 +81,23 @@ pub async fn resolve_signing(
         return Ok(Vec::new());
     };
     let mut keys = Vec::new();
-    for id in signing.secret_ids_at(now) {
-        let value = secrets.get(id).await?;
-        let key = SigningSecret::parse(value.expose())
-            .map_err(|_| SecretError(format!("signing secret {id} is not a whsec_ value")))?;
-        keys.push(key);
+    for (i, id) in signing.secret_ids_at(now).into_iter().enumerate() {
+        let read = secrets.get(id).await.and_then(|value| {
+            SigningSecret::parse(value.expose())
+                .map_err(|_| SecretError(format!("signing secret {id} is not a whsec_ value")))
+        });
+        match read {
+            Ok(key) => keys.push(key),
+            // The current secret signs every delivery: without it nothing is sent.
+            Err(e) if i == 0 => return Err(e),
+            // A rotated-out secret a newer rotation removed meanwhile: the current one signs.
+            Err(e) => tracing::warn!(
+                topic = %subscription.topic,
+                subscription = %subscription.name,
+                error = %e,
+                "the previous signing secret could not be read; signing with the current one"
+            ),
+        }
     }
     Ok(keys)
 }

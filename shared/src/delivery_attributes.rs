@@ -25,6 +25,10 @@ const RESERVED: &[&str] = &[
     "webhook-request-origin",
     "webhook-request-callback",
     "webhook-request-rate",
+    // Standard Webhooks signing (`crate::signing`).
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
 ];
 
 /// One delivery header of a subscription, as stored.

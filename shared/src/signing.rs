@@ -175,7 +175,9 @@ impl Signing {
     }
 
     /// After a rotation to `new_secret_id` at `now`: the current secret signs beside it for
-    /// `grace`; a previous one whose grace is over, or that a zero grace replaces, is gone.
+    /// `grace` (with no grace, not at all), and stays on the record until the next rotation,
+    /// so it is not deleted while a warm function may still sign with it; the secret it
+    /// replaces as previous is dropped.
     pub fn rotated(
         &self,
         new_secret_id: impl Into<String>,
@@ -185,7 +187,7 @@ impl Signing {
         let until = now + chrono::Duration::from_std(grace).unwrap_or(chrono::Duration::zero());
         Self {
             secret_id: new_secret_id.into(),
-            previous: (until > now).then(|| PreviousSecret {
+            previous: Some(PreviousSecret {
                 secret_id: self.secret_id.clone(),
                 until,
             }),
@@ -281,9 +283,11 @@ mod tests {
             signing.secret_ids_at(t0 + chrono::Duration::hours(24)),
             vec!["new"]
         );
-        // A rotation without grace drops the old secret at once.
+        // A rotation without grace stops signing with the old secret at once (it stays on the
+        // record, to be deleted at the next rotation).
         let at_once = Signing::new("old").rotated("new", t0, Duration::ZERO);
-        assert_eq!(at_once.previous, None);
+        assert_eq!(at_once.secret_ids_at(t0), vec!["new"]);
+        assert!(at_once.previous.is_some());
         // Two rotations in a row: only the last replaced secret stays in grace.
         let twice = signing.rotated("newer", t0, DEFAULT_GRACE);
         assert_eq!(twice.secret_ids_at(t0), vec!["newer", "new"]);

@@ -357,10 +357,11 @@ pub fn new_subscription_id() -> String {
 
 /// A webhook endpoint must be an absolute http or https URL with a host.
 pub fn validate_endpoint(text: &str) -> Result<String, LimitError> {
+    // Never the URL as given: it may hold credentials.
     let invalid = || {
         LimitError::new(
             "endpoint",
-            format!("{text:?}"),
+            format!("{:?}", crate::outbound::redact_endpoint(text)),
             "an absolute http:// or https:// URL",
         )
     };

@@ -76,7 +76,7 @@ async fn a_rotated_secret_signs_beside_the_new_one_until_its_grace_period_ends()
     .await;
 
     let new = SigningSecret::generate();
-    let grace = Duration::from_secs(3);
+    let grace = Duration::from_secs(8);
     let rotated = sys
         .registry()
         .rotate_signing_secret("orders", "rotating", &new, grace, chrono::Utc::now())
