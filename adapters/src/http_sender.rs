@@ -26,7 +26,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::descriptors::NoDescriptorToSpare;
 use crate::descriptors::{DescriptorGuard, GuardedConnector, process_limit};
-use crate::outbound::{OutboundConnector, SystemResolver, Unresolved, refusal_in};
+use crate::outbound::{OutboundConnector, SystemResolver, Unresolved};
 use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::{
     DeliveryRequest, EventSender, HandshakeMethod, HandshakeReply, HandshakeRequest, LateAnswer,
@@ -35,7 +35,8 @@ use gridrelay_ports::{
 use gridrelay_shared::classify::{AttemptResult, parse_retry_after};
 use gridrelay_shared::outbound::{OutboundPolicy, Refusal};
 
-type HyperClient = Client<HttpsConnector<GuardedConnector<OutboundConnector>>, Full<Bytes>>;
+type Connector = HttpsConnector<GuardedConnector<OutboundConnector>>;
+type HyperClient = Client<Connector, Full<Bytes>>;
 
 #[derive(Debug, Clone)]
 pub struct HttpEventSender {
@@ -53,11 +54,10 @@ pub struct HttpClientError(String);
 #[derive(Debug)]
 struct ConnectionPool {
     client: RwLock<HyperClient>,
-    tls: rustls::ClientConfig,
+    /// What every client built connects with (TLS, the descriptor guard, the outbound policy).
+    connector: Connector,
     idle_per_host: usize,
     guard: DescriptorGuard,
-    policy: Arc<OutboundPolicy>,
-    resolver: Arc<dyn AddressResolver>,
     flushed_at: Mutex<Option<Instant>>,
 }
 
@@ -97,31 +97,13 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 const USER_AGENT_VALUE: &str = concat!("gridrelay/", env!("CARGO_PKG_VERSION"));
 
 impl ConnectionPool {
-    fn build(&self) -> HyperClient {
-        Self::client(
-            &self.tls,
-            self.idle_per_host,
-            &self.guard,
-            OutboundConnector::new(self.policy.clone(), self.resolver.clone()),
-        )
-    }
-
-    fn client(
-        tls: &rustls::ClientConfig,
-        idle_per_host: usize,
-        guard: &DescriptorGuard,
-        outbound: OutboundConnector,
-    ) -> HyperClient {
-        let connector = HttpsConnectorBuilder::new()
-            .with_tls_config(tls.clone())
-            .https_or_http()
-            .enable_all_versions()
-            .wrap_connector(GuardedConnector::new(guard.clone(), outbound));
+    /// A client with a pool of its own (none of the current one's connections).
+    fn client(connector: &Connector, idle_per_host: usize) -> HyperClient {
         Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(IDLE_TIMEOUT)
             .pool_max_idle_per_host(idle_per_host)
-            .build(connector)
+            .build(connector.clone())
     }
 
     /// Sends `request` on the current client, or on a new one if a connection asked for the
@@ -133,7 +115,7 @@ impl ConnectionPool {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             if flushed_at.is_none_or(|at| at.elapsed() >= FLUSH_EVERY) {
-                let client = self.build();
+                let client = Self::client(&self.connector, self.idle_per_host);
                 *self.client.write().unwrap_or_else(PoisonError::into_inner) = client;
                 *flushed_at = Some(Instant::now());
                 tracing::warn!("file descriptors running short: idle endpoint connections closed");
@@ -156,21 +138,18 @@ impl HttpEventSender {
         let tls = rustls::ClientConfig::with_platform_verifier()
             .map_err(|e| HttpClientError(e.to_string()))?;
         let guard = DescriptorGuard::new(config.descriptor_limit);
-        let policy = Arc::new(config.policy);
-        let outbound = OutboundConnector::new(policy.clone(), config.resolver.clone());
+        let outbound = OutboundConnector::new(Arc::new(config.policy), config.resolver);
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(GuardedConnector::new(guard.clone(), outbound));
         Ok(Self {
             pool: Arc::new(ConnectionPool {
-                client: RwLock::new(ConnectionPool::client(
-                    &tls,
-                    config.idle_per_host,
-                    &guard,
-                    outbound,
-                )),
-                tls,
+                client: RwLock::new(ConnectionPool::client(&connector, config.idle_per_host)),
+                connector,
                 idle_per_host: config.idle_per_host,
                 guard,
-                policy,
-                resolver: config.resolver,
                 flushed_at: Mutex::new(None),
             }),
             timeout: config.timeout,
@@ -328,12 +307,7 @@ impl EventSender for HttpEventSender {
         let exchange = async move {
             let response = match tokio::time::timeout_at(deadline, response).await {
                 Ok(Ok(response)) => response,
-                Ok(Err(e)) => {
-                    return SentAttempt::of(match refusal_in(&e) {
-                        Some(refusal) => AttemptResult::Refused(refusal.to_string()),
-                        None => AttemptResult::ConnectionFailed(in_words(&e)),
-                    });
-                }
+                Ok(Err(e)) => return SentAttempt::of(failed_attempt(&e)),
                 Err(_) => return SentAttempt::of(AttemptResult::TimedOut),
             };
             let status = response.status().as_u16();
@@ -406,6 +380,34 @@ impl EventSender for HttpEventSender {
 /// dropped) or to a handshake (the part the code is looked for in).
 pub const MAX_ANSWER_BODY: usize = 64 * 1024;
 
+/// `e` and everything under it: its sources, and what I/O errors wrap (TLS failures come as
+/// an I/O error inside an I/O error, and an I/O error's `source` skips what it wraps).
+fn causes<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    let mut pending = vec![e];
+    std::iter::from_fn(move || {
+        let err = pending.pop()?;
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            pending.push(inner);
+        }
+        pending.extend(err.source());
+        Some(err)
+    })
+}
+
+/// A request that got no answer as a failed attempt: refused by the outbound policy, or a
+/// connection that failed, told [`in_words`].
+fn failed_attempt(e: &(dyn std::error::Error + 'static)) -> AttemptResult {
+    match causes(e).find_map(|c| c.downcast_ref::<Refusal>()) {
+        Some(refusal) => AttemptResult::Refused(refusal.to_string()),
+        None => AttemptResult::ConnectionFailed(in_words(e)),
+    }
+}
+
 /// What kept a request from its answer, in words a user can act on (a handshake's stored
 /// detail, a failed attempt's log line): the outbound policy's refusal, a name that does not
 /// resolve, TLS's reason, a refused or broken connection. Never the client's internal error
@@ -414,10 +416,7 @@ fn in_words(e: &(dyn std::error::Error + 'static)) -> String {
     use std::io::ErrorKind::*;
     let mut io_kind = None;
     let mut incomplete = false;
-    // The sources, and what I/O errors wrap (TLS failures come as an I/O error inside an I/O
-    // error, and an I/O error's `source` skips what it wraps).
-    let mut pending = vec![e];
-    while let Some(err) = pending.pop() {
+    for err in causes(e) {
         if let Some(refusal) = err.downcast_ref::<Refusal>() {
             return refusal.to_string();
         }
@@ -430,18 +429,14 @@ fn in_words(e: &(dyn std::error::Error + 'static)) -> String {
         if let Some(tls) = err.downcast_ref::<rustls::Error>() {
             return format!("TLS error: {tls}");
         }
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if io.kind() != Other {
-                io_kind.get_or_insert(io.kind());
-            }
-            if let Some(inner) = io.get_ref() {
-                pending.push(inner);
-            }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() != Other
+        {
+            io_kind.get_or_insert(io.kind());
         }
         if let Some(h) = err.downcast_ref::<hyper::Error>() {
             incomplete |= h.is_incomplete_message() || h.is_canceled();
         }
-        pending.extend(err.source());
     }
     match io_kind {
         Some(ConnectionRefused) => "the endpoint refused the connection",

@@ -6,10 +6,11 @@
 //! [`OutboundPolicy`], and hands `hyper`'s TCP connector only the addresses that passed, as
 //! its resolver's answer, so nothing resolves the name a second time: what was checked is
 //! what is connected to, whatever the name's DNS says by then (rebinding), and the TCP
-//! connector still races IPv6 and IPv4 and falls back to the next address as it would. TLS still verifies and
-//! names the server by the URL's host (the TLS layer wraps this connector). A host whose
-//! addresses are all refused fails with the [`Refusal`], which the sender reports as a refused
-//! attempt ([`gridrelay_shared::classify::AttemptResult::Refused`]).
+//! connector still races IPv6 and IPv4 and falls back to the next address as it would. TLS
+//! still verifies and names the server by the URL's host (the TLS layer wraps this
+//! connector). A host whose addresses are all refused fails with the policy's
+//! [`gridrelay_shared::outbound::Refusal`], which the sender reports as a refused attempt
+//! ([`gridrelay_shared::classify::AttemptResult::Refused`]).
 
 use std::convert::Infallible;
 use std::future::{Future, Ready, ready};
@@ -28,7 +29,7 @@ use tokio::net::TcpStream;
 
 use crate::descriptors::BoxError;
 use gridrelay_ports::endpoints::AddressResolver;
-use gridrelay_shared::outbound::{Host, OutboundPolicy, Refusal, Transport, parse_host};
+use gridrelay_shared::outbound::{OutboundPolicy, endpoint_target};
 
 /// The system's resolver (`getaddrinfo`, as the HTTP client's own would be).
 #[derive(Debug, Clone, Copy, Default)]
@@ -106,57 +107,24 @@ impl tower_service::Service<Uri> for OutboundConnector {
         let policy = self.policy.clone();
         let resolver = self.resolver.clone();
         Box::pin(async move {
-            let transport = match dst.scheme_str() {
-                Some("https") => Transport::Https,
-                _ => Transport::Http,
-            };
-            let port = dst.port_u16().unwrap_or(match transport {
-                Transport::Https => 443,
-                Transport::Http => 80,
-            });
-            let host = dst
-                .host()
-                .and_then(parse_host)
-                .ok_or("the endpoint has no valid host")?;
-            let addresses = match host {
-                Host::Address(ip) => vec![ip],
-                Host::Name(name) => resolver.resolve(&name, port).await.map_err(Unresolved)?,
-            };
+            let (transport, host, port) = endpoint_target(&dst.to_string())?;
+            let addresses = resolver.addresses(&host, port).await.map_err(Unresolved)?;
             // Addresses the policy refuses are never connected to; the others are.
-            let mut refused = None;
-            let allowed: Vec<SocketAddr> = addresses
-                .into_iter()
-                .filter(|&ip| match policy.check(transport, ip) {
-                    Ok(()) => true,
-                    Err(refusal) => {
-                        refused.get_or_insert(refusal);
-                        false
-                    }
-                })
-                .map(|ip| SocketAddr::new(ip, port))
-                .collect();
+            let (allowed, refused) = policy.sort(transport, addresses);
             if allowed.is_empty() {
                 return Err(match refused {
-                    Some(refusal) => Box::new(refusal) as BoxError,
+                    Some((_, refusal)) => Box::new(refusal) as BoxError,
                     None => Box::new(Unresolved("it resolves to no address".into())),
                 });
             }
+            let allowed = allowed
+                .into_iter()
+                .map(|ip| SocketAddr::new(ip, port))
+                .collect();
             // A host in a standard spelling is an address the TCP connector reads as the one
             // checked; any other host goes to `CheckedAddresses`, never to DNS.
             let mut tcp = tcp(allowed);
             Ok(tcp.call(dst).await?)
         })
     }
-}
-
-/// The refusal in `e`'s chain of sources, if a connection was refused by the policy.
-pub fn refusal_in(e: &(dyn std::error::Error + 'static)) -> Option<Refusal> {
-    let mut current = Some(e);
-    while let Some(e) = current {
-        if let Some(refusal) = e.downcast_ref::<Refusal>() {
-            return Some(*refusal);
-        }
-        current = e.source();
-    }
-    None
 }

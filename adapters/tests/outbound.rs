@@ -23,6 +23,14 @@ fn sender(allowed: &str, resolver: Option<Arc<MemoryResolver>>) -> HttpEventSend
     HttpEventSender::new(config).unwrap()
 }
 
+/// The port of a sink's `http://ADDRESS:PORT/hook` URL.
+fn port_of(url: &str) -> u16 {
+    url.rsplit_once(':')
+        .and_then(|(_, p)| p.strip_suffix("/hook"))
+        .and_then(|p| p.parse().ok())
+        .expect("a sink URL")
+}
+
 fn refused_because(result: &AttemptResult, why: &str) -> bool {
     matches!(result, AttemptResult::Refused(text) if text.starts_with("refused:") && text.contains(why))
 }
@@ -33,11 +41,7 @@ fn refused_because(result: &AttemptResult, why: &str) -> bool {
 #[tokio::test]
 async fn every_spelling_of_loopback_is_refused_before_connecting() {
     let (url, connections) = counting_sink_on("127.0.0.1:0", Duration::ZERO, false).await;
-    let port = url
-        .split(':')
-        .nth(2)
-        .and_then(|p| p.strip_suffix("/hook"))
-        .unwrap();
+    let port = port_of(&url);
     let strict = sender("", None);
     for host in [
         "127.0.0.1",
@@ -92,13 +96,7 @@ async fn every_spelling_of_loopback_is_refused_before_connecting() {
 #[tokio::test]
 async fn a_name_rebound_to_loopback_is_refused_on_its_next_connection() {
     let (subscriber, at_subscriber) = counting_sink_on("127.0.0.2:0", Duration::ZERO, true).await;
-    let port: u16 = subscriber
-        .split(':')
-        .nth(2)
-        .and_then(|p| p.strip_suffix("/hook"))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let port = port_of(&subscriber);
     // What the rebinding aims at: another server on the same port, on 127.0.0.1.
     let (_, at_target) =
         counting_sink_on(&format!("127.0.0.1:{port}"), Duration::ZERO, false).await;
@@ -136,11 +134,7 @@ async fn a_name_rebound_to_loopback_is_refused_on_its_next_connection() {
 #[tokio::test]
 async fn only_the_allowed_addresses_of_a_name_are_connected_to() {
     let (subscriber, at_subscriber) = counting_sink_on("127.0.0.2:0", Duration::ZERO, false).await;
-    let port = subscriber
-        .split(':')
-        .nth(2)
-        .and_then(|p| p.strip_suffix("/hook"))
-        .unwrap();
+    let port = port_of(&subscriber);
     let (_, at_loopback) =
         counting_sink_on(&format!("127.0.0.1:{port}"), Duration::ZERO, false).await;
     let resolver = Arc::new(MemoryResolver::default());

@@ -28,7 +28,6 @@ use gridrelay_adapters::aws::{
     secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
-use gridrelay_adapters::http_sender::SenderConfig;
 use gridrelay_adapters::outbound::SystemResolver;
 use gridrelay_dead_letter::{DeadLetterNotices, DeadLetterReport, DeadLetterWriter};
 pub use gridrelay_deliver::{
@@ -300,14 +299,7 @@ impl LocalSystem {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_letter_queue.clone(),
-            sender: Arc::new(settings.http_sender_with(SenderConfig {
-                resolver: config.resolver.clone(),
-                ..SenderConfig::new(
-                    settings.attempt_timeout,
-                    settings.concurrency.max_per_endpoint as usize,
-                    settings.outbound.clone(),
-                )
-            })?),
+            sender: Arc::new(settings.http_sender_with(config.resolver.clone())?),
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
             secrets: secret_store(sdk, config.config_cache),

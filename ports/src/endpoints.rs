@@ -16,6 +16,14 @@ use gridrelay_shared::outbound::{Host, OutboundPolicy, Refusal, endpoint_target}
 pub trait AddressResolver: Send + Sync + std::fmt::Debug {
     /// Every address `host` resolves to, for a connection to `port`.
     async fn resolve(&self, host: &str, port: u16) -> Result<Vec<IpAddr>, String>;
+
+    /// The addresses a URL's host stands for: itself, or what its name resolves to.
+    async fn addresses(&self, host: &Host, port: u16) -> Result<Vec<IpAddr>, String> {
+        match host {
+            Host::Address(ip) => Ok(vec![*ip]),
+            Host::Name(name) => self.resolve(name, port).await,
+        }
+    }
 }
 
 /// Whether an endpoint may be registered.
@@ -40,33 +48,32 @@ pub struct EndpointCheck {
 impl EndpointGate for EndpointCheck {
     async fn admit(&self, endpoint: &str) -> Result<(), LimitError> {
         let (transport, host, port) = endpoint_target(endpoint)?;
-        let (shown, addresses) = match host {
-            Host::Address(ip) => (ip.to_string(), vec![ip]),
-            // A name that does not resolve from here is left to the handshake, which connects
-            // from the deliver function (its network and DNS may differ from this machine's)
-            // and fails the subscription if it cannot reach it; every connection is checked.
-            Host::Name(name) => match self.resolver.resolve(&name, port).await {
-                Ok(addresses) => (name, addresses),
-                Err(_) => return Ok(()),
-            },
+        // A name that does not resolve from here is left to the handshake, which connects from
+        // the deliver function (its network and DNS may differ from this machine's) and fails
+        // the subscription if it cannot reach it; every connection is checked.
+        let Ok(addresses) = self.resolver.addresses(&host, port).await else {
+            return Ok(());
         };
-        let allowed = format!(
-            "https:// to a public address, or any address in the allowed networks ({}; \
-             --allowed-networks, GRIDRELAY_ALLOWED_NETWORKS)",
-            self.policy.allowed
-        );
-        for ip in addresses {
-            let why = match self.policy.check(transport, ip) {
-                Ok(()) => continue,
-                Err(Refusal::Address(kind)) if shown == ip.to_string() => {
-                    format!("{shown}, {kind}")
-                }
-                Err(Refusal::Address(kind)) => format!("{shown}, which resolves to {ip}, {kind}"),
-                Err(Refusal::PlainHttp) => format!("plain http:// to {shown}"),
-            };
-            return Err(LimitError::new("endpoint", why, allowed));
-        }
-        Ok(())
+        let Some((ip, refusal)) = self.policy.sort(transport, addresses).1 else {
+            return Ok(());
+        };
+        let why = match (&host, refusal) {
+            (Host::Address(_), Refusal::Address(kind)) => format!("{ip}, {kind}"),
+            (Host::Name(name), Refusal::Address(kind)) => {
+                format!("{name}, which resolves to {ip}, {kind}")
+            }
+            (Host::Address(_), Refusal::PlainHttp) => format!("plain http:// to {ip}"),
+            (Host::Name(name), Refusal::PlainHttp) => format!("plain http:// to {name}"),
+        };
+        Err(LimitError::new(
+            "endpoint",
+            why,
+            format!(
+                "https:// to a public address, or any address in the allowed networks ({}; \
+                 --allowed-networks, GRIDRELAY_ALLOWED_NETWORKS)",
+                self.policy.allowed
+            ),
+        ))
     }
 }
 

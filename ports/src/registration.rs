@@ -132,13 +132,13 @@ impl Registry<'_> {
         grace: std::time::Duration,
         now: DateTime<Utc>,
     ) -> Result<Subscription, RegistrationError> {
+        let missing =
+            || StoreError::NotFound(format!("event subscription {name} on topic {topic}"));
         let sub = self
             .store
             .get_subscription(topic, name)
             .await?
-            .ok_or_else(|| {
-                StoreError::NotFound(format!("event subscription {name} on topic {topic}"))
-            })?;
+            .ok_or_else(missing)?;
         let id = store_signing_secret(&sub, secret, self.secrets, self.secret_prefix, now).await?;
         let before = secret_ids(&sub)
             .into_iter()
@@ -154,10 +154,7 @@ impl Registry<'_> {
         .await?;
         let Update::Written(sub) = update else {
             self.secrets.delete(&id).await?;
-            return Err(StoreError::NotFound(format!(
-                "event subscription {name} on topic {topic}"
-            ))
-            .into());
+            return Err(missing().into());
         };
         let kept = secret_ids(&sub);
         for dropped in before.iter().filter(|id| !kept.contains(&id.as_str())) {
@@ -174,21 +171,40 @@ mod tests {
     use gridrelay_shared::subscription::Topic;
     use std::sync::Arc;
 
+    /// In-memory stores and queue, and a registry over them that admits every endpoint.
+    struct Fixture {
+        store: MemorySubscriptionStore,
+        secrets: MemorySecretStore,
+        queue: MemoryQueue,
+    }
+
+    impl Fixture {
+        fn new(now: DateTime<Utc>) -> Self {
+            Self {
+                store: MemorySubscriptionStore::default(),
+                secrets: MemorySecretStore::default(),
+                queue: MemoryQueue::new(Arc::new(ManualClock::new(now))),
+            }
+        }
+
+        fn registry(&self) -> Registry<'_> {
+            Registry {
+                store: &self.store,
+                secrets: &self.secrets,
+                secret_prefix: "gridrelay",
+                delivery_queue: &self.queue,
+                endpoints: &crate::endpoints::AnyEndpoint,
+            }
+        }
+    }
+
     /// Item 8 of the life-cycle issue: a topic has at most 500 event subscriptions, as in
     /// Event Grid; the 501st is refused naming the limit, and nothing is stored for it.
     #[test]
     fn a_topic_takes_at_most_500_subscriptions() {
         let now = chrono::Utc::now();
-        let store = MemorySubscriptionStore::default();
-        let secrets = MemorySecretStore::default();
-        let queue = MemoryQueue::new(Arc::new(ManualClock::new(now)));
-        let registry = Registry {
-            store: &store,
-            secrets: &secrets,
-            secret_prefix: "gridrelay",
-            delivery_queue: &queue,
-            endpoints: &crate::endpoints::AnyEndpoint,
-        };
+        let f = Fixture::new(now);
+        let (store, registry) = (&f.store, f.registry());
         futures::executor::block_on(async {
             store
                 .create_topic(&Topic::with_new_keys("orders", now))
@@ -218,16 +234,8 @@ mod tests {
     #[test]
     fn rotation_keeps_the_secrets_a_record_names_and_deletes_the_one_it_drops() {
         let t0 = chrono::Utc::now();
-        let store = MemorySubscriptionStore::default();
-        let secrets = MemorySecretStore::default();
-        let queue = MemoryQueue::new(Arc::new(ManualClock::new(t0)));
-        let registry = Registry {
-            store: &store,
-            secrets: &secrets,
-            secret_prefix: "gridrelay",
-            delivery_queue: &queue,
-            endpoints: &crate::endpoints::AnyEndpoint,
-        };
+        let f = Fixture::new(t0);
+        let (store, secrets, registry) = (&f.store, &f.secrets, f.registry());
         let later = |ms| t0 + chrono::Duration::milliseconds(ms);
         futures::executor::block_on(async {
             store

@@ -227,6 +227,27 @@ impl OutboundPolicy {
         Self { allowed }
     }
 
+    /// The addresses of `ips` a request over `transport` may connect to, in their order, and
+    /// the first it may not with why ([`OutboundPolicy::check`]).
+    pub fn sort(
+        &self,
+        transport: Transport,
+        ips: impl IntoIterator<Item = IpAddr>,
+    ) -> (Vec<IpAddr>, Option<(IpAddr, Refusal)>) {
+        let mut refused = None;
+        let allowed = ips
+            .into_iter()
+            .filter(|&ip| match self.check(transport, ip) {
+                Ok(()) => true,
+                Err(refusal) => {
+                    refused.get_or_insert((ip, refusal));
+                    false
+                }
+            })
+            .collect();
+        (allowed, refused)
+    }
+
     /// Whether a request over `transport` may connect to `ip`: anything in the allowed
     /// networks; otherwise only a public address, over `https://`.
     pub fn check(&self, transport: Transport, ip: IpAddr) -> Result<(), Refusal> {
@@ -252,10 +273,16 @@ pub enum Host {
 /// parts, with a trailing dot, is the address it spells; `[…]` is IPv6; anything else is a
 /// domain name (lower-cased, IDNA). `None` when it is none of these.
 pub fn parse_host(host: &str) -> Option<Host> {
-    match url::Host::parse(host).ok()? {
-        url::Host::Ipv4(v4) => Some(Host::Address(IpAddr::V4(v4))),
-        url::Host::Ipv6(v6) => Some(Host::Address(IpAddr::V6(v6))),
-        url::Host::Domain(name) => Some(Host::Name(name)),
+    url::Host::parse(host).ok().map(Host::from)
+}
+
+impl<S: Into<String>> From<url::Host<S>> for Host {
+    fn from(host: url::Host<S>) -> Self {
+        match host {
+            url::Host::Ipv4(v4) => Host::Address(IpAddr::V4(v4)),
+            url::Host::Ipv6(v6) => Host::Address(IpAddr::V6(v6)),
+            url::Host::Domain(name) => Host::Name(name.into()),
+        }
     }
 }
 
@@ -274,11 +301,7 @@ pub fn endpoint_target(endpoint: &str) -> Result<(Transport, Host, u16), LimitEr
         "http" => Transport::Http,
         _ => return Err(invalid()),
     };
-    let host = match url.host().ok_or_else(invalid)? {
-        url::Host::Ipv4(v4) => Host::Address(IpAddr::V4(v4)),
-        url::Host::Ipv6(v6) => Host::Address(IpAddr::V6(v6)),
-        url::Host::Domain(name) => Host::Name(name.to_string()),
-    };
+    let host = Host::from(url.host().ok_or_else(invalid)?);
     let port = url.port_or_known_default().ok_or_else(invalid)?;
     Ok((transport, host, port))
 }
@@ -490,6 +513,15 @@ mod tests {
             office.check(Transport::Http, "203.0.113.40".parse().unwrap()),
             Ok(())
         );
+        // Sorting a name's addresses: the allowed ones in order, and the first refused.
+        let ips: Vec<IpAddr> = ["10.0.0.1", "52.95.110.1", "127.0.0.1", "8.8.8.8"]
+            .iter()
+            .map(|ip| ip.parse().unwrap())
+            .collect();
+        let (allowed, refused) = strict.sort(Transport::Https, ips.clone());
+        assert_eq!(allowed, vec![ips[1], ips[3]]);
+        assert_eq!(refused, Some((ips[0], Refusal::Address(Private))));
+        assert_eq!(local.sort(Transport::Http, [ips[2]]), (vec![ips[2]], None));
     }
 
     #[test]

@@ -25,6 +25,8 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::failed_receipts;
 use gridrelay_adapters::http_sender::{HttpClientError, HttpEventSender, SenderConfig};
+use gridrelay_adapters::outbound::SystemResolver;
+use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::secret_headers::{resolve_headers, resolve_signing};
 use gridrelay_ports::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue,
@@ -121,18 +123,22 @@ impl DeliverySettings {
     /// connections kept for as many requests as one endpoint may have in flight, and the
     /// outbound policy.
     pub fn http_sender(&self) -> Result<HttpEventSender, HttpClientError> {
-        self.http_sender_with(SenderConfig::new(
-            self.attempt_timeout,
-            self.concurrency.max_per_endpoint as usize,
-            self.outbound.clone(),
-        ))
+        self.http_sender_with(Arc::new(SystemResolver))
     }
 
-    /// As [`DeliverySettings::http_sender`], from `config` (another resolver, say).
+    /// As [`DeliverySettings::http_sender`], resolving endpoint names with `resolver`.
     pub fn http_sender_with(
         &self,
-        config: SenderConfig,
+        resolver: Arc<dyn AddressResolver>,
     ) -> Result<HttpEventSender, HttpClientError> {
+        let config = SenderConfig {
+            resolver,
+            ..SenderConfig::new(
+                self.attempt_timeout,
+                self.concurrency.max_per_endpoint as usize,
+                self.outbound.clone(),
+            )
+        };
         Ok(HttpEventSender::new(config)?.with_late_answers(self.late_answer_window))
     }
 
