@@ -330,7 +330,7 @@ impl DeliveryCapStore for DynamoDeliveryStateStore {
             if written(taken)? {
                 return Ok(Some(lease));
             }
-            if !self.make_room(&pk, now).await? {
+            if !self.make_room(&pk, max, now).await? {
                 return Ok(None);
             }
         }
@@ -353,9 +353,10 @@ impl DeliveryCapStore for DynamoDeliveryStateStore {
 }
 
 impl DynamoDeliveryStateStore {
-    /// A subscription's slots were all taken, or its item has no lease map yet: makes the map,
-    /// or removes leases that ended before `now`. Whether there may be room now.
-    async fn make_room(&self, pk: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+    /// A subscription's slots were all taken, or its item had no lease map yet: makes the map,
+    /// or removes leases that ended before `now`. Whether there may be room now: also when
+    /// another taker made the map meanwhile and fewer than `max` leases are in it.
+    async fn make_room(&self, pk: &str, max: u32, now: DateTime<Utc>) -> Result<bool, StoreError> {
         let item = self
             .client
             .get_item()
@@ -398,7 +399,7 @@ impl DynamoDeliveryStateStore {
             .take(EXPIRED_LEASES_PER_WRITE)
             .collect();
         if ended.is_empty() {
-            return Ok(false);
+            return Ok(leases.len() < max as usize);
         }
         let mut update = self
             .client
