@@ -300,7 +300,7 @@ impl EventSender for HttpEventSender {
         );
         let request = match built {
             Ok(request) => request,
-            Err(why) => return SentAttempt::of(AttemptResult::ConnectionFailed(why)),
+            Err(why) => return SentAttempt::of(AttemptResult::NotSent(why)),
         };
         let response = self.pool.request(request);
         let deadline = tokio::time::Instant::now() + self.timeout + self.late_window;
@@ -399,13 +399,16 @@ fn causes<'a>(
     })
 }
 
-/// A request that got no answer as a failed attempt: refused by the outbound policy, or a
-/// connection that failed, told [`in_words`].
+/// A request that got no answer as a failed attempt: refused by the outbound policy, a name
+/// that did not resolve, or a connection that failed, told [`in_words`].
 fn failed_attempt(e: &(dyn std::error::Error + 'static)) -> AttemptResult {
-    match causes(e).find_map(|c| c.downcast_ref::<Refusal>()) {
-        Some(refusal) => AttemptResult::Refused(refusal.to_string()),
-        None => AttemptResult::ConnectionFailed(in_words(e)),
+    if let Some(refusal) = causes(e).find_map(|c| c.downcast_ref::<Refusal>()) {
+        return AttemptResult::Refused(refusal.to_string());
     }
+    if causes(e).any(|c| c.is::<Unresolved>()) {
+        return AttemptResult::Unresolved(in_words(e));
+    }
+    AttemptResult::ConnectionFailed(in_words(e))
 }
 
 /// What kept a request from its answer, in words a user can act on (a handshake's stored

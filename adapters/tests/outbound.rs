@@ -209,7 +209,7 @@ async fn failures_are_told_in_words_without_addresses() {
     let unresolved = deliver_empty(&local, "https://nowhere.test/hook").await;
     assert_eq!(
         unresolved,
-        AttemptResult::ConnectionFailed("the endpoint's host name could not be resolved".into())
+        AttemptResult::Unresolved("the endpoint's host name could not be resolved".into())
     );
     let e = local
         .handshake(HandshakeRequest {

@@ -365,7 +365,8 @@ struct CreateSubscription {
     /// Where undeliverable events are written: s3://BUCKET[/PREFIX]. Unset: they are dropped.
     #[arg(long)]
     deadletter_endpoint: Option<String>,
-    /// Status-code classification table: Current (default) or Legacy2019.
+    /// Status-code classification table (S6): Latest (the newest revision, default),
+    /// Revision2020 or Legacy2019 (which comes with its own retry ladder).
     #[arg(long)]
     status_table: Option<String>,
     /// The schema the endpoint receives: eventgridschema, cloudeventschemav1_0 or
@@ -385,10 +386,15 @@ struct CreateSubscription {
     #[arg(long)]
     subject_case_sensitive: Option<bool>,
     /// An advanced filter, KEY OPERATOR [VALUE ...] (e.g. data.size NumberGreaterThan 1000);
-    /// repeat the flag for more, at most 25, all must match; at most 25 values each.
-    #[arg(long, num_args = 2.., value_names = ["KEY", "OPERATOR"], action = clap::ArgAction::Append,
-          allow_hyphen_values = true)]
+    /// repeat the flag for more, at most 25, all must match (two on one key included); at most
+    /// 25 values across all of them, strings at most 512 characters. The filter's words end at
+    /// the next word starting with -- (values such as -5 or -50,-1 are values).
+    #[arg(long, num_args = 2.., value_names = ["KEY", "OPERATOR"], action = clap::ArgAction::Append)]
     advanced_filter: Vec<String>,
+    /// Let advanced filters look into array values element by element: true or false (default
+    /// false, as in Event Grid; the flag alone means true).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    enable_advanced_filtering_on_arrays: Option<bool>,
     /// `--advanced-filter` occurrences, one per flag (filled from the matches after parsing).
     #[arg(skip)]
     advanced_filter_groups: Vec<Vec<String>>,
@@ -435,6 +441,9 @@ impl CreateSubscription {
             subject_ends_with: self.subject_ends_with.clone(),
             is_subject_case_sensitive: self.subject_case_sensitive.unwrap_or(false),
             advanced_filters,
+            enable_advanced_filtering_on_arrays: self
+                .enable_advanced_filtering_on_arrays
+                .unwrap_or(false),
         })
     }
 }
@@ -522,24 +531,61 @@ fn invalid(e: LimitError) -> anyhow::Error {
     .into()
 }
 
+/// Takes every `--advanced-filter` occurrence out of the command line, each with its words:
+/// up to the next word that starts with `--` (another flag), so flags work in any order as in
+/// `az`, while values that start with one `-` (`-5`, `-50,-1`, `-beta`) stay values. The rest
+/// of the command line is returned for clap.
+fn take_advanced_filters(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> (Vec<std::ffi::OsString>, Vec<Vec<String>>) {
+    let mut rest = Vec::new();
+    let mut groups: Vec<Vec<String>> = Vec::new();
+    let mut in_filter = false;
+    for arg in args {
+        let word = arg.to_string_lossy();
+        if word == "--advanced-filter" {
+            groups.push(Vec::new());
+            in_filter = true;
+        } else if in_filter && !word.starts_with("--") {
+            if let Some(group) = groups.last_mut() {
+                group.push(word.into_owned());
+            }
+        } else {
+            in_filter = false;
+            rest.push(arg);
+        }
+    }
+    (rest, groups)
+}
+
 /// Parses the command line, keeping the words of each `--advanced-filter` and
 /// `--delivery-attribute-mapping` occurrence together.
 fn parse_cli() -> Cli {
-    let matches = Cli::command().get_matches();
+    let (args, advanced_filters) = take_advanced_filters(std::env::args_os());
+    let matches = Cli::command().get_matches_from(args);
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let takes_filters = matches!(
+        cli.command,
+        Command::EventSubscription(SubscriptionCommand::Create(_))
+    );
+    if !advanced_filters.is_empty() && !takes_filters {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::UnknownArgument,
+                "--advanced-filter is taken by `event-subscription create` only",
+            )
+            .exit();
+    }
     if let Command::EventSubscription(SubscriptionCommand::Create(create)) = &mut cli.command {
+        create.advanced_filter_groups = advanced_filters;
         let create_matches = matches
             .subcommand_matches("event-subscription")
             .and_then(|m| m.subcommand_matches("create"));
-        // Each occurrence of a multi-word flag, its words kept together.
-        let occurrences = |name: &str| -> Vec<Vec<String>> {
-            create_matches
-                .and_then(|m| m.get_occurrences::<String>(name))
-                .map(|groups| groups.map(|g| g.cloned().collect()).collect())
-                .unwrap_or_default()
-        };
-        create.advanced_filter_groups = occurrences("advanced_filter");
-        create.delivery_attribute_groups = occurrences("delivery_attribute_mapping");
+        // Each occurrence of the flag, its words kept together.
+        create.delivery_attribute_groups = create_matches
+            .and_then(|m| m.get_occurrences::<String>("delivery_attribute_mapping"))
+            .map(|groups| groups.map(|g| g.cloned().collect()).collect())
+            .unwrap_or_default();
     }
     cli
 }
@@ -1094,4 +1140,37 @@ async fn wait_for_stop_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::take_advanced_filters;
+
+    /// #11 item 11: an `--advanced-filter` ends at the next `--` flag, wherever it is; words
+    /// with one leading `-` are values.
+    #[test]
+    fn advanced_filters_end_at_the_next_flag() {
+        let line = "gridrelay event-subscription create --advanced-filter data.amount NumberGreaterThan 100 \
+            --delivery-attribute-mapping X static a --advanced-filter data.n NumberInRange -50,-1 -5,5 \
+            --advanced-filter subject StringBeginsWith -beta --name s";
+        let (rest, groups) = take_advanced_filters(line.split_whitespace().map(Into::into));
+        let rest: Vec<String> = rest
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            rest,
+            "gridrelay event-subscription create --delivery-attribute-mapping X static a --name s"
+                .split(' ')
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            groups,
+            vec![
+                vec!["data.amount", "NumberGreaterThan", "100"],
+                vec!["data.n", "NumberInRange", "-50,-1", "-5,5"],
+                vec!["subject", "StringBeginsWith", "-beta"],
+            ]
+        );
+    }
 }

@@ -521,16 +521,7 @@ async fn create_refuses_endpoints_outside_the_allowed_networks() {
     let names = provisioned_with_orders_topic().await;
     let resources = Some(&names);
     let create = |name: &'static str, endpoint: &'static str, extra: &[&'static str]| {
-        let mut args = vec![
-            "event-subscription",
-            "create",
-            "--topic-name",
-            "orders",
-            "--name",
-            name,
-            "--endpoint",
-            endpoint,
-        ];
+        let mut args = create_args(name, endpoint);
         args.extend(extra);
         gridrelay(&args, resources)
     };
@@ -692,6 +683,20 @@ async fn signing_secrets_are_generated_and_rotated_from_the_command_line() {
     );
 }
 
+/// `event-subscription create` of `name` on the topic `orders`, sending to `endpoint`.
+fn create_args<'a>(name: &'a str, endpoint: &'a str) -> Vec<&'a str> {
+    vec![
+        "event-subscription",
+        "create",
+        "--topic-name",
+        "orders",
+        "--name",
+        name,
+        "--endpoint",
+        endpoint,
+    ]
+}
+
 /// Fresh resources of their own, with a topic `orders` made by the command line.
 async fn provisioned_with_orders_topic() -> ResourceNames {
     let sdk = gridrelay_e2e::sdk_config().await;
@@ -705,4 +710,85 @@ async fn provisioned_with_orders_topic() -> ResourceNames {
         Some(&names),
     ));
     names
+}
+
+/// #11 items 7, 9, 10, 11 and S6 as a user types them: flags in any order (an
+/// `--advanced-filter` ends at the next flag; negative numbers stay values), two filters on one
+/// key, `--included-event-types All`, `--enable-advanced-filtering-on-arrays` alone meaning
+/// true, a status table by its short name; and the filter limits refused naming the flag, the
+/// value and the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_flags_work_in_any_order_and_limits_are_named() {
+    let names = provisioned_with_orders_topic().await;
+    let resources = Some(&names);
+    let base = |name: &'static str| create_args(name, "http://127.0.0.1:9/hook");
+    let mut args = base("amounts");
+    args.extend([
+        "--advanced-filter",
+        "data.amount",
+        "NumberGreaterThan",
+        "-100",
+        "--delivery-attribute-mapping",
+        "X-Team",
+        "static",
+        "a",
+        "--advanced-filter",
+        "data.amount",
+        "NumberInRange",
+        "-50,-1",
+        "0,100",
+        "--enable-advanced-filtering-on-arrays",
+        "--included-event-types",
+        "All",
+        "--status-table",
+        "2020",
+    ]);
+    let sub = json(&gridrelay(&args, resources));
+    let filters = &sub["filter"]["advancedFilters"];
+    assert_eq!(filters.as_array().map(Vec::len), Some(2), "{sub}");
+    assert_eq!(filters[0]["key"], "data.amount");
+    assert_eq!(filters[0]["values"], -100.0);
+    assert_eq!(
+        filters[1]["values"],
+        serde_json::json!([[-50.0, -1.0], [0.0, 100.0]])
+    );
+    assert_eq!(sub["filter"]["enableAdvancedFilteringOnArrays"], true);
+    assert_eq!(
+        sub["filter"]["includedEventTypes"],
+        serde_json::json!(["All"])
+    );
+    assert_eq!(sub["deliveryAttributeMappings"][0]["name"], "X-Team");
+    assert_eq!(sub["statusTable"], "Revision2020");
+
+    // The default table is the newest revision's.
+    let plain = json(&gridrelay(&base("plain"), resources));
+    assert_eq!(plain["statusTable"], "Latest");
+    assert!(
+        plain["filter"]
+            .get("enableAdvancedFilteringOnArrays")
+            .is_none()
+    );
+
+    // Limits: 25 values across all filters; strings at most 512 characters.
+    let thirteen: Vec<String> = (0..13).map(|i| i.to_string()).collect();
+    let mut too_many = base("too-many");
+    for key in ["data.a", "data.b"] {
+        too_many.extend(["--advanced-filter", key, "NumberIn"]);
+        too_many.extend(thirteen.iter().map(String::as_str));
+    }
+    let long = "x".repeat(513);
+    let mut too_long = base("too-long");
+    too_long.extend(["--advanced-filter", "data.s", "StringContains", &long]);
+    for (args, value, limit) in [
+        (too_many, "26 values", "at most 25 values"),
+        (too_long, "513 characters", "at most 512 characters"),
+    ] {
+        let out = gridrelay(&args, resources);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("--advanced-filter") && err.contains(value) && err.contains(limit),
+            "{err}"
+        );
+    }
 }

@@ -111,6 +111,7 @@ fn main() {
         last_attempt: None,
         timed_out_attempt: None,
         rate_booked_at: None,
+        probation: false,
     };
     let not_before = Utc::now();
     let per_sec = rate(|| {

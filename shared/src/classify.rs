@@ -1,7 +1,7 @@
 //! What an attempt's result means: delivered, retry after some minimum wait, or not retried.
 //!
 //! The rules are a data table (S6) so that a subscription can select another one: the default
-//! follows the current article (S1, S3, S4, S5); `Legacy2019` follows the 2019 revision.
+//! follows the newest revision (S1, S3, S4, S5); `Revision2020` and `Legacy2019` the older ones.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -26,6 +26,8 @@ pub enum AttemptResult {
     TimedOut,
     /// The request could not be sent or the connection broke.
     ConnectionFailed(String),
+    /// The endpoint's host name could not be resolved (DNS).
+    Unresolved(String),
     /// No connection was made: every address the endpoint resolves to is one gridrelay may not
     /// reach ([`crate::outbound::OutboundPolicy`]). A failed attempt, retried on the schedule
     /// (the name may resolve elsewhere later); the text says why, never the address.
@@ -37,41 +39,65 @@ pub enum AttemptResult {
     NotSent(String),
 }
 
-/// The `lastDeliveryOutcome` vocabulary of dead-letter records (L6).
+/// The `lastDeliveryOutcome` vocabulary of dead-letter records (L6): the newest revision's
+/// values, and one of gridrelay's own, `GenericError`, for a failure none of them names (an
+/// HTTP status other than those below, a redirect, a request not made).
+///
+/// Queue messages written before these names keep reading: the older names are aliases
+/// (`RequestEntityTooLarge` → `PayloadTooLarge`, `ConnectionFailed` → `SocketError`,
+/// `Redirected` → `GenericError`, `AddressRefused` → `Forbidden`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DeliveryOutcome {
+    /// Never a dead-letter record's: the attempt was delivered.
     Succeeded,
+    /// 400.
     BadRequest,
+    /// 401.
     Unauthorized,
+    /// 403, or gridrelay refused to connect: the endpoint resolves only to addresses outside
+    /// the allowed networks.
+    #[serde(alias = "AddressRefused")]
     Forbidden,
+    /// 404 or 410.
     NotFound,
+    /// No answer within the attempt timeout (S2), or 408.
     TimedOut,
-    RequestEntityTooLarge,
+    /// 413.
+    #[serde(alias = "RequestEntityTooLarge")]
+    PayloadTooLarge,
+    /// 429 or 503.
     Busy,
-    Redirected,
+    /// The connection was refused, reset or closed before an answer, or TLS failed.
+    #[serde(alias = "ConnectionFailed")]
+    SocketError,
+    /// The endpoint's host name could not be resolved.
+    ResolutionError,
+    /// The event's time to live ended while delivery to its endpoint was delayed (D1).
+    Probation,
+    /// The event's time to live ended before any attempt of it was made.
+    Delivering,
+    /// gridrelay's own: any other failure.
+    #[serde(alias = "Redirected")]
     GenericError,
-    ConnectionFailed,
-    /// gridrelay's own: the endpoint resolved only to addresses outside what it may reach.
-    AddressRefused,
 }
 
 impl DeliveryOutcome {
     pub fn of(result: &AttemptResult) -> Self {
         match result {
             AttemptResult::TimedOut => Self::TimedOut,
-            AttemptResult::ConnectionFailed(_) => Self::ConnectionFailed,
-            AttemptResult::Refused(_) => Self::AddressRefused,
+            AttemptResult::ConnectionFailed(_) => Self::SocketError,
+            AttemptResult::Unresolved(_) => Self::ResolutionError,
+            AttemptResult::Refused(_) => Self::Forbidden,
             AttemptResult::NotSent(_) => Self::GenericError,
             AttemptResult::Status(code) => match code {
                 200..=204 => Self::Succeeded,
                 400 => Self::BadRequest,
                 401 => Self::Unauthorized,
                 403 => Self::Forbidden,
-                404 => Self::NotFound,
+                404 | 410 => Self::NotFound,
                 408 => Self::TimedOut,
-                413 => Self::RequestEntityTooLarge,
+                413 => Self::PayloadTooLarge,
                 429 | 503 => Self::Busy,
-                300..=399 => Self::Redirected,
                 _ => Self::GenericError,
             },
         }
@@ -85,12 +111,13 @@ impl DeliveryOutcome {
             Self::Forbidden => "Forbidden",
             Self::NotFound => "NotFound",
             Self::TimedOut => "TimedOut",
-            Self::RequestEntityTooLarge => "RequestEntityTooLarge",
+            Self::PayloadTooLarge => "PayloadTooLarge",
             Self::Busy => "Busy",
-            Self::Redirected => "Redirected",
+            Self::SocketError => "SocketError",
+            Self::ResolutionError => "ResolutionError",
+            Self::Probation => "Probation",
+            Self::Delivering => "Delivering",
             Self::GenericError => "GenericError",
-            Self::ConnectionFailed => "ConnectionFailed",
-            Self::AddressRefused => "AddressRefused",
         }
     }
 }
@@ -144,9 +171,28 @@ const fn same(status: u16, rule: Rule) -> StatusRule {
     }
 }
 
-/// The current article: S3, S4, S5.
-pub const CURRENT: StatusTable = StatusTable {
-    name: StatusTableName::Current,
+/// The newest revision (`003_*`), the default: webhooks do not retry 400, 401, 413; resources
+/// do not retry 400, 413 (S3, S4); 408 and 503 wait longer (S5).
+pub const LATEST: StatusTable = StatusTable {
+    name: StatusTableName::Latest,
+    rules: &[
+        same(400, Rule::NotRetried),
+        StatusRule {
+            status: 401,
+            webhook: Rule::NotRetried,
+            resource: Rule::RetryAfter(secs(10)),
+        },
+        same(408, Rule::RetryAfter(secs(120))),
+        same(413, Rule::NotRetried),
+        same(503, Rule::RetryAfter(secs(30))),
+    ],
+    other_failures: secs(10),
+};
+
+/// The 2020 revision (`004_*`, S6): webhooks do not retry 400, 401, 403, 404, 413; resources
+/// do not retry 400, 403, 413 and retry 401 and 404 after 5 minutes or more.
+pub const REVISION_2020: StatusTable = StatusTable {
+    name: StatusTableName::Revision2020,
     rules: &[
         same(400, Rule::NotRetried),
         StatusRule {
@@ -167,7 +213,8 @@ pub const CURRENT: StatusTable = StatusTable {
     other_failures: secs(10),
 };
 
-/// The 2019 revision (S6).
+/// The 2019 revision (`002_*`, S6); its retry ladder goes hourly after the first hour
+/// ([`crate::schedule::RetrySchedule::event_grid_2019`]).
 pub const LEGACY_2019: StatusTable = StatusTable {
     name: StatusTableName::Legacy2019,
     rules: &[
@@ -182,19 +229,48 @@ pub const LEGACY_2019: StatusTable = StatusTable {
     other_failures: secs(10),
 };
 
-/// The name a subscription stores to select a table.
+/// The name a subscription stores to select a table (S6). A subscription keeps the table it
+/// was created with: records written when the 2020 revision was the default say `Current`,
+/// read as [`StatusTableName::Revision2020`], and records without the field are read the same
+/// way ([`StatusTableName::unrecorded`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum StatusTableName {
     #[default]
-    Current,
+    Latest,
+    #[serde(alias = "Current")]
+    Revision2020,
     Legacy2019,
 }
 
 impl StatusTableName {
     pub fn table(&self) -> &'static StatusTable {
         match self {
-            Self::Current => &CURRENT,
+            Self::Latest => &LATEST,
+            Self::Revision2020 => &REVISION_2020,
             Self::Legacy2019 => &LEGACY_2019,
+        }
+    }
+
+    /// The table of a stored subscription that names none: it was created before tables
+    /// were selectable, under the 2020 revision.
+    pub fn unrecorded() -> Self {
+        Self::Revision2020
+    }
+
+    /// The retry ladder that comes with the table, where it has its own (the 2019 revision's
+    /// went hourly after the first hour); `None` for Event Grid's current ladder (R1).
+    pub fn own_schedule(&self) -> Option<crate::schedule::RetrySchedule> {
+        match self {
+            Self::Legacy2019 => Some(crate::schedule::RetrySchedule::event_grid_2019()),
+            Self::Latest | Self::Revision2020 => None,
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Latest => "Latest",
+            Self::Revision2020 => "Revision2020",
+            Self::Legacy2019 => "Legacy2019",
         }
     }
 }
@@ -202,13 +278,15 @@ impl StatusTableName {
 impl FromStr for StatusTableName {
     type Err = LimitError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "Current" | "current" => Ok(Self::Current),
-            "Legacy2019" | "legacy2019" | "2019" => Ok(Self::Legacy2019),
-            other => Err(LimitError::new(
+        match s.to_ascii_lowercase().as_str() {
+            "latest" => Ok(Self::Latest),
+            // `Current` named the 2020 revision while it was the default.
+            "revision2020" | "2020" | "current" => Ok(Self::Revision2020),
+            "legacy2019" | "revision2019" | "2019" => Ok(Self::Legacy2019),
+            _ => Err(LimitError::new(
                 "statusTable",
-                format!("{other:?}"),
-                "Current or Legacy2019",
+                format!("{s:?}"),
+                "Latest (the default), Revision2020 or Legacy2019",
             )),
         }
     }
@@ -251,6 +329,7 @@ pub fn classify_status(
         // S2: a timeout or a broken connection is an ordinary failure.
         AttemptResult::TimedOut
         | AttemptResult::ConnectionFailed(_)
+        | AttemptResult::Unresolved(_)
         | AttemptResult::Refused(_)
         | AttemptResult::NotSent(_) => {
             return Verdict::Retry {
@@ -289,7 +368,7 @@ mod tests {
 
     fn webhook(status: u16) -> Verdict {
         classify_status(
-            &CURRENT,
+            &LATEST,
             EndpointKind::Webhook,
             &AttemptResult::Status(status),
             true,
@@ -339,25 +418,45 @@ mod tests {
         }
     }
 
-    /// S3: webhooks do not retry 400, 401, 403, 404, 413.
+    fn classify(table: &StatusTable, kind: EndpointKind, status: u16) -> Verdict {
+        classify_status(table, kind, &AttemptResult::Status(status), true)
+    }
+
+    /// S3 (newest revision, the default): webhooks do not retry 400, 401, 413; 403 and 404
+    /// are retried like any other failure.
     #[test]
     fn webhook_non_retried_codes_s3() {
-        for s in [400, 401, 403, 404, 413] {
+        for s in [400, 401, 413] {
             assert_eq!(webhook(s), Verdict::NotRetried, "{s}");
+        }
+        for s in [403, 404] {
+            assert_eq!(webhook(s), Verdict::Retry { min_wait: secs(10) }, "{s}");
+        }
+        assert_eq!(StatusTableName::default(), StatusTableName::Latest);
+    }
+
+    /// S4 (newest revision): resource endpoints do not retry 400 and 413; 401, 403 and 404
+    /// are retried like any other failure.
+    #[test]
+    fn resource_codes_s4() {
+        let r = |s| classify(&LATEST, EndpointKind::Resource, s);
+        for s in [400, 413] {
+            assert_eq!(r(s), Verdict::NotRetried);
+        }
+        for s in [401, 403, 404] {
+            assert_eq!(r(s), Verdict::Retry { min_wait: secs(10) }, "{s}");
         }
     }
 
-    /// S4: resource endpoints do not retry 400, 403, 413; 401 and 404 wait 5 minutes.
+    /// S6, the 2020 revision: webhooks do not retry 400, 401, 403, 404, 413; resources do not
+    /// retry 400, 403, 413 and wait 5 minutes after 401 and 404.
     #[test]
-    fn resource_codes_s4() {
-        let r = |s| {
-            classify_status(
-                &CURRENT,
-                EndpointKind::Resource,
-                &AttemptResult::Status(s),
-                true,
-            )
-        };
+    fn revision_2020_table_s6() {
+        for s in [400, 401, 403, 404, 413] {
+            let v = classify(&REVISION_2020, EndpointKind::Webhook, s);
+            assert_eq!(v, Verdict::NotRetried, "{s}");
+        }
+        let r = |s| classify(&REVISION_2020, EndpointKind::Resource, s);
         for s in [400, 403, 413] {
             assert_eq!(r(s), Verdict::NotRetried);
         }
@@ -368,6 +467,78 @@ mod tests {
                     min_wait: secs(300)
                 }
             );
+        }
+    }
+
+    /// S6: a stored subscription keeps the table it was created with: `Current` (the 2020
+    /// revision's name while it was the default) and a record without a table read as the
+    /// 2020 revision; names parse in any case, and an unknown one names the allowed values.
+    #[test]
+    fn stored_table_names_keep_their_meaning_s6() {
+        let read = |v: &str| serde_json::from_str::<StatusTableName>(v).unwrap();
+        assert_eq!(read("\"Current\""), StatusTableName::Revision2020);
+        assert_eq!(read("\"Latest\""), StatusTableName::Latest);
+        assert_eq!(StatusTableName::unrecorded(), StatusTableName::Revision2020);
+        for (text, name) in [
+            ("latest", StatusTableName::Latest),
+            ("2020", StatusTableName::Revision2020),
+            ("Revision2020", StatusTableName::Revision2020),
+            ("2019", StatusTableName::Legacy2019),
+        ] {
+            assert_eq!(text.parse::<StatusTableName>().unwrap(), name);
+            let again = serde_json::to_string(&name).unwrap();
+            assert_eq!(read(&again), name, "round trip");
+        }
+        let e = "2021".parse::<StatusTableName>().unwrap_err().to_string();
+        assert!(
+            e.contains("statusTable") && e.contains("2021") && e.contains("Latest"),
+            "{e}"
+        );
+        assert!(StatusTableName::Legacy2019.own_schedule().is_some());
+        assert!(StatusTableName::Latest.own_schedule().is_none());
+    }
+
+    /// L6: attempt results in the newest revision's `lastDeliveryOutcome` values; anything
+    /// none of them names is gridrelay's `GenericError`.
+    #[test]
+    fn outcomes_use_the_newest_vocabulary_l6() {
+        let of = |r: AttemptResult| DeliveryOutcome::of(&r).as_str();
+        assert_eq!(of(AttemptResult::Status(400)), "BadRequest");
+        assert_eq!(of(AttemptResult::Status(401)), "Unauthorized");
+        assert_eq!(of(AttemptResult::Status(403)), "Forbidden");
+        assert_eq!(of(AttemptResult::Status(404)), "NotFound");
+        assert_eq!(of(AttemptResult::Status(408)), "TimedOut");
+        assert_eq!(of(AttemptResult::Status(413)), "PayloadTooLarge");
+        assert_eq!(of(AttemptResult::Status(429)), "Busy");
+        assert_eq!(of(AttemptResult::Status(503)), "Busy");
+        assert_eq!(of(AttemptResult::Status(500)), "GenericError");
+        assert_eq!(of(AttemptResult::Status(302)), "GenericError");
+        assert_eq!(of(AttemptResult::TimedOut), "TimedOut");
+        assert_eq!(
+            of(AttemptResult::ConnectionFailed("refused".into())),
+            "SocketError"
+        );
+        assert_eq!(
+            of(AttemptResult::Unresolved("no such name".into())),
+            "ResolutionError"
+        );
+        assert_eq!(
+            of(AttemptResult::Refused("private address".into())),
+            "Forbidden"
+        );
+        assert_eq!(
+            of(AttemptResult::NotSent("no secret".into())),
+            "GenericError"
+        );
+        // Queue messages written with the older names still read.
+        for (old, new) in [
+            ("RequestEntityTooLarge", DeliveryOutcome::PayloadTooLarge),
+            ("ConnectionFailed", DeliveryOutcome::SocketError),
+            ("Redirected", DeliveryOutcome::GenericError),
+            ("AddressRefused", DeliveryOutcome::Forbidden),
+        ] {
+            let read: DeliveryOutcome = serde_json::from_str(&format!("\"{old}\"")).unwrap();
+            assert_eq!(read, new, "{old}");
         }
     }
 
@@ -383,7 +554,7 @@ mod tests {
         assert_eq!(webhook(503), Verdict::Retry { min_wait: secs(30) });
         assert_eq!(webhook(500), Verdict::Retry { min_wait: secs(10) });
         let t = classify_status(
-            &CURRENT,
+            &LATEST,
             EndpointKind::Webhook,
             &AttemptResult::TimedOut,
             false,
@@ -431,10 +602,10 @@ mod tests {
     }
 
     proptest! {
-        /// S1 over every status code, both tables, both endpoint kinds.
+        /// S1 over every status code, every table, both endpoint kinds.
         #[test]
-        fn success_iff_200_to_204_s1(status in 100u16..600, legacy: bool, resource: bool, dl: bool) {
-            let table = if legacy { &LEGACY_2019 } else { &CURRENT };
+        fn success_iff_200_to_204_s1(status in 100u16..600, table in 0usize..3, resource: bool, dl: bool) {
+            let table = [&LATEST, &REVISION_2020, &LEGACY_2019][table];
             let kind = if resource { EndpointKind::Resource } else { EndpointKind::Webhook };
             let v = classify_status(table, kind, &AttemptResult::Status(status), dl);
             prop_assert_eq!(v == Verdict::Delivered, (200..=204).contains(&status));

@@ -24,7 +24,7 @@ pub enum LoadSignal {
     Coped,
     /// It said it is overloaded, or did not answer in time, or refused the connection.
     Overloaded,
-    /// Nothing reached it (the request was never sent).
+    /// Nothing reached it (the request was never sent, or its name did not resolve).
     Silent,
 }
 
@@ -36,7 +36,9 @@ impl LoadSignal {
             | AttemptResult::TimedOut
             | AttemptResult::ConnectionFailed(_) => Self::Overloaded,
             AttemptResult::Status(_) => Self::Coped,
-            AttemptResult::NotSent(_) | AttemptResult::Refused(_) => Self::Silent,
+            AttemptResult::NotSent(_)
+            | AttemptResult::Refused(_)
+            | AttemptResult::Unresolved(_) => Self::Silent,
         }
     }
 }

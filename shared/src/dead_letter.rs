@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::classify::DeliveryOutcome;
 use crate::message::DeadLetterEntry;
 use crate::raw_json::{Placement, insert_raw_fields};
 use crate::schema::DeliverySchema;
@@ -63,10 +64,11 @@ pub fn render_record(
         (
             names[2],
             Value::String(
+                // No attempt was made: it was still being delivered when it ended.
                 entry
                     .last_outcome
-                    .map(|o| o.as_str())
-                    .unwrap_or("None")
+                    .unwrap_or(DeliveryOutcome::Delivering)
+                    .as_str()
                     .to_string(),
             ),
         ),
@@ -276,7 +278,6 @@ pub fn timestamp(t: DateTime<Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::DeliveryOutcome;
     use crate::decision::DeadLetterReason;
     use chrono::Timelike;
     use serde_json::json;

@@ -13,22 +13,42 @@ use crate::schedule::RetrySchedule;
 use crate::subscription::RetryPolicy;
 use crate::time_scale::TimeScale;
 
-/// Why an event stopped being delivered (L2, L6 `deadLetterReason`).
+/// Why an event stopped being delivered (L2, L6 `deadLetterReason`): its attempts ran out or
+/// its time to live did. A status that is not retried (S3, S4) ends the attempts at once, so
+/// it reads `MaxDeliveryAttemptsExceeded`, as in the seeds' example (1 attempt, `NotFound`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredReason")]
 pub enum DeadLetterReason {
     MaxDeliveryAttemptsExceeded,
     TimeToLiveExceeded,
-    /// S3, S4: the endpoint answered a status that is not retried.
-    NonRetriableStatus(u16),
+}
+
+/// A reason as queue messages hold it, including `NonRetriableStatus(code)` from messages
+/// written before L6 followed the newest revision: read as attempts exhausted.
+#[derive(Deserialize)]
+enum StoredReason {
+    MaxDeliveryAttemptsExceeded,
+    TimeToLiveExceeded,
+    NonRetriableStatus(#[allow(dead_code)] u16),
+}
+
+impl From<StoredReason> for DeadLetterReason {
+    fn from(stored: StoredReason) -> Self {
+        match stored {
+            StoredReason::TimeToLiveExceeded => Self::TimeToLiveExceeded,
+            StoredReason::MaxDeliveryAttemptsExceeded | StoredReason::NonRetriableStatus(_) => {
+                Self::MaxDeliveryAttemptsExceeded
+            }
+        }
+    }
 }
 
 impl fmt::Display for DeadLetterReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::MaxDeliveryAttemptsExceeded => f.write_str("MaxDeliveryAttemptsExceeded"),
-            Self::TimeToLiveExceeded => f.write_str("TimeToLiveExceeded"),
-            Self::NonRetriableStatus(code) => write!(f, "NonRetriableStatusCode{code}"),
-        }
+        f.write_str(match self {
+            Self::MaxDeliveryAttemptsExceeded => "MaxDeliveryAttemptsExceeded",
+            Self::TimeToLiveExceeded => "TimeToLiveExceeded",
+        })
     }
 }
 
@@ -59,12 +79,12 @@ pub struct RetryRules<'a> {
 ///   is larger, plus randomization (`draw` in [0, 1)), scaled. An endpoint's `Retry-After`
 ///   (`retry_after`, on 429 and 503) raises the status minimum, up to the ladder's longest step:
 ///   never sooner than the schedule and S5, never beyond the ladder.
-/// - S3/S4: a status that is not retried is terminal at once.
-/// - R6: the TTL is *not* checked here; it is checked when the next attempt comes due.
+/// - S3/S4: a status that is not retried ends the attempts at once (L6: attempts exhausted).
+/// - R6: the TTL is *not* checked here; it is checked when the next attempt comes due. R1's
+///   cut at the TTL's end is per event ([`due_within_ttl`]).
 pub fn after_attempt(
     rules: RetryRules<'_>,
     verdict: Verdict,
-    status: Option<u16>,
     retry_after: Option<Duration>,
     attempts_made: u32,
     now: DateTime<Utc>,
@@ -72,9 +92,7 @@ pub fn after_attempt(
 ) -> AfterAttempt {
     match verdict {
         Verdict::Delivered => AfterAttempt::Delivered,
-        Verdict::NotRetried => {
-            AfterAttempt::GiveUp(DeadLetterReason::NonRetriableStatus(status.unwrap_or(0)))
-        }
+        Verdict::NotRetried => AfterAttempt::GiveUp(DeadLetterReason::MaxDeliveryAttemptsExceeded),
         Verdict::Retry { .. } if attempts_made >= rules.policy.max_delivery_attempts => {
             AfterAttempt::GiveUp(DeadLetterReason::MaxDeliveryAttemptsExceeded)
         }
@@ -90,6 +108,18 @@ pub fn after_attempt(
     }
 }
 
+/// R5: when an event's time to live ends.
+pub fn ttl_end(
+    publish_time: DateTime<Utc>,
+    policy: &RetryPolicy,
+    scale: TimeScale,
+) -> DateTime<Utc> {
+    let ttl = scale.apply(Duration::from_secs(
+        u64::from(policy.event_time_to_live_in_minutes) * 60,
+    ));
+    publish_time + to_chrono(ttl)
+}
+
 /// R5, R6: whether an event's time to live has run out. Called only when an attempt comes due.
 pub fn ttl_expired(
     publish_time: DateTime<Utc>,
@@ -97,10 +127,19 @@ pub fn ttl_expired(
     policy: &RetryPolicy,
     scale: TimeScale,
 ) -> bool {
-    let ttl = scale.apply(Duration::from_secs(
-        u64::from(policy.event_time_to_live_in_minutes) * 60,
-    ));
-    now >= publish_time + to_chrono(ttl)
+    now >= ttl_end(publish_time, policy, scale)
+}
+
+/// R1: when an event scheduled for `at` is due: no scheduled attempt lies past its TTL's end,
+/// so a wait that would pass it is cut to end there (where R6 finds it expired and it is
+/// dead-lettered, not attempted).
+pub fn due_within_ttl(
+    at: DateTime<Utc>,
+    publish_time: DateTime<Utc>,
+    policy: &RetryPolicy,
+    scale: TimeScale,
+) -> DateTime<Utc> {
+    at.min(ttl_end(publish_time, policy, scale))
 }
 
 /// Converts a wait to chrono's type; waits here are at most days, far inside its range.
@@ -116,7 +155,7 @@ pub fn until(at: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::{AttemptResult, CURRENT, EndpointKind, classify_status};
+    use crate::classify::{AttemptResult, EndpointKind, LATEST, classify_status};
     use proptest::prelude::*;
 
     fn t0() -> DateTime<Utc> {
@@ -125,20 +164,25 @@ mod tests {
             .to_utc()
     }
 
-    fn decide(status: u16, attempts: u32, policy: &RetryPolicy) -> AfterAttempt {
-        let verdict = classify_status(
-            &CURRENT,
+    /// What the default table says of a webhook's answer.
+    fn verdict(status: u16) -> Verdict {
+        classify_status(
+            &LATEST,
             EndpointKind::Webhook,
             &AttemptResult::Status(status),
             true,
-        );
+        )
+    }
+
+    fn decide(status: u16, attempts: u32, policy: &RetryPolicy) -> AfterAttempt {
+        let verdict = verdict(status);
         let schedule = RetrySchedule::event_grid();
         let rules = RetryRules {
             policy,
             schedule: &schedule,
             scale: TimeScale::REAL,
         };
-        after_attempt(rules, verdict, Some(status), None, attempts, t0(), 0.0)
+        after_attempt(rules, verdict, None, attempts, t0(), 0.0)
     }
 
     /// Retry-After on a 503: honoured when longer than the ladder's step and S5's minimum,
@@ -152,15 +196,10 @@ mod tests {
             schedule: &schedule,
             scale: TimeScale::REAL,
         };
-        let verdict = classify_status(
-            &CURRENT,
-            EndpointKind::Webhook,
-            &AttemptResult::Status(503),
-            true,
-        );
+        let verdict = verdict(503);
         let after = |asked: u64| {
             let asked = Some(Duration::from_secs(asked));
-            match after_attempt(rules, verdict, Some(503), asked, 1, t0(), 0.0) {
+            match after_attempt(rules, verdict, asked, 1, t0(), 0.0) {
                 AfterAttempt::RetryAt(at) => (at - t0()).num_seconds(),
                 other => panic!("expected a retry, got {other:?}"),
             }
@@ -185,17 +224,61 @@ mod tests {
         );
     }
 
-    /// L2, S3: a 400 gives up at once, naming the status.
+    /// L2, S3, L6: a 400 gives up at once, as attempts exhausted (the seeds' example: 1
+    /// attempt, `MaxDeliveryAttemptsExceeded`); messages written with the older
+    /// `NonRetriableStatus` reason read the same way.
     #[test]
-    fn non_retried_status_gives_up_at_once_l2_s3() {
+    fn non_retried_status_gives_up_at_once_l2_s3_l6() {
         let next = decide(400, 1, &RetryPolicy::default());
         assert_eq!(
             next,
-            AfterAttempt::GiveUp(DeadLetterReason::NonRetriableStatus(400))
+            AfterAttempt::GiveUp(DeadLetterReason::MaxDeliveryAttemptsExceeded)
         );
         assert_eq!(
-            DeadLetterReason::NonRetriableStatus(400).to_string(),
-            "NonRetriableStatusCode400"
+            DeadLetterReason::MaxDeliveryAttemptsExceeded.to_string(),
+            "MaxDeliveryAttemptsExceeded"
+        );
+        let old: DeadLetterReason = serde_json::from_str(r#"{"NonRetriableStatus":404}"#).unwrap();
+        assert_eq!(old, DeadLetterReason::MaxDeliveryAttemptsExceeded);
+        let ttl: DeadLetterReason = serde_json::from_str(r#""TimeToLiveExceeded""#).unwrap();
+        assert_eq!(ttl, DeadLetterReason::TimeToLiveExceeded);
+    }
+
+    /// R1: no scheduled attempt past the TTL's end. 003's example: TTL 30 minutes, 10
+    /// attempts; the sixth failure comes at ~16.7 min and the next step (30 min) would pass
+    /// the end, so the event is due at 30 minutes, where R6 finds it expired.
+    #[test]
+    fn a_step_past_the_ttl_is_cut_to_its_end_r1_r6() {
+        let policy = RetryPolicy {
+            max_delivery_attempts: 10,
+            event_time_to_live_in_minutes: 30,
+        };
+        let publish = t0();
+        // Attempts at 0, 10 s, 40 s, 1:40, 6:40, 16:40 (steps 10 s, 30 s, 1 m, 5 m, 10 m).
+        let sixth = t0() + chrono::Duration::seconds(1000);
+        let schedule = RetrySchedule::event_grid();
+        let rules = RetryRules {
+            policy: &policy,
+            schedule: &schedule,
+            scale: TimeScale::REAL,
+        };
+        let verdict = verdict(500);
+        let AfterAttempt::RetryAt(at) = after_attempt(rules, verdict, None, 6, sixth, 0.0) else {
+            panic!("expected a retry")
+        };
+        assert_eq!(
+            at,
+            sixth + chrono::Duration::seconds(1800),
+            "the ladder's step"
+        );
+        let due = due_within_ttl(at, publish, &policy, TimeScale::REAL);
+        assert_eq!(due, t0() + chrono::Duration::minutes(30));
+        assert!(ttl_expired(publish, due, &policy, TimeScale::REAL));
+        // A step that ends inside the TTL is kept.
+        let early = t0() + chrono::Duration::minutes(5);
+        assert_eq!(
+            due_within_ttl(early, publish, &policy, TimeScale::REAL),
+            early
         );
     }
 
@@ -248,11 +331,14 @@ mod tests {
             let policy = RetryPolicy::default();
             let schedule = RetrySchedule::event_grid();
             let rules = RetryRules { policy: &policy, schedule: &schedule, scale: TimeScale::REAL };
-            let verdict = classify_status(&CURRENT, EndpointKind::Webhook, &AttemptResult::Status(status), true);
-            let next = after_attempt(rules, verdict, Some(status), None, attempts, t0(), draw);
+            let verdict = verdict(status);
+            let next = after_attempt(rules, verdict, None, attempts, t0(), draw);
             match next {
                 AfterAttempt::RetryAt(at) => prop_assert!(at >= t0() + chrono::Duration::seconds(10)),
-                AfterAttempt::GiveUp(r) => prop_assert_eq!(r, DeadLetterReason::NonRetriableStatus(status)),
+                AfterAttempt::GiveUp(r) => {
+                    prop_assert_eq!(r, DeadLetterReason::MaxDeliveryAttemptsExceeded);
+                    prop_assert_eq!(status, 413, "only 413 is not retried in 405..600");
+                }
                 AfterAttempt::Delivered => prop_assert!(false),
             }
         }

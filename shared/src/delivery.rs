@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 
 use crate::classify::{AttemptResult, DeliveryOutcome, EndpointKind, classify_status};
 use crate::decision::{
-    AfterAttempt, DeadLetterReason, RetryRules, after_attempt, ttl_expired, until,
+    AfterAttempt, DeadLetterReason, RetryRules, after_attempt, due_within_ttl, ttl_expired, until,
 };
 use crate::message::{
     AttemptRecord, DeadLetterEntry, DeadLetterMessage, DeliveryHistory, DeliveryMessage,
@@ -19,7 +19,7 @@ use crate::message::{
 };
 use crate::schedule::RetrySchedule;
 use crate::schema::DeliverySchema;
-use crate::subscription::Subscription;
+use crate::subscription::{RetryPolicy, Subscription};
 use crate::time_scale::TimeScale;
 use crate::validation::ProvisioningState;
 
@@ -145,12 +145,17 @@ pub fn on_arrival(
             .into_iter()
             .map(|e| {
                 let last = e.last_attempt_in(&history);
-                dead_letter_entry(
+                let mut entry = dead_letter_entry(
                     e,
                     DeadLetterReason::TimeToLiveExceeded,
                     history.attempts,
                     last,
-                )
+                );
+                // L6, D1: its life ended while its endpoint's delivery was delayed.
+                if history.probation {
+                    entry.last_outcome = Some(DeliveryOutcome::Probation);
+                }
+                entry
             })
             .collect();
         give_up(subscription, history.schema, entries, rules, now)
@@ -249,6 +254,37 @@ pub struct Retry {
 }
 
 impl Retry {
+    /// R1: the retry as it goes on the queue: no event is due past its time to live's end.
+    /// Events whose end comes before `at` are due at their end instead (where R6 finds them
+    /// expired and they are dead-lettered, not attempted), each end its own retry; `tags` (one
+    /// per event, what the caller tracks) follow their events.
+    pub fn within_ttl<T>(
+        self,
+        tags: Vec<T>,
+        policy: &RetryPolicy,
+        scale: TimeScale,
+    ) -> Vec<(Retry, Vec<T>)> {
+        let mut out: Vec<(Retry, Vec<T>)> = Vec::new();
+        for (event, tag) in self.events.into_iter().zip(tags) {
+            let at = due_within_ttl(self.at, event.publish_time, policy, scale);
+            match out.iter_mut().find(|(r, _)| r.at == at) {
+                Some((retry, tags)) => {
+                    retry.events.push(event);
+                    tags.push(tag);
+                }
+                None => out.push((
+                    Retry {
+                        history: self.history.clone(),
+                        at,
+                        events: vec![event],
+                    },
+                    vec![tag],
+                )),
+            }
+        }
+        out
+    }
+
     /// The messages that carry it, and the SQS delay to send them with.
     pub fn packed(self, now: DateTime<Utc>) -> (Vec<DeliveryMessage>, Duration) {
         (
@@ -310,9 +346,9 @@ pub struct BatchAttempt<'a> {
     pub retry_after: Option<Duration>,
 }
 
-/// Applies the subscription's status table (S1 to S6), retry policy (R1, R5) and
-/// dead-lettering (L1, L2) to a batch's events after their attempt. `draw` is R2's random
-/// draw in [0, 1).
+/// Applies the subscription's status table (S1 to S6) with its retry ladder, retry policy (R1,
+/// R5) and dead-lettering (L1, L2) to a batch's events after their attempt. `draw` is R2's
+/// random draw in [0, 1). A retry goes on the queue through [`Retry::within_ttl`] (R1).
 pub fn settle_attempt(
     subscription: &Subscription,
     attempt: BatchAttempt<'_>,
@@ -327,14 +363,11 @@ pub fn settle_attempt(
         attempt.result,
         subscription.dead_letter_destination.is_some(),
     );
-    let status = match attempt.result {
-        AttemptResult::Status(s) => Some(*s),
-        _ => None,
-    };
     let attempts_made = attempt.history.attempts + 1;
+    let own_schedule = subscription.status_table.own_schedule();
     let retry_rules = RetryRules {
         policy: &subscription.retry_policy,
-        schedule: rules.schedule,
+        schedule: own_schedule.as_ref().unwrap_or(rules.schedule),
         scale: rules.scale,
     };
     let record = AttemptRecord {
@@ -344,7 +377,6 @@ pub fn settle_attempt(
     match after_attempt(
         retry_rules,
         verdict,
-        status,
         attempt.retry_after,
         attempts_made,
         now,
@@ -383,20 +415,28 @@ pub fn settle_attempt(
     }
 }
 
-/// D1, R3: events held back from a delayed endpoint wait until `until_at` with their history
-/// unchanged (a delay is not an attempt).
-pub fn hold(
+/// Events held back without an attempt wait until `until_at` with their history unchanged (a
+/// delay is not an attempt), but no later than their time to live's end (R1). `probation`
+/// says they wait for their endpoint's delay to end (D1, R3): one whose life ends meanwhile
+/// is dead-lettered with `lastDeliveryOutcome: Probation`. `tags` follow their events.
+pub fn hold<T>(
     history: &DeliveryHistory,
     events: Vec<QueuedEvent>,
+    tags: Vec<T>,
     until_at: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> (Vec<DeliveryMessage>, Duration) {
+    probation: bool,
+    policy: &RetryPolicy,
+    scale: TimeScale,
+) -> Vec<(Retry, Vec<T>)> {
     Retry {
-        history: history.clone(),
+        history: DeliveryHistory {
+            probation: probation || history.probation,
+            ..history.clone()
+        },
         at: until_at,
         events,
     }
-    .packed(now)
+    .within_ttl(tags, policy, scale)
 }
 
 /// The L6 facts of an event delivery stopped trying.
@@ -436,6 +476,7 @@ mod tests {
             "endpoint": "http://127.0.0.1:1/hook",
             "id": "0123456789abcdef",
             "createdAt": "2026-11-23T00:00:00Z",
+            "statusTable": "Latest",
             "provisioning": { "state": "Succeeded" },
         }))
         .expect("a minimal subscription record");
@@ -623,6 +664,33 @@ mod tests {
         )
     }
 
+    /// S6: a subscription on the 2019 table retries on its own ladder (hourly after the first
+    /// hour) and keeps 2019's rules (a 404 is retried); the default table follows R1's ladder
+    /// and S3 (a 401 is not retried, a 404 is).
+    #[test]
+    fn the_2019_table_brings_its_own_ladder_s6_r1() {
+        let mut sub = subscription(true);
+        let at = |s: &Subscription, attempts, status| match settle(
+            s,
+            attempts,
+            AttemptResult::Status(status),
+        ) {
+            Settlement::Retry(r) => (r.at - t0()).num_seconds(),
+            other => panic!("expected a retry, got {other:?}"),
+        };
+        // The eighth failure: 3 h on the current ladder, 1 h on 2019's.
+        assert_eq!(at(&sub, 7, 500), 3 * 3600);
+        assert_eq!(at(&sub, 7, 404), 3 * 3600);
+        assert!(matches!(
+            settle(&sub, 0, AttemptResult::Status(401)),
+            Settlement::GaveUp(_)
+        ));
+        sub.status_table = crate::classify::StatusTableName::Legacy2019;
+        assert_eq!(at(&sub, 7, 500), 3600);
+        assert_eq!(at(&sub, 7, 404), 3600);
+        assert_eq!(at(&sub, 12, 401), 3600);
+    }
+
     /// S1, B5: a success delivers every event of the batch.
     #[test]
     fn success_delivers_the_whole_batch_s1_b5() {
@@ -652,7 +720,7 @@ mod tests {
         );
     }
 
-    /// S3, L2, L6: a 400 dead-letters at once with one attempt; without a location the events
+    /// S3, L2, L6: a 400 dead-letters at once with one attempt (attempts exhausted); without a location the events
     /// are dropped (L1).
     #[test]
     fn non_retried_status_dead_letters_or_drops_s3_l1_l2() {
@@ -666,7 +734,7 @@ mod tests {
         assert_eq!(messages[0].entries.len(), 2);
         assert_eq!(
             messages[0].entries[0].reason,
-            DeadLetterReason::NonRetriableStatus(400)
+            DeadLetterReason::MaxDeliveryAttemptsExceeded
         );
         assert_eq!(messages[0].entries[0].delivery_attempts, 1);
         assert!(matches!(
@@ -816,9 +884,101 @@ mod tests {
             ..DeliveryHistory::new(&sub)
         };
         let until_at = t0() + chrono::Duration::seconds(90);
-        let (messages, delay) = hold(&history, vec![event("a", t0())], until_at, t0());
+        let policy = RetryPolicy::default();
+        let held = hold(
+            &history,
+            vec![event("a", t0())],
+            vec![7],
+            until_at,
+            false,
+            &policy,
+            TimeScale::REAL,
+        );
+        let [(retry, tags)] = <[_; 1]>::try_from(held).expect("one retry");
+        assert_eq!(tags, vec![7]);
+        let (messages, delay) = retry.packed(t0());
         assert_eq!(delay, Duration::from_secs(90));
         assert_eq!(messages[0].history(), history);
         assert_eq!(messages[0].not_before, until_at);
+    }
+
+    /// R1: a retry is cut per event at its TTL's end; events whose end is later keep the
+    /// ladder's time, and their tags follow them.
+    #[test]
+    fn retries_are_cut_at_each_events_ttl_end_r1() {
+        let sub = subscription(true);
+        let policy = RetryPolicy {
+            max_delivery_attempts: 30,
+            event_time_to_live_in_minutes: 60,
+        };
+        let at = t0() + chrono::Duration::minutes(30);
+        let old = t0() - chrono::Duration::minutes(45);
+        let retry = Retry {
+            history: DeliveryHistory::new(&sub),
+            at,
+            events: vec![event("new", t0()), event("old", old), event("new2", t0())],
+        };
+        let cut = retry.within_ttl(vec!["n", "o", "n2"], &policy, TimeScale::REAL);
+        assert_eq!(cut.len(), 2);
+        assert_eq!(cut[0].0.at, at);
+        assert_eq!(cut[0].1, vec!["n", "n2"]);
+        assert_eq!(cut[0].0.events.len(), 2);
+        assert_eq!(cut[1].0.at, t0() + chrono::Duration::minutes(15));
+        assert_eq!(cut[1].1, vec!["o"]);
+    }
+
+    /// R1, R6, L6, D1: an event held for a delayed endpoint past its TTL's end is due at the
+    /// end, and arrives expired: dead-lettered `TimeToLiveExceeded` with `Probation` as its
+    /// last outcome; one that was never attempted nor held reads `Delivering`.
+    #[test]
+    fn an_event_whose_life_ends_on_probation_says_probation_r1_r6_l6_d1() {
+        let sub = subscription(true);
+        let schedule = RetrySchedule::event_grid();
+        let policy = sub.retry_policy;
+        let published = t0() - chrono::Duration::hours(23) - chrono::Duration::minutes(59);
+        let ttl_end = published + chrono::Duration::hours(24);
+        let history = DeliveryHistory::new(&sub);
+        let until_at = t0() + chrono::Duration::hours(4);
+        let held = hold(
+            &history,
+            vec![event("a", published)],
+            vec![()],
+            until_at,
+            true,
+            &policy,
+            TimeScale::REAL,
+        );
+        let (retry, _) = held.into_iter().next().unwrap();
+        assert_eq!(
+            retry.at, ttl_end,
+            "cut at the TTL's end, not after the delay"
+        );
+        let (messages, _) = retry.packed(t0());
+        let message = messages.into_iter().next().unwrap();
+        let arrival = on_arrival(message, Some(&sub), rules(&schedule), ttl_end);
+        let Arrival::Due {
+            live,
+            expired: Some(GiveUp::DeadLetter { messages, .. }),
+            ..
+        } = arrival
+        else {
+            panic!("expected the event dead-lettered")
+        };
+        assert!(live.is_empty());
+        let entry = &messages[0].entries[0];
+        assert_eq!(entry.reason, DeadLetterReason::TimeToLiveExceeded);
+        assert_eq!(entry.last_outcome, Some(DeliveryOutcome::Probation));
+
+        // Not held: no attempt made, nothing to report but that it was still being delivered.
+        let plain = DeliveryMessage::packed(&history, t0(), vec![event("b", published)]).remove(0);
+        let arrival = on_arrival(plain, Some(&sub), rules(&schedule), ttl_end);
+        let Arrival::Due {
+            expired: Some(GiveUp::DeadLetter { messages, .. }),
+            ..
+        } = arrival
+        else {
+            panic!("expected the event dead-lettered")
+        };
+        assert_eq!(messages[0].entries[0].last_outcome, None);
     }
 }

@@ -1,14 +1,20 @@
 //! Which events a subscription receives: Event Grid's subscription filters.
 //!
-//! - `includedEventTypes`: the event's type is one of these (case-insensitive). Unset: all types.
+//! - `includedEventTypes`: the event's type is one of these (case-insensitive). Unset, or `All`
+//!   among them: all types.
 //! - `subjectBeginsWith` / `subjectEndsWith`: prefix and suffix of the subject,
 //!   case-insensitive unless `isSubjectCaseSensitive`.
 //! - `advancedFilters`: up to 25, each on an envelope field (`id`, `topic`, `subject`,
 //!   `eventType`, `dataVersion`) or a `data.` path, with one of Event Grid's 19 operators and up
-//!   to 25 values. All filters must match (AND); the values of one filter are alternatives (OR).
-//!   String comparisons are case-insensitive. When the key's value is an array, a positive
-//!   operator matches if any element matches, a `Not` operator if no element matches the
-//!   positive form. A missing key matches only `IsNullOrUndefined` and the `Not` operators.
+//!   to 25 values across all of them, strings at most 512 characters. All filters must match
+//!   (AND), two on the same key included; the values of one filter are alternatives (OR).
+//!   String comparisons are case-insensitive. A `Not` operator is the negation of its positive
+//!   form on a value that is there. A missing key matches only `IsNullOrUndefined`,
+//!   `NumberNotIn` and `StringNotIn`.
+//! - Arrays: with `enableAdvancedFilteringOnArrays` (off by default, as in Event Grid) a positive
+//!   operator matches an array if any element matches, a `Not` operator if no element matches
+//!   the positive form. Without it an array is one value, which no string, number or boolean
+//!   comparison matches (so a `Not` operator does).
 //! - Filters read events in their topic's input schema: for CloudEvents topics the event type is
 //!   `type`, and advanced filter keys are CloudEvents attribute names (`source`, `type`, an
 //!   extension, `data.…`); custom-schema events are filtered on their mapped envelope.
@@ -23,8 +29,12 @@ use crate::schema::FilterFields;
 
 /// Event Grid's limit of advanced filters per subscription.
 pub const MAX_ADVANCED_FILTERS: usize = 25;
-/// Event Grid's limit of values in one advanced filter.
+/// Event Grid's limit of values across all advanced filters of a subscription (and so in one).
 pub const MAX_FILTER_VALUES: usize = 25;
+/// Event Grid's limit on the length of one string value of an advanced filter.
+pub const MAX_FILTER_STRING_CHARS: usize = 512;
+/// The `includedEventTypes` entry that means every type.
+pub const ALL_EVENT_TYPES: &str = "All";
 
 /// A subscription's filter; the default lets every event through.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -40,6 +50,9 @@ pub struct EventFilter {
     pub is_subject_case_sensitive: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub advanced_filters: Vec<AdvancedFilter>,
+    /// Whether an advanced filter looks into an array value element by element.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enable_advanced_filtering_on_arrays: bool,
 }
 
 /// One advanced filter: a key and a condition on its value.
@@ -154,10 +167,19 @@ impl AdvancedFilter {
         };
         let strings = || -> Result<Vec<String>, LimitError> {
             if values.is_empty() {
-                Err(LimitError::new(&field, "nothing", "one or more strings"))
-            } else {
-                Ok(values.to_vec())
+                return Err(LimitError::new(&field, "nothing", "one or more strings"));
             }
+            if let Some(long) = values
+                .iter()
+                .find(|v| v.chars().count() > MAX_FILTER_STRING_CHARS)
+            {
+                return Err(LimitError::new(
+                    format!("{field} value"),
+                    format!("{} characters", long.chars().count()),
+                    format!("at most {MAX_FILTER_STRING_CHARS} characters"),
+                ));
+            }
+            Ok(values.to_vec())
         };
         let none = |c: Condition| -> Result<Condition, LimitError> {
             if values.is_empty() {
@@ -210,22 +232,51 @@ impl AdvancedFilter {
         })
     }
 
-    /// Whether the event's value at the key satisfies the condition.
-    pub fn matches(&self, event: &Value) -> bool {
+    /// Whether the event's value at the key satisfies the condition; `on_arrays`: whether an
+    /// array value is looked into element by element (`enableAdvancedFilteringOnArrays`).
+    pub fn matches(&self, event: &Value, on_arrays: bool) -> bool {
         let value = lookup(event, &self.key);
+        let any_element = |v: &Value| elements(v, on_arrays).any(|e| self.positive_matches(e));
+        use Condition as C;
+        match (&self.condition, value) {
+            (C::IsNullOrUndefined, value) => value.is_none_or(Value::is_null),
+            (C::IsNotNull, value) => value.is_some_and(|v| !v.is_null()),
+            // Only these two match an event without the key.
+            (C::NumberNotIn(_) | C::StringNotIn(_), None) => true,
+            (_, None) => false,
+            (
+                C::NumberNotIn(_)
+                | C::NumberNotInRange(_)
+                | C::StringNotContains(_)
+                | C::StringNotBeginsWith(_)
+                | C::StringNotEndsWith(_)
+                | C::StringNotIn(_),
+                Some(v),
+            ) => !any_element(v),
+            (_, Some(v)) => any_element(v),
+        }
+    }
+
+    /// How many values it holds (Event Grid counts them across a subscription's filters).
+    pub fn value_count(&self) -> usize {
         use Condition as C;
         match &self.condition {
-            C::IsNullOrUndefined => value.is_none_or(Value::is_null),
-            C::IsNotNull => value.is_some_and(|v| !v.is_null()),
-            C::NumberNotIn(_)
-            | C::NumberNotInRange(_)
-            | C::StringNotContains(_)
-            | C::StringNotBeginsWith(_)
-            | C::StringNotEndsWith(_)
-            | C::StringNotIn(_) => {
-                value.is_none_or(|v| !elements(v).any(|e| self.positive_matches(e)))
-            }
-            _ => value.is_some_and(|v| elements(v).any(|e| self.positive_matches(e))),
+            C::NumberIn(v) | C::NumberNotIn(v) => v.len(),
+            C::NumberInRange(r) | C::NumberNotInRange(r) => r.len(),
+            C::StringContains(v)
+            | C::StringNotContains(v)
+            | C::StringBeginsWith(v)
+            | C::StringNotBeginsWith(v)
+            | C::StringEndsWith(v)
+            | C::StringNotEndsWith(v)
+            | C::StringIn(v)
+            | C::StringNotIn(v) => v.len(),
+            C::NumberLessThan(_)
+            | C::NumberGreaterThan(_)
+            | C::NumberLessThanOrEquals(_)
+            | C::NumberGreaterThanOrEquals(_)
+            | C::BoolEquals(_) => 1,
+            C::IsNullOrUndefined | C::IsNotNull => 0,
         }
     }
 
@@ -264,22 +315,34 @@ fn lookup<'a>(event: &'a Value, key: &str) -> Option<&'a Value> {
     key.split('.').try_fold(event, |v, part| v.get(part))
 }
 
-/// An array's elements, or the value itself.
-fn elements(v: &Value) -> Box<dyn Iterator<Item = &Value> + '_> {
+/// An array's elements when arrays are looked into, or the value itself.
+fn elements(v: &Value, on_arrays: bool) -> Box<dyn Iterator<Item = &Value> + '_> {
     match v {
-        Value::Array(items) => Box::new(items.iter()),
+        Value::Array(items) if on_arrays => Box::new(items.iter()),
         other => Box::new(std::iter::once(other)),
     }
 }
 
 impl EventFilter {
-    /// Checks the limits (25 advanced filters, non-empty lists).
+    /// Checks the limits (25 advanced filters, 25 values across them, non-empty lists).
     pub fn validate(&self) -> Result<(), LimitError> {
         if self.advanced_filters.len() > MAX_ADVANCED_FILTERS {
             return Err(LimitError::new(
                 "advancedFilters",
                 format!("{} filters", self.advanced_filters.len()),
                 format!("at most {MAX_ADVANCED_FILTERS}"),
+            ));
+        }
+        let values: usize = self
+            .advanced_filters
+            .iter()
+            .map(AdvancedFilter::value_count)
+            .sum();
+        if values > MAX_FILTER_VALUES {
+            return Err(LimitError::new(
+                "advancedFilters values",
+                format!("{values} values"),
+                format!("at most {MAX_FILTER_VALUES} values across all advanced filters"),
             ));
         }
         if let Some(types) = &self.included_event_types
@@ -310,7 +373,9 @@ impl EventFilter {
                 .get(fields.event_type)
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            if !types.iter().any(|t| t.eq_ignore_ascii_case(event_type)) {
+            if !types.iter().any(|t| {
+                t.eq_ignore_ascii_case(ALL_EVENT_TYPES) || t.eq_ignore_ascii_case(event_type)
+            }) {
                 return false;
             }
         }
@@ -336,7 +401,10 @@ impl EventFilter {
         {
             return false;
         }
-        self.advanced_filters.iter().all(|f| f.matches(event))
+        let on_arrays = self.enable_advanced_filtering_on_arrays;
+        self.advanced_filters
+            .iter()
+            .all(|f| f.matches(event, on_arrays))
     }
 }
 
@@ -433,14 +501,132 @@ mod tests {
             ("data.owner", "IsNotNull", &[], false),
             ("data.nested.level", "NumberIn", &["3"], true),
             ("data.missing", "StringIn", &["x"], false),
-            ("data.missing", "StringNotIn", &["x"], true),
         ];
         for (key, op, values, expected) in cases {
             assert_eq!(
-                f(key, op, values).matches(&e),
+                f(key, op, values).matches(&e, true),
                 *expected,
                 "{key} {op} {values:?}"
             );
+        }
+    }
+
+    /// Item 8: on a missing key only `IsNullOrUndefined`, `NumberNotIn` and `StringNotIn`
+    /// match; the other `Not` operators and every positive one do not.
+    #[test]
+    fn a_missing_key_matches_only_three_operators() {
+        let e = event();
+        let cases: &[(&str, &[&str], bool)] = &[
+            ("IsNullOrUndefined", &[], true),
+            ("NumberNotIn", &["1"], true),
+            ("StringNotIn", &["x"], true),
+            ("StringNotContains", &["x"], false),
+            ("StringNotBeginsWith", &["x"], false),
+            ("StringNotEndsWith", &["x"], false),
+            ("NumberNotInRange", &["0,1"], false),
+            ("IsNotNull", &[], false),
+            ("StringIn", &["x"], false),
+            ("NumberLessThan", &["1"], false),
+            ("BoolEquals", &["false"], false),
+        ];
+        for (op, values, expected) in cases {
+            for on_arrays in [false, true] {
+                assert_eq!(
+                    f("data.missing", op, values).matches(&e, on_arrays),
+                    *expected,
+                    "{op} on a missing key"
+                );
+            }
+        }
+    }
+
+    /// Item 10: without `enableAdvancedFilteringOnArrays` an array is one value, which no
+    /// comparison matches (so a `Not` does); with it, any element may match, and a `Not`
+    /// matches when none does.
+    #[test]
+    fn arrays_are_looked_into_only_when_enabled() {
+        let e = event(); // data.tags = ["red", "big"]
+        let cases: &[(&str, &[&str], bool, bool)] = &[
+            // operator, values, without the flag, with it
+            ("StringIn", &["big"], false, true),
+            ("StringNotIn", &["big"], true, false),
+            ("StringNotIn", &["blue"], true, true),
+            ("StringContains", &["ig"], false, true),
+            ("StringBeginsWith", &["re"], false, true),
+            ("StringNotEndsWith", &["ed"], true, false),
+            ("IsNotNull", &[], true, true),
+        ];
+        for (op, values, off, on) in cases {
+            let filter = f("data.tags", op, values);
+            assert_eq!(
+                filter.matches(&e, false),
+                *off,
+                "{op} {values:?} without the flag"
+            );
+            assert_eq!(
+                filter.matches(&e, true),
+                *on,
+                "{op} {values:?} with the flag"
+            );
+        }
+        let numbers = json!({"data": {"n": [1, 5, 9]}});
+        let in_range = f("data.n", "NumberInRange", &["4,6"]);
+        assert!(!in_range.matches(&numbers, false));
+        assert!(in_range.matches(&numbers, true));
+        // The flag is stored with the filter, and defaults to off.
+        let stored: EventFilter = serde_json::from_value(json!({
+            "advancedFilters": [{"key": "data.tags", "operatorType": "StringIn", "values": ["big"]}]
+        }))
+        .unwrap();
+        assert!(!stored.enable_advanced_filtering_on_arrays);
+        assert!(!stored.matches(&e, FilterFields::default()));
+        let on = EventFilter {
+            enable_advanced_filtering_on_arrays: true,
+            ..stored
+        };
+        assert!(on.matches(&e, FilterFields::default()));
+        let text = serde_json::to_string(&on).unwrap();
+        assert!(
+            text.contains(r#""enableAdvancedFilteringOnArrays":true"#),
+            "{text}"
+        );
+    }
+
+    /// Item 7: two advanced filters on the same key must both match (AND), as any two do.
+    #[test]
+    fn filters_on_the_same_key_must_all_match() {
+        let e = event(); // data.size = 1500
+        let both = |lo: &str, hi: &str| EventFilter {
+            advanced_filters: vec![
+                f("data.size", "NumberGreaterThan", &[lo]),
+                f("data.size", "NumberLessThan", &[hi]),
+            ],
+            ..EventFilter::default()
+        };
+        assert!(both("1000", "2000").matches(&e, FilterFields::default()));
+        assert!(
+            !both("1000", "1200").matches(&e, FilterFields::default()),
+            "only the first matches"
+        );
+        assert!(
+            !both("1600", "2000").matches(&e, FilterFields::default()),
+            "only the second matches"
+        );
+    }
+
+    /// Item 9: `All` among the included event types lets every type through.
+    #[test]
+    fn included_event_types_all_means_every_type() {
+        for all in ["All", "all"] {
+            let filter = EventFilter {
+                included_event_types: Some(vec![all.into()]),
+                ..EventFilter::default()
+            };
+            assert!(filter.matches(&event(), FilterFields::default()));
+            assert!(filter.matches(
+                &json!({"eventType": "Anything.Else"}),
+                FilterFields::default()
+            ));
         }
     }
 
@@ -465,6 +651,31 @@ mod tests {
             ..EventFilter::default()
         };
         assert_eq!(filter.validate().unwrap_err().field, "advancedFilters");
+        // 25 values across all filters: 13 + 12 pass, 13 + 13 do not.
+        let values = |n: usize| (0..n).map(|i| i.to_string()).collect::<Vec<_>>();
+        let spread = |a: usize, b: usize| EventFilter {
+            advanced_filters: vec![
+                AdvancedFilter::parse("data.x", "NumberIn", &values(a)).unwrap(),
+                AdvancedFilter::parse("data.y", "StringIn", &values(b)).unwrap(),
+            ],
+            ..EventFilter::default()
+        };
+        assert!(spread(13, 12).validate().is_ok());
+        let err = spread(13, 13).validate().unwrap_err();
+        assert_eq!(err.field, "advancedFilters values");
+        assert_eq!(err.value, "26 values");
+        assert!(err.allowed.contains("25"), "{err}");
+        // Strings at most 512 characters.
+        assert!(AdvancedFilter::parse("data.x", "StringIn", &s(&[&"a".repeat(512)])).is_ok());
+        let err =
+            AdvancedFilter::parse("data.x", "StringContains", &s(&[&"é".repeat(513)])).unwrap_err();
+        assert_eq!(err.value, "513 characters");
+        assert!(
+            err.field
+                .starts_with("advancedFilter data.x StringContains"),
+            "{err}"
+        );
+        assert!(err.allowed.contains("512"), "{err}");
     }
 
     #[test]
@@ -498,7 +709,9 @@ mod tests {
             for (key, pos, neg, value) in pairs {
                 let p = AdvancedFilter::parse(key, pos, std::slice::from_ref(&value)).unwrap();
                 let q = AdvancedFilter::parse(key, neg, std::slice::from_ref(&value)).unwrap();
-                prop_assert_eq!(p.matches(&e), !q.matches(&e));
+                for on_arrays in [false, true] {
+                    prop_assert_eq!(p.matches(&e, on_arrays), !q.matches(&e, on_arrays));
+                }
             }
         }
     }

@@ -90,6 +90,10 @@ pub struct DeliveryMessage {
     /// to a second earlier, so the queue (whole seconds) brings it in time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_booked_at: Option<DateTime<Utc>>,
+    /// D1: its events wait because their endpoint's delivery is delayed; one whose time to
+    /// live ends meanwhile is dead-lettered with `lastDeliveryOutcome: Probation` (L6).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub probation: bool,
     pub events: Vec<QueuedEvent>,
 }
 
@@ -109,6 +113,8 @@ pub struct DeliveryHistory {
     /// When the next attempt is booked to start in the subscription's events-per-second
     /// allowance, if it is.
     pub rate_booked_at: Option<DateTime<Utc>>,
+    /// D1: the events wait for their endpoint's delay to end.
+    pub probation: bool,
 }
 
 impl DeliveryHistory {
@@ -123,6 +129,7 @@ impl DeliveryHistory {
             last_attempt: None,
             timed_out_attempt: None,
             rate_booked_at: None,
+            probation: false,
         }
     }
 
@@ -135,6 +142,7 @@ impl DeliveryHistory {
             timed_out_attempt,
             // The next attempt books its own share.
             rate_booked_at: None,
+            probation: false,
             ..self.clone()
         }
     }
@@ -158,6 +166,7 @@ impl DeliveryMessage {
             last_attempt: history.last_attempt,
             timed_out_attempt: history.timed_out_attempt.clone(),
             rate_booked_at: history.rate_booked_at,
+            probation: history.probation,
             events,
         };
         let base = DELIVERY_TAG_BYTES + json_len(&message(Vec::new()));
@@ -175,6 +184,7 @@ impl DeliveryMessage {
             last_attempt: self.last_attempt,
             timed_out_attempt: self.timed_out_attempt.clone(),
             rate_booked_at: self.rate_booked_at,
+            probation: self.probation,
         }
     }
 
@@ -382,10 +392,11 @@ mod tests {
             not_before: Utc::now(),
             last_attempt: Some(AttemptRecord {
                 time: Utc::now(),
-                outcome: DeliveryOutcome::RequestEntityTooLarge,
+                outcome: DeliveryOutcome::ResolutionError,
             }),
             timed_out_attempt: Some("0".repeat(36)),
             rate_booked_at: Some(Utc::now()),
+            probation: true,
             events: vec![],
         }
     }
@@ -429,7 +440,7 @@ mod tests {
         /// failure on them: none exceeds the queue's limit, and no entry is lost.
         #[test]
         fn dead_letter_messages_fit_sqs(
-            entries in proptest::collection::vec((0usize..2_000, 0usize..3, 0usize..13, any::<u16>()), 1..3_000),
+            entries in proptest::collection::vec((0usize..2_000, any::<bool>(), 0usize..14), 1..3_000),
             large in proptest::collection::vec(100_000usize..200_000, 0..4),
         ) {
             let outcomes = [
@@ -440,21 +451,22 @@ mod tests {
                 Some(DeliveryOutcome::Forbidden),
                 Some(DeliveryOutcome::NotFound),
                 Some(DeliveryOutcome::TimedOut),
-                Some(DeliveryOutcome::RequestEntityTooLarge),
+                Some(DeliveryOutcome::PayloadTooLarge),
                 Some(DeliveryOutcome::Busy),
-                Some(DeliveryOutcome::Redirected),
+                Some(DeliveryOutcome::SocketError),
+                Some(DeliveryOutcome::ResolutionError),
+                Some(DeliveryOutcome::Probation),
+                Some(DeliveryOutcome::Delivering),
                 Some(DeliveryOutcome::GenericError),
-                Some(DeliveryOutcome::ConnectionFailed),
-                Some(DeliveryOutcome::AddressRefused),
             ];
             let now = Utc::now();
             let mut all: Vec<DeadLetterEntry> = entries
                 .iter()
-                .map(|&(bytes, reason, outcome, status)| DeadLetterEntry {
-                    reason: match reason {
-                        0 => DeadLetterReason::MaxDeliveryAttemptsExceeded,
-                        1 => DeadLetterReason::TimeToLiveExceeded,
-                        _ => DeadLetterReason::NonRetriableStatus(status),
+                .map(|&(bytes, expired, outcome)| DeadLetterEntry {
+                    reason: if expired {
+                        DeadLetterReason::TimeToLiveExceeded
+                    } else {
+                        DeadLetterReason::MaxDeliveryAttemptsExceeded
                     },
                     delivery_attempts: 30,
                     last_outcome: outcomes[outcome],
@@ -464,9 +476,9 @@ mod tests {
                 })
                 .collect();
             all.extend(large.iter().map(|&bytes| DeadLetterEntry {
-                reason: DeadLetterReason::NonRetriableStatus(413),
+                reason: DeadLetterReason::MaxDeliveryAttemptsExceeded,
                 delivery_attempts: 1,
-                last_outcome: Some(DeliveryOutcome::RequestEntityTooLarge),
+                last_outcome: Some(DeliveryOutcome::PayloadTooLarge),
                 publish_time: now,
                 last_attempt_time: None,
                 event: event(bytes).event,

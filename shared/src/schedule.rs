@@ -45,6 +45,17 @@ impl RetrySchedule {
         }
     }
 
+    /// The 2019 revision's ladder (S6, `002_*`): 10 s, 30 s, 1 min, 5 min, 10 min, 30 min, 1 h,
+    /// then hourly.
+    pub fn event_grid_2019() -> Self {
+        let s = Duration::from_secs;
+        Self {
+            steps: vec![s(10), s(30), s(60), s(300), s(600), s(1800)],
+            repeat: s(3600),
+            ..Self::event_grid()
+        }
+    }
+
     /// The schedule's wait after `failed_attempts` attempts have failed (1 for the first).
     pub fn step(&self, failed_attempts: u32) -> Duration {
         let index = failed_attempts.saturating_sub(1) as usize;
@@ -101,6 +112,18 @@ mod tests {
             720.0,
         ];
         assert_eq!(minutes, expected);
+    }
+
+    /// S6: the 2019 revision's ladder goes hourly after the first hour.
+    #[test]
+    fn ladder_2019_goes_hourly_s6() {
+        let s = RetrySchedule::event_grid_2019();
+        let seconds: Vec<u64> = (1..=10).map(|n| s.step(n).as_secs()).collect();
+        assert_eq!(
+            seconds,
+            [10, 30, 60, 300, 600, 1800, 3600, 3600, 3600, 3600]
+        );
+        assert_eq!(s.longest_step(), Duration::from_secs(3600));
     }
 
     /// R1 + S5: the wait is the larger of the step and the status minimum.

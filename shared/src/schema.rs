@@ -458,6 +458,33 @@ pub fn delivery_body<'a>(
     (content_type, body)
 }
 
+/// H2: the `aeg-data-version` header of a request carrying `events` (in `schema`): their
+/// `dataVersion` (`dataversion` for CloudEvents), when every one has the same; `None` when one
+/// has none or they differ (each event's own is in the body).
+pub fn batch_data_version<'a>(
+    mut events: impl Iterator<Item = &'a RawValue>,
+    schema: DeliverySchema,
+) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Versions<'a> {
+        #[serde(borrow, rename = "dataVersion")]
+        camel: Option<Cow<'a, str>>,
+        #[serde(borrow, rename = "dataversion")]
+        lower: Option<Cow<'a, str>>,
+    }
+    let version = |e: &'a RawValue| {
+        let v: Versions<'a> = serde_json::from_str(e.get()).ok()?;
+        match schema {
+            DeliverySchema::CloudEventSchemaV1_0 => v.lower,
+            DeliverySchema::EventGridSchema | DeliverySchema::CustomInputSchema => v.camel,
+        }
+    };
+    let first = version(events.next()?)?;
+    events
+        .all(|e| version(e).as_deref() == Some(first.as_ref()))
+        .then(|| first.into_owned())
+}
+
 /// The raw `data` of an envelope (the envelope itself if it has none, which fan-out never
 /// produces).
 fn envelope_data(envelope: &RawValue) -> &str {
@@ -600,6 +627,62 @@ mod tests {
 
     /// F2 HTTP binding: one CloudEvent is an object, more are a batch; custom subscribers get
     /// their own events back.
+    /// H2: a request's `aeg-data-version` is its events' `dataVersion` (`dataversion` for
+    /// CloudEvents) when they agree, none when one lacks it or they differ.
+    #[test]
+    fn batch_data_version_h2() {
+        let v = |events: &[Value], schema| {
+            let raw: Vec<Box<RawValue>> = events.iter().map(raw).collect();
+            batch_data_version(raw.iter().map(|e| &**e), schema)
+        };
+        let eg = DeliverySchema::EventGridSchema;
+        assert_eq!(
+            v(&[json!({"dataVersion": "2.0"})], eg).as_deref(),
+            Some("2.0")
+        );
+        assert_eq!(
+            v(
+                &[json!({"dataVersion": "1"}), json!({"dataVersion": "1"})],
+                eg
+            )
+            .as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            v(
+                &[json!({"dataVersion": "1"}), json!({"dataVersion": "2"})],
+                eg
+            ),
+            None
+        );
+        assert_eq!(
+            v(&[json!({"dataVersion": "1"}), json!({"id": "x"})], eg),
+            None
+        );
+        assert_eq!(v(&[json!({"id": "x"})], eg), None);
+        assert_eq!(
+            v(&[json!({"dataVersion": "a\\u00e9"})], eg).as_deref(),
+            Some("a\\u00e9")
+        );
+        let ce = DeliverySchema::CloudEventSchemaV1_0;
+        assert_eq!(
+            v(&[json!({"specversion": "1.0", "dataversion": "1.0"})], ce).as_deref(),
+            Some("1.0")
+        );
+        assert_eq!(
+            v(&[json!({"specversion": "1.0", "dataVersion": "1.0"})], ce),
+            None
+        );
+        assert_eq!(
+            v(
+                &[json!({"dataVersion": "3", "data": {"a": 1}})],
+                DeliverySchema::CustomInputSchema
+            )
+            .as_deref(),
+            Some("3")
+        );
+    }
+
     #[test]
     fn delivery_bodies_follow_the_schema() {
         let ce = raw(&json!({"specversion": "1.0", "id": "1"}));

@@ -242,8 +242,9 @@ pub struct Subscription {
     pub delivery_caps: DeliveryCaps,
     #[serde(default)]
     pub dead_letter_destination: Option<DeadLetterDestination>,
-    /// S6: which status-code classification table applies.
-    #[serde(default)]
+    /// S6: which status-code classification table applies (a record without one was made
+    /// under the 2020 revision and keeps it).
+    #[serde(default = "StatusTableName::unrecorded")]
     pub status_table: StatusTableName,
     /// Which events this subscription receives.
     #[serde(default)]

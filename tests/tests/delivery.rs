@@ -13,7 +13,7 @@ const WAIT: Duration = Duration::from_secs(30);
 /// most `maxEventsPerBatch` events a request, a default one exactly one; headers as Event Grid
 /// sends them; events arrive as published, stamped with `topic` and `metadataVersion`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delivers_every_event_to_every_subscription_in_bounded_batches_g1_b1_b2() {
+async fn delivers_every_event_to_every_subscription_in_bounded_batches_g1_b1_b2_h2() {
     let sys = TestSystem::start(0.01).await;
     let topic = sys.topic("orders").await;
     let batched = Subscriber::start(vec![], Reply::Status(200)).await;
@@ -51,6 +51,9 @@ async fn delivers_every_event_to_every_subscription_in_bounded_batches_g1_b1_b2(
     assert_eq!(first.header("aeg-event-type"), Some("Notification"));
     assert_eq!(first.header("aeg-subscription-name"), Some("batched"));
     assert_eq!(first.header("aeg-delivery-count"), Some("0"));
+    assert_eq!(first.header("aeg-metadata-version"), Some("1"));
+    // H2: the events' dataVersion, the same for the whole batch.
+    assert_eq!(first.header("aeg-data-version"), Some("1.0"));
     assert_eq!(
         first.header("content-type"),
         Some("application/json; charset=utf-8")
@@ -190,7 +193,7 @@ async fn bad_request_is_dead_lettered_at_once_with_l6_fields_s3_l2_l4_l6() {
     assert_eq!(r["id"], "d-0");
     assert_eq!(r["data"]["note"], "hello");
     assert_eq!(r["eventType"], "Contoso.Orders.Created");
-    assert_eq!(r["deadLetterReason"], "NonRetriableStatusCode400");
+    assert_eq!(r["deadLetterReason"], "MaxDeliveryAttemptsExceeded");
     assert_eq!(r["deliveryAttempts"], 1);
     assert_eq!(r["lastDeliveryOutcome"], "BadRequest");
     for field in ["publishTime", "lastDeliveryAttemptTime"] {
@@ -275,7 +278,7 @@ async fn ttl_exceeded_is_dead_lettered_at_the_next_attempt_r5_r6() {
 async fn terminal_failure_without_dead_letter_is_dropped_l1() {
     let sys = TestSystem::start(0.01).await;
     let topic = sys.topic("nodl").await;
-    let sub = Subscriber::start(vec![], Reply::Status(404)).await;
+    let sub = Subscriber::start(vec![], Reply::Status(401)).await;
     sys.subscribe(subscription("nodl", "sub-1", &sub.url)).await;
 
     sys.publish(&topic, &events("n", 2)).await;

@@ -50,6 +50,7 @@ async fn filters_select_each_subscriptions_events() {
                 AdvancedFilter::parse("data.tags", "StringIn", &words(&["priority"]))
                     .expect("filter"),
             ],
+            enable_advanced_filtering_on_arrays: true,
             ..EventFilter::default()
         },
         ..subscription("shop", "big", &big.url)

@@ -84,7 +84,7 @@ async fn dead_letter_writes_are_announced_on_the_system_topic_l7() {
         assert_eq!(notice["data"]["sourceTopic"], "orders");
         assert_eq!(notice["data"]["sourceSubscription"], "audit");
         assert!(
-            notice["data"]["deadLetterReasons"]["NonRetriableStatusCode400"]
+            notice["data"]["deadLetterReasons"]["MaxDeliveryAttemptsExceeded"]
                 .as_u64()
                 .is_some()
         );

@@ -31,7 +31,7 @@ async fn subscriber_and_target() -> (Subscriber, Subscriber) {
 
 /// Item 1, DNS rebinding: a name that resolved to an allowed address when its subscription was
 /// validated, and to loopback afterwards, is refused at connect time: each attempt is a failed
-/// attempt with its own outcome (`AddressRefused`), retried, then dead-lettered, never a silent
+/// attempt (outcome `Forbidden`), retried, then dead-lettered, never a silent
 /// drop; the loopback server gets nothing. (The subscriber closes each connection, so every
 /// attempt connects anew, as after a cold start.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,7 +60,7 @@ async fn a_name_rebound_to_loopback_after_validation_is_refused_and_dead_lettere
     let objects = sys.wait_for_dead_letters("rebind/", WAIT).await;
     let record = &objects[0].1[0];
     assert_eq!(record["id"], "after-0");
-    assert_eq!(record["lastDeliveryOutcome"], "AddressRefused");
+    assert_eq!(record["lastDeliveryOutcome"], "Forbidden");
     assert_eq!(record["deliveryAttempts"], 2);
     assert_eq!(record["deadLetterReason"], "MaxDeliveryAttemptsExceeded");
 

@@ -72,7 +72,7 @@ async fn an_endpoints_credentials_reach_no_log_line_record_or_key() {
     sys.publish(&topic, &events("r", 1)).await;
     let objects = sys.wait_for_dead_letters("redact/", WAIT).await;
     let record = &objects[0].1[0];
-    assert_eq!(record["lastDeliveryOutcome"], "ConnectionFailed");
+    assert_eq!(record["lastDeliveryOutcome"], "SocketError");
 
     // Endpoint health was recorded (two failures) under a key that holds no part of the URL.
     let state = aws_sdk_dynamodb::Client::new(&sys.sdk)

@@ -189,6 +189,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         last_attempt: None,
         timed_out_attempt: None,
         rate_booked_at: None,
+        probation: false,
         events: vec![QueuedEvent::new(
             chrono::Utc::now(),
             serde_json::value::RawValue::from_string(r#"{"id":"direct-1","data":{}}"#.into())

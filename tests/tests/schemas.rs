@@ -236,7 +236,7 @@ async fn event_grid_topic_delivers_cloud_events_and_dead_letters_lowercase_f2_l6
         record["specversion"], "1.0",
         "the record is the CloudEvent as delivered"
     );
-    assert_eq!(record["deadletterreason"], "NonRetriableStatusCode400");
+    assert_eq!(record["deadletterreason"], "MaxDeliveryAttemptsExceeded");
     assert_eq!(record["deliveryattempts"], 1);
     assert_eq!(record["lastdeliveryoutcome"], "BadRequest");
     assert!(record["publishtime"].is_string());
@@ -264,7 +264,7 @@ async fn custom_input_schema_is_mapped_f3_l6() {
     let topic = sys
         .topic_with_schema("legacy", InputSchema::CustomEventSchema, Some(mapping))
         .await;
-    let own = Subscriber::start(vec![Reply::Status(404)], Reply::Status(200)).await;
+    let own = Subscriber::start(vec![Reply::Status(413)], Reply::Status(200)).await;
     let envelope = Subscriber::start(vec![], Reply::Status(200)).await;
     let ce = Subscriber::start(vec![], Reply::Status(200)).await;
     sys.subscribe(SubscriptionRequest {
@@ -341,7 +341,8 @@ async fn custom_input_schema_is_mapped_f3_l6() {
 
     let objects = sys.wait_for_dead_letters("custom/", WAIT).await;
     let record = &objects[0].1[0];
-    assert_eq!(record["deadLetterReason"], "NonRetriableStatusCode404");
+    assert_eq!(record["deadLetterReason"], "MaxDeliveryAttemptsExceeded");
+    assert_eq!(record["lastDeliveryOutcome"], "PayloadTooLarge");
     assert_eq!(record["metadataVersion"], "1");
     assert!(record["eventType"].is_string() && record["eventTime"].is_string());
     assert!(

@@ -175,8 +175,15 @@ impl Deliver {
                 };
                 let records = events.iter().map(|p| p.record).collect();
                 let events = events.into_iter().map(|p| p.event).collect();
-                let (messages, delay) = hold(&history, events, until_at, now);
-                plan.enqueue_packed(messages, records, delay);
+                let probation = matches!(h.reason, HoldReason::EndpointDelayed);
+                let policy = &sub.retry_policy;
+                let scale = self.settings.scale;
+                for (retry, records) in hold(
+                    &history, events, records, until_at, probation, policy, scale,
+                ) {
+                    let (messages, delay) = retry.packed(now);
+                    plan.enqueue_packed(messages, records, delay);
+                }
             }
         }
     }

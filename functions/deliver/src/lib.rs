@@ -46,7 +46,7 @@ use gridrelay_shared::message::{
 };
 use gridrelay_shared::outbound::OutboundPolicy;
 use gridrelay_shared::schedule::RetrySchedule;
-use gridrelay_shared::schema::{DeliverySchema, delivery_body};
+use gridrelay_shared::schema::{DeliverySchema, batch_data_version, delivery_body};
 use gridrelay_shared::signing::{SigningSecret, signature_header, webhook_id};
 use gridrelay_shared::subscription::Subscription;
 use gridrelay_shared::time_scale::TimeScale;
@@ -911,7 +911,8 @@ impl Deliver {
                 Settlement::Retry(retry) => {
                     plan.count(&sub.topic, &sub.name, |r| r.failed_attempts += 1);
                     match &a.result {
-                        AttemptResult::ConnectionFailed(reason) => {
+                        AttemptResult::ConnectionFailed(reason)
+                        | AttemptResult::Unresolved(reason) => {
                             warn!(subscription = %sub.name, error = %reason, "delivery attempt could not connect");
                         }
                         AttemptResult::Refused(reason) => {
@@ -927,7 +928,7 @@ impl Deliver {
                     if let (Some(id), Some(answer)) = (timed_out_attempt, late.take()) {
                         plan.late.push((id, answer));
                     }
-                    retries.push((retry, event_records));
+                    retries.extend(retry.within_ttl(event_records, &sub.retry_policy, rules.scale));
                 }
                 Settlement::GaveUp(give_up) => {
                     plan.count(&sub.topic, &sub.name, |r| r.failed_attempts += 1);
@@ -1006,6 +1007,10 @@ fn delivery_request(
             ("aeg-metadata-version".into(), "1".to_string()),
         ]
         .into_iter()
+        .chain(
+            batch_data_version(events.iter().map(|p| &*p.event.event), group.history.schema)
+                .map(|v| ("aeg-data-version".to_string(), v)),
+        )
         .chain(resolved.headers.iter().cloned())
         .chain(signature.into_iter().flatten())
         .collect(),

@@ -325,6 +325,8 @@ async fn delivers_each_event_and_deletes_the_message_g1_b1_s1_h2() {
         assert_eq!(header(r, "aeg-event-type"), Some("Notification"));
         assert_eq!(header(r, "aeg-subscription-name"), Some("sub-1"));
         assert_eq!(header(r, "aeg-delivery-count"), Some("0"));
+        assert_eq!(header(r, "aeg-metadata-version"), Some("1"));
+        assert_eq!(header(r, "aeg-data-version"), Some("1"));
     }
 }
 
@@ -373,10 +375,36 @@ async fn bad_request_is_dead_lettered_after_five_minutes_s3_l2_l4() {
     assert_eq!(dead[0].entries.len(), 1);
     assert_eq!(
         dead[0].entries[0].reason,
-        DeadLetterReason::NonRetriableStatus(400)
+        DeadLetterReason::MaxDeliveryAttemptsExceeded
     );
     assert_eq!(dead[0].entries[0].delivery_attempts, 1);
     assert!(w.delivery.is_empty());
+}
+
+/// R1, R6, L6: with the default policy an always-failing event is attempted 11 times in the
+/// first ~22.8 hours; the 12th step (12 h) would pass the TTL, so it is cut to the TTL's end,
+/// where the event is dead-lettered as `TimeToLiveExceeded` at 24 hours, not ~35.
+#[tokio::test]
+async fn an_always_failing_event_is_dead_lettered_at_24_hours_not_35_r1_r6_l6() {
+    let w = World::new(ScriptedSender::status(500));
+    w.subscribe(with_dead_letter(request("sub-1"))).await;
+    let published = w.clock.now();
+    w.publish(&["a"]).await;
+    while w.dead.sent().is_empty() {
+        w.run_next().await;
+    }
+    let dead = w.dead_letters();
+    let entry = &dead[0].entries[0];
+    assert_eq!(entry.reason, DeadLetterReason::TimeToLiveExceeded);
+    assert_eq!(entry.delivery_attempts, 11);
+    assert_eq!(w.sender.requests().len(), 11);
+    let lived = dead[0].dead_lettered_at - published;
+    assert!(
+        lived >= chrono::Duration::hours(24)
+            && lived <= chrono::Duration::hours(24) + chrono::Duration::minutes(2),
+        "dead-lettered after {lived}"
+    );
+    assert_eq!(entry.last_outcome.map(|o| o.as_str()), Some("GenericError"));
 }
 
 /// L1: without a dead-letter location a terminal failure is dropped and counted.
