@@ -686,12 +686,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 )?),
                 resolver: Arc::new(SystemResolver),
             };
+            let objects = S3ObjectStore::new(s3_client(&sdk));
             let registry = Registry {
                 store: &store,
                 secrets: &secrets,
                 secret_prefix: &cli.secret_prefix,
                 delivery_queue: &queue,
                 endpoints: &endpoints,
+                dead_letters: &objects,
             };
             subscription_command(&registry, cmd, request).await
         }

@@ -185,7 +185,7 @@ async fn topic_and_subscription_lifecycle_c1() {
             "--max-events-per-second",
             "250",
             "--deadletter-endpoint",
-            "s3://my-dead-letters/orders",
+            &format!("s3://{}/orders", names.dead_letter_bucket),
             "--delivery-attribute-mapping",
             "X-Team",
             "static",
@@ -236,7 +236,34 @@ async fn topic_and_subscription_lifecycle_c1() {
         sub["deliveryCaps"],
         serde_json::json!({"maxConcurrentRequests": 8, "maxEventsPerSecond": 250})
     );
-    assert_eq!(sub["deadLetterDestination"]["bucket"], "my-dead-letters");
+    assert_eq!(
+        sub["deadLetterDestination"]["bucket"],
+        names.dead_letter_bucket.as_str()
+    );
+    // L5: a dead-letter bucket that does not exist is refused, naming the flag and the value.
+    let missing = gridrelay(
+        &[
+            "event-subscription",
+            "create",
+            "--topic-name",
+            "orders",
+            "--name",
+            "nowhere",
+            "--endpoint",
+            "https://hooks.example.com/audit",
+            "--deadletter-endpoint",
+            "s3://no-such-bucket-gridrelay/x",
+        ],
+        resources,
+    );
+    let err = stderr(&missing);
+    assert_eq!(missing.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--deadletter-endpoint")
+            && err.contains("s3://no-such-bucket-gridrelay/x")
+            && err.contains("does not exist"),
+        "{err}"
+    );
 
     let missing_topic = gridrelay(
         &[
@@ -763,11 +790,7 @@ async fn filter_flags_work_in_any_order_and_limits_are_named() {
     // The default table is the newest revision's.
     let plain = json(&gridrelay(&base("plain"), resources));
     assert_eq!(plain["statusTable"], "Latest");
-    assert!(
-        plain["filter"]
-            .get("enableAdvancedFilteringOnArrays")
-            .is_none()
-    );
+    assert_eq!(plain["filter"]["enableAdvancedFilteringOnArrays"], false);
 
     // Limits: 25 values across all filters; strings at most 512 characters.
     let thirteen: Vec<String> = (0..13).map(|i| i.to_string()).collect();

@@ -215,6 +215,11 @@ async fn create_queue(
     redrive: Option<(&str, u32)>,
 ) -> anyhow::Result<(String, String)> {
     let mut attributes = HashMap::new();
+    // Messages up to SQS's 1 MiB, so events up to Event Grid's 1 MB fit in one.
+    attributes.insert(
+        QueueAttributeName::MaximumMessageSize,
+        "1048576".to_string(),
+    );
     if let Some((arn, max)) = redrive {
         attributes.insert(
             QueueAttributeName::RedrivePolicy,

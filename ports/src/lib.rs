@@ -236,10 +236,31 @@ pub struct ReceivedMessage {
     pub receipt_handle: String,
 }
 
-/// A write the object store did not accept.
+/// A call the object store did not answer as asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("object store write failed: {0}")]
-pub struct ObjectStoreError(pub String);
+#[error("object store: {message}")]
+pub struct ObjectStoreError {
+    pub message: String,
+    /// The store said the bucket does not exist (S3's `NoSuchBucket`): registration refuses
+    /// such a dead-letter location, and L5 counts its drops apart.
+    pub bucket_missing: bool,
+}
+
+impl ObjectStoreError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            bucket_missing: false,
+        }
+    }
+
+    pub fn bucket_missing(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            bucket_missing: true,
+        }
+    }
+}
 
 /// Where dead-letter records are written (S3 on AWS).
 #[async_trait]

@@ -7,7 +7,7 @@
 //! happens when a call fails. End-to-end tests do not use them: they run the real adapters
 //! against an AWS API.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -435,6 +435,8 @@ impl MessageQueue for MemoryQueue {
 #[derive(Debug, Default)]
 pub struct MemoryObjectStore {
     objects: Mutex<BTreeMap<(String, String), String>>,
+    /// Buckets that do not exist (every other one does).
+    missing: Mutex<BTreeSet<String>>,
     pub outage: Outage,
 }
 
@@ -443,10 +445,29 @@ impl MemoryObjectStore {
         lock(&self.objects).clone()
     }
 
+    /// Deletes `bucket` with its objects; it exists again after [`Self::create_bucket`].
+    pub fn delete_bucket(&self, bucket: &str) {
+        lock(&self.objects).retain(|(b, _), _| b != bucket);
+        lock(&self.missing).insert(bucket.to_string());
+    }
+
+    pub fn create_bucket(&self, bucket: &str) {
+        lock(&self.missing).remove(bucket);
+    }
+
+    fn existing(&self, bucket: &str) -> Result<(), ObjectStoreError> {
+        if lock(&self.missing).contains(bucket) {
+            return Err(ObjectStoreError::bucket_missing(format!(
+                "NoSuchBucket: {bucket}"
+            )));
+        }
+        Ok(())
+    }
+
     fn check(&self) -> Result<(), ObjectStoreError> {
         self.outage
             .check("in-memory object store")
-            .map_err(ObjectStoreError)
+            .map_err(ObjectStoreError::new)
     }
 }
 
@@ -459,6 +480,7 @@ impl ObjectStore for MemoryObjectStore {
         body: String,
     ) -> Result<(), ObjectStoreError> {
         self.check()?;
+        self.existing(bucket)?;
         lock(&self.objects).insert((bucket.to_string(), key.to_string()), body);
         Ok(())
     }
@@ -477,7 +499,7 @@ impl ObjectStore for MemoryObjectStore {
         lock(&self.objects)
             .get(&(bucket.to_string(), key.to_string()))
             .cloned()
-            .ok_or_else(|| ObjectStoreError(format!("no object {key} in {bucket}")))
+            .ok_or_else(|| ObjectStoreError::new(format!("no object {key} in {bucket}")))
     }
 
     async fn delete(&self, bucket: &str, key: &str) -> Result<(), ObjectStoreError> {

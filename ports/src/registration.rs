@@ -5,20 +5,23 @@
 //! to the secret store, the record (which holds only the secrets' ids) is written in state
 //! `Creating`, and the service is asked, through the delivery queue, to run the endpoint
 //! validation handshake (see [`gridrelay_shared::validation`]); events flow once it succeeds.
+//! A dead-letter location must exist and take a write (L5): a subscription whose undeliverable
+//! events would have nowhere to go is refused, not stored.
 
 use chrono::{DateTime, Utc};
 
 use crate::endpoints::EndpointGate;
 use crate::secret_headers::{secret_ids, store_secrets, store_signing_secret};
 use crate::{
-    MessageQueue, OutgoingMessage, SecretError, SecretStore, StoreError, SubscriptionStore,
+    MessageQueue, ObjectStore, OutgoingMessage, SecretError, SecretStore, StoreError,
+    SubscriptionStore,
 };
 use crate::{Update, update_subscription};
 use gridrelay_shared::limits::{LimitError, MAX_SUBSCRIPTIONS_PER_TOPIC};
 use gridrelay_shared::message::DeliveryQueueMessage;
 use gridrelay_shared::message::ValidationTask;
 use gridrelay_shared::signing::{Signing, SigningSecret};
-use gridrelay_shared::subscription::{Subscription, SubscriptionRequest};
+use gridrelay_shared::subscription::{DeadLetterDestination, Subscription, SubscriptionRequest};
 use gridrelay_shared::validation::ValidationStep;
 
 /// Why a subscription was not registered.
@@ -48,6 +51,50 @@ pub struct Registry<'a> {
     pub delivery_queue: &'a dyn MessageQueue,
     /// Which endpoints may be registered ([`crate::endpoints`]).
     pub endpoints: &'a dyn EndpointGate,
+    /// Where dead-letter locations are checked (S3 on AWS).
+    pub dead_letters: &'a dyn ObjectStore,
+}
+
+/// The object a dead-letter location's check writes and deletes, under its prefix.
+pub const WRITE_CHECK_OBJECT: &str = ".gridrelay-write-check";
+
+/// L5: refuses a dead-letter location whose bucket does not exist or does not take a write (a
+/// small object under the prefix, deleted again), naming the location and why.
+pub async fn check_dead_letter_location(
+    objects: &dyn ObjectStore,
+    destination: &DeadLetterDestination,
+) -> Result<(), LimitError> {
+    let location = if destination.prefix.is_empty() {
+        format!("s3://{}", destination.bucket)
+    } else {
+        format!("s3://{}/{}", destination.bucket, destination.prefix)
+    };
+    let refuse = |why: String| LimitError::new("deadLetterDestination", &location, why);
+    let key = if destination.prefix.is_empty() {
+        WRITE_CHECK_OBJECT.to_string()
+    } else {
+        format!("{}/{WRITE_CHECK_OBJECT}", destination.prefix)
+    };
+    match objects
+        .put_json(&destination.bucket, &key, "{}".to_string())
+        .await
+    {
+        Ok(()) => {}
+        Err(e) if e.bucket_missing => {
+            return Err(refuse(format!(
+                "an existing S3 bucket (bucket {} does not exist)",
+                destination.bucket
+            )));
+        }
+        Err(e) => {
+            return Err(refuse(format!(
+                "a bucket that takes writes (a test write failed: {e})"
+            )));
+        }
+    }
+    // Left behind only if deleting is not allowed; it holds no record.
+    let _ = objects.delete(&destination.bucket, &key).await;
+    Ok(())
 }
 
 impl Registry<'_> {
@@ -81,6 +128,9 @@ impl Registry<'_> {
                 format!("at most {MAX_SUBSCRIPTIONS_PER_TOPIC} per topic"),
             )
             .into());
+        }
+        if let Some(destination) = &sub.dead_letter_destination {
+            check_dead_letter_location(self.dead_letters, destination).await?;
         }
         store_secrets(
             &mut sub,
@@ -167,7 +217,9 @@ impl Registry<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::{ManualClock, MemoryQueue, MemorySecretStore, MemorySubscriptionStore};
+    use crate::memory::{
+        ManualClock, MemoryObjectStore, MemoryQueue, MemorySecretStore, MemorySubscriptionStore,
+    };
     use gridrelay_shared::subscription::Topic;
     use std::sync::Arc;
 
@@ -176,6 +228,7 @@ mod tests {
         store: MemorySubscriptionStore,
         secrets: MemorySecretStore,
         queue: MemoryQueue,
+        objects: MemoryObjectStore,
     }
 
     impl Fixture {
@@ -184,6 +237,7 @@ mod tests {
                 store: MemorySubscriptionStore::default(),
                 secrets: MemorySecretStore::default(),
                 queue: MemoryQueue::new(Arc::new(ManualClock::new(now))),
+                objects: MemoryObjectStore::default(),
             }
         }
 
@@ -194,8 +248,71 @@ mod tests {
                 secret_prefix: "gridrelay",
                 delivery_queue: &self.queue,
                 endpoints: &crate::endpoints::AnyEndpoint,
+                dead_letters: &self.objects,
             }
         }
+    }
+
+    /// L5 (#11 item 5): a dead-letter bucket that does not exist, or that does not take a
+    /// write, is refused naming the location and why, and nothing is stored; one that takes
+    /// writes is accepted, and its check leaves no object behind.
+    #[test]
+    fn a_dead_letter_bucket_must_exist_and_take_writes_l5() {
+        let now = chrono::Utc::now();
+        let f = Fixture::new(now);
+        let registry = f.registry();
+        let request = |name: &str, location: &str| SubscriptionRequest {
+            topic: "orders".into(),
+            name: name.into(),
+            endpoint: "https://example.com/hook".into(),
+            dead_letter_destination: Some(location.into()),
+            ..SubscriptionRequest::default()
+        };
+        futures::executor::block_on(async {
+            f.store
+                .create_topic(&Topic::with_new_keys("orders", now))
+                .await
+                .unwrap();
+            f.objects.delete_bucket("gone");
+            let refused = registry
+                .register(&request("missing", "s3://gone/dl"), now)
+                .await
+                .unwrap_err();
+            let RegistrationError::Invalid(e) = &refused else {
+                panic!("expected a refusal, got {refused}")
+            };
+            assert_eq!(e.field, "deadLetterDestination");
+            assert_eq!(e.value, "s3://gone/dl");
+            assert!(e.allowed.contains("bucket gone does not exist"), "{e}");
+
+            f.objects.outage.set(true);
+            let refused = registry
+                .register(&request("unwritable", "s3://dead/dl"), now)
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(
+                refused.contains("s3://dead/dl") && refused.contains("failed"),
+                "{refused}"
+            );
+            f.objects.outage.set(false);
+            assert!(
+                f.store
+                    .list_subscriptions("orders")
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+
+            registry
+                .register(&request("kept", "s3://dead/dl"), now)
+                .await
+                .unwrap();
+            assert!(
+                f.objects.objects().is_empty(),
+                "the check's object was deleted"
+            );
+        });
     }
 
     /// Item 8 of the life-cycle issue: a topic has at most 500 event subscriptions, as in

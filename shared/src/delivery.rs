@@ -11,7 +11,8 @@ use chrono::{DateTime, Utc};
 
 use crate::classify::{AttemptResult, DeliveryOutcome, EndpointKind, classify_status};
 use crate::decision::{
-    AfterAttempt, DeadLetterReason, RetryRules, after_attempt, due_within_ttl, ttl_expired, until,
+    AfterAttempt, DeadLetterReason, RetryRules, after_attempt, due_within_ttl, to_chrono,
+    ttl_expired, until,
 };
 use crate::message::{
     AttemptRecord, DeadLetterEntry, DeadLetterMessage, DeliveryHistory, DeliveryMessage,
@@ -254,19 +255,29 @@ pub struct Retry {
 }
 
 impl Retry {
-    /// R1: the retry as it goes on the queue: no event is due past its time to live's end.
-    /// Events whose end comes before `at` are due at their end instead (where R6 finds them
-    /// expired and they are dead-lettered, not attempted), each end its own retry; `tags` (one
+    /// R1: the retry as it goes on the queue at `now`: no event is due past its time to live's
+    /// end. Events whose end comes before `at` are due at their end instead (where R6 finds
+    /// them expired and they are dead-lettered, not attempted), each end its own retry. A retry
+    /// that waits for a timed-out attempt's late answer (R4) is not due before that wait is
+    /// over, so a late success is seen before the event could be dead-lettered. `tags` (one
     /// per event, what the caller tracks) follow their events.
     pub fn within_ttl<T>(
         self,
         tags: Vec<T>,
         policy: &RetryPolicy,
         scale: TimeScale,
+        now: DateTime<Utc>,
     ) -> Vec<(Retry, Vec<T>)> {
+        assert_eq!(self.events.len(), tags.len(), "one tag per event");
+        let late_answer_over = self
+            .history
+            .timed_out_attempt
+            .is_some()
+            .then(|| (now + to_chrono(scale.apply(LATE_ANSWER_WINDOW))).min(self.at));
         let mut out: Vec<(Retry, Vec<T>)> = Vec::new();
         for (event, tag) in self.events.into_iter().zip(tags) {
-            let at = due_within_ttl(self.at, event.publish_time, policy, scale);
+            let cut = due_within_ttl(self.at, event.publish_time, policy, scale);
+            let at = late_answer_over.map_or(cut, |floor| cut.max(floor));
             match out.iter_mut().find(|(r, _)| r.at == at) {
                 Some((retry, tags)) => {
                     retry.events.push(event);
@@ -418,7 +429,9 @@ pub fn settle_attempt(
 /// Events held back without an attempt wait until `until_at` with their history unchanged (a
 /// delay is not an attempt), but no later than their time to live's end (R1). `probation`
 /// says they wait for their endpoint's delay to end (D1, R3): one whose life ends meanwhile
-/// is dead-lettered with `lastDeliveryOutcome: Probation`. `tags` follow their events.
+/// is dead-lettered with `lastDeliveryOutcome: Probation`; held for another reason, it is not
+/// on probation, whatever it waited for before. `tags` follow their events.
+#[allow(clippy::too_many_arguments)]
 pub fn hold<T>(
     history: &DeliveryHistory,
     events: Vec<QueuedEvent>,
@@ -427,16 +440,17 @@ pub fn hold<T>(
     probation: bool,
     policy: &RetryPolicy,
     scale: TimeScale,
+    now: DateTime<Utc>,
 ) -> Vec<(Retry, Vec<T>)> {
     Retry {
         history: DeliveryHistory {
-            probation: probation || history.probation,
+            probation,
             ..history.clone()
         },
         at: until_at,
         events,
     }
-    .within_ttl(tags, policy, scale)
+    .within_ttl(tags, policy, scale, now)
 }
 
 /// The L6 facts of an event delivery stopped trying.
@@ -893,6 +907,7 @@ mod tests {
             false,
             &policy,
             TimeScale::REAL,
+            t0(),
         );
         let [(retry, tags)] = <[_; 1]>::try_from(held).expect("one retry");
         assert_eq!(tags, vec![7]);
@@ -918,13 +933,87 @@ mod tests {
             at,
             events: vec![event("new", t0()), event("old", old), event("new2", t0())],
         };
-        let cut = retry.within_ttl(vec!["n", "o", "n2"], &policy, TimeScale::REAL);
+        let cut = retry.within_ttl(vec!["n", "o", "n2"], &policy, TimeScale::REAL, t0());
         assert_eq!(cut.len(), 2);
         assert_eq!(cut[0].0.at, at);
         assert_eq!(cut[0].1, vec!["n", "n2"]);
         assert_eq!(cut[0].0.events.len(), 2);
         assert_eq!(cut[1].0.at, t0() + chrono::Duration::minutes(15));
         assert_eq!(cut[1].1, vec!["o"]);
+    }
+
+    /// R1, R4: a retry waiting for a timed-out attempt's late answer is cut at the TTL's end
+    /// no earlier than the late-answer window's end (so a late success is seen first), and
+    /// never later than the ladder's time.
+    #[test]
+    fn a_retry_waiting_for_a_late_answer_is_not_cut_before_the_window_r1_r4() {
+        let sub = subscription(true);
+        let policy = RetryPolicy {
+            max_delivery_attempts: 30,
+            event_time_to_live_in_minutes: 60,
+        };
+        let published = t0() - chrono::Duration::minutes(59);
+        // When a retry due at `at` goes on the queue now.
+        let due = |at, timed_out: Option<&str>| {
+            let retry = Retry {
+                history: DeliveryHistory {
+                    timed_out_attempt: timed_out.map(str::to_string),
+                    ..DeliveryHistory::new(&sub)
+                },
+                at,
+                events: vec![event("a", published)],
+            };
+            retry.within_ttl(vec![()], &policy, TimeScale::REAL, t0())[0]
+                .0
+                .at
+        };
+        let minutes = |m| t0() + chrono::Duration::minutes(m);
+        assert_eq!(
+            due(minutes(10), Some("attempt-1")),
+            minutes(3),
+            "not at the TTL's end, a minute from now"
+        );
+        let soon = t0() + chrono::Duration::seconds(30);
+        assert_eq!(
+            due(soon, Some("attempt-1")),
+            soon,
+            "never later than the ladder"
+        );
+        assert_eq!(due(minutes(10), None), minutes(1), "the TTL's end");
+    }
+
+    /// D1, L6: probation is the current hold's reason only: an event held on probation and
+    /// then held for another reason (a cap, a deadline) is not on probation any more.
+    #[test]
+    fn probation_does_not_outlive_its_hold_d1_l6() {
+        let sub = subscription(true);
+        let policy = sub.retry_policy;
+        let on_probation = DeliveryHistory {
+            probation: true,
+            ..DeliveryHistory::new(&sub)
+        };
+        let held = hold(
+            &on_probation,
+            vec![event("a", t0())],
+            vec![()],
+            t0(),
+            false,
+            &policy,
+            TimeScale::REAL,
+            t0(),
+        );
+        assert!(!held[0].0.history.probation);
+        let held = hold(
+            &DeliveryHistory::new(&sub),
+            vec![event("a", t0())],
+            vec![()],
+            t0(),
+            true,
+            &policy,
+            TimeScale::REAL,
+            t0(),
+        );
+        assert!(held[0].0.history.probation);
     }
 
     /// R1, R6, L6, D1: an event held for a delayed endpoint past its TTL's end is due at the
@@ -947,6 +1036,7 @@ mod tests {
             true,
             &policy,
             TimeScale::REAL,
+            t0(),
         );
         let (retry, _) = held.into_iter().next().unwrap();
         assert_eq!(

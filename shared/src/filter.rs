@@ -50,9 +50,18 @@ pub struct EventFilter {
     pub is_subject_case_sensitive: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub advanced_filters: Vec<AdvancedFilter>,
-    /// Whether an advanced filter looks into an array value element by element.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    /// Whether an advanced filter looks into an array value element by element. Off for new
+    /// subscriptions, as in Event Grid; a stored filter without the field was made when
+    /// gridrelay always looked into arrays, and keeps doing so.
+    #[serde(default = "EventFilter::stored_before_the_flag")]
     pub enable_advanced_filtering_on_arrays: bool,
+}
+
+impl EventFilter {
+    /// What a stored filter without `enableAdvancedFilteringOnArrays` means: on.
+    fn stored_before_the_flag() -> bool {
+        true
+    }
 }
 
 /// One advanced filter: a key and a condition on its value.
@@ -573,23 +582,25 @@ mod tests {
         let in_range = f("data.n", "NumberInRange", &["4,6"]);
         assert!(!in_range.matches(&numbers, false));
         assert!(in_range.matches(&numbers, true));
-        // The flag is stored with the filter, and defaults to off.
-        let stored: EventFilter = serde_json::from_value(json!({
+        // Off for a new filter; stored with it, both ways; a stored filter from before the
+        // flag keeps looking into arrays, as it did.
+        let new = EventFilter {
+            advanced_filters: vec![f("data.tags", "StringIn", &["big"])],
+            ..EventFilter::default()
+        };
+        assert!(!new.matches(&e, FilterFields::default()));
+        let text = serde_json::to_string(&new).unwrap();
+        assert!(
+            text.contains(r#""enableAdvancedFilteringOnArrays":false"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<EventFilter>(&text).unwrap(), new);
+        let older: EventFilter = serde_json::from_value(json!({
             "advancedFilters": [{"key": "data.tags", "operatorType": "StringIn", "values": ["big"]}]
         }))
         .unwrap();
-        assert!(!stored.enable_advanced_filtering_on_arrays);
-        assert!(!stored.matches(&e, FilterFields::default()));
-        let on = EventFilter {
-            enable_advanced_filtering_on_arrays: true,
-            ..stored
-        };
-        assert!(on.matches(&e, FilterFields::default()));
-        let text = serde_json::to_string(&on).unwrap();
-        assert!(
-            text.contains(r#""enableAdvancedFilteringOnArrays":true"#),
-            "{text}"
-        );
+        assert!(older.enable_advanced_filtering_on_arrays);
+        assert!(older.matches(&e, FilterFields::default()));
     }
 
     /// Item 7: two advanced filters on the same key must both match (AND), as any two do.

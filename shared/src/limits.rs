@@ -43,9 +43,11 @@ pub const EVENT_TTL_MINUTES: RangeInclusive<i64> = 1..=1440;
 
 /// Largest publish request body, as Event Grid takes it (1 MB).
 pub const MAX_PUBLISH_BYTES: usize = 1_048_576;
-/// Largest single event. Event Grid takes 1 MB; gridrelay carries events inside SQS messages,
-/// whose limit is 256 KiB, so one event must leave room for the message's own fields.
-pub const MAX_EVENT_BYTES: usize = 200 * 1024;
+/// Largest single event, as it is kept (a custom-schema event in its envelope). Event Grid takes
+/// 1 MB; gridrelay carries events inside SQS messages of at most 1 MiB, so one event leaves
+/// 16 KiB for the message's own fields (delivery or dead-letter) and for conversion to
+/// CloudEvents.
+pub const MAX_EVENT_BYTES: usize = 1_048_576 - 16 * 1024;
 
 /// Event subscriptions one topic may have (Event Grid: 500).
 pub const MAX_SUBSCRIPTIONS_PER_TOPIC: usize = 500;

@@ -21,9 +21,9 @@ use crate::schema::DeliverySchema;
 use crate::subscription::{DeadLetterDestination, Subscription};
 use crate::validation::ValidationStep;
 
-/// SQS's limit on one message and on one SendMessageBatch request is 256 KiB; stay under it
-/// with room for the SDK's framing.
-pub const MAX_MESSAGE_BYTES: usize = 250_000;
+/// SQS's limit on one message and on one SendMessageBatch request is 1 MiB (the queues are
+/// made with `MaximumMessageSize` 1,048,576); stay under it with room for the SDK's framing.
+pub const MAX_MESSAGE_BYTES: usize = 1_048_576 - 8 * 1024;
 /// SQS's longest delivery delay (DelaySeconds).
 pub const MAX_QUEUE_DELAY: Duration = Duration::from_secs(900);
 /// The tag around a delivery message's body: `{"delivery":` and `}`.
@@ -399,6 +399,66 @@ mod tests {
             probation: true,
             events: vec![],
         }
+    }
+
+    /// #11 item 6: the largest event gridrelay takes (as kept, then converted to CloudEvents,
+    /// which adds a few fields) fits one delivery message and one dead-letter message with the
+    /// longest names, prefix and every optional field, under SQS's 1 MiB.
+    #[test]
+    fn the_largest_event_fits_one_message_of_each_kind() {
+        use crate::limits::MAX_EVENT_BYTES;
+        use crate::schema::{InputSchema, to_delivery_form};
+        use crate::subscription::MAX_DEAD_LETTER_PREFIX_BYTES;
+        let envelope = serde_json::json!({
+            "id": "i".repeat(64), "topic": "/t", "subject": "s", "eventType": "t",
+            "eventTime": "2026-11-25T00:00:00Z", "dataVersion": "1", "metadataVersion": "1",
+            "data": "",
+        })
+        .to_string();
+        let pad = MAX_EVENT_BYTES - envelope.len();
+        let text = envelope.replace(r#""data":"""#, &format!(r#""data":"{}""#, "x".repeat(pad)));
+        assert_eq!(text.len(), MAX_EVENT_BYTES);
+        let kept = RawValue::from_string(text).unwrap();
+        let converted = to_delivery_form(
+            &kept,
+            InputSchema::EventGridSchema,
+            DeliverySchema::CloudEventSchemaV1_0,
+        )
+        .unwrap()
+        .into_owned();
+        assert!(converted.get().len() > MAX_EVENT_BYTES - 64);
+        let t = template();
+        let mut event = QueuedEvent::new(Utc::now(), converted);
+        event.last_attempt = t.last_attempt;
+        let messages = DeliveryMessage::packed(&t.history(), t.not_before, vec![event.clone()]);
+        assert_eq!(messages.len(), 1);
+        assert!(messages[0].to_body().unwrap().len() <= MAX_MESSAGE_BYTES);
+
+        let mut dead = DeadLetterMessage {
+            topic: "t".repeat(50),
+            subscription: "s".repeat(64),
+            subscription_id: "f".repeat(32),
+            schema: DeliverySchema::CloudEventSchemaV1_0,
+            destination: DeadLetterDestination {
+                bucket: "b".repeat(63),
+                prefix: "p".repeat(MAX_DEAD_LETTER_PREFIX_BYTES),
+            },
+            dead_lettered_at: Utc::now(),
+            first_write_failure: Some(Utc::now()),
+            entries: Vec::new(),
+        };
+        let entry = DeadLetterEntry {
+            reason: DeadLetterReason::MaxDeliveryAttemptsExceeded,
+            delivery_attempts: 30,
+            last_outcome: Some(DeliveryOutcome::ResolutionError),
+            publish_time: Utc::now(),
+            last_attempt_time: Some(Utc::now()),
+            event: event.event,
+        };
+        let packed = pack_dead_letter_messages(&dead, vec![entry]);
+        assert_eq!(packed.len(), 1);
+        dead.entries = packed.into_iter().next().unwrap().entries;
+        assert!(dead.to_body().unwrap().len() <= MAX_MESSAGE_BYTES);
     }
 
     proptest! {

@@ -459,8 +459,8 @@ pub fn delivery_body<'a>(
 }
 
 /// H2: the `aeg-data-version` header of a request carrying `events` (in `schema`): their
-/// `dataVersion` (`dataversion` for CloudEvents), when every one has the same; `None` when one
-/// has none or they differ (each event's own is in the body).
+/// `dataVersion` (`dataversion` for CloudEvents), when every one has the same and a header can
+/// carry it (visible ASCII); `None` otherwise (each event's own is in the body).
 pub fn batch_data_version<'a>(
     mut events: impl Iterator<Item = &'a RawValue>,
     schema: DeliverySchema,
@@ -480,8 +480,11 @@ pub fn batch_data_version<'a>(
         }
     };
     let first = version(events.next()?)?;
-    events
-        .all(|e| version(e).as_deref() == Some(first.as_ref()))
+    // Only what an HTTP header value can carry; anything else stays in the body alone.
+    let header_safe = first
+        .bytes()
+        .all(|b| b == b'\t' || (0x20..=0x7e).contains(&b));
+    (header_safe && events.all(|e| version(e).as_deref() == Some(first.as_ref())))
         .then(|| first.into_owned())
 }
 
@@ -625,8 +628,6 @@ mod tests {
         assert!(InputMapping::from_pairs(&["id".into()], &[]).is_err());
     }
 
-    /// F2 HTTP binding: one CloudEvent is an object, more are a batch; custom subscribers get
-    /// their own events back.
     /// H2: a request's `aeg-data-version` is its events' `dataVersion` (`dataversion` for
     /// CloudEvents) when they agree, none when one lacks it or they differ.
     #[test]
@@ -664,6 +665,9 @@ mod tests {
             v(&[json!({"dataVersion": "a\\u00e9"})], eg).as_deref(),
             Some("a\\u00e9")
         );
+        // A version no header value can carry does not block the delivery.
+        assert_eq!(v(&[json!({"dataVersion": "1\n2"})], eg), None);
+        assert_eq!(v(&[json!({"dataVersion": "é"})], eg), None);
         let ce = DeliverySchema::CloudEventSchemaV1_0;
         assert_eq!(
             v(&[json!({"specversion": "1.0", "dataversion": "1.0"})], ce).as_deref(),
@@ -683,6 +687,8 @@ mod tests {
         );
     }
 
+    /// F2 HTTP binding: one CloudEvent is an object, more are a batch; custom subscribers get
+    /// their own events back.
     #[test]
     fn delivery_bodies_follow_the_schema() {
         let ce = raw(&json!({"specversion": "1.0", "id": "1"}));

@@ -173,6 +173,9 @@ impl Default for RetryPolicy {
     }
 }
 
+/// The longest dead-letter key prefix.
+pub const MAX_DEAD_LETTER_PREFIX_BYTES: usize = 512;
+
 /// Where undeliverable events of a subscription are written (L3): an S3 bucket and key prefix.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -184,7 +187,7 @@ pub struct DeadLetterDestination {
 impl DeadLetterDestination {
     /// Parses `s3://BUCKET` or `s3://BUCKET/PREFIX`.
     pub fn parse(text: &str) -> Result<Self, LimitError> {
-        let allowed = "s3://BUCKET[/PREFIX] with a bucket name of 3 to 63 lowercase letters, digits, '.' and '-'";
+        let allowed = "s3://BUCKET[/PREFIX] with a bucket name of 3 to 63 lowercase letters, digits, '.' and '-', and a prefix of at most 512 bytes";
         let invalid = || LimitError::new("deadLetterDestination", format!("{text:?}"), allowed);
         let rest = text.strip_prefix("s3://").ok_or_else(invalid)?;
         let (bucket, prefix) = match rest.split_once('/') {
@@ -197,7 +200,8 @@ impl DeadLetterDestination {
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
             && bucket.starts_with(|c: char| c.is_ascii_alphanumeric())
             && bucket.ends_with(|c: char| c.is_ascii_alphanumeric());
-        if !bucket_ok {
+        // S3 keys take 1,024 bytes; the rest of a key is topic, subscription, hour and ids.
+        if !bucket_ok || prefix.len() > MAX_DEAD_LETTER_PREFIX_BYTES {
             return Err(invalid());
         }
         Ok(Self {
@@ -455,6 +459,10 @@ mod tests {
         ] {
             assert!(DeadLetterDestination::parse(bad).is_err(), "{bad}");
         }
+        let longest = format!("s3://b-1/{}", "p".repeat(MAX_DEAD_LETTER_PREFIX_BYTES));
+        assert!(DeadLetterDestination::parse(&longest).is_ok());
+        let e = DeadLetterDestination::parse(&format!("{longest}q")).unwrap_err();
+        assert!(e.allowed.contains("at most 512 bytes"), "{e}");
     }
 
     /// Item 5 of the life-cycle issue: a record written without a provisioning state was never

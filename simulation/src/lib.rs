@@ -333,7 +333,7 @@ impl ObjectStore for FaultyObjects {
         body: String,
     ) -> Result<(), ObjectStoreError> {
         if self.1.step().await {
-            return Err(ObjectStoreError(injected()));
+            return Err(ObjectStoreError::new(injected()));
         }
         self.0.put_json(bucket, key, body).await
     }
@@ -549,6 +549,7 @@ impl World {
             secret_prefix: "gridrelay",
             delivery_queue: self.delivery.as_ref(),
             endpoints: &gridrelay_ports::endpoints::AnyEndpoint,
+            dead_letters: self.objects.as_ref(),
         };
         let request =
             |name: &str, filter: EventFilter, attempts: Option<i64>| SubscriptionRequest {

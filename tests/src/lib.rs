@@ -17,7 +17,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use chrono::Utc;
-use gridrelay_adapters::aws::SecretsManagerStore;
+use gridrelay_adapters::aws::{S3ObjectStore, SecretsManagerStore, s3_client};
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig, RunnerStats};
 use gridrelay_ports::endpoints::EndpointCheck;
 use gridrelay_ports::registration::Registry;
@@ -80,6 +80,8 @@ pub struct TestSystem {
     /// What `event-subscription create` checks endpoints against: the runner's allowed
     /// networks, the system's resolver.
     pub endpoints: EndpointCheck,
+    /// Where `event-subscription create` checks dead-letter locations.
+    pub objects: S3ObjectStore,
     http: reqwest::Client,
 }
 
@@ -128,6 +130,7 @@ impl TestSystem {
             .await
             .expect("local system starts");
         let secrets = SecretsManagerStore::from_sdk(&sdk);
+        let objects = S3ObjectStore::new(s3_client(&sdk));
         Self {
             system,
             sdk,
@@ -135,6 +138,7 @@ impl TestSystem {
             scale,
             secrets,
             endpoints,
+            objects,
             http: reqwest::Client::new(),
         }
     }
@@ -210,6 +214,7 @@ impl TestSystem {
             secret_prefix: &self.names.secret_prefix,
             delivery_queue: self.system.delivery_queue.as_ref(),
             endpoints: &self.endpoints,
+            dead_letters: &self.objects,
         }
     }
 

@@ -222,20 +222,115 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
     sys.shutdown().await;
 }
 
-/// L5: while the dead-letter location cannot be written, the write is retried; once it has
-/// been unavailable for (scaled) four hours, the events are dropped and counted.
+/// #11 item 6: an event of 1 MB (as Event Grid takes them) is delivered whole, to an Event
+/// Grid subscription and, converted, to a CloudEvents one, through SQS messages of up to
+/// 1 MiB; one past the event limit is refused with 413 naming it, and nothing is enqueued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_of_one_megabyte_is_delivered_whole() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("large").await;
+    let eg = Subscriber::start(vec![], Reply::Status(200)).await;
+    let ce = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("large", "as-is", &eg.url)).await;
+    sys.subscribe(SubscriptionRequest {
+        event_delivery_schema: Some("cloudeventschemav1_0".into()),
+        ..subscription("large", "as-ce", &ce.url)
+    })
+    .await;
+    let blob = "x".repeat(1_000_000);
+    let mut big = events("mb", 1);
+    big[0]["data"] = json!({ "blob": blob });
+    assert!(big[0].to_string().len() > 1_000_000);
+    sys.publish(&topic, &big).await;
+    let got = eg.wait_for_requests(1, Duration::from_secs(30)).await;
+    assert_eq!(
+        got[0].events[0]["data"]["blob"].as_str().map(str::len),
+        Some(1_000_000)
+    );
+    let got = ce.wait_for_requests(1, Duration::from_secs(30)).await;
+    let body: serde_json::Value = serde_json::from_str(&got[0].body).expect("a CloudEvent");
+    assert_eq!(body["data"]["blob"].as_str().map(str::len), Some(1_000_000));
+
+    let mut too_big = events("over", 1);
+    too_big[0]["data"] = json!({ "blob": "x".repeat(1_040_000) });
+    let (status, answer) = sys
+        .publish_raw("large", Some(&topic.key1), too_big.to_string().into_bytes())
+        .await;
+    assert_eq!(status, 413, "{answer}");
+    let limit = gridrelay_shared::limits::MAX_EVENT_BYTES.to_string();
+    assert!(
+        answer.contains("events[0]") && answer.contains(&limit),
+        "{answer}"
+    );
+    sys.shutdown().await;
+}
+
+/// Creates a bucket of its own, subscribes with it as the dead-letter location (registration
+/// checks that it exists and takes a write), then deletes it: a location that disappeared.
+async fn subscribe_then_delete_the_bucket(sys: &TestSystem, topic: &str, endpoint: &str) -> String {
+    let s3 = s3_client(&sys.sdk);
+    let bucket = format!("gone-{}", uuid::Uuid::new_v4().simple());
+    s3.create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("create bucket");
+    sys.subscribe(SubscriptionRequest {
+        dead_letter_destination: Some(format!("s3://{bucket}/dl")),
+        ..subscription(topic, "sub-1", endpoint)
+    })
+    .await;
+    s3.delete_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("the check left the bucket empty, so it can be deleted");
+    bucket
+}
+
+/// L5 (#11 item 5): a dead-letter bucket that does not exist is refused when the subscription
+/// is created, naming the location, and nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_bucket_that_does_not_exist_is_refused_l5() {
+    let sys = TestSystem::start(0.01).await;
+    sys.topic("nowhere").await;
+    let location = format!("s3://missing-{}/dl", uuid::Uuid::new_v4().simple());
+    let refused = sys
+        .registry()
+        .register(
+            &SubscriptionRequest {
+                dead_letter_destination: Some(location.clone()),
+                ..subscription("nowhere", "sub-1", "http://127.0.0.1:9/hook")
+            },
+            chrono::Utc::now(),
+        )
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        refused.contains(&location) && refused.contains("does not exist"),
+        "{refused}"
+    );
+    let stored = sys
+        .system
+        .store
+        .list_subscriptions("nowhere")
+        .await
+        .expect("list");
+    assert!(stored.is_empty());
+    sys.shutdown().await;
+}
+
+/// L5: while the dead-letter location cannot be written (its bucket was deleted after the
+/// subscription was made), the write is retried; once it has been unavailable for (scaled)
+/// four hours, the events are dropped and counted, apart as a missing bucket too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unavailable_dead_letter_location_is_retried_then_dropped_after_four_hours_l5() {
     let scale = 0.001; // four hours → 14.4 s; write retries every second
     let sys = TestSystem::start(scale).await;
     let topic = sys.topic("lost").await;
     let sub = Subscriber::start(vec![], Reply::Status(400)).await;
-    let missing = format!("s3://missing-{}/dl", uuid::Uuid::new_v4().simple());
-    sys.subscribe(SubscriptionRequest {
-        dead_letter_destination: Some(missing),
-        ..subscription("lost", "sub-1", &sub.url)
-    })
-    .await;
+    subscribe_then_delete_the_bucket(&sys, "lost", &sub.url).await;
 
     sys.publish(&topic, &events("u", 1)).await;
     sub.wait_for_requests(1, WAIT).await;
@@ -262,6 +357,13 @@ async fn unavailable_dead_letter_location_is_retried_then_dropped_after_four_hou
         || async { (sys.system.stats().dead_letter.records_dropped == 1).then_some(()) },
     )
     .await;
+    assert_eq!(
+        sys.system
+            .stats()
+            .dead_letter
+            .records_dropped_bucket_missing,
+        1
+    );
     assert!(deferred_at.elapsed() >= four_hours - Duration::from_secs(2));
     sys.shutdown().await;
 }
@@ -272,12 +374,7 @@ async fn dead_letter_write_recovers_when_the_location_returns_l5() {
     let sys = TestSystem::start(0.001).await;
     let topic = sys.topic("later").await;
     let sub = Subscriber::start(vec![], Reply::Status(413)).await;
-    let bucket = format!("late-{}", uuid::Uuid::new_v4().simple());
-    sys.subscribe(SubscriptionRequest {
-        dead_letter_destination: Some(format!("s3://{bucket}/dl")),
-        ..subscription("later", "sub-1", &sub.url)
-    })
-    .await;
+    let bucket = subscribe_then_delete_the_bucket(&sys, "later", &sub.url).await;
 
     sys.publish(&topic, &events("r", 1)).await;
     sys.wait_for_stats("a deferred dead-letter write", |s| {

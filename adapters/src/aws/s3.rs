@@ -4,6 +4,19 @@ use aws_sdk_s3::primitives::ByteStream;
 use super::describe_error;
 use gridrelay_ports::{ObjectStore, ObjectStoreError};
 
+/// An S3 error as the object store's, telling a missing bucket (`NoSuchBucket`) apart.
+fn object_store_error<E, R>(e: &aws_sdk_s3::error::SdkError<E, R>) -> ObjectStoreError
+where
+    E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    let message = describe_error(e);
+    match e.as_service_error().and_then(|s| s.code()) {
+        Some("NoSuchBucket") => ObjectStoreError::bucket_missing(message),
+        _ => ObjectStoreError::new(message),
+    }
+}
+
 /// Dead-letter objects in S3.
 #[derive(Debug, Clone)]
 pub struct S3ObjectStore {
@@ -33,7 +46,7 @@ impl ObjectStore for S3ObjectStore {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| ObjectStoreError(describe_error(&e)))
+            .map_err(|e| object_store_error(&e))
     }
 
     async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, ObjectStoreError> {
@@ -46,7 +59,7 @@ impl ObjectStore for S3ObjectStore {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| ObjectStoreError(describe_error(&e)))?;
+            let page = page.map_err(|e| object_store_error(&e))?;
             keys.extend(
                 page.contents()
                     .iter()
@@ -64,14 +77,14 @@ impl ObjectStore for S3ObjectStore {
             .key(key)
             .send()
             .await
-            .map_err(|e| ObjectStoreError(describe_error(&e)))?;
+            .map_err(|e| object_store_error(&e))?;
         let bytes = out
             .body
             .collect()
             .await
-            .map_err(|e| ObjectStoreError(e.to_string()))?
+            .map_err(|e| ObjectStoreError::new(e.to_string()))?
             .into_bytes();
-        String::from_utf8(bytes.to_vec()).map_err(|e| ObjectStoreError(e.to_string()))
+        String::from_utf8(bytes.to_vec()).map_err(|e| ObjectStoreError::new(e.to_string()))
     }
 
     async fn delete(&self, bucket: &str, key: &str) -> Result<(), ObjectStoreError> {
@@ -82,6 +95,6 @@ impl ObjectStore for S3ObjectStore {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| ObjectStoreError(describe_error(&e)))
+            .map_err(|e| object_store_error(&e))
     }
 }

@@ -17,7 +17,7 @@ const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
 /// SQS's limit of entries in one SendMessageBatch request.
 const MAX_BATCH_ENTRIES: usize = 10;
 /// SQS's limit on one SendMessageBatch request's total payload.
-const MAX_BATCH_BYTES: usize = 262_144;
+const MAX_BATCH_BYTES: usize = 1_048_576;
 
 /// An SQS queue, sent to with SendMessageBatch (10 entries a request).
 #[derive(Debug, Clone)]
@@ -94,7 +94,7 @@ fn all_failed(
         .collect()
 }
 
-/// Groups messages into SendMessageBatch requests: at most 10 entries and 256 KiB each.
+/// Groups messages into SendMessageBatch requests: at most 10 entries and 1 MiB each.
 fn chunks(messages: &[OutgoingMessage]) -> Vec<Vec<(usize, &OutgoingMessage)>> {
     let mut out: Vec<Vec<(usize, &OutgoingMessage)>> = Vec::new();
     let mut current = Vec::new();
@@ -241,12 +241,15 @@ mod tests {
     }
 
     #[test]
-    fn batches_hold_ten_entries_and_256_kib_at_most() {
+    fn batches_hold_ten_entries_and_1_mib_at_most() {
         let messages: Vec<_> = (0..23).map(|_| msg(10)).collect();
         let sizes: Vec<usize> = chunks(&messages).iter().map(Vec::len).collect();
         assert_eq!(sizes, vec![10, 10, 3]);
-        let messages: Vec<_> = (0..4).map(|_| msg(100_000)).collect();
+        let messages: Vec<_> = (0..7).map(|_| msg(400_000)).collect();
         let sizes: Vec<usize> = chunks(&messages).iter().map(Vec::len).collect();
-        assert_eq!(sizes, vec![2, 2]);
+        assert_eq!(sizes, vec![2, 2, 2, 1]);
+        let messages: Vec<_> = (0..3).map(|_| msg(MAX_MESSAGE_BYTES)).collect();
+        let sizes: Vec<usize> = chunks(&messages).iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![1, 1, 1], "a full message goes alone");
     }
 }

@@ -5,7 +5,8 @@
 //! subscription and hour: `PREFIX/TOPIC/SUBSCRIPTION/YYYY/MM/DD/HH/<subscription id>.<uuid>.json` (L3). When the
 //! bucket cannot be written, the message goes back on the queue with a delay and is tried again,
 //! until the location has been unavailable for four hours; then its events are dropped, counted
-//! and logged (L5). Every object written is announced as a `Gridrelay.DeadLetter.BlobCreated`
+//! and logged (L5). A bucket that no longer exists (subscriptions are refused one that does not
+//! exist when created) is such an unavailable location, counted and logged apart. Every object written is announced as a `Gridrelay.DeadLetter.BlobCreated`
 //! event on the system topic `gridrelay-dead-letter-events`, which users subscribe to like any
 //! other topic (L7).
 
@@ -33,6 +34,8 @@ use tracing::{error, info, warn};
 /// L5: events dropped after their dead-letter location was unavailable for four hours, as a
 /// CloudWatch metric (namespace `Gridrelay`; per topic and subscription, and for the stack).
 pub const DROPPED_METRIC: &str = "DeadLetterEventsDropped";
+/// L5: of those, the events whose bucket no longer existed (also in [`DROPPED_METRIC`]).
+pub const BUCKET_MISSING_METRIC: &str = "DeadLetterEventsDroppedBucketMissing";
 
 /// L7: where dead-letter writes are announced: the subscriptions of a system topic.
 pub struct DeadLetterNotices {
@@ -62,6 +65,8 @@ pub struct DeadLetterReport {
     pub records_deferred: usize,
     /// L5: records dropped after four hours of an unavailable location.
     pub records_dropped: usize,
+    /// Of those, records whose bucket no longer existed.
+    pub records_dropped_bucket_missing: usize,
     /// L7: announcements enqueued (one per object per subscription of the system topic).
     pub notices_enqueued: usize,
     pub failed_messages: usize,
@@ -73,6 +78,7 @@ impl DeadLetterReport {
         self.records_written += other.records_written;
         self.records_deferred += other.records_deferred;
         self.records_dropped += other.records_dropped;
+        self.records_dropped_bucket_missing += other.records_dropped_bucket_missing;
         self.notices_enqueued += other.notices_enqueued;
         self.failed_messages += other.failed_messages;
     }
@@ -170,8 +176,15 @@ impl DeadLetterWriter {
             .put_json(&first.destination.bucket, &key, body)
             .await
         {
-            warn!(bucket = %first.destination.bucket, error = %e, "dead-letter location unavailable");
-            return self.defer_or_drop(messages, now).await;
+            let bucket = &first.destination.bucket;
+            // Told apart: a bucket deleted since the subscription was made.
+            let missing = e.bucket_missing;
+            if missing {
+                warn!(%bucket, error = %e, "dead-letter bucket does not exist; location unavailable");
+            } else {
+                warn!(%bucket, error = %e, "dead-letter location unavailable");
+            }
+            return self.defer_or_drop(messages, now, missing).await;
         }
         info!(bucket = %first.destination.bucket, key = %key, records, "dead-lettered");
         report.objects_written = 1;
@@ -225,11 +238,13 @@ impl DeadLetterWriter {
         Ok(done.enqueued)
     }
 
-    /// L5: sends each message back for another try, or drops its events after four hours.
+    /// L5: sends each message back for another try, or drops its events after four hours;
+    /// `bucket_missing`: the write failed because the bucket does not exist.
     async fn defer_or_drop(
         &self,
         messages: ObjectMessages,
         now: DateTime<Utc>,
+        bucket_missing: bool,
     ) -> (DeadLetterReport, Vec<usize>) {
         let mut report = DeadLetterReport::default();
         let mut retry = Vec::new();
@@ -247,6 +262,7 @@ impl DeadLetterWriter {
                         %subscription,
                         %bucket,
                         dropped = events,
+                        bucket_missing,
                         "events dropped: dead-letter location unavailable for four hours"
                     );
                     // A metric for the subscription and one for the stack (the alarm's).
@@ -257,6 +273,10 @@ impl DeadLetterWriter {
                     metrics::counter!(DROPPED_METRIC, &labels).increment(events as u64);
                     metrics::counter!(DROPPED_METRIC).increment(events as u64);
                     report.records_dropped += events;
+                    if bucket_missing {
+                        metrics::counter!(BUCKET_MISSING_METRIC, &labels).increment(events as u64);
+                        report.records_dropped_bucket_missing += events;
+                    }
                 }
                 AfterWriteFailure::TryAgain { message, delay } => match message.to_body() {
                     Ok(body) => {
@@ -444,5 +464,39 @@ mod tests {
         counted.sort();
         expected.sort();
         assert_eq!(counted, expected);
+        assert_eq!(
+            outcome.report.records_dropped_bucket_missing, 0,
+            "the bucket exists"
+        );
+    }
+
+    /// L5 (#11 item 5): a bucket deleted after its subscription was made is an unavailable
+    /// location (retried for four hours, then dropped), its drops counted apart as well.
+    #[tokio::test]
+    async fn l5_a_bucket_that_disappeared_is_unavailable_and_counted_apart() {
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _recording = metrics::set_default_local_recorder(&recorder);
+        let f = fixture();
+        f.objects.delete_bucket("dead");
+        let now = f.clock.now();
+        let outcome = f.writer.handle(batch(&[message("e1", now)])).await;
+        assert_eq!(outcome.report.records_deferred, 1);
+        let body = f.queue.sent()[0].body.clone();
+        f.clock.advance(std::time::Duration::from_secs(4 * 3600));
+        let outcome = f.writer.handle(batch(&[body])).await;
+        assert_eq!(outcome.report.records_dropped, 1);
+        assert_eq!(outcome.report.records_dropped_bucket_missing, 1);
+        let missing: u64 = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == BUCKET_MISSING_METRIC)
+            .map(|(.., value)| match value {
+                metrics_util::debugging::DebugValue::Counter(n) => n,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(missing, 1);
     }
 }

@@ -179,7 +179,7 @@ impl Deliver {
                 let policy = &sub.retry_policy;
                 let scale = self.settings.scale;
                 for (retry, records) in hold(
-                    &history, events, records, until_at, probation, policy, scale,
+                    &history, events, records, until_at, probation, policy, scale, now,
                 ) {
                     let (messages, delay) = retry.packed(now);
                     plan.enqueue_packed(messages, records, delay);

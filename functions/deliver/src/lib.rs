@@ -928,7 +928,12 @@ impl Deliver {
                     if let (Some(id), Some(answer)) = (timed_out_attempt, late.take()) {
                         plan.late.push((id, answer));
                     }
-                    retries.extend(retry.within_ttl(event_records, &sub.retry_policy, rules.scale));
+                    retries.extend(retry.within_ttl(
+                        event_records,
+                        &sub.retry_policy,
+                        rules.scale,
+                        now,
+                    ));
                 }
                 Settlement::GaveUp(give_up) => {
                     plan.count(&sub.topic, &sub.name, |r| r.failed_attempts += 1);

@@ -17,8 +17,8 @@ use gridrelay_deliver::{
 use gridrelay_ports::cache::{CachedDeliveryState, CachedSubscriptionStore};
 use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::memory::{
-    FixedJitter, ManualClock, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryQueue,
-    MemorySecretStore, MemorySubscriptionStore, ScriptedSender,
+    FixedJitter, ManualClock, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryObjectStore,
+    MemoryQueue, MemorySecretStore, MemorySubscriptionStore, ScriptedSender,
 };
 use gridrelay_ports::registration::Registry;
 use gridrelay_ports::{
@@ -261,12 +261,16 @@ fn registry<'a>(
     secrets: &'a MemorySecretStore,
     delivery: &'a MemoryQueue,
 ) -> Registry<'a> {
+    // Every bucket exists in a store of its own.
+    static BUCKETS: std::sync::LazyLock<MemoryObjectStore> =
+        std::sync::LazyLock::new(MemoryObjectStore::default);
     Registry {
         store,
         secrets,
         secret_prefix: "gridrelay",
         delivery_queue: delivery,
         endpoints: &gridrelay_ports::endpoints::AnyEndpoint,
+        dead_letters: &*BUCKETS,
     }
 }
 
@@ -1045,9 +1049,9 @@ async fn retries_due_together_share_one_message_r1_r2_s5() {
 async fn a_refused_retry_message_fails_only_the_records_it_carries_g1_r2() {
     let w = World::new(ScriptedSender::status(500));
     w.subscribe(request("sub-1")).await;
-    // Three records of 100 KB events: their retries need two messages.
+    // Three records of 400 KB events: their retries need two messages (1 MiB each at most).
     for id in ["first", "second", "third"] {
-        w.publish_sized(&[id], 100_000).await;
+        w.publish_sized(&[id], 400_000).await;
     }
     let sent_before = w.delivery.sent().len();
     w.delivery

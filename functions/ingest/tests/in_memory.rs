@@ -84,8 +84,8 @@ async fn a_custom_envelope_too_large_to_enqueue_is_refused() {
         .with_input_schema(InputSchema::CustomEventSchema, Some(mapping))
         .unwrap();
     let w = World::new(topic).await;
-    // 150 KB of note: the event fits the limit, its envelope (the note twice) does not.
-    let note = "n".repeat(150_000);
+    // 600 KB of note: the event fits the limit, its envelope (the note twice) does not.
+    let note = "n".repeat(600_000);
     let answer = w
         .publish(&format!(r#"[{{"small":1}},{{"note":"{note}"}}]"#))
         .await;

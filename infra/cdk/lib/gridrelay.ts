@@ -23,6 +23,9 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { RustFunction } from 'cargo-lambda-cdk';
 import { Construct } from 'constructs';
 
+/** SQS's largest message (1 MiB): events up to Event Grid's 1 MB travel in one. */
+const MAX_MESSAGE_SIZE_BYTES = 1_048_576;
+
 export interface GridrelayProps {
   /** Delivery queue messages per deliver invocation. Default 10. */
   readonly deliveryBatchSize?: number;
@@ -110,6 +113,7 @@ export class Gridrelay extends Construct {
 
     const redrive = (name: string) =>
       new sqs.Queue(this, name, {
+        maxMessageSizeBytes: MAX_MESSAGE_SIZE_BYTES,
         retentionPeriod: Duration.days(14),
         encryption: sqs.QueueEncryption.SQS_MANAGED,
         enforceSSL: true,
@@ -117,6 +121,7 @@ export class Gridrelay extends Construct {
     this.deliveryRedriveQueue = redrive('DeliveryRedriveQueue');
     this.deadLetterRedriveQueue = redrive('DeadLetterRedriveQueue');
     this.deliveryQueue = new sqs.Queue(this, 'DeliveryQueue', {
+      maxMessageSizeBytes: MAX_MESSAGE_SIZE_BYTES,
       // At least six times the deliver function's timeout.
       visibilityTimeout: Duration.seconds(1800),
       retentionPeriod: Duration.days(4),
@@ -125,6 +130,7 @@ export class Gridrelay extends Construct {
       deadLetterQueue: { queue: this.deliveryRedriveQueue, maxReceiveCount },
     });
     this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
+      maxMessageSizeBytes: MAX_MESSAGE_SIZE_BYTES,
       // L4: five minutes between the last attempt and the write.
       deliveryDelay: Duration.minutes(5),
       visibilityTimeout: Duration.seconds(360),

@@ -128,6 +128,8 @@ test('queues: redrive for poison messages, five-minute dead-letter delay (L4)', 
   });
   template.hasResourceProperties('AWS::SQS::Queue', { VisibilityTimeout: 1800, RedrivePolicy: Match.anyValue() });
   template.resourceCountIs('AWS::SQS::Queue', 4);
+  // Events up to 1 MB (#11 item 6): every queue takes SQS's largest message.
+  template.resourcePropertiesCountIs('AWS::SQS::Queue', { MaximumMessageSize: 1048576 }, 4);
 });
 
 test('delivery state table expires its records (D1, R4)', () => {
