@@ -487,6 +487,7 @@ impl ObjectStore for MemoryObjectStore {
 
     async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, ObjectStoreError> {
         self.check()?;
+        self.existing(bucket)?;
         Ok(lock(&self.objects)
             .keys()
             .filter(|(b, k)| b == bucket && k.starts_with(prefix))

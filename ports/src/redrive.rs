@@ -286,7 +286,19 @@ async fn redrive_subscription(
     }
     let folder = subscription_folder(destination, &sub.topic, &sub.name);
     let naming = FieldNaming::for_schema(sub.event_delivery_schema);
-    for key in objects.list(&destination.bucket, &folder).await? {
+    let keys = match objects.list(&destination.bucket, &folder).await {
+        Ok(keys) => keys,
+        // One subscription's deleted bucket does not stop the others' redrive.
+        Err(e) if e.bucket_missing => {
+            done.skipped = Some(format!(
+                "its dead-letter bucket {} no longer exists",
+                destination.bucket
+            ));
+            return Ok(done);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for key in keys {
         let Some(hour) = object_hour(&folder, &key) else {
             continue;
         };
@@ -527,6 +539,38 @@ mod tests {
         assert_eq!(sub.objects_of_other_subscriptions, 1);
         assert_eq!(w.objects.objects(), before);
         assert!(w.queue.sent().is_empty());
+    }
+
+    /// A subscription whose dead-letter bucket no longer exists is skipped, saying so; the
+    /// redrive of the topic's other subscriptions goes on (#11 item 5).
+    #[test]
+    fn a_deleted_bucket_skips_its_subscription_only() {
+        let w = world();
+        w.store.insert_validated(
+            SubscriptionRequest {
+                topic: "orders".into(),
+                name: "gone".into(),
+                endpoint: "https://example.com/other".into(),
+                dead_letter_destination: Some("s3://gone/dl".into()),
+                ..SubscriptionRequest::default()
+            },
+            InputSchema::EventGridSchema,
+            at(9),
+        );
+        w.objects.delete_bucket("gone");
+        let report = redrive(&w, DeadLetterSelection::default(), true);
+        let by_name = |n: &str| {
+            report
+                .subscriptions
+                .iter()
+                .find(|s| s.subscription == n)
+                .unwrap_or_else(|| panic!("{n} reported"))
+        };
+        assert_eq!(
+            by_name("gone").skipped.as_deref(),
+            Some("its dead-letter bucket gone no longer exists")
+        );
+        assert_eq!(by_name("audit").moved.values().sum::<usize>(), 3);
     }
 
     /// Records picked by time and reason go back to delivery as the events they were (the L6

@@ -76,7 +76,7 @@ pub async fn check_dead_letter_location(
         format!("{}/{WRITE_CHECK_OBJECT}", destination.prefix)
     };
     match objects
-        .put_json(&destination.bucket, &key, "{}".to_string())
+        .put_json(&destination.bucket, &key, "[]".to_string())
         .await
     {
         Ok(()) => {}
@@ -92,8 +92,11 @@ pub async fn check_dead_letter_location(
             )));
         }
     }
-    // Left behind only if deleting is not allowed; it holds no record.
-    let _ = objects.delete(&destination.bucket, &key).await;
+    // Left behind only if deleting is not allowed: an empty array, which no reader of
+    // dead-letter objects takes for a record (and redrive reads only subscription folders).
+    if let Err(e) = objects.delete(&destination.bucket, &key).await {
+        tracing::warn!(bucket = %destination.bucket, %key, error = %e, "could not delete the dead-letter location's check object");
+    }
     Ok(())
 }
 

@@ -9,7 +9,6 @@ use futures::future::join_all;
 use super::describe_error;
 use gridrelay_ports::memory::QueuedMessage;
 use gridrelay_ports::{FailedReceipt, MessageQueue, OutgoingMessage, QueueError, ReceivedMessage};
-use gridrelay_shared::message::MAX_MESSAGE_BYTES;
 
 /// The record attribute that says how often SQS has handed the message out.
 const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
@@ -100,7 +99,7 @@ fn chunks(messages: &[OutgoingMessage]) -> Vec<Vec<(usize, &OutgoingMessage)>> {
     let mut current = Vec::new();
     let mut bytes = 0;
     for (i, m) in messages.iter().enumerate() {
-        let size = m.body.len().min(MAX_MESSAGE_BYTES);
+        let size = m.body.len();
         if !current.is_empty()
             && (current.len() == MAX_BATCH_ENTRIES || bytes + size > MAX_BATCH_BYTES)
         {
@@ -231,6 +230,7 @@ pub fn sqs_event(received: &[QueuedMessage]) -> SqsEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gridrelay_shared::message::MAX_MESSAGE_BYTES;
     use std::time::Duration;
 
     fn msg(bytes: usize) -> OutgoingMessage {
