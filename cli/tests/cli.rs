@@ -34,16 +34,7 @@ fn json(o: &Output) -> Value {
 /// flag, the value and the allowed range.
 #[test]
 fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
-    let base = [
-        "event-subscription",
-        "create",
-        "--topic-name",
-        "orders",
-        "--name",
-        "audit",
-        "--endpoint",
-        "http://127.0.0.1:9/hook",
-    ];
+    let base = create_args("audit", "http://127.0.0.1:9/hook");
     let cases: [(&str, &str, &str); 15] = [
         ("--max-concurrent-requests", "0", "1 to 1000"),
         ("--max-concurrent-requests", "1001", "1 to 1000"),
@@ -66,7 +57,7 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
         ("--advanced-filter", "Like", "StringNotEndsWith"),
     ];
     for (flag, value, range) in cases {
-        let mut args = base.to_vec();
+        let mut args = base.clone();
         if flag == "--advanced-filter" {
             args.extend([flag, "data.size", value, "1", "2"]);
         } else {
@@ -81,12 +72,12 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
     }
     // H1: at most 10 headers, values at most 4096 bytes.
     let long = "v".repeat(4097);
-    let mut eleven = base.to_vec();
+    let mut eleven = base.clone();
     let names: Vec<String> = (0..11).map(|i| format!("X-{i}")).collect();
     for n in &names {
         eleven.extend(["--delivery-attribute-mapping", n, "static", "v"]);
     }
-    let mut too_long = base.to_vec();
+    let mut too_long = base.clone();
     too_long.extend(["--delivery-attribute-mapping", "X-Big", "static", &long]);
     for (args, allowed) in [(eleven, "at most 10"), (too_long, "at most 4096 bytes")] {
         let out = gridrelay(&args, None);
@@ -637,17 +628,8 @@ async fn create_refuses_endpoints_outside_the_allowed_networks() {
 async fn signing_secrets_are_generated_and_rotated_from_the_command_line() {
     let names = provisioned_with_orders_topic().await;
     let resources = Some(&names);
-    let base = [
-        "event-subscription",
-        "create",
-        "--topic-name",
-        "orders",
-        "--name",
-        "signed",
-        "--endpoint",
-        "http://127.0.0.1:9/hook",
-        "--signing-secret",
-    ];
+    let mut base = create_args("signed", "http://127.0.0.1:9/hook");
+    base.push("--signing-secret");
     let bad = gridrelay(&[&base[..], &["whsec_short"]].concat(), resources);
     let err = stderr(&bad);
     assert_eq!(bad.status.code(), Some(2), "{err}");

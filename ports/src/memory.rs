@@ -445,14 +445,10 @@ impl MemoryObjectStore {
         lock(&self.objects).clone()
     }
 
-    /// Deletes `bucket` with its objects; it exists again after [`Self::create_bucket`].
+    /// Deletes `bucket` with its objects: from then on it does not exist.
     pub fn delete_bucket(&self, bucket: &str) {
         lock(&self.objects).retain(|(b, _), _| b != bucket);
         lock(&self.missing).insert(bucket.to_string());
-    }
-
-    pub fn create_bucket(&self, bucket: &str) {
-        lock(&self.missing).remove(bucket);
     }
 
     fn existing(&self, bucket: &str) -> Result<(), ObjectStoreError> {

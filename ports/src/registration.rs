@@ -64,11 +64,7 @@ pub async fn check_dead_letter_location(
     objects: &dyn ObjectStore,
     destination: &DeadLetterDestination,
 ) -> Result<(), LimitError> {
-    let location = if destination.prefix.is_empty() {
-        format!("s3://{}", destination.bucket)
-    } else {
-        format!("s3://{}/{}", destination.bucket, destination.prefix)
-    };
+    let location = destination.url();
     let refuse = |why: String| LimitError::new("deadLetterDestination", &location, why);
     let key = if destination.prefix.is_empty() {
         WRITE_CHECK_OBJECT.to_string()

@@ -258,19 +258,14 @@ impl StatusTableName {
     }
 
     /// The retry ladder that comes with the table, where it has its own (the 2019 revision's
-    /// went hourly after the first hour); `None` for Event Grid's current ladder (R1).
-    pub fn own_schedule(&self) -> Option<crate::schedule::RetrySchedule> {
+    /// went hourly after the first hour); `None` for Event Grid's current ladder (R1). Built
+    /// once, not per attempt.
+    pub fn own_schedule(&self) -> Option<&'static crate::schedule::RetrySchedule> {
+        static LADDER_2019: std::sync::LazyLock<crate::schedule::RetrySchedule> =
+            std::sync::LazyLock::new(crate::schedule::RetrySchedule::event_grid_2019);
         match self {
-            Self::Legacy2019 => Some(crate::schedule::RetrySchedule::event_grid_2019()),
+            Self::Legacy2019 => Some(&LADDER_2019),
             Self::Latest | Self::Revision2020 => None,
-        }
-    }
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Latest => "Latest",
-            Self::Revision2020 => "Revision2020",
-            Self::Legacy2019 => "Legacy2019",
         }
     }
 }

@@ -375,10 +375,12 @@ pub fn settle_attempt(
         subscription.dead_letter_destination.is_some(),
     );
     let attempts_made = attempt.history.attempts + 1;
-    let own_schedule = subscription.status_table.own_schedule();
     let retry_rules = RetryRules {
         policy: &subscription.retry_policy,
-        schedule: own_schedule.as_ref().unwrap_or(rules.schedule),
+        schedule: subscription
+            .status_table
+            .own_schedule()
+            .unwrap_or(rules.schedule),
         scale: rules.scale,
     };
     let record = AttemptRecord {
@@ -427,21 +429,17 @@ pub fn settle_attempt(
 }
 
 /// Events held back without an attempt wait until `until_at` with their history unchanged (a
-/// delay is not an attempt), but no later than their time to live's end (R1). `probation`
-/// says they wait for their endpoint's delay to end (D1, R3): one whose life ends meanwhile
-/// is dead-lettered with `lastDeliveryOutcome: Probation`; held for another reason, it is not
-/// on probation, whatever it waited for before. `tags` follow their events.
-#[allow(clippy::too_many_arguments)]
-pub fn hold<T>(
+/// delay is not an attempt); like a retry, they go on the queue through [`Retry::within_ttl`],
+/// so none waits past its time to live's end (R1). `probation` says they wait for their
+/// endpoint's delay to end (D1, R3): one whose life ends meanwhile is dead-lettered with
+/// `lastDeliveryOutcome: Probation`; held for another reason, it is not on probation,
+/// whatever it waited for before.
+pub fn hold(
     history: &DeliveryHistory,
     events: Vec<QueuedEvent>,
-    tags: Vec<T>,
     until_at: DateTime<Utc>,
     probation: bool,
-    policy: &RetryPolicy,
-    scale: TimeScale,
-    now: DateTime<Utc>,
-) -> Vec<(Retry, Vec<T>)> {
+) -> Retry {
     Retry {
         history: DeliveryHistory {
             probation,
@@ -450,7 +448,6 @@ pub fn hold<T>(
         at: until_at,
         events,
     }
-    .within_ttl(tags, policy, scale, now)
 }
 
 /// The L6 facts of an event delivery stopped trying.
@@ -899,12 +896,8 @@ mod tests {
         };
         let until_at = t0() + chrono::Duration::seconds(90);
         let policy = RetryPolicy::default();
-        let held = hold(
-            &history,
-            vec![event("a", t0())],
+        let held = hold(&history, vec![event("a", t0())], until_at, false).within_ttl(
             vec![7],
-            until_at,
-            false,
             &policy,
             TimeScale::REAL,
             t0(),
@@ -992,12 +985,8 @@ mod tests {
             probation: true,
             ..DeliveryHistory::new(&sub)
         };
-        let held = hold(
-            &on_probation,
-            vec![event("a", t0())],
+        let held = hold(&on_probation, vec![event("a", t0())], t0(), false).within_ttl(
             vec![()],
-            t0(),
-            false,
             &policy,
             TimeScale::REAL,
             t0(),
@@ -1006,13 +995,10 @@ mod tests {
         let held = hold(
             &DeliveryHistory::new(&sub),
             vec![event("a", t0())],
-            vec![()],
             t0(),
             true,
-            &policy,
-            TimeScale::REAL,
-            t0(),
-        );
+        )
+        .within_ttl(vec![()], &policy, TimeScale::REAL, t0());
         assert!(held[0].0.history.probation);
     }
 
@@ -1028,12 +1014,8 @@ mod tests {
         let ttl_end = published + chrono::Duration::hours(24);
         let history = DeliveryHistory::new(&sub);
         let until_at = t0() + chrono::Duration::hours(4);
-        let held = hold(
-            &history,
-            vec![event("a", published)],
+        let held = hold(&history, vec![event("a", published)], until_at, true).within_ttl(
             vec![()],
-            until_at,
-            true,
             &policy,
             TimeScale::REAL,
             t0(),

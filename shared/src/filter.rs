@@ -98,6 +98,21 @@ pub enum Condition {
     IsNotNull,
 }
 
+impl Condition {
+    /// Whether it is a `Not` operator: the negation of a positive one on a value that is there.
+    fn is_negation(&self) -> bool {
+        matches!(
+            self,
+            Self::NumberNotIn(_)
+                | Self::NumberNotInRange(_)
+                | Self::StringNotContains(_)
+                | Self::StringNotBeginsWith(_)
+                | Self::StringNotEndsWith(_)
+                | Self::StringNotIn(_)
+        )
+    }
+}
+
 const OPERATORS: &str = "NumberIn, NumberNotIn, NumberLessThan, NumberGreaterThan, NumberLessThanOrEquals, \
 NumberGreaterThanOrEquals, NumberInRange, NumberNotInRange, BoolEquals, StringContains, StringNotContains, \
 StringBeginsWith, StringNotBeginsWith, StringEndsWith, StringNotEndsWith, StringIn, StringNotIn, \
@@ -244,25 +259,20 @@ impl AdvancedFilter {
     /// Whether the event's value at the key satisfies the condition; `on_arrays`: whether an
     /// array value is looked into element by element (`enableAdvancedFilteringOnArrays`).
     pub fn matches(&self, event: &Value, on_arrays: bool) -> bool {
-        let value = lookup(event, &self.key);
-        let any_element = |v: &Value| elements(v, on_arrays).any(|e| self.positive_matches(e));
         use Condition as C;
-        match (&self.condition, value) {
-            (C::IsNullOrUndefined, value) => value.is_none_or(Value::is_null),
-            (C::IsNotNull, value) => value.is_some_and(|v| !v.is_null()),
-            // Only these two match an event without the key.
-            (C::NumberNotIn(_) | C::StringNotIn(_), None) => true,
-            (_, None) => false,
-            (
-                C::NumberNotIn(_)
-                | C::NumberNotInRange(_)
-                | C::StringNotContains(_)
-                | C::StringNotBeginsWith(_)
-                | C::StringNotEndsWith(_)
-                | C::StringNotIn(_),
-                Some(v),
-            ) => !any_element(v),
-            (_, Some(v)) => any_element(v),
+        let Some(value) = lookup(event, &self.key) else {
+            // Only these match an event without the key.
+            return matches!(
+                self.condition,
+                C::IsNullOrUndefined | C::NumberNotIn(_) | C::StringNotIn(_)
+            );
+        };
+        let any_element = || elements(value, on_arrays).any(|e| self.positive_matches(e));
+        match &self.condition {
+            C::IsNullOrUndefined => value.is_null(),
+            C::IsNotNull => !value.is_null(),
+            c if c.is_negation() => !any_element(),
+            _ => any_element(),
         }
     }
 

@@ -176,15 +176,9 @@ impl DeadLetterWriter {
             .put_json(&first.destination.bucket, &key, body)
             .await
         {
-            let bucket = &first.destination.bucket;
             // Told apart: a bucket deleted since the subscription was made.
-            let missing = e.bucket_missing;
-            if missing {
-                warn!(%bucket, error = %e, "dead-letter bucket does not exist; location unavailable");
-            } else {
-                warn!(%bucket, error = %e, "dead-letter location unavailable");
-            }
-            return self.defer_or_drop(messages, now, missing).await;
+            warn!(bucket = %first.destination.bucket, bucket_missing = e.bucket_missing, error = %e, "dead-letter location unavailable");
+            return self.defer_or_drop(messages, now, e.bucket_missing).await;
         }
         info!(bucket = %first.destination.bucket, key = %key, records, "dead-lettered");
         report.objects_written = 1;

@@ -178,9 +178,8 @@ impl Deliver {
                 let probation = matches!(h.reason, HoldReason::EndpointDelayed);
                 let policy = &sub.retry_policy;
                 let scale = self.settings.scale;
-                for (retry, records) in hold(
-                    &history, events, records, until_at, probation, policy, scale, now,
-                ) {
+                let held = hold(&history, events, until_at, probation);
+                for (retry, records) in held.within_ttl(records, policy, scale, now) {
                     let (messages, delay) = retry.packed(now);
                     plan.enqueue_packed(messages, records, delay);
                 }
