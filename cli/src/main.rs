@@ -26,11 +26,14 @@ use gridrelay_ports::registration::{RegistrationError, Registry};
 use gridrelay_ports::{StoreError, SubscriptionStore};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
-use gridrelay_shared::limits::{LimitError, validate_topic_name};
+use gridrelay_shared::limits::{LimitError, validate_subscription_name, validate_topic_name};
 use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy, redact_endpoint};
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::signing::SigningSecret;
-use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic, publish_path};
+use gridrelay_shared::subscription::{
+    Subscription, SubscriptionRequest, SubscriptionUpdate, Topic, parse_expiration, parse_tags,
+    publish_path,
+};
 use gridrelay_shared::time_scale::TimeScale;
 use serde_json::json;
 
@@ -208,6 +211,9 @@ impl RedriveDeadLettersArgs {
 enum TopicCommand {
     /// Create a topic; prints its publish endpoint and keys.
     Create(CreateTopic),
+    /// Change a topic's tags (its schema and keys have their own commands: a topic's input
+    /// schema is fixed, as in Event Grid).
+    Update(UpdateTopic),
     /// Show a topic.
     Show(TopicName),
     /// List topics.
@@ -253,6 +259,19 @@ struct CreateTopic {
     /// one of subject, eventtype, dataversion.
     #[arg(long, num_args = 1..)]
     input_mapping_default_values: Vec<String>,
+    /// Tags, KEY=VALUE: at most 50, keys of 1 to 512 characters, values of at most 256.
+    #[arg(long, num_args = 1..)]
+    tags: Vec<String>,
+}
+
+#[derive(Args)]
+struct UpdateTopic {
+    #[arg(long)]
+    name: String,
+    /// The topic's tags from now on, KEY=VALUE (replacing the stored ones; the flag alone
+    /// removes them).
+    #[arg(long, num_args = 0.., required = true)]
+    tags: Vec<String>,
 }
 
 impl CreateTopic {
@@ -271,7 +290,12 @@ impl CreateTopic {
             )
         })
         .transpose()?;
-        Topic::with_new_keys(&self.name, chrono::Utc::now()).with_input_schema(schema, mapping)
+        let tags = parse_tags(&self.tags)?;
+        Ok(Topic {
+            tags,
+            ..Topic::with_new_keys(&self.name, chrono::Utc::now())
+                .with_input_schema(schema, mapping)?
+        })
     }
 }
 
@@ -286,6 +310,9 @@ struct TopicName {
 enum SubscriptionCommand {
     /// Create an event subscription.
     Create(Box<CreateSubscription>),
+    /// Change an event subscription: each setting given replaces the stored one (as `create`
+    /// takes it); the rest stay.
+    Update(Box<UpdateSubscription>),
     /// Show an event subscription.
     Show(SubscriptionName),
     /// List a topic's event subscriptions.
@@ -340,6 +367,33 @@ struct CreateSubscription {
     /// Webhook URL events are POSTed to.
     #[arg(long)]
     endpoint: String,
+    #[command(flatten)]
+    settings: SubscriptionSettings,
+    /// Sign every delivery (Standard Webhooks: webhook-id, webhook-timestamp,
+    /// webhook-signature): generate, or a whsec_… secret. Kept in Secrets Manager; a generated
+    /// one is printed once, here.
+    #[arg(long)]
+    signing_secret: Option<String>,
+}
+
+#[derive(Args)]
+struct UpdateSubscription {
+    #[arg(long)]
+    topic_name: String,
+    #[arg(long)]
+    name: String,
+    /// A new webhook URL. It is validated with the handshake first: a subscription that has a
+    /// validated endpoint keeps receiving there until the new one agrees, then switches.
+    #[arg(long)]
+    endpoint: Option<String>,
+    #[command(flatten)]
+    settings: SubscriptionSettings,
+}
+
+/// What `create` and `update` both take. At `update`, each setting given replaces the stored
+/// one and the rest stay.
+#[derive(Args)]
+struct SubscriptionSettings {
     /// Events per delivery request, 1 to 5000 (default 1: batching off).
     #[arg(long, allow_negative_numbers = true)]
     max_events_per_batch: Option<i64>,
@@ -362,7 +416,8 @@ struct CreateSubscription {
     /// this many events; delivery beyond it waits, is never dropped, and is not an attempt.
     #[arg(long, allow_negative_numbers = true)]
     max_events_per_second: Option<i64>,
-    /// Where undeliverable events are written: s3://BUCKET[/PREFIX]. Unset: they are dropped.
+    /// Where undeliverable events are written: s3://BUCKET[/PREFIX]. Unset: they are dropped
+    /// (at update, "" removes it).
     #[arg(long)]
     deadletter_endpoint: Option<String>,
     /// Status-code classification table (S6): Latest (the newest revision, default),
@@ -407,14 +462,18 @@ struct CreateSubscription {
     /// `--delivery-attribute-mapping` occurrences, one per flag.
     #[arg(skip)]
     delivery_attribute_groups: Vec<Vec<String>>,
-    /// Sign every delivery (Standard Webhooks: webhook-id, webhook-timestamp,
-    /// webhook-signature): generate, or a whsec_… secret. Kept in Secrets Manager; a generated
-    /// one is printed once, here.
+    /// The user's own tags, kept and shown: at most 25, each 1 to 256 characters (at update,
+    /// the flag alone removes them).
+    #[arg(long, num_args = 0..)]
+    labels: Option<Vec<String>>,
+    /// When the subscription ends: it receives nothing from then on and is deleted, as in
+    /// Event Grid. A date (2026-12-31, midnight UTC) or a time (2026-12-31T18:00:00Z); in the
+    /// future (at update, "" removes it).
     #[arg(long)]
-    signing_secret: Option<String>,
+    expiration_date: Option<String>,
 }
 
-impl CreateSubscription {
+impl SubscriptionSettings {
     fn delivery_attributes(&self) -> Result<Vec<DeliveryAttributeRequest>, LimitError> {
         self.delivery_attribute_groups
             .iter()
@@ -422,9 +481,8 @@ impl CreateSubscription {
             .collect()
     }
 
-    fn filter(&self) -> Result<EventFilter, LimitError> {
-        let advanced_filters = self
-            .advanced_filter_groups
+    fn advanced_filters(&self) -> Result<Vec<AdvancedFilter>, LimitError> {
+        self.advanced_filter_groups
             .iter()
             .map(|words| match words.as_slice() {
                 [key, operator, values @ ..] => AdvancedFilter::parse(key, operator, values),
@@ -434,7 +492,87 @@ impl CreateSubscription {
                     "KEY OPERATOR [VALUE ...]",
                 )),
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect()
+    }
+
+    fn labels(&self) -> Vec<String> {
+        self.labels.clone().unwrap_or_default()
+    }
+
+    /// The expiration given: `Some(None)` for "" (remove it).
+    fn expiration(&self) -> Result<Option<Option<chrono::DateTime<chrono::Utc>>>, LimitError> {
+        self.expiration_date
+            .as_deref()
+            .map(|text| {
+                if text.trim().is_empty() {
+                    Ok(None)
+                } else {
+                    parse_expiration(text).map(Some)
+                }
+            })
+            .transpose()
+    }
+
+    /// The settings as a create asks for them.
+    fn request(
+        &self,
+        topic: &str,
+        name: &str,
+        endpoint: &str,
+        signing_secret: Option<&str>,
+    ) -> Result<SubscriptionRequest, LimitError> {
+        Ok(SubscriptionRequest {
+            topic: topic.to_string(),
+            name: name.to_string(),
+            endpoint: endpoint.to_string(),
+            max_events_per_batch: self.max_events_per_batch,
+            preferred_batch_size_in_kilobytes: self.preferred_batch_size_in_kilobytes,
+            max_delivery_attempts: self.max_delivery_attempts,
+            event_ttl_minutes: self.event_ttl,
+            max_concurrent_requests: self.max_concurrent_requests,
+            max_events_per_second: self.max_events_per_second,
+            dead_letter_destination: self.deadletter_endpoint.clone(),
+            status_table: self.status_table.clone(),
+            filter: self.filter()?,
+            event_delivery_schema: self.event_delivery_schema.clone(),
+            delivery_attributes: self.delivery_attributes()?,
+            signing_secret: signing_secret.map(SigningSecret::from_flag).transpose()?,
+            labels: self.labels(),
+            expiration_time_utc: self.expiration()?.flatten(),
+        })
+    }
+
+    /// The settings as an update gives them: only those on the command line.
+    fn update(&self, endpoint: Option<&str>) -> Result<SubscriptionUpdate, LimitError> {
+        Ok(SubscriptionUpdate {
+            endpoint: endpoint.map(str::to_string),
+            max_events_per_batch: self.max_events_per_batch,
+            preferred_batch_size_in_kilobytes: self.preferred_batch_size_in_kilobytes,
+            max_delivery_attempts: self.max_delivery_attempts,
+            event_ttl_minutes: self.event_ttl,
+            max_concurrent_requests: self.max_concurrent_requests,
+            max_events_per_second: self.max_events_per_second,
+            dead_letter_destination: self.deadletter_endpoint.clone(),
+            status_table: self.status_table.clone(),
+            event_delivery_schema: self.event_delivery_schema.clone(),
+            included_event_types: self.included_event_types.clone(),
+            subject_begins_with: self.subject_begins_with.clone(),
+            subject_ends_with: self.subject_ends_with.clone(),
+            subject_case_sensitive: self.subject_case_sensitive,
+            advanced_filters: (!self.advanced_filter_groups.is_empty())
+                .then(|| self.advanced_filters())
+                .transpose()?,
+            enable_advanced_filtering_on_arrays: self.enable_advanced_filtering_on_arrays,
+            delivery_attributes: (!self.delivery_attribute_groups.is_empty())
+                .then(|| self.delivery_attributes())
+                .transpose()?,
+            labels: self.labels.clone(),
+            expiration_time_utc: self.expiration()?,
+        })
+    }
+
+    fn filter(&self) -> Result<EventFilter, LimitError> {
+        let advanced_filters = self.advanced_filters()?;
         Ok(EventFilter {
             included_event_types: self.included_event_types.clone(),
             subject_begins_with: self.subject_begins_with.clone(),
@@ -508,6 +646,9 @@ fn flag_of(field: &str) -> &str {
         "maxRequestsInFlight" => "--max-requests-in-flight",
         "maxRequestsPerEndpoint" => "--max-requests-per-endpoint",
         "signingSecret" => "--signing-secret",
+        "labels" => "--labels",
+        "expirationTimeUtc" => "--expiration-date",
+        "tags" => "--tags",
         "gracePeriodHours" => "--grace-period-hours",
         gridrelay_shared::outbound::ALLOWED_NETWORKS_FIELD => "--allowed-networks",
         f if f.starts_with("configCacheSeconds") => "--config-cache-seconds",
@@ -566,27 +707,29 @@ fn parse_cli() -> Cli {
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let takes_filters = matches!(
         cli.command,
-        Command::EventSubscription(SubscriptionCommand::Create(_))
+        Command::EventSubscription(SubscriptionCommand::Create(_) | SubscriptionCommand::Update(_))
     );
     if !advanced_filters.is_empty() && !takes_filters {
         Cli::command()
             .error(
                 clap::error::ErrorKind::UnknownArgument,
-                "--advanced-filter is taken by `event-subscription create` only",
+                "--advanced-filter is taken by `event-subscription create` and `update` only",
             )
             .exit();
     }
-    if let Command::EventSubscription(SubscriptionCommand::Create(create)) = &mut cli.command {
-        create.advanced_filter_groups = advanced_filters;
-        let create_matches = matches
-            .subcommand_matches("event-subscription")
-            .and_then(|m| m.subcommand_matches("create"));
-        // Each occurrence of the flag, its words kept together.
-        create.delivery_attribute_groups = create_matches
-            .and_then(|m| m.get_occurrences::<String>("delivery_attribute_mapping"))
-            .map(|groups| groups.map(|g| g.cloned().collect()).collect())
-            .unwrap_or_default();
-    }
+    let (command, settings) = match &mut cli.command {
+        Command::EventSubscription(SubscriptionCommand::Create(c)) => ("create", &mut c.settings),
+        Command::EventSubscription(SubscriptionCommand::Update(u)) => ("update", &mut u.settings),
+        _ => return cli,
+    };
+    settings.advanced_filter_groups = advanced_filters;
+    // Each occurrence of the flag, its words kept together.
+    settings.delivery_attribute_groups = matches
+        .subcommand_matches("event-subscription")
+        .and_then(|m| m.subcommand_matches(command))
+        .and_then(|m| m.get_occurrences::<String>("delivery_attribute_mapping"))
+        .map(|groups| groups.map(|g| g.cloned().collect()).collect())
+        .unwrap_or_default();
     cli
 }
 
@@ -631,6 +774,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let TopicCommand::Show(t) | TopicCommand::Delete(t) = &cmd {
                 validate_topic_name(&t.name).map_err(invalid)?;
             }
+            if let TopicCommand::Update(t) = &cmd {
+                validate_topic_name(&t.name).map_err(invalid)?;
+            }
             let new_topic = match &cmd {
                 TopicCommand::Create(c) => Some(c.topic().map_err(invalid)?),
                 _ => None,
@@ -640,28 +786,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::EventSubscription(cmd) => {
             let request = match &cmd {
-                SubscriptionCommand::Create(c) => Some(SubscriptionRequest {
-                    topic: c.topic_name.clone(),
-                    name: c.name.clone(),
-                    endpoint: c.endpoint.clone(),
-                    max_events_per_batch: c.max_events_per_batch,
-                    preferred_batch_size_in_kilobytes: c.preferred_batch_size_in_kilobytes,
-                    max_delivery_attempts: c.max_delivery_attempts,
-                    event_ttl_minutes: c.event_ttl,
-                    max_concurrent_requests: c.max_concurrent_requests,
-                    max_events_per_second: c.max_events_per_second,
-                    dead_letter_destination: c.deadletter_endpoint.clone(),
-                    status_table: c.status_table.clone(),
-                    filter: c.filter().map_err(invalid)?,
-                    event_delivery_schema: c.event_delivery_schema.clone(),
-                    delivery_attributes: c.delivery_attributes().map_err(invalid)?,
-                    signing_secret: c
-                        .signing_secret
-                        .as_deref()
-                        .map(SigningSecret::from_flag)
-                        .transpose()
+                SubscriptionCommand::Create(c) => Some(
+                    c.settings
+                        .request(
+                            &c.topic_name,
+                            &c.name,
+                            &c.endpoint,
+                            c.signing_secret.as_deref(),
+                        )
                         .map_err(invalid)?,
-                }),
+                ),
+                _ => None,
+            };
+            let update = match &cmd {
+                SubscriptionCommand::Update(u) => {
+                    validate_topic_name(&u.topic_name).map_err(invalid)?;
+                    validate_subscription_name(&u.name).map_err(invalid)?;
+                    Some(u.settings.update(u.endpoint.as_deref()).map_err(invalid)?)
+                }
                 _ => None,
             };
             if let Some(r) = &request {
@@ -674,7 +816,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = DynamoSubscriptionStore::from_sdk(&sdk, tables);
             let secrets = SecretsManagerStore::from_sdk(&sdk);
             let sqs = aws_sdk_sqs::Client::new(&sdk);
-            let queue_url = if matches!(cmd, SubscriptionCommand::Create(_)) {
+            let queue_url = if matches!(
+                cmd,
+                SubscriptionCommand::Create(_) | SubscriptionCommand::Update(_)
+            ) {
                 delivery_queue_url(&sqs, &cli.delivery_queue).await?
             } else {
                 cli.delivery_queue.clone()
@@ -695,7 +840,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 endpoints: &endpoints,
                 dead_letters: &objects,
             };
-            subscription_command(&registry, cmd, request).await
+            subscription_command(&registry, cmd, request, update).await
         }
     }
 }
@@ -851,6 +996,9 @@ fn topic_json(topic: &Topic, publish_url: &str, with_keys: bool) -> serde_json::
     if let Some(mapping) = &topic.input_mapping {
         v["inputMapping"] = json!(mapping);
     }
+    if !topic.tags.is_empty() {
+        v["tags"] = json!(topic.tags);
+    }
     if with_keys {
         v["key1"] = json!(topic.key1);
         v["key2"] = json!(topic.key2);
@@ -872,6 +1020,13 @@ async fn topic_command(
         }
         TopicCommand::Show(TopicName { name }) => {
             let topic = existing_topic(store, &name).await?;
+            print(&topic_json(&topic, publish_url, false))
+        }
+        TopicCommand::Update(UpdateTopic { name, tags }) => {
+            let tags = parse_tags(&tags).map_err(invalid)?;
+            let mut topic = existing_topic(store, &name).await?;
+            topic.tags = tags;
+            store.replace_topic(&topic).await.map_err(store_error)?;
             print(&topic_json(&topic, publish_url, false))
         }
         TopicCommand::Key(KeyCommand::List(TopicName { name })) => {
@@ -926,9 +1081,18 @@ async fn subscription_command(
     registry: &Registry<'_>,
     cmd: SubscriptionCommand,
     request: Option<SubscriptionRequest>,
+    update: Option<SubscriptionUpdate>,
 ) -> anyhow::Result<()> {
     let store = registry.store;
     match (cmd, request) {
+        (SubscriptionCommand::Update(u), _) => {
+            let update = update.context("update was not validated")?;
+            let sub = registry
+                .update(&u.topic_name, &u.name, &update, chrono::Utc::now())
+                .await
+                .map_err(registration_error)?;
+            print(&subscription_json(&sub)?)
+        }
         (SubscriptionCommand::Create(_), Some(request)) => {
             let sub = registry
                 .register(&request, chrono::Utc::now())
@@ -994,6 +1158,9 @@ async fn subscription_command(
 fn subscription_json(sub: &Subscription) -> anyhow::Result<serde_json::Value> {
     let mut json = serde_json::to_value(sub)?;
     json["endpoint"] = redact_endpoint(&sub.endpoint).into();
+    if let Some(change) = &sub.endpoint_change {
+        json["endpointChange"]["endpoint"] = redact_endpoint(&change.endpoint).into();
+    }
     Ok(json)
 }
 

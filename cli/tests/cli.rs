@@ -9,6 +9,7 @@ use gridrelay_local::ResourceNames;
 use gridrelay_ports::{MessageQueue, OutgoingMessage};
 use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
 use gridrelay_shared::subscription::SubscriptionRequest;
+use gridrelay_shared::validation::ProvisioningState;
 use serde_json::Value;
 
 /// The command line; with `resources`, pointed at them as an operator's environment would.
@@ -796,4 +797,206 @@ async fn filter_flags_work_in_any_order_and_limits_are_named() {
             "{err}"
         );
     }
+}
+
+/// #11 item 12 as a user types it, against a running system: `create` with `--labels`, a
+/// dynamic `--delivery-attribute-mapping` and `--expiration-date`; `update` of settings and of
+/// the endpoint (the new one is validated with the handshake while the old one keeps
+/// receiving, then takes over); `update` refusing an out-of-range value naming the flag;
+/// `topic update --tags`; and an expired subscription deleted by the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_labels_dynamic_headers_and_expiration_from_the_command_line() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("life").await;
+    let resources = Some(&sys.names);
+    let first = Subscriber::start(vec![], Reply::Status(200)).await;
+    let second = Subscriber::start(vec![], Reply::Status(200)).await;
+    let in_two_hours = (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
+    let created = json(&gridrelay(
+        &[
+            "event-subscription",
+            "create",
+            "--topic-name",
+            "life",
+            "--name",
+            "audit",
+            "--endpoint",
+            &first.url,
+            "--labels",
+            "team:payments",
+            "tier-1",
+            "--delivery-attribute-mapping",
+            "X-Order",
+            "dynamic",
+            "data.order",
+            "--expiration-date",
+            &in_two_hours,
+        ],
+        resources,
+    ));
+    assert_eq!(
+        created["labels"],
+        serde_json::json!(["team:payments", "tier-1"])
+    );
+    assert_eq!(created["deliveryAttributeMappings"][0]["type"], "Dynamic");
+    assert_eq!(
+        created["deliveryAttributeMappings"][0]["sourceField"],
+        "data.order"
+    );
+    assert!(created["expirationTimeUtc"].is_string(), "{created}");
+    sys.wait_for_provisioning("life", "audit", ProvisioningState::Succeeded)
+        .await;
+    sys.publish(&topic, &events("one", 1)).await;
+    let got = first.wait_for_requests(1, Duration::from_secs(30)).await;
+    assert_eq!(
+        got[0].header("X-Order"),
+        Some("0"),
+        "the event's data.order"
+    );
+
+    // Out of range: refused before anything changes, naming the flag.
+    let refused = gridrelay(
+        &[
+            "event-subscription",
+            "update",
+            "--topic-name",
+            "life",
+            "--name",
+            "audit",
+            "--max-delivery-attempts",
+            "31",
+        ],
+        resources,
+    );
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("--max-delivery-attempts")
+            && stderr(&refused).contains("1 to 30")
+    );
+    let missing = gridrelay(
+        &[
+            "event-subscription",
+            "update",
+            "--topic-name",
+            "life",
+            "--name",
+            "nope",
+            "--labels",
+        ],
+        resources,
+    );
+    assert!(stderr(&missing).contains("event subscription nope on topic life does not exist"));
+
+    let updated = json(&gridrelay(
+        &[
+            "event-subscription",
+            "update",
+            "--topic-name",
+            "life",
+            "--name",
+            "audit",
+            "--endpoint",
+            &second.url,
+            "--max-events-per-batch",
+            "10",
+            "--labels",
+        ],
+        resources,
+    ));
+    assert_eq!(updated["endpoint"], first.url.as_str(), "{updated}");
+    assert_eq!(updated["endpointChange"]["endpoint"], second.url.as_str());
+    assert_eq!(updated["batching"]["maxEventsPerBatch"], 10);
+    assert!(
+        updated.get("labels").is_none(),
+        "the flag alone removes them: {updated}"
+    );
+    assert_eq!(
+        updated["deliveryAttributeMappings"],
+        created["deliveryAttributeMappings"]
+    );
+    let switched =
+        gridrelay_e2e::eventually(Duration::from_secs(30), "the endpoint change", || async {
+            let shown = json(&gridrelay(
+                &[
+                    "event-subscription",
+                    "show",
+                    "--topic-name",
+                    "life",
+                    "--name",
+                    "audit",
+                ],
+                resources,
+            ));
+            (shown["endpoint"] == second.url.as_str()).then_some(shown)
+        })
+        .await;
+    assert!(switched.get("endpointChange").is_none(), "{switched}");
+    assert_eq!(second.validations().len(), 1, "the new endpoint was asked");
+    sys.publish(&topic, &events("two", 3)).await;
+    let got = second.wait_for_requests(1, Duration::from_secs(30)).await;
+    assert_eq!(
+        got[0].ids(),
+        ["two-0", "two-1", "two-2"],
+        "batched as updated"
+    );
+    assert_eq!(
+        first.received().len(),
+        1,
+        "the old endpoint got nothing more"
+    );
+
+    let tagged = json(&gridrelay(
+        &[
+            "topic",
+            "update",
+            "--name",
+            "life",
+            "--tags",
+            "env=test",
+            "owner=payments",
+        ],
+        resources,
+    ));
+    assert_eq!(
+        tagged["tags"],
+        serde_json::json!({"env": "test", "owner": "payments"})
+    );
+    let bad_tag = gridrelay(
+        &["topic", "update", "--name", "life", "--tags", "=x"],
+        resources,
+    );
+    assert_eq!(bad_tag.status.code(), Some(2));
+    assert!(stderr(&bad_tag).contains("--tags"), "{}", stderr(&bad_tag));
+
+    // Expiring in a few seconds: the service deletes it then.
+    let soon = (chrono::Utc::now() + chrono::Duration::seconds(3)).to_rfc3339();
+    json(&gridrelay(
+        &[
+            "event-subscription",
+            "update",
+            "--topic-name",
+            "life",
+            "--name",
+            "audit",
+            "--expiration-date",
+            &soon,
+        ],
+        resources,
+    ));
+    gridrelay_e2e::eventually(
+        Duration::from_secs(60),
+        "the expired subscription deleted",
+        || async {
+            let listed = json(&gridrelay(
+                &["event-subscription", "list", "--topic-name", "life"],
+                resources,
+            ));
+            (listed == serde_json::json!([])).then_some(())
+        },
+    )
+    .await;
+    sys.publish(&topic, &events("three", 1)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(second.received().len(), 1, "nothing after the expiration");
+    sys.shutdown().await;
 }

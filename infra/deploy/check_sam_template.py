@@ -38,9 +38,12 @@ EXPECTED = {
         "dynamodb:GetItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
         "dynamodb:PutItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
         "dynamodb:UpdateItem": [getatt("DeliveryStateTable")],
-        "dynamodb:DeleteItem": [getatt("DeliveryStateTable")],
+        "dynamodb:DeleteItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
         "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("DeadLetterQueue")],
         "secretsmanager:GetSecretValue": [
+            {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}
+        ],
+        "secretsmanager:DeleteSecret": [
             {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}
         ],
         "sqs:ReceiveMessage": [getatt("DeliveryQueue")],

@@ -362,6 +362,14 @@ impl SubscriptionStore for CachedSubscriptionStore {
         forgetting_around(|| self.wrote(topic), write).await
     }
 
+    async fn delete_subscription_if_unchanged(
+        &self,
+        subscription: &Subscription,
+    ) -> Result<bool, StoreError> {
+        let write = self.store.delete_subscription_if_unchanged(subscription);
+        forgetting_around(|| self.wrote(&subscription.topic), write).await
+    }
+
     fn forget(&self, topic: &str) {
         self.freshness.wrote();
         let topic = topic.to_string();

@@ -59,7 +59,7 @@ pub async fn fan_out(
         .list_subscriptions(topic)
         .await?
         .into_iter()
-        .filter(|s| s.delivers())
+        .filter(|s| s.receives(now))
         .collect();
     let fields = input.filter_fields();
     // Each event in each delivery schema some subscription wants, converted once (borrowed

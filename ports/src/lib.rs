@@ -76,6 +76,13 @@ pub trait SubscriptionStore: Send + Sync {
     async fn replace_subscription(&self, subscription: &mut Subscription)
     -> Result<(), StoreError>;
     async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError>;
+    /// Deletes the subscription only if the stored record is still `subscription` (the same
+    /// `id` at the same `version`), so a change made since (a later expiration time, say) is
+    /// not deleted with it. Whether it was deleted.
+    async fn delete_subscription_if_unchanged(
+        &self,
+        subscription: &Subscription,
+    ) -> Result<bool, StoreError>;
     /// Says that what was read of `topic` (its record, its subscriptions) may be out of date,
     /// so the next read of it goes to the store. Only a cache in front of the store
     /// ([`cache::CachedSubscriptionStore`]) has anything to forget.

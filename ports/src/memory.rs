@@ -236,6 +236,19 @@ impl SubscriptionStore for MemorySubscriptionStore {
             .remove(&(topic.to_string(), name.to_string()))
             .is_some())
     }
+
+    async fn delete_subscription_if_unchanged(
+        &self,
+        subscription: &Subscription,
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        let mut subs = lock(&self.subscriptions);
+        let key = (subscription.topic.clone(), subscription.name.clone());
+        let unchanged = subs
+            .get(&key)
+            .is_some_and(|s| s.id == subscription.id && s.version == subscription.version);
+        Ok(unchanged && subs.remove(&key).is_some())
+    }
 }
 
 /// A message as [`MemoryQueue`] holds it.

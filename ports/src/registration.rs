@@ -18,10 +18,11 @@ use crate::{
 };
 use crate::{Update, update_subscription};
 use gridrelay_shared::limits::{LimitError, MAX_SUBSCRIPTIONS_PER_TOPIC};
-use gridrelay_shared::message::DeliveryQueueMessage;
-use gridrelay_shared::message::ValidationTask;
+use gridrelay_shared::message::{DeliveryQueueMessage, ValidationTask, queue_delay};
 use gridrelay_shared::signing::{Signing, SigningSecret};
-use gridrelay_shared::subscription::{DeadLetterDestination, Subscription, SubscriptionRequest};
+use gridrelay_shared::subscription::{
+    DeadLetterDestination, Subscription, SubscriptionRequest, SubscriptionUpdate, Updated,
+};
 use gridrelay_shared::validation::ValidationStep;
 
 /// Why a subscription was not registered.
@@ -39,6 +40,16 @@ pub enum RegistrationError {
         "the subscription is stored but its validation could not be started ({0}); delete it and create it again"
     )]
     Handshake(String),
+    #[error(
+        "the subscription is stored but its deletion at its expiration time could not be scheduled ({0}); it stops receiving then, and is deleted once its expiration is set again with update"
+    )]
+    Expiry(String),
+    #[error("event subscription {name} on topic {topic} does not exist")]
+    NoSuchSubscription { topic: String, name: String },
+    #[error(
+        "event subscription {name} on topic {topic} has expired and is being deleted; create it again"
+    )]
+    Expired { topic: String, name: String },
 }
 
 /// Where registration writes.
@@ -144,21 +155,139 @@ impl Registry<'_> {
             sub.signing = Some(Signing::new(id));
         }
         self.store.create_subscription(&sub).await?;
-        let task = ValidationTask::new(&sub, ValidationStep::Handshake);
-        let ask = DeliveryQueueMessage::Validation(task)
+        self.ask(
+            ValidationTask::new(&sub, ValidationStep::Handshake),
+            now,
+            None,
+        )
+        .await
+        .map_err(RegistrationError::Handshake)?;
+        self.schedule_expiry(&sub, now).await?;
+        Ok(sub)
+    }
+
+    /// Changes the settings `update` gives (each checked as at create) and keeps the rest.
+    /// A new endpoint is validated with the handshake before it receives anything: for a
+    /// validated subscription it waits beside the old one, which receives events meanwhile,
+    /// and takes its place once it agrees (see [`gridrelay_shared::subscription::EndpointChange`]).
+    /// A changed dead-letter location is checked as at create (L5); delivery headers given
+    /// replace the stored ones, and secrets no longer named are deleted. The record as written.
+    pub async fn update(
+        &self,
+        topic: &str,
+        name: &str,
+        update: &SubscriptionUpdate,
+        now: DateTime<Utc>,
+    ) -> Result<Subscription, RegistrationError> {
+        let topic_record = self
+            .store
+            .get_topic(topic)
+            .await?
+            .ok_or_else(|| RegistrationError::NoSuchTopic(topic.to_string()))?;
+        let current = self
+            .store
+            .get_subscription(topic, name)
+            .await?
+            .ok_or_else(|| RegistrationError::NoSuchSubscription {
+                topic: topic.to_string(),
+                name: name.to_string(),
+            })?;
+        if current.is_expired(now) {
+            return Err(RegistrationError::Expired {
+                topic: topic.to_string(),
+                name: name.to_string(),
+            });
+        }
+        let Updated {
+            subscription: mut next,
+            handshake,
+        } = update.apply(&current, topic_record.input_schema, now)?;
+        if let Some((endpoint, _)) = handshake.and_then(|h| next.handshake(h)) {
+            self.endpoints.admit(endpoint).await?;
+        }
+        if next.dead_letter_destination != current.dead_letter_destination
+            && let Some(destination) = &next.dead_letter_destination
+        {
+            check_dead_letter_location(self.dead_letters, destination).await?;
+        }
+        if let Some(requests) = &update.delivery_attributes {
+            store_secrets(&mut next, requests, self.secrets, self.secret_prefix).await?;
+        }
+        // Over the record as read: an update racing another is refused, not merged.
+        self.store
+            .replace_subscription(&mut next)
+            .await
+            .map_err(|e| match e {
+                StoreError::Conflict(what) => StoreError::Conflict(format!(
+                    "{what} changed while being updated; run the update again"
+                )),
+                other => other,
+            })?;
+        let kept = secret_ids(&next);
+        for dropped in secret_ids(&current)
+            .into_iter()
+            .filter(|id| !kept.contains(id))
+        {
+            self.secrets.delete(dropped).await?;
+        }
+        if let Some(which) = handshake {
+            self.ask(
+                ValidationTask::of(&next, ValidationStep::Handshake, which),
+                now,
+                None,
+            )
+            .await
+            .map_err(RegistrationError::Handshake)?;
+        }
+        if next.expiration_time_utc != current.expiration_time_utc {
+            self.schedule_expiry(&next, now).await?;
+        }
+        Ok(next)
+    }
+
+    /// Asks the service for a step of a subscription's life, through the delivery queue, at
+    /// `at` (now if `None`; a later time is asked again by the step until it comes).
+    async fn ask(
+        &self,
+        task: ValidationTask,
+        now: DateTime<Utc>,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<(), String> {
+        let body = DeliveryQueueMessage::Validation(task)
             .to_body()
-            .map_err(|e| RegistrationError::Handshake(e.to_string()))?;
+            .map_err(|e| e.to_string())?;
+        let wait = at
+            .and_then(|at| (at - now).to_std().ok())
+            .unwrap_or_default();
         let sent = self
             .delivery_queue
             .send_all(&[OutgoingMessage {
-                body: ask,
-                delay: std::time::Duration::ZERO,
+                body,
+                delay: queue_delay(wait),
             }])
             .await;
-        if let Some(Err(e)) = sent.into_iter().next() {
-            return Err(RegistrationError::Handshake(e.to_string()));
+        match sent.into_iter().next() {
+            Some(Err(e)) => Err(e.to_string()),
+            _ => Ok(()),
         }
-        Ok(sub)
+    }
+
+    /// `--expiration-date`: asks the service to delete the subscription at its expiration.
+    async fn schedule_expiry(
+        &self,
+        sub: &Subscription,
+        now: DateTime<Utc>,
+    ) -> Result<(), RegistrationError> {
+        let Some(at) = sub.expiration_time_utc else {
+            return Ok(());
+        };
+        self.ask(
+            ValidationTask::new(sub, ValidationStep::SubscriptionExpiry),
+            now,
+            Some(at),
+        )
+        .await
+        .map_err(RegistrationError::Expiry)
     }
 
     /// Deletes a subscription and its secrets; whether it existed.

@@ -37,13 +37,18 @@ pub async fn store_secrets(
     Ok(())
 }
 
-/// The headers to send, with secret values read from the secret store.
+/// The static headers to send, with secret values read from the secret store (dynamic ones
+/// come from each request's events: `gridrelay_shared::delivery_attributes::dynamic_headers`).
 pub async fn resolve_headers(
     subscription: &Subscription,
     secrets: &dyn SecretStore,
 ) -> Result<Vec<(String, String)>, SecretError> {
     let mut headers = Vec::with_capacity(subscription.delivery_attribute_mappings.len());
-    for m in &subscription.delivery_attribute_mappings {
+    for m in subscription
+        .delivery_attribute_mappings
+        .iter()
+        .filter(|m| !m.is_dynamic())
+    {
         let value = match (&m.value, &m.secret_id) {
             (Some(v), _) => v.clone(),
             (None, Some(id)) => secrets.get(id).await?.expose().to_string(),

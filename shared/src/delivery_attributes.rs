@@ -1,5 +1,6 @@
 //! Custom delivery headers (H1): up to 10 HTTP headers a subscription sends with every
-//! delivery, each value at most 4,096 bytes.
+//! delivery, each value at most 4,096 bytes: static (a value fixed by the subscription) or
+//! dynamic (taken from a field of the delivered event, as `az`'s `NAME dynamic data.field`).
 //!
 //! A secret value never reaches the subscription record: the command line puts it in the
 //! secret store (`gridrelay_ports::SecretStore`, Secrets Manager on AWS) and the record keeps
@@ -36,9 +37,14 @@ const RESERVED: &[&str] = &[
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryAttributeMapping {
     pub name: String,
-    /// Always `Static`: the value is fixed when the subscription is created.
+    /// `Static` (the value is fixed by the subscription) or `Dynamic` (taken from the
+    /// event's `source_field`).
     #[serde(rename = "type")]
     pub kind: String,
+    /// A dynamic header's field of the delivered event: an envelope field or a dotted path
+    /// (`data.tenant`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_field: Option<String>,
     /// The value of a non-secret header; `None` for a secret one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
@@ -49,13 +55,27 @@ pub struct DeliveryAttributeMapping {
     pub secret_id: Option<String>,
 }
 
-/// One `--delivery-attribute-mapping NAME static VALUE [secret]`, before the secret is stored.
+/// The `type` of a dynamic mapping.
+pub const DYNAMIC: &str = "Dynamic";
+
+impl DeliveryAttributeMapping {
+    pub fn is_dynamic(&self) -> bool {
+        self.kind.eq_ignore_ascii_case(DYNAMIC)
+    }
+}
+
+/// One `--delivery-attribute-mapping NAME static VALUE [secret]` or `NAME dynamic FIELD`,
+/// before the secret is stored. For a dynamic one, `value` is the source field.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DeliveryAttributeRequest {
     pub name: String,
     pub value: String,
     pub is_secret: bool,
+    pub dynamic: bool,
 }
+
+/// The longest source field of a dynamic mapping.
+pub const MAX_SOURCE_FIELD_CHARS: usize = 256;
 
 impl std::fmt::Debug for DeliveryAttributeRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -70,6 +90,7 @@ impl std::fmt::Debug for DeliveryAttributeRequest {
                 },
             )
             .field("is_secret", &self.is_secret)
+            .field("dynamic", &self.dynamic)
             .finish()
     }
 }
@@ -98,9 +119,10 @@ impl std::fmt::Debug for SecretValue {
 }
 
 impl DeliveryAttributeRequest {
-    /// Parses the words of one flag: `NAME static VALUE [secret|true|false]`.
+    /// Parses the words of one flag: `NAME static VALUE [secret|true|false]` or
+    /// `NAME dynamic FIELD`.
     pub fn parse(words: &[String]) -> Result<Self, LimitError> {
-        let usage = "NAME static VALUE [secret]";
+        let usage = "NAME static VALUE [secret] or NAME dynamic FIELD";
         let (name, kind, value, secret) = match words {
             [n, k, v] => (n, k, v, None),
             [n, k, v, s] => (n, k, v, Some(s.as_str())),
@@ -112,17 +134,28 @@ impl DeliveryAttributeRequest {
                 ));
             }
         };
-        if !kind.eq_ignore_ascii_case("static") {
-            return Err(LimitError::new(
-                "deliveryAttributeMapping",
-                format!("type {kind:?} of {name}"),
-                "static (dynamic mappings are not supported)",
-            ));
-        }
-        let is_secret = match secret.map(str::to_ascii_lowercase).as_deref() {
-            None | Some("false") => false,
-            Some("secret" | "true") => true,
-            Some(other) => {
+        let dynamic = match kind.to_ascii_lowercase().as_str() {
+            "static" => false,
+            "dynamic" => true,
+            _ => {
+                return Err(LimitError::new(
+                    "deliveryAttributeMapping",
+                    format!("type {kind:?} of {name}"),
+                    "static or dynamic",
+                ));
+            }
+        };
+        let is_secret = match (dynamic, secret.map(str::to_ascii_lowercase).as_deref()) {
+            (_, None) | (_, Some("false")) => false,
+            (false, Some("secret" | "true")) => true,
+            (true, Some(other)) => {
+                return Err(LimitError::new(
+                    "deliveryAttributeMapping",
+                    format!("{other:?} after the source field of {name}"),
+                    "nothing: a dynamic value comes from the event and cannot be secret",
+                ));
+            }
+            (false, Some(other)) => {
                 return Err(LimitError::new(
                     "deliveryAttributeMapping",
                     format!("{other:?} after the value of {name}"),
@@ -134,6 +167,7 @@ impl DeliveryAttributeRequest {
             name: name.clone(),
             value: value.clone(),
             is_secret,
+            dynamic,
         };
         request.check()?;
         Ok(request)
@@ -160,6 +194,23 @@ impl DeliveryAttributeRequest {
                 format!("header name {:?}", self.name),
                 "a header gridrelay does not set itself (not aeg-*, content-type, host, webhook-request-*…)",
             ));
+        }
+        if self.dynamic {
+            let field_ok = !self.value.is_empty()
+                && self.value.chars().count() <= MAX_SOURCE_FIELD_CHARS
+                && self.value.split('.').all(|part| {
+                    !part.is_empty() && !part.chars().any(|c| c.is_control() || c.is_whitespace())
+                });
+            if !field_ok {
+                return Err(LimitError::new(
+                    "deliveryAttributeMapping",
+                    format!("source field {:?} of {}", self.value, self.name),
+                    format!(
+                        "an event field or dotted path such as data.tenant, at most {MAX_SOURCE_FIELD_CHARS} characters"
+                    ),
+                ));
+            }
+            return Ok(());
         }
         let shown = if self.is_secret {
             format!("the secret value of {}", self.name)
@@ -229,12 +280,68 @@ pub fn mappings(requests: &[DeliveryAttributeRequest]) -> Vec<DeliveryAttributeM
         .iter()
         .map(|r| DeliveryAttributeMapping {
             name: r.name.clone(),
-            kind: "Static".into(),
-            value: (!r.is_secret).then(|| r.value.clone()),
+            kind: if r.dynamic { DYNAMIC } else { "Static" }.into(),
+            source_field: r.dynamic.then(|| r.value.clone()),
+            value: (!r.is_secret && !r.dynamic).then(|| r.value.clone()),
             is_secret: r.is_secret,
             secret_id: None,
         })
         .collect()
+}
+
+/// H1: the dynamic headers of a request carrying `events` (each in its delivery form): for
+/// each dynamic mapping, its source field's value when every event has the same one and it
+/// is a string, number or boolean (as Event Grid takes them) that a header can carry (visible
+/// ASCII, at most 4,096 bytes). Otherwise the header is left out: the events keep their own
+/// values in the body.
+pub fn dynamic_headers<'a>(
+    mappings: &[DeliveryAttributeMapping],
+    events: impl Iterator<Item = &'a serde_json::value::RawValue>,
+) -> Vec<(String, String)> {
+    let dynamic: Vec<(&str, &str)> = mappings
+        .iter()
+        .filter(|m| m.is_dynamic())
+        .filter_map(|m| Some((m.name.as_str(), m.source_field.as_deref()?)))
+        .collect();
+    if dynamic.is_empty() {
+        return Vec::new();
+    }
+    // Per mapping: the value all events so far agree on (`None` once they disagree).
+    let mut agreed: Vec<Option<Option<String>>> = vec![None; dynamic.len()];
+    let mut first = true;
+    for event in events {
+        let parsed: serde_json::Value = serde_json::from_str(event.get()).unwrap_or_default();
+        for ((_, field), agreed) in dynamic.iter().zip(agreed.iter_mut()) {
+            let value = header_value(&parsed, field);
+            if first {
+                *agreed = Some(value);
+            } else if agreed.as_ref().is_some_and(|a| *a != value) {
+                *agreed = Some(None);
+            }
+        }
+        first = false;
+    }
+    dynamic
+        .iter()
+        .zip(agreed)
+        .filter_map(|((name, _), value)| Some((name.to_string(), value.flatten()?)))
+        .collect()
+}
+
+/// A source field's value as a header carries it, if it can.
+fn header_value(event: &serde_json::Value, field: &str) -> Option<String> {
+    let value = field.split('.').try_fold(event, |v, part| v.get(part))?;
+    let text = match value {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        serde_json::Value::Bool(b) => b.to_string(),
+        _ => return None,
+    };
+    let header_safe = text.len() <= MAX_ATTRIBUTE_VALUE_BYTES
+        && text
+            .bytes()
+            .all(|b| b == b'\t' || (0x20..=0x7e).contains(&b));
+    header_safe.then_some(text)
 }
 
 #[cfg(test)]
@@ -272,7 +379,9 @@ mod tests {
             words(&["aeg-event-type", "static", "x"]),
             words(&["Content-Type", "static", "x"]),
             words(&["bad name", "static", "x"]),
-            words(&["X-A", "dynamic", "data.x"]),
+            words(&["X-A", "dynamic", "data..x"]),
+            words(&["X-A", "dynamic", "data.x", "secret"]),
+            words(&["X-A", "computed", "data.x"]),
             words(&["X-A", "static", "x", "maybe"]),
             words(&["X-A", "static"]),
             words(&["X-A", "static", "a\r\nInjected: 1"]),
@@ -284,6 +393,7 @@ mod tests {
                 name: format!("X-{i}"),
                 value: "v".into(),
                 is_secret: false,
+                dynamic: false,
             })
             .collect();
         assert_eq!(check_all(&eleven).unwrap_err().allowed, "at most 10");
@@ -296,6 +406,50 @@ mod tests {
             },
         ];
         assert!(check_all(&twice).is_err());
+    }
+
+    /// H1 (#11 item 12): `NAME dynamic FIELD` takes the header's value from the delivered
+    /// event: strings, numbers and booleans; a batch gets the header only when every event
+    /// has the same value; a missing field, an object or a value a header cannot carry leaves
+    /// the header out.
+    #[test]
+    fn dynamic_headers_take_the_events_field_h1() {
+        let m =
+            |words_: &[&str]| mappings(&[DeliveryAttributeRequest::parse(&words(words_)).unwrap()]);
+        let tenant = m(&["X-Tenant", "Dynamic", "data.tenant"]);
+        assert_eq!(tenant[0].kind, "Dynamic");
+        assert_eq!(tenant[0].source_field.as_deref(), Some("data.tenant"));
+        assert_eq!(tenant[0].value, None);
+        let raw = |v: serde_json::Value| serde_json::value::to_raw_value(&v).unwrap();
+        let ev = |data: serde_json::Value| raw(serde_json::json!({"subject": "s/1", "data": data}));
+        let a = ev(serde_json::json!({"tenant": "acme", "n": 7, "ok": true, "o": {"x": 1}}));
+        let b = ev(serde_json::json!({"tenant": "acme"}));
+        let c = ev(serde_json::json!({"tenant": "globex"}));
+        let crlf = ev(serde_json::json!({"tenant": "a\r\nInjected: 1"}));
+        let headers = |m: &[DeliveryAttributeMapping], events: &[&serde_json::value::RawValue]| {
+            dynamic_headers(m, events.iter().copied())
+        };
+        let one = [a.as_ref()];
+        assert_eq!(
+            headers(&tenant, &one),
+            vec![("X-Tenant".to_string(), "acme".to_string())]
+        );
+        assert_eq!(headers(&m(&["X-N", "dynamic", "data.n"]), &one)[0].1, "7");
+        assert_eq!(
+            headers(&m(&["X-Ok", "dynamic", "data.ok"]), &one)[0].1,
+            "true"
+        );
+        assert_eq!(
+            headers(&m(&["X-S", "dynamic", "subject"]), &one)[0].1,
+            "s/1"
+        );
+        assert!(headers(&m(&["X-O", "dynamic", "data.o"]), &one).is_empty());
+        assert!(headers(&m(&["X-M", "dynamic", "data.missing"]), &one).is_empty());
+        assert!(headers(&tenant, &[crlf.as_ref()]).is_empty());
+        assert_eq!(headers(&tenant, &[a.as_ref(), b.as_ref()]).len(), 1);
+        assert!(headers(&tenant, &[a.as_ref(), b.as_ref(), c.as_ref()]).is_empty());
+        // Static mappings are not dynamic headers.
+        assert!(headers(&m(&["X-Team", "static", "blue"]), &one).is_empty());
     }
 
     #[test]

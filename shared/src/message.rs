@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use crate::classify::DeliveryOutcome;
 use crate::decision::DeadLetterReason;
 use crate::schema::DeliverySchema;
-use crate::subscription::{DeadLetterDestination, Subscription};
+use crate::subscription::{DeadLetterDestination, Handshake, Subscription};
 use crate::validation::ValidationStep;
 
 /// SQS's limit on one message and on one SendMessageBatch request is 1 MiB (the queues are
@@ -239,15 +239,33 @@ pub struct ValidationTask {
     #[serde(default)]
     pub subscription_id: String,
     pub step: ValidationStep,
+    /// Whether it validates the subscription's endpoint change rather than the subscription.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub endpoint_change: bool,
 }
 
 impl ValidationTask {
     pub fn new(subscription: &Subscription, step: ValidationStep) -> Self {
+        Self::of(subscription, step, Handshake::Subscription)
+    }
+
+    /// A step of one of the subscription's handshakes.
+    pub fn of(subscription: &Subscription, step: ValidationStep, which: Handshake) -> Self {
         Self {
             topic: subscription.topic.clone(),
             subscription: subscription.name.clone(),
             subscription_id: subscription.id.clone(),
             step,
+            endpoint_change: which == Handshake::EndpointChange,
+        }
+    }
+
+    /// Which handshake it is a step of.
+    pub fn handshake(&self) -> Handshake {
+        if self.endpoint_change {
+            Handshake::EndpointChange
+        } else {
+            Handshake::Subscription
         }
     }
 
@@ -607,6 +625,7 @@ mod tests {
             subscription: "s".into(),
             subscription_id: "0123".into(),
             step: ValidationStep::Expire,
+            endpoint_change: false,
         };
         let body = DeliveryQueueMessage::Validation(task.clone())
             .to_body()

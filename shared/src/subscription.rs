@@ -31,7 +31,59 @@ pub struct Topic {
     /// F3: how custom events fill the Event Grid envelope.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_mapping: Option<InputMapping>,
+    /// The user's own tags (`--tags KEY=VALUE`), kept and shown, as on an Azure resource.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tags: std::collections::BTreeMap<String, String>,
     pub created_at: DateTime<Utc>,
+}
+
+/// Tags per topic (as on an Azure resource).
+pub const MAX_TAGS: usize = 50;
+/// Characters per tag name.
+pub const MAX_TAG_NAME_CHARS: usize = 512;
+/// Characters per tag value.
+pub const MAX_TAG_VALUE_CHARS: usize = 256;
+
+/// Parses `KEY=VALUE` words into tags: at most 50, names of 1 to 512 characters, values of at
+/// most 256, each name once.
+pub fn parse_tags(
+    words: &[String],
+) -> Result<std::collections::BTreeMap<String, String>, LimitError> {
+    if words.len() > MAX_TAGS {
+        return Err(LimitError::new(
+            "tags",
+            format!("{} tags", words.len()),
+            format!("at most {MAX_TAGS}"),
+        ));
+    }
+    let mut tags = std::collections::BTreeMap::new();
+    for word in words {
+        let (name, value) = word.split_once('=').unwrap_or((word, ""));
+        let name_chars = name.chars().count();
+        if name_chars == 0 || name_chars > MAX_TAG_NAME_CHARS || name.chars().any(char::is_control)
+        {
+            return Err(LimitError::new(
+                "tags",
+                format!("{word:?}"),
+                format!("KEY=VALUE with a key of 1 to {MAX_TAG_NAME_CHARS} characters"),
+            ));
+        }
+        if value.chars().count() > MAX_TAG_VALUE_CHARS || value.chars().any(char::is_control) {
+            return Err(LimitError::new(
+                "tags",
+                format!("the value of {name} ({} characters)", value.chars().count()),
+                format!("at most {MAX_TAG_VALUE_CHARS} characters, without control characters"),
+            ));
+        }
+        if tags.insert(name.to_string(), value.to_string()).is_some() {
+            return Err(LimitError::new(
+                "tags",
+                format!("{name:?} twice"),
+                "each key once",
+            ));
+        }
+    }
+    Ok(tags)
 }
 
 impl Topic {
@@ -43,6 +95,7 @@ impl Topic {
             key2: Self::new_key(),
             input_schema: InputSchema::default(),
             input_mapping: None,
+            tags: Default::default(),
             created_at: now,
         }
     }
@@ -266,13 +319,96 @@ pub struct Subscription {
     /// without one was never validated, and receives nothing.
     #[serde(default = "Provisioning::unrecorded")]
     pub provisioning: Provisioning,
+    /// A new endpoint asked for by `update`, waiting for its own handshake: events go on to
+    /// the validated `endpoint` until the new one agrees and takes its place. A change that
+    /// failed stays here, saying why, and changes nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_change: Option<EndpointChange>,
+    /// The user's own tags, kept and shown (`--labels`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    /// When the subscription ends: from then on it receives nothing, and it is deleted
+    /// (`--expiration-date`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiration_time_utc: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+}
+
+/// A new endpoint for a subscription that has a validated one, and its handshake.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointChange {
+    pub endpoint: String,
+    pub provisioning: Provisioning,
+    pub requested_at: DateTime<Utc>,
+}
+
+/// Which handshake of a subscription: its own (at create) or its endpoint change's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handshake {
+    Subscription,
+    EndpointChange,
 }
 
 impl Subscription {
     /// Whether events are delivered to it: only once its endpoint is validated.
     pub fn delivers(&self) -> bool {
         self.provisioning.state == ProvisioningState::Succeeded
+    }
+
+    /// Whether its expiration time has come.
+    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        self.expiration_time_utc.is_some_and(|at| now >= at)
+    }
+
+    /// Whether events published at `now` go to it: validated and not expired.
+    pub fn receives(&self, now: DateTime<Utc>) -> bool {
+        self.delivers() && !self.is_expired(now)
+    }
+
+    /// The endpoint a handshake asks, and its provisioning state.
+    pub fn handshake(&self, which: Handshake) -> Option<(&str, &Provisioning)> {
+        match which {
+            Handshake::Subscription => Some((&self.endpoint, &self.provisioning)),
+            Handshake::EndpointChange => self
+                .endpoint_change
+                .as_ref()
+                .map(|c| (c.endpoint.as_str(), &c.provisioning)),
+        }
+    }
+
+    /// The provisioning a handshake writes.
+    pub fn handshake_provisioning_mut(&mut self, which: Handshake) -> Option<&mut Provisioning> {
+        match which {
+            Handshake::Subscription => Some(&mut self.provisioning),
+            Handshake::EndpointChange => self.endpoint_change.as_mut().map(|c| &mut c.provisioning),
+        }
+    }
+
+    /// Records where a handshake ended. An endpoint change that succeeded takes the place of
+    /// the endpoint; one that did not stays beside it, saying why.
+    pub fn settle_handshake(&mut self, which: Handshake, provisioning: Provisioning) {
+        match which {
+            Handshake::Subscription => self.provisioning = provisioning,
+            Handshake::EndpointChange => {
+                let Some(change) = self.endpoint_change.take() else {
+                    return;
+                };
+                if provisioning.state == ProvisioningState::Succeeded {
+                    self.endpoint = change.endpoint;
+                    self.provisioning.detail = Some(format!(
+                        "endpoint changed at {}: {}",
+                        change.requested_at.to_rfc3339(),
+                        provisioning.detail.unwrap_or_default()
+                    ));
+                } else {
+                    self.endpoint_change = Some(EndpointChange {
+                        provisioning,
+                        ..change
+                    });
+                }
+            }
+        }
     }
 }
 
@@ -297,6 +433,8 @@ pub struct SubscriptionRequest {
     pub delivery_attributes: Vec<DeliveryAttributeRequest>,
     /// Sign every delivery with this secret (Standard Webhooks); registration stores it.
     pub signing_secret: Option<SigningSecret>,
+    pub labels: Vec<String>,
+    pub expiration_time_utc: Option<DateTime<Utc>>,
 }
 
 impl SubscriptionRequest {
@@ -317,6 +455,16 @@ impl SubscriptionRequest {
         };
         event_delivery_schema.check_compatible(input)?;
         delivery_attributes::check_all(&self.delivery_attributes)?;
+        check_labels(&self.labels)?;
+        if let Some(at) = self.expiration_time_utc
+            && at <= now
+        {
+            return Err(LimitError::new(
+                "expirationTimeUtc",
+                at.to_rfc3339(),
+                format!("a time in the future (now: {})", now.to_rfc3339()),
+            ));
+        }
         Ok(Subscription {
             topic: self.topic.clone(),
             name: self.name.clone(),
@@ -350,7 +498,230 @@ impl SubscriptionRequest {
             // Set by registration once the secret is stored.
             signing: None,
             provisioning: Provisioning::creating(),
+            endpoint_change: None,
+            labels: self.labels.clone(),
+            expiration_time_utc: self.expiration_time_utc,
             created_at: now,
+        })
+    }
+}
+
+/// Labels per subscription.
+pub const MAX_LABELS: usize = 25;
+/// Characters per label.
+pub const MAX_LABEL_CHARS: usize = 256;
+
+/// At most 25 labels of 1 to 256 characters, without control characters.
+pub fn check_labels(labels: &[String]) -> Result<(), LimitError> {
+    if labels.len() > MAX_LABELS {
+        return Err(LimitError::new(
+            "labels",
+            format!("{} labels", labels.len()),
+            format!("at most {MAX_LABELS}"),
+        ));
+    }
+    for label in labels {
+        let chars = label.chars().count();
+        if chars == 0 || chars > MAX_LABEL_CHARS || label.chars().any(char::is_control) {
+            return Err(LimitError::new(
+                "labels",
+                format!("{label:?} ({chars} characters)"),
+                format!("1 to {MAX_LABEL_CHARS} characters without control characters"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Parses an expiration as `az` takes it: an RFC 3339 time, a date and time without a zone
+/// (UTC), or a date (its midnight, UTC).
+pub fn parse_expiration(text: &str) -> Result<DateTime<Utc>, LimitError> {
+    let t = text.trim();
+    if let Ok(at) = DateTime::parse_from_rfc3339(t) {
+        return Ok(at.to_utc());
+    }
+    for form in ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M"] {
+        if let Ok(at) = chrono::NaiveDateTime::parse_from_str(t, form) {
+            return Ok(at.and_utc());
+        }
+    }
+    if let Ok(day) = chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d") {
+        return Ok(day.and_time(chrono::NaiveTime::MIN).and_utc());
+    }
+    Err(LimitError::new(
+        "expirationTimeUtc",
+        format!("{text:?}"),
+        "a date (2026-12-31) or a time (2026-12-31T18:00:00Z; without a zone: UTC)",
+    ))
+}
+
+/// What `event-subscription update` changes: each setting given replaces the stored one; the
+/// rest stay. Every value is checked as at create.
+#[derive(Debug, Clone, Default)]
+pub struct SubscriptionUpdate {
+    pub endpoint: Option<String>,
+    pub max_events_per_batch: Option<i64>,
+    pub preferred_batch_size_in_kilobytes: Option<i64>,
+    pub max_delivery_attempts: Option<i64>,
+    pub event_ttl_minutes: Option<i64>,
+    pub max_concurrent_requests: Option<i64>,
+    pub max_events_per_second: Option<i64>,
+    /// `Some("")` removes the dead-letter destination.
+    pub dead_letter_destination: Option<String>,
+    pub status_table: Option<String>,
+    pub event_delivery_schema: Option<String>,
+    pub included_event_types: Option<Vec<String>>,
+    pub subject_begins_with: Option<String>,
+    pub subject_ends_with: Option<String>,
+    pub subject_case_sensitive: Option<bool>,
+    pub advanced_filters: Option<Vec<crate::filter::AdvancedFilter>>,
+    pub enable_advanced_filtering_on_arrays: Option<bool>,
+    /// Replaces every delivery header.
+    pub delivery_attributes: Option<Vec<DeliveryAttributeRequest>>,
+    pub labels: Option<Vec<String>>,
+    /// `Some(None)` removes the expiration.
+    pub expiration_time_utc: Option<Option<DateTime<Utc>>>,
+}
+
+/// A subscription as `update` leaves it, and the handshake it needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Updated {
+    pub subscription: Subscription,
+    /// A new endpoint to validate: the subscription's own (it had no validated endpoint) or an
+    /// endpoint change (it goes on delivering to the validated one meanwhile).
+    pub handshake: Option<Handshake>,
+}
+
+impl SubscriptionUpdate {
+    /// The request that would create the subscription as updated: the stored settings with the
+    /// given ones in their place. Delivery headers are left out unless given (stored secret
+    /// values are not readable here): see [`SubscriptionUpdate::apply`].
+    fn request(&self, current: &Subscription) -> SubscriptionRequest {
+        let f = &current.filter;
+        let caps = current.delivery_caps;
+        let or = |given: Option<i64>, stored: Option<u32>| given.or(stored.map(i64::from));
+        SubscriptionRequest {
+            topic: current.topic.clone(),
+            name: current.name.clone(),
+            endpoint: self
+                .endpoint
+                .clone()
+                .unwrap_or_else(|| current.endpoint.clone()),
+            max_events_per_batch: or(
+                self.max_events_per_batch,
+                Some(current.batching.max_events_per_batch),
+            ),
+            preferred_batch_size_in_kilobytes: or(
+                self.preferred_batch_size_in_kilobytes,
+                Some(current.batching.preferred_batch_size_in_kilobytes),
+            ),
+            max_delivery_attempts: or(
+                self.max_delivery_attempts,
+                Some(current.retry_policy.max_delivery_attempts),
+            ),
+            event_ttl_minutes: or(
+                self.event_ttl_minutes,
+                Some(current.retry_policy.event_time_to_live_in_minutes),
+            ),
+            max_concurrent_requests: or(self.max_concurrent_requests, caps.max_concurrent_requests),
+            max_events_per_second: or(self.max_events_per_second, caps.max_events_per_second),
+            dead_letter_destination: match &self.dead_letter_destination {
+                Some(given) if given.is_empty() => None,
+                Some(given) => Some(given.clone()),
+                None => current
+                    .dead_letter_destination
+                    .as_ref()
+                    .map(DeadLetterDestination::url),
+            },
+            status_table: Some(
+                self.status_table
+                    .clone()
+                    .unwrap_or_else(|| format!("{:?}", current.status_table)),
+            ),
+            filter: EventFilter {
+                included_event_types: self
+                    .included_event_types
+                    .clone()
+                    .or_else(|| f.included_event_types.clone()),
+                subject_begins_with: self
+                    .subject_begins_with
+                    .clone()
+                    .or_else(|| f.subject_begins_with.clone()),
+                subject_ends_with: self
+                    .subject_ends_with
+                    .clone()
+                    .or_else(|| f.subject_ends_with.clone()),
+                is_subject_case_sensitive: self
+                    .subject_case_sensitive
+                    .unwrap_or(f.is_subject_case_sensitive),
+                advanced_filters: self
+                    .advanced_filters
+                    .clone()
+                    .unwrap_or_else(|| f.advanced_filters.clone()),
+                enable_advanced_filtering_on_arrays: self
+                    .enable_advanced_filtering_on_arrays
+                    .unwrap_or(f.enable_advanced_filtering_on_arrays),
+            },
+            event_delivery_schema: Some(
+                self.event_delivery_schema
+                    .clone()
+                    .unwrap_or_else(|| current.event_delivery_schema.as_str().to_string()),
+            ),
+            delivery_attributes: self.delivery_attributes.clone().unwrap_or_default(),
+            signing_secret: None,
+            labels: self
+                .labels
+                .clone()
+                .unwrap_or_else(|| current.labels.clone()),
+            expiration_time_utc: self
+                .expiration_time_utc
+                .unwrap_or(current.expiration_time_utc),
+        }
+    }
+
+    /// Checks the update against a topic whose events are in `input` and gives the record as
+    /// updated: the same subscription (id, version, signing, creation time), its settings
+    /// changed. A new endpoint of a subscription that has a validated one becomes an
+    /// [`EndpointChange`], validated apart while events go on to the old one; without a
+    /// validated endpoint, the new one replaces it and is validated as at create. Given the
+    /// endpoint it has, a pending change is dropped. Delivery headers given replace the stored
+    /// ones (their secrets stored by the caller).
+    pub fn apply(
+        &self,
+        current: &Subscription,
+        input: InputSchema,
+        now: DateTime<Utc>,
+    ) -> Result<Updated, LimitError> {
+        let mut next = self.request(current).validate(input, now)?;
+        next.id = current.id.clone();
+        next.version = current.version;
+        next.created_at = current.created_at;
+        next.signing = current.signing.clone();
+        next.provisioning = current.provisioning.clone();
+        next.endpoint_change = current.endpoint_change.clone();
+        if self.delivery_attributes.is_none() {
+            next.delivery_attribute_mappings = current.delivery_attribute_mappings.clone();
+        }
+        let mut handshake = None;
+        if next.endpoint == current.endpoint {
+            if self.endpoint.is_some() {
+                next.endpoint_change = None;
+            }
+        } else if current.delivers() {
+            next.endpoint_change = Some(EndpointChange {
+                endpoint: std::mem::replace(&mut next.endpoint, current.endpoint.clone()),
+                provisioning: Provisioning::creating(),
+                requested_at: now,
+            });
+            handshake = Some(Handshake::EndpointChange);
+        } else {
+            next.provisioning = Provisioning::creating();
+            next.endpoint_change = None;
+            handshake = Some(Handshake::Subscription);
+        }
+        Ok(Updated {
+            subscription: next,
+            handshake,
         })
     }
 }
@@ -496,6 +867,200 @@ mod tests {
         assert_eq!(a.id.len(), 32);
         assert_ne!(a.id, b.id);
         assert_eq!(a.version, 0);
+    }
+
+    fn validated(request: &SubscriptionRequest, now: DateTime<Utc>) -> Subscription {
+        let mut sub = request.validate(InputSchema::EventGridSchema, now).unwrap();
+        sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
+        sub.version = 3;
+        sub
+    }
+
+    /// #11 item 12: an update changes the settings it gives, each checked as at create, and
+    /// keeps the rest and the subscription's identity.
+    #[test]
+    fn an_update_changes_what_it_gives_and_keeps_the_rest() {
+        let now = Utc::now();
+        let current = validated(
+            &SubscriptionRequest {
+                topic: "orders".into(),
+                name: "audit".into(),
+                endpoint: "https://example.com/hook".into(),
+                max_delivery_attempts: Some(5),
+                max_concurrent_requests: Some(8),
+                dead_letter_destination: Some("s3://dead/orders".into()),
+                status_table: Some("2020".into()),
+                labels: vec!["a".into()],
+                filter: EventFilter {
+                    subject_begins_with: Some("/orders".into()),
+                    ..EventFilter::default()
+                },
+                ..SubscriptionRequest::default()
+            },
+            now,
+        );
+        let update = SubscriptionUpdate {
+            max_events_per_batch: Some(10),
+            subject_ends_with: Some(".json".into()),
+            ..SubscriptionUpdate::default()
+        };
+        let Updated {
+            subscription: next,
+            handshake,
+        } = update
+            .apply(&current, InputSchema::EventGridSchema, now)
+            .unwrap();
+        assert_eq!(handshake, None);
+        assert_eq!(next.batching.max_events_per_batch, 10);
+        assert_eq!(next.filter.subject_ends_with.as_deref(), Some(".json"));
+        let unchanged = Subscription {
+            batching: current.batching,
+            filter: current.filter.clone(),
+            ..next.clone()
+        };
+        assert_eq!(unchanged, current, "everything else as it was");
+
+        // Checked as at create, naming the setting.
+        let e = SubscriptionUpdate {
+            max_delivery_attempts: Some(31),
+            ..SubscriptionUpdate::default()
+        }
+        .apply(&current, InputSchema::EventGridSchema, now)
+        .unwrap_err();
+        assert_eq!(e.field, "maxDeliveryAttempts");
+        // "" removes the dead-letter destination; an expiration in the past is refused.
+        let removed = SubscriptionUpdate {
+            dead_letter_destination: Some(String::new()),
+            ..SubscriptionUpdate::default()
+        }
+        .apply(&current, InputSchema::EventGridSchema, now)
+        .unwrap();
+        assert_eq!(removed.subscription.dead_letter_destination, None);
+        let past = SubscriptionUpdate {
+            expiration_time_utc: Some(Some(now - chrono::Duration::minutes(1))),
+            ..SubscriptionUpdate::default()
+        }
+        .apply(&current, InputSchema::EventGridSchema, now)
+        .unwrap_err();
+        assert_eq!(past.field, "expirationTimeUtc");
+    }
+
+    /// #11 item 12: a new endpoint of a validated subscription waits beside it as an endpoint
+    /// change until its handshake succeeds, then takes its place; a failed one stays beside
+    /// it. Without a validated endpoint the new one replaces it and is validated as at create.
+    #[test]
+    fn a_new_endpoint_is_validated_before_it_takes_over() {
+        let now = Utc::now();
+        let request = SubscriptionRequest {
+            topic: "orders".into(),
+            name: "audit".into(),
+            endpoint: "https://example.com/old".into(),
+            ..SubscriptionRequest::default()
+        };
+        let current = validated(&request, now);
+        let to_new = SubscriptionUpdate {
+            endpoint: Some("https://example.com/new".into()),
+            ..SubscriptionUpdate::default()
+        };
+        let updated = to_new
+            .apply(&current, InputSchema::EventGridSchema, now)
+            .unwrap();
+        assert_eq!(updated.handshake, Some(Handshake::EndpointChange));
+        let mut next = updated.subscription;
+        assert_eq!(next.endpoint, "https://example.com/old");
+        assert!(next.delivers());
+        assert_eq!(
+            next.handshake(Handshake::EndpointChange)
+                .map(|(e, p)| (e, p.state)),
+            Some(("https://example.com/new", ProvisioningState::Creating))
+        );
+
+        let mut failed = next.clone();
+        failed.settle_handshake(
+            Handshake::EndpointChange,
+            Provisioning::with_state(ProvisioningState::Failed, Some("403".into())),
+        );
+        assert_eq!(failed.endpoint, "https://example.com/old");
+        assert_eq!(
+            failed
+                .endpoint_change
+                .as_ref()
+                .map(|c| c.provisioning.state),
+            Some(ProvisioningState::Failed)
+        );
+        // Given its own endpoint again, the pending change is dropped.
+        let back = SubscriptionUpdate {
+            endpoint: Some("https://example.com/old".into()),
+            ..SubscriptionUpdate::default()
+        }
+        .apply(&failed, InputSchema::EventGridSchema, now)
+        .unwrap();
+        assert_eq!(
+            (back.handshake, back.subscription.endpoint_change),
+            (None, None)
+        );
+
+        next.settle_handshake(
+            Handshake::EndpointChange,
+            Provisioning::with_state(ProvisioningState::Succeeded, Some("validated".into())),
+        );
+        assert_eq!(next.endpoint, "https://example.com/new");
+        assert_eq!(next.endpoint_change, None);
+        assert!(next.delivers());
+
+        let creating = request.validate(InputSchema::EventGridSchema, now).unwrap();
+        let replaced = to_new
+            .apply(&creating, InputSchema::EventGridSchema, now)
+            .unwrap();
+        assert_eq!(replaced.handshake, Some(Handshake::Subscription));
+        assert_eq!(replaced.subscription.endpoint, "https://example.com/new");
+        assert_eq!(
+            replaced.subscription.provisioning.state,
+            ProvisioningState::Creating
+        );
+    }
+
+    /// #11 item 12: expirations as `az` takes them, labels and tags with their limits named.
+    #[test]
+    fn expirations_labels_and_tags_are_parsed_and_limited() {
+        let at = |s: &str| parse_expiration(s).map(|t| t.to_rfc3339());
+        assert_eq!(at("2026-12-31").unwrap(), "2026-12-31T00:00:00+00:00");
+        assert_eq!(
+            at("2026-12-31T18:30:00").unwrap(),
+            "2026-12-31T18:30:00+00:00"
+        );
+        assert_eq!(
+            at("2026-12-31T18:30:00+02:00").unwrap(),
+            "2026-12-31T16:30:00+00:00"
+        );
+        let e = at("next tuesday").unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("expirationTimeUtc", "\"next tuesday\"")
+        );
+
+        assert!(check_labels(&vec!["x".into(); MAX_LABELS]).is_ok());
+        let e = check_labels(&vec!["x".into(); MAX_LABELS + 1]).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.allowed.as_str()),
+            ("labels", "at most 25")
+        );
+        assert!(check_labels(&["".into()]).is_err());
+        assert!(check_labels(&["l".repeat(MAX_LABEL_CHARS + 1)]).is_err());
+
+        let tags = parse_tags(&["env=prod".into(), "owner=".into()]).unwrap();
+        assert_eq!(tags.get("env").map(String::as_str), Some("prod"));
+        assert_eq!(tags.get("owner").map(String::as_str), Some(""));
+        assert!(parse_tags(&["=x".into()]).is_err());
+        assert!(parse_tags(&["a=1".into(), "a=2".into()]).is_err());
+        let long = format!("k={}", "v".repeat(MAX_TAG_VALUE_CHARS + 1));
+        assert!(
+            parse_tags(&[long])
+                .unwrap_err()
+                .allowed
+                .contains("at most 256")
+        );
+        assert!(parse_tags(&vec!["k=v".to_string(); MAX_TAGS + 1]).is_err());
     }
 
     #[test]

@@ -188,6 +188,9 @@ pub enum ValidationStep {
     Handshake,
     /// The manual validation window has passed: fail if still waiting.
     Expire,
+    /// Not a handshake step but the subscription's end, carried the same way: once its
+    /// `expirationTimeUtc` has come, delete it (asked again until then).
+    SubscriptionExpiry,
 }
 
 #[cfg(test)]

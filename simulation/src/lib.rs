@@ -203,6 +203,12 @@ impl SubscriptionStore for FaultyStore {
     async fn delete_subscription(&self, topic: &str, name: &str) -> Result<bool, StoreError> {
         self.0.delete_subscription(topic, name).await
     }
+    async fn delete_subscription_if_unchanged(
+        &self,
+        subscription: &Subscription,
+    ) -> Result<bool, StoreError> {
+        self.0.delete_subscription_if_unchanged(subscription).await
+    }
 }
 
 struct FaultyQueue(Arc<MemoryQueue>, Arc<Faults>);

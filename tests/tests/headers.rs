@@ -20,6 +20,7 @@ async fn delivery_headers_with_secret_values_h1() {
         name: name.into(),
         value: value.into(),
         is_secret,
+        dynamic: false,
     };
     let registered = sys
         .subscribe(SubscriptionRequest {

@@ -295,4 +295,27 @@ impl SubscriptionStore for DynamoSubscriptionStore {
         let key = subscription_key(topic, name);
         self.delete(&self.tables.subscriptions, key).await
     }
+
+    async fn delete_subscription_if_unchanged(
+        &self,
+        sub: &Subscription,
+    ) -> Result<bool, StoreError> {
+        let request = self
+            .client
+            .delete_item()
+            .table_name(&self.tables.subscriptions)
+            .set_key(Some(subscription_key(&sub.topic, &sub.name)))
+            .expression_attribute_names("#n", "name")
+            .expression_attribute_names("#ver", VERSION_ATTRIBUTE)
+            .expression_attribute_names("#sid", ID_ATTRIBUTE)
+            .expression_attribute_values(":ver", AttributeValue::N(sub.version.to_string()))
+            .expression_attribute_values(":sid", s(&sub.id));
+        // Records written before versions existed have no version attribute (version 0).
+        let condition = if sub.version == 0 {
+            "attribute_exists(#n) AND #sid = :sid AND (attribute_not_exists(#ver) OR #ver = :ver)"
+        } else {
+            "attribute_exists(#n) AND #sid = :sid AND #ver = :ver"
+        };
+        written(request.condition_expression(condition).send().await)
+    }
 }

@@ -1,5 +1,7 @@
 //! The endpoint validation handshake, run by the deliver worker when a subscription is created
-//! (see `gridrelay_shared::validation` for the protocol).
+//! and when `update` gives it a new endpoint (see `gridrelay_shared::validation` for the
+//! protocol). A new endpoint of a validated subscription is an endpoint change, validated
+//! apart: events go on to the old endpoint until the new one agrees.
 //!
 //! It lives here because `deliver` already owns every outbound request to endpoints; the
 //! handshake is asked for on the delivery queue, so it runs in the service whoever created
@@ -7,12 +9,13 @@
 
 use std::time::Duration;
 
+use gridrelay_ports::secret_headers::secret_ids;
 use gridrelay_ports::{
     HandshakeMethod, HandshakeRequest, OutgoingMessage, StoreError, Update, update_subscription,
 };
 use gridrelay_shared::message::{DeliveryQueueMessage, ValidationTask, queue_delay};
 use gridrelay_shared::schema::{DeliverySchema, JSON_CONTENT_TYPE};
-use gridrelay_shared::subscription::{Subscription, topic_resource_id};
+use gridrelay_shared::subscription::{Handshake, Subscription, topic_resource_id};
 use gridrelay_shared::validation::{
     MANUAL_VALIDATION_WINDOW, Provisioning, ProvisioningState, ValidationStep, answers_with_code,
     code_hash, new_code, origin_allowed, validation_event_body, validation_url,
@@ -43,26 +46,35 @@ impl Deliver {
             info!(topic = %task.topic, subscription = %task.subscription, "validation step of a subscription deleted since; the one of that name now is another");
             return Ok(None);
         }
-        match (task.step, sub.provisioning.state) {
-            (ValidationStep::Handshake, ProvisioningState::Creating) => self.handshake(sub).await,
+        if task.step == ValidationStep::SubscriptionExpiry {
+            return self.expire_subscription(sub).await;
+        }
+        let which = task.handshake();
+        let Some((_, provisioning)) = sub.handshake(which) else {
+            // An endpoint change that was dropped or settled meanwhile.
+            return Ok(None);
+        };
+        let (state, expires_at) = (provisioning.state, provisioning.validation_expires_at);
+        match (task.step, state) {
+            (ValidationStep::Handshake, ProvisioningState::Creating) => {
+                self.handshake(sub, which).await
+            }
             (ValidationStep::Expire, ProvisioningState::AwaitingManualAction) => {
                 let now = self.clock.now();
-                if sub
-                    .provisioning
-                    .validation_expires_at
-                    .is_some_and(|at| now < at)
-                {
-                    let wait = (sub.provisioning.validation_expires_at.unwrap_or(now) - now)
-                        .to_std()
-                        .unwrap_or_default();
-                    return Ok(Some(expiry_message(&sub, wait)?));
+                if let Some(at) = expires_at.filter(|at| now < *at) {
+                    let wait = (at - now).to_std().unwrap_or_default();
+                    return Ok(Some(expiry_message(&sub, which, wait)?));
                 }
-                self.settle_state(
-                    sub,
-                    ProvisioningState::Failed,
-                    "the validation URL was not called within the validation window; create the subscription again",
-                )
-                .await?;
+                let why = match which {
+                    Handshake::Subscription => {
+                        "the validation URL was not called within the validation window; create the subscription again"
+                    }
+                    Handshake::EndpointChange => {
+                        "the validation URL was not called within the validation window; the subscription keeps its endpoint (update it again to retry)"
+                    }
+                };
+                self.settle_state(sub, which, ProvisioningState::Failed, why)
+                    .await?;
                 Ok(None)
             }
             // Already settled (a repeated message, or validated through the URL meanwhile).
@@ -70,9 +82,13 @@ impl Deliver {
         }
     }
 
-    async fn handshake(&self, sub: Subscription) -> Result<Option<OutgoingMessage>, StoreError> {
+    async fn handshake(
+        &self,
+        sub: Subscription,
+        which: Handshake,
+    ) -> Result<Option<OutgoingMessage>, StoreError> {
         if sub.event_delivery_schema == DeliverySchema::CloudEventSchemaV1_0 {
-            return self.cloud_events_handshake(sub).await.map(|_| None);
+            return self.cloud_events_handshake(sub, which).await.map(|_| None);
         }
         let code = new_code();
         let now = self.clock.now();
@@ -80,11 +96,14 @@ impl Deliver {
         let expires_at = now + chrono::Duration::from_std(window).unwrap_or_default();
         // Stored before asking, so the endpoint may call the validation URL at once.
         let stored = update_subscription(self.store.as_ref(), sub, |s| {
-            if s.provisioning.state != ProvisioningState::Creating {
+            let Some(p) = s
+                .handshake_provisioning_mut(which)
+                .filter(|p| p.state == ProvisioningState::Creating)
+            else {
                 return Err(());
-            }
-            s.provisioning.validation_code_sha256 = Some(code_hash(&code));
-            s.provisioning.validation_expires_at = Some(expires_at);
+            };
+            p.validation_code_sha256 = Some(code_hash(&code));
+            p.validation_expires_at = Some(expires_at);
             Ok(())
         })
         .await?;
@@ -93,6 +112,10 @@ impl Deliver {
             return Ok(None);
         };
         let sub = *sub;
+        let Some((endpoint, _)) = sub.handshake(which) else {
+            return Ok(None);
+        };
+        let endpoint = endpoint.to_string();
         let url = self
             .settings
             .public_url
@@ -108,7 +131,7 @@ impl Deliver {
         let reply = self
             .sender
             .handshake(HandshakeRequest {
-                endpoint: sub.endpoint.clone(),
+                endpoint,
                 method: HandshakeMethod::Post,
                 headers: vec![
                     ("aeg-event-type".into(), "SubscriptionValidation".into()),
@@ -123,6 +146,7 @@ impl Deliver {
             Ok(r) if r.status == 200 && answers_with_code(&r.body, &code) => {
                 self.settle_state(
                     sub,
+                    which,
                     ProvisioningState::Succeeded,
                     "validated: the endpoint answered with the validation code",
                 )
@@ -132,11 +156,14 @@ impl Deliver {
             Ok(r) if r.status == 200 && url.is_some() => {
                 let awaiting = self.settle_state(
                     sub,
+                    which,
                     ProvisioningState::AwaitingManualAction,
                     "the endpoint accepted the validation event without the code; GET the validationUrl it received to validate",
                 )
                 .await?;
-                awaiting.map(|sub| expiry_message(&sub, window)).transpose()
+                awaiting
+                    .map(|sub| expiry_message(&sub, which, window))
+                    .transpose()
             }
             Ok(r) => {
                 let why = if r.status == 200 {
@@ -144,13 +171,13 @@ impl Deliver {
                 } else {
                     format!("the endpoint answered {} to the validation event", r.status)
                 };
-                self.settle_state(sub, ProvisioningState::Failed, &why)
+                self.settle_state(sub, which, ProvisioningState::Failed, &why)
                     .await?;
                 Ok(None)
             }
             Err(e) => {
                 let why = format!("the validation event could not be delivered: {e}");
-                self.settle_state(sub, ProvisioningState::Failed, &why)
+                self.settle_state(sub, which, ProvisioningState::Failed, &why)
                     .await?;
                 Ok(None)
             }
@@ -161,12 +188,16 @@ impl Deliver {
     async fn cloud_events_handshake(
         &self,
         sub: Subscription,
+        which: Handshake,
     ) -> Result<Option<Subscription>, StoreError> {
         let origin = &self.settings.webhook_origin;
+        let Some((endpoint, _)) = sub.handshake(which) else {
+            return Ok(None);
+        };
         let reply = self
             .sender
             .handshake(HandshakeRequest {
-                endpoint: sub.endpoint.clone(),
+                endpoint: endpoint.to_string(),
                 method: HandshakeMethod::Options,
                 headers: vec![
                     ("WebHook-Request-Origin".into(), origin.clone()),
@@ -204,7 +235,7 @@ impl Deliver {
                 format!("the abuse-protection OPTIONS request got no answer: {e}"),
             ),
         };
-        self.settle_state(sub, state, &why).await
+        self.settle_state(sub, which, state, &why).await
     }
 
     /// Records the outcome over the record as it is now, unless it was settled meanwhile
@@ -213,22 +244,27 @@ impl Deliver {
     async fn settle_state(
         &self,
         sub: Subscription,
+        which: Handshake,
         state: ProvisioningState,
         why: &str,
     ) -> Result<Option<Subscription>, StoreError> {
         let (topic, name) = (sub.topic.clone(), sub.name.clone());
         let update = update_subscription(self.store.as_ref(), sub, |s| {
+            let Some((_, p)) = s.handshake(which) else {
+                return Err(None);
+            };
             if matches!(
-                s.provisioning.state,
+                p.state,
                 ProvisioningState::Succeeded | ProvisioningState::Failed
             ) {
-                return Err(s.provisioning.state);
+                return Err(Some(p.state));
             }
-            s.provisioning = Provisioning {
+            let settled = Provisioning {
                 state,
                 detail: Some(why.to_string()),
-                ..s.provisioning.clone()
+                ..p.clone()
             };
+            s.settle_handshake(which, settled);
             Ok(())
         })
         .await?;
@@ -236,10 +272,10 @@ impl Deliver {
             Update::Written(sub) => {
                 match state {
                     ProvisioningState::Failed => {
-                        warn!(topic = %topic, subscription = %name, reason = why, "endpoint validation failed")
+                        warn!(topic = %topic, subscription = %name, handshake = ?which, reason = why, "endpoint validation failed")
                     }
                     _ => {
-                        info!(topic = %topic, subscription = %name, state = ?state, "endpoint validation")
+                        info!(topic = %topic, subscription = %name, handshake = ?which, state = ?state, "endpoint validation")
                     }
                 }
                 Ok(Some(*sub))
@@ -253,8 +289,48 @@ impl Deliver {
     }
 }
 
-fn expiry_message(sub: &Subscription, wait: Duration) -> Result<OutgoingMessage, StoreError> {
-    let task = ValidationTask::new(sub, ValidationStep::Expire);
+impl Deliver {
+    /// `--expiration-date`: once the subscription's expiration time has come, deletes it (and
+    /// its secrets), unless it changed since it was read (then it is read again). Asked again
+    /// until then; nothing, if the expiration was taken away. (From that time on it receives
+    /// nothing anyway: fan-out and delivery treat an expired subscription as deleted.)
+    async fn expire_subscription(
+        &self,
+        sub: Subscription,
+    ) -> Result<Option<OutgoingMessage>, StoreError> {
+        let now = self.clock.now();
+        let Some(at) = sub.expiration_time_utc else {
+            return Ok(None);
+        };
+        let task = ValidationTask::new(&sub, ValidationStep::SubscriptionExpiry);
+        if now < at {
+            return task_message(task, (at - now).to_std().unwrap_or_default()).map(Some);
+        }
+        if !self.store.delete_subscription_if_unchanged(&sub).await? {
+            // Changed meanwhile (perhaps given a later expiration): decide again on the record
+            // as it is then.
+            return task_message(task, Duration::ZERO).map(Some);
+        }
+        for id in secret_ids(&sub) {
+            if let Err(e) = self.secrets.delete(id).await {
+                warn!(topic = %sub.topic, subscription = %sub.name, error = %e, "could not delete a secret of an expired subscription");
+            }
+        }
+        info!(topic = %sub.topic, subscription = %sub.name, expired_at = %at.to_rfc3339(), "expired event subscription deleted");
+        Ok(None)
+    }
+}
+
+fn expiry_message(
+    sub: &Subscription,
+    which: Handshake,
+    wait: Duration,
+) -> Result<OutgoingMessage, StoreError> {
+    task_message(ValidationTask::of(sub, ValidationStep::Expire, which), wait)
+}
+
+/// A step on the delivery queue, due after `wait` (asked again when longer than SQS delays).
+fn task_message(task: ValidationTask, wait: Duration) -> Result<OutgoingMessage, StoreError> {
     let body = DeliveryQueueMessage::Validation(task)
         .to_body()
         .map_err(|e| StoreError::Corrupt(e.to_string()))?;

@@ -39,6 +39,7 @@ use gridrelay_shared::delivery::{
     ATTEMPT_TIMEOUT, Arrival, BatchAttempt, DeliveryRules, GiveUp, LATE_ANSWER_WINDOW, Settlement,
     merge_retries, on_arrival, settle_attempt,
 };
+use gridrelay_shared::delivery_attributes::dynamic_headers;
 use gridrelay_shared::health::HealthPolicy;
 use gridrelay_shared::message::ValidationTask;
 use gridrelay_shared::message::{
@@ -585,6 +586,9 @@ impl Deliver {
                 read = self.store.get_subscription(&key.0, &key.1).await;
             }
             let result = match read {
+                // `--expiration-date`: an expired subscription receives nothing, as if deleted
+                // (its expiry step deletes it).
+                Ok(Some(sub)) if sub.is_expired(self.clock.now()) => Ok(None),
                 // Item 2: an unreadable secret is the subscription's problem, settled as a
                 // failed attempt of its events, not a failure of the records around them.
                 Ok(Some(sub)) => Ok(Some(Target {
@@ -1017,6 +1021,10 @@ fn delivery_request(
                 .map(|v| ("aeg-data-version".to_string(), v)),
         )
         .chain(resolved.headers.iter().cloned())
+        .chain(dynamic_headers(
+            &sub.delivery_attribute_mappings,
+            events.iter().map(|p| &*p.event.event),
+        ))
         .chain(signature.into_iter().flatten())
         .collect(),
     }

@@ -22,8 +22,8 @@ use gridrelay_ports::memory::{
 };
 use gridrelay_ports::registration::Registry;
 use gridrelay_ports::{
-    Clock, DeliveryCapStore, DeliveryRequest, DeliveryStateStore, MessageQueue, OutgoingMessage,
-    SubscriptionStore,
+    Clock, DeliveryCapStore, DeliveryRequest, DeliveryStateStore, HandshakeReply, MessageQueue,
+    OutgoingMessage, SecretStore, SubscriptionStore,
 };
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::decision::DeadLetterReason;
@@ -32,7 +32,9 @@ use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::message::{DeadLetterMessage, DeliveryMessage, DeliveryQueueMessage};
 use gridrelay_shared::schema::InputSchema;
-use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
+use gridrelay_shared::subscription::{
+    Subscription, SubscriptionRequest, SubscriptionUpdate, Topic,
+};
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::ProvisioningState;
 use serde_json::value::RawValue;
@@ -958,6 +960,7 @@ async fn an_unreadable_secret_header_follows_the_retry_policy_h1_r5_l2() {
             name: "Authorization".into(),
             value: "Bearer s3cret".into(),
             is_secret: true,
+            dynamic: false,
         }],
         ..request("sub-1")
     }))
@@ -1492,4 +1495,225 @@ async fn a_request_open_for_its_late_answer_keeps_its_slot_r4() {
     w.clock.advance(Duration::from_secs(1));
     let next = w.run().await;
     assert_eq!(next.report.delivered, 1, "{:?}", next.report);
+}
+
+/// #11 item 12: `update` with a new endpoint runs the handshake again, and nothing is lost or
+/// sent to an endpoint that did not agree. While the new endpoint is asked, events go on to
+/// the validated one; a new endpoint that refuses changes nothing (the change stays beside the
+/// subscription, saying why); one that agrees takes over. Other settings change at once.
+#[tokio::test]
+async fn an_endpoint_change_is_validated_before_it_receives_anything() {
+    let w = World::new(ScriptedSender::status(200));
+    w.sender.on_handshake(|asked| {
+        if asked.endpoint.ends_with("/refuses") {
+            Ok(HandshakeReply {
+                status: 403,
+                headers: vec![],
+                body: vec![],
+            })
+        } else {
+            Ok(ScriptedSender::answer_with_code(asked))
+        }
+    });
+    w.subscribe(request("sub-1")).await;
+    let old = "http://127.0.0.1:9/sub-1";
+    let update = |endpoint: &str| SubscriptionUpdate {
+        endpoint: Some(endpoint.into()),
+        max_events_per_batch: Some(5),
+        labels: Some(vec!["team:payments".into()]),
+        ..SubscriptionUpdate::default()
+    };
+    let updated = registry(&w.store, &w.secrets, &w.delivery)
+        .update(
+            TOPIC,
+            "sub-1",
+            &update("http://127.0.0.1:9/refuses"),
+            w.clock.now(),
+        )
+        .await
+        .expect("updated");
+    assert_eq!(
+        updated.endpoint, old,
+        "the validated endpoint stays until the new one agrees"
+    );
+    assert_eq!(
+        updated.batching.max_events_per_batch, 5,
+        "other settings at once"
+    );
+    assert_eq!(updated.labels, ["team:payments"]);
+    let change = updated.endpoint_change.as_ref().expect("a change waits");
+    assert_eq!(change.provisioning.state, ProvisioningState::Creating);
+
+    w.publish(&["a"]).await;
+    w.run().await;
+    let stored = w.stored("sub-1").await;
+    assert_eq!(stored.endpoint, old);
+    assert!(stored.delivers());
+    let change = stored
+        .endpoint_change
+        .as_ref()
+        .expect("the failed change stays");
+    assert_eq!(change.provisioning.state, ProvisioningState::Failed);
+    assert!(
+        change
+            .provisioning
+            .detail
+            .as_deref()
+            .unwrap_or_default()
+            .contains("403"),
+        "{change:?}"
+    );
+    let sent: Vec<String> = w
+        .sender
+        .requests()
+        .iter()
+        .map(|r| r.endpoint.clone())
+        .collect();
+    assert_eq!(sent, [old], "the event went to the validated endpoint only");
+
+    registry(&w.store, &w.secrets, &w.delivery)
+        .update(
+            TOPIC,
+            "sub-1",
+            &update("http://127.0.0.1:9/agrees"),
+            w.clock.now(),
+        )
+        .await
+        .expect("updated");
+    w.run().await;
+    let stored = w.stored("sub-1").await;
+    assert_eq!(stored.endpoint, "http://127.0.0.1:9/agrees");
+    assert_eq!(stored.endpoint_change, None);
+    assert_eq!(stored.provisioning.state, ProvisioningState::Succeeded);
+    w.publish(&["b"]).await;
+    w.run().await;
+    let last = w.sender.requests().pop().expect("a request");
+    assert_eq!(last.endpoint, "http://127.0.0.1:9/agrees");
+    assert!(last.body.contains("\"b\""));
+}
+
+/// #11 item 12, H1: a dynamic delivery attribute takes its value from each event's field; a
+/// batch gets it when every event has the same value.
+#[tokio::test]
+async fn dynamic_delivery_attributes_take_the_events_field_h1() {
+    let w = World::new(ScriptedSender::status(200));
+    let dynamic = |words: &[&str]| {
+        DeliveryAttributeRequest::parse(&words.iter().map(|w| w.to_string()).collect::<Vec<_>>())
+            .unwrap()
+    };
+    w.subscribe(SubscriptionRequest {
+        delivery_attributes: vec![
+            dynamic(&["X-Event-Id", "dynamic", "id"]),
+            dynamic(&["X-Pad", "dynamic", "data.pad"]),
+            dynamic(&["X-Missing", "dynamic", "data.nothing"]),
+        ],
+        ..request("sub-1")
+    })
+    .await;
+    w.publish(&["a"]).await;
+    w.run().await;
+    let r = w.sender.requests().pop().expect("a request");
+    assert_eq!(header(&r, "X-Event-Id"), Some("a"));
+    assert_eq!(header(&r, "X-Pad"), Some(""));
+    assert_eq!(header(&r, "X-Missing"), None);
+}
+
+/// #11 item 12: at its expiration time a subscription stops receiving (events published from
+/// then on are not enqueued for it, and those already queued are dropped as for a deleted
+/// one), and the service deletes it with its secrets, unless it was given a later expiration
+/// meanwhile.
+#[tokio::test]
+async fn an_expired_subscription_receives_nothing_and_is_deleted() {
+    let w = World::new(ScriptedSender::status(200));
+    let at = w.clock.now() + chrono::Duration::hours(2);
+    w.subscribe(SubscriptionRequest {
+        expiration_time_utc: Some(at),
+        delivery_attributes: vec![DeliveryAttributeRequest {
+            name: "Authorization".into(),
+            value: "Bearer s3cret".into(),
+            is_secret: true,
+            dynamic: false,
+        }],
+        ..request("sub-1")
+    })
+    .await;
+    let secret_id = w.stored("sub-1").await.delivery_attribute_mappings[0]
+        .secret_id
+        .clone()
+        .expect("a secret");
+    w.publish(&["before"]).await;
+    w.run().await;
+    assert_eq!(w.sender.requests().len(), 1);
+
+    // Queued before the expiration, attempted after it: dropped.
+    w.publish(&["queued"]).await;
+    w.clock.advance(Duration::from_secs(2 * 3600));
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.dropped, 1, "{:?}", outcome.report);
+    let sent = w.delivery.sent().len();
+    w.publish(&["after"]).await;
+    assert_eq!(
+        w.delivery.sent().len(),
+        sent,
+        "fan-out enqueues nothing for an expired subscription"
+    );
+    assert_eq!(w.sender.requests().len(), 1, "nothing after the expiration");
+    // The expiry step has been asking again every 15 minutes; it deletes now.
+    for _ in 0..10 {
+        if w.store
+            .get_subscription(TOPIC, "sub-1")
+            .await
+            .unwrap()
+            .is_none()
+        {
+            break;
+        }
+        w.run_next().await;
+    }
+    assert!(
+        w.store
+            .get_subscription(TOPIC, "sub-1")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        w.secrets.get(&secret_id).await.is_err(),
+        "its secret is deleted too"
+    );
+}
+
+/// #11 item 12: an expiration moved later before it comes keeps the subscription; the step
+/// of the earlier one does not delete it.
+#[tokio::test]
+async fn a_later_expiration_keeps_the_subscription() {
+    let w = World::new(ScriptedSender::status(200));
+    let first = w.clock.now() + chrono::Duration::minutes(30);
+    w.subscribe(SubscriptionRequest {
+        expiration_time_utc: Some(first),
+        ..request("sub-1")
+    })
+    .await;
+    let later = w.clock.now() + chrono::Duration::days(2);
+    registry(&w.store, &w.secrets, &w.delivery)
+        .update(
+            TOPIC,
+            "sub-1",
+            &SubscriptionUpdate {
+                expiration_time_utc: Some(Some(later)),
+                ..SubscriptionUpdate::default()
+            },
+            w.clock.now(),
+        )
+        .await
+        .expect("updated");
+    for _ in 0..4 {
+        w.run_next().await;
+    }
+    assert!(w.clock.now() > first);
+    let stored = w.stored("sub-1").await;
+    assert_eq!(stored.expiration_time_utc, Some(later));
+    w.publish(&["a"]).await;
+    w.run().await;
+    assert_eq!(w.sender.requests().len(), 1, "still receiving");
 }

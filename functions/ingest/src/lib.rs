@@ -15,7 +15,7 @@ use gridrelay_ports::fan_out::{FanOutError, fan_out};
 use gridrelay_ports::{Clock, MessageQueue, SubscriptionStore, Update, update_subscription};
 use gridrelay_shared::publish::{PublishBody, PublishError, TopicSchema, parse_publish};
 use gridrelay_shared::sas::verify_sas_token;
-use gridrelay_shared::subscription::{Topic, publish_path};
+use gridrelay_shared::subscription::{Handshake, Topic, publish_path};
 use gridrelay_shared::validation::{Provisioning, ProvisioningState, VALIDATION_PATH};
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
@@ -221,20 +221,33 @@ impl Ingest {
         let now = self.clock.now();
         // Checked and written against the record as it is at the write, so a handshake step or
         // a delete-and-create meanwhile is neither undone nor validated by mistake.
+        // The subscription's own handshake, or, once it is validated, its endpoint change's.
         let update = update_subscription(self.store.as_ref(), sub, |s| {
-            if s.provisioning.state == ProvisioningState::Succeeded {
+            let which = if s.provisioning.state != ProvisioningState::Succeeded {
+                Handshake::Subscription
+            } else if s
+                .endpoint_change
+                .as_ref()
+                .is_some_and(|c| c.provisioning.state != ProvisioningState::Succeeded)
+            {
+                Handshake::EndpointChange
+            } else {
                 return Err(None::<&str>);
-            }
-            s.provisioning
-                .accepts_manual_code(code, now)
-                .map_err(Some)?;
-            s.provisioning = Provisioning {
-                validation_code_sha256: None,
-                ..Provisioning::with_state(
-                    ProvisioningState::Succeeded,
-                    Some("validated through the validation URL".into()),
-                )
             };
+            let Some((_, waiting)) = s.handshake(which) else {
+                return Err(None);
+            };
+            waiting.accepts_manual_code(code, now).map_err(Some)?;
+            s.settle_handshake(
+                which,
+                Provisioning {
+                    validation_code_sha256: None,
+                    ..Provisioning::with_state(
+                        ProvisioningState::Succeeded,
+                        Some("validated through the validation URL".into()),
+                    )
+                },
+            );
             Ok(())
         })
         .await;

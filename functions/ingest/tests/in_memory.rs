@@ -238,3 +238,64 @@ async fn a_flood_of_wrong_keys_reads_the_topic_once_per_interval() {
         "again after the interval"
     );
 }
+
+/// #11 item 12: the validation URL sent to a new endpoint of a validated subscription (an
+/// endpoint change) validates that change: a wrong code changes nothing, the right one makes
+/// the new endpoint the subscription's, and a second call finds nothing waiting.
+#[tokio::test]
+async fn the_validation_url_validates_an_endpoint_change() {
+    use gridrelay_shared::subscription::EndpointChange;
+    use gridrelay_shared::validation::{Provisioning, ProvisioningState, code_hash, new_code};
+    let w = World::new(Topic::with_new_keys("orders", Utc::now())).await;
+    let now = Utc::now();
+    let code = new_code();
+    let mut sub = w
+        .store
+        .get_subscription("orders", "plain")
+        .await
+        .unwrap()
+        .unwrap();
+    sub.endpoint_change = Some(EndpointChange {
+        endpoint: "https://example.com/new".into(),
+        provisioning: Provisioning {
+            validation_code_sha256: Some(code_hash(&code)),
+            validation_expires_at: Some(now + chrono::Duration::minutes(10)),
+            ..Provisioning::with_state(ProvisioningState::AwaitingManualAction, None)
+        },
+        requested_at: now,
+    });
+    w.store.replace_subscription(&mut sub).await.unwrap();
+
+    let wrong = w
+        .ingest
+        .validate_subscription("orders", "plain", "not-the-code")
+        .await;
+    assert_eq!(wrong.status, 400, "{}", wrong.body);
+    let stored = w
+        .store
+        .get_subscription("orders", "plain")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.endpoint, "https://example.com/plain");
+
+    let right = w
+        .ingest
+        .validate_subscription("orders", "plain", &code)
+        .await;
+    assert_eq!(right.status, 200, "{}", right.body);
+    let stored = w
+        .store
+        .get_subscription("orders", "plain")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.endpoint, "https://example.com/new");
+    assert_eq!(stored.endpoint_change, None);
+    assert_eq!(stored.provisioning.state, ProvisioningState::Succeeded);
+    let again = w
+        .ingest
+        .validate_subscription("orders", "plain", &code)
+        .await;
+    assert!(again.body.contains("already validated"), "{}", again.body);
+}

@@ -207,13 +207,16 @@ export class Gridrelay extends Construct {
     // The manual validation URL reads and updates the subscription.
     allow(this.ingest, ['dynamodb:GetItem', 'dynamodb:PutItem'], [this.subscriptionsTable.tableArn]);
     allow(this.ingest, ['sqs:SendMessage'], [this.deliveryQueue.queueArn]);
-    // GetItem: each delivery; PutItem: the handshake's provisioning state.
-    allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:PutItem'], [this.subscriptionsTable.tableArn]);
+    // GetItem: each delivery; PutItem: the handshake's provisioning state; DeleteItem: a
+    // subscription whose expiration time has come.
+    allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:DeleteItem'],
+      [this.subscriptionsTable.tableArn]);
     // D1, R4: endpoint health and late successes.
     allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
       [this.deliveryStateTable.tableArn]);
-    // H1: secret delivery header values, only under the prefix.
-    allow(this.deliver, ['secretsmanager:GetSecretValue'], [
+    // H1: secret delivery header values, only under the prefix (deleted with an expired
+    // subscription).
+    allow(this.deliver, ['secretsmanager:GetSecretValue', 'secretsmanager:DeleteSecret'], [
       Stack.of(this).formatArn({
         service: 'secretsmanager',
         resource: 'secret',

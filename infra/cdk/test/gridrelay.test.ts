@@ -210,13 +210,15 @@ test('least privilege: deliver consumes its queue and sends to the two queues on
   assert.deepEqual(g.get('dynamodb:GetItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
   assert.deepEqual(g.get('dynamodb:PutItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
   assert.deepEqual(g.get('dynamodb:UpdateItem'), [state]);
-  assert.deepEqual(g.get('dynamodb:DeleteItem'), [state]);
+  assert.deepEqual(g.get('dynamodb:DeleteItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
   assert.deepEqual(g.get('sqs:SendMessage'), [
     { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] },
     { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
   ]);
   const secrets = JSON.stringify(g.get('secretsmanager:GetSecretValue'));
   assert.ok(secrets.includes(':secret:gridrelay/*'), `secrets only under the prefix: ${secrets}`);
+  const deleted = JSON.stringify(g.get('secretsmanager:DeleteSecret'));
+  assert.ok(deleted.includes(':secret:gridrelay/*'), `expired subscriptions' secrets only under the prefix: ${deleted}`);
   assert.ok(g.get('sqs:ReceiveMessage')?.length, 'the event source can receive');
   assert.ok(!g.has('s3:PutObject'), 'deliver never writes to S3');
 });
