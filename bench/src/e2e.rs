@@ -203,7 +203,7 @@ impl Runner {
             "sink",
         ];
         let deadline = Instant::now() + Duration::from_secs(60);
-        while runner.cli(&show)?["provisioning"]["state"] != "Succeeded" {
+        while runner.cli(&show)?["provisioningState"] != "Succeeded" {
             if Instant::now() > deadline {
                 bail!("the subscription was not validated within 60 s");
             }

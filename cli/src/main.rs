@@ -31,11 +31,15 @@ use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy, redact_endpoin
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::signing::SigningSecret;
 use gridrelay_shared::subscription::{
-    Subscription, SubscriptionRequest, SubscriptionUpdate, Topic, parse_expiration, parse_tags,
-    publish_path,
+    Handshake, Subscription, SubscriptionRequest, SubscriptionUpdate, Topic, Updated,
+    parse_expiration, parse_tags,
 };
+use gridrelay_shared::validation::ProvisioningState;
+
+mod view;
 use gridrelay_shared::time_scale::TimeScale;
 use serde_json::json;
+use view::{subscription_view, subscriptions_table, topic_view, topics_table};
 
 #[derive(Parser)]
 #[command(
@@ -91,6 +95,10 @@ struct Cli {
     /// give the stack's AllowedNetworks on AWS.
     #[arg(long, global = true, env = config::ALLOWED_NETWORKS_ENV)]
     allowed_networks: Option<String>,
+    /// What topics and event subscriptions are printed as: json (shaped like `az
+    /// eventgrid`'s) or table.
+    #[arg(long, short = 'o', global = true, value_enum, default_value = "json")]
+    output: OutputFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -316,15 +324,60 @@ enum SubscriptionCommand {
     /// Show an event subscription.
     Show(SubscriptionName),
     /// List a topic's event subscriptions.
-    List {
-        #[arg(long)]
-        topic_name: String,
-    },
+    List(ListSubscriptions),
     /// Delete an event subscription.
     Delete(SubscriptionName),
     /// Signed deliveries (Standard Webhooks).
     #[command(subcommand)]
     SigningSecret(SigningSecretCommand),
+}
+
+#[derive(Args)]
+struct ListSubscriptions {
+    #[arg(long)]
+    topic_name: String,
+    /// At most this many, in name order (a page); a note on stderr gives the --skip-token of
+    /// the next page.
+    #[arg(long)]
+    top: Option<usize>,
+    /// Start after this subscription name (the note of the page before gives it).
+    #[arg(long)]
+    skip_token: Option<String>,
+}
+
+/// One page of a list: its items, and where the next page starts if there is one.
+struct Page<T> {
+    items: Vec<T>,
+    next: Option<String>,
+}
+
+/// The subscriptions after `skip_token` (names in order), at most `top` of them.
+fn list_page(
+    subs: Vec<Subscription>,
+    skip_token: Option<&str>,
+    top: Option<usize>,
+) -> Page<Subscription> {
+    let mut rest: Vec<Subscription> = subs
+        .into_iter()
+        .filter(|s| skip_token.is_none_or(|after| s.name.as_str() > after))
+        .collect();
+    let next = match top {
+        Some(top) if rest.len() > top => {
+            rest.truncate(top);
+            rest.last().map(|s| s.name.clone())
+        }
+        _ => None,
+    };
+    Page { items: rest, next }
+}
+
+/// What `--output` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OutputFormat {
+    /// JSON shaped like `az eventgrid`'s.
+    Json,
+    /// A table, for people.
+    Table,
 }
 
 #[derive(Subcommand)]
@@ -367,6 +420,9 @@ struct CreateSubscription {
     /// Webhook URL events are POSTed to.
     #[arg(long)]
     endpoint: String,
+    /// Return at once, without waiting for the endpoint validation handshake to end.
+    #[arg(long)]
+    no_wait: bool,
     #[command(flatten)]
     settings: SubscriptionSettings,
     /// Sign every delivery (Standard Webhooks: webhook-id, webhook-timestamp,
@@ -386,6 +442,9 @@ struct UpdateSubscription {
     /// validated endpoint keeps receiving there until the new one agrees, then switches.
     #[arg(long)]
     endpoint: Option<String>,
+    /// Return at once, without waiting for a new endpoint's handshake to end.
+    #[arg(long)]
+    no_wait: bool,
     #[command(flatten)]
     settings: SubscriptionSettings,
 }
@@ -782,7 +841,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 _ => None,
             };
             let store = open_store(tables).await;
-            topic_command(store.as_ref(), &cli.publish_url, cmd, new_topic).await
+            topic_command(store.as_ref(), &cli.publish_url, cli.output, cmd, new_topic).await
         }
         Command::EventSubscription(cmd) => {
             let request = match &cmd {
@@ -840,7 +899,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 endpoints: &endpoints,
                 dead_letters: &objects,
             };
-            subscription_command(&registry, cmd, request, update).await
+            subscription_command(&registry, cli.output, cmd, request, update).await
         }
     }
 }
@@ -986,48 +1045,34 @@ fn print(value: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn topic_json(topic: &Topic, publish_url: &str, with_keys: bool) -> serde_json::Value {
-    let mut v = json!({
-        "name": topic.name,
-        "endpoint": format!("{}{}", publish_url.trim_end_matches('/'), publish_path(&topic.name)),
-        "inputSchema": topic.input_schema,
-        "createdAt": topic.created_at,
-    });
-    if let Some(mapping) = &topic.input_mapping {
-        v["inputMapping"] = json!(mapping);
-    }
-    if !topic.tags.is_empty() {
-        v["tags"] = json!(topic.tags);
-    }
-    if with_keys {
-        v["key1"] = json!(topic.key1);
-        v["key2"] = json!(topic.key2);
-    }
-    v
-}
-
 async fn topic_command(
     store: &dyn SubscriptionStore,
     publish_url: &str,
+    output: OutputFormat,
     cmd: TopicCommand,
     new_topic: Option<Topic>,
 ) -> anyhow::Result<()> {
+    let one = |topic: &Topic, with_keys: bool| {
+        print_as(output, &topic_view(topic, publish_url, with_keys), || {
+            topics_table(std::slice::from_ref(topic), publish_url)
+        })
+    };
     match cmd {
         TopicCommand::Create(_) => {
             let topic = new_topic.context("topic was not validated")?;
             store.create_topic(&topic).await.map_err(store_error)?;
-            print(&topic_json(&topic, publish_url, true))
+            one(&topic, true)
         }
         TopicCommand::Show(TopicName { name }) => {
             let topic = existing_topic(store, &name).await?;
-            print(&topic_json(&topic, publish_url, false))
+            one(&topic, false)
         }
         TopicCommand::Update(UpdateTopic { name, tags }) => {
             let tags = parse_tags(&tags).map_err(invalid)?;
             let mut topic = existing_topic(store, &name).await?;
             topic.tags = tags;
             store.replace_topic(&topic).await.map_err(store_error)?;
-            print(&topic_json(&topic, publish_url, false))
+            one(&topic, false)
         }
         TopicCommand::Key(KeyCommand::List(TopicName { name })) => {
             let topic = existing_topic(store, &name).await?;
@@ -1045,12 +1090,11 @@ async fn topic_command(
         }
         TopicCommand::List => {
             let topics = store.list_topics().await.map_err(store_error)?;
-            print(&json!(
-                topics
-                    .iter()
-                    .map(|t| topic_json(t, publish_url, false))
-                    .collect::<Vec<_>>()
-            ))
+            let views: Vec<_> = topics
+                .iter()
+                .map(|t| topic_view(t, publish_url, false))
+                .collect();
+            print_as(output, &json!(views), || topics_table(&topics, publish_url))
         }
         TopicCommand::Delete(TopicName { name }) => {
             if !store
@@ -1079,31 +1123,58 @@ async fn existing_topic(store: &dyn SubscriptionStore, name: &str) -> anyhow::Re
 
 async fn subscription_command(
     registry: &Registry<'_>,
+    output: OutputFormat,
     cmd: SubscriptionCommand,
     request: Option<SubscriptionRequest>,
     update: Option<SubscriptionUpdate>,
 ) -> anyhow::Result<()> {
     let store = registry.store;
+    let one = |sub: &Subscription, extra: Option<(&str, String)>| {
+        let mut view = subscription_view(sub);
+        if let Some((name, value)) = extra {
+            view[name] = value.into();
+        }
+        print_as(output, &view, || {
+            subscriptions_table(std::slice::from_ref(sub))
+        })
+    };
     match (cmd, request) {
         (SubscriptionCommand::Update(u), _) => {
             let update = update.context("update was not validated")?;
-            let sub = registry
+            let Updated {
+                subscription: mut sub,
+                handshake,
+            } = registry
                 .update(&u.topic_name, &u.name, &update, chrono::Utc::now())
                 .await
                 .map_err(registration_error)?;
-            print(&subscription_json(&sub)?)
+            let mut failure = None;
+            if let Some(which) = handshake.filter(|_| !u.no_wait) {
+                sub = wait_for_provisioning(store, sub, which).await?;
+                failure = handshake_failure(&sub, which);
+            }
+            one(&sub, None)?;
+            failure.map_or(Ok(()), |why| Err(anyhow::anyhow!(why)))
         }
-        (SubscriptionCommand::Create(_), Some(request)) => {
-            let sub = registry
+        (SubscriptionCommand::Create(c), Some(request)) => {
+            let mut sub = registry
                 .register(&request, chrono::Utc::now())
                 .await
                 .map_err(registration_error)?;
-            let mut json = subscription_json(&sub)?;
-            if let Some(secret) = &request.signing_secret {
-                // Shown once: verify deliveries with it.
-                json["signingSecret"] = secret.to_text().into();
+            let mut failure = None;
+            if !c.no_wait {
+                sub = wait_for_provisioning(store, sub, Handshake::Subscription).await?;
+                failure = handshake_failure(&sub, Handshake::Subscription);
             }
-            print(&json)
+            // A signing secret is shown once: verify deliveries with it.
+            one(
+                &sub,
+                request
+                    .signing_secret
+                    .as_ref()
+                    .map(|s| ("signingSecret", s.to_text())),
+            )?;
+            failure.map_or(Ok(()), |why| Err(anyhow::anyhow!(why)))
         }
         (SubscriptionCommand::SigningSecret(SigningSecretCommand::Rotate(r)), _) => {
             let secret = SigningSecret::from_flag(&r.signing_secret).map_err(invalid)?;
@@ -1113,9 +1184,7 @@ async fn subscription_command(
                 .rotate_signing_secret(&r.topic_name, &r.name, &secret, grace, chrono::Utc::now())
                 .await
                 .map_err(registration_error)?;
-            let mut json = subscription_json(&sub)?;
-            json["signingSecret"] = secret.to_text().into();
-            print(&json)
+            one(&sub, Some(("signingSecret", secret.to_text())))
         }
         (SubscriptionCommand::Show(SubscriptionName { topic_name, name }), _) => {
             let sub = store
@@ -1125,19 +1194,21 @@ async fn subscription_command(
                 .with_context(|| {
                     format!("event subscription {name} on topic {topic_name} does not exist")
                 })?;
-            print(&subscription_json(&sub)?)
+            one(&sub, None)
         }
-        (SubscriptionCommand::List { topic_name }, _) => {
-            existing_topic(store, &topic_name).await?;
-            let subs = store
-                .list_subscriptions(&topic_name)
+        (SubscriptionCommand::List(l), _) => {
+            existing_topic(store, &l.topic_name).await?;
+            let mut subs = store
+                .list_subscriptions(&l.topic_name)
                 .await
                 .map_err(store_error)?;
-            let subs = subs
-                .iter()
-                .map(subscription_json)
-                .collect::<Result<Vec<_>, _>>()?;
-            print(&serde_json::Value::Array(subs))
+            subs.sort_by(|a, b| a.name.cmp(&b.name));
+            let page = list_page(subs, l.skip_token.as_deref(), l.top);
+            if let Some(next) = &page.next {
+                eprintln!("note: more event subscriptions follow; add --skip-token {next}");
+            }
+            let views: Vec<_> = page.items.iter().map(subscription_view).collect();
+            print_as(output, &json!(views), || subscriptions_table(&page.items))
         }
         (SubscriptionCommand::Delete(SubscriptionName { topic_name, name }), _) => {
             if !registry
@@ -1153,15 +1224,80 @@ async fn subscription_command(
     }
 }
 
-/// A subscription as the command line prints it: its endpoint without credentials or query
-/// string (`***` says they are there), which are kept only in the store.
-fn subscription_json(sub: &Subscription) -> anyhow::Result<serde_json::Value> {
-    let mut json = serde_json::to_value(sub)?;
-    json["endpoint"] = redact_endpoint(&sub.endpoint).into();
-    if let Some(change) = &sub.endpoint_change {
-        json["endpointChange"]["endpoint"] = redact_endpoint(&change.endpoint).into();
+/// Prints `value` as JSON, or `rows()` as a table with `--output table`.
+fn print_as(
+    output: OutputFormat,
+    value: &serde_json::Value,
+    rows: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
+    match output {
+        OutputFormat::Json => print(value),
+        OutputFormat::Table => {
+            println!("{}", rows());
+            Ok(())
+        }
     }
-    Ok(json)
+}
+
+/// How long `create` and `update` wait for the handshake before they say it is still going.
+const PROVISIONING_WAIT: Duration = Duration::from_secs(120);
+
+/// Waits until `which` handshake of the subscription has ended (as `az` waits for a terminal
+/// provisioning state): the record then, or as it was when the wait ran out (said on stderr).
+/// A failed handshake is an error after the record is printed.
+async fn wait_for_provisioning(
+    store: &dyn SubscriptionStore,
+    sub: Subscription,
+    which: Handshake,
+) -> anyhow::Result<Subscription> {
+    let waiting = |s: &Subscription| {
+        s.handshake(which)
+            .is_some_and(|(_, p)| p.state == ProvisioningState::Creating)
+    };
+    let started = std::time::Instant::now();
+    let mut current = sub;
+    while waiting(&current) {
+        if started.elapsed() > PROVISIONING_WAIT {
+            eprintln!(
+                "note: the endpoint validation handshake has not ended after {} s; see `event-subscription show`",
+                PROVISIONING_WAIT.as_secs()
+            );
+            return Ok(current);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        match store
+            .get_subscription(&current.topic, &current.name)
+            .await
+            .map_err(store_error)?
+        {
+            Some(fresh) if fresh.id == current.id => current = fresh,
+            _ => bail!(
+                "event subscription {} on topic {} was deleted while its handshake ran",
+                current.name,
+                current.topic
+            ),
+        }
+    }
+    Ok(current)
+}
+
+/// Why the handshake `create` or `update` waited for did not succeed, if it did not.
+fn handshake_failure(sub: &Subscription, which: Handshake) -> Option<String> {
+    let (endpoint, p) = sub.handshake(which)?;
+    match p.state {
+        ProvisioningState::Failed => Some(format!(
+            "the endpoint validation handshake of {} failed: {}",
+            redact_endpoint(endpoint),
+            p.detail.as_deref().unwrap_or("no detail")
+        )),
+        ProvisioningState::AwaitingManualAction => {
+            eprintln!(
+                "note: waiting for a manual validation: GET the validationUrl the endpoint received, within 10 minutes"
+            );
+            None
+        }
+        _ => None,
+    }
 }
 
 fn registration_error(e: RegistrationError) -> anyhow::Error {

@@ -460,7 +460,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         ];
         let what = format!("{} validated", endpoint.name);
         eventually(Duration::from_secs(60), &what, || async {
-            (local.cli(&show)["provisioning"]["state"] == "Succeeded").then_some(())
+            (local.cli(&show)["provisioningState"] == "Succeeded").then_some(())
         })
         .await;
     }

@@ -9,7 +9,6 @@ use gridrelay_local::ResourceNames;
 use gridrelay_ports::{MessageQueue, OutgoingMessage};
 use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
 use gridrelay_shared::subscription::SubscriptionRequest;
-use gridrelay_shared::validation::ProvisioningState;
 use serde_json::Value;
 
 /// The command line; with `resources`, pointed at them as an operator's environment would.
@@ -166,6 +165,7 @@ async fn topic_and_subscription_lifecycle_c1() {
             "audit",
             "--endpoint",
             "https://hooks.example.com/audit",
+            "--no-wait",
             "--max-events-per-batch",
             "100",
             "--max-delivery-attempts",
@@ -192,10 +192,12 @@ async fn topic_and_subscription_lifecycle_c1() {
     ));
     // H1: a secret value is never printed.
     assert!(!sub.to_string().contains("cli-secret-value"), "{sub}");
-    assert_eq!(sub["deliveryAttributeMappings"][0]["value"], "payments");
-    assert_eq!(sub["deliveryAttributeMappings"][1]["isSecret"], true);
-    // The handshake is the service's: the CLI stores `Creating` and asks on the delivery queue.
-    assert_eq!(sub["provisioning"]["state"], "Creating");
+    let mappings = &sub["destination"]["deliveryAttributeMappings"];
+    assert_eq!(mappings[0]["properties"]["value"], "payments");
+    assert_eq!(mappings[1]["properties"]["isSecret"], true);
+    // The handshake is the service's: the CLI stores `Creating` and asks on the delivery queue
+    // (with --no-wait it does not wait for the answer).
+    assert_eq!(sub["provisioningState"], "Creating");
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let queue_url = sqs
         .get_queue_url()
@@ -217,9 +219,9 @@ async fn topic_and_subscription_lifecycle_c1() {
         body.starts_with(r#"{"validation":"#) && body.contains("Handshake"),
         "{body}"
     );
-    assert_eq!(sub["batching"]["maxEventsPerBatch"], 100);
+    assert_eq!(sub["destination"]["maxEventsPerBatch"], 100);
     assert_eq!(
-        sub["batching"]["preferredBatchSizeInKilobytes"], 64,
+        sub["destination"]["preferredBatchSizeInKilobytes"], 64,
         "B4 default"
     );
     assert_eq!(sub["retryPolicy"]["maxDeliveryAttempts"], 5);
@@ -229,7 +231,7 @@ async fn topic_and_subscription_lifecycle_c1() {
         serde_json::json!({"maxConcurrentRequests": 8, "maxEventsPerSecond": 250})
     );
     assert_eq!(
-        sub["deadLetterDestination"]["bucket"],
+        sub["deadLetterDestination"]["properties"]["bucket"],
         names.dead_letter_bucket.as_str()
     );
     // L5: a dead-letter bucket that does not exist is refused, naming the flag and the value.
@@ -567,7 +569,10 @@ async fn create_refuses_endpoints_outside_the_allowed_networks() {
 
     // The local stack (AWS_ENDPOINT_URL on loopback) allows loopback, as `gridrelay local`.
     let local = json(&create("local", "http://127.0.0.1:9/hook", &[]));
-    assert_eq!(local["endpoint"], "http://127.0.0.1:9/hook");
+    assert_eq!(
+        local["destination"]["endpointUrl"],
+        "http://127.0.0.1:9/hook"
+    );
     // Item 3: what the command line prints of an endpoint holds neither its credentials nor
     // its query string, and says that they are there.
     let secret = json(&create(
@@ -575,7 +580,14 @@ async fn create_refuses_endpoints_outside_the_allowed_networks() {
         "http://hook-user:s3cret@127.0.0.1:9/hook?code=s3cret",
         &[],
     ));
-    assert_eq!(secret["endpoint"], "http://***@127.0.0.1:9/hook?***");
+    assert_eq!(
+        secret["destination"]["endpointUrl"],
+        "http://***@127.0.0.1:9/hook?***"
+    );
+    assert_eq!(
+        secret["destination"]["endpointBaseUrl"],
+        "http://127.0.0.1:9/hook"
+    );
     for shown in [
         gridrelay(
             &[
@@ -608,7 +620,10 @@ async fn create_refuses_endpoints_outside_the_allowed_networks() {
         "http://10.1.2.3/hook",
         &["--allowed-networks", "10.0.0.0/8"],
     ));
-    assert_eq!(widened["endpoint"], "http://10.1.2.3/hook");
+    assert_eq!(
+        widened["destination"]["endpointUrl"],
+        "http://10.1.2.3/hook"
+    );
     let out = create(
         "bad",
         "http://10.1.2.3/hook",
@@ -704,6 +719,7 @@ fn create_args<'a>(name: &'a str, endpoint: &'a str) -> Vec<&'a str> {
         name,
         "--endpoint",
         endpoint,
+        "--no-wait",
     ]
 }
 
@@ -757,7 +773,7 @@ async fn filter_flags_work_in_any_order_and_limits_are_named() {
     let filters = &sub["filter"]["advancedFilters"];
     assert_eq!(filters.as_array().map(Vec::len), Some(2), "{sub}");
     assert_eq!(filters[0]["key"], "data.amount");
-    assert_eq!(filters[0]["values"], -100.0);
+    assert_eq!(filters[0]["value"], -100.0, "one value: az's `value`");
     assert_eq!(
         filters[1]["values"],
         serde_json::json!([[-50.0, -1.0], [0.0, 100.0]])
@@ -767,7 +783,10 @@ async fn filter_flags_work_in_any_order_and_limits_are_named() {
         sub["filter"]["includedEventTypes"],
         serde_json::json!(["All"])
     );
-    assert_eq!(sub["deliveryAttributeMappings"][0]["name"], "X-Team");
+    assert_eq!(
+        sub["destination"]["deliveryAttributeMappings"][0]["name"],
+        "X-Team"
+    );
     assert_eq!(sub["statusTable"], "Revision2020");
 
     // The default table is the newest revision's.
@@ -838,14 +857,13 @@ async fn update_labels_dynamic_headers_and_expiration_from_the_command_line() {
         created["labels"],
         serde_json::json!(["team:payments", "tier-1"])
     );
-    assert_eq!(created["deliveryAttributeMappings"][0]["type"], "Dynamic");
-    assert_eq!(
-        created["deliveryAttributeMappings"][0]["sourceField"],
-        "data.order"
-    );
+    let mapping = &created["destination"]["deliveryAttributeMappings"][0];
+    assert_eq!(mapping["type"], "Dynamic");
+    assert_eq!(mapping["properties"]["sourceField"], "data.order");
     assert!(created["expirationTimeUtc"].is_string(), "{created}");
-    sys.wait_for_provisioning("life", "audit", ProvisioningState::Succeeded)
-        .await;
+    // #11 item 14: create waited for the handshake, as `az` waits for a terminal state.
+    assert_eq!(created["provisioningState"], "Succeeded", "{created}");
+    assert_eq!(first.validations().len(), 1);
     sys.publish(&topic, &events("one", 1)).await;
     let got = first.wait_for_requests(1, Duration::from_secs(30)).await;
     assert_eq!(
@@ -887,8 +905,16 @@ async fn update_labels_dynamic_headers_and_expiration_from_the_command_line() {
     );
     assert!(stderr(&missing).contains("event subscription nope on topic life does not exist"));
 
-    let updated = json(&gridrelay(
-        &[
+    // A new endpoint that refuses the handshake: update waits, says why and fails; the
+    // subscription keeps its endpoint, the failed change beside it.
+    let refusing = gridrelay_e2e::Subscriber::start_with_handshake(
+        vec![],
+        Reply::Status(200),
+        gridrelay_e2e::Handshake::Refuse(403),
+    )
+    .await;
+    let update = |endpoint: &str, extra: &[&str]| {
+        let mut args = vec![
             "event-subscription",
             "update",
             "--topic-name",
@@ -896,23 +922,46 @@ async fn update_labels_dynamic_headers_and_expiration_from_the_command_line() {
             "--name",
             "audit",
             "--endpoint",
-            &second.url,
-            "--max-events-per-batch",
-            "10",
-            "--labels",
-        ],
-        resources,
+        ];
+        args.push(endpoint);
+        args.extend(extra);
+        gridrelay(&args, resources)
+    };
+    let failed = update(&refusing.url, &[]);
+    assert_eq!(failed.status.code(), Some(1), "{}", stderr(&failed));
+    assert!(stderr(&failed).contains("403"), "{}", stderr(&failed));
+    let printed: serde_json::Value = serde_json::from_slice(&failed.stdout).expect("printed");
+    assert_eq!(printed["destination"]["endpointUrl"], first.url.as_str());
+    assert_eq!(printed["endpointChange"]["provisioningState"], "Failed");
+    assert_eq!(
+        printed["provisioningState"], "Succeeded",
+        "still delivering"
+    );
+
+    // --no-wait prints the record as written: the change waits beside the old endpoint.
+    let pending = json(&update(
+        &second.url,
+        &["--no-wait", "--max-events-per-batch", "10", "--labels"],
     ));
-    assert_eq!(updated["endpoint"], first.url.as_str(), "{updated}");
-    assert_eq!(updated["endpointChange"]["endpoint"], second.url.as_str());
-    assert_eq!(updated["batching"]["maxEventsPerBatch"], 10);
-    assert!(
-        updated.get("labels").is_none(),
-        "the flag alone removes them: {updated}"
+    assert_eq!(
+        pending["destination"]["endpointUrl"],
+        first.url.as_str(),
+        "{pending}"
     );
     assert_eq!(
-        updated["deliveryAttributeMappings"],
-        created["deliveryAttributeMappings"]
+        pending["endpointChange"]["endpointUrl"],
+        second.url.as_str()
+    );
+    assert_eq!(pending["endpointChange"]["provisioningState"], "Creating");
+    assert_eq!(pending["destination"]["maxEventsPerBatch"], 10);
+    assert_eq!(
+        pending["labels"],
+        serde_json::Value::Null,
+        "the flag alone removes them"
+    );
+    assert_eq!(
+        pending["destination"]["deliveryAttributeMappings"],
+        created["destination"]["deliveryAttributeMappings"]
     );
     let switched =
         gridrelay_e2e::eventually(Duration::from_secs(30), "the endpoint change", || async {
@@ -927,11 +976,15 @@ async fn update_labels_dynamic_headers_and_expiration_from_the_command_line() {
                 ],
                 resources,
             ));
-            (shown["endpoint"] == second.url.as_str()).then_some(shown)
+            (shown["destination"]["endpointUrl"] == second.url.as_str()).then_some(shown)
         })
         .await;
     assert!(switched.get("endpointChange").is_none(), "{switched}");
     assert_eq!(second.validations().len(), 1, "the new endpoint was asked");
+    assert!(
+        refusing.received().is_empty(),
+        "no event to a refusing endpoint"
+    );
     sys.publish(&topic, &events("two", 3)).await;
     let got = second.wait_for_requests(1, Duration::from_secs(30)).await;
     assert_eq!(
@@ -999,4 +1052,61 @@ async fn update_labels_dynamic_headers_and_expiration_from_the_command_line() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(second.received().len(), 1, "nothing after the expiration");
     sys.shutdown().await;
+}
+
+/// #11 item 13: `list` pages (`--top`, and the `--skip-token` a note gives), and
+/// `--output table` prints a table for people.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_and_prints_tables() {
+    let names = provisioned_with_orders_topic().await;
+    let resources = Some(&names);
+    for name in ["sub-c", "sub-a", "sub-b"] {
+        json(&gridrelay(
+            &create_args(name, "http://127.0.0.1:9/hook"),
+            resources,
+        ));
+    }
+    let list = |extra: &[&str]| {
+        let mut args = vec!["event-subscription", "list", "--topic-name", "orders"];
+        args.extend(extra);
+        gridrelay(&args, resources)
+    };
+    let names_of = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let first = list(&["--top", "2"]);
+    assert_eq!(names_of(&json(&first)), ["sub-a", "sub-b"]);
+    assert!(
+        stderr(&first).contains("--skip-token sub-b"),
+        "{}",
+        stderr(&first)
+    );
+    let rest = list(&["--top", "2", "--skip-token", "sub-b"]);
+    assert_eq!(names_of(&json(&rest)), ["sub-c"]);
+    assert!(!stderr(&rest).contains("--skip-token"), "the last page");
+    assert_eq!(names_of(&json(&list(&[]))).len(), 3);
+
+    let table = list(&["--output", "table"]);
+    assert!(table.status.success(), "{}", stderr(&table));
+    let text = String::from_utf8_lossy(&table.stdout).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("Name") && lines[0].contains("ProvisioningState"),
+        "{text}"
+    );
+    assert!(lines[1].starts_with("-----"), "{text}");
+    assert!(
+        lines[2].starts_with("sub-a") && lines[2].contains("Creating"),
+        "{text}"
+    );
+    assert_eq!(lines.len(), 5, "{text}");
+    let topics = gridrelay(&["topic", "list", "-o", "table"], resources);
+    let text = String::from_utf8_lossy(&topics.stdout).to_string();
+    assert!(text.lines().any(|l| l.starts_with("orders")), "{text}");
 }

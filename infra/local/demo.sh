@@ -62,7 +62,7 @@ step "Endpoint validation handshake (run by the service; events flow once Succee
 for sub in "$topic/happy" "$topic/flaky" "$topic/broken" "gridrelay-dead-letter-events/notices-$topic"; do
   for _ in $(seq 1 100); do
     state=$("$gridrelay" event-subscription show --topic-name "${sub%%/*}" --name "${sub#*/}" |
-      python3 -c 'import json,sys; print(json.load(sys.stdin)["provisioning"]["state"])')
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["provisioningState"])')
     [[ "$state" == Succeeded || "$state" == Failed ]] && break
     sleep 0.2
   done
@@ -72,8 +72,8 @@ done
 "$gridrelay" event-subscription list --topic-name "$topic" | python3 -c '
 import json, sys
 for s in json.load(sys.stdin):
-    dl = (s.get("deadLetterDestination") or {}).get("bucket", "none")
-    print(f"  {s['"'"'name'"'"']:<7} -> {s['"'"'endpoint'"'"']}  dead-letter bucket: {dl}")
+    dl = ((s.get("deadLetterDestination") or {}).get("properties") or {}).get("bucket", "none")
+    print(f"  {s['"'"'name'"'"']:<7} -> {s['"'"'destination'"'"']['"'"'endpointUrl'"'"']}  dead-letter bucket: {dl}")
 '
 
 step "Publishing one event (Event Grid's publish protocol)"

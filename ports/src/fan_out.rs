@@ -55,9 +55,17 @@ pub async fn fan_out(
     events: &[Box<RawValue>],
     now: DateTime<Utc>,
 ) -> Result<FanOut, FanOutError> {
-    let subscriptions: Vec<_> = store
-        .list_subscriptions(topic)
-        .await?
+    let mut subscriptions = store.list_subscriptions(topic).await?;
+    // A list kept by a warm function may hold an expiration changed since: an expired one is
+    // read again before its events are left out, which cannot be undone.
+    if subscriptions
+        .iter()
+        .any(|s| s.delivers() && s.is_expired(now))
+    {
+        store.forget(topic);
+        subscriptions = store.list_subscriptions(topic).await?;
+    }
+    let subscriptions: Vec<_> = subscriptions
         .into_iter()
         .filter(|s| s.receives(now))
         .collect();

@@ -98,9 +98,28 @@ pub struct MemorySubscriptionStore {
     subscriptions: Mutex<BTreeMap<(String, String), Subscription>>,
     reads: AtomicUsize,
     pub outage: Outage,
+    /// Run once before the next `replace_subscription`, as another writer that got there
+    /// first.
+    before_replace: OneShotHook,
+}
+
+/// A test's action run once at some point of a store's work.
+#[derive(Default)]
+struct OneShotHook(Mutex<Option<Box<dyn FnOnce() + Send>>>);
+
+impl std::fmt::Debug for OneShotHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OneShotHook")
+    }
 }
 
 impl MemorySubscriptionStore {
+    /// Runs `writer` once, just before the next `replace_subscription` writes (a concurrent
+    /// writer winning the race).
+    pub fn before_replace(&self, writer: impl FnOnce() + Send + 'static) {
+        *lock(&self.before_replace.0) = Some(Box::new(writer));
+    }
+
     /// Stores the subscription `request` describes as one whose handshake has succeeded, for
     /// tests of what comes after it (publish, delivery, redrive), and returns it.
     ///
@@ -214,6 +233,10 @@ impl SubscriptionStore for MemorySubscriptionStore {
         subscription: &mut Subscription,
     ) -> Result<(), StoreError> {
         self.check()?;
+        let first = lock(&self.before_replace.0).take();
+        if let Some(writer) = first {
+            writer();
+        }
         let key = (subscription.topic.clone(), subscription.name.clone());
         let what = format!(
             "subscription {} on topic {}",
@@ -528,6 +551,15 @@ pub struct MemorySecretStore {
 }
 
 impl MemorySecretStore {
+    /// Secrets stored now.
+    pub fn len(&self) -> usize {
+        lock(&self.secrets).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Values read so far.
     pub fn reads(&self) -> usize {
         self.reads.load(Ordering::SeqCst)

@@ -41,6 +41,10 @@ pub enum RegistrationError {
     )]
     Handshake(String),
     #[error(
+        "the update is stored but the new endpoint's validation could not be started ({0}); run the update again"
+    )]
+    UpdateHandshake(String),
+    #[error(
         "the subscription is stored but its deletion at its expiration time could not be scheduled ({0}); it stops receiving then, and is deleted once its expiration is set again with update"
     )]
     Expiry(String),
@@ -154,7 +158,11 @@ impl Registry<'_> {
                 store_signing_secret(&sub, secret, self.secrets, self.secret_prefix, now).await?;
             sub.signing = Some(Signing::new(id));
         }
-        self.store.create_subscription(&sub).await?;
+        if let Err(e) = self.store.create_subscription(&sub).await {
+            // Nothing names them: the record was not written.
+            self.delete_secrets(secret_ids(&sub)).await;
+            return Err(e.into());
+        }
         self.ask(
             ValidationTask::new(&sub, ValidationStep::Handshake),
             now,
@@ -171,14 +179,15 @@ impl Registry<'_> {
     /// validated subscription it waits beside the old one, which receives events meanwhile,
     /// and takes its place once it agrees (see [`gridrelay_shared::subscription::EndpointChange`]).
     /// A changed dead-letter location is checked as at create (L5); delivery headers given
-    /// replace the stored ones, and secrets no longer named are deleted. The record as written.
+    /// replace the stored ones, and secrets no longer named are deleted. The record as
+    /// written, and the handshake asked for.
     pub async fn update(
         &self,
         topic: &str,
         name: &str,
         update: &SubscriptionUpdate,
         now: DateTime<Utc>,
-    ) -> Result<Subscription, RegistrationError> {
+    ) -> Result<Updated, RegistrationError> {
         let topic_record = self
             .store
             .get_topic(topic)
@@ -210,26 +219,27 @@ impl Registry<'_> {
         {
             check_dead_letter_location(self.dead_letters, destination).await?;
         }
-        if let Some(requests) = &update.delivery_attributes {
-            store_secrets(&mut next, requests, self.secrets, self.secret_prefix).await?;
-        }
+        // New secrets go under names of this write's own: until the record is written, the
+        // subscription goes on with the ones it names.
+        let stored = match &update.delivery_attributes {
+            Some(requests) => {
+                store_secrets(&mut next, requests, self.secrets, self.secret_prefix).await?
+            }
+            None => Vec::new(),
+        };
         // Over the record as read: an update racing another is refused, not merged.
-        self.store
-            .replace_subscription(&mut next)
-            .await
-            .map_err(|e| match e {
+        if let Err(e) = self.store.replace_subscription(&mut next).await {
+            self.delete_secrets(stored.iter().map(String::as_str)).await;
+            return Err(match e {
                 StoreError::Conflict(what) => StoreError::Conflict(format!(
                     "{what} changed while being updated; run the update again"
                 )),
                 other => other,
-            })?;
-        let kept = secret_ids(&next);
-        for dropped in secret_ids(&current)
-            .into_iter()
-            .filter(|id| !kept.contains(id))
-        {
-            self.secrets.delete(dropped).await?;
+            }
+            .into());
         }
+        // The record is written: what it needs asked for first, then the secrets it no longer
+        // names deleted (one left behind is only a leftover).
         if let Some(which) = handshake {
             self.ask(
                 ValidationTask::of(&next, ValidationStep::Handshake, which),
@@ -237,12 +247,22 @@ impl Registry<'_> {
                 None,
             )
             .await
-            .map_err(RegistrationError::Handshake)?;
+            .map_err(RegistrationError::UpdateHandshake)?;
         }
         if next.expiration_time_utc != current.expiration_time_utc {
             self.schedule_expiry(&next, now).await?;
         }
-        Ok(next)
+        let kept = secret_ids(&next);
+        self.delete_secrets(
+            secret_ids(&current)
+                .into_iter()
+                .filter(|id| !kept.contains(id)),
+        )
+        .await;
+        Ok(Updated {
+            subscription: next,
+            handshake,
+        })
     }
 
     /// Asks the service for a step of a subscription's life, through the delivery queue, at
@@ -272,6 +292,15 @@ impl Registry<'_> {
         }
     }
 
+    /// Deletes secrets nothing names any more; one that cannot be deleted is logged and left.
+    async fn delete_secrets<'s>(&self, ids: impl IntoIterator<Item = &'s str>) {
+        for id in ids {
+            if let Err(e) = self.secrets.delete(id).await {
+                tracing::warn!(secret = id, error = %e, "could not delete a secret no record names");
+            }
+        }
+    }
+
     /// `--expiration-date`: asks the service to delete the subscription at its expiration.
     async fn schedule_expiry(
         &self,
@@ -281,13 +310,9 @@ impl Registry<'_> {
         let Some(at) = sub.expiration_time_utc else {
             return Ok(());
         };
-        self.ask(
-            ValidationTask::new(sub, ValidationStep::SubscriptionExpiry),
-            now,
-            Some(at),
-        )
-        .await
-        .map_err(RegistrationError::Expiry)
+        self.ask(ValidationTask::expiry(sub, at), now, Some(at))
+            .await
+            .map_err(RegistrationError::Expiry)
     }
 
     /// Deletes a subscription and its secrets; whether it existed.

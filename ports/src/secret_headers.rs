@@ -11,21 +11,32 @@ use gridrelay_shared::subscription::Subscription;
 
 use crate::{SecretError, SecretStore};
 
-/// Puts each secret value in the secret store and records its id on the subscription.
+/// Puts each secret value in the secret store, under a name of this write's own (see
+/// [`secret_name`]: the subscription's id and a random part), and records its id on the
+/// subscription. The ids stored, so a caller that does not keep the record can delete them
+/// again.
 pub async fn store_secrets(
     subscription: &mut Subscription,
     requests: &[DeliveryAttributeRequest],
     secrets: &dyn SecretStore,
     prefix: &str,
-) -> Result<(), SecretError> {
+) -> Result<Vec<String>, SecretError> {
+    let write = format!(
+        "{}.{}",
+        subscription.id,
+        &gridrelay_shared::subscription::new_subscription_id()[..16]
+    );
+    let mut stored = Vec::new();
     for request in requests.iter().filter(|r| r.is_secret) {
         let name = secret_name(
             prefix,
             &subscription.topic,
             &subscription.name,
             &request.name,
+            &write,
         );
         let id = secrets.put(&name, &request.value).await?;
+        stored.push(id.clone());
         if let Some(m) = subscription
             .delivery_attribute_mappings
             .iter_mut()
@@ -34,7 +45,7 @@ pub async fn store_secrets(
             m.secret_id = Some(id);
         }
     }
-    Ok(())
+    Ok(stored)
 }
 
 /// The static headers to send, with secret values read from the secret store (dynamic ones

@@ -264,10 +264,20 @@ pub fn check_all(requests: &[DeliveryAttributeRequest]) -> Result<(), LimitError
     Ok(())
 }
 
-/// The secret's name in the secret store: `PREFIX/TOPIC/SUBSCRIPTION/HEADER`.
-pub fn secret_name(prefix: &str, topic: &str, subscription: &str, header: &str) -> String {
+/// The secret's name in the secret store: `PREFIX/TOPIC/SUBSCRIPTION/HEADER.WRITE`, where
+/// `write` names the one write that stored it (the subscription's id and when). No two
+/// writes share a secret, so storing a value never changes one a record already names (an
+/// update refused over a changed record, or a subscription created again under the name while
+/// an expired one's secrets are deleted, leaves the other's secrets alone).
+pub fn secret_name(
+    prefix: &str,
+    topic: &str,
+    subscription: &str,
+    header: &str,
+    write: &str,
+) -> String {
     format!(
-        "{}/{topic}/{subscription}/{}",
+        "{}/{topic}/{subscription}/{}.{write}",
         prefix.trim_end_matches('/'),
         header.to_ascii_lowercase()
     )

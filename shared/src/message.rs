@@ -242,6 +242,10 @@ pub struct ValidationTask {
     /// Whether it validates the subscription's endpoint change rather than the subscription.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub endpoint_change: bool,
+    /// A `SubscriptionExpiry` step: the expiration it was asked for. A step whose expiration
+    /// is no longer the subscription's ends (the change asked for its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 impl ValidationTask {
@@ -257,6 +261,15 @@ impl ValidationTask {
             subscription_id: subscription.id.clone(),
             step,
             endpoint_change: which == Handshake::EndpointChange,
+            expires_at: None,
+        }
+    }
+
+    /// The step that deletes the subscription at its expiration `at`.
+    pub fn expiry(subscription: &Subscription, at: DateTime<Utc>) -> Self {
+        Self {
+            expires_at: Some(at),
+            ..Self::new(subscription, ValidationStep::SubscriptionExpiry)
         }
     }
 
@@ -626,6 +639,7 @@ mod tests {
             subscription_id: "0123".into(),
             step: ValidationStep::Expire,
             endpoint_change: false,
+            expires_at: None,
         };
         let body = DeliveryQueueMessage::Validation(task.clone())
             .to_body()

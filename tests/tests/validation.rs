@@ -255,3 +255,77 @@ async fn subscription_writes_are_conditional_on_identity_and_version() {
     assert!(matches!(err, StoreError::NotFound(_)), "{err}");
     sys.shutdown().await;
 }
+
+/// #11 item 12, on DynamoDB: an expired subscription is deleted only if it is still the
+/// record that was read (same id, same version), so a later expiration set meanwhile, or a
+/// subscription created again under the name, is not deleted; a record written before ids
+/// existed can be deleted too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_deletes_spare_a_changed_subscription() {
+    let sys = TestSystem::start(0.01).await;
+    sys.topic("expiring").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    let store = &sys.system.store;
+    let read = sys
+        .subscribe(subscription("expiring", "audit", &sub.url))
+        .await;
+    let mut changed = read.clone();
+    changed.labels = vec!["changed".into()];
+    store
+        .replace_subscription(&mut changed)
+        .await
+        .expect("write");
+    assert!(
+        !store.delete_subscription_if_unchanged(&read).await.unwrap(),
+        "changed since it was read"
+    );
+    assert!(
+        store
+            .get_subscription("expiring", "audit")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        store
+            .delete_subscription_if_unchanged(&changed)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .get_subscription("expiring", "audit")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // A record of before ids: no id attribute, version 0.
+    let legacy = gridrelay_shared::subscription::Subscription {
+        id: String::new(),
+        version: 0,
+        ..read.clone()
+    };
+    store
+        .create_subscription(&legacy)
+        .await
+        .expect("legacy record");
+    assert!(
+        !store.delete_subscription_if_unchanged(&read).await.unwrap(),
+        "another subscription (an id) than the one stored (none)"
+    );
+    assert!(
+        store
+            .delete_subscription_if_unchanged(&legacy)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .get_subscription("expiring", "audit")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    sys.shutdown().await;
+}

@@ -300,7 +300,7 @@ impl SubscriptionStore for DynamoSubscriptionStore {
         &self,
         sub: &Subscription,
     ) -> Result<bool, StoreError> {
-        let request = self
+        let mut request = self
             .client
             .delete_item()
             .table_name(&self.tables.subscriptions)
@@ -308,14 +308,21 @@ impl SubscriptionStore for DynamoSubscriptionStore {
             .expression_attribute_names("#n", "name")
             .expression_attribute_names("#ver", VERSION_ATTRIBUTE)
             .expression_attribute_names("#sid", ID_ATTRIBUTE)
-            .expression_attribute_values(":ver", AttributeValue::N(sub.version.to_string()))
-            .expression_attribute_values(":sid", s(&sub.id));
-        // Records written before versions existed have no version attribute (version 0).
-        let condition = if sub.version == 0 {
-            "attribute_exists(#n) AND #sid = :sid AND (attribute_not_exists(#ver) OR #ver = :ver)"
+            .expression_attribute_values(":ver", AttributeValue::N(sub.version.to_string()));
+        // Records written before ids existed have no id attribute, and before versions no
+        // version attribute (version 0), as `replace_subscription_record` reads them.
+        let id = if sub.id.is_empty() {
+            "attribute_not_exists(#sid)"
         } else {
-            "attribute_exists(#n) AND #sid = :sid AND #ver = :ver"
+            request = request.expression_attribute_values(":sid", s(&sub.id));
+            "#sid = :sid"
         };
+        let version = if sub.version == 0 {
+            "(attribute_not_exists(#ver) OR #ver = :ver)"
+        } else {
+            "#ver = :ver"
+        };
+        let condition = format!("attribute_exists(#n) AND {id} AND {version}");
         written(request.condition_expression(condition).send().await)
     }
 }

@@ -7,6 +7,7 @@
 //! handshake is asked for on the delivery queue, so it runs in the service whoever created
 //! the subscription.
 
+use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 use gridrelay_ports::secret_headers::secret_ids;
@@ -47,7 +48,7 @@ impl Deliver {
             return Ok(None);
         }
         if task.step == ValidationStep::SubscriptionExpiry {
-            return self.expire_subscription(sub).await;
+            return self.expire_subscription(sub, task.expires_at).await;
         }
         let which = task.handshake();
         let Some((_, provisioning)) = sub.handshake(which) else {
@@ -239,8 +240,9 @@ impl Deliver {
     }
 
     /// Records the outcome over the record as it is now, unless it was settled meanwhile
-    /// (validated through its URL, say) or is no longer this subscription. The record as
-    /// written, if it was.
+    /// (validated through its URL, say), is no longer this subscription, or now asks about
+    /// another endpoint than the one `sub` (the record the step read) asked: an answer only
+    /// ever settles the endpoint that gave it. The record as written, if it was.
     async fn settle_state(
         &self,
         sub: Subscription,
@@ -249,10 +251,17 @@ impl Deliver {
         why: &str,
     ) -> Result<Option<Subscription>, StoreError> {
         let (topic, name) = (sub.topic.clone(), sub.name.clone());
+        let asked = sub
+            .handshake(which)
+            .map(|(endpoint, _)| endpoint.to_string());
         let update = update_subscription(self.store.as_ref(), sub, |s| {
-            let Some((_, p)) = s.handshake(which) else {
+            let Some((endpoint, p)) = s.handshake(which) else {
                 return Err(None);
             };
+            if asked.as_deref() != Some(endpoint) {
+                // Replaced by another endpoint meanwhile (an update): its own step asks it.
+                return Err(None);
+            }
             if matches!(
                 p.state,
                 ProvisioningState::Succeeded | ProvisioningState::Failed
@@ -297,19 +306,25 @@ impl Deliver {
     async fn expire_subscription(
         &self,
         sub: Subscription,
+        asked_for: Option<DateTime<Utc>>,
     ) -> Result<Option<OutgoingMessage>, StoreError> {
         let now = self.clock.now();
         let Some(at) = sub.expiration_time_utc else {
             return Ok(None);
         };
-        let task = ValidationTask::new(&sub, ValidationStep::SubscriptionExpiry);
+        if asked_for.is_some_and(|asked| asked != at) {
+            // The expiration was changed since: the change asked for its own step.
+            return Ok(None);
+        }
+        let task = ValidationTask::expiry(&sub, at);
         if now < at {
             return task_message(task, (at - now).to_std().unwrap_or_default()).map(Some);
         }
         if !self.store.delete_subscription_if_unchanged(&sub).await? {
-            // Changed meanwhile (perhaps given a later expiration): decide again on the record
-            // as it is then.
-            return task_message(task, Duration::ZERO).map(Some);
+            // Changed meanwhile (perhaps given a later expiration): decided again on the
+            // record as it is then, a little later, so a condition that keeps failing does not
+            // spin.
+            return task_message(task, EXPIRY_RETRY).map(Some);
         }
         for id in secret_ids(&sub) {
             if let Err(e) = self.secrets.delete(id).await {
@@ -320,6 +335,9 @@ impl Deliver {
         Ok(None)
     }
 }
+
+/// How soon an expiry step whose delete was refused (the record changed meanwhile) looks again.
+const EXPIRY_RETRY: Duration = Duration::from_secs(60);
 
 fn expiry_message(
     sub: &Subscription,

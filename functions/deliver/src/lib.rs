@@ -585,6 +585,14 @@ impl Deliver {
                 self.store.forget_subscription(&key.0, &key.1);
                 read = self.store.get_subscription(&key.0, &key.1).await;
             }
+            // An expired record kept by a warm function may have been given a later expiration
+            // since: dropping its events cannot be undone, so it is read again first.
+            if let Ok(Some(sub)) = &read
+                && sub.is_expired(self.clock.now())
+            {
+                self.store.forget_subscription(&key.0, &key.1);
+                read = self.store.get_subscription(&key.0, &key.1).await;
+            }
             let result = match read {
                 // `--expiration-date`: an expired subscription receives nothing, as if deleted
                 // (its expiry step deletes it).

@@ -1531,7 +1531,8 @@ async fn an_endpoint_change_is_validated_before_it_receives_anything() {
             w.clock.now(),
         )
         .await
-        .expect("updated");
+        .expect("updated")
+        .subscription;
     assert_eq!(
         updated.endpoint, old,
         "the validated endpoint stays until the new one agrees"
@@ -1716,4 +1717,164 @@ async fn a_later_expiration_keeps_the_subscription() {
     w.publish(&["a"]).await;
     w.run().await;
     assert_eq!(w.sender.requests().len(), 1, "still receiving");
+}
+
+/// #11 item 12: a handshake's answer settles only the endpoint it asked. An endpoint change
+/// replaced by another (a second update) during the first one's round trip is not validated
+/// by the first endpoint's answer; the second endpoint is asked itself, and only its answer
+/// makes it the subscription's.
+#[tokio::test]
+async fn an_answer_never_validates_an_endpoint_it_did_not_come_from() {
+    let w = World::new(ScriptedSender::status(200));
+    w.subscribe(request("sub-1")).await;
+    let (store, secrets, delivery, clock) = (
+        w.store.clone(),
+        w.secrets.clone(),
+        w.delivery.clone(),
+        w.clock.clone(),
+    );
+    let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = asked.clone();
+    w.sender.on_handshake(move |request| {
+        seen.lock().unwrap().push(request.endpoint.clone());
+        if request.endpoint.ends_with("/first") {
+            // During the round trip, the user changes the endpoint again.
+            futures::executor::block_on(async {
+                registry(&store, &secrets, &delivery)
+                    .update(
+                        TOPIC,
+                        "sub-1",
+                        &SubscriptionUpdate {
+                            endpoint: Some("http://127.0.0.1:9/second".into()),
+                            ..SubscriptionUpdate::default()
+                        },
+                        clock.now(),
+                    )
+                    .await
+                    .unwrap();
+            });
+        }
+        Ok(ScriptedSender::answer_with_code(request))
+    });
+    registry(&w.store, &w.secrets, &w.delivery)
+        .update(
+            TOPIC,
+            "sub-1",
+            &SubscriptionUpdate {
+                endpoint: Some("http://127.0.0.1:9/first".into()),
+                ..SubscriptionUpdate::default()
+            },
+            w.clock.now(),
+        )
+        .await
+        .unwrap();
+    w.run().await;
+    let stored = w.stored("sub-1").await;
+    assert_eq!(stored.endpoint, "http://127.0.0.1:9/sub-1");
+    let change = stored.endpoint_change.expect("the second change waits");
+    assert_eq!(change.endpoint, "http://127.0.0.1:9/second");
+    assert_ne!(
+        change.provisioning.state,
+        ProvisioningState::Succeeded,
+        "validated by the first endpoint's answer"
+    );
+    w.run().await;
+    let stored = w.stored("sub-1").await;
+    assert_eq!(stored.endpoint, "http://127.0.0.1:9/second");
+    assert_eq!(
+        *asked.lock().unwrap(),
+        ["http://127.0.0.1:9/first", "http://127.0.0.1:9/second"]
+    );
+}
+
+/// #11 item 12: `update` of delivery headers stores new secret values under names of its own:
+/// a secret still named is kept, one no longer named is deleted, and an update refused
+/// because the record changed meanwhile changes no secret the subscription sends.
+#[tokio::test]
+async fn an_update_replaces_header_secrets_without_touching_live_ones() {
+    let w = World::new(ScriptedSender::status(200));
+    let secret = |name: &str, value: &str| DeliveryAttributeRequest {
+        name: name.into(),
+        value: value.into(),
+        is_secret: true,
+        dynamic: false,
+    };
+    w.subscribe(SubscriptionRequest {
+        delivery_attributes: vec![secret("Authorization", "Bearer one")],
+        ..request("sub-1")
+    })
+    .await;
+    let first_id = w.stored("sub-1").await.delivery_attribute_mappings[0]
+        .secret_id
+        .clone()
+        .unwrap();
+    let headers = |value: &str| SubscriptionUpdate {
+        delivery_attributes: Some(vec![secret("Authorization", value)]),
+        ..SubscriptionUpdate::default()
+    };
+
+    // Refused: another writer changed the record between the read and the write.
+    let (store, clock) = (w.store.clone(), w.clock.clone());
+    w.store.before_replace(move || {
+        futures::executor::block_on(async {
+            let mut s = store
+                .get_subscription(TOPIC, "sub-1")
+                .await
+                .unwrap()
+                .unwrap();
+            s.labels = vec![format!("raced at {}", clock.now())];
+            store.replace_subscription(&mut s).await.unwrap();
+        })
+    });
+    let refused = registry(&w.store, &w.secrets, &w.delivery)
+        .update(TOPIC, "sub-1", &headers("Bearer refused"), w.clock.now())
+        .await;
+    assert!(refused.is_err());
+    assert_eq!(
+        w.secrets.get(&first_id).await.unwrap().expose(),
+        "Bearer one"
+    );
+    assert_eq!(
+        w.secrets.len(),
+        1,
+        "the refused update's secret is deleted again"
+    );
+
+    let updated = registry(&w.store, &w.secrets, &w.delivery)
+        .update(TOPIC, "sub-1", &headers("Bearer two"), w.clock.now())
+        .await
+        .unwrap()
+        .subscription;
+    let second_id = updated.delivery_attribute_mappings[0]
+        .secret_id
+        .clone()
+        .unwrap();
+    assert_ne!(second_id, first_id);
+    assert_eq!(
+        w.secrets.get(&second_id).await.unwrap().expose(),
+        "Bearer two"
+    );
+    assert!(
+        w.secrets.get(&first_id).await.is_err(),
+        "no longer named: deleted"
+    );
+    w.publish(&["a"]).await;
+    w.run().await;
+    let r = w.sender.requests().pop().unwrap();
+    assert_eq!(header(&r, "Authorization"), Some("Bearer two"));
+
+    // Headers not given: the secret stays.
+    registry(&w.store, &w.secrets, &w.delivery)
+        .update(
+            TOPIC,
+            "sub-1",
+            &SubscriptionUpdate {
+                max_events_per_batch: Some(2),
+                ..SubscriptionUpdate::default()
+            },
+            w.clock.now(),
+        )
+        .await
+        .unwrap();
+    assert!(w.secrets.get(&second_id).await.is_ok());
 }

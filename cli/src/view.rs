@@ -1,0 +1,354 @@
+//! What `show`, `list`, `create` and `update` print: records shaped like `az eventgrid`'s
+//! output, so scripts written for `az` keep working, and a table for people.
+//!
+//! An event subscription is printed with Event Grid's property names and nesting
+//! (`provisioningState`, `destination.endpointUrl`, `filter.advancedFilters[].value(s)`,
+//! `retryPolicy`, `deadLetterDestination`, `eventDeliverySchema`, `labels`,
+//! `expirationTimeUtc`, …), unset properties as `null` as `az` prints them; what gridrelay has
+//! beyond Event Grid (`statusTable`, `deliveryCaps`, `signing`, `endpointChange`,
+//! `provisioningDetail`) sits beside them under names `az` does not use. Endpoint URLs are
+//! printed without credentials or query string (`***` says they are there): those stay in the
+//! store.
+
+use gridrelay_shared::delivery_attributes::DeliveryAttributeMapping;
+use gridrelay_shared::filter::EventFilter;
+use gridrelay_shared::outbound::redact_endpoint;
+use gridrelay_shared::subscription::{Subscription, Topic, publish_path, topic_resource_id};
+use serde_json::{Value, json};
+
+/// `type` of a topic, as Event Grid names it.
+pub const TOPIC_TYPE: &str = "Microsoft.EventGrid/topics";
+/// `type` of an event subscription, as Event Grid names it.
+pub const SUBSCRIPTION_TYPE: &str = "Microsoft.EventGrid/eventSubscriptions";
+
+/// The resource id of a subscription: its topic's, then `/eventSubscriptions/NAME`.
+pub fn subscription_id(topic: &str, name: &str) -> String {
+    format!("{}/eventSubscriptions/{name}", topic_resource_id(topic))
+}
+
+/// A topic as `az eventgrid topic show` prints one (keys only when asked for).
+pub fn topic_view(topic: &Topic, publish_url: &str, with_keys: bool) -> Value {
+    let mut v = json!({
+        "id": topic.resource_id(),
+        "name": topic.name,
+        "type": TOPIC_TYPE,
+        "provisioningState": "Succeeded",
+        "endpoint": format!("{}{}", publish_url.trim_end_matches('/'), publish_path(&topic.name)),
+        "inputSchema": topic.input_schema,
+        "inputSchemaMapping": topic.input_mapping.as_ref().map(|m| json!({
+            "inputSchemaMappingType": "Json",
+            "properties": m,
+        })),
+        "tags": (!topic.tags.is_empty()).then_some(&topic.tags),
+        "systemData": {"createdAt": topic.created_at},
+    });
+    if with_keys {
+        v["key1"] = json!(topic.key1);
+        v["key2"] = json!(topic.key2);
+    }
+    v
+}
+
+/// An event subscription as `az eventgrid event-subscription show` prints one.
+pub fn subscription_view(sub: &Subscription) -> Value {
+    let mut v = json!({
+        "id": subscription_id(&sub.topic, &sub.name),
+        "name": sub.name,
+        "type": SUBSCRIPTION_TYPE,
+        "topic": topic_resource_id(&sub.topic),
+        "provisioningState": sub.provisioning.state,
+        "destination": {
+            "endpointType": "WebHook",
+            "endpointUrl": redact_endpoint(&sub.endpoint),
+            "endpointBaseUrl": endpoint_base_url(&sub.endpoint),
+            "maxEventsPerBatch": sub.batching.max_events_per_batch,
+            "preferredBatchSizeInKilobytes": sub.batching.preferred_batch_size_in_kilobytes,
+            "deliveryAttributeMappings": mappings_view(&sub.delivery_attribute_mappings),
+            "azureActiveDirectoryTenantId": null,
+            "azureActiveDirectoryApplicationIdOrUri": null,
+        },
+        "filter": filter_view(&sub.filter),
+        "labels": (!sub.labels.is_empty()).then_some(&sub.labels),
+        "expirationTimeUtc": sub.expiration_time_utc,
+        "eventDeliverySchema": sub.event_delivery_schema,
+        "retryPolicy": {
+            "maxDeliveryAttempts": sub.retry_policy.max_delivery_attempts,
+            "eventTimeToLiveInMinutes": sub.retry_policy.event_time_to_live_in_minutes,
+        },
+        "deadLetterDestination": sub.dead_letter_destination.as_ref().map(|d| json!({
+            "endpointType": "S3",
+            "properties": {"bucket": d.bucket, "prefix": d.prefix, "url": d.url()},
+        })),
+        "deadLetterWithResourceIdentity": null,
+        "deliveryWithResourceIdentity": null,
+        "systemData": {"createdAt": sub.created_at},
+        // gridrelay's own.
+        "provisioningDetail": sub.provisioning.detail,
+        "statusTable": sub.status_table,
+        "subscriptionInstanceId": sub.id,
+    });
+    if !sub.delivery_caps.is_unset() {
+        v["deliveryCaps"] = json!(sub.delivery_caps);
+    }
+    if let Some(signing) = &sub.signing {
+        // Secret ids (where the secrets are kept), never the secrets.
+        v["signing"] = json!(signing);
+    }
+    if let Some(change) = &sub.endpoint_change {
+        v["endpointChange"] = json!({
+            "endpointUrl": redact_endpoint(&change.endpoint),
+            "provisioningState": change.provisioning.state,
+            "provisioningDetail": change.provisioning.detail,
+            "requestedAt": change.requested_at,
+        });
+    }
+    v
+}
+
+/// The URL without credentials, query string or fragment (`az`'s `endpointBaseUrl`).
+fn endpoint_base_url(endpoint: &str) -> Value {
+    url::Url::parse(endpoint)
+        .ok()
+        .map(|u| {
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            format!(
+                "{}://{}{port}{}",
+                u.scheme(),
+                u.host_str().unwrap_or_default(),
+                u.path()
+            )
+        })
+        .into()
+}
+
+/// Delivery headers as Event Grid nests them; a secret's value is never printed.
+fn mappings_view(mappings: &[DeliveryAttributeMapping]) -> Value {
+    if mappings.is_empty() {
+        return Value::Null;
+    }
+    mappings
+        .iter()
+        .map(|m| {
+            let properties = if m.is_dynamic() {
+                json!({"sourceField": m.source_field})
+            } else {
+                json!({"value": m.value, "isSecret": m.is_secret})
+            };
+            json!({"name": m.name, "type": m.kind, "properties": properties})
+        })
+        .collect()
+}
+
+/// A filter as Event Grid prints it: one-value operators with `value`, the others with
+/// `values`, `IsNullOrUndefined` and `IsNotNull` with neither.
+fn filter_view(filter: &EventFilter) -> Value {
+    let advanced: Vec<Value> = filter
+        .advanced_filters
+        .iter()
+        .map(|f| {
+            let mut v = serde_json::to_value(f).unwrap_or_default();
+            if let Some(object) = v.as_object_mut()
+                && let Some(values) = object.remove("values")
+            {
+                let name = if values.is_array() { "values" } else { "value" };
+                object.insert(name.to_string(), values);
+            }
+            v
+        })
+        .collect();
+    json!({
+        "includedEventTypes": filter.included_event_types,
+        "subjectBeginsWith": filter.subject_begins_with.as_deref().unwrap_or(""),
+        "subjectEndsWith": filter.subject_ends_with.as_deref().unwrap_or(""),
+        "isSubjectCaseSensitive": filter.is_subject_case_sensitive,
+        "enableAdvancedFilteringOnArrays": filter.enable_advanced_filtering_on_arrays,
+        "advancedFilters": (!advanced.is_empty()).then_some(advanced),
+    })
+}
+
+/// Rows of a table with a header line, each column as wide as its widest cell.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = vec![
+        line(header.iter().map(|h| h.to_string()).collect()),
+        line(widths.iter().map(|w| "-".repeat(*w)).collect()),
+    ];
+    out.extend(rows.iter().map(|r| line(r.clone())));
+    out.join("\n")
+}
+
+/// `--output table` of event subscriptions.
+pub fn subscriptions_table(subs: &[Subscription]) -> String {
+    let rows: Vec<Vec<String>> = subs
+        .iter()
+        .map(|s| {
+            vec![
+                s.name.clone(),
+                format!("{:?}", s.provisioning.state),
+                redact_endpoint(&s.endpoint),
+                s.event_delivery_schema.as_str().to_string(),
+                s.batching.max_events_per_batch.to_string(),
+                s.retry_policy.max_delivery_attempts.to_string(),
+                s.expiration_time_utc
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "Name",
+            "ProvisioningState",
+            "EndpointUrl",
+            "EventDeliverySchema",
+            "MaxEventsPerBatch",
+            "MaxDeliveryAttempts",
+            "ExpirationTimeUtc",
+        ],
+        &rows,
+    )
+}
+
+/// `--output table` of topics.
+pub fn topics_table(topics: &[Topic], publish_url: &str) -> String {
+    let rows: Vec<Vec<String>> = topics
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                "Succeeded".to_string(),
+                t.input_schema.as_str().to_string(),
+                format!(
+                    "{}{}",
+                    publish_url.trim_end_matches('/'),
+                    publish_path(&t.name)
+                ),
+            ]
+        })
+        .collect();
+    table(
+        &["Name", "ProvisioningState", "InputSchema", "Endpoint"],
+        &rows,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
+    use gridrelay_shared::filter::AdvancedFilter;
+    use gridrelay_shared::schema::InputSchema;
+    use gridrelay_shared::subscription::SubscriptionRequest;
+
+    fn words(w: &[&str]) -> Vec<String> {
+        w.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// #11 item 13: the properties scripts written for `az eventgrid event-subscription show`
+    /// read are where they read them; the endpoint's secrets and secret header values are not
+    /// printed.
+    #[test]
+    fn a_subscription_prints_in_az_eventgrid_shape() {
+        let now = chrono::Utc::now();
+        let sub = SubscriptionRequest {
+            topic: "orders".into(),
+            name: "audit".into(),
+            endpoint: "https://user:pw@hooks.example.com/in?code=s3cret".into(),
+            max_events_per_batch: Some(10),
+            max_delivery_attempts: Some(5),
+            dead_letter_destination: Some("s3://dead/orders".into()),
+            labels: vec!["team".into()],
+            filter: EventFilter {
+                included_event_types: Some(vec!["Created".into()]),
+                advanced_filters: vec![
+                    AdvancedFilter::parse("data.n", "NumberGreaterThan", &words(&["5"])).unwrap(),
+                    AdvancedFilter::parse("data.s", "StringIn", &words(&["a", "b"])).unwrap(),
+                    AdvancedFilter::parse("data.x", "IsNotNull", &[]).unwrap(),
+                ],
+                ..EventFilter::default()
+            },
+            delivery_attributes: vec![
+                DeliveryAttributeRequest::parse(&words(&["X-A", "static", "v"])).unwrap(),
+                DeliveryAttributeRequest::parse(&words(&["X-S", "static", "hidden", "secret"]))
+                    .unwrap(),
+                DeliveryAttributeRequest::parse(&words(&["X-D", "dynamic", "data.t"])).unwrap(),
+            ],
+            ..SubscriptionRequest::default()
+        }
+        .validate(InputSchema::EventGridSchema, now)
+        .unwrap();
+        let v = subscription_view(&sub);
+        assert_eq!(v["id"], "/gridrelay/topics/orders/eventSubscriptions/audit");
+        assert_eq!(v["type"], "Microsoft.EventGrid/eventSubscriptions");
+        assert_eq!(v["topic"], "/gridrelay/topics/orders");
+        assert_eq!(v["provisioningState"], "Creating");
+        let d = &v["destination"];
+        assert_eq!(d["endpointType"], "WebHook");
+        assert_eq!(d["endpointUrl"], "https://***@hooks.example.com/in?***");
+        assert_eq!(d["endpointBaseUrl"], "https://hooks.example.com/in");
+        assert_eq!(d["maxEventsPerBatch"], 10);
+        assert_eq!(d["preferredBatchSizeInKilobytes"], 64);
+        assert_eq!(
+            d["deliveryAttributeMappings"],
+            json!([
+                {"name": "X-A", "type": "Static", "properties": {"value": "v", "isSecret": false}},
+                {"name": "X-S", "type": "Static", "properties": {"value": null, "isSecret": true}},
+                {"name": "X-D", "type": "Dynamic", "properties": {"sourceField": "data.t"}},
+            ])
+        );
+        assert!(!v.to_string().contains("s3cret") && !v.to_string().contains("hidden"));
+        assert_eq!(
+            v["filter"]["advancedFilters"],
+            json!([
+                {"key": "data.n", "operatorType": "NumberGreaterThan", "value": 5.0},
+                {"key": "data.s", "operatorType": "StringIn", "values": ["a", "b"]},
+                {"key": "data.x", "operatorType": "IsNotNull"},
+            ])
+        );
+        assert_eq!(v["filter"]["includedEventTypes"], json!(["Created"]));
+        assert_eq!(v["filter"]["subjectBeginsWith"], "");
+        assert_eq!(
+            v["retryPolicy"],
+            json!({"maxDeliveryAttempts": 5, "eventTimeToLiveInMinutes": 1440})
+        );
+        assert_eq!(
+            v["deadLetterDestination"]["properties"]["url"],
+            "s3://dead/orders"
+        );
+        assert_eq!(v["eventDeliverySchema"], "EventGridSchema");
+        assert_eq!(v["labels"], json!(["team"]));
+        assert_eq!(v["expirationTimeUtc"], Value::Null);
+        assert_eq!(v["statusTable"], "Latest");
+    }
+
+    /// #11 item 13: `--output table` lines up its columns under a header.
+    #[test]
+    fn tables_line_up_their_columns() {
+        let t = table(
+            &["Name", "State"],
+            &[
+                vec!["a".into(), "Succeeded".into()],
+                vec!["longer-name".into(), "Failed".into()],
+            ],
+        );
+        assert_eq!(
+            t,
+            "Name         State\n-----------  ---------\na            Succeeded\nlonger-name  Failed"
+        );
+    }
+}
