@@ -19,6 +19,8 @@ pub const PUBLIC_URL_ENV: &str = "GRIDRELAY_PUBLIC_URL";
 pub const WEBHOOK_ORIGIN_ENV: &str = "GRIDRELAY_WEBHOOK_ORIGIN";
 /// D1, R4: DynamoDB table of endpoint health and late successes.
 pub const DELIVERY_STATE_TABLE_ENV: &str = "GRIDRELAY_DELIVERY_STATE_TABLE";
+/// The local runner's delivery state table (`gridrelay local`'s default prefix).
+pub const DEFAULT_DELIVERY_STATE_TABLE: &str = "gridrelay-delivery-state";
 
 /// H1: the name prefix of the Secrets Manager secrets that hold secret delivery header values
 /// (default `gridrelay`; the deliver function may read only secrets under it).

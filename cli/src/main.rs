@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gridrelay_adapters::aws::{
-    DynamoSubscriptionStore, S3ObjectStore, SecretsManagerStore, SqsQueue, describe_error,
-    load_sdk_config, s3_client,
+    DynamoDeliveryStateStore, DynamoSubscriptionStore, S3ObjectStore, SecretsManagerStore,
+    SqsQueue, describe_error, load_sdk_config, s3_client,
 };
 use gridrelay_adapters::config::{self, TableNames};
 use gridrelay_adapters::outbound::SystemResolver;
@@ -23,7 +23,7 @@ use gridrelay_ports::redrive::{
     DeadLetterSelection, QueueKind, redrive_dead_letters, redrive_queue,
 };
 use gridrelay_ports::registration::{RegistrationError, Registry};
-use gridrelay_ports::{StoreError, SubscriptionStore};
+use gridrelay_ports::{DeliveryStateStore, StoreError, SubscriptionStore};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_subscription_name, validate_topic_name};
@@ -72,6 +72,15 @@ struct Cli {
         default_value = "http://127.0.0.1:7071"
     )]
     publish_url: String,
+    /// DynamoDB table of endpoint health, where `event-subscription show` reads how delivery
+    /// to the endpoint goes.
+    #[arg(
+        long,
+        global = true,
+        env = config::DELIVERY_STATE_TABLE_ENV,
+        default_value = config::DEFAULT_DELIVERY_STATE_TABLE
+    )]
+    delivery_state_table: String,
     /// Name prefix of the Secrets Manager secrets holding secret delivery header values.
     #[arg(
         long,
@@ -338,8 +347,8 @@ struct ListSubscriptions {
     topic_name: String,
     /// At most this many, in name order (a page); a note on stderr gives the --skip-token of
     /// the next page.
-    #[arg(long)]
-    top: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    top: Option<u64>,
     /// Start after this subscription name (the note of the page before gives it).
     #[arg(long)]
     skip_token: Option<String>,
@@ -355,8 +364,9 @@ struct Page<T> {
 fn list_page(
     subs: Vec<Subscription>,
     skip_token: Option<&str>,
-    top: Option<usize>,
+    top: Option<u64>,
 ) -> Page<Subscription> {
+    let top = top.map(|t| usize::try_from(t).unwrap_or(usize::MAX));
     let mut rest: Vec<Subscription> = subs
         .into_iter()
         .filter(|s| skip_token.is_none_or(|after| s.name.as_str() > after))
@@ -899,7 +909,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 endpoints: &endpoints,
                 dead_letters: &objects,
             };
-            subscription_command(&registry, cli.output, cmd, request, update).await
+            let health = DynamoDeliveryStateStore::from_sdk(&sdk, &cli.delivery_state_table);
+            let status_sqs = aws_sdk_sqs::Client::new(&sdk);
+            let status = StatusSources {
+                health: &health,
+                sqs: &status_sqs,
+                delivery_queue: &cli.delivery_queue,
+            };
+            subscription_command(&registry, &status, cli.output, cmd, request, update).await
         }
     }
 }
@@ -1054,7 +1071,12 @@ async fn topic_command(
 ) -> anyhow::Result<()> {
     let one = |topic: &Topic, with_keys: bool| {
         print_as(output, &topic_view(topic, publish_url, with_keys), || {
-            topics_table(std::slice::from_ref(topic), publish_url)
+            let table = topics_table(std::slice::from_ref(topic), publish_url);
+            if with_keys {
+                format!("{table}\n\nkey1: {}\nkey2: {}", topic.key1, topic.key2)
+            } else {
+                table
+            }
         })
     };
     match cmd {
@@ -1121,21 +1143,90 @@ async fn existing_topic(store: &dyn SubscriptionStore, name: &str) -> anyhow::Re
         .with_context(|| format!("topic {name} does not exist"))
 }
 
+/// Where `show` reads how delivery goes: endpoint health and the delivery queue.
+struct StatusSources<'a> {
+    health: &'a dyn DeliveryStateStore,
+    sqs: &'a aws_sdk_sqs::Client,
+    delivery_queue: &'a str,
+}
+
+/// What `show` says of delivery to a subscription (#11 item 14): its endpoint's health (failures
+/// since the last success, delayed until, the last failure) and the events in the delivery
+/// queue (for every subscription: per-subscription counts are not kept). What cannot be read
+/// is `null`, with a note on stderr; `show` still prints the subscription.
+async fn delivery_status(sources: &StatusSources<'_>, sub: &Subscription) -> serde_json::Value {
+    let health = match sources.health.endpoint_health(&sub.endpoint).await {
+        Ok(h) => Some(h.value),
+        Err(e) => {
+            eprintln!(
+                "note: endpoint health could not be read ({e}); is --delivery-state-table right?"
+            );
+            None
+        }
+    };
+    let queue = match queue_url(sources.sqs, sources.delivery_queue, "--delivery-queue").await {
+        Ok(url) => sources
+            .sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(
+                aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed,
+            )
+            .attribute_names(
+                aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+            )
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!(describe_error(&e))),
+        Err(e) => Err(e),
+    };
+    let queue = match queue {
+        Ok(out) => {
+            let count = |name| {
+                out.attributes()
+                    .and_then(|a| a.get(&name))
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            Some(view::QueueCounts {
+                visible: count(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages),
+                delayed: count(
+                    aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed,
+                ),
+                in_flight: count(
+                    aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+                ),
+            })
+        }
+        Err(e) => {
+            eprintln!("note: the delivery queue could not be read ({e:#})");
+            None
+        }
+    };
+    view::delivery_status_view(health.as_ref(), queue.as_ref(), chrono::Utc::now())
+}
+
 async fn subscription_command(
     registry: &Registry<'_>,
+    status: &StatusSources<'_>,
     output: OutputFormat,
     cmd: SubscriptionCommand,
     request: Option<SubscriptionRequest>,
     update: Option<SubscriptionUpdate>,
 ) -> anyhow::Result<()> {
     let store = registry.store;
+    // `extra`: a secret shown once (a signing secret), in the JSON and under the table.
     let one = |sub: &Subscription, extra: Option<(&str, String)>| {
         let mut view = subscription_view(sub);
-        if let Some((name, value)) = extra {
-            view[name] = value.into();
+        if let Some((name, value)) = &extra {
+            view[*name] = value.clone().into();
         }
         print_as(output, &view, || {
-            subscriptions_table(std::slice::from_ref(sub))
+            let table = subscriptions_table(std::slice::from_ref(sub));
+            match &extra {
+                Some((name, value)) => format!("{table}\n\n{name}: {value}"),
+                None => table,
+            }
         })
     };
     match (cmd, request) {
@@ -1194,7 +1285,11 @@ async fn subscription_command(
                 .with_context(|| {
                     format!("event subscription {name} on topic {topic_name} does not exist")
                 })?;
-            one(&sub, None)
+            let mut view = subscription_view(&sub);
+            view["deliveryStatus"] = delivery_status(status, &sub).await;
+            print_as(output, &view, || {
+                subscriptions_table(std::slice::from_ref(&sub))
+            })
         }
         (SubscriptionCommand::List(l), _) => {
             existing_topic(store, &l.topic_name).await?;
@@ -1258,10 +1353,7 @@ async fn wait_for_provisioning(
     let mut current = sub;
     while waiting(&current) {
         if started.elapsed() > PROVISIONING_WAIT {
-            eprintln!(
-                "note: the endpoint validation handshake has not ended after {} s; see `event-subscription show`",
-                PROVISIONING_WAIT.as_secs()
-            );
+            // Still `Creating`: `handshake_failure` says so.
             return Ok(current);
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -1281,18 +1373,28 @@ async fn wait_for_provisioning(
     Ok(current)
 }
 
-/// Why the handshake `create` or `update` waited for did not succeed, if it did not.
+/// Why the handshake `create` or `update` waited for did not succeed, if it did not (still
+/// asking after the wait counts: a script must not go on as if it were validated).
 fn handshake_failure(sub: &Subscription, which: Handshake) -> Option<String> {
     let (endpoint, p) = sub.handshake(which)?;
     match p.state {
+        ProvisioningState::Creating => Some(format!(
+            "the endpoint validation handshake of {} has not ended after {} s (is the deliver function running?); the subscription is stored: see `event-subscription show`",
+            redact_endpoint(endpoint),
+            PROVISIONING_WAIT.as_secs()
+        )),
         ProvisioningState::Failed => Some(format!(
             "the endpoint validation handshake of {} failed: {}",
             redact_endpoint(endpoint),
             p.detail.as_deref().unwrap_or("no detail")
         )),
         ProvisioningState::AwaitingManualAction => {
+            let until = p
+                .validation_expires_at
+                .map(|t| format!(" before {}", t.to_rfc3339()))
+                .unwrap_or_default();
             eprintln!(
-                "note: waiting for a manual validation: GET the validationUrl the endpoint received, within 10 minutes"
+                "note: waiting for a manual validation: GET the validationUrl the endpoint received{until}"
             );
             None
         }

@@ -3,6 +3,7 @@
 //!
 //! An event subscription is printed with Event Grid's property names and nesting
 //! (`provisioningState`, `destination.endpointUrl`, `filter.advancedFilters[].value(s)`,
+//! nested models flattened as `az` prints them, with no `properties` level,
 //! `retryPolicy`, `deadLetterDestination`, `eventDeliverySchema`, `labels`,
 //! `expirationTimeUtc`, …), unset properties as `null` as `az` prints them; what gridrelay has
 //! beyond Event Grid (`statusTable`, `deliveryCaps`, `signing`, `endpointChange`,
@@ -10,8 +11,10 @@
 //! printed without credentials or query string (`***` says they are there): those stay in the
 //! store.
 
+use chrono::{DateTime, Utc};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeMapping;
 use gridrelay_shared::filter::EventFilter;
+use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::subscription::{Subscription, Topic, publish_path, topic_resource_id};
 use serde_json::{Value, json};
@@ -37,7 +40,12 @@ pub fn topic_view(topic: &Topic, publish_url: &str, with_keys: bool) -> Value {
         "inputSchema": topic.input_schema,
         "inputSchemaMapping": topic.input_mapping.as_ref().map(|m| json!({
             "inputSchemaMappingType": "Json",
-            "properties": m,
+            "id": {"sourceField": m.id_field},
+            "topic": {"sourceField": m.topic_field},
+            "eventTime": {"sourceField": m.event_time_field},
+            "subject": {"sourceField": m.subject_field, "defaultValue": m.default_subject},
+            "eventType": {"sourceField": m.event_type_field, "defaultValue": m.default_event_type},
+            "dataVersion": {"sourceField": m.data_version_field, "defaultValue": m.default_data_version},
         })),
         "tags": (!topic.tags.is_empty()).then_some(&topic.tags),
         "systemData": {"createdAt": topic.created_at},
@@ -77,7 +85,9 @@ pub fn subscription_view(sub: &Subscription) -> Value {
         },
         "deadLetterDestination": sub.dead_letter_destination.as_ref().map(|d| json!({
             "endpointType": "S3",
-            "properties": {"bucket": d.bucket, "prefix": d.prefix, "url": d.url()},
+            "bucket": d.bucket,
+            "prefix": d.prefix,
+            "url": d.url(),
         })),
         "deadLetterWithResourceIdentity": null,
         "deliveryWithResourceIdentity": null,
@@ -105,6 +115,46 @@ pub fn subscription_view(sub: &Subscription) -> Value {
     v
 }
 
+/// The delivery queue's approximate message counts (SQS's), for every subscription.
+pub struct QueueCounts {
+    pub visible: Option<u64>,
+    pub delayed: Option<u64>,
+    pub in_flight: Option<u64>,
+}
+
+/// What `show` says of delivery to a subscription: its endpoint's health and the delivery
+/// queue's counts (`null` where they could not be read).
+pub fn delivery_status_view(
+    health: Option<&EndpointHealth>,
+    queue: Option<&QueueCounts>,
+    now: DateTime<Utc>,
+) -> Value {
+    json!({
+        "endpoint": health.map(|h| json!({
+            "state": if h.delayed_until.is_some_and(|t| t > now) {
+                "Delayed"
+            } else if h.is_healthy() {
+                "Healthy"
+            } else {
+                "Failing"
+            },
+            "consecutiveFailures": h.consecutive_failures,
+            "delayedUntil": h.delayed_until,
+            "lastFailure": h.last_failure.map(|f| json!({
+                "at": f.at,
+                "outcome": f.outcome,
+                "status": f.status,
+            })),
+        })),
+        "deliveryQueue": queue.map(|q| json!({
+            "scope": "all subscriptions",
+            "approximateMessages": q.visible,
+            "approximateMessagesDelayed": q.delayed,
+            "approximateMessagesInFlight": q.in_flight,
+        })),
+    })
+}
+
 /// The URL without credentials, query string or fragment (`az`'s `endpointBaseUrl`).
 fn endpoint_base_url(endpoint: &str) -> Value {
     url::Url::parse(endpoint)
@@ -129,12 +179,11 @@ fn mappings_view(mappings: &[DeliveryAttributeMapping]) -> Value {
     mappings
         .iter()
         .map(|m| {
-            let properties = if m.is_dynamic() {
-                json!({"sourceField": m.source_field})
+            if m.is_dynamic() {
+                json!({"name": m.name, "type": m.kind, "sourceField": m.source_field})
             } else {
-                json!({"value": m.value, "isSecret": m.is_secret})
-            };
-            json!({"name": m.name, "type": m.kind, "properties": properties})
+                json!({"name": m.name, "type": m.kind, "value": m.value, "isSecret": m.is_secret})
+            }
         })
         .collect()
 }
@@ -306,9 +355,9 @@ mod tests {
         assert_eq!(
             d["deliveryAttributeMappings"],
             json!([
-                {"name": "X-A", "type": "Static", "properties": {"value": "v", "isSecret": false}},
-                {"name": "X-S", "type": "Static", "properties": {"value": null, "isSecret": true}},
-                {"name": "X-D", "type": "Dynamic", "properties": {"sourceField": "data.t"}},
+                {"name": "X-A", "type": "Static", "value": "v", "isSecret": false},
+                {"name": "X-S", "type": "Static", "value": null, "isSecret": true},
+                {"name": "X-D", "type": "Dynamic", "sourceField": "data.t"},
             ])
         );
         assert!(!v.to_string().contains("s3cret") && !v.to_string().contains("hidden"));
@@ -326,14 +375,59 @@ mod tests {
             v["retryPolicy"],
             json!({"maxDeliveryAttempts": 5, "eventTimeToLiveInMinutes": 1440})
         );
-        assert_eq!(
-            v["deadLetterDestination"]["properties"]["url"],
-            "s3://dead/orders"
-        );
+        assert_eq!(v["deadLetterDestination"]["url"], "s3://dead/orders");
         assert_eq!(v["eventDeliverySchema"], "EventGridSchema");
         assert_eq!(v["labels"], json!(["team"]));
         assert_eq!(v["expirationTimeUtc"], Value::Null);
         assert_eq!(v["statusTable"], "Latest");
+    }
+
+    /// #11 item 14: what `show` says of delivery: the endpoint's state, failures, delay and
+    /// last failure; the queue's counts; `null` for what could not be read.
+    #[test]
+    fn delivery_status_says_how_delivery_goes() {
+        use gridrelay_shared::classify::DeliveryOutcome;
+        use gridrelay_shared::health::LastFailure;
+        let now = chrono::Utc::now();
+        let failure = LastFailure {
+            at: now,
+            outcome: DeliveryOutcome::Busy,
+            status: Some(503),
+        };
+        let delayed = EndpointHealth {
+            consecutive_failures: 12,
+            delayed_until: Some(now + chrono::Duration::minutes(4)),
+            probe_until: None,
+            last_failure: Some(failure),
+        };
+        let v = delivery_status_view(
+            Some(&delayed),
+            Some(&QueueCounts {
+                visible: Some(3),
+                delayed: Some(40),
+                in_flight: None,
+            }),
+            now,
+        );
+        assert_eq!(v["endpoint"]["state"], "Delayed");
+        assert_eq!(v["endpoint"]["consecutiveFailures"], 12);
+        assert_eq!(v["endpoint"]["lastFailure"]["outcome"], "Busy");
+        assert_eq!(v["endpoint"]["lastFailure"]["status"], 503);
+        assert_eq!(v["deliveryQueue"]["approximateMessagesDelayed"], 40);
+        assert_eq!(
+            v["deliveryQueue"]["approximateMessagesInFlight"],
+            Value::Null
+        );
+        let recovered = delayed.after_success();
+        let v = delivery_status_view(Some(&recovered), None, now);
+        assert_eq!(v["endpoint"]["state"], "Healthy");
+        assert_eq!(
+            v["endpoint"]["lastFailure"]["status"], 503,
+            "kept after a success"
+        );
+        assert_eq!(v["deliveryQueue"], Value::Null);
+        let v = delivery_status_view(None, None, now);
+        assert_eq!(v["endpoint"], Value::Null);
     }
 
     /// #11 item 13: `--output table` lines up its columns under a header.

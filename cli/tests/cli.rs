@@ -193,8 +193,8 @@ async fn topic_and_subscription_lifecycle_c1() {
     // H1: a secret value is never printed.
     assert!(!sub.to_string().contains("cli-secret-value"), "{sub}");
     let mappings = &sub["destination"]["deliveryAttributeMappings"];
-    assert_eq!(mappings[0]["properties"]["value"], "payments");
-    assert_eq!(mappings[1]["properties"]["isSecret"], true);
+    assert_eq!(mappings[0]["value"], "payments");
+    assert_eq!(mappings[1]["isSecret"], true);
     // The handshake is the service's: the CLI stores `Creating` and asks on the delivery queue
     // (with --no-wait it does not wait for the answer).
     assert_eq!(sub["provisioningState"], "Creating");
@@ -231,7 +231,7 @@ async fn topic_and_subscription_lifecycle_c1() {
         serde_json::json!({"maxConcurrentRequests": 8, "maxEventsPerSecond": 250})
     );
     assert_eq!(
-        sub["deadLetterDestination"]["properties"]["bucket"],
+        sub["deadLetterDestination"]["bucket"],
         names.dead_letter_bucket.as_str()
     );
     // L5: a dead-letter bucket that does not exist is refused, naming the flag and the value.
@@ -325,6 +325,16 @@ async fn topic_and_subscription_lifecycle_c1() {
         ],
         resources,
     ));
+    // `show` adds how delivery goes (#11 item 14); the rest is what `create` printed.
+    let mut shown = shown;
+    assert_eq!(
+        shown["deliveryStatus"]["endpoint"]["state"], "Healthy",
+        "{shown}"
+    );
+    shown
+        .as_object_mut()
+        .expect("an object")
+        .remove("deliveryStatus");
     assert_eq!(shown, sub);
     let listed = json(&gridrelay(
         &["event-subscription", "list", "--topic-name", "orders"],
@@ -859,7 +869,7 @@ async fn update_labels_dynamic_headers_and_expiration_from_the_command_line() {
     );
     let mapping = &created["destination"]["deliveryAttributeMappings"][0];
     assert_eq!(mapping["type"], "Dynamic");
-    assert_eq!(mapping["properties"]["sourceField"], "data.order");
+    assert_eq!(mapping["sourceField"], "data.order");
     assert!(created["expirationTimeUtc"].is_string(), "{created}");
     // #11 item 14: create waited for the handshake, as `az` waits for a terminal state.
     assert_eq!(created["provisioningState"], "Succeeded", "{created}");
@@ -1109,4 +1119,57 @@ async fn list_pages_and_prints_tables() {
     let topics = gridrelay(&["topic", "list", "-o", "table"], resources);
     let text = String::from_utf8_lossy(&topics.stdout).to_string();
     assert!(text.lines().any(|l| l.starts_with("orders")), "{text}");
+}
+
+/// #11 item 14: `show` says how delivery to the subscription goes: after a 503 and then a
+/// success, its endpoint is healthy again, and the last failure (when, `Busy`, 503) is kept;
+/// the delivery queue's counts are there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_says_how_delivery_goes() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("status").await;
+    let hook = Subscriber::start(vec![Reply::Status(503)], Reply::Status(200)).await;
+    let resources = Some(&sys.names);
+    let created = json(&gridrelay(
+        &[
+            "event-subscription",
+            "create",
+            "--topic-name",
+            "status",
+            "--name",
+            "audit",
+            "--endpoint",
+            &hook.url,
+        ],
+        resources,
+    ));
+    assert_eq!(created["provisioningState"], "Succeeded", "{created}");
+    sys.publish(&topic, &events("s", 1)).await;
+    hook.wait_for_requests(2, Duration::from_secs(30)).await;
+    let shown = gridrelay_e2e::eventually(Duration::from_secs(30), "health recorded", || async {
+        let shown = json(&gridrelay(
+            &[
+                "event-subscription",
+                "show",
+                "--topic-name",
+                "status",
+                "--name",
+                "audit",
+            ],
+            resources,
+        ));
+        (shown["deliveryStatus"]["endpoint"]["state"] == "Healthy"
+            && shown["deliveryStatus"]["endpoint"]["lastFailure"].is_object())
+        .then_some(shown)
+    })
+    .await;
+    let status = &shown["deliveryStatus"];
+    assert_eq!(status["endpoint"]["consecutiveFailures"], 0, "{shown}");
+    assert_eq!(status["endpoint"]["lastFailure"]["outcome"], "Busy");
+    assert_eq!(status["endpoint"]["lastFailure"]["status"], 503);
+    assert!(
+        status["deliveryQueue"]["approximateMessages"].is_u64(),
+        "{shown}"
+    );
+    sys.shutdown().await;
 }

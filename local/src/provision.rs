@@ -13,7 +13,8 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_sqs::types::QueueAttributeName;
 use gridrelay_adapters::aws::{describe_error, s3_client};
 use gridrelay_adapters::config::{
-    DELIVERY_QUEUE_URL_ENV, SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
+    DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV,
+    TOPICS_TABLE_ENV,
 };
 
 /// Names of every resource, all derived from one prefix.
@@ -59,12 +60,13 @@ impl ResourceNames {
 
     /// The environment that points the `gridrelay` command line at these resources: its
     /// tables, its delivery queue (by name) and its secret prefix.
-    pub fn cli_env(&self) -> [(&'static str, &str); 4] {
+    pub fn cli_env(&self) -> [(&'static str, &str); 5] {
         [
             (TOPICS_TABLE_ENV, &self.topics_table),
             (SUBSCRIPTIONS_TABLE_ENV, &self.subscriptions_table),
             (DELIVERY_QUEUE_URL_ENV, &self.delivery_queue),
             (SECRET_PREFIX_ENV, &self.secret_prefix),
+            (DELIVERY_STATE_TABLE_ENV, &self.delivery_state_table),
         ]
     }
 }

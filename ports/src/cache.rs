@@ -152,6 +152,7 @@ impl<K: Eq + Hash, V: Clone> Kept<K, V> {
 enum Recheck {
     Topic(String),
     Subscription(String, String),
+    List(String),
 }
 
 /// When each kept record was last rechecked on behalf of a request nobody vouches for, so
@@ -395,6 +396,15 @@ impl SubscriptionStore for CachedSubscriptionStore {
         }
     }
 
+    fn recheck_list(&self, topic: &str) {
+        let key = topic.to_string();
+        let now = self.freshness.clock.now();
+        if self.lists.holds(&key) && self.rechecks.due(Recheck::List(key.clone()), now) {
+            self.freshness.wrote();
+            self.lists.forget(&key);
+        }
+    }
+
     fn recheck_subscription(&self, topic: &str, name: &str) {
         let key = (topic.to_string(), name.to_string());
         let now = self.freshness.clock.now();
@@ -491,7 +501,7 @@ impl DeliveryStateStore for CachedDeliveryState {
         let kept = self
             .freshness
             .read_keeping(&self.healthy, endpoint.to_string(), read, |r| {
-                r.value == EndpointHealth::default()
+                r.value.is_healthy()
             })
             .await?;
         kept.ok_or_else(|| {

@@ -56,13 +56,14 @@ pub async fn fan_out(
     now: DateTime<Utc>,
 ) -> Result<FanOut, FanOutError> {
     let mut subscriptions = store.list_subscriptions(topic).await?;
-    // A list kept by a warm function may hold an expiration changed since: an expired one is
-    // read again before its events are left out, which cannot be undone.
+    // A list kept by a warm function may hold an expiration changed since: the list is read
+    // again before an expired one's events are left out (at most once per recheck interval,
+    // so a record waiting for its deletion does not turn the cache off).
     if subscriptions
         .iter()
         .any(|s| s.delivers() && s.is_expired(now))
     {
-        store.forget(topic);
+        store.recheck_list(topic);
         subscriptions = store.list_subscriptions(topic).await?;
     }
     let subscriptions: Vec<_> = subscriptions

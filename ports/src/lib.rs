@@ -90,6 +90,10 @@ pub trait SubscriptionStore: Send + Sync {
     /// Says that what was read of one subscription may be out of date (it and its topic's
     /// list are read from the store next time); the rest of the topic is kept.
     fn forget_subscription(&self, _topic: &str, _name: &str) {}
+    /// Says that a kept list of `topic`'s subscriptions may be out of date (it holds one whose
+    /// expiration has come, which may have been moved since): read again at most once per
+    /// [`cache::RECHECK_INTERVAL`].
+    fn recheck_list(&self, _topic: &str) {}
     /// As [`SubscriptionStore::forget`] for `topic`'s record alone, when a request nobody
     /// vouches for says it may be out of date (a key that does not match it): at most once per
     /// [`cache::RECHECK_INTERVAL`], so such requests cost at most one read of the store per

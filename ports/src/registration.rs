@@ -154,9 +154,13 @@ impl Registry<'_> {
         )
         .await?;
         if let Some(secret) = &request.signing_secret {
-            let id =
-                store_signing_secret(&sub, secret, self.secrets, self.secret_prefix, now).await?;
-            sub.signing = Some(Signing::new(id));
+            match store_signing_secret(&sub, secret, self.secrets, self.secret_prefix, now).await {
+                Ok(id) => sub.signing = Some(Signing::new(id)),
+                Err(e) => {
+                    self.delete_secrets(secret_ids(&sub)).await;
+                    return Err(e.into());
+                }
+            }
         }
         if let Err(e) = self.store.create_subscription(&sub).await {
             // Nothing names them: the record was not written.
@@ -238,20 +242,26 @@ impl Registry<'_> {
             }
             .into());
         }
-        // The record is written: what it needs asked for first, then the secrets it no longer
-        // names deleted (one left behind is only a leftover).
-        if let Some(which) = handshake {
-            self.ask(
-                ValidationTask::of(&next, ValidationStep::Handshake, which),
-                now,
-                None,
-            )
-            .await
-            .map_err(RegistrationError::UpdateHandshake)?;
-        }
-        if next.expiration_time_utc != current.expiration_time_utc {
-            self.schedule_expiry(&next, now).await?;
-        }
+        // The record is written: each step it needs is asked for, whatever became of the
+        // others (an update given the same endpoint asks again for a handshake that could not
+        // be asked), then the secrets it no longer names are deleted (one left behind is only
+        // a leftover).
+        let asked = match handshake {
+            Some(which) => self
+                .ask(
+                    ValidationTask::of(&next, ValidationStep::Handshake, which),
+                    now,
+                    None,
+                )
+                .await
+                .map_err(RegistrationError::UpdateHandshake),
+            None => Ok(()),
+        };
+        let scheduled = if next.expiration_time_utc != current.expiration_time_utc {
+            self.schedule_expiry(&next, now).await
+        } else {
+            Ok(())
+        };
         let kept = secret_ids(&next);
         self.delete_secrets(
             secret_ids(&current)
@@ -259,6 +269,8 @@ impl Registry<'_> {
                 .filter(|id| !kept.contains(id)),
         )
         .await;
+        asked?;
+        scheduled?;
         Ok(Updated {
             subscription: next,
             handshake,

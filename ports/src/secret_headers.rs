@@ -26,7 +26,7 @@ pub async fn store_secrets(
         subscription.id,
         &gridrelay_shared::subscription::new_subscription_id()[..16]
     );
-    let mut stored = Vec::new();
+    let mut stored: Vec<String> = Vec::new();
     for request in requests.iter().filter(|r| r.is_secret) {
         let name = secret_name(
             prefix,
@@ -35,7 +35,16 @@ pub async fn store_secrets(
             &request.name,
             &write,
         );
-        let id = secrets.put(&name, &request.value).await?;
+        let id = match secrets.put(&name, &request.value).await {
+            Ok(id) => id,
+            Err(e) => {
+                // Nothing will name those stored so far.
+                for id in &stored {
+                    let _ = secrets.delete(id).await;
+                }
+                return Err(e);
+            }
+        };
         stored.push(id.clone());
         if let Some(m) = subscription
             .delivery_attribute_mappings

@@ -26,6 +26,20 @@ pub struct EndpointHealth {
     pub delayed_until: Option<DateTime<Utc>>,
     /// A probe is in flight until then (its lease).
     pub probe_until: Option<DateTime<Utc>>,
+    /// The most recent failed attempt, kept across successes so `show` can say what went
+    /// wrong last (it plays no part in delivery).
+    #[serde(default)]
+    pub last_failure: Option<LastFailure>,
+}
+
+/// What the most recent failed attempt to an endpoint was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastFailure {
+    pub at: DateTime<Utc>,
+    pub outcome: crate::classify::DeliveryOutcome,
+    /// The HTTP status, when the endpoint answered.
+    pub status: Option<u16>,
 }
 
 /// When and how delivery to a failing endpoint is delayed.
@@ -77,6 +91,20 @@ impl EndpointHealth {
         self.delayed_until.is_some()
     }
 
+    /// No failure since the last success, no delay, no probe: delivery goes ahead, whatever
+    /// failed before.
+    pub fn is_healthy(&self) -> bool {
+        self.consecutive_failures == 0 && self.delayed_until.is_none() && self.probe_until.is_none()
+    }
+
+    /// The record after a success: healthy, the last failure kept for `show`.
+    pub fn after_success(&self) -> Self {
+        Self {
+            last_failure: self.last_failure,
+            ..Self::default()
+        }
+    }
+
     /// D1: whether a batch may be sent now.
     pub fn gate(&self, now: DateTime<Utc>, policy: &HealthPolicy) -> Gate {
         let Some(until) = self.delayed_until else {
@@ -102,6 +130,7 @@ impl EndpointHealth {
                 .delay_for(consecutive_failures)
                 .map(|d| now + chrono_duration(d)),
             probe_until: None,
+            last_failure: self.last_failure,
         }
     }
 }

@@ -683,9 +683,10 @@ impl SubscriptionUpdate {
     /// updated: the same subscription (id, version, signing, creation time), its settings
     /// changed. A new endpoint of a subscription that has a validated one becomes an
     /// [`EndpointChange`], validated apart while events go on to the old one; without a
-    /// validated endpoint, the new one replaces it and is validated as at create. Given the
-    /// endpoint it has, a pending change is dropped. Delivery headers given replace the stored
-    /// ones (their secrets stored by the caller).
+    /// validated endpoint, the new one replaces it and is validated as at create (given the
+    /// same endpoint, it is asked again: how a failed handshake is retried). Given the
+    /// endpoint it has, a validated subscription drops a pending change. Delivery headers
+    /// given replace the stored ones (their secrets stored by the caller).
     pub fn apply(
         &self,
         current: &Subscription,
@@ -704,8 +705,13 @@ impl SubscriptionUpdate {
         }
         let mut handshake = None;
         if next.endpoint == current.endpoint {
-            if self.endpoint.is_some() {
+            if self.endpoint.is_some() && current.delivers() {
                 next.endpoint_change = None;
+            } else if self.endpoint.is_some() {
+                // Never validated (still asking, or failed): given again, it is asked again.
+                next.provisioning = Provisioning::creating();
+                next.endpoint_change = None;
+                handshake = Some(Handshake::Subscription);
             }
         } else if current.delivers() {
             next.endpoint_change = Some(EndpointChange {

@@ -98,10 +98,12 @@ async fn failing_endpoint_is_delayed_and_probed_d1_r3() {
             .await
             .ok()
             .map(|h| h.value)
-            .filter(|h| *h == EndpointHealth::default())
+            .filter(EndpointHealth::is_healthy)
     })
     .await;
-    assert_eq!(healed, EndpointHealth::default());
+    assert!(healed.is_healthy(), "{healed:?}");
+    // #11 item 14: the last failure is kept for `show` after the recovery.
+    assert!(healed.last_failure.is_some(), "{healed:?}");
     assert!(sys.system.stats().deliver.delayed > 0);
     sys.shutdown().await;
 }
@@ -137,6 +139,11 @@ async fn health_writes_are_conditional_on_the_version_read_d1() {
         consecutive_failures: 10,
         delayed_until: Some(now + chrono::Duration::minutes(1)),
         probe_until: None,
+        last_failure: Some(gridrelay_shared::health::LastFailure {
+            at: now,
+            outcome: gridrelay_shared::classify::DeliveryOutcome::Busy,
+            status: Some(503),
+        }),
     };
     state
         .put_endpoint_health(endpoint, &delayed, 1, now)

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use super::{is_conditional_failure, unavailable, written};
 use gridrelay_ports::{DeliveryCapStore, DeliveryStateStore, StoreError, Versioned};
 use gridrelay_shared::caps::book_events;
-use gridrelay_shared::health::EndpointHealth;
+use gridrelay_shared::health::{EndpointHealth, LastFailure};
 
 /// The attribute holding an endpoint health record's version (conditional writes).
 const VERSION: &str = "ver";
@@ -117,6 +117,15 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
                     .unwrap_or(0),
                 delayed_until: time(&item, "delayedUntil"),
                 probe_until: time(&item, "probeUntil"),
+                last_failure: time(&item, "lastFailureAt").and_then(|at| {
+                    let outcome = item.get("lastFailureOutcome")?.as_s().ok()?;
+                    Some(LastFailure {
+                        at,
+                        outcome: serde_json::from_value(serde_json::Value::String(outcome.clone()))
+                            .ok()?,
+                        status: number("lastFailureStatus").and_then(|n| u16::try_from(n).ok()),
+                    })
+                }),
             },
             // Records written before versions existed read as version 0.
             version: number(VERSION).unwrap_or(0),
@@ -152,6 +161,18 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
         }
         if let Some(t) = health.probe_until {
             item.insert("probeUntil".into(), millis(t));
+        }
+        if let Some(f) = &health.last_failure {
+            item.insert("lastFailureAt".into(), millis(f.at));
+            if let Ok(serde_json::Value::String(outcome)) = serde_json::to_value(f.outcome) {
+                item.insert("lastFailureOutcome".into(), AttributeValue::S(outcome));
+            }
+            if let Some(status) = f.status {
+                item.insert(
+                    "lastFailureStatus".into(),
+                    AttributeValue::N(status.to_string()),
+                );
+            }
         }
         item.insert("expiresAt".into(), expires(now));
         item.insert(VERSION.into(), AttributeValue::N((version + 1).to_string()));

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use gridrelay_ports::update_endpoint_health;
 use gridrelay_shared::classify::{AttemptResult, DeliveryOutcome};
 use gridrelay_shared::delivery::hold;
-use gridrelay_shared::health::{EndpointHealth, Gate};
+use gridrelay_shared::health::{EndpointHealth, Gate, LastFailure};
 use gridrelay_shared::message::DeliveryHistory;
 use gridrelay_shared::outbound::redact_endpoint;
 use tracing::{info, warn};
@@ -192,8 +192,9 @@ impl Deliver {
     /// made to the record as it is at the write ([`update_endpoint_health`]), not as it was
     /// read before the attempts, so concurrent invocations add up and none undoes a delay.
     pub(crate) async fn record_health(&self, groups: &[Group], attempted: &[Attempted]) {
+        let now = self.clock.now();
         // In endpoint order, so a simulation replays the same writes for the same seed.
-        let mut seen: BTreeMap<&str, (u32, bool)> = BTreeMap::new();
+        let mut seen: BTreeMap<&str, (u32, bool, Option<LastFailure>)> = BTreeMap::new();
         for a in attempted {
             // Not the endpoint's doing: nothing was sent to it.
             if matches!(a.result, AttemptResult::NotSent(_)) {
@@ -201,20 +202,32 @@ impl Deliver {
             }
             let endpoint = groups[a.group].subscription.endpoint.as_str();
             let entry = seen.entry(endpoint).or_default();
-            if DeliveryOutcome::of(&a.result) == DeliveryOutcome::Succeeded {
+            let outcome = DeliveryOutcome::of(&a.result);
+            if outcome == DeliveryOutcome::Succeeded {
                 entry.1 = true;
             } else {
                 entry.0 += 1;
+                entry.2 = Some(LastFailure {
+                    at: now,
+                    outcome,
+                    status: match a.result {
+                        AttemptResult::Status(s) => Some(s),
+                        _ => None,
+                    },
+                });
             }
         }
-        let now = self.clock.now();
         let policy = &self.settings.health;
-        let writes = seen.into_iter().map(|(endpoint, (failures, succeeded))| async move {
+        let writes = seen.into_iter().map(|(endpoint, (failures, succeeded, last_failure))| async move {
             let change = |before: EndpointHealth| {
-                if succeeded {
-                    EndpointHealth::default()
+                let after = if succeeded {
+                    before.after_success()
                 } else {
                     before.after_failures(failures, now, policy)
+                };
+                EndpointHealth {
+                    last_failure: last_failure.or(after.last_failure),
+                    ..after
                 }
             };
             // A success clears the record as it is, not as a warm function kept it: a kept

@@ -251,15 +251,17 @@ impl Deliver {
         why: &str,
     ) -> Result<Option<Subscription>, StoreError> {
         let (topic, name) = (sub.topic.clone(), sub.name.clone());
+        // What this step asked: the endpoint, and the code it sent (none for CloudEvents).
         let asked = sub
             .handshake(which)
-            .map(|(endpoint, _)| endpoint.to_string());
+            .map(|(endpoint, p)| (endpoint.to_string(), p.validation_code_sha256.clone()));
         let update = update_subscription(self.store.as_ref(), sub, |s| {
             let Some((endpoint, p)) = s.handshake(which) else {
                 return Err(None);
             };
-            if asked.as_deref() != Some(endpoint) {
-                // Replaced by another endpoint meanwhile (an update): its own step asks it.
+            if asked.as_ref() != Some(&(endpoint.to_string(), p.validation_code_sha256.clone())) {
+                // Asked again meanwhile (an update, perhaps of the same endpoint): that
+                // request's own step settles it.
                 return Err(None);
             }
             if matches!(

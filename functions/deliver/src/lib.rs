@@ -590,7 +590,7 @@ impl Deliver {
             if let Ok(Some(sub)) = &read
                 && sub.is_expired(self.clock.now())
             {
-                self.store.forget_subscription(&key.0, &key.1);
+                self.store.recheck_subscription(&key.0, &key.1);
                 read = self.store.get_subscription(&key.0, &key.1).await;
             }
             let result = match read {
@@ -599,10 +599,26 @@ impl Deliver {
                 Ok(Some(sub)) if sub.is_expired(self.clock.now()) => Ok(None),
                 // Item 2: an unreadable secret is the subscription's problem, settled as a
                 // failed attempt of its events, not a failure of the records around them.
-                Ok(Some(sub)) => Ok(Some(Target {
-                    headers: Arc::new(self.resolve_secrets(&sub).await),
-                    subscription: Arc::new(sub),
-                })),
+                Ok(Some(mut sub)) => {
+                    let mut headers = self.resolve_secrets(&sub).await;
+                    // A record a warm function kept may name secrets an update has replaced
+                    // and deleted since: the record is read again before the events are
+                    // charged a failed attempt.
+                    if headers.is_err() {
+                        self.store.recheck_subscription(&key.0, &key.1);
+                        if let Ok(Some(fresh)) = self.store.get_subscription(&key.0, &key.1).await
+                            && fresh.id == sub.id
+                            && fresh.version != sub.version
+                        {
+                            headers = self.resolve_secrets(&fresh).await;
+                            sub = fresh;
+                        }
+                    }
+                    Ok(Some(Target {
+                        headers: Arc::new(headers),
+                        subscription: Arc::new(sub),
+                    }))
+                }
                 Ok(None) => Ok(None),
                 Err(e) => Err(e.to_string()),
             };

@@ -902,6 +902,7 @@ async fn a_stale_health_writer_does_not_undo_a_delay_d1() {
                     consecutive_failures: 10,
                     delayed_until: Some(clock.now() + chrono::Duration::minutes(1)),
                     probe_until: None,
+                    last_failure: None,
                 };
                 state
                     .put_endpoint_health(SICK, &delayed, read.version, clock.now())
@@ -1685,7 +1686,7 @@ async fn an_expired_subscription_receives_nothing_and_is_deleted() {
 }
 
 /// #11 item 12: an expiration moved later before it comes keeps the subscription; the step
-/// of the earlier one does not delete it.
+/// of the earlier one does not delete it, and ends (one step waits, the later one's).
 #[tokio::test]
 async fn a_later_expiration_keeps_the_subscription() {
     let w = World::new(ScriptedSender::status(200));
@@ -1708,10 +1709,12 @@ async fn a_later_expiration_keeps_the_subscription() {
         )
         .await
         .expect("updated");
+    assert_eq!(w.delivery.len(), 2, "two expiry steps");
     for _ in 0..4 {
         w.run_next().await;
     }
     assert!(w.clock.now() > first);
+    assert_eq!(w.delivery.len(), 1, "the earlier expiration's step ended");
     let stored = w.stored("sub-1").await;
     assert_eq!(stored.expiration_time_utc, Some(later));
     w.publish(&["a"]).await;
@@ -1877,4 +1880,121 @@ async fn an_update_replaces_header_secrets_without_touching_live_ones() {
         .await
         .unwrap();
     assert!(w.secrets.get(&second_id).await.is_ok());
+}
+
+/// #11 item 14, D1: each endpoint's health record keeps its last failure (when, the outcome,
+/// the status) for `show`, and keeps it after a success clears the failures; a record with
+/// only a last failure is healthy and delays nothing.
+#[tokio::test]
+async fn the_last_failure_is_kept_for_show_after_the_endpoint_recovers_d1() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let w = World::new(ScriptedSender::new(move |_| {
+        match seen.fetch_add(1, Ordering::SeqCst) {
+            0 => AttemptResult::Status(503),
+            _ => AttemptResult::Status(200),
+        }
+    }));
+    w.subscribe(request("sub-1")).await;
+    let endpoint = w.stored("sub-1").await.endpoint;
+    w.publish(&["a"]).await;
+    let failed_at = w.clock.now();
+    w.run().await;
+    let health = w.state.endpoint_health(&endpoint).await.unwrap().value;
+    assert_eq!(health.consecutive_failures, 1);
+    let last = health.last_failure.expect("recorded");
+    assert_eq!(
+        (last.at, last.outcome, last.status),
+        (
+            failed_at,
+            gridrelay_shared::classify::DeliveryOutcome::Busy,
+            Some(503)
+        )
+    );
+
+    w.clock.advance(Duration::from_secs(30));
+    assert_eq!(w.run().await.report.delivered, 1);
+    let health = w.state.endpoint_health(&endpoint).await.unwrap().value;
+    assert!(health.is_healthy());
+    assert_eq!(health.last_failure, Some(last), "kept after the success");
+    w.publish(&["b"]).await;
+    assert_eq!(w.run().await.report.delivered, 1, "nothing delayed");
+}
+
+/// #11 item 12: a warm function that kept a subscription whose expiration has since been moved
+/// later reads it again before dropping its events (which cannot be undone): they are
+/// delivered.
+#[tokio::test]
+async fn a_kept_record_past_its_old_expiration_is_read_again() {
+    let mut w = World::new(ScriptedSender::status(200));
+    w.keep_subscriptions_for(Duration::from_secs(4 * 3600));
+    let first = w.clock.now() + chrono::Duration::hours(1);
+    w.subscribe(SubscriptionRequest {
+        expiration_time_utc: Some(first),
+        ..request("sub-1")
+    })
+    .await;
+    w.publish(&["a"]).await;
+    w.run().await;
+    registry(&w.store, &w.secrets, &w.delivery)
+        .update(
+            TOPIC,
+            "sub-1",
+            &SubscriptionUpdate {
+                expiration_time_utc: Some(Some(first + chrono::Duration::hours(2))),
+                ..SubscriptionUpdate::default()
+            },
+            w.clock.now(),
+        )
+        .await
+        .unwrap();
+    w.publish(&["b"]).await;
+    w.clock.advance(Duration::from_secs(3601));
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.dropped, 0, "{:?}", outcome.report);
+    assert!(w.sender.requests().iter().any(|r| r.body.contains("\"b\"")));
+}
+
+/// #11 item 12, H1: a warm function that kept a record naming a secret an update has replaced
+/// and deleted reads the record again instead of charging the events a failed attempt.
+#[tokio::test]
+async fn a_kept_record_naming_a_replaced_secret_is_read_again_h1() {
+    let mut w = World::new(ScriptedSender::status(200));
+    w.keep_subscriptions_for(Duration::from_secs(600));
+    let secret = |value: &str| DeliveryAttributeRequest {
+        name: "Authorization".into(),
+        value: value.into(),
+        is_secret: true,
+        dynamic: false,
+    };
+    w.subscribe(SubscriptionRequest {
+        delivery_attributes: vec![secret("Bearer one")],
+        ..request("sub-1")
+    })
+    .await;
+    w.publish(&["a"]).await;
+    w.run().await;
+    registry(&w.store, &w.secrets, &w.delivery)
+        .update(
+            TOPIC,
+            "sub-1",
+            &SubscriptionUpdate {
+                delivery_attributes: Some(vec![secret("Bearer two")]),
+                ..SubscriptionUpdate::default()
+            },
+            w.clock.now(),
+        )
+        .await
+        .unwrap();
+    w.clock.advance(Duration::from_secs(2));
+    w.publish(&["b"]).await;
+    let outcome = w.run().await;
+    assert_eq!(
+        (outcome.report.delivered, outcome.report.failed_attempts),
+        (1, 0),
+        "{:?}",
+        outcome.report
+    );
+    let r = w.sender.requests().pop().unwrap();
+    assert_eq!(header(&r, "Authorization"), Some("Bearer two"));
 }
