@@ -603,9 +603,9 @@ impl Deliver {
                     let mut headers = self.resolve_secrets(&sub).await;
                     // A record a warm function kept may name secrets an update has replaced
                     // and deleted since: the record is read again before the events are
-                    // charged a failed attempt.
+                    // charged a failed attempt (always: this runs only after a failure).
                     if headers.is_err() {
-                        self.store.recheck_subscription(&key.0, &key.1);
+                        self.store.forget_subscription(&key.0, &key.1);
                         if let Ok(Some(fresh)) = self.store.get_subscription(&key.0, &key.1).await
                             && fresh.id == sub.id
                             && fresh.version != sub.version
