@@ -72,7 +72,7 @@ done
 "$gridrelay" event-subscription list --topic-name "$topic" | python3 -c '
 import json, sys
 for s in json.load(sys.stdin):
-    dl = ((s.get("deadLetterDestination") or {}).get("properties") or {}).get("bucket", "none")
+    dl = (s.get("deadLetterDestination") or {}).get("bucket", "none")
     print(f"  {s['"'"'name'"'"']:<7} -> {s['"'"'destination'"'"']['"'"'endpointUrl'"'"']}  dead-letter bucket: {dl}")
 '
 
