@@ -893,7 +893,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 cli.delivery_queue.clone()
             };
-            let queue = SqsQueue::new(sqs, &queue_url);
+            let queue = SqsQueue::new(sqs.clone(), &queue_url);
             let endpoints = EndpointCheck {
                 policy: OutboundPolicy::new(create_allowed_networks(
                     cli.allowed_networks.as_deref(),
@@ -910,10 +910,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 dead_letters: &objects,
             };
             let health = DynamoDeliveryStateStore::from_sdk(&sdk, &cli.delivery_state_table);
-            let status_sqs = aws_sdk_sqs::Client::new(&sdk);
             let status = StatusSources {
                 health: &health,
-                sqs: &status_sqs,
+                sqs: &sqs,
                 delivery_queue: &cli.delivery_queue,
             };
             subscription_command(&registry, &status, cli.output, cmd, request, update).await
@@ -1164,46 +1163,38 @@ async fn delivery_status(sources: &StatusSources<'_>, sub: &Subscription) -> ser
             None
         }
     };
-    let queue = match queue_url(sources.sqs, sources.delivery_queue, "--delivery-queue").await {
-        Ok(url) => sources
-            .sqs
-            .get_queue_attributes()
-            .queue_url(url)
-            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
-            .attribute_names(
-                aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed,
-            )
-            .attribute_names(
-                aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
-            )
-            .send()
-            .await
-            .map_err(|e| anyhow::anyhow!(describe_error(&e))),
-        Err(e) => Err(e),
-    };
-    let queue = match queue {
-        Ok(out) => {
-            let count = |name| {
-                out.attributes()
-                    .and_then(|a| a.get(&name))
-                    .and_then(|v| v.parse::<u64>().ok())
-            };
-            Some(view::QueueCounts {
-                visible: count(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages),
-                delayed: count(
-                    aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed,
-                ),
-                in_flight: count(
-                    aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
-                ),
-            })
-        }
+    let queue = match queue_counts(sources.sqs, sources.delivery_queue).await {
+        Ok(counts) => Some(counts),
         Err(e) => {
             eprintln!("note: the delivery queue could not be read ({e:#})");
             None
         }
     };
     view::delivery_status_view(health.as_ref(), queue.as_ref(), chrono::Utc::now())
+}
+
+/// SQS's approximate counts of a queue's messages: waiting, delayed and being handled.
+async fn queue_counts(sqs: &aws_sdk_sqs::Client, queue: &str) -> anyhow::Result<view::QueueCounts> {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url(sqs, queue, "--delivery-queue").await?)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesDelayed)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!(describe_error(&e)))?;
+    let count = |name: A| {
+        out.attributes()
+            .and_then(|a| a.get(&name))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    Ok(view::QueueCounts {
+        visible: count(A::ApproximateNumberOfMessages),
+        delayed: count(A::ApproximateNumberOfMessagesDelayed),
+        in_flight: count(A::ApproximateNumberOfMessagesNotVisible),
+    })
 }
 
 async fn subscription_command(

@@ -579,18 +579,21 @@ impl Deliver {
             // Only that subscription is read again; messages without an id (written before
             // ids existed) are matched by time (`is_replaced`) and ask for nothing. A kept
             // record without an id and a message with one: it was created again since.
-            if let Ok(Some(sub)) = &read
-                && ids.iter().any(|id| !id.is_empty() && *id != sub.id)
-            {
-                self.store.forget_subscription(&key.0, &key.1);
-                read = self.store.get_subscription(&key.0, &key.1).await;
-            }
             // An expired record kept by a warm function may have been given a later expiration
-            // since: dropping its events cannot be undone, so it is read again first.
-            if let Ok(Some(sub)) = &read
-                && sub.is_expired(self.clock.now())
-            {
-                self.store.recheck_subscription(&key.0, &key.1);
+            // since: dropping its events cannot be undone, so it is read again first (at most
+            // once per recheck interval).
+            let read_again = match &read {
+                Ok(Some(sub)) if ids.iter().any(|id| !id.is_empty() && *id != sub.id) => {
+                    self.store.forget_subscription(&key.0, &key.1);
+                    true
+                }
+                Ok(Some(sub)) if sub.is_expired(self.clock.now()) => {
+                    self.store.recheck_subscription(&key.0, &key.1);
+                    true
+                }
+                _ => false,
+            };
+            if read_again {
                 read = self.store.get_subscription(&key.0, &key.1).await;
             }
             let result = match read {
