@@ -104,3 +104,18 @@ pub fn allowed_networks_from_env()
         .unwrap_or_default()
         .parse()
 }
+
+/// Which AWS resources events may be delivered to (S4): ARNs or ARN patterns separated by
+/// commas, `*` and `?` as in IAM. The deploy sets it from `DeliveryDestinationArns`, the same
+/// list the deliver function's IAM policy names; the command line reads it to refuse a
+/// subscription to anything else at create time. Unset: none.
+pub const DELIVERY_DESTINATIONS_ENV: &str = "GRIDRELAY_DELIVERY_DESTINATIONS";
+
+/// The allowed destinations from the environment (none when unset); refused naming the value.
+pub fn delivery_destinations_from_env()
+-> Result<gridrelay_shared::destination::AllowedDestinations, gridrelay_shared::limits::LimitError>
+{
+    gridrelay_shared::destination::AllowedDestinations::parse(
+        &std::env::var(DELIVERY_DESTINATIONS_ENV).unwrap_or_default(),
+    )
+}

@@ -108,6 +108,7 @@ pub async fn deliver_all(
         delivery_queue: delivery.clone(),
         dead_letter_queue: Arc::new(MemoryQueue::new(Arc::clone(&clock))),
         sender: Arc::new(settings.http_sender()?),
+        resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
         clock: Arc::clone(&clock),
         jitter: Arc::new(RandomJitter),
         state: Arc::new(MemoryDeliveryStateStore::default()),

@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, DynamoSubscriptionStore, S3ObjectStore, SecretsManagerStore,
-    SqsQueue, describe_error, load_sdk_config, s3_client,
+    AwsResourceSender, DynamoDeliveryStateStore, DynamoSubscriptionStore, S3ObjectStore,
+    SecretsManagerStore, SqsQueue, describe_error, load_sdk_config, s3_client,
 };
 use gridrelay_adapters::config::{self, TableNames};
 use gridrelay_adapters::outbound::SystemResolver;
@@ -25,6 +25,7 @@ use gridrelay_ports::redrive::{
 use gridrelay_ports::registration::{RegistrationError, Registry};
 use gridrelay_ports::{DeliveryStateStore, StoreError, SubscriptionStore};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
+use gridrelay_shared::destination::AllowedDestinations;
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_subscription_name, validate_topic_name};
 use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy, redact_endpoint};
@@ -104,6 +105,12 @@ struct Cli {
     /// give the stack's AllowedNetworks on AWS.
     #[arg(long, global = true, env = config::ALLOWED_NETWORKS_ENV)]
     allowed_networks: Option<String>,
+    /// AWS resources (ARNs or ARN patterns, `*` and `?` as in IAM, comma-separated) events
+    /// may be delivered to: an `--endpoint-type` other than webhook must name one. Default:
+    /// every one when AWS_ENDPOINT_URL is on this machine (a local stack), else none; give
+    /// the stack's DeliveryDestinationArns on AWS.
+    #[arg(long, global = true, env = config::DELIVERY_DESTINATIONS_ENV)]
+    delivery_destinations: Option<String>,
     /// What topics and event subscriptions are printed as: json (shaped like `az
     /// eventgrid`'s) or table.
     #[arg(long, short = 'o', global = true, value_enum, default_value = "json")]
@@ -427,7 +434,8 @@ struct CreateSubscription {
     /// Subscription name: 3 to 64 letters, digits and '-'.
     #[arg(long)]
     name: String,
-    /// Webhook URL events are POSTed to.
+    /// Webhook URL events are POSTed to, or the ARN of the AWS resource they are written to
+    /// (see --endpoint-type).
     #[arg(long)]
     endpoint: String,
     /// Return at once, without waiting for the endpoint validation handshake to end.
@@ -463,6 +471,12 @@ struct UpdateSubscription {
 /// one and the rest stay.
 #[derive(Args)]
 struct SubscriptionSettings {
+    /// What --endpoint is: webhook (default), or an AWS resource's ARN: sqs, sns, lambda,
+    /// eventbridge or kinesis (unset, an ARN's service says). Resources have no validation
+    /// handshake; they must exist and be among the installation's --delivery-destinations.
+    /// An update keeps the type.
+    #[arg(long)]
+    endpoint_type: Option<String>,
     /// Events per delivery request, 1 to 5000 (default 1: batching off).
     #[arg(long, allow_negative_numbers = true)]
     max_events_per_batch: Option<i64>,
@@ -594,6 +608,7 @@ impl SubscriptionSettings {
             topic: topic.to_string(),
             name: name.to_string(),
             endpoint: endpoint.to_string(),
+            endpoint_type: self.endpoint_type.clone(),
             max_events_per_batch: self.max_events_per_batch,
             preferred_batch_size_in_kilobytes: self.preferred_batch_size_in_kilobytes,
             max_delivery_attempts: self.max_delivery_attempts,
@@ -615,6 +630,7 @@ impl SubscriptionSettings {
     fn update(&self, endpoint: Option<&str>) -> Result<SubscriptionUpdate, LimitError> {
         Ok(SubscriptionUpdate {
             endpoint: endpoint.map(str::to_string),
+            endpoint_type: self.endpoint_type.clone(),
             max_events_per_batch: self.max_events_per_batch,
             preferred_batch_size_in_kilobytes: self.preferred_batch_size_in_kilobytes,
             max_delivery_attempts: self.max_delivery_attempts,
@@ -701,6 +717,8 @@ fn flag_of(field: &str) -> &str {
         "deadLetterDestination" => "--deadletter-endpoint",
         "statusTable" => "--status-table",
         "endpoint" => "--endpoint",
+        "endpointType" => "--endpoint-type",
+        "deliveryDestinations" => "--delivery-destinations",
         "topic name" => "--topic-name / --name",
         "event subscription name" => "--name",
         "includedEventTypes" => "--included-event-types",
@@ -901,6 +919,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 resolver: Arc::new(SystemResolver),
             };
             let objects = S3ObjectStore::new(s3_client(&sdk));
+            let resources = AwsResourceSender::from_sdk(&sdk);
+            let allowed_destinations =
+                create_delivery_destinations(cli.delivery_destinations.as_deref())?;
             let registry = Registry {
                 store: &store,
                 secrets: &secrets,
@@ -908,6 +929,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 delivery_queue: &queue,
                 endpoints: &endpoints,
                 dead_letters: &objects,
+                resources: &resources,
+                allowed_destinations: &allowed_destinations,
             };
             let health = DynamoDeliveryStateStore::from_sdk(&sdk, &cli.delivery_state_table);
             let status = StatusSources {
@@ -1417,7 +1440,27 @@ fn create_allowed_networks(given: Option<&str>) -> anyhow::Result<AllowedNetwork
     if let Some(given) = given {
         return given.parse().map_err(invalid);
     }
-    let local_stack = std::env::var("AWS_ENDPOINT_URL")
+    Ok(if local_stack() {
+        AllowedNetworks::loopback()
+    } else {
+        AllowedNetworks::none()
+    })
+}
+
+/// The AWS resources `event-subscription create` admits: those given, else every one when
+/// the AWS API is on this machine, else none (on AWS the deliver function's IAM policy names
+/// the stack's own).
+fn create_delivery_destinations(given: Option<&str>) -> anyhow::Result<AllowedDestinations> {
+    match given {
+        Some(given) => AllowedDestinations::parse(given).map_err(invalid),
+        None if local_stack() => Ok(AllowedDestinations::any()),
+        None => Ok(AllowedDestinations::default()),
+    }
+}
+
+/// Whether AWS_ENDPOINT_URL names this machine (an emulator: `gridrelay local`'s stack).
+fn local_stack() -> bool {
+    std::env::var("AWS_ENDPOINT_URL")
         .ok()
         .and_then(|u| url::Url::parse(&u).ok())
         .is_some_and(|u| match u.host() {
@@ -1425,12 +1468,7 @@ fn create_allowed_networks(given: Option<&str>) -> anyhow::Result<AllowedNetwork
             Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
             Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
             None => false,
-        });
-    Ok(if local_stack {
-        AllowedNetworks::loopback()
-    } else {
-        AllowedNetworks::none()
-    })
+        })
 }
 
 async fn run_local(args: LocalArgs, allowed_networks: Option<&str>) -> anyhow::Result<()> {

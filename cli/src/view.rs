@@ -65,16 +65,7 @@ pub fn subscription_view(sub: &Subscription) -> Value {
         "type": SUBSCRIPTION_TYPE,
         "topic": topic_resource_id(&sub.topic),
         "provisioningState": sub.provisioning.state,
-        "destination": {
-            "endpointType": "WebHook",
-            "endpointUrl": redact_endpoint(&sub.endpoint),
-            "endpointBaseUrl": endpoint_base_url(&sub.endpoint),
-            "maxEventsPerBatch": sub.batching.max_events_per_batch,
-            "preferredBatchSizeInKilobytes": sub.batching.preferred_batch_size_in_kilobytes,
-            "deliveryAttributeMappings": mappings_view(&sub.delivery_attribute_mappings),
-            "azureActiveDirectoryTenantId": null,
-            "azureActiveDirectoryApplicationIdOrUri": null,
-        },
+        "destination": destination_view(sub),
         "filter": filter_view(&sub.filter),
         "labels": (!sub.labels.is_empty()).then_some(&sub.labels),
         "expirationTimeUtc": sub.expiration_time_utc,
@@ -113,6 +104,35 @@ pub fn subscription_view(sub: &Subscription) -> Value {
         });
     }
     v
+}
+
+/// Where a subscription's events go: a webhook as `az` prints one; an AWS resource by its ARN
+/// (`resourceId`, as `az` names an Azure resource's), with the batch settings where they
+/// apply (a Lambda function).
+fn destination_view(sub: &Subscription) -> Value {
+    let endpoint_type = sub.endpoint_type;
+    if endpoint_type.is_resource() {
+        let mut d = json!({
+            "endpointType": endpoint_type.as_str(),
+            "resourceId": sub.endpoint,
+        });
+        if endpoint_type.takes_batches() {
+            d["maxEventsPerBatch"] = json!(sub.batching.max_events_per_batch);
+            d["preferredBatchSizeInKilobytes"] =
+                json!(sub.batching.preferred_batch_size_in_kilobytes);
+        }
+        return d;
+    }
+    json!({
+        "endpointType": endpoint_type.as_str(),
+        "endpointUrl": redact_endpoint(&sub.endpoint),
+        "endpointBaseUrl": endpoint_base_url(&sub.endpoint),
+        "maxEventsPerBatch": sub.batching.max_events_per_batch,
+        "preferredBatchSizeInKilobytes": sub.batching.preferred_batch_size_in_kilobytes,
+        "deliveryAttributeMappings": mappings_view(&sub.delivery_attribute_mappings),
+        "azureActiveDirectoryTenantId": null,
+        "azureActiveDirectoryApplicationIdOrUri": null,
+    })
 }
 
 /// The delivery queue's approximate message counts (SQS's), for every subscription.
@@ -249,7 +269,11 @@ pub fn subscriptions_table(subs: &[Subscription]) -> String {
             vec![
                 s.name.clone(),
                 format!("{:?}", s.provisioning.state),
-                redact_endpoint(&s.endpoint),
+                if s.endpoint_type.is_resource() {
+                    s.endpoint.clone()
+                } else {
+                    redact_endpoint(&s.endpoint)
+                },
                 s.event_delivery_schema.as_str().to_string(),
                 s.batching.max_events_per_batch.to_string(),
                 s.retry_policy.max_delivery_attempts.to_string(),
@@ -306,6 +330,37 @@ mod tests {
 
     fn words(w: &[&str]) -> Vec<String> {
         w.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// #12: an AWS resource destination prints its type and ARN as `resourceId` (no handshake:
+    /// provisioned at once), with batch settings only where they apply.
+    #[test]
+    fn a_resource_destination_prints_its_type_and_arn_s4() {
+        let now = chrono::Utc::now();
+        let sub = |endpoint: &str| {
+            SubscriptionRequest {
+                topic: "orders".into(),
+                name: "audit".into(),
+                endpoint: endpoint.into(),
+                ..SubscriptionRequest::default()
+            }
+            .validate(InputSchema::EventGridSchema, now)
+            .unwrap()
+        };
+        let queue = sub("arn:aws:sqs:us-east-1:123456789012:orders");
+        let v = subscription_view(&queue);
+        assert_eq!(v["provisioningState"], "Succeeded");
+        assert_eq!(
+            v["destination"],
+            json!({"endpointType": "SqsQueue", "resourceId": "arn:aws:sqs:us-east-1:123456789012:orders"})
+        );
+        let function = sub("arn:aws:lambda:us-east-1:123456789012:function:f");
+        let d = &subscription_view(&function)["destination"];
+        assert_eq!(d["endpointType"], "LambdaFunction");
+        assert_eq!(d["maxEventsPerBatch"], 1);
+        assert!(
+            subscriptions_table(&[queue]).contains("arn:aws:sqs:us-east-1:123456789012:orders")
+        );
     }
 
     /// #11 item 13: the properties scripts written for `az eventgrid event-subscription show`

@@ -1173,3 +1173,107 @@ async fn show_says_how_delivery_goes() {
     );
     sys.shutdown().await;
 }
+
+/// #12 (S4) as a user types it: `create --endpoint-type sqs --endpoint ARN` makes a
+/// subscription that needs no handshake (`Succeeded` at once), prints the queue as
+/// `destination.resourceId`, and delivers every event to the queue as a message; an ARN of
+/// another service, batching settings for a queue, and a queue outside
+/// `--delivery-destinations` are refused naming the flag, the value and what is allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_a_subscription_to_an_sqs_queue_s4() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("orders").await;
+    let resources = Some(&sys.names);
+    let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
+    let url = sqs
+        .create_queue()
+        .queue_name(format!("{}-in", sys.names.secret_prefix))
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_string();
+    let arn = format!(
+        "arn:aws:sqs:us-east-1:123456789012:{}-in",
+        sys.names.secret_prefix
+    );
+    let mut args = create_args("to-queue", &arn);
+    args.extend(["--endpoint-type", "sqs"]);
+
+    let refused = |extra: &[&str]| {
+        let mut a = args.clone();
+        a.extend(extra);
+        let out = gridrelay(&a, resources);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        stderr(&out)
+    };
+    let err = refused(&["--max-events-per-batch", "10"]);
+    assert!(
+        err.contains("--max-events-per-batch") && err.contains("one message per event"),
+        "{err}"
+    );
+    let err = refused(&["--delivery-destinations", "arn:aws:sqs:*:*:billing-*"]);
+    assert!(
+        err.contains("--endpoint") && err.contains("billing-*"),
+        "{err}"
+    );
+    let mut wrong = create_args("to-topic", &arn);
+    wrong.extend(["--endpoint-type", "sns"]);
+    let out = gridrelay(&wrong, resources);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("SNS standard topic ARN"),
+        "{}",
+        stderr(&out)
+    );
+
+    let created = json(&gridrelay(&args, resources));
+    assert_eq!(created["provisioningState"], "Succeeded", "{created}");
+    assert_eq!(created["destination"]["endpointType"], "SqsQueue");
+    assert_eq!(created["destination"]["resourceId"], arn.as_str());
+
+    sys.publish(&topic, &events("c", 3)).await;
+    let mut ids = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while ids.len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "3 messages in the queue: {ids:?}"
+        );
+        let out = sqs
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .visibility_timeout(60)
+            .send()
+            .await
+            .unwrap();
+        for m in out.messages() {
+            let event: Value = serde_json::from_str(m.body().unwrap()).unwrap();
+            assert_eq!(event["eventType"], "Contoso.Orders.Created");
+            ids.insert(event["id"].as_str().unwrap().to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let show = |extra: &[&str]| {
+        let mut a = vec![
+            "event-subscription",
+            "show",
+            "--topic-name",
+            "orders",
+            "--name",
+            "to-queue",
+        ];
+        a.extend(extra);
+        gridrelay(&a, resources)
+    };
+    let shown = json(&show(&[]));
+    assert_eq!(shown["destination"]["endpointType"], "SqsQueue");
+    let table = show(&["-o", "table"]);
+    assert!(
+        String::from_utf8_lossy(&table.stdout).contains(&arn),
+        "{table:?}"
+    );
+    sys.shutdown().await;
+}

@@ -27,6 +27,10 @@ def getatt(name):
     return {"Fn::GetAtt": [name, "Arn"]}
 
 
+# S4: the AWS resources deliver may write to, granted only when the parameter names some.
+DESTINATIONS = {"Ref": "DeliveryDestinationArns"}
+DESTINATIONS_CONDITION = "HasDeliveryDestinations"
+
 EXPECTED = {
     "IngestFunction": {
         "dynamodb:GetItem": [getatt("TopicsTable"), getatt("SubscriptionsTable")],
@@ -39,7 +43,12 @@ EXPECTED = {
         "dynamodb:PutItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
         "dynamodb:UpdateItem": [getatt("DeliveryStateTable")],
         "dynamodb:DeleteItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
-        "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("DeadLetterQueue")],
+        "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("DeadLetterQueue"), DESTINATIONS],
+        "sqs:GetQueueUrl": [DESTINATIONS],
+        "sns:Publish": [DESTINATIONS],
+        "events:PutEvents": [DESTINATIONS],
+        "kinesis:PutRecords": [DESTINATIONS],
+        "lambda:InvokeFunction": [DESTINATIONS],
         "secretsmanager:GetSecretValue": [
             {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}
         ],
@@ -139,6 +148,16 @@ def main():
         granted = {}
         for policy in role.get("Policies", []):
             for statement in policy["PolicyDocument"]["Statement"]:
+                if "Fn::If" in statement:
+                    # Only the destinations statement is conditional, and only on there being
+                    # destinations: granted when they are named, nothing otherwise.
+                    condition, granted_if, otherwise = statement["Fn::If"]
+                    if condition != DESTINATIONS_CONDITION or otherwise != {"Ref": "AWS::NoValue"}:
+                        problems.append(f"{function}: unexpected conditional statement {statement}")
+                        continue
+                    if granted_if.get("Resource") != DESTINATIONS:
+                        problems.append(f"{function}: destinations statement on {granted_if.get('Resource')}")
+                    statement = granted_if
                 if statement.get("Effect") != "Allow":
                     continue
                 actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]

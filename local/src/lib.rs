@@ -24,8 +24,8 @@ use aws_config::SdkConfig;
 use aws_lambda_events::sqs::SqsEvent;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, S3ObjectStore, SqsQueue, delivery_state_store, s3_client,
-    secret_store, subscription_store,
+    AwsResourceSender, DynamoDeliveryStateStore, S3ObjectStore, SqsQueue, delivery_state_store,
+    s3_client, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_adapters::outbound::SystemResolver;
@@ -300,6 +300,7 @@ impl LocalSystem {
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_letter_queue.clone(),
             sender: Arc::new(settings.http_sender_with(config.resolver.clone())?),
+            resources: Arc::new(AwsResourceSender::from_sdk(sdk)),
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
             secrets: secret_store(sdk, config.config_cache),

@@ -29,6 +29,7 @@ use chrono::{DateTime, Utc};
 
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::delivery_attributes::SecretValue;
+use gridrelay_shared::destination::{ResourceDestination, RoutingFields};
 use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::subscription::{Subscription, Topic};
@@ -409,6 +410,47 @@ pub trait EventSender: Send + Sync {
     async fn send(&self, request: DeliveryRequest) -> SentAttempt;
     /// Sends a handshake request; `Err` says why no answer came.
     async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String>;
+}
+
+/// One event (or, for a Lambda function, one batch) for an AWS resource destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceEntry {
+    /// The event in the subscription's delivery schema (a Lambda function's: the batch).
+    pub body: String,
+    /// What the message carries besides (attributes, `DetailType`, partition key).
+    pub fields: RoutingFields,
+}
+
+/// One call to an AWS resource destination: entries that fit one call of its service's batch
+/// API (`gridrelay_shared::destination::CallLimits`), for one subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceRequest {
+    pub destination: ResourceDestination,
+    pub topic: String,
+    pub subscription: String,
+    /// Attempts before this one (`aeg-delivery-count`).
+    pub delivery_count: u32,
+    pub entries: Vec<ResourceEntry>,
+}
+
+/// Why a destination was not found usable when a subscription was created.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DestinationError {
+    #[error("it does not exist ({0})")]
+    NotFound(String),
+    #[error("it could not be checked ({0})")]
+    Unavailable(String),
+}
+
+/// AWS resources events are delivered to: SQS, SNS, Lambda, EventBridge and Kinesis on AWS.
+#[async_trait]
+pub trait ResourceSender: Send + Sync {
+    /// Makes the call and says what became of each entry, in order: `Status(200)` for one the
+    /// service took, the error it reported for one it did not (a call that failed as a whole
+    /// fails every entry). Never fails otherwise.
+    async fn put(&self, request: ResourceRequest) -> Vec<AttemptResult>;
+    /// Whether the destination exists (checked when a subscription is created).
+    async fn check(&self, destination: &ResourceDestination) -> Result<(), DestinationError>;
 }
 
 /// The time now. Injected so decisions can be tested at chosen times.

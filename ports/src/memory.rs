@@ -935,3 +935,102 @@ impl crate::endpoints::AddressResolver for MemoryResolver {
             .ok_or_else(|| format!("no address for {host}"))
     }
 }
+
+/// AWS resource destinations in memory: the ARNs that exist, what each call carried, and an
+/// optional script of per-entry results (by default every entry of an existing destination is
+/// taken, and a missing one answers 404 as the services do).
+#[derive(Default)]
+pub struct MemoryDestinations {
+    existing: Mutex<std::collections::BTreeSet<String>>,
+    calls: Mutex<Vec<crate::ResourceRequest>>,
+    taken: Mutex<Vec<(String, crate::ResourceEntry)>>,
+    #[allow(clippy::type_complexity)]
+    script:
+        Mutex<Option<Box<dyn Fn(&crate::ResourceEntry) -> Option<AttemptResult> + Send + Sync>>>,
+}
+
+impl MemoryDestinations {
+    /// Makes a destination exist.
+    pub fn create(&self, arn: &str) {
+        self.existing.lock().unwrap().insert(arn.to_string());
+    }
+
+    pub fn delete(&self, arn: &str) {
+        self.existing.lock().unwrap().remove(arn);
+    }
+
+    /// Answers an entry with the script's result where it gives one.
+    pub fn script(
+        &self,
+        script: impl Fn(&crate::ResourceEntry) -> Option<AttemptResult> + Send + Sync + 'static,
+    ) {
+        *self.script.lock().unwrap() = Some(Box::new(script));
+    }
+
+    /// Every call made, in order.
+    pub fn calls(&self) -> Vec<crate::ResourceRequest> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// The entries a destination took.
+    pub fn taken(&self, arn: &str) -> Vec<crate::ResourceEntry> {
+        let taken = self.taken.lock().unwrap();
+        taken
+            .iter()
+            .filter(|(a, _)| a == arn)
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+
+    fn result(&self, arn: &str, entry: &crate::ResourceEntry) -> AttemptResult {
+        if !self.existing.lock().unwrap().contains(arn) {
+            return AttemptResult::Service(gridrelay_shared::destination::ServiceFailure::of_code(
+                "ResourceNotFoundException",
+                Some(400),
+            ));
+        }
+        self.script
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|s| s(entry))
+            .unwrap_or(AttemptResult::Status(200))
+    }
+}
+
+#[async_trait]
+impl crate::ResourceSender for MemoryDestinations {
+    async fn put(&self, request: crate::ResourceRequest) -> Vec<AttemptResult> {
+        let arn = request.destination.arn.clone();
+        let results: Vec<AttemptResult> = request
+            .entries
+            .iter()
+            .map(|e| self.result(&arn, e))
+            .collect();
+        {
+            let mut taken = self.taken.lock().unwrap();
+            for (entry, result) in request.entries.iter().zip(&results) {
+                if matches!(result, AttemptResult::Status(200)) {
+                    taken.push((arn.clone(), entry.clone()));
+                }
+            }
+        }
+        self.calls.lock().unwrap().push(request);
+        results
+    }
+
+    async fn check(
+        &self,
+        destination: &gridrelay_shared::destination::ResourceDestination,
+    ) -> Result<(), crate::DestinationError> {
+        if self.existing.lock().unwrap().contains(&destination.arn) {
+            Ok(())
+        } else {
+            Err(crate::DestinationError::NotFound(format!(
+                "no {} {}",
+                destination.endpoint_type.as_str(),
+                destination.name
+            )))
+        }
+    }
+}

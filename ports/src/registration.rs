@@ -13,10 +13,11 @@ use chrono::{DateTime, Utc};
 use crate::endpoints::EndpointGate;
 use crate::secret_headers::{secret_ids, store_secrets, store_signing_secret};
 use crate::{
-    MessageQueue, ObjectStore, OutgoingMessage, SecretError, SecretStore, StoreError,
-    SubscriptionStore,
+    DestinationError, MessageQueue, ObjectStore, OutgoingMessage, ResourceSender, SecretError,
+    SecretStore, StoreError, SubscriptionStore,
 };
 use crate::{Update, update_subscription};
+use gridrelay_shared::destination::{AllowedDestinations, ResourceDestination};
 use gridrelay_shared::limits::{LimitError, MAX_SUBSCRIPTIONS_PER_TOPIC};
 use gridrelay_shared::message::{DeliveryQueueMessage, ValidationTask, queue_delay};
 use gridrelay_shared::signing::{Signing, SigningSecret};
@@ -68,6 +69,10 @@ pub struct Registry<'a> {
     pub endpoints: &'a dyn EndpointGate,
     /// Where dead-letter locations are checked (S3 on AWS).
     pub dead_letters: &'a dyn ObjectStore,
+    /// Where AWS resource destinations are checked (S4).
+    pub resources: &'a dyn ResourceSender,
+    /// Which AWS resources this installation may deliver to.
+    pub allowed_destinations: &'a AllowedDestinations,
 }
 
 /// The object a dead-letter location's check writes and deletes, under its prefix.
@@ -124,7 +129,7 @@ impl Registry<'_> {
             .await?
             .ok_or_else(|| RegistrationError::NoSuchTopic(request.topic.clone()))?;
         let mut sub = request.validate(topic.input_schema, now)?;
-        self.endpoints.admit(&sub.endpoint).await?;
+        self.admit(&sub).await?;
         let existing = self.store.list_subscriptions(&sub.topic).await?;
         if existing.iter().any(|s| s.name == sub.name) {
             return Err(StoreError::AlreadyExists(format!(
@@ -167,15 +172,46 @@ impl Registry<'_> {
             self.delete_secrets(secret_ids(&sub)).await;
             return Err(e.into());
         }
-        self.ask(
-            ValidationTask::new(&sub, ValidationStep::Handshake),
-            now,
-            None,
-        )
-        .await
-        .map_err(RegistrationError::Handshake)?;
+        if !sub.endpoint_type.is_resource() {
+            self.ask(
+                ValidationTask::new(&sub, ValidationStep::Handshake),
+                now,
+                None,
+            )
+            .await
+            .map_err(RegistrationError::Handshake)?;
+        }
         self.schedule_expiry(&sub, now).await?;
         Ok(sub)
+    }
+
+    /// Whether events may go to the subscription's endpoint: a webhook by the outbound rules
+    /// ([`crate::endpoints`]); an AWS resource if the installation allows it and it exists.
+    async fn admit(&self, sub: &Subscription) -> Result<(), LimitError> {
+        match sub.resource() {
+            Some(destination) => self.admit_resource(&destination).await,
+            None => self.endpoints.admit(&sub.endpoint).await,
+        }
+    }
+
+    /// S4: no handshake for an AWS resource; instead it must be one the installation may
+    /// deliver to, and exist now.
+    async fn admit_resource(&self, destination: &ResourceDestination) -> Result<(), LimitError> {
+        self.allowed_destinations.check(destination)?;
+        self.resources.check(destination).await.map_err(|e| {
+            let what = match &e {
+                DestinationError::NotFound(_) => "an existing",
+                DestinationError::Unavailable(_) => "a readable",
+            };
+            LimitError::new(
+                "endpoint",
+                format!("{:?}", destination.arn),
+                format!(
+                    "{what} {} this installation may deliver to: {e}",
+                    destination.endpoint_type.as_str()
+                ),
+            )
+        })
     }
 
     /// Changes the settings `update` gives (each checked as at create) and keeps the rest.
@@ -217,6 +253,11 @@ impl Registry<'_> {
         } = update.apply(&current, topic_record.input_schema, now)?;
         if let Some((endpoint, _)) = handshake.and_then(|h| next.handshake(h)) {
             self.endpoints.admit(endpoint).await?;
+        }
+        if next.endpoint != current.endpoint
+            && let Some(destination) = next.resource()
+        {
+            self.admit_resource(&destination).await?;
         }
         if next.dead_letter_destination != current.dead_letter_destination
             && let Some(destination) = &next.dead_letter_destination
@@ -394,6 +435,8 @@ mod tests {
         secrets: MemorySecretStore,
         queue: MemoryQueue,
         objects: MemoryObjectStore,
+        destinations: crate::memory::MemoryDestinations,
+        allowed: AllowedDestinations,
     }
 
     impl Fixture {
@@ -403,6 +446,8 @@ mod tests {
                 secrets: MemorySecretStore::default(),
                 queue: MemoryQueue::new(Arc::new(ManualClock::new(now))),
                 objects: MemoryObjectStore::default(),
+                destinations: crate::memory::MemoryDestinations::default(),
+                allowed: AllowedDestinations::any(),
             }
         }
 
@@ -414,6 +459,8 @@ mod tests {
                 delivery_queue: &self.queue,
                 endpoints: &crate::endpoints::AnyEndpoint,
                 dead_letters: &self.objects,
+                resources: &self.destinations,
+                allowed_destinations: &self.allowed,
             }
         }
     }
@@ -477,6 +524,86 @@ mod tests {
                 f.objects.objects().is_empty(),
                 "the check's object was deleted"
             );
+        });
+    }
+
+    /// #12 (S4): an AWS resource is registered without a handshake, if the installation may
+    /// deliver to it and it exists; otherwise it is refused naming the ARN and why, and
+    /// nothing is stored. An update to another ARN is checked the same way.
+    #[test]
+    fn a_resource_must_be_allowed_and_exist_s4() {
+        let now = chrono::Utc::now();
+        let mut f = Fixture::new(now);
+        f.allowed =
+            AllowedDestinations::parse("arn:aws:sqs:us-east-1:123456789012:orders-*").unwrap();
+        f.destinations
+            .create("arn:aws:sqs:us-east-1:123456789012:orders-a");
+        let registry = f.registry();
+        let request = |name: &str, queue: &str| SubscriptionRequest {
+            topic: "orders".into(),
+            name: name.into(),
+            endpoint: format!("arn:aws:sqs:us-east-1:123456789012:{queue}"),
+            ..SubscriptionRequest::default()
+        };
+        futures::executor::block_on(async {
+            f.store
+                .create_topic(&Topic::with_new_keys("orders", now))
+                .await
+                .unwrap();
+            let refusal = |e: RegistrationError| match e {
+                RegistrationError::Invalid(e) => e,
+                other => panic!("expected a refusal, got {other}"),
+            };
+            let e = refusal(
+                registry
+                    .register(&request("elsewhere", "billing"), now)
+                    .await
+                    .unwrap_err(),
+            );
+            assert_eq!(e.field, "endpoint");
+            assert!(e.allowed.contains("orders-*"), "{e}");
+            let e = refusal(
+                registry
+                    .register(&request("missing", "orders-b"), now)
+                    .await
+                    .unwrap_err(),
+            );
+            assert!(e.allowed.contains("an existing SqsQueue"), "{e}");
+            assert!(e.allowed.contains("does not exist"), "{e}");
+            assert!(
+                f.store
+                    .list_subscriptions("orders")
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+
+            let sub = registry
+                .register(&request("kept", "orders-a"), now)
+                .await
+                .unwrap();
+            assert!(sub.delivers());
+            assert!(f.queue.sent().is_empty(), "no handshake asked for");
+
+            let moved = SubscriptionUpdate {
+                endpoint: Some("arn:aws:sqs:us-east-1:123456789012:orders-b".into()),
+                ..SubscriptionUpdate::default()
+            };
+            let e = refusal(
+                registry
+                    .update("orders", "kept", &moved, now)
+                    .await
+                    .unwrap_err(),
+            );
+            assert!(e.allowed.contains("does not exist"), "{e}");
+            f.destinations
+                .create("arn:aws:sqs:us-east-1:123456789012:orders-b");
+            let updated = registry
+                .update("orders", "kept", &moved, now)
+                .await
+                .unwrap();
+            assert_eq!(updated.handshake, None);
+            assert!(updated.subscription.endpoint.ends_with("orders-b"));
         });
     }
 

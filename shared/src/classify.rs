@@ -37,6 +37,9 @@ pub enum AttemptResult {
     /// follows the retry policy and ends in the dead-letter location or a counted drop; it
     /// says nothing about the endpoint's health.
     NotSent(String),
+    /// An AWS resource destination's service refused the entry or the call (S4): the status
+    /// its error means and the outcome it is recorded as.
+    Service(crate::destination::ServiceFailure),
 }
 
 /// The `lastDeliveryOutcome` vocabulary of dead-letter records (L6): the newest revision's
@@ -72,6 +75,11 @@ pub enum DeliveryOutcome {
     SocketError,
     /// The endpoint's host name could not be resolved.
     ResolutionError,
+    /// An AWS resource destination cannot take more now (an SQS queue with too many
+    /// messages in flight).
+    Full,
+    /// An AWS resource destination is disabled (its KMS key, or a Lambda function not ready).
+    Disabled,
     /// The event's time to live ended while delivery to its endpoint was delayed (D1).
     Probation,
     /// The event's time to live ended before any attempt of it was made.
@@ -89,17 +97,23 @@ impl DeliveryOutcome {
             AttemptResult::Unresolved(_) => Self::ResolutionError,
             AttemptResult::Refused(_) => Self::Forbidden,
             AttemptResult::NotSent(_) => Self::GenericError,
-            AttemptResult::Status(code) => match code {
-                200..=204 => Self::Succeeded,
-                400 => Self::BadRequest,
-                401 => Self::Unauthorized,
-                403 => Self::Forbidden,
-                404 | 410 => Self::NotFound,
-                408 => Self::TimedOut,
-                413 => Self::PayloadTooLarge,
-                429 | 503 => Self::Busy,
-                _ => Self::GenericError,
-            },
+            AttemptResult::Service(failure) => failure.outcome,
+            AttemptResult::Status(code) => Self::of_status(*code),
+        }
+    }
+
+    /// What an HTTP status is recorded as.
+    pub fn of_status(code: u16) -> Self {
+        match code {
+            200..=204 => Self::Succeeded,
+            400 => Self::BadRequest,
+            401 => Self::Unauthorized,
+            403 => Self::Forbidden,
+            404 | 410 => Self::NotFound,
+            408 => Self::TimedOut,
+            413 => Self::PayloadTooLarge,
+            429 | 503 => Self::Busy,
+            _ => Self::GenericError,
         }
     }
 
@@ -115,6 +129,8 @@ impl DeliveryOutcome {
             Self::Busy => "Busy",
             Self::SocketError => "SocketError",
             Self::ResolutionError => "ResolutionError",
+            Self::Full => "Full",
+            Self::Disabled => "Disabled",
             Self::Probation => "Probation",
             Self::Delivering => "Delivering",
             Self::GenericError => "GenericError",
@@ -321,6 +337,7 @@ pub fn classify_status(
     let status = match result {
         AttemptResult::Status(s) if is_success(*s) => return Verdict::Delivered,
         AttemptResult::Status(s) => *s,
+        AttemptResult::Service(failure) => failure.status,
         // S2: a timeout or a broken connection is an ordinary failure.
         AttemptResult::TimedOut
         | AttemptResult::ConnectionFailed(_)

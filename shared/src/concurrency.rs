@@ -36,6 +36,10 @@ impl LoadSignal {
             | AttemptResult::TimedOut
             | AttemptResult::ConnectionFailed(_) => Self::Overloaded,
             AttemptResult::Status(_) => Self::Coped,
+            // A throttled AWS service (and a queue that is full) is overloaded; any other
+            // error was an answer.
+            AttemptResult::Service(f) if f.status == 503 => Self::Overloaded,
+            AttemptResult::Service(_) => Self::Coped,
             AttemptResult::NotSent(_)
             | AttemptResult::Refused(_)
             | AttemptResult::Unresolved(_) => Self::Silent,

@@ -370,7 +370,11 @@ pub fn settle_attempt(
 ) -> Settlement {
     let verdict = classify_status(
         subscription.status_table.table(),
-        EndpointKind::Webhook,
+        if subscription.endpoint_type.is_resource() {
+            EndpointKind::Resource
+        } else {
+            EndpointKind::Webhook
+        },
         attempt.result,
         subscription.dead_letter_destination.is_some(),
     );

@@ -8,7 +8,7 @@
 //!
 //! - Limits and inputs: [`limits`], [`time_scale`], [`subscription`], [`filter`], [`publish`],
 //!   [`schema`], [`raw_json`], [`sas`], [`validation`], [`delivery_attributes`].
-//! - Delivery: [`caps`], [`classify`], [`schedule`], [`batching`], [`decision`], [`health`],
+//! - Delivery: [`caps`], [`classify`], [`destination`] (AWS resources as endpoints, S4), [`schedule`], [`batching`], [`decision`], [`health`],
 //!   [`message`], [`delivery`] (what happens to each due event and after each attempt).
 //! - Dead-lettering: [`dead_letter`] (the L6 format), [`dead_letter_write`] (what the
 //!   dead-letter function writes, tries again or drops).
@@ -24,6 +24,7 @@ pub mod dead_letter_write;
 pub mod decision;
 pub mod delivery;
 pub mod delivery_attributes;
+pub mod destination;
 pub mod filter;
 pub mod health;
 pub mod limits;

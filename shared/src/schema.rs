@@ -458,6 +458,16 @@ pub fn delivery_body<'a>(
     (content_type, body)
 }
 
+/// One event as a message body in `schema`, for destinations that take one message per event
+/// (an SQS queue, say): the event itself, not an array (a custom-schema event: its own event,
+/// the envelope's `data`).
+pub fn event_body(event: &RawValue, schema: DeliverySchema) -> &str {
+    match schema {
+        DeliverySchema::CustomInputSchema => envelope_data(event),
+        _ => event.get(),
+    }
+}
+
 /// H2: the `aeg-data-version` header of a request carrying `events` (in `schema`): their
 /// `dataVersion` (`dataversion` for CloudEvents), when every one has the same and a header can
 /// carry it (visible ASCII); `None` otherwise (each event's own is in the body).

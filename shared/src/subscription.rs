@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::caps::DeliveryCaps;
 use crate::classify::StatusTableName;
 use crate::delivery_attributes::{self, DeliveryAttributeMapping, DeliveryAttributeRequest};
+use crate::destination::{EndpointType, ResourceDestination};
 use crate::filter::EventFilter;
 use crate::limits::{
     EVENT_TTL_MINUTES, LimitError, MAX_DELIVERY_ATTEMPTS, MAX_EVENTS_PER_BATCH,
@@ -289,7 +290,11 @@ pub struct Subscription {
     /// each other's changes.
     #[serde(default)]
     pub version: u64,
+    /// Where events go: a webhook's URL, or an AWS resource's ARN (`endpoint_type`).
     pub endpoint: String,
+    /// What kind of endpoint it is (S4); webhook in records written before there were others.
+    #[serde(default, skip_serializing_if = "is_webhook")]
+    pub endpoint_type: EndpointType,
     #[serde(default)]
     pub batching: BatchPolicy,
     #[serde(default)]
@@ -350,7 +355,20 @@ pub enum Handshake {
     EndpointChange,
 }
 
+fn is_webhook(t: &EndpointType) -> bool {
+    *t == EndpointType::WebHook
+}
+
 impl Subscription {
+    /// Its AWS resource destination, if it delivers to one (a record that does not parse as
+    /// one, which validation never writes, is `None`).
+    pub fn resource(&self) -> Option<ResourceDestination> {
+        self.endpoint_type
+            .is_resource()
+            .then(|| ResourceDestination::parse(self.endpoint_type, &self.endpoint).ok())
+            .flatten()
+    }
+
     /// Whether events are delivered to it: only once its endpoint is validated.
     pub fn delivers(&self) -> bool {
         self.provisioning.state == ProvisioningState::Succeeded
@@ -418,6 +436,8 @@ pub struct SubscriptionRequest {
     pub topic: String,
     pub name: String,
     pub endpoint: String,
+    /// `--endpoint-type`; unset, an ARN's service names it and anything else is a webhook.
+    pub endpoint_type: Option<String>,
     pub max_events_per_batch: Option<i64>,
     pub preferred_batch_size_in_kilobytes: Option<i64>,
     pub max_delivery_attempts: Option<i64>,
@@ -447,7 +467,15 @@ impl SubscriptionRequest {
     ) -> Result<Subscription, LimitError> {
         validate_topic_name(&self.topic)?;
         validate_subscription_name(&self.name)?;
-        let endpoint = validate_endpoint(&self.endpoint)?;
+        let endpoint_type = match &self.endpoint_type {
+            Some(t) => t.parse::<EndpointType>()?,
+            None => EndpointType::of_arn(&self.endpoint).unwrap_or_default(),
+        };
+        let endpoint = if endpoint_type.is_resource() {
+            ResourceDestination::parse(endpoint_type, &self.endpoint)?.arn
+        } else {
+            validate_endpoint(&self.endpoint)?
+        };
         self.filter.validate()?;
         let event_delivery_schema = match &self.event_delivery_schema {
             Some(s) => s.parse::<DeliverySchema>()?,
@@ -465,16 +493,21 @@ impl SubscriptionRequest {
                 format!("a time in the future (now: {})", now.to_rfc3339()),
             ));
         }
+        let batching = BatchPolicy::from_settings(
+            self.max_events_per_batch,
+            self.preferred_batch_size_in_kilobytes,
+        )?;
+        if endpoint_type.is_resource() {
+            check_resource_settings(self, endpoint_type, &batching)?;
+        }
         Ok(Subscription {
             topic: self.topic.clone(),
             name: self.name.clone(),
             id: new_subscription_id(),
             version: 0,
             endpoint,
-            batching: BatchPolicy::from_settings(
-                self.max_events_per_batch,
-                self.preferred_batch_size_in_kilobytes,
-            )?,
+            endpoint_type,
+            batching,
             retry_policy: RetryPolicy::from_settings(
                 self.max_delivery_attempts,
                 self.event_ttl_minutes,
@@ -497,13 +530,76 @@ impl SubscriptionRequest {
             delivery_attribute_mappings: delivery_attributes::mappings(&self.delivery_attributes),
             // Set by registration once the secret is stored.
             signing: None,
-            provisioning: Provisioning::creating(),
+            // An AWS resource has no handshake: it was checked when the subscription was
+            // registered (it exists, and the installation may deliver to it).
+            provisioning: if endpoint_type.is_resource() {
+                Provisioning::with_state(
+                    ProvisioningState::Succeeded,
+                    Some(format!(
+                        "{} destination: no validation handshake",
+                        endpoint_type.as_str()
+                    )),
+                )
+            } else {
+                Provisioning::creating()
+            },
             endpoint_change: None,
             labels: self.labels.clone(),
             expiration_time_utc: self.expiration_time_utc,
             created_at: now,
         })
     }
+}
+
+/// What an AWS resource destination does not take: batching settings (one message per event,
+/// except a Lambda function, which takes a batch), delivery headers and signatures (HTTP
+/// only).
+fn check_resource_settings(
+    request: &SubscriptionRequest,
+    endpoint_type: EndpointType,
+    batching: &BatchPolicy,
+) -> Result<(), LimitError> {
+    let not_here = |field: &str, value: String, what: &str| {
+        LimitError::new(
+            field,
+            value,
+            format!(
+                "unset for a {} endpoint ({what})",
+                endpoint_type.flag_name()
+            ),
+        )
+    };
+    if !endpoint_type.takes_batches() && *batching != BatchPolicy::default() {
+        let (field, value) = match request.max_events_per_batch {
+            Some(n) if n != 1 => ("maxEventsPerBatch", n),
+            _ => (
+                "preferredBatchSizeInKilobytes",
+                request
+                    .preferred_batch_size_in_kilobytes
+                    .unwrap_or_default(),
+            ),
+        };
+        return Err(not_here(
+            field,
+            value.to_string(),
+            "it receives one message per event; batching applies to webhook and lambda endpoints",
+        ));
+    }
+    if let Some(first) = request.delivery_attributes.first() {
+        return Err(not_here(
+            "deliveryAttributeMappings",
+            format!("{:?}", first.name),
+            "delivery headers are sent to webhooks only; event type, subject and id ride as message attributes",
+        ));
+    }
+    if request.signing_secret.is_some() {
+        return Err(not_here(
+            "signingSecret",
+            "(given)".to_string(),
+            "signatures are for webhooks; IAM decides who may write to the resource",
+        ));
+    }
+    Ok(())
 }
 
 /// Labels per subscription.
@@ -560,6 +656,8 @@ pub fn parse_expiration(text: &str) -> Result<DateTime<Utc>, LimitError> {
 #[derive(Debug, Clone, Default)]
 pub struct SubscriptionUpdate {
     pub endpoint: Option<String>,
+    /// Must be the subscription's own: an update does not change the kind of endpoint.
+    pub endpoint_type: Option<String>,
     pub max_events_per_batch: Option<i64>,
     pub preferred_batch_size_in_kilobytes: Option<i64>,
     pub max_delivery_attempts: Option<i64>,
@@ -607,6 +705,7 @@ impl SubscriptionUpdate {
                 .endpoint
                 .clone()
                 .unwrap_or_else(|| current.endpoint.clone()),
+            endpoint_type: Some(current.endpoint_type.flag_name().to_string()),
             max_events_per_batch: or(
                 self.max_events_per_batch,
                 Some(current.batching.max_events_per_batch),
@@ -693,6 +792,18 @@ impl SubscriptionUpdate {
         input: InputSchema,
         now: DateTime<Utc>,
     ) -> Result<Updated, LimitError> {
+        if let Some(given) = &self.endpoint_type
+            && given.parse::<EndpointType>()? != current.endpoint_type
+        {
+            return Err(LimitError::new(
+                "endpointType",
+                given,
+                format!(
+                    "{} (an update keeps the kind of endpoint; delete the subscription and create it again)",
+                    current.endpoint_type.flag_name()
+                ),
+            ));
+        }
         let mut next = self.request(current).validate(input, now)?;
         next.id = current.id.clone();
         next.version = current.version;
@@ -704,7 +815,10 @@ impl SubscriptionUpdate {
             next.delivery_attribute_mappings = current.delivery_attribute_mappings.clone();
         }
         let mut handshake = None;
-        if next.endpoint == current.endpoint {
+        if next.endpoint_type.is_resource() {
+            // No handshake: a new ARN (checked by registration) takes over at once.
+            next.endpoint_change = None;
+        } else if next.endpoint == current.endpoint {
             if self.endpoint.is_some() && current.delivers() {
                 next.endpoint_change = None;
             } else if self.endpoint.is_some() {
@@ -880,6 +994,137 @@ mod tests {
         sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
         sub.version = 3;
         sub
+    }
+
+    /// #12 (S4): an AWS resource's ARN names its type (or `--endpoint-type` does, and must
+    /// agree); it needs no handshake; batching applies to webhooks and Lambda functions only,
+    /// and delivery headers and signatures to webhooks only, each refusal naming the field.
+    #[test]
+    fn resource_endpoints_are_typed_by_their_arn_and_need_no_handshake_s4() {
+        let now = Utc::now();
+        let request = |endpoint: &str, endpoint_type: Option<&str>| SubscriptionRequest {
+            topic: "orders".into(),
+            name: "to-queue".into(),
+            endpoint: endpoint.into(),
+            endpoint_type: endpoint_type.map(str::to_string),
+            ..SubscriptionRequest::default()
+        };
+        let queue = "arn:aws:sqs:us-east-1:123456789012:orders";
+        let sub = request(queue, None)
+            .validate(InputSchema::EventGridSchema, now)
+            .unwrap();
+        assert_eq!(sub.endpoint_type, EndpointType::Sqs);
+        assert!(sub.delivers(), "no handshake for a resource");
+        assert_eq!(sub.resource().unwrap().name, "orders");
+        let stored: Subscription =
+            serde_json::from_str(&serde_json::to_string(&sub).unwrap()).unwrap();
+        assert_eq!(stored.endpoint_type, EndpointType::Sqs);
+
+        let webhook = request("https://hooks.example.com/in", None)
+            .validate(InputSchema::EventGridSchema, now)
+            .unwrap();
+        assert_eq!(webhook.endpoint_type, EndpointType::WebHook);
+        assert!(!webhook.delivers());
+        assert!(
+            !serde_json::to_string(&webhook)
+                .unwrap()
+                .contains("endpoint_type"),
+            "webhook records stay as they were"
+        );
+
+        let e = request(queue, Some("sns"))
+            .validate(InputSchema::EventGridSchema, now)
+            .unwrap_err();
+        assert_eq!(e.field, "endpoint");
+        assert!(e.allowed.contains("SNS"), "{e}");
+        let e = request("https://hooks.example.com/in", Some("kinesis"))
+            .validate(InputSchema::EventGridSchema, now)
+            .unwrap_err();
+        assert!(e.allowed.contains("Kinesis stream ARN"), "{e}");
+        let e = request(queue, Some("queue"))
+            .validate(InputSchema::EventGridSchema, now)
+            .unwrap_err();
+        assert_eq!(e.field, "endpointType");
+
+        let batched = SubscriptionRequest {
+            max_events_per_batch: Some(10),
+            ..request(queue, None)
+        };
+        let e = batched
+            .validate(InputSchema::EventGridSchema, now)
+            .unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("maxEventsPerBatch", "10")
+        );
+        assert!(e.allowed.contains("one message per event"), "{e}");
+        let function = SubscriptionRequest {
+            max_events_per_batch: Some(10),
+            ..request("arn:aws:lambda:us-east-1:123456789012:function:f", None)
+        };
+        assert_eq!(
+            function
+                .validate(InputSchema::EventGridSchema, now)
+                .unwrap()
+                .batching
+                .max_events_per_batch,
+            10
+        );
+        let headers = SubscriptionRequest {
+            delivery_attributes: vec![
+                DeliveryAttributeRequest::parse(&["X-A".into(), "static".into(), "v".into()])
+                    .unwrap(),
+            ],
+            ..request(queue, None)
+        };
+        let e = headers
+            .validate(InputSchema::EventGridSchema, now)
+            .unwrap_err();
+        assert_eq!(e.field, "deliveryAttributeMappings");
+    }
+
+    /// #12: an update may move a resource subscription to another ARN of its type (at once:
+    /// no handshake) but not change its type.
+    #[test]
+    fn an_update_keeps_the_endpoint_type_s4() {
+        let now = Utc::now();
+        let current = SubscriptionRequest {
+            topic: "orders".into(),
+            name: "to-queue".into(),
+            endpoint: "arn:aws:sqs:us-east-1:123456789012:a".into(),
+            ..SubscriptionRequest::default()
+        }
+        .validate(InputSchema::EventGridSchema, now)
+        .unwrap();
+        let moved = SubscriptionUpdate {
+            endpoint: Some("arn:aws:sqs:us-east-1:123456789012:b".into()),
+            ..SubscriptionUpdate::default()
+        }
+        .apply(&current, InputSchema::EventGridSchema, now)
+        .unwrap();
+        assert_eq!(
+            moved.subscription.endpoint,
+            "arn:aws:sqs:us-east-1:123456789012:b"
+        );
+        assert_eq!(moved.handshake, None);
+        assert!(moved.subscription.delivers());
+        assert_eq!(moved.subscription.id, current.id);
+        let e = SubscriptionUpdate {
+            endpoint_type: Some("webhook".into()),
+            endpoint: Some("https://hooks.example.com/in".into()),
+            ..SubscriptionUpdate::default()
+        }
+        .apply(&current, InputSchema::EventGridSchema, now)
+        .unwrap_err();
+        assert_eq!(e.field, "endpointType");
+        assert!(e.allowed.contains("keeps the kind of endpoint"), "{e}");
+        let e = SubscriptionUpdate {
+            endpoint: Some("arn:aws:sns:us-east-1:123456789012:t".into()),
+            ..SubscriptionUpdate::default()
+        }
+        .apply(&current, InputSchema::EventGridSchema, now)
+        .unwrap_err();
+        assert_eq!(e.field, "endpoint");
     }
 
     /// #11 item 12: an update changes the settings it gives, each checked as at create, and

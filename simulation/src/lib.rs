@@ -495,6 +495,7 @@ impl World {
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_queue.clone(),
             sender: subscribers.clone(),
+            resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
             clock: clock.clone(),
             jitter: Arc::new(FixedJitter(0.5)),
             state: Arc::new(FaultyState(
@@ -549,6 +550,8 @@ impl World {
         };
         let _ = self.memory_store.create_topic(&self.topic).await;
         let secrets = MemorySecretStore::default();
+        let destinations = gridrelay_ports::memory::MemoryDestinations::default();
+        let allowed = gridrelay_shared::destination::AllowedDestinations::default();
         let registry = Registry {
             store: self.memory_store.as_ref(),
             secrets: &secrets,
@@ -556,6 +559,8 @@ impl World {
             delivery_queue: self.delivery.as_ref(),
             endpoints: &gridrelay_ports::endpoints::AnyEndpoint,
             dead_letters: self.objects.as_ref(),
+            resources: &destinations,
+            allowed_destinations: &allowed,
         };
         let request =
             |name: &str, filter: EventFilter, attempts: Option<i64>| SubscriptionRequest {

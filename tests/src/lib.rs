@@ -17,11 +17,12 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use chrono::Utc;
-use gridrelay_adapters::aws::{S3ObjectStore, SecretsManagerStore, s3_client};
+use gridrelay_adapters::aws::{AwsResourceSender, S3ObjectStore, SecretsManagerStore, s3_client};
 use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig, RunnerStats};
 use gridrelay_ports::endpoints::EndpointCheck;
 use gridrelay_ports::registration::Registry;
 use gridrelay_shared::delivery::ATTEMPT_TIMEOUT;
+use gridrelay_shared::destination::AllowedDestinations;
 use gridrelay_shared::outbound::OutboundPolicy;
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
@@ -82,6 +83,10 @@ pub struct TestSystem {
     pub endpoints: EndpointCheck,
     /// Where `event-subscription create` checks dead-letter locations.
     pub objects: S3ObjectStore,
+    /// Where `event-subscription create` checks AWS resource destinations (S4).
+    pub resources: AwsResourceSender,
+    /// The AWS resources the command line admits here: every one (a local stack).
+    pub allowed_destinations: AllowedDestinations,
     http: reqwest::Client,
 }
 
@@ -133,12 +138,14 @@ impl TestSystem {
         let objects = S3ObjectStore::new(s3_client(&sdk));
         Self {
             system,
-            sdk,
+            sdk: sdk.clone(),
             names,
             scale,
             secrets,
             endpoints,
             objects,
+            resources: AwsResourceSender::from_sdk(&sdk),
+            allowed_destinations: AllowedDestinations::any(),
             http: reqwest::Client::new(),
         }
     }
@@ -215,6 +222,8 @@ impl TestSystem {
             delivery_queue: self.system.delivery_queue.as_ref(),
             endpoints: &self.endpoints,
             dead_letters: &self.objects,
+            resources: &self.resources,
+            allowed_destinations: &self.allowed_destinations,
         }
     }
 

@@ -161,6 +161,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
             ))
             .expect("client"),
         ),
+        resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
         secrets: Arc::new(gridrelay_adapters::aws::SecretsManagerStore::from_sdk(

@@ -4,12 +4,14 @@
 
 mod delivery_state;
 mod dynamodb;
+mod resources;
 mod s3;
 mod secrets;
 mod sqs;
 
 pub use delivery_state::DynamoDeliveryStateStore;
 pub use dynamodb::DynamoSubscriptionStore;
+pub use resources::AwsResourceSender;
 pub use s3::S3ObjectStore;
 pub use secrets::SecretsManagerStore;
 pub use sqs::{SqsQueue, failed_receipts, sqs_event};

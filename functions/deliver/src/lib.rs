@@ -30,7 +30,8 @@ use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::secret_headers::{resolve_headers, resolve_signing};
 use gridrelay_ports::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue,
-    OutgoingMessage, SecretStore, SentAttempt, SubscriptionStore, back_off,
+    OutgoingMessage, ResourceEntry, ResourceRequest, ResourceSender, SecretStore, SentAttempt,
+    SubscriptionStore, back_off,
 };
 use gridrelay_shared::batching::plan_batches;
 use gridrelay_shared::classify::AttemptResult;
@@ -40,6 +41,10 @@ use gridrelay_shared::delivery::{
     merge_retries, on_arrival, settle_attempt,
 };
 use gridrelay_shared::delivery_attributes::dynamic_headers;
+use gridrelay_shared::destination::{
+    AllowedDestinations, MessageContext, ResourceDestination, RoutingFields, ServiceFailure,
+    entry_bytes,
+};
 use gridrelay_shared::health::HealthPolicy;
 use gridrelay_shared::message::ValidationTask;
 use gridrelay_shared::message::{
@@ -47,7 +52,7 @@ use gridrelay_shared::message::{
 };
 use gridrelay_shared::outbound::OutboundPolicy;
 use gridrelay_shared::schedule::RetrySchedule;
-use gridrelay_shared::schema::{DeliverySchema, batch_data_version, delivery_body};
+use gridrelay_shared::schema::{DeliverySchema, batch_data_version, delivery_body, event_body};
 use gridrelay_shared::signing::{SigningSecret, signature_header, webhook_id};
 use gridrelay_shared::subscription::Subscription;
 use gridrelay_shared::time_scale::TimeScale;
@@ -100,6 +105,9 @@ pub struct DeliverySettings {
     pub cap_wait: Duration,
     /// Where requests may connect: by default only public addresses, over `https://`.
     pub outbound: OutboundPolicy,
+    /// Which AWS resources events may be written to (S4): a destination outside them is a
+    /// failed attempt (403) without a call. Every one by default; the functions read theirs.
+    pub destinations: AllowedDestinations,
 }
 
 impl DeliverySettings {
@@ -117,6 +125,7 @@ impl DeliverySettings {
             deadline_margin: DEADLINE_MARGIN,
             cap_wait: CAP_WAIT,
             outbound: OutboundPolicy::default(),
+            destinations: AllowedDestinations::any(),
         }
     }
 
@@ -167,6 +176,8 @@ pub struct Deliver {
     pub delivery_queue: Arc<dyn MessageQueue>,
     pub dead_letter_queue: Arc<dyn MessageQueue>,
     pub sender: Arc<dyn EventSender>,
+    /// AWS resource destinations (S4).
+    pub resources: Arc<dyn ResourceSender>,
     pub clock: Arc<dyn Clock>,
     pub jitter: Arc<dyn Jitter>,
     /// D1, R4: endpoint health and late successes.
@@ -291,6 +302,9 @@ struct Attempted {
     late: Option<LateAnswer>,
     /// What the endpoint's `Retry-After` asked for.
     retry_after: Option<Duration>,
+    /// An AWS resource's call: what became of each event (in `events`' order), where the
+    /// service said it per entry; `result` is then the first failure, or the success.
+    per_event: Option<Vec<AttemptResult>>,
 }
 
 /// A message to send and the SQS records whose events it carries.
@@ -771,11 +785,35 @@ impl Deliver {
                 .iter()
                 .map(|p| p.event.event.get().len())
                 .collect();
-            let mut events = std::mem::take(&mut group.events).into_iter();
             let sub = &*group.subscription;
-            let batching = sub.delivery_caps.batching(&sub.batching);
-            for range in plan_batches(&sizes, &batching) {
-                let batch: Vec<Pending> = events.by_ref().take(range.len()).collect();
+            let calls = match sub.endpoint_type.call_limits() {
+                // One message per event: as many to a call as the service takes.
+                Some(limits) if !sub.endpoint_type.takes_batches() => {
+                    let sizes: Vec<usize> = group
+                        .events
+                        .iter()
+                        .map(|p| resource_entry_bytes(group, &p.event.event))
+                        .collect();
+                    let (calls, too_large) = limits.pack(&sizes);
+                    calls
+                        .into_iter()
+                        .chain(too_large.into_iter().map(|i| vec![i]))
+                        .collect()
+                }
+                _ => {
+                    let batching = sub.delivery_caps.batching(&sub.batching);
+                    plan_batches(&sizes, &batching)
+                        .into_iter()
+                        .map(|range| range.collect::<Vec<usize>>())
+                        .collect::<Vec<_>>()
+                }
+            };
+            let mut events: Vec<Option<Pending>> = std::mem::take(&mut group.events)
+                .into_iter()
+                .map(Some)
+                .collect();
+            for call in calls {
+                let batch: Vec<Pending> = call.iter().filter_map(|&i| events[i].take()).collect();
                 if gates.get_mut(&sub.endpoint).is_none_or(EndpointGate::admit) {
                     batches.push((g, batch));
                 } else {
@@ -849,13 +887,25 @@ impl Deliver {
                 });
             }
             let time = self.clock.now();
-            let sent = match group.headers.as_ref() {
-                Ok(resolved) => {
-                    self.sender
-                        .send(delivery_request(group, resolved, &events, time))
-                        .await
+            let mut per_event = None;
+            let sent = if group.subscription.endpoint_type.is_resource() {
+                let results = self.put_resource(group, &events).await;
+                let first_failure = results
+                    .iter()
+                    .find(|r| !matches!(r, AttemptResult::Status(s) if gridrelay_shared::classify::is_success(*s)))
+                    .cloned();
+                let summary = first_failure.unwrap_or(AttemptResult::Status(200));
+                per_event = Some(results);
+                SentAttempt::of(summary)
+            } else {
+                match group.headers.as_ref() {
+                    Ok(resolved) => {
+                        self.sender
+                            .send(delivery_request(group, resolved, &events, time))
+                            .await
+                    }
+                    Err(why) => SentAttempt::not_sent(why.clone()),
                 }
-                Err(why) => SentAttempt::not_sent(why.clone()),
             };
             let answered = self.clock.now();
             let signal = LoadSignal::of(&sent.result);
@@ -887,6 +937,7 @@ impl Deliver {
                 result: sent.result,
                 late,
                 retry_after: sent.retry_after,
+                per_event,
             })
         });
         let results = futures::future::join_all(attempts).await;
@@ -909,10 +960,45 @@ impl Deliver {
         let rules = self.settings.rules();
         let mut draws: HashMap<usize, f64> = HashMap::new();
         let mut retries = Vec::new();
-        for a in attempted {
+        let attempted = attempted.into_iter().flat_map(|mut a| {
+            // An AWS resource's call settles each event by what the service said of it: those
+            // it took are delivered, the others share their failure (never counted delivered).
+            let Some(results) = a.per_event.take() else {
+                return vec![(true, a)];
+            };
+            let mut parts: Vec<(AttemptResult, Vec<Pending>)> = Vec::new();
+            for (event, result) in std::mem::take(&mut a.events).into_iter().zip(results) {
+                match parts.iter_mut().find(|(r, _)| *r == result) {
+                    Some((_, events)) => events.push(event),
+                    None => parts.push((result, vec![event])),
+                }
+            }
+            parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, (result, events))| {
+                    (
+                        i == 0,
+                        Attempted {
+                            group: a.group,
+                            events,
+                            time: a.time,
+                            answered: a.answered,
+                            result,
+                            late: None,
+                            retry_after: None,
+                            per_event: None,
+                        },
+                    )
+                })
+                .collect()
+        });
+        for (counts_attempt, a) in attempted {
             let group = &groups[a.group];
             let sub = &group.subscription;
-            plan.count(&sub.topic, &sub.name, |r| r.attempts += 1);
+            if counts_attempt {
+                plan.count(&sub.topic, &sub.name, |r| r.attempts += 1);
+            }
             let published: Vec<DateTime<Utc>> =
                 a.events.iter().map(|p| p.event.publish_time).collect();
             let records: BTreeSet<usize> = a.events.iter().map(|p| p.record).collect();
@@ -1005,6 +1091,96 @@ impl Deliver {
         }
         plan.failed.extend(failed);
     }
+}
+
+impl Deliver {
+    /// One call to a subscription's AWS resource (S4): its events as entries (a Lambda
+    /// function's batch as one), each too large for the service failed at once (413) without
+    /// a call, and a destination the installation does not allow failed (403) without one.
+    /// What became of each event, in order.
+    async fn put_resource(&self, group: &Group, events: &[Pending]) -> Vec<AttemptResult> {
+        let sub = &group.subscription;
+        let every = |result: AttemptResult| vec![result; events.len()];
+        let Some(destination) = sub.resource() else {
+            return every(AttemptResult::NotSent(format!(
+                "the stored endpoint is not {} ARN",
+                sub.endpoint_type.as_str()
+            )));
+        };
+        if !self.settings.destinations.allows(&destination.arn) {
+            return every(AttemptResult::Service(ServiceFailure::of_code(
+                "AccessDenied",
+                None,
+            )));
+        }
+        let Some(limits) = sub.endpoint_type.call_limits() else {
+            return every(AttemptResult::NotSent("not a resource".to_string()));
+        };
+        let schema = group.history.schema;
+        let entries: Vec<ResourceEntry> = if sub.endpoint_type.takes_batches() {
+            let (_, body) = delivery_body(events.iter().map(|p| &*p.event.event), schema);
+            let fields = match events {
+                [only] => RoutingFields::of(&only.event.event, schema),
+                _ => RoutingFields::default(),
+            };
+            vec![ResourceEntry { body, fields }]
+        } else {
+            events
+                .iter()
+                .map(|p| ResourceEntry {
+                    body: event_body(&p.event.event, schema).to_string(),
+                    fields: RoutingFields::of(&p.event.event, schema),
+                })
+                .collect()
+        };
+        let context = message_context(group);
+        let too_large = entries.iter().any(|e| {
+            entry_bytes(sub.endpoint_type, &e.body, &e.fields, &context) > limits.entry_bytes
+        });
+        // Planned calls hold one event too large for the service alone (a Lambda function's
+        // batch: one event larger than its payload).
+        if too_large {
+            return every(AttemptResult::Service(ServiceFailure::entry_too_large()));
+        }
+        let results = self
+            .resources
+            .put(ResourceRequest {
+                destination: ResourceDestination::clone(&destination),
+                topic: sub.topic.clone(),
+                subscription: sub.name.clone(),
+                delivery_count: group.history.attempts,
+                entries,
+            })
+            .await;
+        match results.len() {
+            // A Lambda function's one result is every event's (B5).
+            1 if events.len() > 1 => every(results[0].clone()),
+            n if n == events.len() => results,
+            _ => every(AttemptResult::NotSent(
+                "the destination's answer did not cover every entry".to_string(),
+            )),
+        }
+    }
+}
+
+/// What a subscription's messages say besides their bodies.
+fn message_context(group: &Group) -> MessageContext<'_> {
+    MessageContext {
+        topic: &group.subscription.topic,
+        subscription: &group.subscription.name,
+        delivery_count: group.history.attempts,
+    }
+}
+
+/// Bytes one event takes as an entry of its subscription's AWS resource.
+fn resource_entry_bytes(group: &Group, event: &serde_json::value::RawValue) -> usize {
+    let schema = group.history.schema;
+    entry_bytes(
+        group.subscription.endpoint_type,
+        event_body(event, schema),
+        &RoutingFields::of(event, schema),
+        &message_context(group),
+    )
 }
 
 /// The request for one batch, in the subscription's schema, with Event Grid's headers, the

@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, SqsQueue, delivery_state_store, load_sdk_config, secret_store,
-    subscription_store,
+    AwsResourceSender, DynamoDeliveryStateStore, SqsQueue, delivery_state_store, load_sdk_config,
+    secret_store, subscription_store,
 };
 use gridrelay_adapters::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
-    TableNames, WEBHOOK_ORIGIN_ENV, allowed_networks_from_env, config_cache_from_env, required,
+    TableNames, WEBHOOK_ORIGIN_ENV, allowed_networks_from_env, config_cache_from_env,
+    delivery_destinations_from_env, required,
 };
 use gridrelay_deliver::{
     ConcurrencySettings, Deliver, DeliverySettings, SubscriptionCaps, metrics,
@@ -38,6 +39,7 @@ async fn main() -> Result<(), Error> {
             .unwrap_or_else(|| DEFAULT_WEBHOOK_ORIGIN.to_string()),
         concurrency: ConcurrencySettings::from_env()?,
         outbound: OutboundPolicy::new(allowed_networks_from_env()?),
+        destinations: delivery_destinations_from_env()?,
         ..DeliverySettings::new(scale)
     };
     let state_table = required(
@@ -61,6 +63,7 @@ async fn main() -> Result<(), Error> {
             )?,
         )),
         sender: Arc::new(settings.http_sender()?),
+        resources: Arc::new(AwsResourceSender::from_sdk(&sdk)),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
         secrets: secret_store(&sdk, keep),

@@ -17,8 +17,8 @@ use gridrelay_deliver::{
 use gridrelay_ports::cache::{CachedDeliveryState, CachedSubscriptionStore};
 use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::memory::{
-    FixedJitter, ManualClock, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryObjectStore,
-    MemoryQueue, MemorySecretStore, MemorySubscriptionStore, ScriptedSender,
+    FixedJitter, ManualClock, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryDestinations,
+    MemoryObjectStore, MemoryQueue, MemorySecretStore, MemorySubscriptionStore, ScriptedSender,
 };
 use gridrelay_ports::registration::Registry;
 use gridrelay_ports::{
@@ -56,6 +56,7 @@ struct World {
     delivery: Arc<MemoryQueue>,
     dead: Arc<MemoryQueue>,
     sender: Arc<ScriptedSender>,
+    resources: Arc<MemoryDestinations>,
     state: Arc<MemoryDeliveryStateStore>,
     secrets: Arc<MemorySecretStore>,
     caps: Arc<MemoryDeliveryCapStore>,
@@ -81,11 +82,13 @@ impl World {
         let sender = Arc::new(sender);
         let secrets = Arc::new(MemorySecretStore::default());
         let caps = Arc::new(MemoryDeliveryCapStore::default());
+        let resources = Arc::new(MemoryDestinations::default());
         let deliver = Deliver {
             store: store.clone(),
             delivery_queue: delivery.clone(),
             dead_letter_queue: dead.clone(),
             sender: sender.clone(),
+            resources: resources.clone(),
             clock: clock.clone(),
             jitter: Arc::new(FixedJitter(0.0)),
             state: state.clone(),
@@ -100,6 +103,7 @@ impl World {
             delivery,
             dead,
             sender,
+            resources,
             state,
             secrets,
             caps,
@@ -266,6 +270,12 @@ fn registry<'a>(
     // Every bucket exists in a store of its own.
     static BUCKETS: std::sync::LazyLock<MemoryObjectStore> =
         std::sync::LazyLock::new(MemoryObjectStore::default);
+    // Registration's checks of AWS resources are the registration tests'; here every one
+    // exists (see `resource_world`).
+    static DESTINATIONS: std::sync::LazyLock<MemoryDestinations> =
+        std::sync::LazyLock::new(MemoryDestinations::default);
+    static ALLOWED: std::sync::LazyLock<gridrelay_shared::destination::AllowedDestinations> =
+        std::sync::LazyLock::new(gridrelay_shared::destination::AllowedDestinations::any);
     Registry {
         store,
         secrets,
@@ -273,6 +283,8 @@ fn registry<'a>(
         delivery_queue: delivery,
         endpoints: &gridrelay_ports::endpoints::AnyEndpoint,
         dead_letters: &*BUCKETS,
+        resources: &*DESTINATIONS,
+        allowed_destinations: &ALLOWED,
     }
 }
 
@@ -1239,6 +1251,7 @@ fn another_worker(w: &World) -> Deliver {
         delivery_queue: w.delivery.clone(),
         dead_letter_queue: w.dead.clone(),
         sender: w.sender.clone(),
+        resources: w.resources.clone(),
         clock: w.clock.clone(),
         jitter: Arc::new(FixedJitter(0.0)),
         state: w.state.clone(),
@@ -1997,4 +2010,211 @@ async fn a_kept_record_naming_a_replaced_secret_is_read_again_h1() {
     );
     let r = w.sender.requests().pop().unwrap();
     assert_eq!(header(&r, "Authorization"), Some("Bearer two"));
+}
+
+/// #12: AWS resource destinations (S4), on in-memory ports.
+mod resources {
+    use super::*;
+    use gridrelay_shared::classify::{AttemptResult, DeliveryOutcome};
+    use gridrelay_shared::destination::{AllowedDestinations, ServiceFailure};
+
+    const QUEUE: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
+    const TOPIC_ARN: &str = "arn:aws:sns:us-east-1:123456789012:orders";
+    const FUNCTION: &str = "arn:aws:lambda:us-east-1:123456789012:function:orders";
+
+    /// A world with a validated subscription `name` to `endpoint` (no handshake: a
+    /// resource's is done at create), its destination existing.
+    async fn world_with(request: SubscriptionRequest) -> World {
+        let w = World::new(ScriptedSender::status(200));
+        w.resources.create(&request.endpoint);
+        w.store
+            .create_topic(&Topic::with_new_keys(TOPIC, t0()))
+            .await
+            .unwrap();
+        w.store.insert_validated(
+            SubscriptionRequest {
+                topic: TOPIC.into(),
+                ..request
+            },
+            InputSchema::EventGridSchema,
+            t0(),
+        );
+        w
+    }
+
+    fn to(endpoint: &str) -> SubscriptionRequest {
+        SubscriptionRequest {
+            name: "to-resource".into(),
+            endpoint: endpoint.into(),
+            ..SubscriptionRequest::default()
+        }
+    }
+
+    /// The last delivery message sent.
+    fn last_delivery_message(w: &World) -> DeliveryMessage {
+        match DeliveryQueueMessage::from_body(&w.delivery.sent().last().unwrap().body).unwrap() {
+            DeliveryQueueMessage::Delivery(m) => m,
+            other => panic!("not a delivery message: {other:?}"),
+        }
+    }
+
+    fn id_of(body: &str) -> String {
+        serde_json::from_str::<serde_json::Value>(body).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// S4, B1: one message per event, its body the event itself (not an array) and its
+    /// routing fields beside it; as many to a call as SQS takes (10), not one call each.
+    #[tokio::test]
+    async fn a_queue_gets_one_message_per_event_ten_to_a_call_s4() {
+        let w = world_with(to(QUEUE)).await;
+        w.publish_numbered("e", 25).await;
+        let mut report = gridrelay_deliver::DeliveryReport::default();
+        while !w.delivery.visible().is_empty() {
+            report.add(&w.run().await.report);
+        }
+        assert_eq!(report.delivered, 25);
+        assert_eq!(report.failed_attempts, 0);
+        let calls = w.resources.calls();
+        assert!(calls.iter().all(|c| c.entries.len() <= 10));
+        assert_eq!(calls.iter().map(|c| c.entries.len()).sum::<usize>(), 25);
+        assert!(calls.len() <= 4, "{} calls for 25 events", calls.len());
+        assert_eq!(report.attempts, calls.len(), "one attempt per call");
+        let taken = w.resources.taken(QUEUE);
+        let first = &taken[0];
+        assert!(first.body.starts_with('{'), "{}", first.body);
+        assert_eq!(first.fields.event_type, "t");
+        assert_eq!(first.fields.subject, "s");
+        assert_eq!(first.fields.id, id_of(&first.body));
+        assert_eq!(calls[0].subscription, "to-resource");
+        assert_eq!(calls[0].delivery_count, 0);
+    }
+
+    /// B5, S4: in a call that partly fails, the events the service took are delivered and the
+    /// others are a failed attempt, retried on the ladder and never counted delivered.
+    #[tokio::test]
+    async fn a_partly_failed_call_retries_only_the_events_that_failed_b5_s4() {
+        let w = world_with(to(TOPIC_ARN)).await;
+        let throttled = Arc::new(AtomicUsize::new(0));
+        let counter = throttled.clone();
+        w.resources.script(move |entry| {
+            (entry.fields.id == "e1" && counter.fetch_add(1, Ordering::SeqCst) == 0)
+                .then(|| AttemptResult::Service(ServiceFailure::of_code("Throttling", Some(400))))
+        });
+        w.publish_numbered("e", 5).await;
+        let first = w.run().await.report;
+        assert_eq!((first.attempts, first.delivered, first.retried), (1, 4, 1));
+        assert_eq!(first.failed_attempts, 1);
+        let retry = last_delivery_message(&w);
+        assert_eq!(retry.events.len(), 1);
+        assert_eq!(id_of(retry.events[0].event.get()), "e1");
+        assert_eq!(retry.history().attempts, 1);
+        assert_eq!(
+            retry.history().last_attempt.map(|a| a.outcome),
+            Some(DeliveryOutcome::Busy)
+        );
+        let second = w.run_next().await.report;
+        assert_eq!(second.delivered, 1);
+        let mut ids: Vec<String> = w
+            .resources
+            .taken(TOPIC_ARN)
+            .iter()
+            .map(|e| e.fields.id.clone())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, ["e0", "e1", "e2", "e3", "e4"]);
+        assert_eq!(w.resources.calls().last().unwrap().delivery_count, 1);
+    }
+
+    /// S4, L2, L6: a destination that does not exist (404) is retried, then dead-lettered
+    /// when the attempts run out, with `NotFound`.
+    #[tokio::test]
+    async fn a_missing_destination_is_retried_then_dead_lettered_s4() {
+        let w = world_with(SubscriptionRequest {
+            max_delivery_attempts: Some(2),
+            dead_letter_destination: Some("s3://dead/orders".into()),
+            ..to(QUEUE)
+        })
+        .await;
+        w.resources.delete(QUEUE);
+        w.publish(&["a"]).await;
+        let first = w.run().await.report;
+        assert_eq!((first.retried, first.dead_lettered), (1, 0));
+        let second = w.run_next().await.report;
+        assert_eq!(second.dead_lettered, 1);
+        let dead = w.dead_letters();
+        let entry = &dead[0].entries[0];
+        assert_eq!(entry.delivery_attempts, 2);
+        assert_eq!(entry.last_outcome, Some(DeliveryOutcome::NotFound));
+    }
+
+    /// S4, B3: an event larger than one message of the service is not sent; it is a failed
+    /// attempt of its own (413, not retried: dead-lettered at once), and the events around it
+    /// are delivered.
+    #[tokio::test]
+    async fn an_event_too_large_for_the_service_is_dead_lettered_at_once_s4() {
+        let w = world_with(SubscriptionRequest {
+            dead_letter_destination: Some("s3://dead/orders".into()),
+            ..to(TOPIC_ARN)
+        })
+        .await;
+        w.publish(&["small"]).await;
+        w.publish_sized(&["big"], 300 * 1024).await;
+        let mut report = gridrelay_deliver::DeliveryReport::default();
+        while !w.delivery.visible().is_empty() {
+            report.add(&w.run().await.report);
+        }
+        assert_eq!((report.delivered, report.dead_lettered), (1, 1));
+        let taken = w.resources.taken(TOPIC_ARN);
+        assert_eq!(taken.len(), 1);
+        assert!(
+            w.resources
+                .calls()
+                .iter()
+                .all(|c| c.entries.iter().all(|e| e.body.len() < 256 * 1024)),
+            "the large event was never sent"
+        );
+        let entry = &w.dead_letters()[0].entries[0];
+        assert_eq!(entry.last_outcome, Some(DeliveryOutcome::PayloadTooLarge));
+        assert_eq!(entry.delivery_attempts, 1);
+    }
+
+    /// A Lambda function takes a batch (B2) as one payload: the events as a JSON array.
+    #[tokio::test]
+    async fn a_function_gets_the_batch_as_one_payload_b2() {
+        let w = world_with(SubscriptionRequest {
+            max_events_per_batch: Some(10),
+            ..to(FUNCTION)
+        })
+        .await;
+        w.publish_numbered("e", 5).await;
+        let report = w.run().await.report;
+        assert_eq!((report.attempts, report.delivered), (1, 5));
+        let calls = w.resources.calls();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].entries.len(), 1);
+        let payload: Vec<serde_json::Value> =
+            serde_json::from_str(&calls[0].entries[0].body).unwrap();
+        assert_eq!(payload.len(), 5);
+    }
+
+    /// S4: a destination the installation does not allow is never written to: a failed
+    /// attempt (403 `Forbidden`, retried under the newest revision), without a call.
+    #[tokio::test]
+    async fn a_destination_outside_the_allowed_set_is_not_written_s4() {
+        let mut w = world_with(to(QUEUE)).await;
+        w.deliver.settings.destinations =
+            AllowedDestinations::parse("arn:aws:sqs:*:123456789012:other-*").unwrap();
+        w.publish(&["a"]).await;
+        let report = w.run().await.report;
+        assert_eq!((report.delivered, report.retried), (0, 1));
+        assert!(w.resources.calls().is_empty());
+        let retry = last_delivery_message(&w);
+        assert_eq!(
+            retry.history().last_attempt.map(|a| a.outcome),
+            Some(DeliveryOutcome::Forbidden)
+        );
+    }
 }

@@ -51,6 +51,12 @@ export interface GridrelayProps {
    * only public addresses over https://. The deliver function checks every connection's
    * resolved address against it (GRIDRELAY_ALLOWED_NETWORKS). */
   readonly allowedNetworks?: string[];
+  /** AWS resources (SQS queues, SNS topics, EventBridge buses, Kinesis streams, Lambda
+   * functions) event subscriptions may deliver to, as ARNs or ARN patterns (`*` and `?` as in
+   * IAM; never `*` alone). The deliver function may write only to these: its role's policy and
+   * GRIDRELAY_DELIVERY_DESTINATIONS; give the command line the same list
+   * (--delivery-destinations). Default: none. */
+  readonly deliveryDestinationArns?: string[];
   /** Processor the functions run on. Default ARM_64 (Graviton: 20 % less per GB-second). */
   readonly architecture?: lambda.Architecture;
   /** Dead-letter queue messages per dead-letter invocation. Default 10. */
@@ -225,6 +231,12 @@ export class Gridrelay extends Construct {
       }),
     ]);
     allow(this.deliver, ['sqs:SendMessage'], [this.deliveryQueue.queueArn, this.deadLetterQueue.queueArn]);
+    // S4: AWS resource destinations, only those named (none by default). Each action applies
+    // to its own service's ARNs: SendMessageBatch is sqs:SendMessage, PublishBatch
+    // sns:Publish, an asynchronous Invoke lambda:InvokeFunction.
+    if (limits.deliveryDestinationArns.length > 0) {
+      allow(this.deliver, DESTINATION_ACTIONS, limits.deliveryDestinationArns);
+    }
     allow(this.deadLetter, ['s3:PutObject'], [this.deadLetterBucket.arnForObjects('*')]);
     allow(this.deadLetter, ['sqs:SendMessage'], [this.deadLetterQueue.queueArn, this.deliveryQueue.queueArn]);
     // L7: dead-letter writes are announced to the system topic's subscribers.
@@ -262,6 +274,7 @@ export class Gridrelay extends Construct {
     // Validation URLs sent in the handshake point at the publish API.
     this.deliver.addEnvironment('GRIDRELAY_PUBLIC_URL', this.api.apiEndpoint);
     this.deliver.addEnvironment('GRIDRELAY_ALLOWED_NETWORKS', limits.allowedNetworks.join(','));
+    this.deliver.addEnvironment('GRIDRELAY_DELIVERY_DESTINATIONS', limits.deliveryDestinationArns.join(','));
 
     this.alarms(props.alarmTopic);
   }
@@ -337,5 +350,16 @@ export function checkedSettings(props: GridrelayProps) {
       throw new Error(`allowedNetworks has ${JSON.stringify(net)}; each must be an IPv4 or IPv6 CIDR or address, like 10.0.0.0/8 or fd00::/8`);
     }
   }
-  return { deliverMax, deadLetterMax, deliverReserved, ingestReserved, configCacheSeconds, allowedNetworks };
+  const deliveryDestinationArns = props.deliveryDestinationArns ?? [];
+  for (const arn of deliveryDestinationArns) {
+    if (!/^arn:[^:,\s]+:(sqs|sns|events|kinesis|lambda|\*):[^,\s]*$/.test(arn)) {
+      throw new Error(`deliveryDestinationArns has ${JSON.stringify(arn)}; each must be an SQS, SNS, EventBridge, Kinesis or Lambda ARN or ARN pattern, like arn:aws:sqs:us-east-1:123456789012:orders-*`);
+    }
+  }
+  return { deliverMax, deadLetterMax, deliverReserved, ingestReserved, configCacheSeconds, allowedNetworks, deliveryDestinationArns };
 }
+
+/** What the deliver function may do to the AWS resources it delivers to (S4). */
+export const DESTINATION_ACTIONS = [
+  'sqs:SendMessage', 'sqs:GetQueueUrl', 'sns:Publish', 'events:PutEvents', 'kinesis:PutRecords', 'lambda:InvokeFunction',
+];

@@ -172,6 +172,33 @@ test('alarms on redrive depth, dropped and dead-lettered events', () => {
 });
 
 /** Every IAM statement attached to a function's role, as action → resources. */
+test('deliver writes to no AWS resource unless deliveryDestinationArns names it (S4)', () => {
+  const deliverOf = (props: ConstructorParameters<typeof Gridrelay>[2]) => {
+    const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+    const stack = new Stack(app, 'Dest');
+    const g = new Gridrelay(stack, 'Gridrelay', props);
+    const t = Template.fromStack(stack);
+    const id = stack.resolve((g.deliver.node.defaultChild as unknown as { logicalId: string }).logicalId);
+    const role = stack.resolve((g.deliver.role!.node.defaultChild as unknown as { logicalId: string }).logicalId);
+    const statements = Object.values(t.findResources('AWS::IAM::Policy'))
+      .filter((p) => (p.Properties.Roles as Array<{ Ref: string }>).some((r) => r.Ref === role))
+      .flatMap((p) => p.Properties.PolicyDocument.Statement as Array<{ Action: string | string[]; Resource: unknown }>);
+    return { env: t.findResources('AWS::Lambda::Function')[id].Properties.Environment.Variables, statements };
+  };
+  const none = deliverOf({});
+  assert.equal(none.env.GRIDRELAY_DELIVERY_DESTINATIONS, '');
+  assert.ok(!JSON.stringify(none.statements).includes('sns:Publish'), 'no destination actions without destinations');
+  const arns = ['arn:aws:sqs:us-east-1:123456789012:orders-*', 'arn:aws:events:us-east-1:123456789012:event-bus/orders'];
+  const some = deliverOf({ deliveryDestinationArns: arns });
+  assert.equal(some.env.GRIDRELAY_DELIVERY_DESTINATIONS, arns.join(','));
+  const granted = some.statements.filter((s) => JSON.stringify(s.Action).includes('kinesis:PutRecords'));
+  assert.equal(granted.length, 1);
+  assert.deepEqual(granted[0].Resource, arns);
+  assert.deepEqual(granted[0].Action, ['sqs:SendMessage', 'sqs:GetQueueUrl', 'sns:Publish', 'events:PutEvents', 'kinesis:PutRecords', 'lambda:InvokeFunction']);
+  assert.throws(() => deliverOf({ deliveryDestinationArns: ['*'] }), /deliveryDestinationArns has "\*"; each must be an SQS, SNS/);
+  assert.throws(() => deliverOf({ deliveryDestinationArns: ['arn:aws:s3:::bucket'] }), /deliveryDestinationArns has "arn:aws:s3:::bucket"/);
+});
+
 function grants(fn: { role?: { node: { defaultChild?: unknown } } }): Map<string, unknown[]> {
   const role = stack.resolve((fn.role!.node.defaultChild as { logicalId: string }).logicalId);
   const out = new Map<string, unknown[]>();

@@ -1,0 +1,428 @@
+//! End-to-end, #12: AWS resources as destinations (S4) on the emulator. Events published to a
+//! topic reach an SQS queue, an SNS topic, an EventBridge bus and a Kinesis stream created
+//! with the SDK, through the real handlers and `gridrelay_adapters::aws::AwsResourceSender`;
+//! what arrives is read back with the services' own APIs. A missing destination and a message
+//! too large for its service are provoked for real (moto does not throttle: throttling's
+//! mapping to a retried 503 is tested in `gridrelay-shared` and on in-memory ports).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use gridrelay_e2e::{TestSystem, events, eventually, subscription};
+use gridrelay_ports::registration::RegistrationError;
+use gridrelay_shared::subscription::SubscriptionRequest;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Creates an SQS queue; its URL and ARN.
+async fn queue(sys: &TestSystem, name: &str) -> (String, String) {
+    let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
+    let url = sqs
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .expect("queue created")
+        .queue_url()
+        .unwrap()
+        .to_string();
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("queue attributes")
+        .attributes()
+        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn))
+        .unwrap()
+        .clone();
+    (url, arn)
+}
+
+/// Creates an SNS topic `name` with a queue subscribed to it (raw delivery: message attributes
+/// stay attributes); the topic's ARN and the queue's URL.
+async fn sns_topic_into_queue(sys: &TestSystem, name: &str) -> (String, String) {
+    let sns = aws_sdk_sns::Client::new(&sys.sdk);
+    let topic = sns
+        .create_topic()
+        .name(name)
+        .send()
+        .await
+        .unwrap()
+        .topic_arn()
+        .unwrap()
+        .to_string();
+    let (url, arn) = queue(sys, &format!("{name}-in")).await;
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint(&arn)
+        .attributes("RawMessageDelivery", "true")
+        .send()
+        .await
+        .unwrap();
+    (topic, url)
+}
+
+/// A message read from a queue: its body and string attributes.
+struct Message {
+    body: String,
+    attributes: BTreeMap<String, String>,
+}
+
+/// Reads (and deletes) messages from a queue until `count` arrived.
+async fn drain(sys: &TestSystem, url: &str, count: usize) -> Vec<Message> {
+    let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while got.len() < count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {count} messages in {url}: {} arrived",
+            got.len()
+        );
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .expect("receive");
+        if out.messages().is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for m in out.messages() {
+            got.push(Message {
+                body: m.body().unwrap_or_default().to_string(),
+                attributes: m
+                    .message_attributes()
+                    .map(|a| {
+                        a.iter()
+                            .map(|(k, v)| (k.clone(), v.string_value().unwrap_or_default().into()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            });
+            sqs.delete_message()
+                .queue_url(url)
+                .receipt_handle(m.receipt_handle().unwrap())
+                .send()
+                .await
+                .expect("delete");
+        }
+    }
+    got
+}
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).expect("a JSON body")
+}
+
+/// S4, B1, H2: an SQS queue gets one message per event, its body the event (not an array),
+/// with the event type, subject, id, subscription and attempt count as message attributes;
+/// the events go in batch calls (10 a call), not one call each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_gets_each_event_as_a_message_with_routing_attributes_s4() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("orders").await;
+    let (url, arn) = queue(&sys, &format!("{}-dest", sys.names.secret_prefix)).await;
+    let sub = sys
+        .subscribe(SubscriptionRequest {
+            endpoint_type: Some("sqs".into()),
+            ..subscription("orders", "to-queue", &arn)
+        })
+        .await;
+    assert!(sub.delivers(), "no handshake for a queue");
+
+    sys.publish(&topic, &events("q", 25)).await;
+    let messages = drain(&sys, &url, 25).await;
+
+    let ids: BTreeSet<String> = messages
+        .iter()
+        .map(|m| json_of(&m.body)["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, (0..25).map(|i| format!("q-{i}")).collect());
+    let m = messages
+        .iter()
+        .find(|m| json_of(&m.body)["id"] == "q-3")
+        .unwrap();
+    let event = json_of(&m.body);
+    assert_eq!(event["eventType"], "Contoso.Orders.Created");
+    assert_eq!(event["topic"], "/gridrelay/topics/orders");
+    assert_eq!(event["data"]["order"], 3);
+    assert_eq!(m.attributes["eventType"], "Contoso.Orders.Created");
+    assert_eq!(m.attributes["subject"], "/orders/3");
+    assert_eq!(m.attributes["id"], "q-3");
+    assert_eq!(m.attributes["aeg-subscription-name"], "to-queue");
+    assert_eq!(m.attributes["aeg-delivery-count"], "0");
+    let stats = sys.system.stats();
+    assert_eq!(stats.deliver.delivered, 25);
+    assert!(
+        stats.deliver.attempts <= 5,
+        "25 events in batch calls of 10, not {} calls",
+        stats.deliver.attempts
+    );
+    sys.shutdown().await;
+}
+
+/// S4: an SNS topic (read through a queue subscribed with raw delivery), an EventBridge bus
+/// (read through a rule targeting a queue) and a Kinesis stream get every event, with what
+/// each carries besides the body: SNS message attributes; EventBridge `detail-type` (the event
+/// type), `source` (the subject) and the event as `detail`; the Kinesis partition key (the
+/// subject).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_a_bus_and_a_stream_get_every_event_s4() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("orders").await;
+    let prefix = sys.names.secret_prefix.clone();
+
+    let (sns_topic, sns_url) = sns_topic_into_queue(&sys, &format!("{prefix}-topic")).await;
+
+    let events_client = aws_sdk_eventbridge::Client::new(&sys.sdk);
+    let bus = events_client
+        .create_event_bus()
+        .name(format!("{prefix}-bus"))
+        .send()
+        .await
+        .unwrap()
+        .event_bus_arn()
+        .unwrap()
+        .to_string();
+    let (bus_url, bus_queue) = queue(&sys, &format!("{prefix}-from-bus")).await;
+    events_client
+        .put_rule()
+        .name("orders")
+        .event_bus_name(format!("{prefix}-bus"))
+        .event_pattern(json!({"detail-type": ["Contoso.Orders.Created"]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    events_client
+        .put_targets()
+        .rule("orders")
+        .event_bus_name(format!("{prefix}-bus"))
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("queue")
+                .arn(&bus_queue)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    let kinesis = aws_sdk_kinesis::Client::new(&sys.sdk);
+    let stream_name = format!("{prefix}-stream");
+    kinesis
+        .create_stream()
+        .stream_name(&stream_name)
+        .shard_count(1)
+        .send()
+        .await
+        .unwrap();
+    let stream = kinesis
+        .describe_stream_summary()
+        .stream_name(&stream_name)
+        .send()
+        .await
+        .unwrap()
+        .stream_description_summary()
+        .unwrap()
+        .stream_arn()
+        .to_string();
+
+    for (name, arn) in [
+        ("to-topic", &sns_topic),
+        ("to-bus", &bus),
+        ("to-stream", &stream),
+    ] {
+        let sub = sys.subscribe(subscription("orders", name, arn)).await;
+        assert!(sub.endpoint_type.is_resource(), "{name}: typed by its ARN");
+    }
+    sys.publish(&topic, &events("r", 12)).await;
+
+    let from_sns = drain(&sys, &sns_url, 12).await;
+    let m = from_sns
+        .iter()
+        .find(|m| json_of(&m.body)["id"] == "r-5")
+        .expect("r-5 through SNS");
+    assert_eq!(json_of(&m.body)["subject"], "/orders/5");
+    assert_eq!(m.attributes["eventType"], "Contoso.Orders.Created");
+    assert_eq!(m.attributes["aeg-subscription-name"], "to-topic");
+
+    let from_bus = drain(&sys, &bus_url, 12).await;
+    let envelope = from_bus
+        .iter()
+        .map(|m| json_of(&m.body))
+        .find(|e| e["detail"]["id"] == "r-5")
+        .expect("r-5 through EventBridge");
+    assert_eq!(envelope["detail-type"], "Contoso.Orders.Created");
+    assert_eq!(envelope["source"], "/orders/5");
+    assert_eq!(envelope["detail"]["data"]["order"], 5);
+
+    let shard = kinesis
+        .get_shard_iterator()
+        .stream_name(&stream_name)
+        .shard_id("shardId-000000000000")
+        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .unwrap()
+        .shard_iterator()
+        .unwrap()
+        .to_string();
+    let records = kinesis
+        .get_records()
+        .shard_iterator(shard)
+        .send()
+        .await
+        .unwrap();
+    let by_id: BTreeMap<String, (String, Value)> = records
+        .records()
+        .iter()
+        .map(|r| {
+            let event: Value = serde_json::from_slice(r.data().as_ref()).unwrap();
+            (
+                event["id"].as_str().unwrap().to_string(),
+                (r.partition_key().to_string(), event),
+            )
+        })
+        .collect();
+    assert_eq!(by_id.len(), 12);
+    assert_eq!(by_id["r-5"].0, "/orders/5");
+    assert_eq!(by_id["r-5"].1["eventType"], "Contoso.Orders.Created");
+
+    assert_eq!(sys.system.stats().deliver.delivered, 36);
+    sys.shutdown().await;
+}
+
+/// S4, L2, L6: a queue deleted after the subscription was made answers 404: retried (the
+/// newest revision retries 404 for resources), then dead-lettered when the attempts run out,
+/// with `NotFound`. A message too large for SNS (256 KiB) is not sent: 413, dead-lettered at
+/// once with `PayloadTooLarge`, while a small event beside it is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_destination_and_a_too_large_message_are_dead_lettered_s4() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("orders").await;
+    let prefix = sys.names.secret_prefix.clone();
+    let (url, arn) = queue(&sys, &format!("{prefix}-gone")).await;
+    sys.subscribe(SubscriptionRequest {
+        max_delivery_attempts: Some(2),
+        dead_letter_destination: Some(sys.dead_letter_url("gone")),
+        ..subscription("orders", "to-gone", &arn)
+    })
+    .await;
+    aws_sdk_sqs::Client::new(&sys.sdk)
+        .delete_queue()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap();
+
+    let (sns_topic, sns_url) = sns_topic_into_queue(&sys, &format!("{prefix}-small")).await;
+    sys.subscribe(SubscriptionRequest {
+        dead_letter_destination: Some(sys.dead_letter_url("large")),
+        ..subscription("orders", "to-topic", &sns_topic)
+    })
+    .await;
+
+    let mut batch = events("s", 1);
+    let big = json!({
+        "id": "big-1",
+        "subject": "/orders/big",
+        "eventType": "Contoso.Orders.Created",
+        "eventTime": "2026-11-22T03:00:00Z",
+        "dataVersion": "1.0",
+        "data": {"blob": "x".repeat(300 * 1024)}
+    });
+    batch.as_array_mut().unwrap().push(big);
+    sys.publish(&topic, &batch).await;
+
+    let gone: Vec<Value> = eventually(WAIT, "both events dead-lettered", || async {
+        let records: Vec<Value> = sys
+            .dead_letter_objects("gone/")
+            .await
+            .into_iter()
+            .flat_map(|(_, records)| records)
+            .collect();
+        (records.len() >= 2).then_some(records)
+    })
+    .await;
+    let ids: BTreeSet<&str> = gone.iter().filter_map(|r| r["id"].as_str()).collect();
+    // The big event fits an SQS message (1 MiB): it is tried like the small one.
+    assert_eq!(ids, BTreeSet::from(["s-0", "big-1"]));
+    for record in &gone {
+        assert_eq!(record["deadLetterReason"], "MaxDeliveryAttemptsExceeded");
+        assert_eq!(record["deliveryAttempts"], 2);
+        assert_eq!(record["lastDeliveryOutcome"], "NotFound");
+    }
+
+    let large = sys.wait_for_dead_letters("large/", WAIT).await;
+    let record = &large[0].1[0];
+    assert_eq!(record["id"], "big-1");
+    assert_eq!(record["lastDeliveryOutcome"], "PayloadTooLarge");
+    assert_eq!(record["deliveryAttempts"], 1);
+    let delivered = drain(&sys, &sns_url, 1).await;
+    assert_eq!(json_of(&delivered[0].body)["id"], "s-0");
+    sys.shutdown().await;
+}
+
+/// S4: no handshake for a resource, but it must exist and be one the installation allows:
+/// otherwise `create` is refused naming the ARN and why, and nothing is stored. A Lambda
+/// function is checked too (moto runs none without Docker: its invocation is not tested here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_refuses_a_missing_or_disallowed_destination_s4() {
+    let mut sys = TestSystem::start(0.01).await;
+    sys.topic("orders").await;
+    let prefix = sys.names.secret_prefix.clone();
+    let missing = format!("arn:aws:sqs:us-east-1:123456789012:{prefix}-none");
+    let refused = sys
+        .registry()
+        .register(
+            &subscription("orders", "to-none", &missing),
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap_err();
+    let RegistrationError::Invalid(e) = &refused else {
+        panic!("expected a refusal: {refused}")
+    };
+    assert_eq!(e.field, "endpoint");
+    assert!(e.allowed.contains("an existing SqsQueue"), "{e}");
+
+    let function = format!("arn:aws:lambda:us-east-1:123456789012:function:{prefix}-none");
+    let refused = sys
+        .registry()
+        .register(
+            &subscription("orders", "to-fn", &function),
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("LambdaFunction"), "{refused}");
+
+    let (_, arn) = queue(&sys, &format!("{prefix}-elsewhere")).await;
+    sys.allowed_destinations =
+        gridrelay_shared::destination::AllowedDestinations::parse("arn:aws:sqs:*:*:billing-*")
+            .unwrap();
+    let refused = sys
+        .registry()
+        .register(&subscription("orders", "to-else", &arn), chrono::Utc::now())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("billing-*"), "{refused}");
+    assert!(
+        sys.system
+            .store
+            .list_subscriptions("orders")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    sys.shutdown().await;
+}
