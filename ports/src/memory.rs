@@ -947,6 +947,11 @@ pub struct MemoryDestinations {
     #[allow(clippy::type_complexity)]
     script:
         Mutex<Option<Box<dyn Fn(&crate::ResourceEntry) -> Option<AttemptResult> + Send + Sync>>>,
+    #[allow(clippy::type_complexity)]
+    call_script:
+        Mutex<Option<Box<dyn Fn(&crate::ResourceRequest) -> Option<AttemptResult> + Send + Sync>>>,
+    /// Calls never answer (a service that hangs).
+    hang: AtomicBool,
 }
 
 impl MemoryDestinations {
@@ -965,6 +970,19 @@ impl MemoryDestinations {
         script: impl Fn(&crate::ResourceEntry) -> Option<AttemptResult> + Send + Sync + 'static,
     ) {
         *self.script.lock().unwrap() = Some(Box::new(script));
+    }
+
+    /// Fails a whole call with the script's result where it gives one (before any entry's).
+    pub fn script_call(
+        &self,
+        script: impl Fn(&crate::ResourceRequest) -> Option<AttemptResult> + Send + Sync + 'static,
+    ) {
+        *self.call_script.lock().unwrap() = Some(Box::new(script));
+    }
+
+    /// From now on calls never answer, until set back.
+    pub fn hang(&self, hang: bool) {
+        self.hang.store(hang, Ordering::SeqCst);
     }
 
     /// Every call made, in order.
@@ -1001,11 +1019,21 @@ impl MemoryDestinations {
 #[async_trait]
 impl crate::ResourceSender for MemoryDestinations {
     async fn put(&self, request: crate::ResourceRequest) -> Vec<AttemptResult> {
+        if self.hang.load(Ordering::SeqCst) {
+            self.calls.lock().unwrap().push(request);
+            return futures::future::pending().await;
+        }
         let arn = request.destination.arn.clone();
+        let whole = self
+            .call_script
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|s| s(&request));
         let results: Vec<AttemptResult> = request
             .entries
             .iter()
-            .map(|e| self.result(&arn, e))
+            .map(|e| whole.clone().unwrap_or_else(|| self.result(&arn, e)))
             .collect();
         {
             let mut taken = self.taken.lock().unwrap();

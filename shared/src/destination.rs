@@ -458,6 +458,7 @@ impl ServiceFailure {
             | "InvalidArgumentException"
             | "InvalidArgument"
             | "InvalidRequestContentException"
+            | "RecursiveInvocationException"
             | "InvalidBatchEntryId"
             | "BatchEntryIdsNotDistinct"
             | "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"
@@ -472,6 +473,7 @@ impl ServiceFailure {
             | "AWS.SimpleQueueService.BatchRequestTooLong"
             | "RequestEntityTooLargeException"
             | "RequestTooLargeException"
+            | "SerializedRequestEntityTooLargeException"
             | "PayloadTooLarge"
             | "EntryTooLarge" => (413, DeliveryOutcome::PayloadTooLarge),
             "AccessDenied"
@@ -480,6 +482,9 @@ impl ServiceFailure {
             | "KMSAccessDenied"
             | "KMSAccessDeniedException"
             | "KmsAccessDenied"
+            | "KMS.AccessDeniedException"
+            | "KMS.OptInRequired"
+            | "KMSOptInRequired"
             | "NotAuthorized" => (403, DeliveryOutcome::Forbidden),
             "UnrecognizedClientException"
             | "InvalidClientTokenId"
@@ -508,7 +513,10 @@ impl ServiceFailure {
             | "KMSThrottling"
             | "KMSThrottlingException"
             | "KmsThrottled"
+            | "KMS.ThrottlingException"
             | "EC2ThrottledException"
+            | "ENILimitReachedException"
+            | "SubnetIPAddressLimitReachedException"
             | "ServiceUnavailable"
             | "ServiceUnavailableException" => (503, DeliveryOutcome::Busy),
             "KMSDisabled"
@@ -517,6 +525,13 @@ impl ServiceFailure {
             | "KMSInvalidStateException"
             | "KMSInvalidState"
             | "KmsInvalidState"
+            | "KMS.DisabledException"
+            | "KMS.InvalidStateException"
+            | "KMS.InvalidKeyUsageException"
+            | "KMS.NotFoundException"
+            | "KMSNotFound"
+            | "KMSNotFoundException"
+            | "KmsNotFound"
             | "EndpointDisabled"
             | "ResourceNotReadyException"
             | "ResourceConflictException" => (503, DeliveryOutcome::Disabled),
@@ -857,6 +872,36 @@ mod tests {
         );
         assert_eq!(s("ThrottlingException"), (503, DeliveryOutcome::Busy));
         assert_eq!(s("KMSDisabledException"), (503, DeliveryOutcome::Disabled));
+        // The query-compatible codes aws-sdk-sqs reports, and SNS's and Kinesis's own: a KMS
+        // key's trouble is retried, never a 400 dead-lettered at once.
+        for (code, expected) in [
+            (
+                "KMS.AccessDeniedException",
+                (403, DeliveryOutcome::Forbidden),
+            ),
+            ("KMS.OptInRequired", (403, DeliveryOutcome::Forbidden)),
+            ("KMS.ThrottlingException", (503, DeliveryOutcome::Busy)),
+            ("KMS.DisabledException", (503, DeliveryOutcome::Disabled)),
+            (
+                "KMS.InvalidStateException",
+                (503, DeliveryOutcome::Disabled),
+            ),
+            (
+                "KMS.InvalidKeyUsageException",
+                (503, DeliveryOutcome::Disabled),
+            ),
+            ("KMS.NotFoundException", (503, DeliveryOutcome::Disabled)),
+            ("KMSNotFound", (503, DeliveryOutcome::Disabled)),
+            ("KMSNotFoundException", (503, DeliveryOutcome::Disabled)),
+            ("KMSThrottlingException", (503, DeliveryOutcome::Busy)),
+            ("KMSOptInRequired", (403, DeliveryOutcome::Forbidden)),
+            (
+                "SerializedRequestEntityTooLargeException",
+                (413, DeliveryOutcome::PayloadTooLarge),
+            ),
+        ] {
+            assert_eq!(s(code), expected, "{code}");
+        }
         assert_eq!(
             s("AWS.SimpleQueueService.OverLimit"),
             (503, DeliveryOutcome::Full)

@@ -792,12 +792,20 @@ impl SubscriptionUpdate {
         input: InputSchema,
         now: DateTime<Utc>,
     ) -> Result<Updated, LimitError> {
-        if let Some(given) = &self.endpoint_type
-            && given.parse::<EndpointType>()? != current.endpoint_type
+        // The type asked for: given, or the one a new ARN names.
+        let asked = match (&self.endpoint_type, &self.endpoint) {
+            (Some(given), _) => Some((given.parse::<EndpointType>()?, given.clone())),
+            (None, Some(endpoint)) => EndpointType::of_arn(endpoint)
+                .filter(|_| !current.endpoint_type.is_resource())
+                .map(|t| (t, t.flag_name().to_string())),
+            (None, None) => None,
+        };
+        if let Some((asked, given)) = asked
+            && asked != current.endpoint_type
         {
             return Err(LimitError::new(
                 "endpointType",
-                given,
+                format!("{given:?}"),
                 format!(
                     "{} (an update keeps the kind of endpoint; delete the subscription and create it again)",
                     current.endpoint_type.flag_name()
@@ -1028,7 +1036,7 @@ mod tests {
         assert!(
             !serde_json::to_string(&webhook)
                 .unwrap()
-                .contains("endpoint_type"),
+                .contains("endpointType"),
             "webhook records stay as they were"
         );
 
@@ -1125,6 +1133,25 @@ mod tests {
         .apply(&current, InputSchema::EventGridSchema, now)
         .unwrap_err();
         assert_eq!(e.field, "endpoint");
+        // A webhook subscription given an ARN is told that the type stays.
+        let webhook = SubscriptionRequest {
+            topic: "orders".into(),
+            name: "hook".into(),
+            endpoint: "https://hooks.example.com/in".into(),
+            ..SubscriptionRequest::default()
+        }
+        .validate(InputSchema::EventGridSchema, now)
+        .unwrap();
+        let e = SubscriptionUpdate {
+            endpoint: Some("arn:aws:sqs:us-east-1:123456789012:a".into()),
+            ..SubscriptionUpdate::default()
+        }
+        .apply(&webhook, InputSchema::EventGridSchema, now)
+        .unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("endpointType", "\"sqs\"")
+        );
     }
 
     /// #11 item 12: an update changes the settings it gives, each checked as at create, and

@@ -48,15 +48,24 @@ impl Clients {
 /// Writes to SQS queues, SNS topics, EventBridge buses, Kinesis streams and Lambda functions.
 pub struct AwsResourceSender {
     sdk: SdkConfig,
+    /// The longest one call may take, the SDK's own retries included (S2).
+    timeout: std::time::Duration,
     clients: Mutex<HashMap<String, Arc<Clients>>>,
     /// SQS queue URLs by ARN (`GetQueueUrl` once per queue; forgotten when one is not found).
     queue_urls: Mutex<HashMap<String, String>>,
 }
 
 impl AwsResourceSender {
+    /// A sender whose calls take at most S2's 30 seconds each.
     pub fn from_sdk(sdk: &SdkConfig) -> Self {
+        Self::with_timeout(sdk, gridrelay_shared::delivery::ATTEMPT_TIMEOUT)
+    }
+
+    /// A sender whose calls take at most `timeout` each.
+    pub fn with_timeout(sdk: &SdkConfig, timeout: std::time::Duration) -> Self {
         Self {
             sdk: sdk.clone(),
+            timeout,
             clients: Mutex::new(HashMap::new()),
             queue_urls: Mutex::new(HashMap::new()),
         }
@@ -69,6 +78,11 @@ impl AwsResourceSender {
                 .sdk
                 .to_builder()
                 .region(aws_config::Region::new(region.to_string()))
+                .timeout_config(
+                    aws_config::timeout::TimeoutConfig::builder()
+                        .operation_timeout(self.timeout)
+                        .build(),
+                )
                 .build();
             Arc::new(Clients::new(&sdk))
         }))
@@ -95,7 +109,17 @@ impl AwsResourceSender {
             .send()
             .await
             .map_err(|e| failure(&e))?;
-        let url = out.queue_url().unwrap_or_default().to_string();
+        // A reply without a URL is not one to keep: the queue is taken as not found.
+        let Some(url) = out
+            .queue_url()
+            .filter(|u| !u.is_empty())
+            .map(str::to_string)
+        else {
+            return Err(AttemptResult::Service(ServiceFailure::of_code(
+                "QueueDoesNotExist",
+                None,
+            )));
+        };
         self.queue_urls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -283,15 +307,14 @@ impl AwsResourceSender {
     async fn put_lambda(&self, clients: &Clients, request: &ResourceRequest) -> Vec<AttemptResult> {
         let mut results = Vec::with_capacity(request.entries.len());
         for entry in &request.entries {
-            let mut invoke = clients
+            // By ARN (with its version or alias, if it has one): a name alone would be looked
+            // up in the caller's account.
+            let invoke = clients
                 .lambda
                 .invoke()
-                .function_name(&request.destination.name)
+                .function_name(&request.destination.arn)
                 .invocation_type(aws_sdk_lambda::types::InvocationType::Event)
                 .payload(aws_sdk_lambda::primitives::Blob::new(entry.body.as_bytes()));
-            if let Some(q) = &request.destination.qualifier {
-                invoke = invoke.qualifier(q);
-            }
             // Asynchronous: Lambda took the payload (202); what the function does with it is
             // the function's.
             results.push(match invoke.send().await {
@@ -351,13 +374,14 @@ impl ResourceSender for AwsResourceSender {
                 .await
                 .map(drop)
                 .map_err(|e| failure(&e)),
-            EndpointType::Lambda => {
-                let mut get = clients.lambda.get_function().function_name(&d.name);
-                if let Some(q) = &d.qualifier {
-                    get = get.qualifier(q);
-                }
-                get.send().await.map(drop).map_err(|e| failure(&e))
-            }
+            EndpointType::Lambda => clients
+                .lambda
+                .get_function()
+                .function_name(&d.arn)
+                .send()
+                .await
+                .map(drop)
+                .map_err(|e| failure(&e)),
             EndpointType::WebHook => return Ok(()),
         };
         match checked {

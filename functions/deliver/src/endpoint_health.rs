@@ -197,21 +197,29 @@ impl Deliver {
         let mut seen: BTreeMap<&str, (u32, bool, Option<LastFailure>)> = BTreeMap::new();
         for a in attempted {
             // Not the endpoint's doing: nothing was sent to it.
-            if matches!(a.result, AttemptResult::NotSent(_)) {
+            if !a.called || matches!(a.result, AttemptResult::NotSent(_)) {
                 continue;
             }
             let endpoint = groups[a.group].subscription.endpoint.as_str();
             let entry = seen.entry(endpoint).or_default();
             let outcome = DeliveryOutcome::of(&a.result);
-            if outcome == DeliveryOutcome::Succeeded {
+            // An AWS resource that took some of a call's entries is working: the others were
+            // throttled or refused one by one, which the retries handle, not a delay.
+            let took_some = a.per_event.as_ref().is_some_and(|results| {
+                results
+                    .iter()
+                    .any(|r| DeliveryOutcome::of(r) == DeliveryOutcome::Succeeded)
+            });
+            if outcome == DeliveryOutcome::Succeeded || took_some {
                 entry.1 = true;
             } else {
                 entry.0 += 1;
                 entry.2 = Some(LastFailure {
                     at: now,
                     outcome,
-                    status: match a.result {
-                        AttemptResult::Status(s) => Some(s),
+                    status: match &a.result {
+                        AttemptResult::Status(s) => Some(*s),
+                        AttemptResult::Service(f) => Some(f.status),
                         _ => None,
                     },
                 });

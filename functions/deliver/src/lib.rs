@@ -42,8 +42,8 @@ use gridrelay_shared::delivery::{
 };
 use gridrelay_shared::delivery_attributes::dynamic_headers;
 use gridrelay_shared::destination::{
-    AllowedDestinations, MessageContext, ResourceDestination, RoutingFields, ServiceFailure,
-    entry_bytes,
+    AllowedDestinations, CallLimits, MessageContext, ResourceDestination, RoutingFields,
+    ServiceFailure, entry_bytes,
 };
 use gridrelay_shared::health::HealthPolicy;
 use gridrelay_shared::message::ValidationTask;
@@ -165,6 +165,10 @@ impl DeliverySettings {
         }
     }
 }
+
+/// The least time an AWS resource call is given, however the schedule is scaled: the time
+/// scale shortens the waits gridrelay imposes, not how fast AWS answers.
+pub const MIN_RESOURCE_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a deliver invocation keeps, by default, between its last work and its deadline: enough
 /// for two batched SQS sends and the reply.
@@ -305,6 +309,10 @@ struct Attempted {
     /// An AWS resource's call: what became of each event (in `events`' order), where the
     /// service said it per entry; `result` is then the first failure, or the success.
     per_event: Option<Vec<AttemptResult>>,
+    /// Whether a request or call was made: not for an event too large for its AWS resource,
+    /// which fails on its own without one (it counts as no request and says nothing of the
+    /// endpoint's health).
+    called: bool,
 }
 
 /// A message to send and the SQS records whose events it carries.
@@ -779,6 +787,7 @@ impl Deliver {
     ) -> (Vec<Attempted>, Vec<Held>) {
         let mut batches: Vec<(usize, Vec<Pending>)> = Vec::new();
         let mut held = Vec::new();
+        let mut too_large_events: Vec<(usize, Pending)> = Vec::new();
         for (g, group) in groups.iter_mut().enumerate() {
             let sizes: Vec<usize> = group
                 .events
@@ -786,32 +795,45 @@ impl Deliver {
                 .map(|p| p.event.event.get().len())
                 .collect();
             let sub = &*group.subscription;
-            let calls = match sub.endpoint_type.call_limits() {
-                // One message per event: as many to a call as the service takes.
+            let (calls, too_large) = match sub.endpoint_type.call_limits() {
+                // One message per event: as many to a call as the service takes, and no more
+                // than the subscription's events per second allow in one go.
                 Some(limits) if !sub.endpoint_type.takes_batches() => {
                     let sizes: Vec<usize> = group
                         .events
                         .iter()
                         .map(|p| resource_entry_bytes(group, &p.event.event))
                         .collect();
-                    let (calls, too_large) = limits.pack(&sizes);
-                    calls
-                        .into_iter()
-                        .chain(too_large.into_iter().map(|i| vec![i]))
-                        .collect()
+                    let limits = CallLimits {
+                        entries: sub
+                            .delivery_caps
+                            .max_events_per_second
+                            .map_or(limits.entries, |rate| limits.entries.min(rate as usize)),
+                        ..limits
+                    };
+                    limits.pack(&sizes)
                 }
                 _ => {
                     let batching = sub.delivery_caps.batching(&sub.batching);
-                    plan_batches(&sizes, &batching)
+                    let calls = plan_batches(&sizes, &batching)
                         .into_iter()
                         .map(|range| range.collect::<Vec<usize>>())
-                        .collect::<Vec<_>>()
+                        .collect::<Vec<_>>();
+                    (calls, Vec::new())
                 }
             };
             let mut events: Vec<Option<Pending>> = std::mem::take(&mut group.events)
                 .into_iter()
                 .map(Some)
                 .collect();
+            // S4, B3: an event larger than its service's message is never sent; it fails on
+            // its own (413), without a call, a turn of the caps or an endpoint permit.
+            too_large_events.extend(
+                too_large
+                    .iter()
+                    .filter_map(|&i| events[i].take())
+                    .map(|p| (g, p)),
+            );
             for call in calls {
                 let batch: Vec<Pending> = call.iter().filter_map(|&i| events[i].take()).collect();
                 if gates.get_mut(&sub.endpoint).is_none_or(EndpointGate::admit) {
@@ -889,11 +911,8 @@ impl Deliver {
             let time = self.clock.now();
             let mut per_event = None;
             let sent = if group.subscription.endpoint_type.is_resource() {
-                let results = self.put_resource(group, &events).await;
-                let first_failure = results
-                    .iter()
-                    .find(|r| !matches!(r, AttemptResult::Status(s) if gridrelay_shared::classify::is_success(*s)))
-                    .cloned();
+                let results = self.put_resource(group, &events, deadline).await;
+                let first_failure = results.iter().find(|r| !is_delivered(r)).cloned();
                 let summary = first_failure.unwrap_or(AttemptResult::Status(200));
                 per_event = Some(results);
                 SentAttempt::of(summary)
@@ -938,10 +957,25 @@ impl Deliver {
                 late,
                 retry_after: sent.retry_after,
                 per_event,
+                called: true,
             })
         });
         let results = futures::future::join_all(attempts).await;
-        let mut attempted = Vec::new();
+        let now = self.clock.now();
+        let mut attempted: Vec<Attempted> = too_large_events
+            .into_iter()
+            .map(|(g, p)| Attempted {
+                group: g,
+                events: vec![p],
+                time: now,
+                answered: now,
+                result: AttemptResult::Service(ServiceFailure::entry_too_large()),
+                late: None,
+                retry_after: None,
+                per_event: None,
+                called: false,
+            })
+            .collect();
         for result in results {
             match result {
                 Ok(a) => attempted.push(a),
@@ -960,43 +994,10 @@ impl Deliver {
         let rules = self.settings.rules();
         let mut draws: HashMap<usize, f64> = HashMap::new();
         let mut retries = Vec::new();
-        let attempted = attempted.into_iter().flat_map(|mut a| {
-            // An AWS resource's call settles each event by what the service said of it: those
-            // it took are delivered, the others share their failure (never counted delivered).
-            let Some(results) = a.per_event.take() else {
-                return vec![(true, a)];
-            };
-            let mut parts: Vec<(AttemptResult, Vec<Pending>)> = Vec::new();
-            for (event, result) in std::mem::take(&mut a.events).into_iter().zip(results) {
-                match parts.iter_mut().find(|(r, _)| *r == result) {
-                    Some((_, events)) => events.push(event),
-                    None => parts.push((result, vec![event])),
-                }
-            }
-            parts
-                .into_iter()
-                .enumerate()
-                .map(|(i, (result, events))| {
-                    (
-                        i == 0,
-                        Attempted {
-                            group: a.group,
-                            events,
-                            time: a.time,
-                            answered: a.answered,
-                            result,
-                            late: None,
-                            retry_after: None,
-                            per_event: None,
-                        },
-                    )
-                })
-                .collect()
-        });
-        for (counts_attempt, a) in attempted {
+        for (counts, a) in attempted.into_iter().flat_map(split_by_entry) {
             let group = &groups[a.group];
             let sub = &group.subscription;
-            if counts_attempt {
+            if counts.request {
                 plan.count(&sub.topic, &sub.name, |r| r.attempts += 1);
             }
             let published: Vec<DateTime<Utc>> =
@@ -1026,7 +1027,9 @@ impl Deliver {
                     );
                 }
                 Settlement::Retry(retry) => {
-                    plan.count(&sub.topic, &sub.name, |r| r.failed_attempts += 1);
+                    if counts.failure {
+                        plan.count(&sub.topic, &sub.name, |r| r.failed_attempts += 1);
+                    }
                     match &a.result {
                         AttemptResult::ConnectionFailed(reason)
                         | AttemptResult::Unresolved(reason) => {
@@ -1053,7 +1056,9 @@ impl Deliver {
                     ));
                 }
                 Settlement::GaveUp(give_up) => {
-                    plan.count(&sub.topic, &sub.name, |r| r.failed_attempts += 1);
+                    if counts.failure {
+                        plan.count(&sub.topic, &sub.name, |r| r.failed_attempts += 1);
+                    }
                     plan.give_up(sub, give_up, &records);
                 }
             }
@@ -1098,7 +1103,12 @@ impl Deliver {
     /// function's batch as one), each too large for the service failed at once (413) without
     /// a call, and a destination the installation does not allow failed (403) without one.
     /// What became of each event, in order.
-    async fn put_resource(&self, group: &Group, events: &[Pending]) -> Vec<AttemptResult> {
+    async fn put_resource(
+        &self,
+        group: &Group,
+        events: &[Pending],
+        deadline: DateTime<Utc>,
+    ) -> Vec<AttemptResult> {
         let sub = &group.subscription;
         let every = |result: AttemptResult| vec![result; events.len()];
         let Some(destination) = sub.resource() else {
@@ -1142,25 +1152,136 @@ impl Deliver {
         if too_large {
             return every(AttemptResult::Service(ServiceFailure::entry_too_large()));
         }
-        let results = self
-            .resources
-            .put(ResourceRequest {
-                destination: ResourceDestination::clone(&destination),
-                topic: sub.topic.clone(),
-                subscription: sub.name.clone(),
-                delivery_count: group.history.attempts,
-                entries,
-            })
-            .await;
+        let request = ResourceRequest {
+            destination: ResourceDestination::clone(&destination),
+            topic: sub.topic.clone(),
+            subscription: sub.name.clone(),
+            delivery_count: group.history.attempts,
+            entries,
+        };
+        let mut results = self.put_within(request.clone(), deadline).await;
+        // A call of several entries refused as a whole as bad or too large (a queue whose
+        // messages are smaller than SQS's largest, say) is not every entry's fault: each is
+        // sent again in a call of its own, and answers for itself.
+        let refused_whole = request.entries.len() > 1
+            && results.windows(2).all(|w| w[0] == w[1])
+            && matches!(results.first(), Some(AttemptResult::Service(f)) if matches!(f.status, 400 | 413));
+        if refused_whole {
+            let singles = request.entries.iter().map(|entry| {
+                let single = ResourceRequest {
+                    entries: vec![entry.clone()],
+                    ..request.clone()
+                };
+                async move {
+                    self.put_within(single, deadline)
+                        .await
+                        .into_iter()
+                        .next()
+                        .unwrap_or_else(|| AttemptResult::NotSent("no answer".to_string()))
+                }
+            });
+            results = futures::future::join_all(singles).await;
+        }
         match results.len() {
-            // A Lambda function's one result is every event's (B5).
-            1 if events.len() > 1 => every(results[0].clone()),
+            // A Lambda function's one result is every event's of its batch (B5).
+            1 if sub.endpoint_type.takes_batches() => every(results[0].clone()),
             n if n == events.len() => results,
             _ => every(AttemptResult::NotSent(
                 "the destination's answer did not cover every entry".to_string(),
             )),
         }
     }
+
+    /// One call, given at most the attempt timeout (S2) and never past the invocation's
+    /// deadline less its margin: one that takes longer is a timed-out attempt of every entry.
+    /// (Without a tokio runtime, as in the deterministic simulation, there is no timer.)
+    async fn put_within(
+        &self,
+        request: ResourceRequest,
+        deadline: DateTime<Utc>,
+    ) -> Vec<AttemptResult> {
+        let count = request.entries.len();
+        let call = self.resources.put(request);
+        if !subscription_caps::can_wait() {
+            return call.await;
+        }
+        let limit = self
+            .settings
+            .attempt_timeout
+            .max(MIN_RESOURCE_CALL_TIMEOUT)
+            .min(self.time_left(deadline).max(Duration::from_millis(1)));
+        match tokio::time::timeout(limit, call).await {
+            Ok(results) => results,
+            Err(_) => vec![AttemptResult::TimedOut; count],
+        }
+    }
+}
+
+/// What one part of an attempt adds to the report: the request (once per request or call),
+/// and the failed attempt (once per request or call that failed, in whole or in part).
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    request: bool,
+    failure: bool,
+}
+
+/// An attempt as the parts it settles in. A request, or an AWS resource's call that answered
+/// as a whole, is one part. A call that answered per entry is split by result: the events
+/// the service took are delivered, each failure settles its own events (B5: never counted
+/// delivered in part); the call counts once, and as one failed attempt if any part failed. An
+/// answer that does not cover every event fails them all (nothing is taken for delivered).
+/// An event that was never sent (too large) is no request and no failed request.
+fn split_by_entry(mut a: Attempted) -> Vec<(Counts, Attempted)> {
+    let Some(results) = a.per_event.take() else {
+        let counts = Counts {
+            request: a.called,
+            failure: a.called,
+        };
+        return vec![(counts, a)];
+    };
+    let results = if results.len() == a.events.len() {
+        results
+    } else {
+        vec![
+            AttemptResult::NotSent("the destination's answer did not cover every entry".into());
+            a.events.len()
+        ]
+    };
+    let mut parts: Vec<(AttemptResult, Vec<Pending>)> = Vec::new();
+    for (event, result) in std::mem::take(&mut a.events).into_iter().zip(results) {
+        match parts.iter_mut().find(|(r, _)| *r == result) {
+            Some((_, events)) => events.push(event),
+            None => parts.push((result, vec![event])),
+        }
+    }
+    let first_failure = parts.iter().position(|(r, _)| !is_delivered(r));
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, (result, events))| {
+            let counts = Counts {
+                request: i == 0,
+                failure: Some(i) == first_failure,
+            };
+            let part = Attempted {
+                group: a.group,
+                events,
+                time: a.time,
+                answered: a.answered,
+                result,
+                late: None,
+                retry_after: None,
+                per_event: None,
+                called: true,
+            };
+            (counts, part)
+        })
+        .collect()
+}
+
+/// Whether an attempt's result is a delivery (S1).
+fn is_delivered(result: &AttemptResult) -> bool {
+    matches!(result, AttemptResult::Status(s) if gridrelay_shared::classify::is_success(*s))
 }
 
 /// What a subscription's messages say besides their bodies.

@@ -2126,6 +2126,86 @@ mod resources {
         ids.sort();
         assert_eq!(ids, ["e0", "e1", "e2", "e3", "e4"]);
         assert_eq!(w.resources.calls().last().unwrap().delivery_count, 1);
+        // D1: a destination that took most of a call is working, not failing.
+        let health = w.state.endpoint_health(TOPIC_ARN).await.unwrap().value;
+        assert_eq!(health.consecutive_failures, 0);
+        assert!(!health.is_delayed());
+    }
+
+    /// S4: a call of several entries refused as a whole as bad or too large (a queue whose
+    /// messages are smaller than the service's largest) is made again one entry a call, so
+    /// the events that fit are delivered and only the one that does not is dead-lettered.
+    #[tokio::test]
+    async fn a_call_refused_as_a_whole_is_made_again_one_entry_a_call_s4() {
+        let w = world_with(SubscriptionRequest {
+            dead_letter_destination: Some("s3://dead/orders".into()),
+            ..to(QUEUE)
+        })
+        .await;
+        w.resources.script_call(|call| {
+            let too_big = call.entries.iter().any(|e| e.body.len() > 2000);
+            (call.entries.len() > 1 || too_big).then(|| {
+                AttemptResult::Service(ServiceFailure::of_code(
+                    "AWS.SimpleQueueService.BatchRequestTooLong",
+                    Some(400),
+                ))
+            })
+        });
+        w.publish(&["a", "b"]).await;
+        w.publish_sized(&["big"], 4000).await;
+        let mut report = gridrelay_deliver::DeliveryReport::default();
+        while !w.delivery.visible().is_empty() {
+            report.add(&w.run().await.report);
+        }
+        assert_eq!((report.delivered, report.dead_lettered), (2, 1));
+        let entry = &w.dead_letters()[0].entries[0];
+        assert_eq!(id_of(entry.event.get()), "big");
+        assert_eq!(entry.last_outcome, Some(DeliveryOutcome::PayloadTooLarge));
+        let singles = w
+            .resources
+            .calls()
+            .iter()
+            .filter(|c| c.entries.len() == 1)
+            .count();
+        assert!(singles >= 2, "each entry sent again alone");
+    }
+
+    /// S2: a call that does not answer within the attempt timeout is a timed-out attempt of
+    /// every event in it, retried; the invocation does not wait for it past its deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_hangs_times_out_and_is_retried_s2() {
+        let w = world_with(to(QUEUE)).await;
+        w.resources.hang(true);
+        w.publish(&["a", "b"]).await;
+        let report = w.run().await.report;
+        assert_eq!((report.delivered, report.retried), (0, 2));
+        let retry = last_delivery_message(&w);
+        assert_eq!(
+            retry.history().last_attempt.map(|a| a.outcome),
+            Some(DeliveryOutcome::TimedOut)
+        );
+        w.resources.hang(false);
+        assert_eq!(w.run_next().await.report.delivered, 2);
+    }
+
+    /// `--max-events-per-second` bounds a call as it bounds a webhook batch: no more events in
+    /// one go than a second's allowance.
+    #[tokio::test]
+    async fn calls_hold_no_more_than_a_seconds_allowance() {
+        let w = world_with(SubscriptionRequest {
+            max_events_per_second: Some(3),
+            ..to(QUEUE)
+        })
+        .await;
+        w.publish_numbered("e", 7).await;
+        w.run().await;
+        let calls = w.resources.calls();
+        assert!(!calls.is_empty());
+        assert!(
+            calls.iter().all(|c| c.entries.len() <= 3),
+            "{:?}",
+            calls.iter().map(|c| c.entries.len()).collect::<Vec<_>>()
+        );
     }
 
     /// S4, L2, L6: a destination that does not exist (404) is retried, then dead-lettered
@@ -2179,6 +2259,12 @@ mod resources {
         let entry = &w.dead_letters()[0].entries[0];
         assert_eq!(entry.last_outcome, Some(DeliveryOutcome::PayloadTooLarge));
         assert_eq!(entry.delivery_attempts, 1);
+        // No request was made for it: the report counts the one call, and its endpoint is
+        // not failing for it.
+        assert_eq!(report.attempts, w.resources.calls().len());
+        assert_eq!(report.failed_attempts, 0);
+        let health = w.state.endpoint_health(TOPIC_ARN).await.unwrap().value;
+        assert_eq!(health.consecutive_failures, 0);
     }
 
     /// A Lambda function takes a batch (B2) as one payload: the events as a JSON array.
