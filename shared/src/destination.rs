@@ -133,8 +133,8 @@ impl EndpointType {
     fn arn_form(self) -> &'static str {
         match self {
             Self::WebHook => "an absolute http:// or https:// URL",
-            Self::Sqs => "an SQS standard queue ARN: arn:aws:sqs:REGION:ACCOUNT:QUEUE",
-            Self::Sns => "an SNS standard topic ARN: arn:aws:sns:REGION:ACCOUNT:TOPIC",
+            Self::Sqs => "an SQS queue ARN: arn:aws:sqs:REGION:ACCOUNT:QUEUE[.fifo]",
+            Self::Sns => "an SNS topic ARN: arn:aws:sns:REGION:ACCOUNT:TOPIC[.fifo]",
             Self::Lambda => {
                 "a Lambda function ARN: arn:aws:lambda:REGION:ACCOUNT:function:NAME[:VERSION_OR_ALIAS]"
             }
@@ -238,6 +238,13 @@ pub struct ResourceDestination {
 }
 
 impl ResourceDestination {
+    /// Whether it is an SQS FIFO queue or SNS FIFO topic: its messages need a group id and a
+    /// deduplication id.
+    pub fn is_fifo(&self) -> bool {
+        matches!(self.endpoint_type, EndpointType::Sqs | EndpointType::Sns)
+            && self.name.ends_with(".fifo")
+    }
+
     /// Parses `arn` as a destination of `endpoint_type`, naming the field and the form expected
     /// when it is not one.
     pub fn parse(endpoint_type: EndpointType, arn: &str) -> Result<Self, LimitError> {
@@ -279,27 +286,17 @@ impl ResourceDestination {
         };
         let (name, qualifier) = match endpoint_type {
             EndpointType::Sqs | EndpointType::Sns => {
-                if resource.ends_with(".fifo") {
-                    return Err(LimitError::new(
-                        "endpoint",
-                        format!("{arn:?}"),
-                        format!(
-                            "{} (FIFO {} are not supported yet)",
-                            endpoint_type.arn_form(),
-                            if endpoint_type == EndpointType::Sqs {
-                                "queues"
-                            } else {
-                                "topics"
-                            }
-                        ),
-                    ));
-                }
+                // A FIFO queue's or topic's name ends in `.fifo`, counted in its length.
                 let max = if endpoint_type == EndpointType::Sqs {
                     80
                 } else {
                     256
                 };
-                (name_ok(resource, max, b"").then_some(resource), None)
+                let base = resource.strip_suffix(".fifo").unwrap_or(resource);
+                (
+                    (name_ok(base, max - (resource.len() - base.len()), b"")).then_some(resource),
+                    None,
+                )
             }
             EndpointType::Lambda => {
                 let mut rest = resource.splitn(3, ':');
@@ -685,6 +682,49 @@ pub fn kinesis_partition_key(fields: &RoutingFields, context: &MessageContext<'_
         .unwrap_or_else(|| context.topic.to_string())
 }
 
+/// Longest FIFO message group id and deduplication id.
+const MAX_FIFO_ID_CHARS: usize = 128;
+
+/// The message group of one event in a FIFO queue or topic: its subject, so one subject's
+/// events are handed out in the order the queue got them, or its id when the subject is empty,
+/// longer than 128 characters or holds a character a group id may not (letters, digits and
+/// ASCII punctuation only), or the topic's name when the id cannot be one either. (gridrelay
+/// itself promises no order, G2: retries and concurrent calls may reorder events.)
+pub fn fifo_group_id(fields: &RoutingFields, context: &MessageContext<'_>) -> String {
+    let fits = |k: &str| {
+        !k.is_empty()
+            && k.len() <= MAX_FIFO_ID_CHARS
+            && k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b.is_ascii_punctuation())
+    };
+    [fields.subject.as_str(), fields.id.as_str(), context.topic]
+        .into_iter()
+        .find(|k| fits(k))
+        .unwrap_or("gridrelay")
+        .to_string()
+}
+
+/// The deduplication id of one event in a FIFO queue or topic: the same for every attempt of
+/// the same event (topic, subscription and id; the body too when it has no id), so the queue
+/// keeps one copy of an event sent again within its five-minute window (a retry after an
+/// answer that was lost, or a duplicate publish of the same id).
+pub fn fifo_deduplication_id(
+    fields: &RoutingFields,
+    context: &MessageContext<'_>,
+    body: &str,
+) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for part in [context.topic, context.subscription, fields.id.as_str()] {
+        hash.update(part.len().to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    if fields.id.is_empty() {
+        hash.update(body.as_bytes());
+    }
+    crate::validation::hex(&hash.finalize())
+}
+
 /// Bytes the service counts for one entry of `endpoint_type` carrying `body`.
 pub fn entry_bytes(
     endpoint_type: EndpointType,
@@ -793,11 +833,17 @@ mod tests {
             EndpointType::Sqs,
             "arn:aws:sqs:us-east-1:123456789012:o.fifo",
         )
-        .unwrap_err();
+        .unwrap();
+        assert!(fifo.is_fifo());
         assert!(
-            fifo.allowed.contains("FIFO queues are not supported"),
-            "{fifo}"
+            !ResourceDestination::parse(EndpointType::Sqs, QUEUE)
+                .unwrap()
+                .is_fifo()
         );
+        let long = format!("arn:aws:sqs:us-east-1:123456789012:{}.fifo", "q".repeat(75));
+        assert!(ResourceDestination::parse(EndpointType::Sqs, &long).is_ok());
+        let too_long = format!("arn:aws:sqs:us-east-1:123456789012:{}.fifo", "q".repeat(76));
+        assert!(ResourceDestination::parse(EndpointType::Sqs, &too_long).is_err());
         assert_eq!(EndpointType::of_arn(QUEUE), Some(EndpointType::Sqs));
         assert_eq!(EndpointType::of_arn("arn:aws:s3:::bucket"), None);
     }
@@ -954,6 +1000,45 @@ mod tests {
                 proptest::prop_assert!(sizes[i] > limits.entry_bytes.min(limits.call_bytes));
             }
         }
+    }
+
+    /// FIFO queues and topics: a group per subject (or id, or topic), and one deduplication id
+    /// per event and subscription, the same at every attempt.
+    #[test]
+    fn fifo_messages_are_grouped_by_subject_and_deduplicated_by_event() {
+        let context = MessageContext {
+            topic: "shop",
+            subscription: "audit",
+            delivery_count: 0,
+        };
+        let fields = |id: &str, subject: &str| RoutingFields {
+            id: id.into(),
+            event_type: "t".into(),
+            subject: subject.into(),
+        };
+        assert_eq!(
+            fifo_group_id(&fields("1", "/orders/7"), &context),
+            "/orders/7"
+        );
+        assert_eq!(fifo_group_id(&fields("1", "/café"), &context), "1");
+        assert_eq!(fifo_group_id(&fields("1", &"s".repeat(129)), &context), "1");
+        assert_eq!(fifo_group_id(&fields("", ""), &context), "shop");
+        let a = fifo_deduplication_id(&fields("1", "/a"), &context, "{}");
+        assert_eq!(a.len(), 64);
+        assert_eq!(
+            a,
+            fifo_deduplication_id(&fields("1", "/b"), &context, "{\"x\":1}")
+        );
+        assert_ne!(a, fifo_deduplication_id(&fields("2", "/a"), &context, "{}"));
+        let other = MessageContext {
+            subscription: "billing",
+            ..context.clone()
+        };
+        assert_ne!(a, fifo_deduplication_id(&fields("1", "/a"), &other, "{}"));
+        assert_ne!(
+            fifo_deduplication_id(&fields("", "/a"), &context, "{\"n\":1}"),
+            fifo_deduplication_id(&fields("", "/a"), &context, "{\"n\":2}")
+        );
     }
 
     /// Consumers route on the type, subject and id without reading the body.

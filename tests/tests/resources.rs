@@ -426,3 +426,67 @@ async fn create_refuses_a_missing_or_disallowed_destination_s4() {
     );
     sys.shutdown().await;
 }
+
+/// S4, G1: an SQS FIFO queue gets each event with its subject as the message group and a
+/// deduplication id per event and subscription, the same at every attempt: the same events
+/// delivered twice (published twice with the same ids) are in the queue once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_queue_groups_by_subject_and_keeps_one_copy_of_an_event_s4() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("orders").await;
+    let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
+    let name = format!("{}-in.fifo", sys.names.secret_prefix);
+    let url = sqs
+        .create_queue()
+        .queue_name(&name)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .expect("FIFO queue created")
+        .queue_url()
+        .unwrap()
+        .to_string();
+    let arn = format!("arn:aws:sqs:us-east-1:123456789012:{name}");
+    sys.subscribe(subscription("orders", "to-fifo", &arn)).await;
+
+    sys.publish(&topic, &events("f", 3)).await;
+    sys.publish(&topic, &events("f", 3)).await;
+    eventually(WAIT, "both publishes delivered", || async {
+        (sys.system.stats().deliver.delivered >= 6).then_some(())
+    })
+    .await;
+
+    let out = sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let mut groups = BTreeMap::new();
+    for m in out.messages() {
+        let event = json_of(m.body().unwrap());
+        let group = m
+            .attributes()
+            .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId))
+            .cloned()
+            .unwrap_or_default();
+        groups.insert(event["id"].as_str().unwrap().to_string(), group);
+    }
+    assert_eq!(
+        groups,
+        BTreeMap::from([
+            ("f-0".to_string(), "/orders/0".to_string()),
+            ("f-1".to_string(), "/orders/1".to_string()),
+            ("f-2".to_string(), "/orders/2".to_string()),
+        ]),
+        "each event once, grouped by its subject"
+    );
+    assert_eq!(
+        out.messages().len(),
+        3,
+        "the second copies were deduplicated"
+    );
+    sys.shutdown().await;
+}

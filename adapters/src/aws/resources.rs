@@ -21,7 +21,8 @@ use gridrelay_ports::{DestinationError, ResourceEntry, ResourceRequest, Resource
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::destination::{
     EndpointType, MessageContext, ResourceDestination, ServiceFailure, eventbridge_detail_type,
-    eventbridge_source, kinesis_partition_key, message_attributes,
+    eventbridge_source, fifo_deduplication_id, fifo_group_id, kinesis_partition_key,
+    message_attributes,
 };
 
 /// The clients of one region.
@@ -135,10 +136,12 @@ impl AwsResourceSender {
         };
         let entries = match messages(
             request,
-            |id, entry, attributes| {
+            |id, entry, attributes, fifo| {
                 let mut b = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
                     .id(id)
-                    .message_body(&entry.body);
+                    .message_body(&entry.body)
+                    .set_message_group_id(fifo.as_ref().map(|f| f.0.clone()))
+                    .set_message_deduplication_id(fifo.map(|f| f.1));
                 for (name, value) in attributes {
                     b = b.message_attributes(name, value);
                 }
@@ -193,10 +196,12 @@ impl AwsResourceSender {
         let every = |r: AttemptResult| vec![r; request.entries.len()];
         let entries = match messages(
             request,
-            |id, entry, attributes| {
+            |id, entry, attributes, fifo| {
                 let mut b = aws_sdk_sns::types::PublishBatchRequestEntry::builder()
                     .id(id)
-                    .message(&entry.body);
+                    .message(&entry.body)
+                    .set_message_group_id(fifo.as_ref().map(|f| f.0.clone()))
+                    .set_message_deduplication_id(fifo.map(|f| f.1));
                 for (name, value) in attributes {
                     b = b.message_attributes(name, value);
                 }
@@ -396,14 +401,21 @@ impl ResourceSender for AwsResourceSender {
 }
 
 /// SQS's or SNS's batch entries for a request: each entry built by `entry` from its batch id
-/// (its index), the entry, and its message attributes as built by `value`; an entry that
-/// cannot be built fails the call unsent.
+/// (its index), the entry, its message attributes as built by `value`, and for a FIFO queue or
+/// topic its message group and deduplication ids; an entry that cannot be built fails the call
+/// unsent.
 fn messages<E, V>(
     request: &ResourceRequest,
-    entry: impl Fn(String, &ResourceEntry, Vec<(&'static str, V)>) -> Result<E, BuildError>,
+    entry: impl Fn(
+        String,
+        &ResourceEntry,
+        Vec<(&'static str, V)>,
+        Option<(String, String)>,
+    ) -> Result<E, BuildError>,
     value: impl Fn(String) -> Result<V, BuildError>,
 ) -> Result<Vec<E>, AttemptResult> {
     let context = context(request);
+    let fifo = request.destination.is_fifo();
     let unsent = |e: BuildError| AttemptResult::NotSent(e.to_string());
     request
         .entries
@@ -415,7 +427,13 @@ fn messages<E, V>(
                 .map(|(name, v)| value(v).map(|v| (name, v)))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(unsent)?;
-            entry(i.to_string(), e, attributes).map_err(unsent)
+            let ids = fifo.then(|| {
+                (
+                    fifo_group_id(&e.fields, &context),
+                    fifo_deduplication_id(&e.fields, &context, &e.body),
+                )
+            });
+            entry(i.to_string(), e, attributes, ids).map_err(unsent)
         })
         .collect()
 }
