@@ -705,9 +705,11 @@ pub fn fifo_group_id(fields: &RoutingFields, context: &MessageContext<'_>) -> St
 }
 
 /// The deduplication id of one event in a FIFO queue or topic: the same for every attempt of
-/// the same event (topic, subscription and id; the body too when it has no id), so the queue
+/// the same event (a hash of topic, subscription, id and the body as delivered), so the queue
 /// keeps one copy of an event sent again within its five-minute window (a retry after an
-/// answer that was lost, or a duplicate publish of the same id).
+/// answer that was lost, or the same event published again). Two events that share an id but
+/// not their content (a custom schema's own `id` field, CloudEvents of different sources) are
+/// two messages: nothing distinct is lost (G1).
 pub fn fifo_deduplication_id(
     fields: &RoutingFields,
     context: &MessageContext<'_>,
@@ -719,9 +721,7 @@ pub fn fifo_deduplication_id(
         hash.update(part.len().to_be_bytes());
         hash.update(part.as_bytes());
     }
-    if fields.id.is_empty() {
-        hash.update(body.as_bytes());
-    }
+    hash.update(body.as_bytes());
     crate::validation::hex(&hash.finalize())
 }
 
@@ -1025,9 +1025,11 @@ mod tests {
         assert_eq!(fifo_group_id(&fields("", ""), &context), "shop");
         let a = fifo_deduplication_id(&fields("1", "/a"), &context, "{}");
         assert_eq!(a.len(), 64);
-        assert_eq!(
+        assert_eq!(a, fifo_deduplication_id(&fields("1", "/a"), &context, "{}"));
+        assert_ne!(
             a,
-            fifo_deduplication_id(&fields("1", "/b"), &context, "{\"x\":1}")
+            fifo_deduplication_id(&fields("1", "/b"), &context, "{\"x\":1}"),
+            "the same id with other content is another event"
         );
         assert_ne!(a, fifo_deduplication_id(&fields("2", "/a"), &context, "{}"));
         let other = MessageContext {

@@ -196,20 +196,21 @@ impl Deliver {
         // In endpoint order, so a simulation replays the same writes for the same seed.
         let mut seen: BTreeMap<&str, (u32, bool, Option<LastFailure>)> = BTreeMap::new();
         for a in attempted {
-            // Not the endpoint's doing: nothing was sent to it.
-            if !a.called || matches!(a.result, AttemptResult::NotSent(_)) {
-                continue;
-            }
-            let endpoint = groups[a.group].subscription.endpoint.as_str();
-            let entry = seen.entry(endpoint).or_default();
-            let outcome = DeliveryOutcome::of(&a.result);
             // An AWS resource that took some of a call's entries is working: the others were
-            // throttled or refused one by one, which the retries handle, not a delay.
+            // throttled, refused or left unreported one by one, which the retries handle, not
+            // a delay.
             let took_some = a.per_event.as_ref().is_some_and(|results| {
                 results
                     .iter()
                     .any(|r| DeliveryOutcome::of(r) == DeliveryOutcome::Succeeded)
             });
+            // Not the endpoint's doing: nothing was sent to it.
+            if !a.called || (!took_some && matches!(a.result, AttemptResult::NotSent(_))) {
+                continue;
+            }
+            let endpoint = groups[a.group].subscription.endpoint.as_str();
+            let entry = seen.entry(endpoint).or_default();
+            let outcome = DeliveryOutcome::of(&a.result);
             if outcome == DeliveryOutcome::Succeeded || took_some {
                 entry.1 = true;
             } else {

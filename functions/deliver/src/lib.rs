@@ -813,13 +813,19 @@ impl Deliver {
                     };
                     limits.pack(&sizes)
                 }
-                _ => {
+                other => {
                     let batching = sub.delivery_caps.batching(&sub.batching);
-                    let calls = plan_batches(&sizes, &batching)
-                        .into_iter()
-                        .map(|range| range.collect::<Vec<usize>>())
-                        .collect::<Vec<_>>();
-                    (calls, Vec::new())
+                    let (calls, too_large): (Vec<Vec<usize>>, Vec<Vec<usize>>) =
+                        plan_batches(&sizes, &batching)
+                            .into_iter()
+                            .map(|range| range.collect::<Vec<usize>>())
+                            // A Lambda function's batch of one event larger than its payload
+                            // (the body's brackets included) is not sent either.
+                            .partition(|batch| match (other, batch.as_slice()) {
+                                (Some(limits), [i]) => sizes[*i] + 2 <= limits.entry_bytes,
+                                _ => true,
+                            });
+                    (calls, too_large.into_iter().flatten().collect())
                 }
             };
             let mut events: Vec<Option<Pending>> = std::mem::take(&mut group.events)
@@ -910,8 +916,10 @@ impl Deliver {
             }
             let time = self.clock.now();
             let mut per_event = None;
+            let mut called = true;
             let sent = if group.subscription.endpoint_type.is_resource() {
-                let results = self.put_resource(group, &events, deadline).await;
+                let (results, made_call) = self.put_resource(group, &events, deadline).await;
+                called = made_call;
                 let first_failure = results.iter().find(|r| !is_delivered(r)).cloned();
                 let summary = first_failure.unwrap_or(AttemptResult::Status(200));
                 per_event = Some(results);
@@ -957,7 +965,7 @@ impl Deliver {
                 late,
                 retry_after: sent.retry_after,
                 per_event,
-                called: true,
+                called,
             })
         });
         let results = futures::future::join_all(attempts).await;
@@ -1102,15 +1110,15 @@ impl Deliver {
     /// One call to a subscription's AWS resource (S4): its events as entries (a Lambda
     /// function's batch as one), each too large for the service failed at once (413) without
     /// a call, and a destination the installation does not allow failed (403) without one.
-    /// What became of each event, in order.
+    /// What became of each event, in order, and whether a call was made.
     async fn put_resource(
         &self,
         group: &Group,
         events: &[Pending],
         deadline: DateTime<Utc>,
-    ) -> Vec<AttemptResult> {
+    ) -> (Vec<AttemptResult>, bool) {
         let sub = &group.subscription;
-        let every = |result: AttemptResult| vec![result; events.len()];
+        let every = |result: AttemptResult| (vec![result; events.len()], false);
         let Some(destination) = sub.resource() else {
             return every(AttemptResult::NotSent(format!(
                 "the stored endpoint is not {} ARN",
@@ -1159,37 +1167,75 @@ impl Deliver {
             delivery_count: group.history.attempts,
             entries,
         };
-        let mut results = self.put_within(request.clone(), deadline).await;
-        // A call of several entries refused as a whole as bad or too large (a queue whose
-        // messages are smaller than SQS's largest, say) is not every entry's fault: each is
-        // sent again in a call of its own, and answers for itself.
-        let refused_whole = request.entries.len() > 1
-            && results.windows(2).all(|w| w[0] == w[1])
-            && matches!(results.first(), Some(AttemptResult::Service(f)) if matches!(f.status, 400 | 413));
-        if refused_whole {
-            let singles = request.entries.iter().map(|entry| {
-                let single = ResourceRequest {
-                    entries: vec![entry.clone()],
-                    ..request.clone()
-                };
-                async move {
-                    self.put_within(single, deadline)
-                        .await
-                        .into_iter()
-                        .next()
-                        .unwrap_or_else(|| AttemptResult::NotSent("no answer".to_string()))
-                }
-            });
-            results = futures::future::join_all(singles).await;
-        }
-        match results.len() {
+        let results = self.put_apart_if_too_large(request, deadline).await;
+        let results = match results.len() {
             // A Lambda function's one result is every event's of its batch (B5).
-            1 if sub.endpoint_type.takes_batches() => every(results[0].clone()),
+            1 if sub.endpoint_type.takes_batches() => vec![results[0].clone(); events.len()],
             n if n == events.len() => results,
-            _ => every(AttemptResult::NotSent(
-                "the destination's answer did not cover every entry".to_string(),
-            )),
+            _ => vec![
+                AttemptResult::NotSent(
+                    "the destination's answer did not cover every entry".to_string()
+                );
+                events.len()
+            ],
+        };
+        (results, true)
+    }
+
+    /// One call; if the service refuses it as a whole as too large (413: SQS's
+    /// `BatchRequestTooLong` for a queue whose messages are smaller than SQS's largest, say),
+    /// its entries are sent again in two halves, one after the other, and so on down to single
+    /// entries, so each event answers for itself and the subscription's caps (one call at a
+    /// time) still hold. Halves are sent only while a whole call still fits before the
+    /// deadline; entries left unsent are failed attempts retried on the ladder.
+    async fn put_apart_if_too_large(
+        &self,
+        request: ResourceRequest,
+        deadline: DateTime<Utc>,
+    ) -> Vec<AttemptResult> {
+        let mut pending = vec![request];
+        let mut results = Vec::new();
+        // Depth first, in entry order: the results come out in the entries' order.
+        while let Some(request) = pending.pop() {
+            let count = request.entries.len();
+            if !results.is_empty() && self.time_left(deadline) < self.call_limit(deadline) {
+                results.extend(vec![
+                    AttemptResult::NotSent(
+                        "refused as too large together; not sent apart before the deadline"
+                            .to_string()
+                    );
+                    count
+                ]);
+                continue;
+            }
+            let answer = self.put_within(request.clone(), deadline).await;
+            let too_large_together = count > 1
+                && answer.len() == count
+                && answer
+                    .iter()
+                    .all(|r| matches!(r, AttemptResult::Service(f) if f.status == 413));
+            if too_large_together {
+                let mut first = request.clone();
+                let second = ResourceRequest {
+                    entries: first.entries.split_off(count / 2),
+                    ..request
+                };
+                pending.push(second);
+                pending.push(first);
+            } else {
+                results.extend(answer);
+            }
         }
+        results
+    }
+
+    /// How long one call may take: the attempt timeout (at least
+    /// [`MIN_RESOURCE_CALL_TIMEOUT`]), and never past the deadline less its margin.
+    fn call_limit(&self, deadline: DateTime<Utc>) -> Duration {
+        self.settings
+            .attempt_timeout
+            .max(MIN_RESOURCE_CALL_TIMEOUT)
+            .min(self.time_left(deadline).max(Duration::from_millis(1)))
     }
 
     /// One call, given at most the attempt timeout (S2) and never past the invocation's
@@ -1205,12 +1251,7 @@ impl Deliver {
         if !subscription_caps::can_wait() {
             return call.await;
         }
-        let limit = self
-            .settings
-            .attempt_timeout
-            .max(MIN_RESOURCE_CALL_TIMEOUT)
-            .min(self.time_left(deadline).max(Duration::from_millis(1)));
-        match tokio::time::timeout(limit, call).await {
+        match tokio::time::timeout(self.call_limit(deadline), call).await {
             Ok(results) => results,
             Err(_) => vec![AttemptResult::TimedOut; count],
         }
@@ -1260,8 +1301,8 @@ fn split_by_entry(mut a: Attempted) -> Vec<(Counts, Attempted)> {
         .enumerate()
         .map(|(i, (result, events))| {
             let counts = Counts {
-                request: i == 0,
-                failure: Some(i) == first_failure,
+                request: a.called && i == 0,
+                failure: a.called && Some(i) == first_failure,
             };
             let part = Attempted {
                 group: a.group,
@@ -1272,7 +1313,7 @@ fn split_by_entry(mut a: Attempted) -> Vec<(Counts, Attempted)> {
                 late: None,
                 retry_after: None,
                 per_event: None,
-                called: true,
+                called: a.called,
             };
             (counts, part)
         })
