@@ -2,8 +2,9 @@
 # `make demo`: the whole system on this machine, against moto.
 #
 # Starts moto (installed into .venv), `gridrelay local` and a sample subscriber; creates a topic
-# with three subscriptions; publishes one event; and shows it delivered to the first, retried
-# then delivered to the second, and dead-lettered into S3 for the third. Waits run 100 times
+# with three webhook subscriptions and one to an SQS queue; publishes one event; and shows it
+# delivered to the first, retried then delivered to the second, dead-lettered into S3 for the
+# third, and written to the queue as a message with routing attributes. Waits run 100 times
 # faster than real (GRIDRELAY_TIME_SCALE=0.01): the 5-minute dead-letter delay takes 3 seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -58,6 +59,16 @@ step "Three event subscriptions: happy, flaky (503 once), broken (400, dead-lett
   --endpoint "http://127.0.0.1:$hook_port/notices" --subject-begins-with "/buckets/gridrelay-dead-letters/objects/demo/$topic/" >/dev/null
 echo "  and notices-$topic on the system topic gridrelay-dead-letter-events (dead-letter announcements)"
 
+step "An AWS resource as the destination: an SQS queue (no handshake; it must exist)"
+queue_arn=$("$root/.venv/bin/python" -c '
+import boto3, os, sys
+sqs = boto3.client("sqs", region_name=os.environ.get("AWS_REGION", "us-east-1"))
+url = sqs.create_queue(QueueName=sys.argv[1])["QueueUrl"]
+print(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
+' "$topic-in")
+"$gridrelay" event-subscription create --topic-name "$topic" --name to-queue --endpoint-type sqs --endpoint "$queue_arn" >/dev/null
+echo "  to-queue -> $queue_arn"
+
 step "Endpoint validation handshake (run by the service; events flow once Succeeded)"
 for sub in "$topic/happy" "$topic/flaky" "$topic/broken" "gridrelay-dead-letter-events/notices-$topic"; do
   for _ in $(seq 1 100); do
@@ -73,7 +84,8 @@ done
 import json, sys
 for s in json.load(sys.stdin):
     dl = (s.get("deadLetterDestination") or {}).get("bucket", "none")
-    print(f"  {s['"'"'name'"'"']:<7} -> {s['"'"'destination'"'"']['"'"'endpointUrl'"'"']}  dead-letter bucket: {dl}")
+    d = s["destination"]
+    print(f"  {s['"'"'name'"'"']:<8} -> {d['"'"'endpointType'"'"']} {d.get('"'"'endpointUrl'"'"') or d.get('"'"'resourceId'"'"')}  dead-letter bucket: {dl}")
 '
 
 step "Publishing one event (Event Grid's publish protocol)"
@@ -85,7 +97,7 @@ echo "publish answered $status"
 
 step "Deliveries (the subscriber's log)"
 "$root/.venv/bin/python" - "$topic" <<'PY'
-import json, sys, time
+import json, os, sys, time
 import boto3
 topic = sys.argv[1]
 s3 = boto3.client("s3")
@@ -101,6 +113,18 @@ key = listed["Contents"][0]["Key"]
 body = json.loads(s3.get_object(Bucket="gridrelay-dead-letters", Key=key)["Body"].read())
 print(f"\n\033[1m== Dead-lettered into s3://gridrelay-dead-letters/{key}\033[0m")
 print(json.dumps(body, indent=2))
+
+sqs = boto3.client("sqs", region_name=os.environ.get("AWS_REGION", "us-east-1"))
+url = sqs.get_queue_url(QueueName=f"{topic}-in")["QueueUrl"]
+messages = []
+while time.time() < deadline and not messages:
+    messages = sqs.receive_message(QueueUrl=url, MessageAttributeNames=["All"], WaitTimeSeconds=1).get("Messages", [])
+if not messages:
+    sys.exit("no message reached the SQS queue within 60 s; see .run/local.log")
+m = messages[0]
+print(f"\n\033[1m== Written to the SQS queue {topic}-in\033[0m")
+print(json.dumps({"body": json.loads(m["Body"]),
+                  "messageAttributes": {k: v["StringValue"] for k, v in m.get("MessageAttributes", {}).items()}}, indent=2))
 PY
 
 sleep 1
@@ -109,4 +133,5 @@ echo "happy:  delivered on the first attempt"
 echo "flaky:  503, retried after the (scaled) 30 s minimum, then delivered"
 echo "broken: 400 is not retried; dead-lettered after the (scaled) 5-minute delay, with the L6 fields,"
 echo "        and the write announced on the system topic gridrelay-dead-letter-events"
+echo "to-queue: one SQS message per event, its type, subject and id as message attributes"
 echo "Logs: .run/local.log   Stopping."
