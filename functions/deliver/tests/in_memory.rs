@@ -2132,11 +2132,11 @@ mod resources {
         assert_eq!(w.resources.calls().last().unwrap().delivery_count, 1);
     }
 
-    /// S4: a call of several entries refused as a whole as bad or too large (a queue whose
-    /// messages are smaller than the service's largest) is made again one entry a call, so
-    /// the events that fit are delivered and only the one that does not is dead-lettered.
+    /// S4: a call of several entries refused as a whole as too large (a queue whose messages
+    /// are smaller than the service's largest) is made again in halves, one after the other,
+    /// so the events that fit are delivered and only the one that does not is dead-lettered.
     #[tokio::test]
-    async fn a_call_refused_as_a_whole_is_made_again_one_entry_a_call_s4() {
+    async fn a_call_refused_as_too_large_is_made_again_in_halves_s4() {
         let w = world_with(SubscriptionRequest {
             dead_letter_destination: Some("s3://dead/orders".into()),
             ..to(QUEUE)
