@@ -296,7 +296,15 @@ async fn a_topic_a_bus_and_a_stream_get_every_event_s4() {
     assert_eq!(by_id["r-5"].0, "/orders/5");
     assert_eq!(by_id["r-5"].1["eventType"], "Contoso.Orders.Created");
 
-    assert_eq!(sys.system.stats().deliver.delivered, 36);
+    let stats = sys.system.stats();
+    assert_eq!(stats.deliver.delivered, 36);
+    // Within each service's batch call: 12 events are 2 calls to SNS and EventBridge (10 a
+    // call) and 1 to Kinesis (500 a call), not 36.
+    assert!(
+        stats.deliver.attempts <= 6,
+        "12 events to each of three destinations in {} calls",
+        stats.deliver.attempts
+    );
     sys.shutdown().await;
 }
 
@@ -488,5 +496,94 @@ async fn a_fifo_queue_groups_by_subject_and_keeps_one_copy_of_an_event_s4() {
         3,
         "the second copies were deduplicated"
     );
+    sys.shutdown().await;
+}
+
+/// S4, L2, L6: an SNS topic, an EventBridge bus and a Kinesis stream deleted after their
+/// subscriptions were made answer 404 (`NotFound`, `ResourceNotFoundException`): retried, then
+/// dead-lettered when the attempts run out, with `NotFound`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_topic_bus_or_stream_is_retried_then_dead_lettered_s4() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("orders").await;
+    let prefix = sys.names.secret_prefix.clone();
+    let sns = aws_sdk_sns::Client::new(&sys.sdk);
+    let sns_topic = sns
+        .create_topic()
+        .name(format!("{prefix}-gone"))
+        .send()
+        .await
+        .unwrap()
+        .topic_arn()
+        .unwrap()
+        .to_string();
+    let events_client = aws_sdk_eventbridge::Client::new(&sys.sdk);
+    let bus_name = format!("{prefix}-gone");
+    let bus = events_client
+        .create_event_bus()
+        .name(&bus_name)
+        .send()
+        .await
+        .unwrap()
+        .event_bus_arn()
+        .unwrap()
+        .to_string();
+    let kinesis = aws_sdk_kinesis::Client::new(&sys.sdk);
+    let stream_name = format!("{prefix}-gone");
+    kinesis
+        .create_stream()
+        .stream_name(&stream_name)
+        .shard_count(1)
+        .send()
+        .await
+        .unwrap();
+    let stream = kinesis
+        .describe_stream_summary()
+        .stream_name(&stream_name)
+        .send()
+        .await
+        .unwrap()
+        .stream_description_summary()
+        .unwrap()
+        .stream_arn()
+        .to_string();
+    for (name, arn) in [("topic", &sns_topic), ("bus", &bus), ("stream", &stream)] {
+        sys.subscribe(SubscriptionRequest {
+            max_delivery_attempts: Some(2),
+            dead_letter_destination: Some(sys.dead_letter_url(name)),
+            ..subscription("orders", &format!("to-{name}"), arn)
+        })
+        .await;
+    }
+    sns.delete_topic()
+        .topic_arn(&sns_topic)
+        .send()
+        .await
+        .unwrap();
+    events_client
+        .delete_event_bus()
+        .name(&bus_name)
+        .send()
+        .await
+        .unwrap();
+    kinesis
+        .delete_stream()
+        .stream_name(&stream_name)
+        .send()
+        .await
+        .unwrap();
+
+    sys.publish(&topic, &events("g", 1)).await;
+    for name in ["topic", "bus", "stream"] {
+        let objects = sys.wait_for_dead_letters(&format!("{name}/"), WAIT).await;
+        let record = &objects[0].1[0];
+        assert_eq!(record["id"], "g-0", "{name}");
+        assert_eq!(
+            record["deadLetterReason"], "MaxDeliveryAttemptsExceeded",
+            "{name}"
+        );
+        assert_eq!(record["deliveryAttempts"], 2, "{name}: retried once first");
+        assert_eq!(record["lastDeliveryOutcome"], "NotFound", "{name}");
+    }
     sys.shutdown().await;
 }
