@@ -170,16 +170,13 @@ impl AwsResourceSender {
                 self.forget_missing_queue(&request.destination, &result);
                 every(result)
             }
-            Ok(out) => per_entry(request.entries.len(), |id| {
-                if let Some(f) = out.failed().iter().find(|f| f.id() == id) {
-                    Some(batch_entry_failure(f.code(), f.sender_fault()))
-                } else {
-                    out.successful()
-                        .iter()
-                        .any(|s| s.id() == id)
-                        .then_some(AttemptResult::Status(200))
-                }
-            }),
+            Ok(out) => batch_answer(
+                request.entries.len(),
+                out.failed()
+                    .iter()
+                    .map(|f| (f.id(), f.code(), f.sender_fault())),
+                out.successful().iter().map(|s| s.id()),
+            ),
         }
     }
 
@@ -226,16 +223,13 @@ impl AwsResourceSender {
             .await;
         match sent {
             Err(e) => every(failure(&e)),
-            Ok(out) => per_entry(request.entries.len(), |id| {
-                if let Some(f) = out.failed().iter().find(|f| f.id() == id) {
-                    Some(batch_entry_failure(f.code(), f.sender_fault()))
-                } else {
-                    out.successful()
-                        .iter()
-                        .any(|s| s.id() == Some(id))
-                        .then_some(AttemptResult::Status(200))
-                }
-            }),
+            Ok(out) => batch_answer(
+                request.entries.len(),
+                out.failed()
+                    .iter()
+                    .map(|f| (f.id(), f.code(), f.sender_fault())),
+                out.successful().iter().filter_map(|s| s.id()),
+            ),
         }
     }
 
@@ -456,6 +450,22 @@ fn batch_entry_failure(code: &str, sender_fault: bool) -> AttemptResult {
     ))
 }
 
+/// Each entry's result from an SQS or SNS batch answer, which names entries by their batch id
+/// (their index): one it refused by its code (`failed`: id, code, sender's fault), one it took
+/// delivered, one it does not mention failed.
+fn batch_answer<'a>(
+    count: usize,
+    failed: impl Iterator<Item = (&'a str, &'a str, bool)>,
+    taken: impl Iterator<Item = &'a str>,
+) -> Vec<AttemptResult> {
+    let failed: HashMap<&str, (&str, bool)> = failed.map(|(id, c, s)| (id, (c, s))).collect();
+    let taken: std::collections::HashSet<&str> = taken.collect();
+    per_entry(count, |id| match failed.get(id) {
+        Some(&(code, sender_fault)) => Some(batch_entry_failure(code, sender_fault)),
+        None => taken.contains(id).then_some(AttemptResult::Status(200)),
+    })
+}
+
 /// Each entry's result by its batch id (its index); one the answer does not mention failed.
 fn per_entry(count: usize, result: impl Fn(&str) -> Option<AttemptResult>) -> Vec<AttemptResult> {
     (0..count)
@@ -524,5 +534,14 @@ mod tests {
         assert!(
             matches!(batch_entry_failure("InternalError", false), AttemptResult::Service(f) if f.status == 500)
         );
+        // An SQS/SNS answer: refused by its code, taken delivered, unmentioned failed.
+        let r = batch_answer(
+            3,
+            [("2", "InvalidParameterValue", true)].into_iter(),
+            ["0"].into_iter(),
+        );
+        assert_eq!(r[0], AttemptResult::Status(200));
+        assert!(matches!(r[1], AttemptResult::NotSent(_)));
+        assert!(matches!(&r[2], AttemptResult::Service(f) if f.status == 400));
     }
 }
