@@ -28,6 +28,8 @@ pub struct EngineRun {
     pub elapsed: Duration,
     pub cpu: Duration,
     pub invocations: usize,
+    /// The sink's adaptive concurrency limit when the run ended.
+    pub limit: Option<u32>,
 }
 
 impl EngineRun {
@@ -151,6 +153,7 @@ pub async fn deliver_all(
         elapsed,
         cpu: cpu.used()?,
         invocations,
+        limit: deliver.limits.limit_of(sink),
     })
 }
 

@@ -169,10 +169,11 @@ async fn engine_bench(events: usize, event_bytes: usize) -> anyhow::Result<()> {
             ""
         };
         println!(
-            "  deliver engine, {label:<15} {rate:>9.0} events/s = {:.2} of the ceiling{goal}; {:.3} ms CPU/event; {} invocations",
+            "  deliver engine, {label:<15} {rate:>9.0} events/s = {:.2} of the ceiling{goal}; {:.3} ms CPU/event; {} invocations; limit at the end {}",
             rate / ceiling,
             run.cpu.as_secs_f64() * 1000.0 / events as f64,
             run.invocations,
+            run.limit.map_or("-".to_string(), |l| l.to_string()),
         );
     }
     Ok(())
