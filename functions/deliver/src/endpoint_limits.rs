@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use gridrelay_adapters::descriptors;
 use gridrelay_shared::concurrency::{ConcurrencyLimit, LoadSignal};
@@ -263,10 +262,9 @@ pub struct SendPermit {
 }
 
 impl SendPermit {
-    /// Gives the permit back, moving the endpoint's limit by what its answer said and, for an
-    /// answer, how long it took (`rtt`: a round trip of slower answers can show queueing).
-    pub fn finish(mut self, signal: LoadSignal, rtt: Option<Duration>) {
-        self.answer(signal, rtt);
+    /// Gives the permit back, moving the endpoint's limit by what its answer said.
+    pub fn finish(mut self, signal: LoadSignal) {
+        self.answer(signal);
     }
 
     /// As [`finish`](Self::finish), but keeps the worker's permit for a request that is still
@@ -274,22 +272,21 @@ impl SendPermit {
     /// returned permit is dropped, so timed-out requests cannot pile up past it. The
     /// endpoint's permit goes back now: the endpoint's limit has already been cut.
     pub fn finish_keeping_connection(mut self, signal: LoadSignal) -> WorkerPermit {
-        self.answer(signal, None);
+        self.answer(signal);
         self.total
             .take()
             .expect("a send permit holds the worker's permit until it is finished")
     }
 
-    fn answer(&mut self, signal: LoadSignal, rtt: Option<Duration>) {
+    fn answer(&mut self, signal: LoadSignal) {
         let ticket = self.ticket;
-        self.own
-            .give_back(|limit| limit.on_timed_answer(ticket, signal, rtt));
+        self.own.give_back(|limit| limit.on_answer(ticket, signal));
     }
 }
 
 impl Drop for SendPermit {
     fn drop(&mut self) {
-        self.answer(LoadSignal::Silent, None);
+        self.answer(LoadSignal::Silent);
     }
 }
 
@@ -392,7 +389,7 @@ mod tests {
         let mut waiting = Box::pin(limits.acquire(endpoint));
         assert!(futures::poll!(waiting.as_mut()).is_pending());
         // An overload halves the limit to 2 with all four of its permits out.
-        out.pop().unwrap().finish(LoadSignal::Overloaded, None);
+        out.pop().unwrap().finish(LoadSignal::Overloaded);
         assert_eq!(limits.limit_of(endpoint), Some(2));
         drop(waiting);
         drop(other);
@@ -431,7 +428,7 @@ mod tests {
                 .await
                 .into();
         for _ in 0..4 {
-            round.pop_front().unwrap().finish(LoadSignal::Coped, None);
+            round.pop_front().unwrap().finish(LoadSignal::Coped);
             while let Ok(p) =
                 tokio::time::timeout(Duration::from_millis(5), limits.acquire(endpoint)).await
             {
@@ -445,11 +442,11 @@ mod tests {
         // Eight out; one says overloaded: the limit is 4 and the permits out are owed back.
         let mut out: Vec<SendPermit> =
             futures::future::join_all((0..8).map(|_| limits.acquire(endpoint))).await;
-        out.pop().unwrap().finish(LoadSignal::Overloaded, None);
+        out.pop().unwrap().finish(LoadSignal::Overloaded);
         assert_eq!(limits.limit_of(endpoint), Some(4));
         // The others were sent before the cut: their overloads do not cut again.
         for p in out {
-            p.finish(LoadSignal::Overloaded, None);
+            p.finish(LoadSignal::Overloaded);
         }
         assert_eq!(limits.limit_of(endpoint), Some(4));
         assert_eq!(available(&limits, endpoint).await, 4);
