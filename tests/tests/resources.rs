@@ -41,11 +41,9 @@ async fn queue(sys: &TestSystem, name: &str) -> (String, String) {
     (url, arn)
 }
 
-/// Creates an SNS topic `name` with a queue subscribed to it (raw delivery: message attributes
-/// stay attributes); the topic's ARN and the queue's URL.
-async fn sns_topic_into_queue(sys: &TestSystem, name: &str) -> (String, String) {
-    let sns = aws_sdk_sns::Client::new(&sys.sdk);
-    let topic = sns
+/// Creates an SNS topic `name`; its ARN.
+async fn sns_topic(sys: &TestSystem, name: &str) -> String {
+    aws_sdk_sns::Client::new(&sys.sdk)
         .create_topic()
         .name(name)
         .send()
@@ -53,7 +51,49 @@ async fn sns_topic_into_queue(sys: &TestSystem, name: &str) -> (String, String) 
         .unwrap()
         .topic_arn()
         .unwrap()
-        .to_string();
+        .to_string()
+}
+
+/// Creates an EventBridge bus `name`; its ARN.
+async fn event_bus(sys: &TestSystem, name: &str) -> String {
+    aws_sdk_eventbridge::Client::new(&sys.sdk)
+        .create_event_bus()
+        .name(name)
+        .send()
+        .await
+        .unwrap()
+        .event_bus_arn()
+        .unwrap()
+        .to_string()
+}
+
+/// Creates a Kinesis stream `name` of one shard; its ARN.
+async fn kinesis_stream(sys: &TestSystem, name: &str) -> String {
+    let kinesis = aws_sdk_kinesis::Client::new(&sys.sdk);
+    kinesis
+        .create_stream()
+        .stream_name(name)
+        .shard_count(1)
+        .send()
+        .await
+        .unwrap();
+    kinesis
+        .describe_stream_summary()
+        .stream_name(name)
+        .send()
+        .await
+        .unwrap()
+        .stream_description_summary()
+        .unwrap()
+        .stream_arn()
+        .to_string()
+}
+
+/// Creates an SNS topic `name` with a queue subscribed to it (raw delivery: message attributes
+/// stay attributes); the topic's ARN and the queue's URL.
+async fn sns_topic_into_queue(sys: &TestSystem, name: &str) -> (String, String) {
+    let sns = aws_sdk_sns::Client::new(&sys.sdk);
+    let topic = sns_topic(sys, name).await;
     let (url, arn) = queue(sys, &format!("{name}-in")).await;
     sns.subscribe()
         .topic_arn(&topic)
@@ -182,15 +222,7 @@ async fn a_topic_a_bus_and_a_stream_get_every_event_s4() {
     let (sns_topic, sns_url) = sns_topic_into_queue(&sys, &format!("{prefix}-topic")).await;
 
     let events_client = aws_sdk_eventbridge::Client::new(&sys.sdk);
-    let bus = events_client
-        .create_event_bus()
-        .name(format!("{prefix}-bus"))
-        .send()
-        .await
-        .unwrap()
-        .event_bus_arn()
-        .unwrap()
-        .to_string();
+    let bus = event_bus(&sys, &format!("{prefix}-bus")).await;
     let (bus_url, bus_queue) = queue(&sys, &format!("{prefix}-from-bus")).await;
     events_client
         .put_rule()
@@ -217,23 +249,7 @@ async fn a_topic_a_bus_and_a_stream_get_every_event_s4() {
 
     let kinesis = aws_sdk_kinesis::Client::new(&sys.sdk);
     let stream_name = format!("{prefix}-stream");
-    kinesis
-        .create_stream()
-        .stream_name(&stream_name)
-        .shard_count(1)
-        .send()
-        .await
-        .unwrap();
-    let stream = kinesis
-        .describe_stream_summary()
-        .stream_name(&stream_name)
-        .send()
-        .await
-        .unwrap()
-        .stream_description_summary()
-        .unwrap()
-        .stream_arn()
-        .to_string();
+    let stream = kinesis_stream(&sys, &stream_name).await;
 
     for (name, arn) in [
         ("to-topic", &sns_topic),
@@ -507,46 +523,10 @@ async fn a_missing_topic_bus_or_stream_is_retried_then_dead_lettered_s4() {
     let sys = TestSystem::start(0.01).await;
     let topic = sys.topic("orders").await;
     let prefix = sys.names.secret_prefix.clone();
-    let sns = aws_sdk_sns::Client::new(&sys.sdk);
-    let sns_topic = sns
-        .create_topic()
-        .name(format!("{prefix}-gone"))
-        .send()
-        .await
-        .unwrap()
-        .topic_arn()
-        .unwrap()
-        .to_string();
-    let events_client = aws_sdk_eventbridge::Client::new(&sys.sdk);
-    let bus_name = format!("{prefix}-gone");
-    let bus = events_client
-        .create_event_bus()
-        .name(&bus_name)
-        .send()
-        .await
-        .unwrap()
-        .event_bus_arn()
-        .unwrap()
-        .to_string();
-    let kinesis = aws_sdk_kinesis::Client::new(&sys.sdk);
-    let stream_name = format!("{prefix}-gone");
-    kinesis
-        .create_stream()
-        .stream_name(&stream_name)
-        .shard_count(1)
-        .send()
-        .await
-        .unwrap();
-    let stream = kinesis
-        .describe_stream_summary()
-        .stream_name(&stream_name)
-        .send()
-        .await
-        .unwrap()
-        .stream_description_summary()
-        .unwrap()
-        .stream_arn()
-        .to_string();
+    let gone = format!("{prefix}-gone");
+    let sns_topic = sns_topic(&sys, &gone).await;
+    let bus = event_bus(&sys, &gone).await;
+    let stream = kinesis_stream(&sys, &gone).await;
     for (name, arn) in [("topic", &sns_topic), ("bus", &bus), ("stream", &stream)] {
         sys.subscribe(SubscriptionRequest {
             max_delivery_attempts: Some(2),
@@ -555,20 +535,21 @@ async fn a_missing_topic_bus_or_stream_is_retried_then_dead_lettered_s4() {
         })
         .await;
     }
-    sns.delete_topic()
+    aws_sdk_sns::Client::new(&sys.sdk)
+        .delete_topic()
         .topic_arn(&sns_topic)
         .send()
         .await
         .unwrap();
-    events_client
+    aws_sdk_eventbridge::Client::new(&sys.sdk)
         .delete_event_bus()
-        .name(&bus_name)
+        .name(&gone)
         .send()
         .await
         .unwrap();
-    kinesis
+    aws_sdk_kinesis::Client::new(&sys.sdk)
         .delete_stream()
-        .stream_name(&stream_name)
+        .stream_name(&gone)
         .send()
         .await
         .unwrap();
