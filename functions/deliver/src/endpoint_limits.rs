@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use gridrelay_adapters::descriptors;
 use gridrelay_shared::concurrency::{ConcurrencyLimit, LoadSignal};
@@ -158,11 +159,12 @@ impl EndpointLimits {
         }
     }
 
-    /// What an endpoint may have in flight now.
+    /// An endpoint's limit (during a probe of its no-load time it may have half of it in
+    /// flight).
     pub fn limit_of(&self, endpoint: &str) -> Option<u32> {
         lock(&self.endpoints)
             .get(&origin(endpoint))
-            .map(|e| lock(&e.state).limit.current())
+            .map(|e| lock(&e.state).limit.limit())
     }
 
     fn endpoint(&self, endpoint: &str) -> Arc<Endpoint> {
@@ -262,9 +264,10 @@ pub struct SendPermit {
 }
 
 impl SendPermit {
-    /// Gives the permit back, moving the endpoint's limit by what its answer said.
-    pub fn finish(mut self, signal: LoadSignal) {
-        self.answer(signal);
+    /// Gives the permit back, moving the endpoint's limit by what its answer said and, for a
+    /// webhook's answer, how long it took (`rtt`: a round of slower answers can show a queue).
+    pub fn finish(mut self, signal: LoadSignal, rtt: Option<Duration>) {
+        self.answer(signal, rtt);
     }
 
     /// As [`finish`](Self::finish), but keeps the worker's permit for a request that is still
@@ -272,28 +275,28 @@ impl SendPermit {
     /// returned permit is dropped, so timed-out requests cannot pile up past it. The
     /// endpoint's permit goes back now: the endpoint's limit has already been cut.
     pub fn finish_keeping_connection(mut self, signal: LoadSignal) -> WorkerPermit {
-        self.answer(signal);
+        self.answer(signal, None);
         self.total
             .take()
             .expect("a send permit holds the worker's permit until it is finished")
     }
 
-    fn answer(&mut self, signal: LoadSignal) {
+    fn answer(&mut self, signal: LoadSignal, rtt: Option<Duration>) {
         let ticket = self.ticket;
-        self.own.give_back(|limit| limit.on_answer(ticket, signal));
+        self.own
+            .give_back(|limit| limit.on_timed_answer(ticket, signal, rtt));
     }
 }
 
 impl Drop for SendPermit {
     fn drop(&mut self) {
-        self.answer(LoadSignal::Silent);
+        self.answer(LoadSignal::Silent, None);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn settings(initial: u32, max_per_endpoint: u32, max_in_flight: u32) -> ConcurrencySettings {
         ConcurrencySettings {
@@ -389,7 +392,7 @@ mod tests {
         let mut waiting = Box::pin(limits.acquire(endpoint));
         assert!(futures::poll!(waiting.as_mut()).is_pending());
         // An overload halves the limit to 2 with all four of its permits out.
-        out.pop().unwrap().finish(LoadSignal::Overloaded);
+        out.pop().unwrap().finish(LoadSignal::Overloaded, None);
         assert_eq!(limits.limit_of(endpoint), Some(2));
         drop(waiting);
         drop(other);
@@ -428,7 +431,7 @@ mod tests {
                 .await
                 .into();
         for _ in 0..4 {
-            round.pop_front().unwrap().finish(LoadSignal::Coped);
+            round.pop_front().unwrap().finish(LoadSignal::Coped, None);
             while let Ok(p) =
                 tokio::time::timeout(Duration::from_millis(5), limits.acquire(endpoint)).await
             {
@@ -442,11 +445,11 @@ mod tests {
         // Eight out; one says overloaded: the limit is 4 and the permits out are owed back.
         let mut out: Vec<SendPermit> =
             futures::future::join_all((0..8).map(|_| limits.acquire(endpoint))).await;
-        out.pop().unwrap().finish(LoadSignal::Overloaded);
+        out.pop().unwrap().finish(LoadSignal::Overloaded, None);
         assert_eq!(limits.limit_of(endpoint), Some(4));
         // The others were sent before the cut: their overloads do not cut again.
         for p in out {
-            p.finish(LoadSignal::Overloaded);
+            p.finish(LoadSignal::Overloaded, None);
         }
         assert_eq!(limits.limit_of(endpoint), Some(4));
         assert_eq!(available(&limits, endpoint).await, 4);

@@ -951,7 +951,12 @@ impl Deliver {
                     })) as LateAnswer)
                 }
                 None => {
-                    permit.finish(signal);
+                    // A webhook's round-trip time can show a queue at the endpoint; an AWS
+                    // call's says little about the resource.
+                    let rtt = (!group.subscription.endpoint_type.is_resource() && called)
+                        .then(|| (answered - time).to_std().ok())
+                        .flatten();
+                    permit.finish(signal, rtt);
                     cap_turn.release().await;
                     None
                 }

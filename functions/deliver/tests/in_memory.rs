@@ -1130,6 +1130,49 @@ async fn a_healthy_endpoint_gets_many_requests_at_once_and_an_overloaded_one_few
     assert!(w.deliver.limits.limit_of(fast) > Some(256));
 }
 
+/// The worker's clock as the test runtime's (paused) time moves from `t0`, so the worker times
+/// each request as the subscriber's waits make it.
+struct RuntimeClock(tokio::time::Instant);
+
+impl Clock for RuntimeClock {
+    fn now(&self) -> DateTime<Utc> {
+        t0() + chrono::Duration::from_std(self.0.elapsed()).unwrap_or(chrono::Duration::MAX)
+    }
+}
+
+/// G3 and the cost of waiting (#9): an endpoint that answers every request well, but serves
+/// only 32 at once in 20 ms and queues the rest, is not sent the most the worker allows (576):
+/// its answers' round-trip times show the queue, and its limit comes down to near what it
+/// serves, while a 50 ms endpoint that serves any number at once keeps growing (the test
+/// above). Every event is delivered; none waits in its queue for nothing.
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_that_queues_what_it_cannot_serve_gets_about_what_it_serves() {
+    let mut w = World::new(ScriptedSender::status(200));
+    w.deliver.clock = Arc::new(RuntimeClock(tokio::time::Instant::now()));
+    let server = Arc::new(tokio::sync::Semaphore::new(32));
+    w.sender.answer_after(move || {
+        let server = server.clone();
+        Box::pin(async move {
+            let _serving = server.acquire_owned().await.expect("never closed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        })
+    });
+    w.subscribe(request("sub-1")).await;
+    w.publish_numbered("e", 20_000).await;
+
+    let mut delivered = 0;
+    while !w.delivery.visible().is_empty() {
+        delivered += w.run().await.report.delivered;
+    }
+    assert_eq!(delivered, 20_000);
+    let endpoint = &w.sender.requests()[0].endpoint;
+    let limit = w.deliver.limits.limit_of(endpoint).expect("tracked");
+    assert!(
+        (32..=64).contains(&limit),
+        "ends near the 32 it serves, not the most (576): {limit}"
+    );
+}
+
 /// R1, S5: a 503's `Retry-After` longer than the schedule's step and S5's minimum sets the
 /// retry's wait; a shorter one does not shorten it.
 #[tokio::test]
