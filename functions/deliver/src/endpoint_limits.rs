@@ -10,7 +10,7 @@
 //! local runner's process), so what one invocation learnt about an endpoint the next one uses.
 //!
 //! Endpoints are told apart by origin (scheme, host, port): that is the server that carries
-//! the load, whatever the path.
+//! the load, whatever the path. An AWS resource is told apart by its ARN.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -142,11 +142,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The key an endpoint URL's load is counted under: its origin.
+/// The key an endpoint's load is counted under: a URL's origin; an AWS resource's ARN (which
+/// has no origin: every ARN's would be the same "null") is its own.
 fn origin(endpoint: &str) -> String {
     match url::Url::parse(endpoint) {
-        Ok(u) => u.origin().ascii_serialization(),
-        Err(_) => endpoint.to_string(),
+        Ok(u) if u.origin().is_tuple() => u.origin().ascii_serialization(),
+        _ => endpoint.to_string(),
     }
 }
 
@@ -453,6 +454,55 @@ mod tests {
         }
         assert_eq!(limits.limit_of(endpoint), Some(4));
         assert_eq!(available(&limits, endpoint).await, 4);
+    }
+
+    /// A probe of the no-load time halves what an endpoint may have out for one round and
+    /// gives it back after: the endpoint's free permits follow, with none lost or made.
+    #[tokio::test]
+    async fn a_probe_halves_the_permits_for_a_round_and_gives_them_back() {
+        let limits = EndpointLimits::new(settings(64, 64, 100));
+        let endpoint = "http://probe.example/";
+        let (mut probes, mut probing) = (0, false);
+        for _ in 0..3_000 {
+            let permit = limits.acquire(endpoint).await;
+            permit.finish(LoadSignal::Coped, Some(Duration::from_millis(20)));
+            let e = limits.endpoint(endpoint);
+            let state = lock(&e.state);
+            // Nothing out: every permit the limit allows now is free.
+            assert_eq!(
+                e.permits.available_permits(),
+                state.limit.current() as usize
+            );
+            assert_eq!(state.owed, 0);
+            if state.limit.is_probing() && !probing {
+                probes += 1;
+                assert_eq!(state.limit.current(), 32);
+            }
+            probing = state.limit.is_probing();
+        }
+        assert_eq!(probes, 2);
+        assert_eq!(limits.limit_of(endpoint), Some(64));
+    }
+
+    /// Each AWS resource has its own limit: a throttled queue does not cut a stream's, though
+    /// neither ARN has a URL origin.
+    #[tokio::test]
+    async fn each_resource_has_its_own_limit() {
+        let limits = EndpointLimits::new(settings(8, 100, 100));
+        let queue = "arn:aws:sqs:us-east-1:123456789012:orders";
+        let stream = "arn:aws:kinesis:us-east-1:123456789012:stream/orders";
+        let throttled = limits.acquire(queue).await;
+        let other = limits.acquire(stream).await;
+        throttled.finish(LoadSignal::Overloaded, None);
+        other.finish(LoadSignal::Coped, None);
+        assert_eq!(limits.limit_of(queue), Some(4));
+        assert_eq!(limits.limit_of(stream), Some(8));
+        assert_eq!(available(&limits, stream).await, 8);
+        // Two paths of one server still share one.
+        assert_eq!(
+            origin("https://hooks.example:8443/a?x=1"),
+            origin("https://hooks.example:8443/b")
+        );
     }
 
     #[tokio::test]

@@ -917,6 +917,9 @@ impl Deliver {
             let time = self.clock.now();
             let mut per_event = None;
             let mut called = true;
+            // A webhook's round-trip time can show a queue at the endpoint (the send alone, on
+            // the runtime's monotonic clock); an AWS call's says little about the resource.
+            let mut rtt = None;
             let sent = if group.subscription.endpoint_type.is_resource() {
                 let (results, made_call) = self.put_resource(group, &events, deadline).await;
                 called = made_call;
@@ -927,9 +930,11 @@ impl Deliver {
             } else {
                 match group.headers.as_ref() {
                     Ok(resolved) => {
-                        self.sender
-                            .send(delivery_request(group, resolved, &events, time))
-                            .await
+                        let request = delivery_request(group, resolved, &events, time);
+                        let sent_at = tokio::time::Instant::now();
+                        let sent = self.sender.send(request).await;
+                        rtt = Some(sent_at.elapsed());
+                        sent
                     }
                     Err(why) => SentAttempt::not_sent(why.clone()),
                 }
@@ -951,11 +956,6 @@ impl Deliver {
                     })) as LateAnswer)
                 }
                 None => {
-                    // A webhook's round-trip time can show a queue at the endpoint; an AWS
-                    // call's says little about the resource.
-                    let rtt = (!group.subscription.endpoint_type.is_resource() && called)
-                        .then(|| (answered - time).to_std().ok())
-                        .flatten();
                     permit.finish(signal, rtt);
                     cap_turn.release().await;
                     None

@@ -1130,25 +1130,14 @@ async fn a_healthy_endpoint_gets_many_requests_at_once_and_an_overloaded_one_few
     assert!(w.deliver.limits.limit_of(fast) > Some(256));
 }
 
-/// The worker's clock as the test runtime's (paused) time moves from `t0`, so the worker times
-/// each request as the subscriber's waits make it.
-struct RuntimeClock(tokio::time::Instant);
-
-impl Clock for RuntimeClock {
-    fn now(&self) -> DateTime<Utc> {
-        t0() + chrono::Duration::from_std(self.0.elapsed()).unwrap_or(chrono::Duration::MAX)
-    }
-}
-
 /// G3 and the cost of waiting (#9): an endpoint that answers every request well, but serves
 /// only 32 at once in 20 ms and queues the rest, is not sent the most the worker allows (576):
-/// its answers' round-trip times show the queue, and its limit comes down to near what it
-/// serves, while a 50 ms endpoint that serves any number at once keeps growing (the test
-/// above). Every event is delivered; none waits in its queue for nothing.
+/// its answers' round-trip times (timed on the runtime's clock, paused here) show the queue,
+/// and its limit comes down to near what it serves, while a 50 ms endpoint that serves any
+/// number at once keeps growing (the test above). Every event is delivered.
 #[tokio::test(start_paused = true)]
 async fn an_endpoint_that_queues_what_it_cannot_serve_gets_about_what_it_serves() {
-    let mut w = World::new(ScriptedSender::status(200));
-    w.deliver.clock = Arc::new(RuntimeClock(tokio::time::Instant::now()));
+    let w = World::new(ScriptedSender::status(200));
     let server = Arc::new(tokio::sync::Semaphore::new(32));
     w.sender.answer_after(move || {
         let server = server.clone();
