@@ -35,9 +35,9 @@
 //! endpoint that serves at least that many at once; one that serves fewer shows a queue again
 //! and is cut again. At a limit of 64 or more a probe costs an endpoint that does not queue
 //! (50 ms however many at once) a round at half speed in every seventeen; below, its 32
-//! answers take longer, and at 8 or fewer (never cut for a queue) there are no probes. Only
-//! webhooks are timed (an AWS call's time says little about the resource), so resources never
-//! probe.
+//! answers take longer, and at 8 or fewer (where a queue cut takes off one request) there are
+//! no probes. Only webhooks are timed (an AWS call's time says little about the resource), so
+//! resources never probe.
 //!
 //! Pure: the worker asks for the limit, takes a ticket per request, and reports each answer.
 
@@ -325,7 +325,8 @@ impl ConcurrencyLimit {
             Some(no_load) if !w.probing => {
                 w.verdict = queue_verdict(mean, no_load, w.busiest, self.limit);
                 w.since_probe += 1;
-                // A limit this small is never cut for a queue: a probe would find nothing.
+                // At a limit this small a queue cut takes off one request and a probe would
+                // send 4 or fewer: no probes.
                 let may_cut = self.limit > 2 * QUEUED_LEAST;
                 if w.verdict == QueueVerdict::Queueing && in_use {
                     self.limit = self.limit.saturating_sub((self.limit / 8).max(1)).max(1);
@@ -353,16 +354,12 @@ impl ConcurrencyLimit {
 
     /// Starts a round of the watch: a probe's once no more than half the limit is out.
     fn start_round(&mut self) {
+        let size = self.current().max(ROUND_LEAST);
         let w = &mut self.watch;
         w.open = !w.probing;
         w.waited = 0;
         w.from = self.issued;
-        w.size = (if w.probing {
-            self.limit / 2
-        } else {
-            self.limit
-        })
-        .max(ROUND_LEAST);
+        w.size = size;
         w.sum = Duration::ZERO;
         w.count = 0;
         w.busiest = 0;
