@@ -1,6 +1,7 @@
 //! The deliver engine alone: the real handler and HTTP sender over in-memory queues and store,
 //! POSTing to a sink in another process, one invocation after another as one Lambda container
-//! runs them; beside it, wrk against the same sink, the loopback ceiling.
+//! runs them, on the runtime the function runs on ([`on_function_runtime`]); beside it, wrk
+//! against the same sink, the loopback ceiling.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -68,6 +69,21 @@ impl Drop for SinkProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `work` on the runtime a `deliver` function runs on (one thread, as in Lambda), on a
+/// thread of its own, beside this process's runtime.
+pub async fn on_function_runtime<T, F, Fut>(work: F) -> anyhow::Result<T>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        gridrelay_deliver::runtime::function_runtime()?.block_on(work())
+    })
+    .await
+    .context("the engine's thread")?
 }
 
 /// Delivers `count` events of about `event_bytes` each to `sink`, batched up to

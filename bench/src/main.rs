@@ -151,13 +151,21 @@ async fn engine_bench(events: usize, event_bytes: usize) -> anyhow::Result<()> {
     let ceiling = engine::wrk_ceiling(&sink.url, event_bytes, 256)?;
     println!("engine: {events} events of {event_bytes} B, sink answering at once, 2 cores shared");
     println!("  wrk ceiling (1 event per request, 256 connections): {ceiling:>9.0} requests/s");
-    let client = engine::client_ceiling(&sink.url, events, event_bytes, 256).await?;
+    let url = sink.url.clone();
+    let client = engine::on_function_runtime(move || async move {
+        engine::client_ceiling(&url, events, event_bytes, 256).await
+    })
+    .await?;
     println!(
         "  gridrelay's HTTP sender alone, 256 in flight:      {client:>9.0} requests/s = {:.2} of the ceiling",
         client / ceiling
     );
     for batch in [None, Some(100)] {
-        let run = engine::deliver_all(&sink.url, events, event_bytes, batch).await?;
+        let url = sink.url.clone();
+        let run = engine::on_function_runtime(move || async move {
+            engine::deliver_all(&url, events, event_bytes, batch).await
+        })
+        .await?;
         let rate = run.events_per_second();
         let label = match batch {
             None => "unbatched".to_string(),

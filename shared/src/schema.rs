@@ -433,19 +433,23 @@ pub fn delivery_body<'a>(
     schema: DeliverySchema,
 ) -> (&'static str, String) {
     let count = events.len();
-    let mut body = String::new();
+    let events: Vec<&str> = events
+        .map(|e| match schema {
+            DeliverySchema::CustomInputSchema => envelope_data(e),
+            _ => e.get(),
+        })
+        .collect();
+    // Sized once: the events, their commas and the brackets.
+    let mut body = String::with_capacity(events.iter().map(|e| e.len() + 1).sum::<usize>() + 2);
     let single_cloud_event = schema == DeliverySchema::CloudEventSchemaV1_0 && count == 1;
     if !single_cloud_event {
         body.push('[');
     }
-    for (i, e) in events.enumerate() {
+    for (i, e) in events.into_iter().enumerate() {
         if i > 0 {
             body.push(',');
         }
-        match schema {
-            DeliverySchema::CustomInputSchema => body.push_str(envelope_data(e)),
-            _ => body.push_str(e.get()),
-        }
+        body.push_str(e);
     }
     if !single_cloud_event {
         body.push(']');

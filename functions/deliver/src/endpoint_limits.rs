@@ -184,10 +184,21 @@ impl EndpointLimits {
         }))
     }
 
+    /// `endpoint`'s limit, found once for the many requests a group of events makes to it
+    /// (finding it parses the URL).
+    pub fn limited(&self, endpoint: &str) -> LimitedEndpoint {
+        LimitedEndpoint(self.endpoint(endpoint))
+    }
+
     /// Waits until a request to `endpoint` may be sent (first the endpoint's turn, then the
     /// worker's), in the order asked.
     pub async fn acquire(&self, endpoint: &str) -> SendPermit {
-        let endpoint = self.endpoint(endpoint);
+        self.acquire_for(&self.limited(endpoint)).await
+    }
+
+    /// As [`acquire`](Self::acquire), for an endpoint found with [`limited`](Self::limited).
+    pub async fn acquire_for(&self, endpoint: &LimitedEndpoint) -> SendPermit {
+        let endpoint = Arc::clone(&endpoint.0);
         // Neither semaphore is ever closed, so acquiring cannot fail.
         let own = Arc::clone(&endpoint.permits)
             .acquire_owned()
@@ -211,6 +222,11 @@ impl EndpointLimits {
         }
     }
 }
+
+/// One endpoint's limit, as [`EndpointLimits::limited`] found it (while held, the endpoint is
+/// not forgotten).
+#[derive(Clone)]
+pub struct LimitedEndpoint(Arc<Endpoint>);
 
 /// One request's place among an endpoint's permits.
 struct EndpointPermit {

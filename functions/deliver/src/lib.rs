@@ -61,7 +61,7 @@ use tracing::{error, info, warn};
 
 use crate::endpoint_health::{EndpointGate, Held, HoldReason};
 pub use crate::endpoint_limits::{
-    ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, EndpointLimits,
+    ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, EndpointLimits, LimitedEndpoint,
     MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
 };
 use crate::metrics::{MetricsBySubscription, SubscriptionMetrics};
@@ -73,6 +73,7 @@ pub mod endpoint_limits;
 mod handshake;
 mod late_answers;
 pub mod metrics;
+pub mod runtime;
 mod subscription_caps;
 
 /// Tunables of the deliver worker.
@@ -785,7 +786,7 @@ impl Deliver {
         gates: &mut HashMap<String, EndpointGate>,
         deadline: DateTime<Utc>,
     ) -> (Vec<Attempted>, Vec<Held>) {
-        let mut batches: Vec<(usize, Vec<Pending>)> = Vec::new();
+        let mut batches: Vec<(usize, Vec<Pending>, LimitedEndpoint)> = Vec::new();
         let mut held = Vec::new();
         let mut too_large_events: Vec<(usize, Pending)> = Vec::new();
         for (g, group) in groups.iter_mut().enumerate() {
@@ -840,10 +841,14 @@ impl Deliver {
                     .filter_map(|&i| events[i].take())
                     .map(|p| (g, p)),
             );
+            // The endpoint's limit, found once for all the group's batches.
+            let mut endpoint = None;
             for call in calls {
                 let batch: Vec<Pending> = call.iter().filter_map(|&i| events[i].take()).collect();
                 if gates.get_mut(&sub.endpoint).is_none_or(EndpointGate::admit) {
-                    batches.push((g, batch));
+                    let endpoint =
+                        endpoint.get_or_insert_with(|| self.limits.limited(&sub.endpoint));
+                    batches.push((g, batch, endpoint.clone()));
                 } else {
                     held.push(Held {
                         group: g,
@@ -856,7 +861,7 @@ impl Deliver {
         let groups = &*groups;
         // Every batch waits for its endpoint's turn, then the worker's ([`EndpointLimits`]):
         // as many in flight as the endpoints take, a slow one holding up only itself.
-        let attempts = batches.into_iter().map(|(g, events)| async move {
+        let attempts = batches.into_iter().map(|(g, events, endpoint)| async move {
             let group = &groups[g];
             // A turn that comes too late for an attempt is not waited for: permits held by
             // requests open for late answers come back only after the attempts.
@@ -889,7 +894,7 @@ impl Deliver {
                     });
                 }
             };
-            let acquire = self.limits.acquire(&group.subscription.endpoint);
+            let acquire = self.limits.acquire_for(&endpoint);
             let permit = if subscription_caps::can_wait() {
                 tokio::time::timeout(last_start(), acquire)
                     .await

@@ -1,0 +1,19 @@
+//! The async runtime a `deliver` function runs on: one thread.
+//!
+//! Lambda gives a function CPU in proportion to its memory, one vCPU's worth at 1,769 MB, so a
+//! 256 MB `deliver` has about a seventh of a CPU however many cores its sandbox shows. A
+//! multi-threaded runtime there buys no parallelism; it pays for it in work stealing and in
+//! waking parked worker threads (a futex call each), once or more per request. `deliver` is
+//! hundreds of requests waiting on sockets at once and little CPU between them, which one
+//! thread serves with no wakeups across threads: `gridrelay-bench engine` measured 0.026 to
+//! 0.029 ms of CPU per event on one thread against 0.033 to 0.038 ms on two, and 0.50 to
+//! 0.58 of the loopback ceiling against 0.45 to 0.46 (2026-11-26, alternated runs).
+//!
+//! Blocking work still has tokio's blocking pool (name resolution uses it).
+
+/// The runtime `deliver`'s `main` runs on, and the engine benchmark with it.
+pub fn function_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
