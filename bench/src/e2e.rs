@@ -32,7 +32,7 @@ pub struct Case {
     pub per_publish: usize,
     pub delay_ms: u64,
     pub max_events_per_batch: Option<u32>,
-    /// The runner's `--max-requests-in-flight` (none: its default).
+    /// The runner's `--max-requests-in-flight`, per deliver instance (none: its default).
     pub max_in_flight: Option<u32>,
 }
 

@@ -690,8 +690,9 @@ struct LocalArgs {
     /// 300 on AWS): the handler plans against it and is stopped at it.
     #[arg(long, default_value_t = gridrelay_local::DEFAULT_FUNCTION_TIMEOUT_SECS)]
     function_timeout: u64,
-    /// Delivery requests in flight at once, across endpoints (1 to 832; the deliver Lambda
-    /// reads GRIDRELAY_MAX_REQUESTS_IN_FLIGHT).
+    /// Delivery requests each deliver instance has in flight at once, across endpoints (1 to
+    /// 832; the deliver Lambda reads GRIDRELAY_MAX_REQUESTS_IN_FLIGHT). The runner runs one
+    /// instance per concurrent invocation, as Lambda does.
     #[arg(long, env = gridrelay_local::MAX_REQUESTS_IN_FLIGHT_ENV, default_value_t = gridrelay_local::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
     max_requests_in_flight: u32,
     /// The most one endpoint gets at once (1 to the total; default: three quarters of the total); below it

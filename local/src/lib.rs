@@ -13,6 +13,7 @@
 //! bucket when they are missing.
 
 mod api;
+mod instances;
 mod poller;
 mod provision;
 
@@ -45,10 +46,32 @@ use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 use gridrelay_shared::subscription::{Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
 use hdrhistogram::Histogram;
+use instances::Instances;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tracing::warn;
 
 pub use provision::{ResourceNames, Resources, provision};
+
+/// Descriptors kept beyond the instances' connections: the AWS clients, the listener, DNS.
+const SPARE_DESCRIPTORS: u64 = 256;
+
+/// Raises the process's soft limit on open files toward its hard limit, so `concurrency`
+/// instances can each hold their total of connections (a shell's soft limit is often 1,024,
+/// one Lambda instance's whole allowance). Where it cannot be raised far enough, says so: new
+/// connections past it are refused as failed attempts, and retried ([`gridrelay_adapters::descriptors`]).
+fn raise_open_file_limit(concurrency: usize, limits: &ConcurrencySettings) {
+    let wanted = (concurrency.max(1) as u64) * u64::from(limits.max_in_flight) + SPARE_DESCRIPTORS;
+    match rlimit::increase_nofile_limit(wanted) {
+        Ok(soft) if soft >= wanted => {}
+        Ok(soft) => warn!(
+            open_files = soft,
+            wanted,
+            "the limit on open files is below what the deliver instances may use; raise it (ulimit -n) or lower --max-requests-in-flight"
+        ),
+        Err(e) => warn!(error = %e, wanted, "could not raise the limit on open files"),
+    }
+}
 
 /// `deliver`'s Lambda timeout in SAM and CDK, and the runner's default.
 pub const DEFAULT_FUNCTION_TIMEOUT_SECS: u64 = 300;
@@ -295,7 +318,9 @@ impl LocalSystem {
             public_url: Some(format!("http://{listen}")),
             ..config.delivery_settings()
         };
-        let deliver = Arc::new(Deliver {
+        // Each file descriptor a connection; every instance may hold its total of them.
+        raise_open_file_limit(config.concurrency, &config.delivery_concurrency);
+        let deliver = Deliver {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_letter_queue.clone(),
@@ -310,7 +335,19 @@ impl LocalSystem {
                 DynamoDeliveryStateStore::from_sdk(sdk, &names.delivery_state_table),
             ))),
             settings,
-        });
+        };
+        // As many instances as invocations run at once, each with its own request limits;
+        // they share the connection pool, the caches and the stores.
+        let instances = Instances::new(
+            (0..config.concurrency.max(1))
+                .map(|_| {
+                    Arc::new(Deliver {
+                        limits: deliver.settings.endpoint_limits(),
+                        ..deliver.clone()
+                    })
+                })
+                .collect(),
+        );
         ensure_dead_letter_events_topic(store.as_ref()).await?;
         let writer = Arc::new(DeadLetterWriter {
             objects: Arc::new(S3ObjectStore::new(s3_client(sdk))),
@@ -359,9 +396,10 @@ impl LocalSystem {
             stopped.clone(),
             on_stopped(|b| &mut b.deliver_ms),
             Arc::new(move |event, deadline| {
-                let deliver = Arc::clone(&deliver);
+                let instances = Arc::clone(&instances);
                 let stats = Arc::clone(&deliver_stats);
                 Box::pin(async move {
+                    let deliver = instances.take().await;
                     let started = std::time::Instant::now();
                     let queue_waits = Latencies::queue_waits(&event, Utc::now());
                     let outcome = deliver.handle_until(event, deadline).await;

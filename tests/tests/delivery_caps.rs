@@ -215,3 +215,36 @@ async fn max_events_per_second_paces_delivery_end_to_end() {
     assert!(stats.deliver.throttled > 0, "{:?}", stats.deliver);
     sys.shutdown().await;
 }
+
+/// The runner's concurrent deliver invocations run on instances of their own, each with its own
+/// request limits, as Lambda's instances have: at one request in flight per instance, two
+/// invocations at once have two requests out at a slow subscriber, never more (with one set of
+/// limits shared between them, as before, it was one). Every event arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_concurrent_invocation_has_request_limits_of_its_own() {
+    let sys = TestSystem::start_with(0.01, |c| {
+        c.concurrency = 2;
+        c.delivery_concurrency =
+            gridrelay_local::ConcurrencySettings::new(1, Some(1)).expect("valid limits");
+    })
+    .await;
+    let topic = sys.topic("orders").await;
+    let slow = Subscriber::start(vec![], Reply::Hang(Duration::from_millis(100))).await;
+    sys.subscribe(subscription("orders", "slow", &slow.url))
+        .await;
+
+    // Twenty messages at once (one event each): a receive takes ten at most, so both
+    // invocations have some, each sending one request at a time for about a second.
+    let one_each: Vec<_> = (0..20).map(|i| events(&format!("e{i}"), 1)).collect();
+    futures::future::join_all(one_each.iter().map(|e| sys.publish(&topic, e))).await;
+    eventually(WAIT, "20 events at the subscriber", || async {
+        (slow.event_count() >= 20).then_some(())
+    })
+    .await;
+
+    assert_eq!(slow.most_in_flight(), 2, "two instances, one request each");
+    let ids: BTreeSet<String> = slow.received().iter().flat_map(|r| r.ids()).collect();
+    assert_eq!(ids, (0..20).map(|i| format!("e{i}-0")).collect());
+    assert_eq!(slow.event_count(), 20, "each event once");
+    sys.shutdown().await;
+}

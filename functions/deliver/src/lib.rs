@@ -176,6 +176,7 @@ pub const MIN_RESOURCE_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
 
 /// What `deliver` needs.
+#[derive(Clone)]
 pub struct Deliver {
     pub store: Arc<dyn SubscriptionStore>,
     pub delivery_queue: Arc<dyn MessageQueue>,
