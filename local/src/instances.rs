@@ -5,8 +5,8 @@
 //! limits (its total in flight, each endpoint's adaptive limit) and its own file descriptors.
 //! The runner plays that: each of its concurrent invocations takes an idle instance and gives
 //! it back when it ends, so four invocations at once have four instances' limits, not one
-//! shared between them. What the instances share here (the HTTP connection pool, the warm
-//! caches, the stores) is said where the runner builds them.
+//! shared between them. Each has its own connection pool too; what they share here (the warm
+//! caches, the stores, the subscriptions' caps) is said where the runner builds them.
 
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -53,11 +53,19 @@ use tracing::warn;
 
 pub use provision::{ResourceNames, Resources, provision};
 
+/// A deliver instance's HTTP sender, resolving names as the runner is told to.
+fn settings_sender(
+    settings: &DeliverySettings,
+    config: &RunnerConfig,
+) -> anyhow::Result<gridrelay_adapters::http_sender::HttpEventSender> {
+    Ok(settings.http_sender_with(config.resolver.clone())?)
+}
+
 /// Descriptors kept beyond the instances' connections: the AWS clients, the listener, DNS.
 const SPARE_DESCRIPTORS: u64 = 256;
 
-/// Raises the process's soft limit on open files toward its hard limit, so `concurrency`
-/// instances can each hold their total of connections (a shell's soft limit is often 1,024,
+/// Raises the process's soft limit on open files to what `concurrency` instances need to
+/// each hold their total of connections, up to the hard limit (a shell's soft limit is often 1,024,
 /// one Lambda instance's whole allowance). Where it cannot be raised far enough, says so: new
 /// connections past it are refused as failed attempts, and retried ([`gridrelay_adapters::descriptors`]).
 fn raise_open_file_limit(concurrency: usize, limits: &ConcurrencySettings) {
@@ -100,7 +108,7 @@ pub struct RunnerConfig {
     pub function_timeout: Duration,
     /// What the deliver worker keeps before its deadline to settle and enqueue.
     pub deadline_margin: Duration,
-    /// Requests the deliver worker has in flight, in total and per endpoint.
+    /// Requests each deliver instance has in flight, in total and per endpoint.
     pub delivery_concurrency: ConcurrencySettings,
     /// How long the functions keep the topics, subscriptions and secret values they read
     /// (`gridrelay_ports::cache`; zero keeps nothing). One cache serves the three functions
@@ -324,7 +332,7 @@ impl LocalSystem {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_letter_queue.clone(),
-            sender: Arc::new(settings.http_sender_with(config.resolver.clone())?),
+            sender: Arc::new(settings_sender(&settings, &config)?),
             resources: Arc::new(AwsResourceSender::from_sdk(sdk)),
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
@@ -336,18 +344,18 @@ impl LocalSystem {
             ))),
             settings,
         };
-        // As many instances as invocations run at once, each with its own request limits;
-        // they share the connection pool, the caches and the stores.
-        let instances = Instances::new(
-            (0..config.concurrency.max(1))
-                .map(|_| {
-                    Arc::new(Deliver {
-                        limits: deliver.settings.endpoint_limits(),
-                        ..deliver.clone()
-                    })
-                })
-                .collect(),
-        );
+        // As many instances as invocations run at once, each with its own request limits and
+        // connection pool (a pool keeps one instance's most per endpoint idle); they share the
+        // caches, the stores and the subscriptions' caps (whose slots are in the table anyway).
+        let mut all = Vec::with_capacity(config.concurrency.max(1));
+        for _ in 0..config.concurrency.max(1) {
+            all.push(Arc::new(Deliver {
+                sender: Arc::new(settings_sender(&deliver.settings, &config)?),
+                limits: deliver.settings.endpoint_limits(),
+                ..deliver.clone()
+            }));
+        }
+        let instances = Instances::new(all);
         ensure_dead_letter_events_topic(store.as_ref()).await?;
         let writer = Arc::new(DeadLetterWriter {
             objects: Arc::new(S3ObjectStore::new(s3_client(sdk))),
