@@ -53,23 +53,15 @@ use tracing::warn;
 
 pub use provision::{ResourceNames, Resources, provision};
 
-/// A deliver instance's HTTP sender, resolving names as the runner is told to.
-fn settings_sender(
-    settings: &DeliverySettings,
-    config: &RunnerConfig,
-) -> anyhow::Result<gridrelay_adapters::http_sender::HttpEventSender> {
-    Ok(settings.http_sender_with(config.resolver.clone())?)
-}
-
 /// Descriptors kept beyond the instances' connections: the AWS clients, the listener, DNS.
 const SPARE_DESCRIPTORS: u64 = 256;
 
-/// Raises the process's soft limit on open files to what `concurrency` instances need to
+/// Raises the process's soft limit on open files to what `instances` deliver instances need to
 /// each hold their total of connections, up to the hard limit (a shell's soft limit is often 1,024,
 /// one Lambda instance's whole allowance). Where it cannot be raised far enough, says so: new
 /// connections past it are refused as failed attempts, and retried ([`gridrelay_adapters::descriptors`]).
-fn raise_open_file_limit(concurrency: usize, limits: &ConcurrencySettings) {
-    let wanted = (concurrency.max(1) as u64) * u64::from(limits.max_in_flight) + SPARE_DESCRIPTORS;
+fn raise_open_file_limit(instances: usize, limits: &ConcurrencySettings) {
+    let wanted = (instances as u64) * u64::from(limits.max_in_flight) + SPARE_DESCRIPTORS;
     match rlimit::increase_nofile_limit(wanted) {
         Ok(soft) if soft >= wanted => {}
         Ok(soft) => warn!(
@@ -326,13 +318,17 @@ impl LocalSystem {
             public_url: Some(format!("http://{listen}")),
             ..config.delivery_settings()
         };
+        // As many instances as invocations run at once, each with its own request limits and
+        // connection pool (a pool keeps one instance's most per endpoint idle); they share the
+        // caches, the stores and the subscriptions' caps (whose slots are in the table anyway).
+        let instance_count = config.concurrency.max(1);
         // Each file descriptor a connection; every instance may hold its total of them.
-        raise_open_file_limit(config.concurrency, &config.delivery_concurrency);
-        let deliver = Deliver {
+        raise_open_file_limit(instance_count, &config.delivery_concurrency);
+        let first = Deliver {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_letter_queue.clone(),
-            sender: Arc::new(settings_sender(&settings, &config)?),
+            sender: Arc::new(settings.http_sender_with(config.resolver.clone())?),
             resources: Arc::new(AwsResourceSender::from_sdk(sdk)),
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
@@ -344,17 +340,15 @@ impl LocalSystem {
             ))),
             settings,
         };
-        // As many instances as invocations run at once, each with its own request limits and
-        // connection pool (a pool keeps one instance's most per endpoint idle); they share the
-        // caches, the stores and the subscriptions' caps (whose slots are in the table anyway).
-        let mut all = Vec::with_capacity(config.concurrency.max(1));
-        for _ in 0..config.concurrency.max(1) {
+        let mut all = Vec::with_capacity(instance_count);
+        for _ in 1..instance_count {
             all.push(Arc::new(Deliver {
-                sender: Arc::new(settings_sender(&deliver.settings, &config)?),
-                limits: deliver.settings.endpoint_limits(),
-                ..deliver.clone()
+                sender: Arc::new(first.settings.http_sender_with(config.resolver.clone())?),
+                limits: first.settings.endpoint_limits(),
+                ..first.clone()
             }));
         }
+        all.push(Arc::new(first));
         let instances = Instances::new(all);
         ensure_dead_letter_events_topic(store.as_ref()).await?;
         let writer = Arc::new(DeadLetterWriter {
