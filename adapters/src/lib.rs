@@ -12,3 +12,4 @@ pub mod descriptors;
 pub mod http_sender;
 pub mod metrics;
 pub mod outbound;
+pub mod runtime;

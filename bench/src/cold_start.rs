@@ -4,7 +4,8 @@
 //! work (Lambda's init duration), beside the start of a process that does nothing (`true`) as
 //! the floor of this machine; its size; and `deliver`'s resident memory after init and at its
 //! peak while it handles one SQS batch of 5,000 events (10 messages) against a loopback sink,
-//! which is what a function's memory size must hold.
+//! which is what a function's memory size must hold; and warm `ingest`'s CPU and time per
+//! publish, one invocation after another, which is what Lambda bills it for.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use anyhow::{Context, bail};
 use chrono::Utc;
 use gridrelay_adapters::aws::{DynamoSubscriptionStore, sqs_event};
 use gridrelay_adapters::config::TableNames;
-use gridrelay_e2e::runtime_api::{LambdaProcess, bootstrap_path, resident_kib};
+use gridrelay_e2e::runtime_api::{LambdaProcess, bootstrap_path, publish_event, resident_kib};
 use gridrelay_local::{ResourceNames, provision};
 use gridrelay_ports::SubscriptionStore;
 use gridrelay_ports::fan_out::fan_out;
@@ -25,10 +26,15 @@ use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::subscription::{SubscriptionRequest, Topic};
 use gridrelay_shared::validation::{Provisioning, ProvisioningState};
 
-use crate::{events, sink};
+use crate::{Cpu, events, sink};
 
 /// Starts of each function timed; the median is printed.
 const STARTS: usize = 5;
+
+/// Warm publishes `ingest` is timed over (CPU time is counted in ticks of 10 ms).
+const PUBLISHES: usize = 1_000;
+/// Events in each of them, of 1 KB each.
+const EVENTS_PER_PUBLISH: usize = 10;
 
 fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();
@@ -65,6 +71,28 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
         "cold start: bootstraps (x86_64, release) under an emulated Lambda Runtime API; process start floor (`true`): {:.1} ms",
         floor.as_secs_f64() * 1000.0
     );
+    // A validated subscription to a sink answering at once.
+    let (hook, counts) = sink::serve("127.0.0.1:0".parse()?, Duration::ZERO).await?;
+    let store = DynamoSubscriptionStore::from_sdk(
+        &sdk,
+        TableNames {
+            topics: names.topics_table.clone(),
+            subscriptions: names.subscriptions_table.clone(),
+        },
+    );
+    let now = Utc::now();
+    let topic = Topic::with_new_keys("bench", now);
+    store.create_topic(&topic).await?;
+    let mut sub = SubscriptionRequest {
+        topic: "bench".into(),
+        name: "sink".into(),
+        endpoint: hook,
+        ..SubscriptionRequest::default()
+    }
+    .validate(InputSchema::EventGridSchema, now)?;
+    // The handshake is not what this measures: stored as validated.
+    sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
+    store.create_subscription(&sub).await?;
     for binary in ["gridrelay-ingest", "gridrelay-deliver"] {
         let size = megabytes(&bootstrap_path(binary))?;
         let mut inits = Vec::new();
@@ -81,29 +109,9 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
         );
     }
 
-    // deliver with one full batch: a validated subscription to a sink answering at once.
-    let (hook, counts) = sink::serve("127.0.0.1:0".parse()?, Duration::ZERO).await?;
-    let store = DynamoSubscriptionStore::from_sdk(
-        &sdk,
-        TableNames {
-            topics: names.topics_table.clone(),
-            subscriptions: names.subscriptions_table.clone(),
-        },
-    );
-    let now = Utc::now();
-    store
-        .create_topic(&Topic::with_new_keys("bench", now))
-        .await?;
-    let mut sub = SubscriptionRequest {
-        topic: "bench".into(),
-        name: "sink".into(),
-        endpoint: hook,
-        ..SubscriptionRequest::default()
-    }
-    .validate(InputSchema::EventGridSchema, now)?;
-    // The handshake is not what this measures: stored as validated.
-    sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
-    store.create_subscription(&sub).await?;
+    publish_cost(&resources, &topic).await?;
+
+    // deliver with one full batch.
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let queue = MemoryQueue::new(Arc::clone(&clock));
     let per_message = events_in_batch.div_ceil(10).max(1);
@@ -158,6 +166,33 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
         peak as f64 / 1024.0,
         took.as_secs_f64() * 1000.0,
         peak as f64 / after_init.max(1) as f64
+    );
+    Ok(())
+}
+
+/// Warm `ingest`'s CPU time and wall time per publish of [`EVENTS_PER_PUBLISH`] events to one
+/// subscription, over [`PUBLISHES`] invocations one after another (Lambda bills the wall time).
+async fn publish_cost(resources: &gridrelay_local::Resources, topic: &Topic) -> anyhow::Result<()> {
+    let mut f = LambdaProcess::start("gridrelay-ingest", resources, &[]).await;
+    f.init_duration().await;
+    let pid = f.pid().context("ingest's pid")?;
+    let body = serde_json::to_string(&events(EVENTS_PER_PUBLISH, 1_000)?)?;
+    let publish = publish_event(&topic.name, &topic.key1, &body);
+    // Warm: the topic and subscription cached, the connection to SQS open.
+    f.invoke_all(vec![publish.clone(); 10]).await;
+    let cpu = Cpu::of_process(pid)?;
+    let start = Instant::now();
+    let answers = f.invoke_all(vec![publish; PUBLISHES]).await;
+    let took = start.elapsed();
+    let used = cpu.used()?;
+    f.stop().await;
+    if let Some(bad) = answers.iter().find(|a| a["statusCode"] != 200) {
+        bail!("ingest refused a publish: {bad}");
+    }
+    println!(
+        "  gridrelay-ingest   warm: {:.3} ms CPU and {:.2} ms per publish of {EVENTS_PER_PUBLISH} events of 1 KB ({PUBLISHES} one after another, each one SQS call)",
+        used.as_secs_f64() * 1000.0 / PUBLISHES as f64,
+        took.as_secs_f64() * 1000.0 / PUBLISHES as f64,
     );
     Ok(())
 }

@@ -80,7 +80,7 @@ where
     T: Send + 'static,
 {
     tokio::task::spawn_blocking(move || {
-        gridrelay_deliver::runtime::function_runtime()?.block_on(work())
+        gridrelay_adapters::runtime::function_runtime()?.block_on(work())
     })
     .await
     .context("the engine's thread")?

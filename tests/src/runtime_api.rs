@@ -16,7 +16,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::{get, post};
 use chrono::Utc;
 use gridrelay_local::Resources;
-use serde_json::Value;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
 use crate::eventually;
@@ -82,6 +83,35 @@ async fn error(State(state): State<Shared>, body: String) -> StatusCode {
     StatusCode::ACCEPTED
 }
 
+/// An API Gateway HTTP API (v2) event publishing `body` to `topic` with `key`, as `ingest` is
+/// invoked behind the stack's API.
+pub fn publish_event(topic: &str, key: &str, body: &str) -> Value {
+    json!({
+        "version": "2.0",
+        "routeKey": "POST /topics/{topic}/api/events",
+        "rawPath": format!("/topics/{topic}/api/events"),
+        "rawQueryString": "api-version=2018-01-01",
+        "headers": {"aeg-sas-key": key, "content-type": "application/json", "host": "abc.execute-api.us-east-1.amazonaws.com"},
+        "queryStringParameters": {"api-version": "2018-01-01"},
+        "pathParameters": {"topic": topic},
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "abc",
+            "domainName": "abc.execute-api.us-east-1.amazonaws.com",
+            "domainPrefix": "abc",
+            "http": {"method": "POST", "path": format!("/topics/{topic}/api/events"), "protocol": "HTTP/1.1",
+                     "sourceIp": "127.0.0.1", "userAgent": "test"},
+            "requestId": "req-1",
+            "routeKey": "POST /topics/{topic}/api/events",
+            "stage": "$default",
+            "time": "22/Nov/2026:04:00:00 +0000",
+            "timeEpoch": 1795320000000i64
+        },
+        "body": body,
+        "isBase64Encoded": false
+    })
+}
+
 /// Where `cargo lambda build --release` puts a function's `bootstrap`.
 pub fn bootstrap_path(binary: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../target/lambda/{binary}/bootstrap"))
@@ -91,6 +121,8 @@ pub fn bootstrap_path(binary: &str) -> PathBuf {
 pub struct LambdaProcess {
     state: Shared,
     child: Child,
+    /// What the process logs on stdout, read as it comes so a full pipe never blocks it.
+    stdout: tokio::task::JoinHandle<Vec<u8>>,
     _server: tokio::task::JoinHandle<()>,
 }
 
@@ -163,10 +195,17 @@ impl LambdaProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
-        let child = command.spawn().expect("bootstrap starts");
+        let mut child = command.spawn().expect("bootstrap starts");
+        let mut out = child.stdout.take().expect("piped stdout");
+        let stdout = tokio::spawn(async move {
+            let mut logged = Vec::new();
+            let _ = out.read_to_end(&mut logged).await;
+            logged
+        });
         Self {
             state,
             child,
+            stdout,
             _server: server,
         }
     }
@@ -220,15 +259,58 @@ impl LambdaProcess {
         answer
     }
 
+    /// Invokes the function with each of `events` in turn, as fast as it takes them, and
+    /// returns their answers in order.
+    pub async fn invoke_all(&mut self, events: Vec<Value>) -> Vec<Value> {
+        let ids: Vec<String> = (0..events.len())
+            .map(|_| uuid::Uuid::new_v4().to_string())
+            .collect();
+        self.state
+            .lock()
+            .expect("state")
+            .pending
+            .extend(ids.iter().cloned().zip(events));
+        let state = Arc::clone(&self.state);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            {
+                let s = state.lock().expect("state");
+                assert!(
+                    s.errors.is_empty(),
+                    "the function reported an error: {:?}",
+                    s.errors
+                );
+                if s.responses.len() >= ids.len() {
+                    let answers: std::collections::HashMap<&str, &Value> =
+                        s.responses.iter().map(|(r, v)| (r.as_str(), v)).collect();
+                    if let Some(all) = ids
+                        .iter()
+                        .map(|id| answers.get(id.as_str()).map(|v| (*v).clone()))
+                        .collect::<Option<Vec<_>>>()
+                    {
+                        return all;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {} answers",
+                ids.len()
+            );
+            assert!(
+                self.child.try_wait().ok().flatten().is_none(),
+                "bootstrap exited"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Stops the process and returns what it logged on stdout.
     pub async fn stop(mut self) -> String {
         let _ = self.child.start_kill();
-        let out = self
-            .child
-            .wait_with_output()
-            .await
-            .expect("bootstrap output");
-        String::from_utf8_lossy(&out.stdout).to_string()
+        let _ = self.child.wait().await;
+        let logged = self.stdout.await.expect("bootstrap output");
+        String::from_utf8_lossy(&logged).to_string()
     }
 }
 

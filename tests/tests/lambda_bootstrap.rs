@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::Utc;
 use gridrelay_adapters::aws::{DynamoSubscriptionStore, s3_client};
 use gridrelay_adapters::config::TableNames;
-use gridrelay_e2e::runtime_api::LambdaProcess;
+use gridrelay_e2e::runtime_api::{LambdaProcess, publish_event};
 use gridrelay_e2e::{Reply, Subscriber, eventually, sdk_config, subscription};
 use gridrelay_local::{ResourceNames, Resources, provision};
 use gridrelay_ports::SubscriptionStore;
@@ -76,33 +76,6 @@ async fn receive_one(sdk: &aws_config::SdkConfig, url: &str) -> String {
     .await
 }
 
-fn http_api_event(topic: &str, key: &str, body: &str) -> Value {
-    json!({
-        "version": "2.0",
-        "routeKey": "POST /topics/{topic}/api/events",
-        "rawPath": format!("/topics/{topic}/api/events"),
-        "rawQueryString": "api-version=2018-01-01",
-        "headers": {"aeg-sas-key": key, "content-type": "application/json", "host": "abc.execute-api.us-east-1.amazonaws.com"},
-        "queryStringParameters": {"api-version": "2018-01-01"},
-        "pathParameters": {"topic": topic},
-        "requestContext": {
-            "accountId": "123456789012",
-            "apiId": "abc",
-            "domainName": "abc.execute-api.us-east-1.amazonaws.com",
-            "domainPrefix": "abc",
-            "http": {"method": "POST", "path": format!("/topics/{topic}/api/events"), "protocol": "HTTP/1.1",
-                     "sourceIp": "127.0.0.1", "userAgent": "test"},
-            "requestId": "req-1",
-            "routeKey": "POST /topics/{topic}/api/events",
-            "stage": "$default",
-            "time": "22/Nov/2026:04:00:00 +0000",
-            "timeEpoch": 1795320000000i64
-        },
-        "body": body,
-        "isBase64Encoded": false
-    })
-}
-
 fn sqs_event(records: &[(&str, String)]) -> Value {
     json!({"Records": records.iter().map(|(id, body)| json!({
         "messageId": id,
@@ -132,11 +105,11 @@ async fn ingest_bootstrap_serves_api_gateway_events() {
 
     let body = json!([{"id": "b-1", "subject": "s", "eventType": "t", "eventTime": "2026-11-22T04:00:00Z", "data": {"x": 1}}]);
     let ok = f
-        .invoke(http_api_event("boot", "k1-secret", &body.to_string()))
+        .invoke(publish_event("boot", "k1-secret", &body.to_string()))
         .await;
     assert_eq!(ok["statusCode"], 200, "{ok}");
     let denied = f
-        .invoke(http_api_event("boot", "wrong", &body.to_string()))
+        .invoke(publish_event("boot", "wrong", &body.to_string()))
         .await;
     assert_eq!(denied["statusCode"], 401, "{denied}");
 

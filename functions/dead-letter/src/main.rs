@@ -18,8 +18,11 @@ use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::time_scale::TimeScale;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
+fn main() -> Result<(), Error> {
+    gridrelay_adapters::runtime::function_runtime()?.block_on(run())
+}
+
+async fn run() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let scale = TimeScale::from_env()?;
     let sdk = load_sdk_config().await;

@@ -73,7 +73,6 @@ pub mod endpoint_limits;
 mod handshake;
 mod late_answers;
 pub mod metrics;
-pub mod runtime;
 mod subscription_caps;
 
 /// Tunables of the deliver worker.

@@ -25,7 +25,7 @@ use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
 fn main() -> Result<(), Error> {
-    gridrelay_deliver::runtime::function_runtime()?.block_on(run())
+    gridrelay_adapters::runtime::function_runtime()?.block_on(run())
 }
 
 async fn run() -> Result<(), Error> {

@@ -10,8 +10,11 @@ use gridrelay_ingest::Ingest;
 use gridrelay_ports::SystemClock;
 use lambda_http::{Error, Request, service_fn};
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
+fn main() -> Result<(), Error> {
+    gridrelay_adapters::runtime::function_runtime()?.block_on(run())
+}
+
+async fn run() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let sdk = load_sdk_config().await;
     let queue_url = required(

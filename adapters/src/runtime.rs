@@ -1,11 +1,12 @@
-//! The async runtime a `deliver` function runs on: one thread.
+//! The async runtime every gridrelay function runs on: one thread.
 //!
 //! Lambda gives a function CPU in proportion to its memory, one vCPU's worth at 1,769 MB, so a
-//! 256 MB `deliver` has about a seventh of a CPU however many cores its sandbox shows. A
+//! 256 MB function has about a seventh of a CPU however many cores its sandbox shows. A
 //! multi-threaded runtime there buys no parallelism; it pays for it in work stealing and in
 //! waking parked worker threads (a futex call each), once or more per request. `deliver` is
 //! hundreds of requests waiting on sockets at once and little CPU between them, which one
-//! thread serves with no wakeups across threads. The runtime alone, in `gridrelay-bench
+//! thread serves with no wakeups across threads; `ingest` and `dead-letter` wait on one AWS
+//! call after another and have nothing to run in parallel at all. The runtime alone, in `gridrelay-bench
 //! engine` (2026-11-26, the two runtimes alternated, three runs each, nothing else changed):
 //! 0.026 to 0.029 ms of CPU per event on one thread against 0.033 to 0.038 ms on two, and
 //! 0.50 to 0.58 of the loopback ceiling against 0.45 to 0.46. The endpoint limit it ended at
@@ -15,7 +16,7 @@
 //! Blocking work still has tokio's blocking pool (name resolution uses it). Past 1,769 MB a
 //! function has more than one vCPU; `deliver` at such a size would want a second thread.
 
-/// The runtime `deliver`'s `main` runs on, and the engine benchmark with it.
+/// The runtime each function's `main` runs on, and the engine benchmark with it.
 pub fn function_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
