@@ -1,6 +1,8 @@
 #![allow(dead_code)] // each test binary uses part of it
 //! A subscriber on 127.0.0.1 that counts the connections it has accepted and has open, so
-//! tests can see what the sender's pool does with them.
+//! tests can see what the sender's pool does with them; and https subscribers ([`tls`]).
+
+pub mod tls;
 
 use std::pin::Pin;
 use std::sync::Arc;
