@@ -71,28 +71,9 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
         "cold start: bootstraps (x86_64, release) under an emulated Lambda Runtime API; process start floor (`true`): {:.1} ms",
         floor.as_secs_f64() * 1000.0
     );
-    // A validated subscription to a sink answering at once.
     let (hook, counts) = sink::serve("127.0.0.1:0".parse()?, Duration::ZERO).await?;
-    let store = DynamoSubscriptionStore::from_sdk(
-        &sdk,
-        TableNames {
-            topics: names.topics_table.clone(),
-            subscriptions: names.subscriptions_table.clone(),
-        },
-    );
-    let now = Utc::now();
-    let topic = Topic::with_new_keys("bench", now);
-    store.create_topic(&topic).await?;
-    let mut sub = SubscriptionRequest {
-        topic: "bench".into(),
-        name: "sink".into(),
-        endpoint: hook,
-        ..SubscriptionRequest::default()
-    }
-    .validate(InputSchema::EventGridSchema, now)?;
-    // The handshake is not what this measures: stored as validated.
-    sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
-    store.create_subscription(&sub).await?;
+    let store = store(&sdk, &names);
+    let topic = subscribed_topic(&store, "bench", hook).await?;
     for binary in ["gridrelay-ingest", "gridrelay-deliver"] {
         let size = megabytes(&bootstrap_path(binary))?;
         let mut inits = Vec::new();
@@ -112,36 +93,12 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
     publish_cost(&resources, &topic).await?;
 
     // deliver with one full batch.
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let queue = MemoryQueue::new(Arc::clone(&clock));
-    let per_message = events_in_batch.div_ceil(10).max(1);
-    // Small enough that a message holds `per_message` of them, as SQS's size allows.
-    let event_bytes = (200_000 / per_message).clamp(150, 1_000);
-    for chunk in events(events_in_batch, event_bytes)?.chunks(per_message) {
-        fan_out(
-            &store,
-            &queue,
-            "bench",
-            InputSchema::EventGridSchema,
-            chunk,
-            clock.now(),
-        )
-        .await?;
-    }
-    let received = queue.receive(10, Duration::from_secs(900));
-    let in_batch: usize = received.len();
-    if !queue.receive(10, Duration::from_secs(900)).is_empty() {
-        bail!("{events_in_batch} events did not fit one batch of 10 messages");
-    }
-    let batch = serde_json::to_value(sqs_event(&received))?;
-
-    // The sink is on loopback, which the function refuses unless allowed.
-    let mut f = LambdaProcess::start(
-        "gridrelay-deliver",
-        &resources,
-        &[("GRIDRELAY_ALLOWED_NETWORKS", "127.0.0.0/8")],
-    )
-    .await;
+    let FullBatch {
+        batch,
+        event_bytes,
+        messages: in_batch,
+    } = full_batch(&store, "bench", events_in_batch).await?;
+    let mut f = LambdaProcess::start("gridrelay-deliver", &resources, &[LOOPBACK_ALLOWED]).await;
     f.init_duration().await;
     let pid = f.pid().context("deliver's pid")?;
     let (after_init, _) = resident_kib(pid).context("deliver's memory (/proc)")?;
@@ -195,4 +152,82 @@ async fn publish_cost(resources: &gridrelay_local::Resources, topic: &Topic) -> 
         took.as_secs_f64() * 1000.0 / PUBLISHES as f64,
     );
     Ok(())
+}
+
+/// The sinks are on loopback, which `deliver` refuses unless allowed.
+pub const LOOPBACK_ALLOWED: (&str, &str) = ("GRIDRELAY_ALLOWED_NETWORKS", "127.0.0.0/8");
+
+/// The subscription store of the tables `names` names.
+pub fn store(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> DynamoSubscriptionStore {
+    DynamoSubscriptionStore::from_sdk(
+        sdk,
+        TableNames {
+            topics: names.topics_table.clone(),
+            subscriptions: names.subscriptions_table.clone(),
+        },
+    )
+}
+
+/// Creates topic `name` with one subscription delivering to `hook`, stored as validated (the
+/// handshake is not what the benchmarks measure).
+pub async fn subscribed_topic(
+    store: &DynamoSubscriptionStore,
+    name: &str,
+    hook: String,
+) -> anyhow::Result<Topic> {
+    let now = Utc::now();
+    let topic = Topic::with_new_keys(name, now);
+    store.create_topic(&topic).await?;
+    let mut sub = SubscriptionRequest {
+        topic: name.into(),
+        name: "sink".into(),
+        endpoint: hook,
+        ..SubscriptionRequest::default()
+    }
+    .validate(InputSchema::EventGridSchema, now)?;
+    sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
+    store.create_subscription(&sub).await?;
+    Ok(topic)
+}
+
+/// One SQS batch of 10 messages for `deliver`, as the event source hands it over.
+pub struct FullBatch {
+    pub batch: serde_json::Value,
+    /// The size of each event, small enough that the messages hold them all.
+    pub event_bytes: usize,
+    pub messages: usize,
+}
+
+/// `events` events published to `topic`, fanned out to its subscriptions, in one batch of 10
+/// messages.
+pub async fn full_batch(
+    store: &DynamoSubscriptionStore,
+    topic: &str,
+    events_in_batch: usize,
+) -> anyhow::Result<FullBatch> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let queue = MemoryQueue::new(Arc::clone(&clock));
+    let per_message = events_in_batch.div_ceil(10).max(1);
+    // Small enough that a message holds `per_message` of them, as SQS's size allows.
+    let event_bytes = (200_000 / per_message).clamp(150, 1_000);
+    for chunk in events(events_in_batch, event_bytes)?.chunks(per_message) {
+        fan_out(
+            store,
+            &queue,
+            topic,
+            InputSchema::EventGridSchema,
+            chunk,
+            clock.now(),
+        )
+        .await?;
+    }
+    let received = queue.receive(10, Duration::from_secs(900));
+    if !queue.receive(10, Duration::from_secs(900)).is_empty() {
+        bail!("{events_in_batch} events did not fit one batch of 10 messages");
+    }
+    Ok(FullBatch {
+        batch: serde_json::to_value(sqs_event(&received))?,
+        event_bytes,
+        messages: received.len(),
+    })
 }

@@ -25,6 +25,7 @@ mod cost;
 mod e2e;
 mod engine;
 mod latency;
+mod memory_size;
 mod sink;
 
 #[derive(Parser)]
@@ -79,6 +80,12 @@ enum Bench {
         #[arg(long, default_value_t = 5_000)]
         events: usize,
     },
+    /// Which memory size deliver costs least at: warm full batches under the CPU share Lambda
+    /// gives each size (needs root, cgroup v1, AWS_ENDPOINT_URL and infra/deploy/build.sh).
+    MemorySize {
+        #[arg(long, default_value_t = 5_000)]
+        events: usize,
+    },
     /// A counting subscriber; prints its hook URL, then serves until killed.
     Sink {
         #[arg(long, default_value_t = 0)]
@@ -106,6 +113,7 @@ async fn main() -> anyhow::Result<()> {
             e2e_bench(binary, events, cost_events, event_bytes, shown).await
         }
         Bench::ColdStart { events } => cold_start::run(events).await,
+        Bench::MemorySize { events } => memory_size::run(events).await,
         Bench::Latency {
             rate,
             seconds,

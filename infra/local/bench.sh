@@ -11,6 +11,8 @@
 #   - cold start: each function's bootstrap (infra/deploy/build.sh) under an emulated Lambda
 #     Runtime API: init time beside a bare process start, size, deliver's memory for a full batch
 #   - latency: publish to first attempt at 1,000 events/s, with where the time goes
+#   - memory size: deliver's billed time per warm batch under the CPU share Lambda gives each
+#     memory size (a cgroup CPU quota; needs root), priced per million events
 # Sizes: BENCH_ENGINE_EVENTS, BENCH_E2E_EVENTS, BENCH_COST_EVENTS (environment).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -53,3 +55,6 @@ target/release/gridrelay-bench latency --gridrelay target/release/gridrelay
 printf '\n== end to end\n'
 target/release/gridrelay-bench e2e --events "$e2e_events" --cost-events "$cost_events" \
   --gridrelay target/release/gridrelay
+
+printf '\n== memory size\n'
+target/release/gridrelay-bench memory-size

@@ -4,7 +4,7 @@
 //! its result). Used by the bootstrap tests and by `make bench`'s cold-start figures (init time
 //! as Lambda measures it: from the process's start to its first request for work).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path as FsPath, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -28,7 +28,12 @@ struct RuntimeState {
     /// When the process first asked for work: its init is over.
     first_next: Option<Duration>,
     pending: VecDeque<(String, Value)>,
+    /// When each invocation under way was handed out.
+    handed_out: HashMap<String, Instant>,
     responses: Vec<(String, Value)>,
+    /// Each answered invocation's duration, from its hand-out to its answer (what Lambda
+    /// bills), in the order answered.
+    durations: Vec<Duration>,
     errors: Vec<String>,
 }
 
@@ -41,7 +46,13 @@ async fn next(State(state): State<Shared>) -> (HeaderMap, String) {
         s.first_next = Some(s.started.elapsed());
     }
     loop {
-        let job = state.lock().ok().and_then(|mut s| s.pending.pop_front());
+        let job = state.lock().ok().and_then(|mut s| {
+            let job = s.pending.pop_front();
+            if let Some((id, _)) = &job {
+                s.handed_out.insert(id.clone(), Instant::now());
+            }
+            job
+        });
         if let Some((id, event)) = job {
             let mut headers = HeaderMap::new();
             let deadline = (Utc::now().timestamp_millis() + 120_000).to_string();
@@ -71,6 +82,9 @@ async fn next(State(state): State<Shared>) -> (HeaderMap, String) {
 async fn response(State(state): State<Shared>, Path(id): Path<String>, body: String) -> StatusCode {
     let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
     if let Ok(mut s) = state.lock() {
+        if let Some(at) = s.handed_out.remove(&id) {
+            s.durations.push(at.elapsed());
+        }
         s.responses.push((id, value));
     }
     StatusCode::ACCEPTED
@@ -140,7 +154,9 @@ impl LambdaProcess {
             started: Instant::now(),
             first_next: None,
             pending: VecDeque::new(),
+            handed_out: HashMap::new(),
             responses: Vec::new(),
+            durations: Vec::new(),
             errors: Vec::new(),
         }));
         let app = Router::new()
@@ -281,7 +297,7 @@ impl LambdaProcess {
                     s.errors
                 );
                 if s.responses.len() >= ids.len() {
-                    let answers: std::collections::HashMap<&str, &Value> =
+                    let answers: HashMap<&str, &Value> =
                         s.responses.iter().map(|(r, v)| (r.as_str(), v)).collect();
                     if let Some(all) = ids
                         .iter()
@@ -303,6 +319,12 @@ impl LambdaProcess {
             );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+    }
+
+    /// Each answered invocation's duration as Lambda bills it (from its hand-out to its
+    /// answer), in the order answered.
+    pub fn durations(&self) -> Vec<Duration> {
+        self.state.lock().expect("state").durations.clone()
     }
 
     /// Stops the process and returns what it logged on stdout.

@@ -1,0 +1,156 @@
+//! Which memory size `deliver` costs least at (issue #9). Lambda gives a function CPU in
+//! proportion to its memory, one vCPU's worth at 1,769 MB, and bills milliseconds times
+//! memory: a function that waits on endpoints pays less at a smaller size, until its share of
+//! a CPU is what it waits for. This puts the `deliver` bootstrap, under the emulated Runtime
+//! API, in a CPU cgroup with the share Lambda gives each size (a CFS quota of size / 1,769 MB
+//! of one CPU per 100 ms), times warm invocations of one full batch against a subscriber that
+//! answers at once and one that answers after 50 ms, and prices the billed time at list
+//! prices, per million events. Needs root and the cgroup v1 `cpu` controller; says so and
+//! skips otherwise.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use gridrelay_e2e::runtime_api::LambdaProcess;
+use gridrelay_local::{ResourceNames, provision};
+
+use crate::cold_start::{FullBatch, LOOPBACK_ALLOWED, full_batch, store, subscribed_topic};
+use crate::cost::LIST_PRICES;
+use crate::sink;
+
+/// The sizes tried, in MB; 1,769 MB is one whole vCPU.
+pub const SIZES: [u32; 5] = [128, 256, 512, 1024, 1769];
+/// A whole vCPU's worth of memory.
+const ONE_VCPU_MB: u64 = 1769;
+/// Invocations per size: the first warms the function up (connections, the endpoint's limit),
+/// the rest are timed.
+const INVOCATIONS: usize = 4;
+const CGROUP_CPU: &str = "/sys/fs/cgroup/cpu";
+
+/// A CPU cgroup holding a process to `memory_mb / 1769` of one CPU; removed on drop.
+struct CpuShare {
+    dir: PathBuf,
+}
+
+impl CpuShare {
+    fn new(memory_mb: u32) -> anyhow::Result<Self> {
+        let dir = PathBuf::from(CGROUP_CPU).join(format!(
+            "gridrelay-bench-{memory_mb}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let share = Self { dir };
+        let period: u64 = 100_000;
+        let quota = (period * u64::from(memory_mb) / ONE_VCPU_MB).max(1_000);
+        share.write("cpu.cfs_period_us", period)?;
+        share.write("cpu.cfs_quota_us", quota)?;
+        Ok(share)
+    }
+
+    fn write(&self, file: &str, value: impl ToString) -> anyhow::Result<()> {
+        std::fs::write(self.dir.join(file), value.to_string())
+            .with_context(|| format!("write {}/{file}", self.dir.display()))
+    }
+
+    /// Moves `pid`, with all its threads, into the share.
+    fn hold(&self, pid: u32) -> anyhow::Result<()> {
+        self.write("cgroup.procs", pid)
+    }
+}
+
+impl Drop for CpuShare {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Prints, for each subscriber latency and memory size, `deliver`'s billed time per warm batch
+/// of `events_in_batch` events and what that costs per million events.
+pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
+    if !PathBuf::from(CGROUP_CPU).join("cpu.cfs_quota_us").exists() {
+        println!(
+            "memory size: skipped (no cgroup v1 cpu controller at {CGROUP_CPU} to give deliver a share of a CPU)"
+        );
+        return Ok(());
+    }
+    let sdk = gridrelay_e2e::sdk_config().await;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let names = ResourceNames::with_prefix(&format!("bench-mem-{}", &id[..8]));
+    let resources = provision(&sdk, &names, 3).await.context("provision")?;
+    let store = store(&sdk, &names);
+    println!(
+        "memory size: deliver under the CPU share Lambda gives each size (size / {ONE_VCPU_MB} MB of a CPU), {} warm invocations of {events_in_batch} events in 10 messages each, unbatched; billed time priced at arm64 list prices",
+        INVOCATIONS - 1
+    );
+    for delay_ms in [0, 50] {
+        let (hook, counts) =
+            sink::serve("127.0.0.1:0".parse()?, Duration::from_millis(delay_ms)).await?;
+        let topic = format!("bench-{delay_ms}");
+        subscribed_topic(&store, &topic, hook).await?;
+        let FullBatch { batch, .. } = full_batch(&store, &topic, events_in_batch).await?;
+        let mut rows = Vec::new();
+        for memory_mb in SIZES {
+            let share = CpuShare::new(memory_mb)?;
+            let memory = memory_mb.to_string();
+            let mut f = LambdaProcess::start(
+                "gridrelay-deliver",
+                &resources,
+                &[
+                    LOOPBACK_ALLOWED,
+                    ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory.as_str()),
+                ],
+            )
+            .await;
+            share.hold(f.pid().context("deliver's pid")?)?;
+            f.init_duration().await;
+            let before = counts.events.load(Ordering::Relaxed);
+            let answers = f.invoke_all(vec![batch.clone(); INVOCATIONS]).await;
+            let durations = f.durations();
+            f.stop().await;
+            drop(share);
+            if let Some(bad) = answers.iter().find(|a| {
+                a["batchItemFailures"]
+                    .as_array()
+                    .is_none_or(|failed| !failed.is_empty())
+            }) {
+                bail!("deliver at {memory_mb} MB failed part of a batch: {bad}");
+            }
+            let delivered = counts.events.load(Ordering::Relaxed) - before;
+            if delivered != INVOCATIONS * events_in_batch {
+                bail!(
+                    "deliver at {memory_mb} MB: {delivered} of {} events reached the sink",
+                    INVOCATIONS * events_in_batch
+                );
+            }
+            // Lambda bills each invocation in whole milliseconds, rounded up.
+            let warm = &durations[1..];
+            let billed_ms = warm
+                .iter()
+                .map(|d| d.as_micros().div_ceil(1000) as f64)
+                .sum::<f64>()
+                / warm.len() as f64;
+            let per_batch = billed_ms / 1000.0 * f64::from(memory_mb) / 1024.0
+                * LIST_PRICES.lambda_gb_second_arm
+                + LIST_PRICES.lambda_request;
+            rows.push((
+                memory_mb,
+                billed_ms,
+                per_batch / events_in_batch as f64 * 1e6,
+            ));
+        }
+        let at_256 = rows
+            .iter()
+            .find(|(m, ..)| *m == 256)
+            .map_or(f64::NAN, |(_, _, cost)| *cost);
+        for (memory_mb, billed_ms, cost) in rows {
+            println!(
+                "  subscriber {delay_ms:>2} ms, {memory_mb:>4} MB: {billed_ms:>7.0} ms per batch ({:>6.0} events/s); deliver ${cost:.4} per million events = {:.2}x 256 MB",
+                events_in_batch as f64 / (billed_ms / 1000.0),
+                cost / at_256
+            );
+        }
+    }
+    Ok(())
+}
