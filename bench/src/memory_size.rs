@@ -5,8 +5,8 @@
 //! API, in a CPU cgroup with the share Lambda gives each size (a CFS quota of size / 1,769 MB
 //! of one CPU per 100 ms), times warm invocations of one full batch against a subscriber that
 //! answers at once and one that answers after 50 ms, and prices the billed time at list
-//! prices, per million events. Needs root and the cgroup v1 `cpu` controller; says so and
-//! skips otherwise.
+//! prices, per million events. Needs root and the cgroup v1 `cpu` controller; says why and
+//! skips when it cannot make a cgroup.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -61,8 +61,17 @@ impl CpuShare {
 }
 
 impl Drop for CpuShare {
+    /// Moves whatever is still in the share (a process killed but not yet gone, after a
+    /// failure) back to the root cgroup, so the share can be removed.
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.dir);
+        if let Ok(pids) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in pids.split_whitespace() {
+                let _ = std::fs::write(PathBuf::from(CGROUP_CPU).join("cgroup.procs"), pid);
+            }
+        }
+        if let Err(e) = std::fs::remove_dir(&self.dir) {
+            eprintln!("could not remove {}: {e}", self.dir.display());
+        }
     }
 }
 
@@ -72,6 +81,13 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
     if !PathBuf::from(CGROUP_CPU).join("cpu.cfs_quota_us").exists() {
         println!(
             "memory size: skipped (no cgroup v1 cpu controller at {CGROUP_CPU} to give deliver a share of a CPU)"
+        );
+        return Ok(());
+    }
+    // Not root, or the hierarchy is read-only: said, and skipped, before anything is made.
+    if let Err(e) = CpuShare::new(SIZES[0]) {
+        println!(
+            "memory size: skipped (cannot make a cgroup to give deliver a share of a CPU: {e:#})"
         );
         return Ok(());
     }
@@ -97,6 +113,7 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
             let mut f = LambdaProcess::start(
                 "gridrelay-deliver",
                 &resources,
+                // What Lambda sets; gridrelay does not read it, the cgroup is what limits.
                 &[
                     LOOPBACK_ALLOWED,
                     ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory.as_str()),

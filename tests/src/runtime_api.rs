@@ -2,7 +2,8 @@
 //! --release`) started as a process under an emulated Lambda Runtime API, the HTTP interface
 //! Lambda's own runtime serves (`/next` hands out an invocation, `/response` and `/error` take
 //! its result). Used by the bootstrap tests and by `make bench`'s cold-start figures (init time
-//! as Lambda measures it: from the process's start to its first request for work).
+//! as Lambda measures it: from the process's start to its first request for work; warm
+//! `ingest`'s cost per publish) and memory-size figures (each invocation's billed duration).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path as FsPath, PathBuf};
@@ -90,8 +91,11 @@ async fn response(State(state): State<Shared>, Path(id): Path<String>, body: Str
     StatusCode::ACCEPTED
 }
 
-async fn error(State(state): State<Shared>, body: String) -> StatusCode {
+async fn error(State(state): State<Shared>, id: Option<Path<String>>, body: String) -> StatusCode {
     if let Ok(mut s) = state.lock() {
+        if let Some(Path(id)) = id {
+            s.handed_out.remove(&id);
+        }
         s.errors.push(body);
     }
     StatusCode::ACCEPTED
@@ -321,8 +325,8 @@ impl LambdaProcess {
         }
     }
 
-    /// Each answered invocation's duration as Lambda bills it (from its hand-out to its
-    /// answer), in the order answered.
+    /// Each invocation answered since the process started: its duration as Lambda bills it
+    /// (from its hand-out to its answer), in the order answered.
     pub fn durations(&self) -> Vec<Duration> {
         self.state.lock().expect("state").durations.clone()
     }
