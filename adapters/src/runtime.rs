@@ -6,8 +6,9 @@
 //! waking parked worker threads (a futex call each), once or more per request. `deliver` is
 //! hundreds of requests waiting on sockets at once and little CPU between them, which one
 //! thread serves with no wakeups across threads; `ingest` and `dead-letter` wait on one AWS
-//! call after another and have nothing to run in parallel at all. The runtime alone, in `gridrelay-bench
-//! engine` (2026-11-26, the two runtimes alternated, three runs each, nothing else changed):
+//! call after another and have nothing to run in parallel at all. The runtime alone, in
+//! `gridrelay-bench engine` (2026-11-26, the two runtimes alternated, three runs each, nothing
+//! else changed):
 //! 0.026 to 0.029 ms of CPU per event on one thread against 0.033 to 0.038 ms on two, and
 //! 0.50 to 0.58 of the loopback ceiling against 0.45 to 0.46. The endpoint limit it ended at
 //! (77 to 93 against 81 to 96) shows the one thread's own delay is not read as a queue at the

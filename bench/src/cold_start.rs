@@ -102,15 +102,11 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
     f.init_duration().await;
     let pid = f.pid().context("deliver's pid")?;
     let (after_init, _) = resident_kib(pid).context("deliver's memory (/proc)")?;
-    let start = Instant::now();
     let answer = f.invoke(batch).await;
-    let took = start.elapsed();
+    let took = f.durations()[0];
     let (_, peak) = resident_kib(pid).context("deliver's memory (/proc)")?;
     f.stop().await;
-    if answer["batchItemFailures"]
-        .as_array()
-        .is_none_or(|a| !a.is_empty())
-    {
+    if failed_part(&answer) {
         bail!("deliver failed part of the batch: {answer}");
     }
     let delivered = counts.events.load(Ordering::Relaxed);
@@ -152,6 +148,13 @@ async fn publish_cost(resources: &gridrelay_local::Resources, topic: &Topic) -> 
         took.as_secs_f64() * 1000.0 / PUBLISHES as f64,
     );
     Ok(())
+}
+
+/// Whether `deliver`'s answer reports any of its batch failed (or is no batch answer at all).
+pub fn failed_part(answer: &serde_json::Value) -> bool {
+    answer["batchItemFailures"]
+        .as_array()
+        .is_none_or(|failed| !failed.is_empty())
 }
 
 /// The sinks are on loopback, which `deliver` refuses unless allowed.

@@ -16,7 +16,9 @@ use anyhow::{Context, bail};
 use gridrelay_e2e::runtime_api::LambdaProcess;
 use gridrelay_local::{ResourceNames, provision};
 
-use crate::cold_start::{FullBatch, LOOPBACK_ALLOWED, full_batch, store, subscribed_topic};
+use crate::cold_start::{
+    FullBatch, LOOPBACK_ALLOWED, failed_part, full_batch, store, subscribed_topic,
+};
 use crate::cost::LIST_PRICES;
 use crate::sink;
 
@@ -78,13 +80,8 @@ impl Drop for CpuShare {
 /// Prints, for each subscriber latency and memory size, `deliver`'s billed time per warm batch
 /// of `events_in_batch` events and what that costs per million events.
 pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
-    if !PathBuf::from(CGROUP_CPU).join("cpu.cfs_quota_us").exists() {
-        println!(
-            "memory size: skipped (no cgroup v1 cpu controller at {CGROUP_CPU} to give deliver a share of a CPU)"
-        );
-        return Ok(());
-    }
-    // Not root, or the hierarchy is read-only: said, and skipped, before anything is made.
+    // No cgroup v1 cpu controller, not root, or a read-only hierarchy: said, and skipped,
+    // before anything is made.
     if let Err(e) = CpuShare::new(SIZES[0]) {
         println!(
             "memory size: skipped (cannot make a cgroup to give deliver a share of a CPU: {e:#})"
@@ -127,11 +124,7 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
             let durations = f.durations();
             f.stop().await;
             drop(share);
-            if let Some(bad) = answers.iter().find(|a| {
-                a["batchItemFailures"]
-                    .as_array()
-                    .is_none_or(|failed| !failed.is_empty())
-            }) {
+            if let Some(bad) = answers.iter().find(|a| failed_part(a)) {
                 bail!("deliver at {memory_mb} MB failed part of a batch: {bad}");
             }
             let delivered = counts.events.load(Ordering::Relaxed) - before;

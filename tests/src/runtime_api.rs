@@ -246,42 +246,21 @@ impl LambdaProcess {
         .await
     }
 
-    /// Invokes the function with `event` and returns its answer.
+    /// Invokes the function with `event` and returns its answer, waiting up to 30 s.
     pub async fn invoke(&mut self, event: Value) -> Value {
-        let id = uuid::Uuid::new_v4().to_string();
-        self.state
-            .lock()
-            .expect("state")
-            .pending
-            .push_back((id.clone(), event));
-        let state = Arc::clone(&self.state);
-        let answer = eventually(Duration::from_secs(30), "the function's answer", || {
-            let state = Arc::clone(&state);
-            let id = id.clone();
-            async move {
-                let s = state.lock().ok()?;
-                assert!(
-                    s.errors.is_empty(),
-                    "the function reported an error: {:?}",
-                    s.errors
-                );
-                s.responses
-                    .iter()
-                    .find(|(r, _)| *r == id)
-                    .map(|(_, v)| v.clone())
-            }
-        })
-        .await;
-        assert!(
-            self.child.try_wait().ok().flatten().is_none(),
-            "bootstrap exited"
-        );
-        answer
+        let mut answers = self
+            .invoke_within(vec![event], Duration::from_secs(30))
+            .await;
+        answers.pop().expect("one answer")
     }
 
     /// Invokes the function with each of `events` in turn, as fast as it takes them, and
-    /// returns their answers in order.
+    /// returns their answers in order, waiting up to 120 s for them all.
     pub async fn invoke_all(&mut self, events: Vec<Value>) -> Vec<Value> {
+        self.invoke_within(events, Duration::from_secs(120)).await
+    }
+
+    async fn invoke_within(&mut self, events: Vec<Value>, timeout: Duration) -> Vec<Value> {
         let ids: Vec<String> = (0..events.len())
             .map(|_| uuid::Uuid::new_v4().to_string())
             .collect();
@@ -290,11 +269,10 @@ impl LambdaProcess {
             .expect("state")
             .pending
             .extend(ids.iter().cloned().zip(events));
-        let state = Arc::clone(&self.state);
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + timeout;
         loop {
             {
-                let s = state.lock().expect("state");
+                let s = self.state.lock().expect("state");
                 assert!(
                     s.errors.is_empty(),
                     "the function reported an error: {:?}",
@@ -314,7 +292,7 @@ impl LambdaProcess {
             }
             assert!(
                 Instant::now() < deadline,
-                "timed out waiting for {} answers",
+                "timed out after {timeout:?} waiting for {} answers",
                 ids.len()
             );
             assert!(
