@@ -193,7 +193,7 @@ pub async fn subscribed_topic(
     Ok(topic)
 }
 
-/// One SQS batch of 10 messages for `deliver`, as the event source hands it over.
+/// One SQS batch for `deliver`, as the event source hands it over.
 pub struct FullBatch {
     pub batch: serde_json::Value,
     /// The size of each event, small enough that the messages hold them all.
@@ -208,11 +208,24 @@ pub async fn full_batch(
     topic: &str,
     events_in_batch: usize,
 ) -> anyhow::Result<FullBatch> {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let queue = MemoryQueue::new(Arc::clone(&clock));
     let per_message = events_in_batch.div_ceil(10).max(1);
     // Small enough that a message holds `per_message` of them, as SQS's size allows.
     let event_bytes = (200_000 / per_message).clamp(150, 1_000);
+    batch_of(store, topic, events_in_batch, per_message, event_bytes).await
+}
+
+/// One SQS batch of `events_in_batch` events of `event_bytes` each, published to `topic` in
+/// arrays of `per_message` and fanned out to its subscriptions (one message per array), as
+/// the event source hands it over.
+pub async fn batch_of(
+    store: &DynamoSubscriptionStore,
+    topic: &str,
+    events_in_batch: usize,
+    per_message: usize,
+    event_bytes: usize,
+) -> anyhow::Result<FullBatch> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let queue = MemoryQueue::new(Arc::clone(&clock));
     for chunk in events(events_in_batch, event_bytes)?.chunks(per_message) {
         fan_out(
             store,
@@ -224,9 +237,20 @@ pub async fn full_batch(
         )
         .await?;
     }
-    let received = queue.receive(10, Duration::from_secs(900));
-    if !queue.receive(10, Duration::from_secs(900)).is_empty() {
-        bail!("{events_in_batch} events did not fit one batch of 10 messages");
+    let mut received = Vec::new();
+    loop {
+        let more = queue.receive(10, Duration::from_secs(900));
+        if more.is_empty() {
+            break;
+        }
+        received.extend(more);
+    }
+    let messages = events_in_batch.div_ceil(per_message);
+    if received.len() != messages {
+        bail!(
+            "{events_in_batch} events of {event_bytes} B in arrays of {per_message} made {} messages, not {messages}",
+            received.len()
+        );
     }
     Ok(FullBatch {
         batch: serde_json::to_value(sqs_event(&received))?,

@@ -7,7 +7,12 @@
 //!   (goal: the 50 ms case within 20 % of the 0 ms case); then the cost per million events on
 //!   AWS, from counted calls and billed time at list prices (goal: <= $0.10 at 50 ms, arrays
 //!   of 100, batching off).
-//! - `sink`: the subscriber both use, in a process of its own.
+//! - `latency`: publish to first attempt at 1,000 events/s, and where the time goes.
+//! - `cold-start`: each bootstrap's init time, size, and memory for a full batch.
+//! - `memory-size` and `batch-size`: `deliver`'s billed time per warm invocation under the CPU
+//!   share Lambda gives a memory size, for each size and for each event-source batch size: what
+//!   the template's defaults were chosen by.
+//! - `sink`: the subscriber they use, in a process of its own.
 //!
 //! Figures are printed beside their baselines from the same run: these machines are noisy, so
 //! only ratios carry from one run to another.
@@ -20,6 +25,7 @@ use clap::{Parser, Subcommand};
 use serde_json::value::RawValue;
 
 mod aws_calls;
+mod batch_size;
 mod cold_start;
 mod cost;
 mod e2e;
@@ -86,6 +92,10 @@ enum Bench {
         #[arg(long, default_value_t = 5_000)]
         events: usize,
     },
+    /// Which event-source batch size deliver costs least at: warm invocations of 1 to 1,000
+    /// messages under a 256 MB function's CPU share (needs root, cgroup v1, AWS_ENDPOINT_URL and
+    /// infra/deploy/build.sh).
+    BatchSize,
     /// A counting subscriber; prints its hook URL, then serves until killed.
     Sink {
         #[arg(long, default_value_t = 0)]
@@ -114,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Bench::ColdStart { events } => cold_start::run(events).await,
         Bench::MemorySize { events } => memory_size::run(events).await,
+        Bench::BatchSize => batch_size::run().await,
         Bench::Latency {
             rate,
             seconds,

@@ -13,8 +13,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use gridrelay_adapters::aws::DynamoSubscriptionStore;
 use gridrelay_e2e::runtime_api::LambdaProcess;
-use gridrelay_local::{ResourceNames, provision};
+use gridrelay_local::{ResourceNames, Resources, provision};
 
 use crate::cold_start::{
     FullBatch, LOOPBACK_ALLOWED, failed_part, full_batch, store, subscribed_topic,
@@ -77,22 +78,91 @@ impl Drop for CpuShare {
     }
 }
 
-/// Prints, for each subscriber latency and memory size, `deliver`'s billed time per warm batch
-/// of `events_in_batch` events and what that costs per million events.
-pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
-    // No cgroup v1 cpu controller, not root, or a read-only hierarchy: said, and skipped,
-    // before anything is made.
+/// The queues and tables (named from `prefix`) for a benchmark of `deliver` under CPU shares,
+/// and their store; `None`, said and skipped before anything is made, when this machine cannot
+/// give a process a share of a CPU (no cgroup v1 `cpu` controller, not root, or a read-only
+/// hierarchy).
+pub async fn stack_for_shares(
+    benchmark: &str,
+    prefix: &str,
+) -> anyhow::Result<Option<(Resources, DynamoSubscriptionStore)>> {
     if let Err(e) = CpuShare::new(SIZES[0]) {
         println!(
-            "memory size: skipped (cannot make a cgroup to give deliver a share of a CPU: {e:#})"
+            "{benchmark}: skipped (cannot make a cgroup to give deliver a share of a CPU: {e:#})"
         );
-        return Ok(());
+        return Ok(None);
     }
     let sdk = gridrelay_e2e::sdk_config().await;
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let names = ResourceNames::with_prefix(&format!("bench-mem-{}", &id[..8]));
+    let names = ResourceNames::with_prefix(&format!("{prefix}-{}", &id[..8]));
     let resources = provision(&sdk, &names, 3).await.context("provision")?;
     let store = store(&sdk, &names);
+    Ok(Some((resources, store)))
+}
+
+/// `deliver` under the CPU share of `memory_mb`, handed `batch` (of `events_in_batch` events for
+/// the sink counted by `counts`) [`INVOCATIONS`] times: its billed milliseconds per warm
+/// invocation, on average. Fails when any event is not delivered.
+pub async fn warm_billed_ms(
+    resources: &Resources,
+    memory_mb: u32,
+    batch: &serde_json::Value,
+    events_in_batch: usize,
+    counts: &sink::Counts,
+) -> anyhow::Result<f64> {
+    let share = CpuShare::new(memory_mb)?;
+    let memory = memory_mb.to_string();
+    let mut f = LambdaProcess::start(
+        "gridrelay-deliver",
+        resources,
+        // What Lambda sets; gridrelay does not read it, the cgroup is what limits.
+        &[
+            LOOPBACK_ALLOWED,
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory.as_str()),
+        ],
+    )
+    .await;
+    share.hold(f.pid().context("deliver's pid")?)?;
+    f.init_duration().await;
+    let before = counts.events.load(Ordering::Relaxed);
+    let answers = f.invoke_all(vec![batch.clone(); INVOCATIONS]).await;
+    let durations = f.durations();
+    f.stop().await;
+    drop(share);
+    if let Some(bad) = answers.iter().find(|a| failed_part(a)) {
+        bail!("deliver at {memory_mb} MB failed part of a batch: {bad}");
+    }
+    let delivered = counts.events.load(Ordering::Relaxed) - before;
+    if delivered != INVOCATIONS * events_in_batch {
+        bail!(
+            "deliver at {memory_mb} MB: {delivered} of {} events reached the sink",
+            INVOCATIONS * events_in_batch
+        );
+    }
+    // Lambda bills each invocation in whole milliseconds, rounded up.
+    let warm = &durations[1..];
+    Ok(warm
+        .iter()
+        .map(|d| d.as_micros().div_ceil(1000) as f64)
+        .sum::<f64>()
+        / warm.len() as f64)
+}
+
+/// What `deliver` costs per million events on arm64 at list prices, each invocation of
+/// `events_in_batch` events billed `billed_ms` at `memory_mb`: duration and request.
+pub fn deliver_cost_per_million(billed_ms: f64, memory_mb: u32, events_in_batch: usize) -> f64 {
+    let per_batch = billed_ms / 1000.0 * f64::from(memory_mb) / 1024.0
+        * LIST_PRICES.lambda_gb_second_arm
+        + LIST_PRICES.lambda_request;
+    per_batch / events_in_batch as f64 * 1e6
+}
+
+/// Prints, for each subscriber latency and memory size, `deliver`'s billed time per warm batch
+/// of `events_in_batch` events and what that costs per million events.
+pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
+    let Some((resources, store)) = stack_for_shares("memory size", "bench-mem").await? else {
+        return Ok(());
+    };
     println!(
         "memory size: deliver under the CPU share Lambda gives each size (size / {ONE_VCPU_MB} MB of a CPU), {} warm invocations of {events_in_batch} events in 10 messages each, unbatched; billed time priced at arm64 list prices",
         INVOCATIONS - 1
@@ -105,49 +175,12 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
         let FullBatch { batch, .. } = full_batch(&store, &topic, events_in_batch).await?;
         let mut rows = Vec::new();
         for memory_mb in SIZES {
-            let share = CpuShare::new(memory_mb)?;
-            let memory = memory_mb.to_string();
-            let mut f = LambdaProcess::start(
-                "gridrelay-deliver",
-                &resources,
-                // What Lambda sets; gridrelay does not read it, the cgroup is what limits.
-                &[
-                    LOOPBACK_ALLOWED,
-                    ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory.as_str()),
-                ],
-            )
-            .await;
-            share.hold(f.pid().context("deliver's pid")?)?;
-            f.init_duration().await;
-            let before = counts.events.load(Ordering::Relaxed);
-            let answers = f.invoke_all(vec![batch.clone(); INVOCATIONS]).await;
-            let durations = f.durations();
-            f.stop().await;
-            drop(share);
-            if let Some(bad) = answers.iter().find(|a| failed_part(a)) {
-                bail!("deliver at {memory_mb} MB failed part of a batch: {bad}");
-            }
-            let delivered = counts.events.load(Ordering::Relaxed) - before;
-            if delivered != INVOCATIONS * events_in_batch {
-                bail!(
-                    "deliver at {memory_mb} MB: {delivered} of {} events reached the sink",
-                    INVOCATIONS * events_in_batch
-                );
-            }
-            // Lambda bills each invocation in whole milliseconds, rounded up.
-            let warm = &durations[1..];
-            let billed_ms = warm
-                .iter()
-                .map(|d| d.as_micros().div_ceil(1000) as f64)
-                .sum::<f64>()
-                / warm.len() as f64;
-            let per_batch = billed_ms / 1000.0 * f64::from(memory_mb) / 1024.0
-                * LIST_PRICES.lambda_gb_second_arm
-                + LIST_PRICES.lambda_request;
+            let billed_ms =
+                warm_billed_ms(&resources, memory_mb, &batch, events_in_batch, &counts).await?;
             rows.push((
                 memory_mb,
                 billed_ms,
-                per_batch / events_in_batch as f64 * 1e6,
+                deliver_cost_per_million(billed_ms, memory_mb, events_in_batch),
             ));
         }
         let at_256 = rows

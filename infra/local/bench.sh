@@ -13,6 +13,8 @@
 #   - latency: publish to first attempt at 1,000 events/s, with where the time goes
 #   - memory size: deliver's billed time per warm batch under the CPU share Lambda gives each
 #     memory size (a cgroup CPU quota; needs root), priced per million events
+#   - batch size: deliver's billed time per warm invocation of 1 to 1,000 messages at 256 MB's
+#     CPU share, priced per million events (why the event source hands 10 with no window)
 # Sizes: BENCH_ENGINE_EVENTS, BENCH_E2E_EVENTS, BENCH_COST_EVENTS (environment).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -58,3 +60,6 @@ target/release/gridrelay-bench e2e --events "$e2e_events" --cost-events "$cost_e
 
 printf '\n== memory size\n'
 target/release/gridrelay-bench memory-size
+
+printf '\n== batch size\n'
+target/release/gridrelay-bench batch-size
