@@ -3,7 +3,8 @@
 //! memory: a function that waits on endpoints pays less at a smaller size, until its share of
 //! a CPU is what it waits for. This puts the `deliver` bootstrap, under the emulated Runtime
 //! API, in a CPU cgroup with the share Lambda gives each size (a CFS quota of size / 1,769 MB
-//! of one CPU per 100 ms), times warm invocations of one full batch against a subscriber that
+//! of one CPU in each period of 10 ms, short enough to hold an invocation of a few
+//! milliseconds to it; 14 ms at 128 MB, the kernel's least quota being 1 ms), times warm invocations of one full batch against a subscriber that
 //! answers at once and one that answers after 50 ms, and prices the billed time at list
 //! prices, per million events. Needs root and the cgroup v1 `cpu` controller; says why and
 //! skips when it cannot make a cgroup.
@@ -27,12 +28,17 @@ use crate::sink;
 pub const SIZES: [u32; 5] = [128, 256, 512, 1024, 1769];
 /// A whole vCPU's worth of memory.
 const ONE_VCPU_MB: u64 = 1769;
+/// The shortest CFS period used, in microseconds.
+const SHORTEST_PERIOD_US: u64 = 10_000;
+/// The least CFS quota the kernel accepts, in microseconds.
+const MIN_QUOTA_US: u64 = 1_000;
 /// Invocations per size: the first warms the function up (connections, the endpoint's limit),
 /// the rest are timed.
 const INVOCATIONS: usize = 4;
 const CGROUP_CPU: &str = "/sys/fs/cgroup/cpu";
 
-/// A CPU cgroup holding a process to `memory_mb / 1769` of one CPU; removed on drop.
+/// A CPU cgroup holding a process to `memory_mb / 1769` of one CPU, over a period of 10 ms (14 ms
+/// at 128 MB, where 10 ms would need a quota under the kernel's least); removed on drop.
 struct CpuShare {
     dir: PathBuf,
 }
@@ -45,8 +51,13 @@ impl CpuShare {
         ));
         std::fs::create_dir(&dir).with_context(|| format!("create {}", dir.display()))?;
         let share = Self { dir };
-        let period: u64 = 100_000;
-        let quota = (period * u64::from(memory_mb) / ONE_VCPU_MB).max(1_000);
+        // A short period, so that even an invocation of a few milliseconds is held to the share
+        // instead of running through one period's quota at full speed; long enough that the
+        // quota is at least the 1 ms the kernel accepts.
+        let period = (MIN_QUOTA_US * ONE_VCPU_MB)
+            .div_ceil(u64::from(memory_mb))
+            .max(SHORTEST_PERIOD_US);
+        let quota = period * u64::from(memory_mb) / ONE_VCPU_MB;
         share.write("cpu.cfs_period_us", period)?;
         share.write("cpu.cfs_quota_us", quota)?;
         Ok(share)

@@ -681,22 +681,20 @@ async fn a_subscription_created_again_is_read_again_alone() {
     assert_eq!(w.store.reads() - reads, 1, "sub-1 alone is read again");
 }
 
-/// Issue #9, warm caches: a re-created subscription is, for a warm `ingest`, like any new one:
-/// it receives what is published from at most one cache period after it was created. Within
-/// the period the kept list still names the old subscription, so events fan out under the old
-/// id; `deliver` drops them, counted, and never sends them to the new endpoint (the life-cycle
-/// issue's item 6). After the period they fan out under the new id and reach it.
-#[tokio::test]
-async fn a_warm_ingest_keeping_a_re_created_subscription_drops_its_events_for_one_period() {
-    let w = World::new(ScriptedSender::status(200));
-    let ttl = Duration::from_secs(10);
-    let warm_ingest = CachedSubscriptionStore::new(w.store.clone(), w.clock.clone(), ttl);
+/// Subscribes `sub-1` with endpoint `/old`, delivers one event published through
+/// `warm_ingest` (which keeps the list from then on), deletes and creates `sub-1` again with
+/// endpoint `/new`, and moves the clock to a second before `warm_ingest`'s period `ttl` ends.
+async fn re_create_within_the_period(
+    w: &World,
+    warm_ingest: &CachedSubscriptionStore,
+    ttl: Duration,
+) {
     w.subscribe(SubscriptionRequest {
         endpoint: "http://127.0.0.1:9/old".into(),
         ..request("sub-1")
     })
     .await;
-    w.publish_through(&warm_ingest, &["a"], 0).await;
+    w.publish_through(warm_ingest, &["a"], 0).await;
     assert_eq!(w.run().await.report.delivered, 1);
 
     w.create_again(SubscriptionRequest {
@@ -705,6 +703,20 @@ async fn a_warm_ingest_keeping_a_re_created_subscription_drops_its_events_for_on
     })
     .await;
     w.clock.advance(ttl - Duration::from_secs(1));
+}
+
+/// Issue #9, warm caches: a re-created subscription is, for a warm `ingest`, like any new one:
+/// it receives what is published from at most one cache period after it was created. Within
+/// the period the kept list still names the old subscription, so events fan out under the old
+/// id; a `deliver` that reads the store drops them, counted, and never sends them to the new
+/// endpoint (the life-cycle issue's item 6). After the period they fan out under the new id
+/// and reach it.
+#[tokio::test]
+async fn a_warm_ingest_keeping_a_re_created_subscription_drops_its_events_for_one_period() {
+    let w = World::new(ScriptedSender::status(200));
+    let ttl = Duration::from_secs(10);
+    let warm_ingest = CachedSubscriptionStore::new(w.store.clone(), w.clock.clone(), ttl);
+    re_create_within_the_period(&w, &warm_ingest, ttl).await;
     w.publish_through(&warm_ingest, &["b"], 0).await;
     let within = w.run().await.report;
     assert_eq!((within.dropped, within.attempts), (1, 0), "{within:?}");
@@ -721,6 +733,39 @@ async fn a_warm_ingest_keeping_a_re_created_subscription_drops_its_events_for_on
         .collect();
     assert_eq!(to_new.len(), 1, "only c reached the new endpoint");
     assert!(to_new[0].body.contains(r#""id":"c""#), "{to_new:?}");
+}
+
+/// Issue #9, warm caches, both functions warm: within one cache period of a subscription being
+/// deleted and created again, events that a warm `ingest` fans out under the old id reach a
+/// `deliver` that still keeps the old record, and go to the old endpoint, as the configuration
+/// was when they were published; never to the new one. Events fanned out after the period
+/// carry the new id, which makes `deliver` read the subscription again, and reach the new one.
+#[tokio::test]
+async fn warm_functions_send_a_re_created_subscriptions_events_as_it_was_for_one_period() {
+    let mut w = World::new(ScriptedSender::status(200));
+    let ttl = Duration::from_secs(10);
+    w.keep_subscriptions_for(ttl);
+    let warm_ingest = CachedSubscriptionStore::new(w.store.clone(), w.clock.clone(), ttl);
+    re_create_within_the_period(&w, &warm_ingest, ttl).await;
+    w.publish_through(&warm_ingest, &["b"], 0).await;
+    assert_eq!(w.run().await.report.delivered, 1);
+    w.clock.advance(Duration::from_secs(1));
+    w.publish_through(&warm_ingest, &["c"], 0).await;
+    assert_eq!(w.run().await.report.delivered, 1);
+
+    let sent: Vec<(String, String)> = w
+        .sender
+        .requests()
+        .into_iter()
+        .map(|r| (r.endpoint, r.body))
+        .collect();
+    let to = |path: &str, id: &str| {
+        sent.iter()
+            .any(|(e, b)| e.ends_with(path) && b.contains(&format!(r#""id":"{id}""#)))
+    };
+    assert!(to("/old", "b"), "b as the configuration was: {sent:?}");
+    assert!(to("/new", "c"), "c to the new subscription: {sent:?}");
+    assert!(!to("/new", "b") && !to("/old", "c"), "{sent:?}");
 }
 
 /// Issue #9, warm caches: a kept subscription written before ids existed (no id), deleted and
