@@ -17,7 +17,7 @@ use chrono::Utc;
 use gridrelay_adapters::aws::{DynamoSubscriptionStore, sqs_event};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_e2e::runtime_api::{LambdaProcess, bootstrap_path, publish_event, resident_kib};
-use gridrelay_local::{ResourceNames, provision};
+use gridrelay_local::{ResourceNames, Resources, provision};
 use gridrelay_ports::SubscriptionStore;
 use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::memory::MemoryQueue;
@@ -62,17 +62,13 @@ fn megabytes(path: &Path) -> anyhow::Result<f64> {
 
 /// Prints the cold-start figures; `events` go to `deliver` in one batch of 10 messages.
 pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
-    let sdk = gridrelay_e2e::sdk_config().await;
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    let names = ResourceNames::with_prefix(&format!("bench-cold-{}", &id[..8]));
-    let resources = provision(&sdk, &names, 3).await.context("provision")?;
+    let (resources, store) = stack("bench-cold").await?;
     let floor = process_floor()?;
     println!(
         "cold start: bootstraps (x86_64, release) under an emulated Lambda Runtime API; process start floor (`true`): {:.1} ms",
         floor.as_secs_f64() * 1000.0
     );
     let (hook, counts) = sink::serve("127.0.0.1:0".parse()?, Duration::ZERO).await?;
-    let store = store(&sdk, &names);
     let topic = subscribed_topic(&store, "bench", hook).await?;
     for binary in ["gridrelay-ingest", "gridrelay-deliver"] {
         let size = megabytes(&bootstrap_path(binary))?;
@@ -125,7 +121,7 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
 
 /// Warm `ingest`'s CPU time and wall time per publish of [`EVENTS_PER_PUBLISH`] events to one
 /// subscription, over [`PUBLISHES`] invocations one after another (Lambda bills the wall time).
-async fn publish_cost(resources: &gridrelay_local::Resources, topic: &Topic) -> anyhow::Result<()> {
+async fn publish_cost(resources: &Resources, topic: &Topic) -> anyhow::Result<()> {
     let mut f = LambdaProcess::start("gridrelay-ingest", resources, &[]).await;
     f.init_duration().await;
     let pid = f.pid().context("ingest's pid")?;
@@ -160,15 +156,21 @@ pub fn failed_part(answer: &serde_json::Value) -> bool {
 /// The sinks are on loopback, which `deliver` refuses unless allowed.
 pub const LOOPBACK_ALLOWED: (&str, &str) = ("GRIDRELAY_ALLOWED_NETWORKS", "127.0.0.0/8");
 
-/// The subscription store of the tables `names` names.
-pub fn store(sdk: &aws_config::SdkConfig, names: &ResourceNames) -> DynamoSubscriptionStore {
-    DynamoSubscriptionStore::from_sdk(
-        sdk,
+/// Queues and tables of their own for one benchmark (named from `prefix` and a fresh id) at
+/// `AWS_ENDPOINT_URL`, and the subscription store of those tables.
+pub async fn stack(prefix: &str) -> anyhow::Result<(Resources, DynamoSubscriptionStore)> {
+    let sdk = gridrelay_e2e::sdk_config().await;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let names = ResourceNames::with_prefix(&format!("{prefix}-{}", &id[..8]));
+    let resources = provision(&sdk, &names, 3).await.context("provision")?;
+    let store = DynamoSubscriptionStore::from_sdk(
+        &sdk,
         TableNames {
             topics: names.topics_table.clone(),
             subscriptions: names.subscriptions_table.clone(),
         },
-    )
+    );
+    Ok((resources, store))
 }
 
 /// Creates topic `name` with one subscription delivering to `hook`, stored as validated (the

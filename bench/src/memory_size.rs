@@ -16,10 +16,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use gridrelay_adapters::aws::DynamoSubscriptionStore;
 use gridrelay_e2e::runtime_api::LambdaProcess;
-use gridrelay_local::{ResourceNames, Resources, provision};
+use gridrelay_local::Resources;
 
 use crate::cold_start::{
-    FullBatch, LOOPBACK_ALLOWED, failed_part, full_batch, store, subscribed_topic,
+    FullBatch, LOOPBACK_ALLOWED, failed_part, full_batch, stack, subscribed_topic,
 };
 use crate::cost::LIST_PRICES;
 use crate::sink;
@@ -103,12 +103,7 @@ pub async fn stack_for_shares(
         );
         return Ok(None);
     }
-    let sdk = gridrelay_e2e::sdk_config().await;
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    let names = ResourceNames::with_prefix(&format!("{prefix}-{}", &id[..8]));
-    let resources = provision(&sdk, &names, 3).await.context("provision")?;
-    let store = store(&sdk, &names);
-    Ok(Some((resources, store)))
+    stack(prefix).await.map(Some)
 }
 
 /// `deliver` under the CPU share of `memory_mb`, handed `batch` (of `events_in_batch` events for
