@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark, in one run, each figure beside its baseline from the same run
 # (these machines are noisy: only ratios carry from one run to another). About 9 minutes on 2
-# cores with incremental release builds; the README's "Performance and cost" quotes a run.
+# cores with incremental release builds; docs/performance.md quotes a run.
 #   - hot path: per-event CPU work of publish parsing, batching and rendering, without I/O
 #   - engine: the deliver handler over in-memory ports against a loopback sink, beside wrk's
 #     ceiling on the same sink (installs wrk from Debian if it is missing)

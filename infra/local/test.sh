@@ -28,6 +28,7 @@ else
 fi
 
 section "format and lint"
+infra/local/check-rule-ids.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The rules crate (shared) and the ports crate stay free of I/O: no async runtime, AWS SDK or

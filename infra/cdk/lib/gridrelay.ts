@@ -29,7 +29,8 @@ const MAX_MESSAGE_SIZE_BYTES = 1_048_576;
 export interface GridrelayProps {
   /** Delivery queue messages per deliver invocation. Default 10: the most AWS allows without a
    * batching window, and the cheapest then (1 costs deliver up to 10 times as much per event;
-   * README, "Event-source batch size and window"). Above 10, set deliveryBatchingWindow. */
+   * docs/performance.md, "Event-source batch size and window"). Above 10, set
+   * deliveryBatchingWindow. */
   readonly deliveryBatchSize?: number;
   /** How long the event source may wait to fill a deliver batch. Default none (G3: immediate);
    * a window holds events back up to this long when traffic is light, to save up to about 2 %
@@ -37,7 +38,7 @@ export interface GridrelayProps {
   readonly deliveryBatchingWindow?: Duration;
   /** Most deliver invocations at once (the event source's maximum concurrency, 2-1000). Each
    * has up to 768 requests in flight; endpoints that hang hold at most this much of the
-   * account's concurrency. Default 50. README, "Concurrency and the account". */
+   * account's concurrency. Default 50. docs/deploying.md, "Concurrency and the account". */
   readonly deliverMaxConcurrency?: number;
   /** Concurrency reserved for deliver, from the account's unreserved pool. At least
    * deliverMaxConcurrency, or the event source is throttled. Default: none reserved. */
