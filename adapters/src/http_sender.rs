@@ -1,7 +1,8 @@
 //! Subscriber endpoints over HTTP, with one pooled `hyper` client.
 //!
-//! Redirects are not followed (S1 counts 3xx as failure), and every attempt has the attempt
-//! timeout (S2) on its whole exchange. With [`HttpEventSender::with_late_answers`], a request
+//! Redirects are not followed (S1 counts 3xx as failure). An attempt's status must come within
+//! the attempt timeout (S2), and then decides: the answer's body is read for no longer than
+//! that, and a body that stalls changes nothing. With [`HttpEventSender::with_late_answers`], a request
 //! that timed out stays open for the late window so its answer can still be seen (R4), for as
 //! long as its late answer is awaited: dropping the [`LateAnswer`] closes it.
 //!
@@ -303,42 +304,49 @@ impl EventSender for HttpEventSender {
             Err(why) => return SentAttempt::of(AttemptResult::NotSent(why)),
         };
         let response = self.pool.request(request);
-        let deadline = tokio::time::Instant::now() + self.timeout + self.late_window;
-        let exchange = async move {
-            let response = match tokio::time::timeout_at(deadline, response).await {
-                Ok(Ok(response)) => response,
-                Ok(Err(e)) => return SentAttempt::of(failed_attempt(&e)),
-                Err(_) => return SentAttempt::of(AttemptResult::TimedOut),
-            };
-            let status = response.status().as_u16();
-            let retry_after = matches!(status, 429 | 503)
-                .then(|| response.headers().get(RETRY_AFTER))
-                .flatten()
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| parse_retry_after(v, chrono::Utc::now()));
-            // The status decides. A small answer is read to its end so the pooled connection
-            // can be reused; past MAX_ANSWER_BODY, or the deadline, the response is dropped,
-            // which closes the connection, so an endpoint streaming a large or slow body
-            // cannot fill this function's memory, hold the attempt or undo its status.
-            let read = read_at_most(response.into_body(), MAX_ANSWER_BODY, |_| {});
-            let _ = tokio::time::timeout_at(deadline, read).await;
-            SentAttempt {
-                retry_after,
-                ..SentAttempt::of(AttemptResult::Status(status))
+        // S2: the status must come by the attempt's deadline; R4: a request that timed out
+        // stays open until the late window's end for its answer.
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let late_deadline = deadline + self.late_window;
+        let mut response = Box::pin(response);
+        let response = match tokio::time::timeout_at(deadline, &mut response).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return SentAttempt::of(failed_attempt(&e)),
+            Err(_) if self.late_window.is_zero() => {
+                return SentAttempt::of(AttemptResult::TimedOut);
+            }
+            // In a task of its own from then on (only timed-out requests pay for one).
+            Err(_) => {
+                let late = tokio::spawn(async move {
+                    match tokio::time::timeout_at(late_deadline, response).await {
+                        Ok(Ok(response)) => {
+                            SentAttempt::of(AttemptResult::Status(response.status().as_u16()))
+                        }
+                        _ => SentAttempt::of(AttemptResult::TimedOut),
+                    }
+                });
+                return SentAttempt {
+                    late: Some(late_answer(late)),
+                    ..SentAttempt::of(AttemptResult::TimedOut)
+                };
             }
         };
-        if self.late_window.is_zero() {
-            return exchange.await;
-        }
-        // S2 at the attempt timeout; the request itself stays open for R4's late window, in a
-        // task of its own from then on (only timed-out requests pay for one).
-        let mut exchange = Box::pin(exchange);
-        match tokio::time::timeout(self.timeout, &mut exchange).await {
-            Ok(sent) => sent,
-            Err(_) => SentAttempt {
-                late: Some(late_answer(tokio::spawn(exchange))),
-                ..SentAttempt::of(AttemptResult::TimedOut)
-            },
+        let status = response.status().as_u16();
+        let retry_after = matches!(status, 429 | 503)
+            .then(|| response.headers().get(RETRY_AFTER))
+            .flatten()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, chrono::Utc::now()));
+        // The status decides (#34 item 3: whatever the body does, late window or not). A small
+        // answer is read to its end so the pooled connection can be reused; past
+        // MAX_ANSWER_BODY, or the attempt's deadline, the response is dropped, which closes the
+        // connection, so an endpoint streaming a large or slow body cannot fill this
+        // function's memory, hold the attempt or undo its status.
+        let read = read_at_most(response.into_body(), MAX_ANSWER_BODY, |_| {});
+        let _ = tokio::time::timeout_at(deadline, read).await;
+        SentAttempt {
+            retry_after,
+            ..SentAttempt::of(AttemptResult::Status(status))
         }
     }
 

@@ -279,6 +279,33 @@ async fn url_credentials_go_as_basic_authorization_and_own_headers_win() {
 /// timeout: a 200 whose body never ends is delivered, not retried (and delivered twice).
 #[tokio::test]
 async fn a_status_that_came_in_time_decides_though_its_body_stalls() {
+    let sender = HttpEventSender::new(SenderConfig::new(
+        Duration::from_millis(300),
+        32,
+        OutboundPolicy::new(AllowedNetworks::loopback()),
+    ))
+    .unwrap();
+    the_status_decides_though_the_body_stalls(sender).await;
+}
+
+/// Issue #34 item 3, S1, S2, R4: the same with the late-answer window on, as in production.
+/// The window kept the whole exchange, body read included, under the attempt timeout, so a
+/// 200 whose body stalled was turned into `TimedOut`: a duplicate delivery, a D1 failure and a
+/// halved concurrency limit.
+#[tokio::test]
+async fn a_status_that_came_in_time_decides_though_its_body_stalls_with_late_answers_on() {
+    let sender = HttpEventSender::new(SenderConfig::new(
+        Duration::from_millis(300),
+        32,
+        OutboundPolicy::new(AllowedNetworks::loopback()),
+    ))
+    .unwrap()
+    .with_late_answers(Duration::from_secs(60));
+    the_status_decides_though_the_body_stalls(sender).await;
+}
+
+/// `sender` posts to an endpoint that answers 200 at once and then stalls its body for 30 s.
+async fn the_status_decides_though_the_body_stalls(sender: HttpEventSender) {
     let app = Router::new().route(
         "/hook",
         post(|| async {
@@ -292,15 +319,10 @@ async fn a_status_that_came_in_time_decides_though_its_body_stalls() {
         }),
     );
     let (addr, server) = serve(app).await;
-    let sender = HttpEventSender::new(SenderConfig::new(
-        Duration::from_millis(300),
-        32,
-        OutboundPolicy::new(AllowedNetworks::loopback()),
-    ))
-    .unwrap();
     let started = std::time::Instant::now();
     let sent = sender.send(empty_batch(addr)).await;
     assert_eq!(sent.result, AttemptResult::Status(200));
+    assert!(sent.late.is_none(), "an answer in time awaits no late one");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "the body is read until the attempt's deadline only"
