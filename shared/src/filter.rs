@@ -10,7 +10,9 @@
 //!   (AND), two on the same key included; the values of one filter are alternatives (OR).
 //!   String comparisons are case-insensitive. A `Not` operator is the negation of its positive
 //!   form on a value that is there. A missing key matches only `IsNullOrUndefined`,
-//!   `NumberNotIn` and `StringNotIn`.
+//!   `NumberNotIn`, `NumberNotInRange` and `StringNotIn` (the Event Grid simulator's truth
+//!   table; Microsoft documents no row for `NumberNotInRange`, which the simulator answers as
+//!   `NumberNotIn`: a reading, not a documented rule).
 //! - Arrays: with `enableAdvancedFilteringOnArrays` (off by default, as in Event Grid) a positive
 //!   operator matches an array if any element matches, a `Not` operator if no element matches
 //!   the positive form. Without it an array is one value, which no string, number or boolean
@@ -264,7 +266,10 @@ impl AdvancedFilter {
             // Only these match an event without the key.
             return matches!(
                 self.condition,
-                C::IsNullOrUndefined | C::NumberNotIn(_) | C::StringNotIn(_)
+                C::IsNullOrUndefined
+                    | C::NumberNotIn(_)
+                    | C::NumberNotInRange(_)
+                    | C::StringNotIn(_)
             );
         };
         let any_element = || elements(value, on_arrays).any(|e| self.positive_matches(e));
@@ -530,19 +535,21 @@ mod tests {
         }
     }
 
-    /// Item 8: on a missing key only `IsNullOrUndefined`, `NumberNotIn` and `StringNotIn`
-    /// match; the other `Not` operators and every positive one do not.
+    /// Item 8, and #34 item 11: on a missing key only `IsNullOrUndefined`, `NumberNotIn`,
+    /// `NumberNotInRange` and `StringNotIn` match (the Event Grid simulator's truth table; the
+    /// `NumberNotInRange` row is a reading of it, not a documented rule); the other `Not`
+    /// operators and every positive one do not.
     #[test]
-    fn a_missing_key_matches_only_three_operators() {
+    fn a_missing_key_matches_only_four_operators() {
         let e = event();
         let cases: &[(&str, &[&str], bool)] = &[
             ("IsNullOrUndefined", &[], true),
             ("NumberNotIn", &["1"], true),
             ("StringNotIn", &["x"], true),
+            ("NumberNotInRange", &["0,1"], true),
             ("StringNotContains", &["x"], false),
             ("StringNotBeginsWith", &["x"], false),
             ("StringNotEndsWith", &["x"], false),
-            ("NumberNotInRange", &["0,1"], false),
             ("IsNotNull", &[], false),
             ("StringIn", &["x"], false),
             ("NumberLessThan", &["1"], false),
