@@ -13,7 +13,7 @@
 //! - Dead-lettering: [`dead_letter`] (the L6 format), [`dead_letter_write`] (what the
 //!   dead-letter function writes, tries again or drops).
 //!
-//! Requirement IDs such as `R1` or `S3` refer to `spec/delivery-semantics.md`.
+//! Requirement IDs such as `R1` or `S3` are defined in `docs/delivery-rules.md`.
 
 pub mod batching;
 pub mod caps;
@@ -31,6 +31,7 @@ pub mod limits;
 pub mod message;
 pub mod outbound;
 pub mod publish;
+pub mod queue_text;
 pub mod raw_json;
 pub mod readable;
 pub mod sas;

@@ -14,11 +14,14 @@
 //! A request in a schema its topic does not take is refused with a 400 that names the schema
 //! the topic takes.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::limits::{MAX_EVENT_BYTES, MAX_PUBLISH_BYTES};
+use crate::queue_text::escape_for_sqs;
 use crate::raw_json::{append_raw_field, insert_fields};
 use crate::readable::check_readable;
 use crate::schema::{InputMapping, InputSchema};
@@ -264,8 +267,17 @@ pub fn parse_publish(
             size: request.body.len(),
         });
     }
-    let events = parse_framed(request, topic, now, new_id)?;
-    for (index, event) in events.iter().enumerate() {
+    let mut events = parse_framed(request, topic, now, new_id)?;
+    for (index, event) in events.iter_mut().enumerate() {
+        // #34 item 7: U+FFFE and U+FFFF, which SQS refuses, as escapes (the same JSON value),
+        // before the size is checked: the event travels, and is measured, as written.
+        if let Cow::Owned(escaped) = escape_for_sqs(event.get()) {
+            *event = RawValue::from_string(escaped).map_err(|e| PublishError::InvalidEvent {
+                index,
+                field: "(event)".to_string(),
+                problem: e.to_string(),
+            })?;
+        }
         // As kept: a custom event's envelope may be larger than the event (mapped fields are
         // copied into it); it still has to fit a queue message, or it could never be enqueued.
         if event.get().len() > MAX_EVENT_BYTES {

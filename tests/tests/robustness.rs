@@ -223,6 +223,58 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
     sys.shutdown().await;
 }
 
+/// #34 item 7, G1: JSON allows a raw U+FFFE or U+FFFF in a string, and SQS refuses message
+/// bodies that hold one (the SQS adapter checks SQS's documented character set, as moto does
+/// not). Such an event, and one whose string spells the character as an escape (which becomes
+/// raw wherever an event is written again), is delivered with the same JSON value: as
+/// published, converted to CloudEvents, and after a retry through the delivery queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn characters_sqs_refuses_are_delivered_as_the_same_json_value() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("nonchars").await;
+    let as_is = Subscriber::start(vec![], Reply::Status(200)).await;
+    let as_ce = Subscriber::start(vec![], Reply::Status(200)).await;
+    let retried = Subscriber::start(vec![Reply::Status(500)], Reply::Status(200)).await;
+    sys.subscribe(subscription("nonchars", "as-is", &as_is.url))
+        .await;
+    sys.subscribe(SubscriptionRequest {
+        event_delivery_schema: Some("cloudeventschemav1_0".into()),
+        ..subscription("nonchars", "as-ce", &as_ce.url)
+    })
+    .await;
+    sys.subscribe(subscription("nonchars", "retried", &retried.url))
+        .await;
+    let mut published = events("nc", 1);
+    published[0]["data"] = json!({ "raw": "a\u{FFFF}b\u{FFFE}", "escaped": "ESCAPED" });
+    let body = published.to_string().replace("ESCAPED", "\\uFFFF");
+    assert!(
+        body.contains('\u{FFFF}') && body.contains("\\uFFFF"),
+        "{body}"
+    );
+    let (status, answer) = sys
+        .publish_raw("nonchars", Some(&topic.key1), body.into_bytes())
+        .await;
+    assert_eq!(status, 200, "{answer}");
+
+    let data = |event: &serde_json::Value| {
+        (
+            event["data"]["raw"].as_str().map(str::to_string),
+            event["data"]["escaped"].as_str().map(str::to_string),
+        )
+    };
+    let expected = (
+        Some("a\u{FFFF}b\u{FFFE}".to_string()),
+        Some("\u{FFFF}".to_string()),
+    );
+    let got = as_is.wait_for_requests(1, WAIT).await;
+    assert_eq!(data(&got[0].events[0]), expected);
+    let got = as_ce.wait_for_requests(1, WAIT).await;
+    assert_eq!(data(&got[0].events[0]), expected);
+    let got = retried.wait_for_requests(2, WAIT).await;
+    assert_eq!(data(&got[1].events[0]), expected, "after the retry");
+    sys.shutdown().await;
+}
+
 /// #11 item 6: an event of 1 MB (as Event Grid takes them) is delivered whole, to an Event
 /// Grid subscription and, converted, to a CloudEvents one, through SQS messages of up to
 /// 1 MiB; one past the event limit is refused with 413 naming it, and nothing is enqueued.

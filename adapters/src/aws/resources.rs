@@ -24,6 +24,7 @@ use gridrelay_shared::destination::{
     eventbridge_source, fifo_deduplication_id, fifo_group_id, kinesis_partition_key,
     message_attributes,
 };
+use gridrelay_shared::queue_text::escape_for_sqs;
 
 /// The clients of one region.
 struct Clients {
@@ -139,7 +140,8 @@ impl AwsResourceSender {
             |id, entry, attributes, fifo| {
                 let mut b = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
                     .id(id)
-                    .message_body(&entry.body)
+                    // U+FFFE and U+FFFF, which SQS refuses, written escaped.
+                    .message_body(escape_for_sqs(&entry.body))
                     .set_message_group_id(fifo.as_ref().map(|f| f.0.clone()))
                     .set_message_deduplication_id(fifo.map(|f| f.1));
                 for (name, value) in attributes {

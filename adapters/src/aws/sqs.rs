@@ -9,6 +9,7 @@ use futures::future::join_all;
 use super::describe_error;
 use gridrelay_ports::memory::QueuedMessage;
 use gridrelay_ports::{FailedReceipt, MessageQueue, OutgoingMessage, QueueError, ReceivedMessage};
+use gridrelay_shared::queue_text::{escape_for_sqs, first_refused};
 
 /// The record attribute that says how often SQS has handed the message out.
 const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
@@ -42,11 +43,26 @@ impl SqsQueue {
         chunk: &[(usize, &OutgoingMessage)],
     ) -> Vec<(usize, Result<(), QueueError>)> {
         let mut entries = Vec::with_capacity(chunk.len());
+        let mut refused = Vec::new();
         for (i, m) in chunk {
+            // A JSON writer leaves U+FFFE and U+FFFF raw, which SQS refuses: written escaped
+            // (the same JSON value). Anything else SQS refuses is checked here, so a test on
+            // moto sees what SQS would answer (`gridrelay_shared::queue_text`).
+            let body = escape_for_sqs(&m.body);
+            if let Some((at, c)) = first_refused(&body) {
+                refused.push((
+                    *i,
+                    Err(QueueError(format!(
+                        "the message body holds U+{:04X} at byte {at}, which SQS refuses",
+                        u32::from(c)
+                    ))),
+                ));
+                continue;
+            }
             let delay = i32::try_from(m.delay.as_secs().min(900)).unwrap_or(900);
             let entry = SendMessageBatchRequestEntry::builder()
                 .id(i.to_string())
-                .message_body(&m.body)
+                .message_body(body)
                 .delay_seconds(delay)
                 .build();
             match entry {
@@ -54,6 +70,14 @@ impl SqsQueue {
                 Err(e) => return all_failed(chunk, &e.to_string()),
             }
         }
+        if entries.is_empty() {
+            return refused;
+        }
+        let chunk: Vec<_> = chunk
+            .iter()
+            .filter(|(i, _)| !refused.iter().any(|(r, _)| r == i))
+            .copied()
+            .collect();
         let sent = self
             .client
             .send_message_batch()
@@ -61,8 +85,8 @@ impl SqsQueue {
             .set_entries(Some(entries))
             .send()
             .await;
-        match sent {
-            Err(e) => all_failed(chunk, &describe_error(&e)),
+        let mut results = match sent {
+            Err(e) => all_failed(&chunk, &describe_error(&e)),
             Ok(out) => chunk
                 .iter()
                 .map(|(i, _)| {
@@ -79,7 +103,9 @@ impl SqsQueue {
                     (*i, result)
                 })
                 .collect(),
-        }
+        };
+        results.extend(refused);
+        results
     }
 }
 
