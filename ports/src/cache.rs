@@ -452,7 +452,7 @@ impl SecretStore for CachedSecretStore {
             .freshness
             .read(&self.values, id.to_string(), read)
             .await?;
-        value.ok_or_else(|| SecretError(format!("no value read for secret {id}")))
+        value.ok_or_else(|| SecretError::Unavailable(format!("no value read for secret {id}")))
     }
 
     async fn delete(&self, id: &str) -> Result<(), SecretError> {

@@ -287,9 +287,33 @@ pub trait ObjectStore: Send + Sync {
 }
 
 /// A secret store that did not answer as asked. Never carries a secret value.
+///
+/// Which of the three it is decides who pays for it: a secret that is missing or malformed is
+/// its subscription's problem (its events' attempts fail and follow the retry policy), a store
+/// that did not answer is nobody's (the work waits for it, as with any unavailable store).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("secret store: {0}")]
-pub struct SecretError(pub String);
+pub enum SecretError {
+    /// No secret has this id (deleted, or never stored).
+    #[error("secret {0} does not exist")]
+    NotFound(String),
+    /// This function may not read the secret (stored under another secret prefix than the
+    /// one its role allows).
+    #[error("secret {0} may not be read by this function")]
+    Denied(String),
+    /// The secret is there, but its value is not one that can be used.
+    #[error("secret store: {0}")]
+    Invalid(String),
+    /// The store did not answer: down, throttling, timed out or refusing this caller.
+    #[error("secret store unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl SecretError {
+    /// Whether the store, not the secret, is at fault: the same read may succeed later.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, SecretError::Unavailable(_))
+    }
+}
 
 /// Where secret delivery header values are kept (Secrets Manager on AWS).
 #[async_trait]

@@ -18,6 +18,7 @@ use futures::future::BoxFuture;
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::delivery_attributes::SecretValue;
 use gridrelay_shared::health::EndpointHealth;
+use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::subscription::{Subscription, SubscriptionRequest, Topic};
 use gridrelay_shared::validation::{Provisioning, ProvisioningState};
@@ -571,7 +572,7 @@ impl SecretStore for MemorySecretStore {
     async fn put(&self, name: &str, value: &str) -> Result<String, SecretError> {
         self.outage
             .check("in-memory secret store")
-            .map_err(SecretError)?;
+            .map_err(SecretError::Unavailable)?;
         lock(&self.secrets).insert(name.to_string(), value.to_string());
         Ok(name.to_string())
     }
@@ -580,11 +581,11 @@ impl SecretStore for MemorySecretStore {
         self.reads.fetch_add(1, Ordering::SeqCst);
         self.outage
             .check("in-memory secret store")
-            .map_err(SecretError)?;
+            .map_err(SecretError::Unavailable)?;
         lock(&self.secrets)
             .get(id)
             .map(SecretValue::new)
-            .ok_or_else(|| SecretError(format!("no secret {id}")))
+            .ok_or_else(|| SecretError::NotFound(id.to_string()))
     }
 
     async fn delete(&self, id: &str) -> Result<(), SecretError> {
@@ -600,6 +601,9 @@ pub struct MemoryDeliveryStateStore {
     late: Mutex<HashMap<String, DateTime<Utc>>>,
     health_reads: AtomicUsize,
     pub outage: Outage,
+    /// While on, every health write loses its race, as if another writer always got there
+    /// first ([`StoreError::Conflict`]).
+    pub contended: Outage,
 }
 
 impl MemoryDeliveryStateStore {
@@ -639,9 +643,10 @@ impl DeliveryStateStore for MemoryDeliveryStateStore {
         self.check()?;
         let mut map = lock(&self.health);
         let stored = map.get(endpoint).map_or(0, |r| r.version);
-        if stored != version {
+        if stored != version || self.contended.is_down() {
             return Err(StoreError::Conflict(format!(
-                "health of endpoint {endpoint}"
+                "health of endpoint {}",
+                redact_endpoint(endpoint)
             )));
         }
         // A healthy record is kept (it expires on AWS) so its version never starts again.

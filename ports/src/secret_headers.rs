@@ -73,7 +73,7 @@ pub async fn resolve_headers(
             (Some(v), _) => v.clone(),
             (None, Some(id)) => secrets.get(id).await?.expose().to_string(),
             (None, None) => {
-                return Err(SecretError(format!(
+                return Err(SecretError::Invalid(format!(
                     "header {} is secret but has no stored value",
                     m.name
                 )));
@@ -108,13 +108,15 @@ pub async fn resolve_signing(
     let mut keys = Vec::new();
     for (i, id) in signing.secret_ids_at(now).into_iter().enumerate() {
         let read = secrets.get(id).await.and_then(|value| {
-            SigningSecret::parse(value.expose())
-                .map_err(|_| SecretError(format!("signing secret {id} is not a whsec_ value")))
+            SigningSecret::parse(value.expose()).map_err(|_| {
+                SecretError::Invalid(format!("signing secret {id} is not a whsec_ value"))
+            })
         });
         match read {
             Ok(key) => keys.push(key),
-            // The current secret signs every delivery: without it nothing is sent.
-            Err(e) if i == 0 => return Err(e),
+            // The current secret signs every delivery: without it nothing is sent. A store
+            // that did not answer is waited for, not taken for a rotation's removal.
+            Err(e) if i == 0 || e.is_unavailable() => return Err(e),
             // A rotated-out secret a newer rotation removed meanwhile: the current one signs.
             Err(e) => tracing::warn!(
                 topic = %subscription.topic,

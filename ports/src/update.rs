@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 
 use crate::{DeliveryStateStore, StoreError, SubscriptionStore};
 use gridrelay_shared::health::EndpointHealth;
+use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::subscription::Subscription;
 
 /// How often a change is made again after losing a race before giving up with
@@ -87,7 +88,8 @@ pub async fn update_endpoint_health(
         }
     }
     Err(StoreError::Conflict(format!(
-        "health of endpoint {endpoint} (changed {MAX_TRIES} times while being updated)"
+        "health of endpoint {} (changed {MAX_TRIES} times while being updated)",
+        redact_endpoint(endpoint)
     )))
 }
 

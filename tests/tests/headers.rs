@@ -92,3 +92,32 @@ async fn delivery_headers_with_secret_values_h1() {
     assert!(gone.is_err(), "the secret is deleted with the subscription");
     sys.shutdown().await;
 }
+
+/// #34 item 4, H1: Secrets Manager's answers as the deliver worker reads them: a secret that
+/// does not exist is `NotFound` (its subscription's problem), a store that cannot be reached is
+/// `Unavailable` (nobody's: the work waits for it, no attempt is spent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_store_answers_tell_a_missing_secret_from_an_unavailable_store_h1() {
+    use gridrelay_adapters::aws::SecretsManagerStore;
+    use gridrelay_ports::{SecretError, SecretStore};
+
+    let sys = TestSystem::start(0.01).await;
+    let id = sys
+        .secrets
+        .put("gridrelay/e2e/deleted", "Bearer gone")
+        .await
+        .expect("stored");
+    sys.secrets.delete(&id).await.expect("deleted");
+    let missing = sys.secrets.get(&id).await.map(|_| ()).unwrap_err();
+    assert!(matches!(missing, SecretError::NotFound(_)), "{missing:?}");
+
+    // Nothing listens on port 9 of 127.0.0.1: every call fails to connect.
+    let unreachable = SecretsManagerStore::new(aws_sdk_secretsmanager::Client::from_conf(
+        aws_sdk_secretsmanager::config::Builder::from(&sys.sdk)
+            .endpoint_url("http://127.0.0.1:9")
+            .build(),
+    ));
+    let down = unreachable.get("any").await.map(|_| ()).unwrap_err();
+    assert!(down.is_unavailable(), "{down:?}");
+    sys.shutdown().await;
+}

@@ -8,6 +8,7 @@ use super::{is_conditional_failure, unavailable, written};
 use gridrelay_ports::{DeliveryCapStore, DeliveryStateStore, StoreError, Versioned};
 use gridrelay_shared::caps::book_events;
 use gridrelay_shared::health::{EndpointHealth, LastFailure};
+use gridrelay_shared::outbound::redact_endpoint;
 
 /// The attribute holding an endpoint health record's version (conditional writes).
 const VERSION: &str = "ver";
@@ -190,7 +191,8 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             Ok(())
         } else {
             Err(StoreError::Conflict(format!(
-                "health of endpoint {endpoint}"
+                "health of endpoint {}",
+                redact_endpoint(endpoint)
             )))
         }
     }

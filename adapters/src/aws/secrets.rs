@@ -1,4 +1,5 @@
 use async_trait::async_trait;
+use aws_sdk_secretsmanager::error::ProvideErrorMetadata;
 
 use super::describe_error;
 use gridrelay_ports::{SecretError, SecretStore};
@@ -44,13 +45,16 @@ impl SecretStore for SecretsManagerStore {
                     .secret_string(value)
                     .send()
                     .await
-                    .map_err(|e| SecretError(describe_error(&e)))?;
+                    .map_err(|e| SecretError::Unavailable(describe_error(&e)))?;
                 Ok(out.arn().unwrap_or(name).to_string())
             }
-            Err(e) => Err(SecretError(describe_error(&e))),
+            Err(e) => Err(SecretError::Unavailable(describe_error(&e))),
         }
     }
 
+    /// A secret that does not exist, or is scheduled for deletion, is `NotFound`; one the
+    /// function's role may not read (another secret prefix) `Denied`; any other failure
+    /// (throttling, a 5xx, a timeout, KMS refusing to decrypt) is the store's.
     async fn get(&self, id: &str) -> Result<SecretValue, SecretError> {
         let out = self
             .client
@@ -58,10 +62,22 @@ impl SecretStore for SecretsManagerStore {
             .secret_id(id)
             .send()
             .await
-            .map_err(|e| SecretError(describe_error(&e)))?;
+            .map_err(|e| match e.as_service_error() {
+                Some(s) if s.is_resource_not_found_exception() => {
+                    SecretError::NotFound(id.to_string())
+                }
+                // Secrets Manager's answer for a secret scheduled for deletion.
+                Some(s) if s.is_invalid_request_exception() => {
+                    SecretError::NotFound(id.to_string())
+                }
+                Some(s) if s.code() == Some("AccessDeniedException") => {
+                    SecretError::Denied(id.to_string())
+                }
+                _ => SecretError::Unavailable(describe_error(&e)),
+            })?;
         out.secret_string()
             .map(SecretValue::new)
-            .ok_or_else(|| SecretError(format!("secret {id} holds no string")))
+            .ok_or_else(|| SecretError::Invalid(format!("secret {id} holds no string")))
     }
 
     async fn delete(&self, id: &str) -> Result<(), SecretError> {
@@ -80,7 +96,7 @@ impl SecretStore for SecretsManagerStore {
             {
                 Ok(())
             }
-            Err(e) => Err(SecretError(describe_error(&e))),
+            Err(e) => Err(SecretError::Unavailable(describe_error(&e))),
         }
     }
 }

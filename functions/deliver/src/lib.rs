@@ -30,8 +30,8 @@ use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::secret_headers::{resolve_headers, resolve_signing};
 use gridrelay_ports::{
     Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue,
-    OutgoingMessage, ResourceEntry, ResourceRequest, ResourceSender, SecretStore, SentAttempt,
-    SubscriptionStore, back_off,
+    OutgoingMessage, ResourceEntry, ResourceRequest, ResourceSender, SecretError, SecretStore,
+    SentAttempt, SubscriptionStore, back_off,
 };
 use gridrelay_shared::batching::plan_batches;
 use gridrelay_shared::classify::AttemptResult;
@@ -447,15 +447,30 @@ fn push_encoded(
 }
 
 impl Deliver {
-    /// A subscription's delivery headers and signing secrets, read from the secret store.
-    async fn resolve_secrets(&self, sub: &Subscription) -> Result<Resolved, String> {
-        let headers = resolve_headers(sub, self.secrets.as_ref())
-            .await
-            .map_err(|e| format!("a delivery header could not be read: {e}"))?;
-        let signing = resolve_signing(sub, self.secrets.as_ref(), self.clock.now())
-            .await
-            .map_err(|e| format!("a signing secret could not be read: {e}"))?;
-        Ok(Resolved { headers, signing })
+    /// A subscription's delivery headers and signing secrets, read from the secret store:
+    /// `Ok(Err(why))` when a secret is missing or unusable (the subscription's problem, settled
+    /// as failed attempts), `Err` when the store did not answer (its records wait for it, as
+    /// with any unavailable store).
+    async fn resolve_secrets(
+        &self,
+        sub: &Subscription,
+    ) -> Result<Result<Resolved, String>, SecretError> {
+        let subscriptions_problem = |what: &str, e: SecretError| {
+            if e.is_unavailable() {
+                Err(e)
+            } else {
+                Ok(format!("{what} could not be read: {e}"))
+            }
+        };
+        let headers = match resolve_headers(sub, self.secrets.as_ref()).await {
+            Ok(headers) => headers,
+            Err(e) => return subscriptions_problem("a delivery header", e).map(Err),
+        };
+        let signing = match resolve_signing(sub, self.secrets.as_ref(), self.clock.now()).await {
+            Ok(signing) => signing,
+            Err(e) => return subscriptions_problem("a signing secret", e).map(Err),
+        };
+        Ok(Ok(Resolved { headers, signing }))
     }
 
     /// Handles one batch of delivery queue messages, with no deadline but the attempts' own
@@ -623,14 +638,16 @@ impl Deliver {
                 // `--expiration-date`: an expired subscription receives nothing, as if deleted
                 // (its expiry step deletes it).
                 Ok(Some(sub)) if sub.is_expired(self.clock.now()) => Ok(None),
-                // Item 2: an unreadable secret is the subscription's problem, settled as a
-                // failed attempt of its events, not a failure of the records around them.
+                // Item 2: a missing or unusable secret is the subscription's problem, settled
+                // as a failed attempt of its events, not a failure of the records around them.
+                // A secret store that did not answer is nobody's (#34 item 4): the records
+                // that need it go back to SQS, as when the subscription store is down.
                 Ok(Some(mut sub)) => {
                     let mut headers = self.resolve_secrets(&sub).await;
                     // A record a warm function kept may name secrets an update has replaced
                     // and deleted since: the record is read again before the events are
                     // charged a failed attempt (always: this runs only after a failure).
-                    if headers.is_err() {
+                    if matches!(headers, Ok(Err(_))) {
                         self.store.forget_subscription(&key.0, &key.1);
                         if let Ok(Some(fresh)) = self.store.get_subscription(&key.0, &key.1).await
                             && fresh.id == sub.id
@@ -640,10 +657,14 @@ impl Deliver {
                             sub = fresh;
                         }
                     }
-                    Ok(Some(Target {
-                        headers: Arc::new(headers),
-                        subscription: Arc::new(sub),
-                    }))
+                    headers
+                        .map(|headers| {
+                            Some(Target {
+                                headers: Arc::new(headers),
+                                subscription: Arc::new(sub),
+                            })
+                        })
+                        .map_err(|e| e.to_string())
                 }
                 Ok(None) => Ok(None),
                 Err(e) => Err(e.to_string()),

@@ -1052,27 +1052,26 @@ async fn a_failed_record_comes_back_after_a_short_growing_wait_g1() {
     assert!(w.delivery.is_empty());
 }
 
-/// Item 2 of the life-cycle issue, H1, R5, L2: a secret delivery header whose value cannot be
-/// read is the subscription's problem, not its records': its events are settled as failed
+/// Item 2 of the life-cycle issue, H1, R5, L2: a secret delivery header whose value no longer
+/// exists is the subscription's problem, not its records': its events are settled as failed
 /// attempts that send nothing (retried after 10 s), and when the attempts run out they are
 /// dead-lettered. The message is never left to SQS's redelivery, and no request goes out
 /// without the header.
 #[tokio::test]
-async fn an_unreadable_secret_header_follows_the_retry_policy_h1_r5_l2() {
+async fn a_missing_secret_header_follows_the_retry_policy_h1_r5_l2() {
     let w = World::new(ScriptedSender::status(200));
     w.subscribe(with_dead_letter(SubscriptionRequest {
         max_delivery_attempts: Some(2),
-        delivery_attributes: vec![DeliveryAttributeRequest {
-            name: "Authorization".into(),
-            value: "Bearer s3cret".into(),
-            is_secret: true,
-            dynamic: false,
-        }],
+        delivery_attributes: vec![secret_authorization()],
         ..request("sub-1")
     }))
     .await;
     w.publish(&["a"]).await;
-    w.secrets.outage.set(true);
+    let secret_id = w.stored("sub-1").await.delivery_attribute_mappings[0]
+        .secret_id
+        .clone()
+        .expect("a secret");
+    w.secrets.delete(&secret_id).await.unwrap();
 
     let first = w.run().await;
     assert!(first.failed_message_ids.is_empty(), "{first:?}");
@@ -1105,6 +1104,49 @@ async fn an_unreadable_secret_header_follows_the_retry_policy_h1_r5_l2() {
         EndpointHealth::default(),
         "not the endpoint's failure"
     );
+}
+
+/// Issue #34 item 4, G1, R5, L1: a secret store that does not answer (down, throttling) spends
+/// no attempt. With one attempt allowed and no dead-letter location, an outage used to settle
+/// the event as a failed attempt and drop it unsent; now its message goes back to SQS, as with
+/// any unavailable store, and is delivered, with its header, once the store answers.
+#[tokio::test]
+async fn a_secret_store_outage_spends_no_attempt_g1_r5_l1() {
+    let w = World::new(ScriptedSender::status(200));
+    w.subscribe(SubscriptionRequest {
+        max_delivery_attempts: Some(1),
+        delivery_attributes: vec![secret_authorization()],
+        ..request("sub-1")
+    })
+    .await;
+    w.publish(&["a"]).await;
+    w.secrets.outage.set(true);
+
+    let during = w.run().await;
+    assert_eq!(during.failed_message_ids.len(), 1, "{during:?}");
+    assert_eq!(
+        (during.report.attempts, during.report.dropped),
+        (0, 0),
+        "{during:?}"
+    );
+    assert!(w.sender.requests().is_empty());
+
+    w.secrets.outage.set(false);
+    w.clock.advance(Duration::from_secs(30));
+    let after = w.run().await;
+    assert_eq!(after.report.delivered, 1, "{after:?}");
+    let requests = w.sender.requests();
+    assert_eq!(header(&requests[0], "Authorization"), Some("Bearer s3cret"));
+}
+
+/// A secret `Authorization` delivery header (H1).
+fn secret_authorization() -> DeliveryAttributeRequest {
+    DeliveryAttributeRequest {
+        name: "Authorization".into(),
+        value: "Bearer s3cret".into(),
+        is_secret: true,
+        dynamic: false,
+    }
 }
 
 /// R1, R2, S5: the retries of an invocation's failed batches travel in one message per due
@@ -2439,5 +2481,67 @@ mod resources {
             retry.history().last_attempt.map(|a| a.outcome),
             Some(DeliveryOutcome::Forbidden)
         );
+    }
+}
+
+/// Issue #34 item 6: an endpoint's credentials (`user:pass@`) and query (`?code=`) reach no
+/// log line, even where a health update gives up after losing every race: its error named the
+/// endpoint as it is. Every log line of the run is captured, at every level.
+#[tokio::test]
+async fn an_endpoints_credentials_reach_no_log_line_under_contention() {
+    let logs = CapturedLogs::default();
+    let _capture = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(logs.clone())
+            .finish(),
+    );
+    let w = World::new(ScriptedSender::status(500));
+    w.state.contended.set(true);
+    w.subscribe(SubscriptionRequest {
+        endpoint: "http://gridrelay-user:s3cretpass@127.0.0.1:9/hook?code=s3cretcode".into(),
+        ..request("sub-1")
+    })
+    .await;
+    w.publish(&["a"]).await;
+    assert_eq!(w.run().await.report.failed_attempts, 1);
+
+    let text = logs.text();
+    assert!(
+        text.contains("could not record endpoint health"),
+        "the contended update gave up and said so: {text}"
+    );
+    assert!(
+        !text.contains("s3cret"),
+        "a secret reached a log line: {text}"
+    );
+}
+
+/// Every log line, kept for a test to read.
+#[derive(Clone, Default)]
+struct CapturedLogs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl CapturedLogs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLogs {
+    type Writer = CapturedLogs;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
     }
 }
