@@ -111,11 +111,22 @@ pub fn allowed_networks_from_env()
 /// subscription to anything else at create time. Unset: none.
 pub const DELIVERY_DESTINATIONS_ENV: &str = "GRIDRELAY_DELIVERY_DESTINATIONS";
 
-/// The allowed destinations from the environment (none when unset); refused naming the value.
-pub fn delivery_destinations_from_env()
--> Result<gridrelay_shared::destination::AllowedDestinations, gridrelay_shared::limits::LimitError>
+/// The installation's own queues (delivery, dead-letter and their redrive queues), ARNs or URLs
+/// separated by commas: no subscription may deliver to one, whatever
+/// `GRIDRELAY_DELIVERY_DESTINATIONS` allows (#34 item 2). The deploy sets it from the stack's
+/// queues; the command line reads it beside the delivery queue it is given.
+pub const OWN_QUEUES_ENV: &str = "GRIDRELAY_OWN_QUEUES";
+
+/// The allowed destinations from the environment (none when unset; refused naming the value),
+/// refusing the installation's own queues: `GRIDRELAY_OWN_QUEUES` and `known` (queue URLs or
+/// ARNs the caller already has).
+pub fn delivery_destinations_from_env(
+    known: &[&str],
+) -> Result<gridrelay_shared::destination::AllowedDestinations, gridrelay_shared::limits::LimitError>
 {
-    gridrelay_shared::destination::AllowedDestinations::parse(
+    let own = std::env::var(OWN_QUEUES_ENV).unwrap_or_default();
+    Ok(gridrelay_shared::destination::AllowedDestinations::parse(
         &std::env::var(DELIVERY_DESTINATIONS_ENV).unwrap_or_default(),
-    )
+    )?
+    .refusing_own_queues(own.split(',').map(str::trim).chain(known.iter().copied())))
 }

@@ -922,7 +922,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let objects = S3ObjectStore::new(s3_client(&sdk));
             let resources = AwsResourceSender::from_sdk(&sdk);
             let allowed_destinations =
-                create_delivery_destinations(cli.delivery_destinations.as_deref())?;
+                create_delivery_destinations(cli.delivery_destinations.as_deref(), &queue_url)?;
             let registry = Registry {
                 store: &store,
                 secrets: &secrets,
@@ -1450,13 +1450,37 @@ fn create_allowed_networks(given: Option<&str>) -> anyhow::Result<AllowedNetwork
 
 /// The AWS resources `event-subscription create` admits: those given, else every one when
 /// the AWS API is on this machine, else none (on AWS the deliver function's IAM policy names
-/// the stack's own).
-fn create_delivery_destinations(given: Option<&str>) -> anyhow::Result<AllowedDestinations> {
-    match given {
-        Some(given) => AllowedDestinations::parse(given).map_err(invalid),
-        None if local_stack() => Ok(AllowedDestinations::any()),
-        None => Ok(AllowedDestinations::default()),
+/// the stack's own); never the installation's own queues (#34 item 2): `delivery_queue` (its
+/// URL), the queues `gridrelay local` names beside it, and `GRIDRELAY_OWN_QUEUES`.
+fn create_delivery_destinations(
+    given: Option<&str>,
+    delivery_queue: &str,
+) -> anyhow::Result<AllowedDestinations> {
+    let allowed = match given {
+        Some(given) => AllowedDestinations::parse(given).map_err(invalid)?,
+        None if local_stack() => AllowedDestinations::any(),
+        None => AllowedDestinations::default(),
+    };
+    let mut own = vec![delivery_queue.to_string()];
+    if let (Some(names), Some((base, _))) = (
+        ResourceNames::beside_delivery_queue(delivery_queue),
+        delivery_queue.rsplit_once('/'),
+    ) {
+        own.extend(
+            [
+                names.dead_letter_queue,
+                names.delivery_redrive_queue,
+                names.dead_letter_redrive_queue,
+            ]
+            .map(|name| format!("{base}/{name}")),
+        );
     }
+    let listed = std::env::var(config::OWN_QUEUES_ENV).unwrap_or_default();
+    Ok(allowed.refusing_own_queues(
+        own.iter()
+            .map(String::as_str)
+            .chain(listed.split(',').map(str::trim)),
+    ))
 }
 
 /// Whether AWS_ENDPOINT_URL names this machine (an emulator: `gridrelay local`'s stack).

@@ -1177,8 +1177,8 @@ async fn show_says_how_delivery_goes() {
 /// #12 (S4) as a user types it: `create --endpoint-type sqs --endpoint ARN` makes a
 /// subscription that needs no handshake (`Succeeded` at once), prints the queue as
 /// `destination.resourceId`, and delivers every event to the queue as a message; an ARN of
-/// another service, batching settings for a queue, and a queue outside
-/// `--delivery-destinations` are refused naming the flag, the value and what is allowed.
+/// another service, batching settings for a queue, a queue outside `--delivery-destinations`
+/// and the stack's own queues are refused naming the flag, the value and what is allowed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_a_subscription_to_an_sqs_queue_s4() {
     let sys = TestSystem::start(0.01).await;
@@ -1218,6 +1218,22 @@ async fn create_a_subscription_to_an_sqs_queue_s4() {
         err.contains("--endpoint") && err.contains("billing-*"),
         "{err}"
     );
+    // #34 item 2: the stack's own queues, whatever every ARN being allowed says.
+    for own in ["delivery", "dead-letter", "delivery-redrive"] {
+        let own = format!(
+            "arn:aws:sqs:us-east-1:123456789012:{}-{own}",
+            sys.names.secret_prefix
+        );
+        let mut to_own = create_args("to-own", &own);
+        to_own.extend(["--endpoint-type", "sqs", "--delivery-destinations", "*"]);
+        let out = gridrelay(&to_own, resources);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&own) && err.contains("not one of this installation's own"),
+            "{err}"
+        );
+    }
     let mut wrong = create_args("to-topic", &arn);
     wrong.extend(["--endpoint-type", "sns"]);
     let out = gridrelay(&wrong, resources);

@@ -42,6 +42,7 @@ use gridrelay_ingest::Ingest;
 use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::{MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock};
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
+use gridrelay_shared::destination::AllowedDestinations;
 use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 use gridrelay_shared::subscription::{Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
@@ -316,6 +317,8 @@ impl LocalSystem {
         let listen = listener.local_addr()?;
         let settings = DeliverySettings {
             public_url: Some(format!("http://{listen}")),
+            // #34 item 2: never into the runner's own queues.
+            destinations: AllowedDestinations::any().refusing_own_queues(resources.queue_urls()),
             ..config.delivery_settings()
         };
         // As many instances as invocations run at once, each with its own request limits and

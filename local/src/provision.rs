@@ -89,6 +89,18 @@ pub struct Resources {
     pub dead_letter_redrive_queue_url: String,
 }
 
+impl Resources {
+    /// The URLs of the installation's own queues, which no subscription may deliver to.
+    pub fn queue_urls(&self) -> [&str; 4] {
+        [
+            &self.delivery_queue_url,
+            &self.dead_letter_queue_url,
+            &self.delivery_redrive_queue_url,
+            &self.dead_letter_redrive_queue_url,
+        ]
+    }
+}
+
 /// Creates whatever is missing; leaves what exists alone.
 pub async fn provision(
     sdk: &SdkConfig,

@@ -335,9 +335,42 @@ impl ResourceDestination {
 /// Which destinations an installation may deliver to: ARN patterns, `*` matching any run of
 /// characters and `?` one, as in IAM policies (the deploy's `DeliveryDestinationArns`, the
 /// functions' and command line's `GRIDRELAY_DELIVERY_DESTINATIONS`). Empty: none.
+///
+/// The installation's own queues are refused whatever the patterns say
+/// ([`AllowedDestinations::refusing_own_queues`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllowedDestinations {
     patterns: Vec<String>,
+    own_queues: Vec<OwnQueue>,
+}
+
+/// One of the installation's own SQS queues (delivery, dead-letter and their redrive queues),
+/// known by account and name. gridrelay's own messages travel there: events written into one
+/// would be read as delivery messages (#34 item 2: a publisher holding one topic's key could
+/// have another topic's subscriber sent chosen events), so no subscription may deliver to one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OwnQueue {
+    account: String,
+    name: String,
+}
+
+impl OwnQueue {
+    /// From a queue's ARN (`arn:aws:sqs:REGION:ACCOUNT:NAME`) or URL (`https://sqs.REGION.
+    /// amazonaws.com/ACCOUNT/NAME`, an emulator's `http://127.0.0.1:5055/ACCOUNT/NAME`).
+    fn parse(queue: &str) -> Option<Self> {
+        let (account, name) = if queue.starts_with("arn:") {
+            let mut parts = queue.splitn(6, ':').skip(4);
+            (parts.next()?, parts.next()?)
+        } else {
+            let mut segments = queue.trim_end_matches('/').rsplit('/');
+            let name = segments.next()?;
+            (segments.next()?, name)
+        };
+        (!account.is_empty() && !name.is_empty()).then(|| Self {
+            account: account.to_string(),
+            name: name.to_string(),
+        })
+    }
 }
 
 impl AllowedDestinations {
@@ -355,14 +388,41 @@ impl AllowedDestinations {
             }
             patterns.push(pattern.to_string());
         }
-        Ok(Self { patterns })
+        Ok(Self {
+            patterns,
+            own_queues: Vec::new(),
+        })
     }
 
     /// Every destination (for a local installation).
     pub fn any() -> Self {
         Self {
             patterns: vec!["*".to_string()],
+            own_queues: Vec::new(),
         }
+    }
+
+    /// These queues (ARNs or URLs: the installation's own) refused whatever the patterns say.
+    /// Text that names no queue is left out.
+    pub fn refusing_own_queues<'a>(mut self, queues: impl IntoIterator<Item = &'a str>) -> Self {
+        self.own_queues
+            .extend(queues.into_iter().filter_map(OwnQueue::parse));
+        self
+    }
+
+    /// Whether `destination` is one of the installation's own queues.
+    fn is_own_queue(&self, destination: &ResourceDestination) -> bool {
+        destination.endpoint_type == EndpointType::Sqs
+            && self
+                .own_queues
+                .iter()
+                .any(|q| q.account == destination.account && q.name == destination.name)
+    }
+
+    /// Whether events may be written to `destination`: allowed, and not one of the
+    /// installation's own queues.
+    pub fn permits(&self, destination: &ResourceDestination) -> bool {
+        !self.is_own_queue(destination) && self.allows(&destination.arn)
     }
 
     pub fn patterns(&self) -> &[String] {
@@ -377,6 +437,13 @@ impl AllowedDestinations {
 
     /// `Ok` if `destination` may be delivered to; the error names the ARN and the patterns.
     pub fn check(&self, destination: &ResourceDestination) -> Result<(), LimitError> {
+        if self.is_own_queue(destination) {
+            return Err(LimitError::new(
+                "endpoint",
+                format!("{:?}", destination.arn),
+                "a queue that is not one of this installation's own (its delivery, dead-letter and redrive queues carry gridrelay's own messages)",
+            ));
+        }
         if self.allows(&destination.arn) {
             return Ok(());
         }
@@ -872,6 +939,45 @@ mod tests {
             AllowedDestinations::parse("").unwrap(),
             AllowedDestinations::default()
         );
+    }
+
+    /// #34 item 2: the installation's own queues, named by URL or ARN, are refused whatever
+    /// the patterns allow (`*` included), at create and at delivery; other queues, and other
+    /// kinds of resource of the same name, are not.
+    #[test]
+    fn the_installations_own_queues_are_never_destinations() {
+        let a = AllowedDestinations::any().refusing_own_queues([
+            "http://127.0.0.1:5055/123456789012/gridrelay-delivery",
+            "arn:aws:sqs:us-east-1:123456789012:gridrelay-dead-letter",
+            "not a queue",
+        ]);
+        let queue = |arn: &str| ResourceDestination::parse(EndpointType::Sqs, arn).unwrap();
+        for own in [
+            "arn:aws:sqs:us-east-1:123456789012:gridrelay-delivery",
+            "arn:aws:sqs:eu-west-1:123456789012:gridrelay-dead-letter",
+        ] {
+            assert!(!a.permits(&queue(own)), "{own}");
+            let e = a.check(&queue(own)).unwrap_err();
+            assert_eq!(e.field, "endpoint");
+            assert!(e.value.contains(own), "{e}");
+            assert!(
+                e.allowed.contains("not one of this installation's own"),
+                "{e}"
+            );
+        }
+        for other in [
+            "arn:aws:sqs:us-east-1:123456789012:gridrelay-delivery-copy",
+            "arn:aws:sqs:us-east-1:210987654321:gridrelay-delivery",
+        ] {
+            assert!(a.permits(&queue(other)), "{other}");
+            assert!(a.check(&queue(other)).is_ok(), "{other}");
+        }
+        let topic = ResourceDestination::parse(
+            EndpointType::Sns,
+            "arn:aws:sns:us-east-1:123456789012:gridrelay-delivery",
+        )
+        .unwrap();
+        assert!(a.permits(&topic));
     }
 
     /// S4: AWS errors mean the status they stand for, with 003's outcome names.

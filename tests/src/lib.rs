@@ -136,6 +136,9 @@ impl TestSystem {
             .expect("local system starts");
         let secrets = SecretsManagerStore::from_sdk(&sdk);
         let objects = S3ObjectStore::new(s3_client(&sdk));
+        // As the command line admits them: never the system's own queues.
+        let allowed_destinations =
+            AllowedDestinations::any().refusing_own_queues(system.resources.queue_urls());
         Self {
             system,
             sdk: sdk.clone(),
@@ -145,7 +148,7 @@ impl TestSystem {
             endpoints,
             objects,
             resources: AwsResourceSender::from_sdk(&sdk),
-            allowed_destinations: AllowedDestinations::any(),
+            allowed_destinations,
             http: reqwest::Client::new(),
         }
     }

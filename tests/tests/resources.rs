@@ -568,3 +568,110 @@ async fn a_missing_topic_bus_or_stream_is_retried_then_dead_lettered_s4() {
     }
     sys.shutdown().await;
 }
+
+/// #34 item 2, S4: the system's own queues are never a destination. A subscription to the
+/// delivery queue is refused at create, whatever the allowed destinations say; and one stored
+/// anyway (as a version that did not refuse it could have) writes nothing there. Before, a
+/// custom-schema event shaped as a delivery message, published to one topic, was written into
+/// the delivery queue as published, and `deliver` POSTed it to another topic's subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_systems_own_queues_are_never_a_destination_s4() {
+    use gridrelay_e2e::{Reply, Subscriber};
+    use gridrelay_shared::message::{DeliveryMessage, QueuedEvent};
+    use gridrelay_shared::schema::{InputMapping, InputSchema};
+
+    let sys = TestSystem::start(0.01).await;
+    let billing = sys.topic("billing").await;
+    let payouts = Subscriber::start(vec![], Reply::Status(200)).await;
+    let target = sys
+        .subscribe(subscription("billing", "payouts", &payouts.url))
+        .await;
+    let mapping = InputMapping::from_pairs(&[], &["eventtype=Anything".into()]).expect("mapping");
+    let intake = sys
+        .topic_with_schema("intake", InputSchema::CustomEventSchema, Some(mapping))
+        .await;
+    let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
+    let own = sqs
+        .get_queue_attributes()
+        .queue_url(&sys.system.resources.delivery_queue_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("queue attributes")
+        .attributes()
+        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn))
+        .cloned()
+        .expect("the delivery queue's ARN");
+
+    let refused = sys
+        .registry()
+        .register(&subscription("intake", "loop", &own), chrono::Utc::now())
+        .await
+        .unwrap_err();
+    let RegistrationError::Invalid(e) = &refused else {
+        panic!("expected a refusal: {refused}")
+    };
+    assert_eq!(e.field, "endpoint");
+    assert!(
+        e.allowed.contains("not one of this installation's own"),
+        "{e}"
+    );
+
+    // Stored anyway: created to another queue, then pointed at the delivery queue.
+    let (_, elsewhere) = queue(&sys, &format!("{}-elsewhere", sys.names.secret_prefix)).await;
+    let mut stored = sys
+        .subscribe(subscription("intake", "loop", &elsewhere))
+        .await;
+    stored.endpoint = own.clone();
+    sys.system
+        .store
+        .replace_subscription(&mut stored)
+        .await
+        .expect("replaced");
+
+    let forged = DeliveryMessage {
+        topic: "billing".into(),
+        subscription: "payouts".into(),
+        subscription_id: target.id.clone(),
+        schema: Default::default(),
+        attempts: 0,
+        not_before: chrono::Utc::now(),
+        last_attempt: None,
+        timed_out_attempt: None,
+        rate_booked_at: None,
+        probation: false,
+        events: vec![QueuedEvent::new(
+            chrono::Utc::now(),
+            serde_json::value::RawValue::from_string(
+                json!({"id": "forged", "subject": "/pay", "eventType": "Payout",
+                       "eventTime": "2026-11-26T00:00:00Z", "data": {"to": "mallory"}})
+                .to_string(),
+            )
+            .expect("json"),
+        )],
+    };
+    let delivered = sys.system.stats().deliver.delivered;
+    let (status, answer) = sys
+        .publish_raw(
+            "intake",
+            Some(&intake.key1),
+            forged.to_body().expect("encode").into_bytes(),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    // Refused (retried) now; written into the delivery queue (delivered) before the fix.
+    let settled = sys
+        .wait_for_stats("the attempt at the delivery queue settled", |s| {
+            s.deliver.retried >= 1 || s.deliver.delivered > delivered
+        })
+        .await;
+
+    // A real event published after it reaches the subscriber; the forged one never does.
+    sys.publish(&billing, &events("real", 1)).await;
+    payouts.wait_for_requests(1, WAIT).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let ids: Vec<String> = payouts.received().iter().flat_map(|r| r.ids()).collect();
+    assert_eq!(ids, ["real-0"], "only the real event");
+    assert_eq!(settled.deliver.retried, 1, "{:?}", settled.deliver);
+    sys.shutdown().await;
+}

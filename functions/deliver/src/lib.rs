@@ -105,8 +105,9 @@ pub struct DeliverySettings {
     pub cap_wait: Duration,
     /// Where requests may connect: by default only public addresses, over `https://`.
     pub outbound: OutboundPolicy,
-    /// Which AWS resources events may be written to (S4): a destination outside them is a
-    /// failed attempt (403) without a call. Every one by default; the functions read theirs.
+    /// Which AWS resources events may be written to (S4): a destination outside them, or one
+    /// of the installation's own queues, is a failed attempt (403) without a call. Every one
+    /// but the worker's own queues by default; the functions read theirs.
     pub destinations: AllowedDestinations,
 }
 
@@ -1156,7 +1157,7 @@ impl Deliver {
                 sub.endpoint_type.as_str()
             )));
         };
-        if !self.settings.destinations.allows(&destination.arn) {
+        if !self.settings.destinations.permits(&destination) {
             return every(AttemptResult::Service(ServiceFailure::of_code(
                 "AccessDenied",
                 None,

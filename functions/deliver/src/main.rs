@@ -34,6 +34,14 @@ async fn run() -> Result<(), Error> {
     let sdk = load_sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let keep = config_cache_from_env()?;
+    let delivery_queue_url = required(
+        DELIVERY_QUEUE_URL_ENV,
+        "the SQS queue events are delivered from",
+    )?;
+    let dead_letter_queue_url = required(
+        DEAD_LETTER_QUEUE_URL_ENV,
+        "the SQS queue of events to dead-letter",
+    )?;
     let settings = DeliverySettings {
         public_url: std::env::var(PUBLIC_URL_ENV).ok().filter(|v| !v.is_empty()),
         webhook_origin: std::env::var(WEBHOOK_ORIGIN_ENV)
@@ -42,7 +50,10 @@ async fn run() -> Result<(), Error> {
             .unwrap_or_else(|| DEFAULT_WEBHOOK_ORIGIN.to_string()),
         concurrency: ConcurrencySettings::from_env()?,
         outbound: OutboundPolicy::new(allowed_networks_from_env()?),
-        destinations: delivery_destinations_from_env()?,
+        destinations: delivery_destinations_from_env(&[
+            &delivery_queue_url,
+            &dead_letter_queue_url,
+        ])?,
         ..DeliverySettings::new(scale)
     };
     let state_table = required(
@@ -51,20 +62,8 @@ async fn run() -> Result<(), Error> {
     )?;
     let deliver = Arc::new(Deliver {
         store: subscription_store(&sdk, TableNames::from_env(), keep),
-        delivery_queue: Arc::new(SqsQueue::new(
-            sqs.clone(),
-            required(
-                DELIVERY_QUEUE_URL_ENV,
-                "the SQS queue events are delivered from",
-            )?,
-        )),
-        dead_letter_queue: Arc::new(SqsQueue::new(
-            sqs,
-            required(
-                DEAD_LETTER_QUEUE_URL_ENV,
-                "the SQS queue of events to dead-letter",
-            )?,
-        )),
+        delivery_queue: Arc::new(SqsQueue::new(sqs.clone(), delivery_queue_url)),
+        dead_letter_queue: Arc::new(SqsQueue::new(sqs, dead_letter_queue_url)),
         sender: Arc::new(settings.http_sender()?),
         resources: Arc::new(AwsResourceSender::from_sdk(&sdk)),
         clock: Arc::new(SystemClock),

@@ -2482,6 +2482,25 @@ mod resources {
             Some(DeliveryOutcome::Forbidden)
         );
     }
+
+    /// #34 item 2, S4: a subscription stored with one of the installation's own queues as its
+    /// destination (as a version that did not refuse it could have stored) is never written to,
+    /// though every destination is allowed: a failed attempt (403), without a call. Events
+    /// written there would be read as gridrelay's own messages.
+    #[tokio::test]
+    async fn the_installations_own_queue_is_never_written_s4() {
+        let mut w = world_with(to(QUEUE)).await;
+        w.deliver.settings.destinations = AllowedDestinations::any().refusing_own_queues([QUEUE]);
+        w.publish(&["a"]).await;
+        let report = w.run().await.report;
+        assert_eq!((report.delivered, report.retried), (0, 1));
+        assert!(w.resources.calls().is_empty());
+        let retry = last_delivery_message(&w);
+        assert_eq!(
+            retry.history().last_attempt.map(|a| a.outcome),
+            Some(DeliveryOutcome::Forbidden)
+        );
+    }
 }
 
 /// Issue #34 item 6: an endpoint's credentials (`user:pass@`) and query (`?code=`) reach no

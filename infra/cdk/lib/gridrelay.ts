@@ -280,6 +280,8 @@ export class Gridrelay extends Construct {
     this.deliver.addEnvironment('GRIDRELAY_PUBLIC_URL', this.api.apiEndpoint);
     this.deliver.addEnvironment('GRIDRELAY_ALLOWED_NETWORKS', limits.allowedNetworks.join(','));
     this.deliver.addEnvironment('GRIDRELAY_DELIVERY_DESTINATIONS', limits.deliveryDestinationArns.join(','));
+    // The stack's own queues: never a destination, whatever the list above allows.
+    this.deliver.addEnvironment('GRIDRELAY_OWN_QUEUES', this.ownQueueArns());
 
     this.alarms(props.alarmTopic);
   }
@@ -323,7 +325,15 @@ export class Gridrelay extends Construct {
   }
 
   /** Stack outputs a user needs to point the gridrelay command line at this deployment. */
+  /** The ARNs of the stack's own queues, comma-separated: no subscription may deliver to them. */
+  public ownQueueArns(): string {
+    return [this.deliveryQueue, this.deadLetterQueue, this.deliveryRedriveQueue, this.deadLetterRedriveQueue]
+      .map((q) => q.queueArn)
+      .join(',');
+  }
+
   public addOutputs() {
+    new CfnOutput(this, 'OwnQueues', { value: this.ownQueueArns(), description: 'Set GRIDRELAY_OWN_QUEUES to it (the command line then refuses them as destinations).' });
     new CfnOutput(this, 'PublishUrl', { value: this.publishUrl, description: 'Set GRIDRELAY_PUBLISH_URL to it.' });
     new CfnOutput(this, 'TopicsTableName', { value: this.topicsTable.tableName, description: 'Set GRIDRELAY_TOPICS_TABLE to it.' });
     new CfnOutput(this, 'SubscriptionsTableName', { value: this.subscriptionsTable.tableName, description: 'Set GRIDRELAY_SUBSCRIPTIONS_TABLE to it.' });

@@ -187,6 +187,11 @@ test('deliver writes to no AWS resource unless deliveryDestinationArns names it 
   };
   const none = deliverOf({});
   assert.equal(none.env.GRIDRELAY_DELIVERY_DESTINATIONS, '');
+  // #34 item 2: the stack's four queues, refused as destinations whatever the list allows.
+  const own = JSON.stringify(none.env.GRIDRELAY_OWN_QUEUES);
+  for (const queue of ['DeliveryQueue', 'DeadLetterQueue', 'DeliveryRedriveQueue', 'DeadLetterRedriveQueue']) {
+    assert.match(own, new RegExp(`"[A-Za-z0-9]*${queue}[0-9A-F]{8}","Arn"`), `GRIDRELAY_OWN_QUEUES names ${queue}: ${own}`);
+  }
   assert.ok(!JSON.stringify(none.statements).includes('sns:Publish'), 'no destination actions without destinations');
   const arns = ['arn:aws:sqs:us-east-1:123456789012:orders-*', 'arn:aws:events:us-east-1:123456789012:event-bus/orders'];
   const some = deliverOf({ deliveryDestinationArns: arns });
