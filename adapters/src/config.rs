@@ -27,14 +27,6 @@ pub const DEFAULT_DELIVERY_STATE_TABLE: &str = "gridrelay-delivery-state";
 pub const SECRET_PREFIX_ENV: &str = "GRIDRELAY_SECRET_PREFIX";
 pub const DEFAULT_SECRET_PREFIX: &str = "gridrelay";
 
-/// The secret name prefix from the environment, or the default.
-pub fn secret_prefix_from_env() -> String {
-    std::env::var(SECRET_PREFIX_ENV)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| DEFAULT_SECRET_PREFIX.to_string())
-}
-
 pub const DEFAULT_TOPICS_TABLE: &str = "gridrelay-topics";
 pub const DEFAULT_SUBSCRIPTIONS_TABLE: &str = "gridrelay-subscriptions";
 

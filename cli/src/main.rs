@@ -1483,6 +1483,23 @@ fn create_delivery_destinations(
     ))
 }
 
+/// Why `gridrelay local` did not start, first; where it is known that the AWS API did not
+/// answer (a connection refused or timed out), where to look.
+fn not_started(e: anyhow::Error, endpoint: Option<&str>) -> anyhow::Error {
+    let unreachable = e.chain().any(|cause| {
+        let text = cause.to_string();
+        text.starts_with("dispatch failure") || text.contains("Connection refused")
+    });
+    match (unreachable, endpoint) {
+        (true, Some(url)) => e.context(format!(
+            "could not start: the AWS API at {url} (AWS_ENDPOINT_URL) did not answer; is the \
+             emulator running? (`infra/local/moto.sh start`)"
+        )),
+        (true, None) => e.context("could not start: the AWS API did not answer"),
+        (false, _) => e.context("could not start"),
+    }
+}
+
 /// Whether AWS_ENDPOINT_URL names this machine (an emulator: `gridrelay local`'s stack).
 fn local_stack() -> bool {
     std::env::var("AWS_ENDPOINT_URL")
@@ -1520,10 +1537,12 @@ async fn run_local(args: LocalArgs, allowed_networks: Option<&str>) -> anyhow::R
         allowed_networks: allowed_networks.clone(),
         ..RunnerConfig::default()
     };
+    // The settings first: an error names what is wrong before anything is tried.
+    config.check().map_err(invalid)?;
     let config_cache = config.config_cache;
     let system = LocalSystem::start(&sdk, &names, config)
         .await
-        .context("could not start; is the AWS API at AWS_ENDPOINT_URL running?")?;
+        .map_err(|e| not_started(e, sdk.endpoint_url()))?;
     print(&json!({
         "publishEndpoint": system.publish_endpoint("{topic}"),
         "awsEndpoint": sdk.endpoint_url(),

@@ -30,6 +30,41 @@ fn json(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).expect("JSON on stdout")
 }
 
+/// #37 item 6: `gridrelay local`'s errors say what is wrong first. A setting it refuses is named
+/// (exit 2) with no guess about the emulator, which is not even tried; an emulator that does
+/// not answer is named by its URL, and only then is the user sent to start it.
+#[test]
+fn local_names_what_is_wrong_before_guessing_at_the_emulator() {
+    let local = |extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridrelay"));
+        cmd.args(["local", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            // Nothing listens on port 9 of 127.0.0.1.
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing");
+        cmd.output().expect("gridrelay runs")
+    };
+    let out = local(&["--visibility-timeout", "5"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("invalid --visibility-timeout: --visibility-timeout is 5 s")
+            && err.contains("--function-timeout (300 s)"),
+        "{err}"
+    );
+    assert!(!err.contains("AWS API"), "{err}");
+
+    let out = local(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("the AWS API at http://127.0.0.1:9 (AWS_ENDPOINT_URL) did not answer"),
+        "{err}"
+    );
+}
+
 /// B4, R5: out-of-range values are refused before anything is stored, and the error names the
 /// flag, the value and the allowed range.
 #[test]

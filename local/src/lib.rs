@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::SqsEvent;
 use chrono::{DateTime, Utc};
@@ -43,6 +44,7 @@ use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::{MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock};
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::destination::AllowedDestinations;
+use gridrelay_shared::limits::LimitError;
 use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 use gridrelay_shared::subscription::{Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
@@ -118,28 +120,35 @@ impl RunnerConfig {
     /// Refuses settings that do not work together, saying which flags and why: an invocation
     /// may not outlive its messages' visibility (AWS refuses the same of an SQS event source),
     /// and must leave room for one attempt.
-    pub fn check(&self) -> anyhow::Result<()> {
+    pub fn check(&self) -> Result<(), LimitError> {
         let (visibility, function) = (self.visibility_timeout, self.function_timeout);
-        anyhow::ensure!(
-            visibility >= function,
-            "--visibility-timeout ({} s) is shorter than --function-timeout ({} s): an invocation \
-             could outlive its messages' visibility and they would be delivered twice; give a \
-             visibility timeout of at least the function timeout (AWS requires the same of SQS \
-             event sources)",
-            visibility.as_secs_f64(),
-            function.as_secs_f64()
-        );
+        if visibility < function {
+            return Err(LimitError::new(
+                "--visibility-timeout",
+                format!("{} s", visibility.as_secs_f64()),
+                format!(
+                    "at least --function-timeout ({} s): an invocation could outlive its \
+                     messages' visibility and they would be delivered twice (AWS requires the \
+                     same of SQS event sources)",
+                    function.as_secs_f64()
+                ),
+            ));
+        }
         let settings = self.delivery_settings();
         let (attempt, margin) = (settings.attempt_timeout, settings.deadline_margin);
-        anyhow::ensure!(
-            function >= attempt + margin,
-            "--function-timeout ({} s) is shorter than one attempt ({} s at this time scale) plus \
-             the {} s kept to enqueue: no delivery could start; allowed: at least {} s",
-            function.as_secs_f64(),
-            attempt.as_secs_f64(),
-            margin.as_secs_f64(),
-            (attempt + margin).as_secs_f64()
-        );
+        if function < attempt + margin {
+            return Err(LimitError::new(
+                "--function-timeout",
+                format!("{} s", function.as_secs_f64()),
+                format!(
+                    "at least {} s: one attempt ({} s at this time scale) plus the {} s kept to \
+                     enqueue, or no delivery could start",
+                    (attempt + margin).as_secs_f64(),
+                    attempt.as_secs_f64(),
+                    margin.as_secs_f64()
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -292,7 +301,9 @@ impl LocalSystem {
         config: RunnerConfig,
     ) -> anyhow::Result<Self> {
         config.check()?;
-        let resources = provision(sdk, names, config.max_receive_count).await?;
+        let resources = provision(sdk, names, config.max_receive_count)
+            .await
+            .context("could not create or find the runner's queues, tables and bucket")?;
         let sqs = aws_sdk_sqs::Client::new(sdk);
         let store: Arc<dyn SubscriptionStore> = subscription_store(
             sdk,
@@ -313,7 +324,9 @@ impl LocalSystem {
             clock: clock.clone(),
         });
         // Bound first: the deliver worker puts the API's address in validation URLs.
-        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("could not listen on {}", config.listen))?;
         let listen = listener.local_addr()?;
         let settings = DeliverySettings {
             public_url: Some(format!("http://{listen}")),
@@ -543,7 +556,7 @@ mod tests {
         };
         let message = short.check().unwrap_err().to_string();
         assert!(
-            message.contains("--visibility-timeout (60 s)")
+            message.contains("--visibility-timeout is 60 s")
                 && message.contains("--function-timeout (300 s)"),
             "{message}"
         );
