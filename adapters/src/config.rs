@@ -116,9 +116,12 @@ pub fn delivery_destinations_from_env(
     known: &[&str],
 ) -> Result<gridrelay_shared::destination::AllowedDestinations, gridrelay_shared::limits::LimitError>
 {
-    let own = std::env::var(OWN_QUEUES_ENV).unwrap_or_default();
-    Ok(gridrelay_shared::destination::AllowedDestinations::parse(
+    gridrelay_shared::destination::AllowedDestinations::parse(
         &std::env::var(DELIVERY_DESTINATIONS_ENV).unwrap_or_default(),
     )?
-    .refusing_own_queues(own.split(',').map(str::trim).chain(known.iter().copied())))
+    .refusing_own_queues(known.iter().copied())
+    .refusing_listed_queues(
+        OWN_QUEUES_ENV,
+        &std::env::var(OWN_QUEUES_ENV).unwrap_or_default(),
+    )
 }

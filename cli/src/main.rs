@@ -1475,12 +1475,13 @@ fn create_delivery_destinations(
             .map(|name| format!("{base}/{name}")),
         );
     }
-    let listed = std::env::var(config::OWN_QUEUES_ENV).unwrap_or_default();
-    Ok(allowed.refusing_own_queues(
-        own.iter()
-            .map(String::as_str)
-            .chain(listed.split(',').map(str::trim)),
-    ))
+    allowed
+        .refusing_own_queues(own.iter().map(String::as_str))
+        .refusing_listed_queues(
+            config::OWN_QUEUES_ENV,
+            &std::env::var(config::OWN_QUEUES_ENV).unwrap_or_default(),
+        )
+        .map_err(invalid)
 }
 
 /// Why `gridrelay local` did not start, first; where it is known that the AWS API did not
@@ -1488,7 +1489,9 @@ fn create_delivery_destinations(
 fn not_started(e: anyhow::Error, endpoint: Option<&str>) -> anyhow::Error {
     let unreachable = e.chain().any(|cause| {
         let text = cause.to_string();
-        text.starts_with("dispatch failure") || text.contains("Connection refused")
+        // The SDK's words for a request that reached no answer (refused, timed out,
+        // unresolved), kept in the text of the errors provisioning wraps.
+        text.contains("dispatch failure") || text.contains("Connection refused")
     });
     match (unreachable, endpoint) {
         (true, Some(url)) => e.context(format!(

@@ -1254,7 +1254,12 @@ async fn create_a_subscription_to_an_sqs_queue_s4() {
         "{err}"
     );
     // #34 item 2: the stack's own queues, whatever every ARN being allowed says.
-    for own in ["delivery", "dead-letter", "delivery-redrive"] {
+    for own in [
+        "delivery",
+        "dead-letter",
+        "delivery-redrive",
+        "dead-letter-redrive",
+    ] {
         let own = format!(
             "arn:aws:sqs:us-east-1:123456789012:{}-{own}",
             sys.names.secret_prefix

@@ -296,14 +296,12 @@ pub enum SecretError {
     /// No secret has this id (deleted, or never stored).
     #[error("secret {0} does not exist")]
     NotFound(String),
-    /// This function may not read the secret (stored under another secret prefix than the
-    /// one its role allows).
-    #[error("secret {0} may not be read by this function")]
-    Denied(String),
     /// The secret is there, but its value is not one that can be used.
     #[error("secret store: {0}")]
     Invalid(String),
-    /// The store did not answer: down, throttling, timed out or refusing this caller.
+    /// The store did not answer: down, throttling, timed out, or refusing this caller (which
+    /// may be the whole installation's problem, so it is waited out, not charged to a
+    /// subscription).
     #[error("secret store unavailable: {0}")]
     Unavailable(String),
 }

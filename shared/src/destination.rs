@@ -366,7 +366,8 @@ impl OwnQueue {
             let name = segments.next()?;
             (segments.next()?, name)
         };
-        (!account.is_empty() && !name.is_empty()).then(|| Self {
+        let account_id = account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit());
+        (account_id && !name.is_empty() && !name.contains(['/', ':'])).then(|| Self {
             account: account.to_string(),
             name: name.to_string(),
         })
@@ -410,8 +411,27 @@ impl AllowedDestinations {
         self
     }
 
+    /// As [`Self::refusing_own_queues`], for a list a user gave (`GRIDRELAY_OWN_QUEUES`): ARNs
+    /// or URLs separated by commas, each of which must name a queue.
+    pub fn refusing_listed_queues(self, field: &str, text: &str) -> Result<Self, LimitError> {
+        let listed: Vec<&str> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|q| !q.is_empty())
+            .collect();
+        if let Some(bad) = listed.iter().find(|q| OwnQueue::parse(q).is_none()) {
+            return Err(LimitError::new(
+                field,
+                format!("{bad:?}"),
+                "SQS queue ARNs (arn:aws:sqs:REGION:ACCOUNT:NAME) or URLs \
+                 (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME), separated by commas",
+            ));
+        }
+        Ok(self.refusing_own_queues(listed))
+    }
+
     /// Whether `destination` is one of the installation's own queues.
-    fn is_own_queue(&self, destination: &ResourceDestination) -> bool {
+    pub fn is_own_queue(&self, destination: &ResourceDestination) -> bool {
         destination.endpoint_type == EndpointType::Sqs
             && self
                 .own_queues
@@ -678,7 +698,7 @@ pub fn message_attributes(
     fields: &RoutingFields,
     context: &MessageContext<'_>,
 ) -> Vec<(&'static str, String)> {
-    let allowed = |c: char| matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}');
+    let allowed = crate::queue_text::sqs_takes;
     [
         ("eventType", fields.event_type.clone()),
         ("subject", fields.subject.clone()),
@@ -978,6 +998,29 @@ mod tests {
         )
         .unwrap();
         assert!(a.permits(&topic));
+
+        // A list a user gives must name queues: a name alone protects nothing, so it is refused.
+        let listed = AllowedDestinations::any()
+            .refusing_listed_queues(
+                "GRIDRELAY_OWN_QUEUES",
+                " arn:aws:sqs:us-east-1:123456789012:a , https://sqs.us-east-1.amazonaws.com/123456789012/b,",
+            )
+            .unwrap();
+        assert!(!listed.permits(&queue("arn:aws:sqs:us-east-1:123456789012:a")));
+        assert!(!listed.permits(&queue("arn:aws:sqs:us-east-1:123456789012:b")));
+        for bad in [
+            "gridrelay-delivery",
+            "http://localhost:9324/queue/gridrelay-delivery",
+        ] {
+            let e = AllowedDestinations::any()
+                .refusing_listed_queues("GRIDRELAY_OWN_QUEUES", bad)
+                .unwrap_err();
+            assert_eq!(e.field, "GRIDRELAY_OWN_QUEUES");
+            assert!(
+                e.value.contains(bad) && e.allowed.contains("queue ARNs"),
+                "{e}"
+            );
+        }
     }
 
     /// S4: AWS errors mean the status they stand for, with 003's outcome names.

@@ -638,6 +638,43 @@ mod tests {
         assert!(matches!(err, PublishError::EventTooLarge { index: 0, .. }));
     }
 
+    /// #34 item 7: raw U+FFFE and U+FFFF are kept as their escapes, and the size limit is
+    /// measured on the event as kept: one that fits raw but not escaped is refused with 413.
+    #[test]
+    fn raw_noncharacters_are_kept_escaped_and_measured_so() {
+        let publish = |e: &Value| {
+            let topic = TopicSchema {
+                input_schema: InputSchema::EventGridSchema,
+                ..ce_topic()
+            };
+            let body = json!([e]).to_string();
+            let request = PublishBody {
+                content_type: Some("application/json"),
+                ce_headers: &[],
+                body: body.as_bytes(),
+            };
+            parse_publish(&request, topic, chrono::Utc::now(), &mut || "id".into())
+        };
+        let mut e = event();
+        e["data"] = json!("a\u{FFFF}b\u{FFFE}");
+        let kept = publish(&e).unwrap();
+        assert!(
+            kept[0].get().contains("a\\uffffb\\ufffe"),
+            "{}",
+            kept[0].get()
+        );
+        let v: Value = serde_json::from_str(kept[0].get()).unwrap();
+        assert_eq!(v["data"], e["data"], "the same JSON value");
+
+        // 3 bytes raw, 6 escaped: 200,000 of them fit raw (600,000 bytes), not escaped.
+        e["data"] = json!("\u{FFFF}".repeat(200_000));
+        let err = publish(&e).unwrap_err();
+        assert!(
+            matches!(err, PublishError::EventTooLarge { index: 0, size } if size > MAX_EVENT_BYTES),
+            "{err}"
+        );
+    }
+
     fn ce_topic() -> TopicSchema<'static> {
         TopicSchema {
             name: "orders",

@@ -15,16 +15,33 @@ pub fn sqs_takes(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
-/// The first character of `text` SQS would refuse, and its byte offset.
+/// The first character of `text` SQS would refuse, and its byte offset. In a `str` (UTF-8,
+/// which holds no surrogate) those are the control characters but tab, LF and CR, and U+FFFE
+/// and U+FFFF: found by a scan of bytes, not a decoding of characters.
 pub fn first_refused(text: &str) -> Option<(usize, char)> {
-    text.char_indices().find(|(_, c)| !sqs_takes(*c))
+    let bytes = text.as_bytes();
+    let refused = |i: usize| match bytes[i] {
+        b'\t' | b'\n' | b'\r' => false,
+        0..0x20 => true,
+        0xEF => is_raw_noncharacter(&bytes[i..]),
+        _ => false,
+    };
+    // Both kinds start a character (ASCII, or a three-byte sequence's first byte).
+    let at = (0..bytes.len()).find(|&i| refused(i))?;
+    text[at..].chars().next().map(|c| (at, c))
+}
+
+/// Whether `bytes` starts with U+FFFE or U+FFFF (`EF BF BE`, `EF BF BF`).
+fn is_raw_noncharacter(bytes: &[u8]) -> bool {
+    matches!(bytes, [0xEF, 0xBF, 0xBE | 0xBF, ..])
 }
 
 /// `json` (valid JSON text) with every raw U+FFFE and U+FFFF written as its escape: the same
-/// JSON value, in characters SQS takes. Borrowed when there is none (the common case).
+/// JSON value, in characters SQS takes. Borrowed when there is none (the common case, found by
+/// a scan of bytes).
 pub fn escape_for_sqs(json: &str) -> Cow<'_, str> {
-    // Both are three bytes in UTF-8, starting EF BF: a scan for those bytes finds them.
-    if !json.contains(['\u{FFFE}', '\u{FFFF}']) {
+    let bytes = json.as_bytes();
+    if !(0..bytes.len()).any(|i| is_raw_noncharacter(&bytes[i..])) {
         return Cow::Borrowed(json);
     }
     let mut out = String::with_capacity(json.len() + 16);
@@ -68,6 +85,13 @@ mod tests {
     }
 
     proptest! {
+        /// The byte scan finds what a decoding of characters finds.
+        #[test]
+        fn the_byte_scan_agrees_with_the_character_set(s in "\\PC*|[\u{0}-\u{20}\u{FFF0}-\u{FFFF}ab]*") {
+            let decoded = s.char_indices().find(|(_, c)| !sqs_takes(*c));
+            prop_assert_eq!(first_refused(&s), decoded);
+        }
+
         /// Any JSON value, written by serde_json, fits SQS once escaped, and reads back equal.
         #[test]
         fn any_json_string_fits_once_escaped(s in "\\PC*|[\u{FFF0}-\u{FFFF}a\"\\\\]*") {

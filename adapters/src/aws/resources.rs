@@ -198,7 +198,8 @@ impl AwsResourceSender {
             |id, entry, attributes, fifo| {
                 let mut b = aws_sdk_sns::types::PublishBatchRequestEntry::builder()
                     .id(id)
-                    .message(&entry.body)
+                    // As for SQS, which SNS often fans out to.
+                    .message(escape_for_sqs(&entry.body))
                     .set_message_group_id(fifo.as_ref().map(|f| f.0.clone()))
                     .set_message_deduplication_id(fifo.map(|f| f.1));
                 for (name, value) in attributes {

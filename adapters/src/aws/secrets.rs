@@ -1,5 +1,4 @@
 use async_trait::async_trait;
-use aws_sdk_secretsmanager::error::ProvideErrorMetadata;
 
 use super::describe_error;
 use gridrelay_ports::{SecretError, SecretStore};
@@ -52,9 +51,11 @@ impl SecretStore for SecretsManagerStore {
         }
     }
 
-    /// A secret that does not exist, or is scheduled for deletion, is `NotFound`; one the
-    /// function's role may not read (another secret prefix) `Denied`; any other failure
-    /// (throttling, a 5xx, a timeout, KMS refusing to decrypt) is the store's.
+    /// A secret that does not exist, or is scheduled for deletion, is `NotFound`; an id the
+    /// service calls invalid is `Invalid`; any other failure (throttling, a 5xx, a timeout,
+    /// access or KMS refused) is the store's, which can be undone: access denied may be the
+    /// whole installation's (a role or secret prefix changed), and its events wait for the fix
+    /// instead of being dropped.
     async fn get(&self, id: &str) -> Result<SecretValue, SecretError> {
         let out = self
             .client
@@ -70,8 +71,8 @@ impl SecretStore for SecretsManagerStore {
                 Some(s) if s.is_invalid_request_exception() => {
                     SecretError::NotFound(id.to_string())
                 }
-                Some(s) if s.code() == Some("AccessDeniedException") => {
-                    SecretError::Denied(id.to_string())
+                Some(s) if s.is_invalid_parameter_exception() => {
+                    SecretError::Invalid(format!("secret id {id}: {}", describe_error(&e)))
                 }
                 _ => SecretError::Unavailable(describe_error(&e)),
             })?;

@@ -107,7 +107,7 @@ pub struct DeliverySettings {
     pub outbound: OutboundPolicy,
     /// Which AWS resources events may be written to (S4): a destination outside them, or one
     /// of the installation's own queues, is a failed attempt (403) without a call. Every one
-    /// but the worker's own queues by default; the functions read theirs.
+    /// by default; the function and the local runner read theirs, naming their own queues.
     pub destinations: AllowedDestinations,
 }
 
@@ -1157,6 +1157,14 @@ impl Deliver {
                 sub.endpoint_type.as_str()
             )));
         };
+        if self.settings.destinations.is_own_queue(&destination) {
+            warn!(
+                topic = %sub.topic,
+                subscription = %sub.name,
+                destination = %destination.arn,
+                "the destination is one of this installation's own queues: never written (403)"
+            );
+        }
         if !self.settings.destinations.permits(&destination) {
             return every(AttemptResult::Service(ServiceFailure::of_code(
                 "AccessDenied",
