@@ -2469,28 +2469,24 @@ mod resources {
     /// attempt (403 `Forbidden`, retried under the newest revision), without a call.
     #[tokio::test]
     async fn a_destination_outside_the_allowed_set_is_not_written_s4() {
-        let mut w = world_with(to(QUEUE)).await;
-        w.deliver.settings.destinations =
-            AllowedDestinations::parse("arn:aws:sqs:*:123456789012:other-*").unwrap();
-        w.publish(&["a"]).await;
-        let report = w.run().await.report;
-        assert_eq!((report.delivered, report.retried), (0, 1));
-        assert!(w.resources.calls().is_empty());
-        let retry = last_delivery_message(&w);
-        assert_eq!(
-            retry.history().last_attempt.map(|a| a.outcome),
-            Some(DeliveryOutcome::Forbidden)
-        );
+        never_written(AllowedDestinations::parse("arn:aws:sqs:*:123456789012:other-*").unwrap())
+            .await;
     }
 
     /// #34 item 2, S4: a subscription stored with one of the installation's own queues as its
     /// destination (as a version that did not refuse it could have stored) is never written to,
-    /// though every destination is allowed: a failed attempt (403), without a call. Events
-    /// written there would be read as gridrelay's own messages.
+    /// though every destination is allowed: the same failed attempt (403), without a call.
+    /// Events written there would be read as gridrelay's own messages.
     #[tokio::test]
     async fn the_installations_own_queue_is_never_written_s4() {
+        never_written(AllowedDestinations::any().refusing_own_queues([QUEUE])).await;
+    }
+
+    /// An event for a subscription to [`QUEUE`], under `destinations`, is attempted without a
+    /// call: 403 `Forbidden`, retried.
+    async fn never_written(destinations: AllowedDestinations) {
         let mut w = world_with(to(QUEUE)).await;
-        w.deliver.settings.destinations = AllowedDestinations::any().refusing_own_queues([QUEUE]);
+        w.deliver.settings.destinations = destinations;
         w.publish(&["a"]).await;
         let report = w.run().await.report;
         assert_eq!((report.delivered, report.retried), (0, 1));
