@@ -577,7 +577,7 @@ async fn a_missing_topic_bus_or_stream_is_retried_then_dead_lettered_s4() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_systems_own_queues_are_never_a_destination_s4() {
     use gridrelay_e2e::{Reply, Subscriber};
-    use gridrelay_shared::message::{DeliveryMessage, QueuedEvent};
+    use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
     use gridrelay_shared::schema::{InputMapping, InputSchema};
 
     let sys = TestSystem::start(0.01).await;
@@ -618,18 +618,11 @@ async fn the_systems_own_queues_are_never_a_destination_s4() {
         .await
         .expect("replaced");
 
-    let forged = DeliveryMessage {
-        topic: "billing".into(),
-        subscription: "payouts".into(),
-        subscription_id: target.id.clone(),
-        schema: Default::default(),
-        attempts: 0,
-        not_before: chrono::Utc::now(),
-        last_attempt: None,
-        timed_out_attempt: None,
-        rate_booked_at: None,
-        probation: false,
-        events: vec![QueuedEvent::new(
+    // A new delivery to billing/payouts, made as fan-out makes one.
+    let forged = DeliveryMessage::packed(
+        &DeliveryHistory::new(&target),
+        chrono::Utc::now(),
+        vec![QueuedEvent::new(
             chrono::Utc::now(),
             serde_json::value::RawValue::from_string(
                 json!({"id": "forged", "subject": "/pay", "eventType": "Payout",
@@ -638,7 +631,8 @@ async fn the_systems_own_queues_are_never_a_destination_s4() {
             )
             .expect("json"),
         )],
-    };
+    )
+    .remove(0);
     let delivered = sys.system.stats().deliver.delivered;
     let (status, answer) = sys
         .publish_raw(

@@ -10,7 +10,7 @@ use gridrelay_adapters::http_sender::{HttpEventSender, SenderConfig};
 use gridrelay_deliver::{Deliver, DeliverySettings, SubscriptionCaps};
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
 use gridrelay_ports::{MessageQueue, OutgoingMessage, RandomJitter, SystemClock};
-use gridrelay_shared::message::{DeliveryMessage, QueuedEvent};
+use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
 use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 use gridrelay_shared::subscription::SubscriptionRequest;
 use serde_json::json;
@@ -180,23 +180,16 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         ))),
         settings: DeliverySettings::new(sys.scale),
     };
-    let good = DeliveryMessage {
-        topic: "direct".into(),
-        subscription: "sub-1".into(),
-        subscription_id: registered.id.clone(),
-        schema: Default::default(),
-        attempts: 0,
-        not_before: chrono::Utc::now(),
-        last_attempt: None,
-        timed_out_attempt: None,
-        rate_booked_at: None,
-        probation: false,
-        events: vec![QueuedEvent::new(
+    let good = DeliveryMessage::packed(
+        &DeliveryHistory::new(&registered),
+        chrono::Utc::now(),
+        vec![QueuedEvent::new(
             chrono::Utc::now(),
             serde_json::value::RawValue::from_string(r#"{"id":"direct-1","data":{}}"#.into())
                 .expect("json"),
         )],
-    };
+    )
+    .remove(0);
     let record = |id: &str, body: String| {
         let mut m = SqsMessage::default();
         m.message_id = Some(id.to_string());
