@@ -48,8 +48,15 @@ pub async fn run() -> anyhow::Result<()> {
             let mut rows = Vec::new();
             for &messages in sizes {
                 let events_in_batch = messages * per_message;
-                let batch =
-                    batch_of(&store, &topic, events_in_batch, per_message, EVENT_BYTES).await?;
+                let batch = batch_of(
+                    &resources,
+                    &store,
+                    &topic,
+                    events_in_batch,
+                    per_message,
+                    EVENT_BYTES,
+                )
+                .await?;
                 let payload = serde_json::to_vec(&batch.batch)?.len();
                 let billed_ms = warm_billed_ms(
                     &resources,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chrono::Utc;
-use gridrelay_adapters::aws::{DynamoSubscriptionStore, sqs_event};
+use gridrelay_adapters::aws::{DynamoSubscriptionStore, local_queue_key, seal_records, sqs_event};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_e2e::runtime_api::{LambdaProcess, bootstrap_path, publish_event, resident_kib};
 use gridrelay_local::{ResourceNames, Resources, provision};
@@ -93,7 +93,7 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
         batch,
         event_bytes,
         messages: in_batch,
-    } = full_batch(&store, "bench", events_in_batch).await?;
+    } = full_batch(&resources, &store, "bench", events_in_batch).await?;
     let mut f = LambdaProcess::start("gridrelay-deliver", &resources, &[LOOPBACK_ALLOWED]).await;
     f.init_duration().await;
     let pid = f.pid().context("deliver's pid")?;
@@ -206,6 +206,7 @@ pub struct FullBatch {
 /// `events` events published to `topic`, fanned out to its subscriptions, in one batch of 10
 /// messages.
 pub async fn full_batch(
+    resources: &Resources,
     store: &DynamoSubscriptionStore,
     topic: &str,
     events_in_batch: usize,
@@ -213,13 +214,22 @@ pub async fn full_batch(
     let per_message = events_in_batch.div_ceil(10).max(1);
     // Small enough that a message holds `per_message` of them, as SQS's size allows.
     let event_bytes = (200_000 / per_message).clamp(150, 1_000);
-    batch_of(store, topic, events_in_batch, per_message, event_bytes).await
+    batch_of(
+        resources,
+        store,
+        topic,
+        events_in_batch,
+        per_message,
+        event_bytes,
+    )
+    .await
 }
 
 /// One SQS batch of `events_in_batch` events of `event_bytes` each, published to `topic` in
 /// arrays of `per_message` and fanned out to its subscriptions (one message per array), as
-/// the event source hands it over.
+/// the event source hands it over (sealed under the stack's key, as `deliver` takes them).
 pub async fn batch_of(
+    resources: &Resources,
     store: &DynamoSubscriptionStore,
     topic: &str,
     events_in_batch: usize,
@@ -254,8 +264,15 @@ pub async fn batch_of(
             received.len()
         );
     }
+    let key = local_queue_key(
+        &gridrelay_e2e::sdk_config().await,
+        &resources.names.queue_key_secret,
+    )
+    .await?;
+    let mut event = sqs_event(&received);
+    seal_records(&mut event, &key);
     Ok(FullBatch {
-        batch: serde_json::to_value(sqs_event(&received))?,
+        batch: serde_json::to_value(event)?,
         event_bytes,
         messages: received.len(),
     })

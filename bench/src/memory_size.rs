@@ -178,7 +178,8 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
             sink::serve("127.0.0.1:0".parse()?, Duration::from_millis(delay_ms)).await?;
         let topic = format!("bench-{delay_ms}");
         subscribed_topic(&store, &topic, hook).await?;
-        let FullBatch { batch, .. } = full_batch(&store, &topic, events_in_batch).await?;
+        let FullBatch { batch, .. } =
+            full_batch(&resources, &store, &topic, events_in_batch).await?;
         let mut rows = Vec::new();
         for memory_mb in SIZES {
             let billed_ms =

@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use gridrelay_adapters::aws::{
     AwsResourceSender, DynamoDeliveryStateStore, DynamoSubscriptionStore, S3ObjectStore,
-    SecretsManagerStore, SqsQueue, describe_error, load_sdk_config, s3_client,
+    SecretsManagerStore, SqsQueue, describe_error, load_sdk_config, queue_key, s3_client,
 };
 use gridrelay_adapters::config::{self, TableNames};
 use gridrelay_adapters::outbound::SystemResolver;
@@ -23,12 +23,16 @@ use gridrelay_ports::redrive::{
     DeadLetterSelection, QueueKind, redrive_dead_letters, redrive_queue,
 };
 use gridrelay_ports::registration::{RegistrationError, Registry};
-use gridrelay_ports::{DeliveryStateStore, StoreError, SubscriptionStore};
+use gridrelay_ports::{
+    DeliveryStateStore, MessageQueue, OutgoingMessage, QueueError, ReceivedMessage, StoreError,
+    SubscriptionStore,
+};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::destination::AllowedDestinations;
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_subscription_name, validate_topic_name};
 use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy, redact_endpoint};
+use gridrelay_shared::queue_seal::QueueKey;
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::signing::SigningSecret;
 use gridrelay_shared::subscription::{
@@ -99,6 +103,13 @@ struct Cli {
         default_value = "gridrelay-delivery"
     )]
     delivery_queue: String,
+    /// The Secrets Manager secret (ARN or name) holding the key gridrelay seals its queue
+    /// messages with: the stack's QueueKeySecret output. What the command line sends to the
+    /// delivery queue (handshake steps, redriven messages) must carry its seal. Default:
+    /// `<prefix>-queue-key` beside a delivery queue named `<prefix>-delivery` (a local
+    /// installation).
+    #[arg(long, global = true, env = config::QUEUE_KEY_SECRET_ENV)]
+    queue_key_secret: Option<String>,
     /// Networks (comma-separated CIDRs) endpoints may be in although not public, where plain
     /// http:// is allowed too. Default for `local`: loopback. Default for `event-subscription
     /// create`: loopback when AWS_ENDPOINT_URL is on this machine (a local stack), else none;
@@ -857,7 +868,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     match cli.command {
         Command::Local(args) => run_local(args, cli.allowed_networks.as_deref()).await,
-        Command::Redrive(cmd) => redrive_command(cmd, tables, &cli.delivery_queue).await,
+        Command::Redrive(cmd) => {
+            let queues = OwnQueues {
+                delivery: &cli.delivery_queue,
+                key_secret: cli.queue_key_secret.as_deref(),
+            };
+            redrive_command(cmd, tables, queues).await
+        }
         Command::Topic(cmd) => {
             if let TopicCommand::Show(t) | TopicCommand::Delete(t) = &cmd {
                 validate_topic_name(&t.name).map_err(invalid)?;
@@ -912,7 +929,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 cli.delivery_queue.clone()
             };
-            let queue = SqsQueue::new(sqs.clone(), &queue_url);
+            // Only create and update send to the delivery queue (handshake and expiry steps);
+            // the other commands need no key.
+            let queue: Box<dyn MessageQueue> = if matches!(
+                cmd,
+                SubscriptionCommand::Create(_) | SubscriptionCommand::Update(_)
+            ) {
+                let own = OwnQueues {
+                    delivery: &cli.delivery_queue,
+                    key_secret: cli.queue_key_secret.as_deref(),
+                };
+                Box::new(SqsQueue::new(sqs.clone(), &queue_url, own.key(&sdk).await?))
+            } else {
+                Box::new(NoDeliveryQueue)
+            };
             let endpoints = EndpointCheck {
                 policy: OutboundPolicy::new(create_allowed_networks(
                     cli.allowed_networks.as_deref(),
@@ -927,7 +957,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 store: &store,
                 secrets: &secrets,
                 secret_prefix: &cli.secret_prefix,
-                delivery_queue: &queue,
+                delivery_queue: queue.as_ref(),
                 endpoints: &endpoints,
                 dead_letters: &objects,
                 resources: &resources,
@@ -944,21 +974,93 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The installation's delivery queue, as given, and the secret of the key its messages are
+/// sealed with, if given.
+#[derive(Clone, Copy)]
+struct OwnQueues<'a> {
+    delivery: &'a str,
+    key_secret: Option<&'a str>,
+}
+
+impl OwnQueues<'_> {
+    /// The key the installation seals its queue messages with (#34 item 2): given, or the one
+    /// beside a delivery queue named `<prefix>-delivery`.
+    async fn key(&self, sdk: &aws_config::SdkConfig) -> anyhow::Result<QueueKey> {
+        let secret = match self.key_secret {
+            Some(secret) => secret.to_string(),
+            None => ResourceNames::beside_delivery_queue(self.delivery)
+                .map(|names| names.queue_key_secret)
+                .with_context(|| {
+                    format!(
+                        "set --queue-key-secret or {} to the stack's QueueKeySecret output (the \
+                         delivery queue {:?} is not named <prefix>-delivery, so its key's secret \
+                         is unknown)",
+                        config::QUEUE_KEY_SECRET_ENV,
+                        self.delivery
+                    )
+                })?,
+        };
+        queue_key(sdk, &secret, Duration::ZERO)
+            .await
+            .with_context(|| {
+                format!(
+                    "no queue key: what is sent to the delivery queue is sealed with the key in \
+                 secret {secret:?}; set --queue-key-secret or {} to the stack's QueueKeySecret \
+                 output",
+                    config::QUEUE_KEY_SECRET_ENV
+                )
+            })
+    }
+}
+
+/// The delivery queue of the commands that send nothing to it: a send is a bug, refused.
+struct NoDeliveryQueue;
+
+#[async_trait::async_trait]
+impl MessageQueue for NoDeliveryQueue {
+    async fn send_all(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>> {
+        messages.iter().map(|_| Err(Self::refused())).collect()
+    }
+    async fn retry_after(&self, _: &str, _: Duration) -> Result<(), QueueError> {
+        Err(Self::refused())
+    }
+    async fn receive_batch(
+        &self,
+        _: usize,
+        _: Duration,
+    ) -> Result<Vec<ReceivedMessage>, QueueError> {
+        Err(Self::refused())
+    }
+    async fn delete_received(&self, _: &str) -> Result<(), QueueError> {
+        Err(Self::refused())
+    }
+}
+
+impl NoDeliveryQueue {
+    fn refused() -> QueueError {
+        QueueError("this command does not use the delivery queue".to_string())
+    }
+}
+
 async fn redrive_command(
     cmd: RedriveCommand,
     tables: TableNames,
-    delivery_queue: &str,
+    queues: OwnQueues<'_>,
 ) -> anyhow::Result<()> {
     match cmd {
-        RedriveCommand::Queue(args) => redrive_queue_command(args, delivery_queue).await,
+        RedriveCommand::Queue(args) => redrive_queue_command(args, queues).await,
         RedriveCommand::DeadLetters(args) => {
-            redrive_dead_letters_command(args, tables, delivery_queue).await
+            redrive_dead_letters_command(args, tables, queues).await
         }
     }
 }
 
 /// `gridrelay redrive queue`: parked messages back to the queue they came from.
-async fn redrive_queue_command(args: RedriveQueueArgs, delivery_queue: &str) -> anyhow::Result<()> {
+async fn redrive_queue_command(
+    args: RedriveQueueArgs,
+    queues: OwnQueues<'_>,
+) -> anyhow::Result<()> {
+    let delivery_queue = queues.delivery;
     // Unnamed queues are the ones beside the delivery queue, named with its prefix.
     let beside = || {
         ResourceNames::beside_delivery_queue(delivery_queue).with_context(|| {
@@ -988,9 +1090,10 @@ async fn redrive_queue_command(args: RedriveQueueArgs, delivery_queue: &str) -> 
         }
         (None, QueueKind::Delivery) => delivery_queue_url(&sqs, delivery_queue).await?,
     };
+    let key = queues.key(&sdk).await?;
     let report = redrive_queue(
-        &SqsQueue::new(sqs.clone(), &from),
-        &SqsQueue::new(sqs, &to),
+        &SqsQueue::new(sqs.clone(), &from, key.clone()),
+        &SqsQueue::new(sqs, &to, key),
         kind,
         args.dry_run,
         args.max_messages,
@@ -1005,6 +1108,7 @@ async fn redrive_queue_command(args: RedriveQueueArgs, delivery_queue: &str) -> 
             (whose.clone(), json!({"messages": m.messages, "events": m.events}))
         }).collect::<serde_json::Map<_, _>>(),
         "leftUnreadableOrOfAnotherKind": report.unreadable,
+        "leftUnsealed": report.unsealed,
     }))
 }
 
@@ -1012,14 +1116,19 @@ async fn redrive_queue_command(args: RedriveQueueArgs, delivery_queue: &str) -> 
 async fn redrive_dead_letters_command(
     args: RedriveDeadLettersArgs,
     tables: TableNames,
-    delivery_queue: &str,
+    queues: OwnQueues<'_>,
 ) -> anyhow::Result<()> {
+    let delivery_queue = queues.delivery;
     let selection = args.selection().map_err(invalid)?;
     let sdk = load_sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let store = DynamoSubscriptionStore::from_sdk(&sdk, tables);
     let objects = S3ObjectStore::new(s3_client(&sdk));
-    let queue = SqsQueue::new(sqs.clone(), delivery_queue_url(&sqs, delivery_queue).await?);
+    let queue = SqsQueue::new(
+        sqs.clone(),
+        delivery_queue_url(&sqs, delivery_queue).await?,
+        queues.key(&sdk).await?,
+    );
     let report = redrive_dead_letters(
         &store,
         &objects,
@@ -1593,6 +1702,7 @@ fn stop_report(stats: &gridrelay_local::RunnerStats) -> serde_json::Value {
             "recordsDropped": l.records_dropped,
         },
         "stoppedInvocations": stats.stopped_invocations,
+        "unsealedDropped": stats.unsealed_dropped,
         "latency": {
             "queueMs": percentiles(&stats.latencies.queue_ms, "messages"),
             "publishToAnswerMs": percentiles(&stats.latencies.publish_to_answer_ms, "events"),

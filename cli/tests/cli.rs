@@ -479,7 +479,11 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
             .expect("json"))],
     );
     let redrive_url = sys.system.resources.delivery_redrive_queue_url.clone();
-    let redrive = SqsQueue::new(aws_sdk_sqs::Client::new(&sys.sdk), &redrive_url);
+    let redrive = SqsQueue::new(
+        aws_sdk_sqs::Client::new(&sys.sdk),
+        &redrive_url,
+        sys.system.queue_key.clone(),
+    );
     let sent = redrive
         .send_all(&[OutgoingMessage {
             body: parked[0].to_body().expect("body"),
@@ -487,14 +491,30 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
         }])
         .await;
     assert!(sent[0].is_ok());
+    // #34 item 2: one that gridrelay did not write (no seal) stays where it is.
+    aws_sdk_sqs::Client::new(&sys.sdk)
+        .send_message()
+        .queue_url(&redrive_url)
+        .message_body(
+            parked[0]
+                .to_body()
+                .expect("body")
+                .replace("parked-1", "forged-1"),
+        )
+        .send()
+        .await
+        .expect("sent");
     let moved = json(&gridrelay(
         &["redrive", "queue", "--from", &redrive_url],
         Some(&sys.names),
     ));
     assert_eq!(moved["messages"], 1, "{moved}");
     assert_eq!(moved["moved"]["redo/audit"]["events"], 1);
+    assert_eq!(moved["leftUnsealed"], 1, "{moved}");
     let delivered = sub.wait_for_requests(3, Duration::from_secs(30)).await;
     assert_eq!(delivered[2].ids(), vec!["parked-1"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(sub.received().len(), 3, "never the unsealed one");
     sys.shutdown().await;
 }
 

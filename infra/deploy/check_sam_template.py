@@ -31,12 +31,16 @@ def getatt(name):
 DESTINATIONS = {"Ref": "DeliveryDestinationArns"}
 DESTINATIONS_CONDITION = "HasDeliveryDestinations"
 
+QUEUE_KEY = {"Ref": "QueueKey"}
+
 EXPECTED = {
     "IngestFunction": {
         "dynamodb:GetItem": [getatt("TopicsTable"), getatt("SubscriptionsTable")],
         "dynamodb:Query": [getatt("SubscriptionsTable")],
         "dynamodb:PutItem": [getatt("SubscriptionsTable")],
         "sqs:SendMessage": [getatt("DeliveryQueue")],
+        # #34 item 2: the key its queue messages are sealed with.
+        "secretsmanager:GetSecretValue": [QUEUE_KEY],
     },
     "DeliverFunction": {
         "dynamodb:GetItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
@@ -50,7 +54,8 @@ EXPECTED = {
         "kinesis:PutRecords": [DESTINATIONS],
         "lambda:InvokeFunction": [DESTINATIONS],
         "secretsmanager:GetSecretValue": [
-            {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}
+            {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"},
+            QUEUE_KEY,
         ],
         "secretsmanager:DeleteSecret": [
             {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}
@@ -68,6 +73,7 @@ EXPECTED = {
         "sqs:DeleteMessage": [getatt("DeadLetterQueue")],
         "sqs:GetQueueAttributes": [getatt("DeadLetterQueue")],
         "sqs:ChangeMessageVisibility": [getatt("DeadLetterQueue")],
+        "secretsmanager:GetSecretValue": [QUEUE_KEY],
     },
 }
 
@@ -115,6 +121,7 @@ def metric_problems(resources):
         ("DroppedEventsAlarm", "EventsDropped"),
         ("DeadLetteredEventsAlarm", "EventsDeadLettered"),
         ("DeadLetterDroppedEventsAlarm", "DeadLetterEventsDropped"),
+        ("UnsealedMessagesAlarm", "UnsealedMessagesDropped"),
     ]:
         props = resources.get(alarm, {}).get("Properties", {})
         if props.get("MetricName") != metric or [d.get("Name") for d in props.get("Dimensions", [])] != ["Stack"]:
@@ -125,6 +132,19 @@ def metric_problems(resources):
             problems.append(f"{function}: GRIDRELAY_STACK_NAME is not set (its metrics' Stack dimension)")
     if any(r["Type"] == "AWS::Logs::MetricFilter" for r in resources.values()):
         problems.append("a log metric filter: the functions' metrics are embedded metric format")
+    return problems
+
+
+def queue_key_problems(resources):
+    """#34 item 2: a generated key (64 letters and digits) that every function is told of."""
+    problems = []
+    generated = resources.get("QueueKey", {}).get("Properties", {}).get("GenerateSecretString")
+    if generated != {"PasswordLength": 64, "ExcludePunctuation": True}:
+        problems.append(f"QueueKey: expected a generated 64-character key, got {generated}")
+    for function in ["IngestFunction", "DeliverFunction", "DeadLetterFunction"]:
+        env = resources[function]["Properties"].get("Environment", {}).get("Variables", {})
+        if env.get("GRIDRELAY_QUEUE_KEY_SECRET") != QUEUE_KEY:
+            problems.append(f"{function}: GRIDRELAY_QUEUE_KEY_SECRET is {env.get('GRIDRELAY_QUEUE_KEY_SECRET')}")
     return problems
 
 
@@ -171,6 +191,7 @@ def main():
         problems.append(f"expected two SQS mappings with ReportBatchItemFailures, got {mappings}")
     problems += concurrency_problems(resources, defaults)
     problems += metric_problems(resources)
+    problems += queue_key_problems(resources)
     if problems:
         print("SAM template check failed:\n" + "\n".join(problems), file=sys.stderr)
         sys.exit(1)

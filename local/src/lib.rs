@@ -27,7 +27,7 @@ use aws_lambda_events::sqs::SqsEvent;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
     AwsResourceSender, DynamoDeliveryStateStore, S3ObjectStore, SqsQueue, delivery_state_store,
-    s3_client, secret_store, subscription_store,
+    local_queue_key, s3_client, sealed_records, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_adapters::outbound::SystemResolver;
@@ -46,6 +46,7 @@ use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::destination::AllowedDestinations;
 use gridrelay_shared::limits::LimitError;
 use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
+use gridrelay_shared::queue_seal::QueueKey;
 use gridrelay_shared::subscription::{Topic, publish_path};
 use gridrelay_shared::time_scale::TimeScale;
 use hdrhistogram::Histogram;
@@ -196,6 +197,9 @@ pub struct RunnerStats {
     /// Invocations still running at their deadline, stopped (their messages come back after
     /// the visibility timeout). Counted apart from each function's (finished) invocations.
     pub stopped_invocations: usize,
+    /// Messages on the runner's queues that gridrelay did not write (no valid seal, #34 item
+    /// 2): dropped before any function saw them.
+    pub unsealed_dropped: usize,
     pub latencies: Latencies,
 }
 
@@ -280,6 +284,22 @@ pub async fn ensure_dead_letter_events_topic(store: &dyn SubscriptionStore) -> a
     }
 }
 
+/// As the Lambda functions do (#34 item 2): only the records gridrelay wrote reach a handler;
+/// the others are dropped, and counted in the runner's stats.
+fn sealed(
+    event: SqsEvent,
+    key: &QueueKey,
+    queue: &'static str,
+    stats: &Mutex<RunnerStats>,
+) -> SqsEvent {
+    let received = event.records.len();
+    let event = sealed_records(event, key, queue);
+    if let Ok(mut s) = stats.lock() {
+        s.unsealed_dropped += received - event.records.len();
+    }
+    event
+}
+
 /// A running local system. Dropping it without [`LocalSystem::shutdown`] leaves tasks running
 /// until the runtime ends.
 pub struct LocalSystem {
@@ -288,6 +308,8 @@ pub struct LocalSystem {
     pub store: Arc<dyn SubscriptionStore>,
     /// The delivery queue, where subscription registration asks for the handshake.
     pub delivery_queue: Arc<dyn MessageQueue>,
+    /// The key the runner's queue messages are sealed with (#34 item 2).
+    pub queue_key: QueueKey,
     stats: Arc<Mutex<RunnerStats>>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
@@ -313,9 +335,19 @@ impl LocalSystem {
             },
             config.config_cache,
         );
-        let delivery_queue = Arc::new(SqsQueue::new(sqs.clone(), &resources.delivery_queue_url));
-        let dead_letter_queue =
-            Arc::new(SqsQueue::new(sqs.clone(), &resources.dead_letter_queue_url));
+        let key = local_queue_key(sdk, &names.queue_key_secret)
+            .await
+            .context("could not make or read the runner's queue key")?;
+        let delivery_queue = Arc::new(SqsQueue::new(
+            sqs.clone(),
+            &resources.delivery_queue_url,
+            key.clone(),
+        ));
+        let dead_letter_queue = Arc::new(SqsQueue::new(
+            sqs.clone(),
+            &resources.dead_letter_queue_url,
+            key.clone(),
+        ));
         let clock = Arc::new(SystemClock);
 
         let ingest = Arc::new(Ingest {
@@ -403,6 +435,7 @@ impl LocalSystem {
             })
         };
         let deliver_stats = Arc::clone(&stats);
+        let deliver_key = key.clone();
         tasks.spawn(poller::poll(
             poller::Source::new(
                 sqs.clone(),
@@ -416,6 +449,7 @@ impl LocalSystem {
             Arc::new(move |event, deadline| {
                 let instances = Arc::clone(&instances);
                 let stats = Arc::clone(&deliver_stats);
+                let event = sealed(event, &deliver_key, "delivery", &stats);
                 Box::pin(async move {
                     let deliver = instances.take().await;
                     let started = std::time::Instant::now();
@@ -432,6 +466,7 @@ impl LocalSystem {
             }),
         ));
         let writer_stats = Arc::clone(&stats);
+        let writer_key = key.clone();
         tasks.spawn(poller::poll(
             poller::Source::new(
                 sqs,
@@ -445,6 +480,7 @@ impl LocalSystem {
             Arc::new(move |event, _deadline| {
                 let writer = Arc::clone(&writer);
                 let stats = Arc::clone(&writer_stats);
+                let event = sealed(event, &writer_key, "dead-letter", &stats);
                 Box::pin(async move {
                     let started = std::time::Instant::now();
                     let outcome = writer.handle(event).await;
@@ -463,6 +499,7 @@ impl LocalSystem {
             listen,
             store,
             delivery_queue,
+            queue_key: key,
             stats,
             stop,
             tasks,

@@ -3,11 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use gridrelay_adapters::aws::describe_error;
+use gridrelay_shared::queue_seal::SEAL_ATTRIBUTE;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::{error, warn};
@@ -51,6 +52,20 @@ impl Source {
             .map(|a| {
                 a.iter()
                     .map(|(k, v)| (k.as_str().to_string(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // As Lambda hands them over: string attributes (the seal, #34 item 2).
+        r.message_attributes = m
+            .message_attributes()
+            .map(|a| {
+                a.iter()
+                    .map(|(k, v)| {
+                        let mut attribute = SqsMessageAttribute::default();
+                        attribute.string_value = v.string_value().map(str::to_string);
+                        attribute.data_type = Some(v.data_type().to_string());
+                        (k.clone(), attribute)
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -126,6 +141,7 @@ pub(crate) async fn poll(
             .wait_time_seconds(1)
             .visibility_timeout(visibility)
             .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names(SEAL_ATTRIBUTE)
             .send();
         let received = tokio::select! {
             r = receive => r,

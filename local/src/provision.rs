@@ -1,4 +1,4 @@
-//! Creates gridrelay's queues, tables and bucket where they are missing.
+//! Creates gridrelay's queues, tables, bucket and queue key where they are missing.
 //!
 //! On AWS the SAM or CDK stack creates them; locally the runner and the tests do.
 
@@ -11,10 +11,10 @@ use aws_sdk_dynamodb::types::{
     TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
-use gridrelay_adapters::aws::{describe_error, s3_client};
+use gridrelay_adapters::aws::{describe_error, local_queue_key, s3_client};
 use gridrelay_adapters::config::{
-    DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV,
-    TOPICS_TABLE_ENV,
+    DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, QUEUE_KEY_SECRET_ENV, SECRET_PREFIX_ENV,
+    SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
 };
 
 /// Names of every resource, all derived from one prefix.
@@ -33,6 +33,9 @@ pub struct ResourceNames {
     pub secret_prefix: String,
     /// D1, R4: endpoint health and late successes.
     pub delivery_state_table: String,
+    /// The secret holding the key queue messages are sealed with (#34 item 2); outside the
+    /// secret prefix, so no subscription's header can name it.
+    pub queue_key_secret: String,
 }
 
 impl ResourceNames {
@@ -47,6 +50,7 @@ impl ResourceNames {
             dead_letter_bucket: format!("{prefix}-dead-letters"),
             secret_prefix: prefix.to_string(),
             delivery_state_table: format!("{prefix}-delivery-state"),
+            queue_key_secret: format!("{prefix}-queue-key"),
         }
     }
 
@@ -59,14 +63,15 @@ impl ResourceNames {
     }
 
     /// The environment that points the `gridrelay` command line at these resources: its
-    /// tables, its delivery queue (by name) and its secret prefix.
-    pub fn cli_env(&self) -> [(&'static str, &str); 5] {
+    /// tables, its delivery queue (by name), its secret prefix and its queue key.
+    pub fn cli_env(&self) -> [(&'static str, &str); 6] {
         [
             (TOPICS_TABLE_ENV, &self.topics_table),
             (SUBSCRIPTIONS_TABLE_ENV, &self.subscriptions_table),
             (DELIVERY_QUEUE_URL_ENV, &self.delivery_queue),
             (SECRET_PREFIX_ENV, &self.secret_prefix),
             (DELIVERY_STATE_TABLE_ENV, &self.delivery_state_table),
+            (QUEUE_KEY_SECRET_ENV, &self.queue_key_secret),
         ]
     }
 }
@@ -155,6 +160,11 @@ pub async fn provision(
         Some((&dead_letter_redrive_arn, max_receive_count)),
     )
     .await?;
+
+    // #34 item 2: the key every message on these queues is sealed with.
+    local_queue_key(sdk, &names.queue_key_secret)
+        .await
+        .context("could not make or read the queue key")?;
 
     let s3 = s3_client(sdk);
     match s3

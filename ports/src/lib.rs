@@ -246,6 +246,9 @@ pub struct ReceivedMessage {
     pub id: String,
     pub body: String,
     pub receipt_handle: String,
+    /// Written by gridrelay: sealed under the installation's key, or sent before it was in use
+    /// (#34 item 2; [`gridrelay_shared::queue_seal`]). An unsealed message is never acted on.
+    pub sealed: bool,
 }
 
 /// A call the object store did not answer as asked.

@@ -60,6 +60,9 @@ pub struct QueueRedriveReport {
     pub moved: BTreeMap<String, Moved>,
     /// Bodies that are not messages of the queue's kind: left where they are.
     pub unreadable: usize,
+    /// Messages gridrelay did not write (no valid seal, #34 item 2): never moved, left where
+    /// they are.
+    pub unsealed: usize,
 }
 
 impl QueueRedriveReport {
@@ -124,6 +127,11 @@ pub async fn redrive_queue(
             seen += batch.len();
             let mut movable = Vec::new();
             for message in batch {
+                if !message.sealed {
+                    report.unsealed += 1;
+                    left.push(message.receipt_handle);
+                    continue;
+                }
                 match describe(kind, &message.body) {
                     Some(about) if !dry_run => movable.push((about, message)),
                     Some(about) => {

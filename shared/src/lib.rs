@@ -31,6 +31,7 @@ pub mod limits;
 pub mod message;
 pub mod outbound;
 pub mod publish;
+pub mod queue_seal;
 pub mod queue_text;
 pub mod raw_json;
 pub mod readable;

@@ -201,6 +201,7 @@ impl LambdaProcess {
                 &resources.dead_letter_queue_url,
             )
             .env("GRIDRELAY_TIME_SCALE", "0.01")
+            .env("GRIDRELAY_QUEUE_KEY_SECRET", &names.queue_key_secret)
             .env(
                 "GRIDRELAY_DELIVERY_STATE_TABLE",
                 &names.delivery_state_table,

@@ -6,19 +6,22 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use gridrelay_adapters::aws::{DynamoSubscriptionStore, s3_client};
+use gridrelay_adapters::aws::{DynamoSubscriptionStore, local_queue_key, s3_client};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_e2e::runtime_api::{LambdaProcess, publish_event};
 use gridrelay_e2e::{Reply, Subscriber, eventually, sdk_config, subscription};
 use gridrelay_local::{ResourceNames, Resources, provision};
 use gridrelay_ports::SubscriptionStore;
 use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage};
+use gridrelay_shared::queue_seal::{QueueKey, SEAL_ATTRIBUTE};
 use gridrelay_shared::subscription::{Subscription, Topic};
 use gridrelay_shared::validation::{Provisioning, ProvisioningState};
 use serde_json::{Value, json};
 
 struct Setup {
     resources: Resources,
+    /// What the functions seal and check their queue messages with (#34 item 2).
+    key: QueueKey,
     store: DynamoSubscriptionStore,
     sdk: aws_config::SdkConfig,
 }
@@ -44,6 +47,9 @@ async fn setup() -> Setup {
     let id = uuid::Uuid::new_v4().simple().to_string();
     let names = ResourceNames::with_prefix(&format!("b{}", &id[..12]));
     let resources = provision(&sdk, &names, 3).await.expect("provision");
+    let key = local_queue_key(&sdk, &names.queue_key_secret)
+        .await
+        .expect("the queue key");
     let store = DynamoSubscriptionStore::from_sdk(
         &sdk,
         TableNames {
@@ -53,6 +59,7 @@ async fn setup() -> Setup {
     );
     Setup {
         resources,
+        key,
         store,
         sdk,
     }
@@ -76,13 +83,17 @@ async fn receive_one(sdk: &aws_config::SdkConfig, url: &str) -> String {
     .await
 }
 
-fn sqs_event(records: &[(&str, String)]) -> Value {
-    json!({"Records": records.iter().map(|(id, body)| json!({
+/// An SQS event as Lambda hands it over; each record sealed under its key, if it has one.
+fn sqs_event(records: &[(&str, String, Option<&QueueKey>)]) -> Value {
+    json!({"Records": records.iter().map(|(id, body, key)| json!({
         "messageId": id,
         "receiptHandle": format!("handle-{id}"),
         "body": body,
         "attributes": {"ApproximateReceiveCount": "1"},
-        "messageAttributes": {},
+        "messageAttributes": match key {
+            Some(key) => json!({SEAL_ATTRIBUTE: {"stringValue": key.seal(body), "dataType": "String"}}),
+            None => json!({}),
+        },
         "eventSource": "aws:sqs",
         "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:queue",
         "awsRegion": "us-east-1"
@@ -132,7 +143,8 @@ async fn ingest_bootstrap_serves_api_gateway_events() {
 }
 
 /// The deliver bootstrap answers SQS events with batch-item failures: the unreadable record
-/// only; the good record's event is POSTed to the subscriber.
+/// only; the good record's event is POSTed to the subscriber. A record gridrelay did not write
+/// (no seal) is neither: dropped unseen and counted (#34 item 2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliver_bootstrap_reports_batch_item_failures() {
     let s = setup().await;
@@ -154,17 +166,20 @@ async fn deliver_bootstrap_reports_batch_item_failures() {
     )
     .await;
 
+    let forged = message.to_string().replace("d-1", "forged-1");
     let answer = f
         .invoke(sqs_event(&[
-            ("good", message.to_string()),
-            ("poison", "not json".into()),
+            ("good", message.to_string(), Some(&s.key)),
+            ("poison", "not json".into(), Some(&s.key)),
+            ("forged", forged, None),
         ]))
         .await;
     assert_eq!(
         answer,
         json!({"batchItemFailures": [{"itemIdentifier": "poison"}]})
     );
-    assert_eq!(subscriber.received()[0].ids(), vec!["d-1"]);
+    let received: Vec<String> = subscriber.received().iter().flat_map(|r| r.ids()).collect();
+    assert_eq!(received, ["d-1"]);
 
     // Issue #9: after the invocation, its metrics in CloudWatch embedded metric format, one
     // document for the subscription and one for the stack, each with its dimensions.
@@ -214,6 +229,12 @@ async fn deliver_bootstrap_reports_batch_item_failures() {
         .find(|d| dimensions(d) == ["Stack"])
         .unwrap_or_else(|| panic!("no metrics for the stack in {logged}"));
     assert_eq!(of_stack["EventsDelivered"], 1);
+    assert!(
+        documents
+            .iter()
+            .any(|d| dimensions(d) == ["Stack"] && d["UnsealedMessagesDropped"] == 1),
+        "UnsealedMessagesDropped for the stack in {logged}"
+    );
 }
 
 /// The dead-letter bootstrap writes the records of an SQS event to S3.
@@ -231,7 +252,9 @@ async fn dead_letter_bootstrap_writes_to_s3() {
     DeadLetterMessage::from_body(&message.to_string()).expect("a valid dead-letter message");
     let mut f = LambdaProcess::start("gridrelay-dead-letter", &s.resources, &[]).await;
 
-    let answer = f.invoke(sqs_event(&[("m1", message.to_string())])).await;
+    let answer = f
+        .invoke(sqs_event(&[("m1", message.to_string(), Some(&s.key))]))
+        .await;
     assert_eq!(answer, json!({"batchItemFailures": []}));
     let s3 = s3_client(&s.sdk);
     let listed = s3

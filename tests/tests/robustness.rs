@@ -100,12 +100,19 @@ async fn poison_message_blocks_nothing_and_is_moved_aside() {
         .await;
 
     let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
-    sqs.send_message()
-        .queue_url(&sys.system.resources.delivery_queue_url)
-        .message_body("{not a delivery message")
-        .send()
-        .await
-        .expect("send poison");
+    // Sealed, as gridrelay writes (an older version's body, say): one that is not is dropped
+    // unseen (#34 item 2).
+    let sent = SqsQueue::new(
+        sqs.clone(),
+        &sys.system.resources.delivery_queue_url,
+        sys.system.queue_key.clone(),
+    )
+    .send_all(&[OutgoingMessage {
+        body: "{not a delivery message".into(),
+        delay: Duration::ZERO,
+    }])
+    .await;
+    assert!(sent[0].is_ok(), "send poison: {sent:?}");
     sys.publish(&topic, &events("p", 3)).await;
 
     eventually(WAIT, "the good events", || async {
@@ -148,10 +155,12 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         delivery_queue: Arc::new(SqsQueue::new(
             sqs.clone(),
             &sys.system.resources.delivery_queue_url,
+            sys.system.queue_key.clone(),
         )),
         dead_letter_queue: Arc::new(SqsQueue::new(
             sqs,
             &sys.system.resources.dead_letter_queue_url,
+            sys.system.queue_key.clone(),
         )),
         sender: Arc::new(
             HttpEventSender::new(SenderConfig::new(
@@ -457,7 +466,7 @@ async fn a_failed_message_comes_back_after_its_short_wait() {
     let sys = TestSystem::start(0.01).await;
     let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
     let url = sys.system.resources.delivery_redrive_queue_url.clone();
-    let queue = SqsQueue::new(sqs.clone(), &url);
+    let queue = SqsQueue::new(sqs.clone(), &url, sys.system.queue_key.clone());
     let sent = queue
         .send_all(&[OutgoingMessage {
             body: "{}".into(),
@@ -488,5 +497,121 @@ async fn a_failed_message_comes_back_after_its_short_wait() {
     })
     .await;
     assert_eq!(again[0].message_id(), first[0].message_id());
+    sys.shutdown().await;
+}
+
+/// #34 item 2: `deliver` and `dead-letter` act only on messages gridrelay wrote. A delivery
+/// message for a real subscription, written to the delivery queue by anyone but gridrelay
+/// (no seal, or a seal under another key), and a dead-letter message written to the
+/// dead-letter queue the same way, are dropped and counted: the subscriber never receives the
+/// forged event, no dead-letter object is written, and neither message is left on its queue;
+/// what gridrelay itself writes around them is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_gridrelay_did_not_write_are_dropped_unseen() {
+    use gridrelay_shared::decision::DeadLetterReason;
+    use gridrelay_shared::message::{DeadLetterEntry, DeadLetterMessage};
+    use gridrelay_shared::queue_seal::{QueueKey, SEAL_ATTRIBUTE};
+    use gridrelay_shared::subscription::DeadLetterDestination;
+
+    let sys = TestSystem::start(0.01).await;
+    let billing = sys.topic("billing").await;
+    let payouts = Subscriber::start(vec![], Reply::Status(200)).await;
+    let target = sys
+        .subscribe(subscription("billing", "payouts", &payouts.url))
+        .await;
+    let event = |id: &str| {
+        serde_json::value::RawValue::from_string(
+            json!({"id": id, "subject": "/pay", "eventType": "Payout",
+                   "eventTime": "2026-11-26T00:00:00Z", "data": {"to": "mallory"}})
+            .to_string(),
+        )
+        .expect("json")
+    };
+    let forged = |id: &str| {
+        DeliveryMessage::packed(
+            &DeliveryHistory::new(&target),
+            chrono::Utc::now(),
+            vec![QueuedEvent::new(chrono::Utc::now(), event(id))],
+        )
+        .remove(0)
+        .to_body()
+        .expect("encode")
+    };
+    let dead_letter = DeadLetterMessage {
+        topic: "billing".into(),
+        subscription: "payouts".into(),
+        subscription_id: target.id.clone(),
+        schema: Default::default(),
+        destination: DeadLetterDestination {
+            bucket: sys.names.dead_letter_bucket.clone(),
+            prefix: "forged".into(),
+        },
+        dead_lettered_at: chrono::Utc::now(),
+        first_write_failure: None,
+        entries: vec![DeadLetterEntry {
+            reason: DeadLetterReason::MaxDeliveryAttemptsExceeded,
+            delivery_attempts: 1,
+            last_outcome: None,
+            publish_time: chrono::Utc::now(),
+            last_attempt_time: None,
+            event: event("forged-dead-letter"),
+        }],
+    }
+    .to_body()
+    .expect("encode");
+
+    let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
+    let send = |queue: String, body: String, seal: Option<String>| {
+        let request = sqs.send_message().queue_url(queue).message_body(body);
+        let request = match seal {
+            Some(seal) => request.message_attributes(
+                SEAL_ATTRIBUTE,
+                aws_sdk_sqs::types::MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(seal)
+                    .build()
+                    .expect("attribute"),
+            ),
+            None => request,
+        };
+        async move { request.send().await.expect("sent") }
+    };
+    let resources = &sys.system.resources;
+    send(
+        resources.delivery_queue_url.clone(),
+        forged("unsealed"),
+        None,
+    )
+    .await;
+    let other_key = QueueKey::new(&QueueKey::generate_text(), chrono::Utc::now()).expect("key");
+    let body = forged("sealed-by-another-key");
+    let seal = other_key.seal(&body);
+    send(resources.delivery_queue_url.clone(), body, Some(seal)).await;
+    send(resources.dead_letter_queue_url.clone(), dead_letter, None).await;
+
+    // What gridrelay writes around them goes through; they never do.
+    sys.publish(&billing, &events("real", 1)).await;
+    payouts.wait_for_requests(1, WAIT).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ids: Vec<String> = payouts.received().iter().flat_map(|r| r.ids()).collect();
+    assert_eq!(ids, ["real-0"], "only the real event");
+    let stats = sys
+        .wait_for_stats("the three messages dropped", |s| s.unsealed_dropped >= 3)
+        .await;
+    assert_eq!(stats.unsealed_dropped, 3);
+    assert!(sys.dead_letter_objects("forged").await.is_empty());
+    for queue in [
+        &resources.delivery_queue_url,
+        &resources.dead_letter_queue_url,
+        &resources.delivery_redrive_queue_url,
+        &resources.dead_letter_redrive_queue_url,
+    ] {
+        assert_eq!(
+            sys.queue_depth(queue).await,
+            0,
+            "{queue}: dropped, not left"
+        );
+    }
+    assert_eq!(sys.system.stats().unsealed_dropped, 3);
     sys.shutdown().await;
 }

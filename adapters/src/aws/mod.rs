@@ -13,8 +13,12 @@ pub use delivery_state::DynamoDeliveryStateStore;
 pub use dynamodb::DynamoSubscriptionStore;
 pub use resources::AwsResourceSender;
 pub use s3::S3ObjectStore;
-pub use secrets::SecretsManagerStore;
-pub use sqs::{SqsQueue, failed_receipts, sqs_event};
+pub use secrets::{
+    QueueKeyError, SecretsManagerStore, function_queue_key, local_queue_key, queue_key,
+};
+pub use sqs::{
+    SqsQueue, UNSEALED_METRIC, failed_receipts, seal_records, sealed_records, sqs_event,
+};
 
 use aws_config::meta::region::RegionProviderChain;
 use aws_config::{BehaviorVersion, SdkConfig};

@@ -1,8 +1,11 @@
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 use super::describe_error;
 use gridrelay_ports::{SecretError, SecretStore};
 use gridrelay_shared::delivery_attributes::SecretValue;
+use gridrelay_shared::queue_seal::QueueKey;
 
 /// Secret delivery header values in AWS Secrets Manager, one secret each.
 #[derive(Debug, Clone)]
@@ -100,4 +103,105 @@ impl SecretStore for SecretsManagerStore {
             Err(e) => Err(SecretError::Unavailable(describe_error(&e))),
         }
     }
+}
+
+/// The installation's queue key could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueKeyError {
+    #[error(transparent)]
+    NotSet(#[from] crate::config::MissingSetting),
+    #[error("could not read the queue key secret {secret}: {reason}")]
+    Unreadable { secret: String, reason: String },
+    #[error("the queue key secret {secret}: {source}")]
+    Invalid {
+        secret: String,
+        source: gridrelay_shared::queue_seal::KeyTooShort,
+    },
+}
+
+/// The key the functions seal their queue messages with (#34 item 2), read from the secret
+/// the stack generated. Unsealed messages are taken if SQS sent them before the key's version
+/// was made plus `grace`: the functions give [`UPGRADE_GRACE`] (see
+/// [`gridrelay_shared::queue_seal`]); the command line none, so a redrive never re-seals a
+/// message written after the key.
+pub async fn queue_key(
+    sdk: &aws_config::SdkConfig,
+    secret: &str,
+    grace: Duration,
+) -> Result<QueueKey, QueueKeyError> {
+    read_queue_key(&aws_sdk_secretsmanager::Client::new(sdk), secret, grace).await
+}
+
+/// The functions' queue key: the secret [`crate::config::QUEUE_KEY_SECRET_ENV`] names (the
+/// stack sets it), with [`gridrelay_shared::queue_seal::UPGRADE_GRACE`].
+pub async fn function_queue_key(sdk: &aws_config::SdkConfig) -> Result<QueueKey, QueueKeyError> {
+    let secret = crate::config::required(
+        crate::config::QUEUE_KEY_SECRET_ENV,
+        "the key queue messages are sealed with",
+    )?;
+    queue_key(sdk, &secret, gridrelay_shared::queue_seal::UPGRADE_GRACE).await
+}
+
+/// The queue key of a local installation (`gridrelay local`, the tests), made in the emulator
+/// under `name` if it is not there. Its queues never held unsealed messages, so none is taken.
+pub async fn local_queue_key(
+    sdk: &aws_config::SdkConfig,
+    name: &str,
+) -> Result<QueueKey, QueueKeyError> {
+    let client = aws_sdk_secretsmanager::Client::new(sdk);
+    let created = client
+        .create_secret()
+        .name(name)
+        .description("gridrelay: the key its functions seal their queue messages with")
+        .secret_string(QueueKey::generate_text())
+        .send()
+        .await;
+    match created {
+        Ok(_) => {}
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_exists_exception()) => {}
+        Err(e) => {
+            return Err(QueueKeyError::Unreadable {
+                secret: name.to_string(),
+                reason: describe_error(&e),
+            });
+        }
+    }
+    read_queue_key(&client, name, Duration::ZERO).await
+}
+
+async fn read_queue_key(
+    client: &aws_sdk_secretsmanager::Client,
+    secret: &str,
+    grace: Duration,
+) -> Result<QueueKey, QueueKeyError> {
+    let out = client
+        .get_secret_value()
+        .secret_id(secret)
+        .send()
+        .await
+        .map_err(|e| QueueKeyError::Unreadable {
+            secret: secret.to_string(),
+            reason: describe_error(&e),
+        })?;
+    let text = out
+        .secret_string()
+        .ok_or_else(|| QueueKeyError::Unreadable {
+            secret: secret.to_string(),
+            reason: "it holds no string".to_string(),
+        })?;
+    // Without it, every cold start would open a new window for unsealed messages.
+    let created = out
+        .created_date()
+        .and_then(|d| chrono::DateTime::from_timestamp(d.secs(), d.subsec_nanos()))
+        .ok_or_else(|| QueueKeyError::Unreadable {
+            secret: secret.to_string(),
+            reason: "Secrets Manager did not say when its value was made".to_string(),
+        })?;
+    let unsealed_before = created + chrono::Duration::from_std(grace).unwrap_or_default();
+    QueueKey::new(text, unsealed_before).map_err(|source| QueueKeyError::Invalid {
+        secret: secret.to_string(),
+        source,
+    })
 }

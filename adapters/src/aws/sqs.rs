@@ -3,12 +3,15 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 
 use async_trait::async_trait;
-use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use aws_sdk_sqs::types::{
+    MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry,
+};
 use futures::future::join_all;
 
 use super::describe_error;
 use gridrelay_ports::memory::QueuedMessage;
 use gridrelay_ports::{FailedReceipt, MessageQueue, OutgoingMessage, QueueError, ReceivedMessage};
+use gridrelay_shared::queue_seal::{QueueKey, SEAL_ATTRIBUTE, SealCheck};
 use gridrelay_shared::queue_text::{escape_for_sqs, first_refused};
 
 /// The record attribute that says how often SQS has handed the message out.
@@ -18,19 +21,28 @@ const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
 const MAX_BATCH_ENTRIES: usize = 10;
 /// SQS's limit on one SendMessageBatch request's total payload.
 const MAX_BATCH_BYTES: usize = 1_048_576;
+/// What the seal attribute adds to a message's size as SQS counts it: its name, its type and
+/// its value (the base64 of 32 bytes).
+const SEAL_BYTES: usize = SEAL_ATTRIBUTE.len() + "String".len() + 44;
+/// The system attribute SQS stamps each message with when it is sent (epoch milliseconds).
+const SENT_TIMESTAMP: &str = "SentTimestamp";
 
-/// An SQS queue, sent to with SendMessageBatch (10 entries a request).
+/// One of gridrelay's own SQS queues, sent to with SendMessageBatch (10 entries a request).
+/// Every message it sends is sealed with the installation's key, and what it receives is
+/// checked against it ([`gridrelay_shared::queue_seal`]).
 #[derive(Debug, Clone)]
 pub struct SqsQueue {
     client: aws_sdk_sqs::Client,
     url: String,
+    key: QueueKey,
 }
 
 impl SqsQueue {
-    pub fn new(client: aws_sdk_sqs::Client, url: impl Into<String>) -> Self {
+    pub fn new(client: aws_sdk_sqs::Client, url: impl Into<String>, key: QueueKey) -> Self {
         Self {
             client,
             url: url.into(),
+            key,
         }
     }
 
@@ -60,11 +72,18 @@ impl SqsQueue {
                 continue;
             }
             let delay = i32::try_from(m.delay.as_secs().min(900)).unwrap_or(900);
-            let entry = SendMessageBatchRequestEntry::builder()
-                .id(i.to_string())
-                .message_body(body)
-                .delay_seconds(delay)
+            let seal = MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(self.key.seal(&body))
                 .build();
+            let entry = seal.and_then(|seal| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body)
+                    .delay_seconds(delay)
+                    .message_attributes(SEAL_ATTRIBUTE, seal)
+                    .build()
+            });
             match entry {
                 Ok(e) => entries.push(e),
                 Err(e) => return all_failed(chunk, &e.to_string()),
@@ -125,7 +144,7 @@ fn chunks(messages: &[OutgoingMessage]) -> Vec<Vec<(usize, &OutgoingMessage)>> {
     let mut current = Vec::new();
     let mut bytes = 0;
     for (i, m) in messages.iter().enumerate() {
-        let size = m.body.len();
+        let size = m.body.len() + SEAL_BYTES;
         if !current.is_empty()
             && (current.len() == MAX_BATCH_ENTRIES || bytes + size > MAX_BATCH_BYTES)
         {
@@ -168,6 +187,8 @@ impl MessageQueue for SqsQueue {
             .max_number_of_messages(max)
             .visibility_timeout(visibility)
             .wait_time_seconds(1)
+            .message_attribute_names(SEAL_ATTRIBUTE)
+            .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
             .send()
             .await
             .map_err(|e| QueueError(describe_error(&e)))?;
@@ -176,10 +197,23 @@ impl MessageQueue for SqsQueue {
             .unwrap_or_default()
             .into_iter()
             .filter_map(|m| {
+                let body = m.body.unwrap_or_default();
+                let seal = m
+                    .message_attributes
+                    .as_ref()
+                    .and_then(|a| a.get(SEAL_ATTRIBUTE))
+                    .and_then(|v| v.string_value());
+                let sent_at = m
+                    .attributes
+                    .as_ref()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+                    .and_then(|t| sent_at(t));
+                let sealed = self.key.check(&body, seal, sent_at).is_taken();
                 Some(ReceivedMessage {
                     id: m.message_id?,
-                    body: m.body.unwrap_or_default(),
+                    body,
                     receipt_handle: m.receipt_handle?,
+                    sealed,
                 })
             })
             .collect())
@@ -209,6 +243,44 @@ impl MessageQueue for SqsQueue {
     }
 }
 
+/// SQS's `SentTimestamp` (epoch milliseconds) as a time.
+fn sent_at(millis: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::from_timestamp_millis(millis.parse().ok()?)
+}
+
+/// The records of an SQS event (as Lambda hands it over) that gridrelay wrote, sealed under
+/// `key` or sent before it; the others are dropped, each logged by message id and counted in
+/// [`UNSEALED_METRIC`] (#34 item 2). A dropped record is not a failure: it is
+/// deleted with the batch, never acted on.
+pub fn sealed_records(mut event: SqsEvent, key: &QueueKey, queue: &'static str) -> SqsEvent {
+    event.records.retain(|r| {
+        let seal = r
+            .message_attributes
+            .get(SEAL_ATTRIBUTE)
+            .and_then(|a| a.string_value.as_deref());
+        let sent = r.attributes.get(SENT_TIMESTAMP).and_then(|t| sent_at(t));
+        let body = r.body.as_deref().unwrap_or_default();
+        match key.check(body, seal, sent) {
+            SealCheck::Sealed | SealCheck::SentBeforeKey => true,
+            SealCheck::Refused(why) => {
+                tracing::error!(
+                    message_id = r.message_id.as_deref().unwrap_or_default(),
+                    queue,
+                    why = why.as_str(),
+                    "dropped a message gridrelay did not write (no valid seal)"
+                );
+                metrics::counter!(UNSEALED_METRIC).increment(1);
+                false
+            }
+        }
+    });
+    event
+}
+
+/// Messages on gridrelay's own queues dropped for want of a valid seal (#34 item 2): someone
+/// other than gridrelay wrote to them. The stack alarms on any.
+pub const UNSEALED_METRIC: &str = "UnsealedMessagesDropped";
+
 /// A visibility timeout in SQS's whole seconds, at most its 12 hours.
 fn visibility_seconds(d: Duration) -> i32 {
     i32::try_from(d.as_secs().min(43_200)).unwrap_or(43_200)
@@ -235,7 +307,9 @@ pub fn failed_receipts<'a>(
 
 /// The SQS event an event-source mapping hands a function for messages received from an
 /// in-memory queue ([`gridrelay_ports::memory::MemoryQueue`]): ids, receipts, bodies and
-/// receive counts, as [`failed_receipts`] reads them back. For tests and the simulation.
+/// receive counts, as [`failed_receipts`] reads them back. For tests and the simulation,
+/// which hand it to the functions' handlers directly (the seal is checked before them, by
+/// [`sealed_records`]).
 pub fn sqs_event(received: &[QueuedMessage]) -> SqsEvent {
     let mut event = SqsEvent::default();
     event.records = received
@@ -251,6 +325,19 @@ pub fn sqs_event(received: &[QueuedMessage]) -> SqsEvent {
         })
         .collect();
     event
+}
+
+/// Seals every record of an event made by [`sqs_event`] under `key`, as the records of
+/// messages [`SqsQueue`] sent arrive: for whatever hands such an event to a function's entry
+/// point, which checks the seal ([`sealed_records`]).
+pub fn seal_records(event: &mut SqsEvent, key: &QueueKey) {
+    for r in &mut event.records {
+        let mut seal = aws_lambda_events::sqs::SqsMessageAttribute::default();
+        seal.string_value = Some(key.seal(r.body.as_deref().unwrap_or_default()));
+        seal.data_type = Some("String".to_string());
+        r.message_attributes
+            .insert(SEAL_ATTRIBUTE.to_string(), seal);
+    }
 }
 
 #[cfg(test)]

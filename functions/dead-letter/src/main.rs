@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    S3ObjectStore, SqsQueue, load_sdk_config, s3_client, subscription_store,
+    S3ObjectStore, SqsQueue, function_queue_key, load_sdk_config, s3_client, sealed_records,
+    subscription_store,
 };
 use gridrelay_adapters::config::{
     DEAD_LETTER_EVENTS_TOPIC_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, TableNames,
@@ -27,6 +28,7 @@ async fn run() -> Result<(), Error> {
     let scale = TimeScale::from_env()?;
     let sdk = load_sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let key = function_queue_key(&sdk).await?;
     let writer = Arc::new(DeadLetterWriter {
         objects: Arc::new(S3ObjectStore::new(s3_client(&sdk))),
         dead_letter_queue: Arc::new(SqsQueue::new(
@@ -35,6 +37,7 @@ async fn run() -> Result<(), Error> {
                 DEAD_LETTER_QUEUE_URL_ENV,
                 "the SQS queue of events to dead-letter",
             )?,
+            key.clone(),
         )),
         clock: Arc::new(SystemClock),
         scale,
@@ -46,6 +49,7 @@ async fn run() -> Result<(), Error> {
                     DELIVERY_QUEUE_URL_ENV,
                     "the SQS queue dead-letter announcements are delivered from",
                 )?,
+                key.clone(),
             )),
             topic: std::env::var(DEAD_LETTER_EVENTS_TOPIC_ENV)
                 .unwrap_or_else(|_| DEAD_LETTER_EVENTS_TOPIC.to_string()),
@@ -59,8 +63,10 @@ async fn run() -> Result<(), Error> {
     );
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let writer = Arc::clone(&writer);
+        // #34 item 2: only messages gridrelay wrote are written out; the others are dropped.
+        let event = sealed_records(event.payload, &key, "dead-letter");
         async move {
-            let outcome = writer.handle(event.payload).await;
+            let outcome = writer.handle(event).await;
             gridrelay_adapters::metrics::flush(recorder);
             Ok::<SqsBatchResponse, Error>(outcome.into_batch_response())
         }

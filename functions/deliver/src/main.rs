@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    AwsResourceSender, DynamoDeliveryStateStore, SqsQueue, delivery_state_store, load_sdk_config,
-    secret_store, subscription_store,
+    AwsResourceSender, DynamoDeliveryStateStore, SqsQueue, delivery_state_store,
+    function_queue_key, load_sdk_config, sealed_records, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::{
     DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
@@ -60,10 +60,11 @@ async fn run() -> Result<(), Error> {
         DELIVERY_STATE_TABLE_ENV,
         "the DynamoDB table of endpoint health (D1), late successes (R4) and delivery caps",
     )?;
+    let key = function_queue_key(&sdk).await?;
     let deliver = Arc::new(Deliver {
         store: subscription_store(&sdk, TableNames::from_env(), keep),
-        delivery_queue: Arc::new(SqsQueue::new(sqs.clone(), delivery_queue_url)),
-        dead_letter_queue: Arc::new(SqsQueue::new(sqs, dead_letter_queue_url)),
+        delivery_queue: Arc::new(SqsQueue::new(sqs.clone(), delivery_queue_url, key.clone())),
+        dead_letter_queue: Arc::new(SqsQueue::new(sqs, dead_letter_queue_url, key.clone())),
         sender: Arc::new(settings.http_sender()?),
         resources: Arc::new(AwsResourceSender::from_sdk(&sdk)),
         clock: Arc::new(SystemClock),
@@ -81,6 +82,11 @@ async fn run() -> Result<(), Error> {
     metrics::describe();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let deliver = Arc::clone(&deliver);
+        // #34 item 2: only messages gridrelay wrote are acted on; the others are dropped.
+        let event = LambdaEvent {
+            payload: sealed_records(event.payload, &key, "delivery"),
+            context: event.context,
+        };
         // The invocation plans against the time Lambda gives it.
         let deadline = chrono::DateTime::<chrono::Utc>::from(event.context.deadline());
         async move {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gridrelay_adapters::aws::{SqsQueue, load_sdk_config, subscription_store};
+use gridrelay_adapters::aws::{SqsQueue, function_queue_key, load_sdk_config, subscription_store};
 use gridrelay_adapters::config::{
     DELIVERY_QUEUE_URL_ENV, TableNames, config_cache_from_env, required,
 };
@@ -21,9 +21,14 @@ async fn run() -> Result<(), Error> {
         DELIVERY_QUEUE_URL_ENV,
         "the SQS queue events are delivered from",
     )?;
+    let key = function_queue_key(&sdk).await?;
     let ingest = Arc::new(Ingest {
         store: subscription_store(&sdk, TableNames::from_env(), config_cache_from_env()?),
-        delivery_queue: Arc::new(SqsQueue::new(aws_sdk_sqs::Client::new(&sdk), queue_url)),
+        delivery_queue: Arc::new(SqsQueue::new(
+            aws_sdk_sqs::Client::new(&sdk),
+            queue_url,
+            key,
+        )),
         clock: Arc::new(SystemClock),
     });
     lambda_http::run(service_fn(move |request: Request| {

@@ -18,6 +18,7 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { RustFunction } from 'cargo-lambda-cdk';
@@ -99,6 +100,8 @@ export class Gridrelay extends Construct {
   public readonly deadLetterQueue: sqs.Queue;
   public readonly deadLetterRedriveQueue: sqs.Queue;
   public readonly deadLetterBucket: s3.Bucket;
+  /** The key every message on the construct's own queues is sealed with (#34 item 2). */
+  public readonly queueKey: secretsmanager.Secret;
   public readonly ingest: lambda.Function;
   public readonly deliver: lambda.Function;
   public readonly deadLetter: lambda.Function;
@@ -172,6 +175,13 @@ export class Gridrelay extends Construct {
     });
 
     const secretPrefix = props.secretPrefix ?? 'gridrelay';
+    // #34 item 2: the functions seal every message they write to their own queues with this
+    // key and act only on sealed ones, so nobody else can make them deliver. Its name is
+    // outside the secret prefix: no subscription's header can name it.
+    this.queueKey = new secretsmanager.Secret(this, 'QueueKey', {
+      description: 'gridrelay seals its queue messages with this key; only its functions read it.',
+      generateSecretString: { passwordLength: 64, excludePunctuation: true },
+    });
     const environment = {
       GRIDRELAY_TOPICS_TABLE: this.topicsTable.tableName,
       GRIDRELAY_SUBSCRIPTIONS_TABLE: this.subscriptionsTable.tableName,
@@ -181,6 +191,7 @@ export class Gridrelay extends Construct {
       GRIDRELAY_DEAD_LETTER_EVENTS_TOPIC: 'gridrelay-dead-letter-events',
       GRIDRELAY_SECRET_PREFIX: secretPrefix,
       GRIDRELAY_DELIVERY_STATE_TABLE: this.deliveryStateTable.tableName,
+      GRIDRELAY_QUEUE_KEY_SECRET: this.queueKey.secretArn,
       GRIDRELAY_CONFIG_CACHE_SECONDS: String(limits.configCacheSeconds),
       // The functions' metrics (embedded metric format) carry it as dimension Stack.
       GRIDRELAY_STACK_NAME: Stack.of(this).stackName,
@@ -246,6 +257,9 @@ export class Gridrelay extends Construct {
     allow(this.deadLetter, ['sqs:SendMessage'], [this.deadLetterQueue.queueArn, this.deliveryQueue.queueArn]);
     // L7: dead-letter writes are announced to the system topic's subscribers.
     allow(this.deadLetter, ['dynamodb:Query'], [this.subscriptionsTable.tableArn]);
+    for (const f of [this.ingest, this.deliver, this.deadLetter]) {
+      allow(f, ['secretsmanager:GetSecretValue'], [this.queueKey.secretArn]);
+    }
 
     // Event sources: ReportBatchItemFailures, so one bad message never fails its batch.
     this.deliver.addEventSource(new SqsEventSource(this.deliveryQueue, {
@@ -316,6 +330,8 @@ export class Gridrelay extends Construct {
         "Events were dead-lettered (attempts or time to live exhausted); see the subscription's metrics and the dead-letter bucket."),
       above0('DeadLetterDroppedEvents', stackMetric('DeadLetterEventsDropped'),
         'Dead-lettered events were dropped after their location was unavailable for four hours.'),
+      above0('UnsealedMessages', stackMetric('UnsealedMessagesDropped'),
+        'Messages that gridrelay did not write (no valid seal) reached its own queues and were dropped; something else can write to them.'),
       depth('DeliveryRedriveDepth', this.deliveryRedriveQueue, 'Poison messages reached the delivery redrive queue.'),
       depth('DeadLetterRedriveDepth', this.deadLetterRedriveQueue, 'Poison messages reached the dead-letter redrive queue.'),
     ];
@@ -324,7 +340,6 @@ export class Gridrelay extends Construct {
     }
   }
 
-  /** Stack outputs a user needs to point the gridrelay command line at this deployment. */
   /** The ARNs of the stack's own queues, comma-separated: no subscription may deliver to them. */
   public ownQueueArns(): string {
     return [this.deliveryQueue, this.deadLetterQueue, this.deliveryRedriveQueue, this.deadLetterRedriveQueue]
@@ -332,7 +347,9 @@ export class Gridrelay extends Construct {
       .join(',');
   }
 
+  /** Stack outputs a user needs to point the gridrelay command line at this deployment. */
   public addOutputs() {
+    new CfnOutput(this, 'QueueKeySecret', { value: this.queueKey.secretArn, description: 'Set GRIDRELAY_QUEUE_KEY_SECRET to it (the command line seals what it sends to the delivery queue with its key).' });
     new CfnOutput(this, 'OwnQueues', { value: this.ownQueueArns(), description: 'Set GRIDRELAY_OWN_QUEUES to it (the command line then refuses them as destinations).' });
     new CfnOutput(this, 'PublishUrl', { value: this.publishUrl, description: 'Set GRIDRELAY_PUBLISH_URL to it.' });
     new CfnOutput(this, 'TopicsTableName', { value: this.topicsTable.tableName, description: 'Set GRIDRELAY_TOPICS_TABLE to it.' });

@@ -157,9 +157,9 @@ test('dead-letter bucket: encrypted, private, expiring', () => {
 });
 
 test('alarms on redrive depth, dropped and dead-lettered events', () => {
-  template.resourceCountIs('AWS::CloudWatch::Alarm', 5);
+  template.resourceCountIs('AWS::CloudWatch::Alarm', 6);
   // The functions' own metrics (embedded metric format), for the stack: no log filter reads them.
-  for (const metricName of ['EventsDropped', 'EventsDeadLettered', 'DeadLetterEventsDropped']) {
+  for (const metricName of ['EventsDropped', 'EventsDeadLettered', 'DeadLetterEventsDropped', 'UnsealedMessagesDropped']) {
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
       Namespace: 'Gridrelay', MetricName: metricName,
       Dimensions: [{ Name: 'Stack', Value: Match.anyValue() }],
@@ -222,7 +222,7 @@ function grants(fn: { role?: { node: { defaultChild?: unknown } } }): Map<string
 
 test('least privilege: ingest reads topics and subscriptions and sends to the delivery queue only', () => {
   const g = grants(construct.ingest);
-  assert.deepEqual([...g.keys()].sort(), ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query', 'sqs:SendMessage']);
+  assert.deepEqual([...g.keys()].sort(), ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query', 'secretsmanager:GetSecretValue', 'sqs:SendMessage']);
   assert.deepEqual(g.get('dynamodb:GetItem'), [
     { 'Fn::GetAtt': [ref(construct.topicsTable), 'Arn'] },
     { 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] },
@@ -230,6 +230,24 @@ test('least privilege: ingest reads topics and subscriptions and sends to the de
   assert.deepEqual(g.get('dynamodb:PutItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
   assert.deepEqual(g.get('dynamodb:Query'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
   assert.deepEqual(g.get('sqs:SendMessage'), [{ 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] }]);
+});
+
+test('#34 item 2: each function reads the generated queue key, and only that secret beside its own', () => {
+  template.hasResourceProperties('AWS::SecretsManager::Secret', {
+    GenerateSecretString: { PasswordLength: 64, ExcludePunctuation: true },
+  });
+  const key = { Ref: ref(construct.queueKey) };
+  template.hasResourceProperties('AWS::Lambda::Function', {
+    Environment: { Variables: Match.objectLike({ GRIDRELAY_QUEUE_KEY_SECRET: key }) },
+  });
+  assert.equal(Object.keys(template.findResources('AWS::Lambda::Function', {
+    Properties: { Environment: { Variables: { GRIDRELAY_QUEUE_KEY_SECRET: key } } },
+  })).length, 3);
+  assert.deepEqual(grants(construct.ingest).get('secretsmanager:GetSecretValue'), [key]);
+  assert.deepEqual(grants(construct.deadLetter).get('secretsmanager:GetSecretValue'), [key]);
+  const deliver = grants(construct.deliver).get('secretsmanager:GetSecretValue') ?? [];
+  assert.equal(deliver.length, 2);
+  assert.deepEqual(deliver[1], key);
 });
 
 test('least privilege: deliver consumes its queue and sends to the two queues only', () => {
