@@ -19,19 +19,29 @@ python infra/deploy/check_sam_template.py
 
 echo "== CDK assertion tests" >&2
 (cd infra/cdk && npm test --silent)
-echo "== cdk synth (bundles the functions with cargo lambda)" >&2
-(cd infra/cdk && rm -rf cdk.out && npx --no-install cdk synth --quiet --no-notices --no-version-reporting)
+# The architecture to bundle for: CDK_ARCHITECTURE, x86_64 (what `make test` gives: the
+# release builds it already made for the bootstrap tests are reused) or arm64 (the stack's
+# default; `make soak` bundles it, a cross build of its own).
+architecture="${CDK_ARCHITECTURE:-arm64}"
+case "$architecture" in
+  arm64) machine=0xB7 ;;
+  x86_64) machine=0x3E ;;
+  *) echo "CDK_ARCHITECTURE is '$architecture'; allowed: arm64, x86_64" >&2; exit 2 ;;
+esac
+echo "== cdk synth for $architecture (bundles the functions with cargo lambda)" >&2
+(cd infra/cdk && rm -rf cdk.out && npx --no-install cdk synth -c "architecture=$architecture" --quiet --no-notices --no-version-reporting)
 for f in $(cd infra/cdk/cdk.out && ls -d asset.*/ 2>/dev/null); do
   [[ -x "infra/cdk/cdk.out/$f/bootstrap" ]] && echo "bundled: infra/cdk/cdk.out/${f}bootstrap" >&2
 done
 test "$(ls infra/cdk/cdk.out/asset.*/bootstrap 2>/dev/null | wc -l)" -ge 3 || { echo "cdk synth did not bundle three bootstrap binaries" >&2; exit 1; }
-# The stack's default architecture is arm64: the bundles must be aarch64 ELF binaries (e_machine 0xb7).
-python3 - infra/cdk/cdk.out/asset.*/bootstrap <<'EOF'
+# The bundles must be ELF binaries of that architecture (e_machine 0xb7 aarch64, 0x3e x86-64).
+python3 - "$architecture" "$machine" infra/cdk/cdk.out/asset.*/bootstrap <<'EOF'
 import sys
-for path in sys.argv[1:]:
+architecture, expected, paths = sys.argv[1], int(sys.argv[2], 16), sys.argv[3:]
+for path in paths:
     with open(path, "rb") as f:
         machine = int.from_bytes(f.read(20)[18:20], "little")
-    if machine != 0xB7:
-        sys.exit(f"{path}: ELF machine {machine:#x}, expected aarch64 (0xb7), the stack's default architecture")
-print(f"{len(sys.argv) - 1} bundles are aarch64", file=sys.stderr)
+    if machine != expected:
+        sys.exit(f"{path}: ELF machine {machine:#x}, expected {architecture} ({expected:#x})")
+print(f"{len(paths)} bundles are {architecture}", file=sys.stderr)
 EOF

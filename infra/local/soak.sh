@@ -6,6 +6,7 @@
 #     duplicates and the time it took
 #   - fuzz: a million inputs per strategy through publish parsing and fan-out
 #   - the simulation with 20,000 seeds
+#   - the deployment checks with the functions bundled for arm64 (`make test` bundles x86_64)
 # Sizes: CHAOS_EVENTS, CHAOS_KILLS, FUZZ_CASES, SIMULATION_SEEDS (environment).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,5 +32,8 @@ cargo test --release --locked -p gridrelay-ingest --test fuzz -- --nocapture --t
 
 section "simulation: $SIMULATION_SEEDS seeds"
 cargo test --release --locked -p gridrelay-simulation -- --nocapture 2>&1 | grep -E '(seeds:|^model:|^test |^test result)'
+
+section "deployment definitions, the functions bundled for arm64 (the stack's default; a cross build)"
+CDK_ARCHITECTURE=arm64 infra/deploy/check.sh
 
 section "done"

@@ -1,10 +1,22 @@
 #!/usr/bin/env node
 /** The CDK app: one stack holding the Gridrelay construct. `npx cdk deploy` from infra/cdk. */
 import { App, Stack } from 'aws-cdk-lib';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { Gridrelay } from '../lib/gridrelay';
 
 const app = new App();
 const stack = new Stack(app, 'Gridrelay', {
   env: { account: process.env.CDK_DEFAULT_ACCOUNT, region: process.env.CDK_DEFAULT_REGION },
 });
-new Gridrelay(stack, 'Gridrelay').addOutputs();
+// `-c architecture=x86_64` (or arm64, the default): what `make test` synthesizes with, to bundle
+// the x86_64 builds it already made.
+const architectures: Record<string, lambda.Architecture> = {
+  arm64: lambda.Architecture.ARM_64,
+  x86_64: lambda.Architecture.X86_64,
+};
+const chosen = app.node.tryGetContext('architecture') ?? 'arm64';
+const architecture = architectures[chosen];
+if (!architecture) {
+  throw new Error(`context architecture is ${JSON.stringify(chosen)}; allowed: arm64, x86_64`);
+}
+new Gridrelay(stack, 'Gridrelay', { architecture }).addOutputs();
