@@ -3,6 +3,9 @@
 //! that does not. Its own test binary: it points the platform verifier at a test CA with
 //! `SSL_CERT_FILE`.
 
+// Test code: an unwrap that fails is a failed test (the workspace denies it elsewhere).
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use axum::http::Version;
@@ -18,7 +21,10 @@ async fn http2_is_spoken_where_the_endpoint_offers_it_and_http1_where_it_does_no
         .await;
     let (h1_port, h1_seen) = ca.https_subscriber("h1.tls.test", &[b"http/1.1"]).await;
     // SAFETY: set before any thread of this test binary reads the environment (one test).
-    unsafe { std::env::set_var("SSL_CERT_FILE", &ca.file) };
+    #[allow(unsafe_code)]
+    unsafe {
+        std::env::set_var("SSL_CERT_FILE", &ca.file)
+    };
     let sender = sender_resolving(&["h2.tls.test", "h1.tls.test"]);
 
     for (port, host) in [(h2_port, "h2"), (h1_port, "h1")] {

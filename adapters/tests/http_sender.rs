@@ -1,5 +1,8 @@
 //! The HTTP sender against real HTTP servers on 127.0.0.1.
 
+// Test code: an unwrap that fails is a failed test (the workspace denies it elsewhere).
+#![allow(clippy::unwrap_used)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -13,6 +13,9 @@
 //! `CHAOS_EVENTS=100000 CHAOS_KILLS=5` and prints the figures. `CHAOS_SEED` fixes the
 //! subscribers' failures (the process's timing stays the machine's).
 
+// Test code: an unwrap that fails is a failed test (the workspace denies it elsewhere).
+#![allow(clippy::unwrap_used)]
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::OpenOptions;
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -964,11 +964,11 @@ pub struct MemoryDestinations {
 impl MemoryDestinations {
     /// Makes a destination exist.
     pub fn create(&self, arn: &str) {
-        self.existing.lock().unwrap().insert(arn.to_string());
+        lock(&self.existing).insert(arn.to_string());
     }
 
     pub fn delete(&self, arn: &str) {
-        self.existing.lock().unwrap().remove(arn);
+        lock(&self.existing).remove(arn);
     }
 
     /// Answers an entry with the script's result where it gives one.
@@ -976,7 +976,7 @@ impl MemoryDestinations {
         &self,
         script: impl Fn(&crate::ResourceEntry) -> Option<AttemptResult> + Send + Sync + 'static,
     ) {
-        *self.script.lock().unwrap() = Some(Box::new(script));
+        *lock(&self.script) = Some(Box::new(script));
     }
 
     /// Fails a whole call with the script's result where it gives one (before any entry's).
@@ -984,7 +984,7 @@ impl MemoryDestinations {
         &self,
         script: impl Fn(&crate::ResourceRequest) -> Option<AttemptResult> + Send + Sync + 'static,
     ) {
-        *self.call_script.lock().unwrap() = Some(Box::new(script));
+        *lock(&self.call_script) = Some(Box::new(script));
     }
 
     /// From now on calls never answer, until set back.
@@ -994,12 +994,12 @@ impl MemoryDestinations {
 
     /// Every call made, in order.
     pub fn calls(&self) -> Vec<crate::ResourceRequest> {
-        self.calls.lock().unwrap().clone()
+        lock(&self.calls).clone()
     }
 
     /// The entries a destination took.
     pub fn taken(&self, arn: &str) -> Vec<crate::ResourceEntry> {
-        let taken = self.taken.lock().unwrap();
+        let taken = lock(&self.taken);
         taken
             .iter()
             .filter(|(a, _)| a == arn)
@@ -1008,15 +1008,13 @@ impl MemoryDestinations {
     }
 
     fn result(&self, arn: &str, entry: &crate::ResourceEntry) -> AttemptResult {
-        if !self.existing.lock().unwrap().contains(arn) {
+        if !lock(&self.existing).contains(arn) {
             return AttemptResult::Service(gridrelay_shared::destination::ServiceFailure::of_code(
                 "ResourceNotFoundException",
                 Some(400),
             ));
         }
-        self.script
-            .lock()
-            .unwrap()
+        lock(&self.script)
             .as_ref()
             .and_then(|s| s(entry))
             .unwrap_or(AttemptResult::Status(200))
@@ -1027,30 +1025,25 @@ impl MemoryDestinations {
 impl crate::ResourceSender for MemoryDestinations {
     async fn put(&self, request: crate::ResourceRequest) -> Vec<AttemptResult> {
         if self.hang.load(Ordering::SeqCst) {
-            self.calls.lock().unwrap().push(request);
+            lock(&self.calls).push(request);
             return futures::future::pending().await;
         }
         let arn = request.destination.arn.clone();
-        let whole = self
-            .call_script
-            .lock()
-            .unwrap()
-            .as_ref()
-            .and_then(|s| s(&request));
+        let whole = lock(&self.call_script).as_ref().and_then(|s| s(&request));
         let results: Vec<AttemptResult> = request
             .entries
             .iter()
             .map(|e| whole.clone().unwrap_or_else(|| self.result(&arn, e)))
             .collect();
         {
-            let mut taken = self.taken.lock().unwrap();
+            let mut taken = lock(&self.taken);
             for (entry, result) in request.entries.iter().zip(&results) {
                 if matches!(result, AttemptResult::Status(200)) {
                     taken.push((arn.clone(), entry.clone()));
                 }
             }
         }
-        self.calls.lock().unwrap().push(request);
+        lock(&self.calls).push(request);
         results
     }
 
@@ -1058,7 +1051,7 @@ impl crate::ResourceSender for MemoryDestinations {
         &self,
         destination: &gridrelay_shared::destination::ResourceDestination,
     ) -> Result<(), crate::DestinationError> {
-        if self.existing.lock().unwrap().contains(&destination.arn) {
+        if lock(&self.existing).contains(&destination.arn) {
             Ok(())
         } else {
             Err(crate::DestinationError::NotFound(format!(

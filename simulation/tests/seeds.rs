@@ -1,6 +1,9 @@
 //! The seeded simulation (see the crate's docs), run for many seeds. `SIMULATION_SEEDS=N` sets
 //! how many (default 1,000); `SIMULATION_SEED=S` replays one.
 
+// Test code: an unwrap that fails is a failed test (the workspace denies it elsewhere).
+#![allow(clippy::unwrap_used)]
+
 use gridrelay_simulation::{FaultRates, Tally, run};
 
 fn seeds() -> Vec<u64> {

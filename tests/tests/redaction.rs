@@ -3,6 +3,9 @@
 //! through a handshake and a delivery that fails until it is dead-lettered. Its own test
 //! binary: it captures every log line of the process (debug level, every crate).
 
+// Test code: an unwrap that fails is a failed test (the workspace denies it elsewhere).
+#![allow(clippy::unwrap_used)]
+
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -4,6 +4,9 @@
 //! milliseconds, and for faults (a store or queue that fails) that an emulator cannot be told
 //! to produce.
 
+// Test code: an unwrap that fails is a failed test (the workspace denies it elsewhere).
+#![allow(clippy::unwrap_used)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

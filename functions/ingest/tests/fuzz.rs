@@ -9,6 +9,9 @@
 //!
 //! `make test` runs `FUZZ_CASES` (default 3,000) inputs per strategy; `make soak` a million.
 
+// Test code: an unwrap that fails is a failed test (the workspace denies it elsewhere).
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -4,6 +4,9 @@
 //! servers on 127.0.0.1. One module per area. `tests/redaction.rs` is a binary of its own: it
 //! captures every log line of its process.
 
+// Test code: an unwrap that fails is a failed test (the workspace denies it elsewhere).
+#![allow(clippy::unwrap_used)]
+
 mod clients;
 mod delivery;
 mod delivery_caps;
