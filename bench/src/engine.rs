@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use chrono::Utc;
 use gridrelay_adapters::aws::sqs_event;
-use gridrelay_deliver::{Deliver, DeliverySettings, SubscriptionCaps};
+use gridrelay_deliver::{Deliver, DeliverPorts, DeliverySettings};
 use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::memory::{
     MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryQueue, MemorySecretStore,
@@ -121,22 +121,19 @@ pub async fn deliver_all(
         .await?;
     }
     let settings = loopback_settings();
-    let deliver = Deliver {
+    let ports = DeliverPorts {
         store,
         delivery_queue: delivery.clone(),
         dead_letter_queue: Arc::new(MemoryQueue::new(Arc::clone(&clock))),
-        sender: Arc::new(settings.http_sender()?),
         resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
         clock: Arc::clone(&clock),
         jitter: Arc::new(RandomJitter),
         state: Arc::new(MemoryDeliveryStateStore::default()),
         secrets: Arc::new(MemorySecretStore::default()),
-        limits: settings.endpoint_limits(),
-        caps: Arc::new(SubscriptionCaps::new(Arc::new(
-            MemoryDeliveryCapStore::default(),
-        ))),
-        settings,
+        caps: Arc::new(MemoryDeliveryCapStore::default()),
     };
+    let sender = Arc::new(settings.http_sender()?);
+    let deliver = Deliver::new(ports, sender, settings);
 
     let cpu = Cpu::of_self()?;
     let start = Instant::now();

@@ -36,9 +36,7 @@ pub use gridrelay_deliver::{
     ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_IN_FLIGHT_ENV,
     MAX_REQUESTS_PER_ENDPOINT_ENV,
 };
-use gridrelay_deliver::{
-    Deliver, DeliverOutcome, DeliveryReport, DeliverySettings, SubscriptionCaps,
-};
+use gridrelay_deliver::{Deliver, DeliverOutcome, DeliverPorts, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::Ingest;
 use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::{MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock};
@@ -372,29 +370,26 @@ impl LocalSystem {
         let instance_count = config.concurrency.max(1);
         // Each file descriptor a connection; every instance may hold its total of them.
         raise_open_file_limit(instance_count, &config.delivery_concurrency);
-        let first = Deliver {
+        let ports = DeliverPorts {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_letter_queue.clone(),
-            sender: Arc::new(settings.http_sender_with(config.resolver.clone())?),
             resources: Arc::new(AwsResourceSender::from_sdk(sdk)),
             clock: clock.clone(),
             jitter: Arc::new(RandomJitter),
             secrets: secret_store(sdk, config.config_cache),
             state: delivery_state_store(sdk, &names.delivery_state_table, config.config_cache),
-            limits: settings.endpoint_limits(),
-            caps: Arc::new(SubscriptionCaps::new(Arc::new(
-                DynamoDeliveryStateStore::from_sdk(sdk, &names.delivery_state_table),
-            ))),
-            settings,
+            caps: Arc::new(DynamoDeliveryStateStore::from_sdk(
+                sdk,
+                &names.delivery_state_table,
+            )),
         };
+        let sender = Arc::new(settings.http_sender_with(config.resolver.clone())?);
+        let first = Deliver::new(ports, sender, settings);
         let mut all = Vec::with_capacity(instance_count);
         for _ in 1..instance_count {
-            all.push(Arc::new(Deliver {
-                sender: Arc::new(first.settings.http_sender_with(config.resolver.clone())?),
-                limits: first.settings.endpoint_limits(),
-                ..first.clone()
-            }));
+            let sender = first.settings.http_sender_with(config.resolver.clone())?;
+            all.push(Arc::new(first.beside(Arc::new(sender))));
         }
         all.push(Arc::new(first));
         let instances = Instances::new(all);

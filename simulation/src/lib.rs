@@ -29,7 +29,7 @@ use futures::channel::oneshot;
 use futures::future::{Either, select};
 use gridrelay_adapters::aws::sqs_event;
 use gridrelay_dead_letter::{DeadLetterReport, DeadLetterWriter};
-use gridrelay_deliver::{Deliver, DeliveryReport, DeliverySettings, SubscriptionCaps};
+use gridrelay_deliver::{Deliver, DeliverPorts, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::{Ingest, PublishRequest};
 use gridrelay_ports::memory::{
     FixedJitter, ManualClock, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryObjectStore,
@@ -490,11 +490,10 @@ impl World {
             delivery_queue: delivery_queue.clone(),
             clock: clock.clone(),
         };
-        let deliver = Deliver {
+        let ports = DeliverPorts {
             store: store.clone(),
             delivery_queue: delivery_queue.clone(),
             dead_letter_queue: dead_queue.clone(),
-            sender: subscribers.clone(),
             resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
             clock: clock.clone(),
             jitter: Arc::new(FixedJitter(0.5)),
@@ -503,13 +502,16 @@ impl World {
                 faults.clone(),
             )),
             secrets: Arc::new(MemorySecretStore::default()),
-            limits: DeliverySettings::new(TimeScale::REAL).endpoint_limits(),
-            caps: Arc::new(SubscriptionCaps::new(Arc::new(FaultyCaps(
+            caps: Arc::new(FaultyCaps(
                 Arc::new(MemoryDeliveryCapStore::default()),
                 faults.clone(),
-            )))),
-            settings: DeliverySettings::new(TimeScale::REAL),
+            )),
         };
+        let deliver = Deliver::new(
+            ports,
+            subscribers.clone(),
+            DeliverySettings::new(TimeScale::REAL),
+        );
         let writer = DeadLetterWriter {
             objects: Arc::new(FaultyObjects(objects.clone(), faults.clone())),
             dead_letter_queue: dead_queue,

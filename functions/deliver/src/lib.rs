@@ -197,6 +197,63 @@ pub struct Deliver {
     pub settings: DeliverySettings,
 }
 
+/// The stores, queues and senders a [`Deliver`] worker does its I/O through (what is not its
+/// own: another worker, another Lambda instance, shares them).
+#[derive(Clone)]
+pub struct DeliverPorts {
+    pub store: Arc<dyn SubscriptionStore>,
+    pub delivery_queue: Arc<dyn MessageQueue>,
+    pub dead_letter_queue: Arc<dyn MessageQueue>,
+    /// AWS resource destinations (S4).
+    pub resources: Arc<dyn ResourceSender>,
+    pub clock: Arc<dyn Clock>,
+    pub jitter: Arc<dyn Jitter>,
+    /// D1, R4: endpoint health and late successes.
+    pub state: Arc<dyn DeliveryStateStore>,
+    /// H1: where secret delivery header values are.
+    pub secrets: Arc<dyn SecretStore>,
+    /// Where subscriptions' caps are kept.
+    pub caps: Arc<dyn gridrelay_ports::DeliveryCapStore>,
+}
+
+impl Deliver {
+    /// A worker, as one Lambda instance is: `ports`, the `sender` its requests go through, and
+    /// `settings`; its endpoint limits and its share of the subscriptions' caps are its own.
+    /// The Lambda function, the local runner, the simulation, the benchmark and the tests all
+    /// make theirs here.
+    pub fn new(
+        ports: DeliverPorts,
+        sender: Arc<dyn EventSender>,
+        settings: DeliverySettings,
+    ) -> Self {
+        Self {
+            store: ports.store,
+            delivery_queue: ports.delivery_queue,
+            dead_letter_queue: ports.dead_letter_queue,
+            sender,
+            resources: ports.resources,
+            clock: ports.clock,
+            jitter: ports.jitter,
+            state: ports.state,
+            secrets: ports.secrets,
+            limits: settings.endpoint_limits(),
+            caps: Arc::new(SubscriptionCaps::new(ports.caps)),
+            settings,
+        }
+    }
+
+    /// Another instance beside this one in the same process (`gridrelay local` runs as many
+    /// as invocations run at once): its own `sender` and endpoint limits, everything else
+    /// shared, the caps' local share included.
+    pub fn beside(&self, sender: Arc<dyn EventSender>) -> Self {
+        Self {
+            sender,
+            limits: self.settings.endpoint_limits(),
+            ..self.clone()
+        }
+    }
+}
+
 /// Delivery headers (H1) and signing secrets resolved for one invocation, or why they could
 /// not be.
 type Headers = Arc<Result<Resolved, String>>;

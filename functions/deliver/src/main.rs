@@ -15,9 +15,7 @@ use gridrelay_adapters::config::{
     TableNames, WEBHOOK_ORIGIN_ENV, allowed_networks_from_env, config_cache_from_env,
     delivery_destinations_from_env, required,
 };
-use gridrelay_deliver::{
-    ConcurrencySettings, Deliver, DeliverySettings, SubscriptionCaps, metrics,
-};
+use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverPorts, DeliverySettings, metrics};
 use gridrelay_ports::{RandomJitter, SystemClock};
 use gridrelay_shared::outbound::OutboundPolicy;
 use gridrelay_shared::time_scale::TimeScale;
@@ -61,23 +59,20 @@ async fn run() -> Result<(), Error> {
         "the DynamoDB table of endpoint health (D1), late successes (R4) and delivery caps",
     )?;
     let key = function_queue_key(&sdk).await?;
-    let deliver = Arc::new(Deliver {
+    let ports = DeliverPorts {
         store: subscription_store(&sdk, TableNames::from_env(), keep),
         delivery_queue: Arc::new(SqsQueue::new(sqs.clone(), delivery_queue_url, key.clone())),
         dead_letter_queue: Arc::new(SqsQueue::new(sqs, dead_letter_queue_url, key.clone())),
-        sender: Arc::new(settings.http_sender()?),
         resources: Arc::new(AwsResourceSender::from_sdk(&sdk)),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
         secrets: secret_store(&sdk, keep),
         state: delivery_state_store(&sdk, &state_table, keep),
-        limits: settings.endpoint_limits(),
         // Not cached: the caps' allowances are shared with every other instance as they are.
-        caps: Arc::new(SubscriptionCaps::new(Arc::new(
-            DynamoDeliveryStateStore::from_sdk(&sdk, &state_table),
-        ))),
-        settings,
-    });
+        caps: Arc::new(DynamoDeliveryStateStore::from_sdk(&sdk, &state_table)),
+    };
+    let sender = Arc::new(settings.http_sender()?);
+    let deliver = Arc::new(Deliver::new(ports, sender, settings));
     let recorder = gridrelay_adapters::metrics::recorder_from_env()?;
     metrics::describe();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {

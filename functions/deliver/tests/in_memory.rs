@@ -14,8 +14,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::sqs_event;
 use gridrelay_deliver::{
-    ConcurrencySettings, Deliver, DeliverOutcome, DeliverySettings, EndpointLimits,
-    SubscriptionCaps,
+    ConcurrencySettings, Deliver, DeliverOutcome, DeliverPorts, DeliverySettings, EndpointLimits,
 };
 use gridrelay_ports::cache::{CachedDeliveryState, CachedSubscriptionStore};
 use gridrelay_ports::fan_out::fan_out;
@@ -86,20 +85,22 @@ impl World {
         let secrets = Arc::new(MemorySecretStore::default());
         let caps = Arc::new(MemoryDeliveryCapStore::default());
         let resources = Arc::new(MemoryDestinations::default());
-        let deliver = Deliver {
+        let ports = DeliverPorts {
             store: store.clone(),
             delivery_queue: delivery.clone(),
             dead_letter_queue: dead.clone(),
-            sender: sender.clone(),
             resources: resources.clone(),
             clock: clock.clone(),
             jitter: Arc::new(FixedJitter(0.0)),
             state: state.clone(),
             secrets: secrets.clone(),
-            limits: DeliverySettings::new(TimeScale::REAL).endpoint_limits(),
-            caps: Arc::new(SubscriptionCaps::new(caps.clone())),
-            settings: DeliverySettings::new(TimeScale::REAL),
+            caps: caps.clone(),
         };
+        let deliver = Deliver::new(
+            ports,
+            sender.clone(),
+            DeliverySettings::new(TimeScale::REAL),
+        );
         Self {
             clock,
             store,
@@ -1416,20 +1417,22 @@ fn delivery_messages_since(w: &World, from: usize) -> Vec<(DeliveryMessage, Dura
 /// A second deliver worker (another Lambda instance): the same stores, queues and endpoint,
 /// its own process memory (endpoint limits, caps' local share).
 fn another_worker(w: &World) -> Deliver {
-    Deliver {
+    let ports = DeliverPorts {
         store: w.store.clone(),
         delivery_queue: w.delivery.clone(),
         dead_letter_queue: w.dead.clone(),
-        sender: w.sender.clone(),
         resources: w.resources.clone(),
         clock: w.clock.clone(),
         jitter: Arc::new(FixedJitter(0.0)),
         state: w.state.clone(),
         secrets: w.secrets.clone(),
-        limits: DeliverySettings::new(TimeScale::REAL).endpoint_limits(),
-        caps: Arc::new(SubscriptionCaps::new(w.caps.clone())),
-        settings: DeliverySettings::new(TimeScale::REAL),
-    }
+        caps: w.caps.clone(),
+    };
+    Deliver::new(
+        ports,
+        w.sender.clone(),
+        DeliverySettings::new(TimeScale::REAL),
+    )
 }
 
 fn capped(name: &str, concurrent: Option<i64>, per_second: Option<i64>) -> SubscriptionRequest {

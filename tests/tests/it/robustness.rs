@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use gridrelay_adapters::aws::{SqsQueue, s3_client};
 use gridrelay_adapters::http_sender::{HttpEventSender, SenderConfig};
-use gridrelay_deliver::{Deliver, DeliverySettings, SubscriptionCaps};
+use gridrelay_deliver::{Deliver, DeliverPorts, DeliverySettings};
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
 use gridrelay_ports::{MessageQueue, OutgoingMessage, RandomJitter, SystemClock};
 use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
@@ -150,7 +150,13 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         .subscribe(subscription("direct", "sub-1", &sub.url))
         .await;
     let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
-    let deliver = Deliver {
+    let state = || {
+        Arc::new(gridrelay_adapters::aws::DynamoDeliveryStateStore::from_sdk(
+            &sys.sdk,
+            &sys.names.delivery_state_table,
+        ))
+    };
+    let ports = DeliverPorts {
         store: Arc::clone(&sys.system.store),
         delivery_queue: Arc::new(SqsQueue::new(
             sqs.clone(),
@@ -162,33 +168,22 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
             &sys.system.resources.dead_letter_queue_url,
             sys.system.queue_key.clone(),
         )),
-        sender: Arc::new(
-            HttpEventSender::new(SenderConfig::new(
-                Duration::from_secs(5),
-                32,
-                OutboundPolicy::new(AllowedNetworks::loopback()),
-            ))
-            .expect("client"),
-        ),
         resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
         secrets: Arc::new(gridrelay_adapters::aws::SecretsManagerStore::from_sdk(
             &sys.sdk,
         )),
-        state: Arc::new(gridrelay_adapters::aws::DynamoDeliveryStateStore::from_sdk(
-            &sys.sdk,
-            &sys.names.delivery_state_table,
-        )),
-        limits: DeliverySettings::new(sys.scale).endpoint_limits(),
-        caps: Arc::new(SubscriptionCaps::new(Arc::new(
-            gridrelay_adapters::aws::DynamoDeliveryStateStore::from_sdk(
-                &sys.sdk,
-                &sys.names.delivery_state_table,
-            ),
-        ))),
-        settings: DeliverySettings::new(sys.scale),
+        state: state(),
+        caps: state(),
     };
+    let sender = HttpEventSender::new(SenderConfig::new(
+        Duration::from_secs(5),
+        32,
+        OutboundPolicy::new(AllowedNetworks::loopback()),
+    ))
+    .expect("client");
+    let deliver = Deliver::new(ports, Arc::new(sender), DeliverySettings::new(sys.scale));
     let good = DeliveryMessage::packed(
         &DeliveryHistory::new(&registered),
         chrono::Utc::now(),
