@@ -78,6 +78,23 @@ pub(crate) enum HoldReason {
     },
 }
 
+/// #34 item 1: the events of one subscription held for the same reason travel together, packed
+/// into as few messages as fit, not one message per batch (an unbatched publish of 100 events
+/// held for a delayed endpoint went back as 100 messages, each received and held again).
+fn merge_held(held: Vec<Held>) -> Vec<Held> {
+    let mut merged: Vec<Held> = Vec::new();
+    for h in held {
+        match merged
+            .iter_mut()
+            .find(|m| m.group == h.group && m.reason == h.reason)
+        {
+            Some(m) => m.events.extend(h.events),
+            None => merged.push(h),
+        }
+    }
+    merged
+}
+
 impl Deliver {
     /// Reads the health of every endpoint in `groups` and decides what each may receive; a
     /// delayed endpoint whose delay is over gets one probe, if this invocation wins the lease.
@@ -132,7 +149,7 @@ impl Deliver {
         plan: &mut Plan,
     ) {
         let now = self.clock.now();
-        for h in held {
+        for h in merge_held(held) {
             let group = &groups[h.group];
             let sub = &group.subscription;
             let until_at = match h.reason {

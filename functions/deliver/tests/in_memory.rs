@@ -589,6 +589,51 @@ async fn a_failing_endpoint_is_delayed_and_its_neighbour_is_not_d1() {
     assert_eq!(outcome.report.delayed, 1);
 }
 
+/// #34 item 1, D1: the events a delayed endpoint holds travel together. One publish of 100 events
+/// to an unbatched subscription is one delivery queue message; held, it stays one message (it
+/// was 100: each batch went back on its own), and none of the events is attempted or lost.
+#[tokio::test]
+async fn held_events_of_one_subscription_go_back_as_one_message_d1() {
+    let w = World::new(busy_at("/sick"));
+    w.subscribe(request("sick")).await;
+    // Ten failures delayed it (D1) for an hour.
+    let delayed = EndpointHealth {
+        consecutive_failures: 10,
+        delayed_until: Some(w.clock.now() + chrono::Duration::hours(1)),
+        ..EndpointHealth::default()
+    };
+    w.state
+        .put_endpoint_health("http://127.0.0.1:9/sick", &delayed, 0, w.clock.now())
+        .await
+        .unwrap();
+    let attempts = w.sender.requests().len();
+
+    w.publish_numbered("held-", 100).await;
+    assert_eq!(w.delivery.visible().len(), 1, "fan-out: one message");
+    let sent_before = w.delivery.sent().len();
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.delayed, 100, "{:?}", outcome.report);
+    assert_eq!(outcome.report.attempts, 0);
+    let held = &w.delivery.sent()[sent_before..];
+    assert_eq!(
+        held.len(),
+        1,
+        "the 100 held events went back as {} messages",
+        held.len()
+    );
+    let Ok(DeliveryQueueMessage::Delivery(message)) =
+        DeliveryQueueMessage::from_body(&held[0].body)
+    else {
+        panic!("a delivery message: {}", held[0].body)
+    };
+    assert_eq!(message.events.len(), 100);
+    assert_eq!(
+        w.sender.requests().len(),
+        attempts,
+        "nothing sent to the delayed endpoint"
+    );
+}
+
 /// Item 5 of the life-cycle issue: a subscription deleted and created again under the same name
 /// with another endpoint is another subscription. The old one's pending retry is dropped and
 /// counted when it comes due; it never reaches the new endpoint.
