@@ -50,7 +50,8 @@ pub struct HealthPolicy {
     pub max_delay: Duration,
     /// How long one probe may take before another may be sent.
     pub probe_lease: Duration,
-    /// The longest a waiting event sleeps before looking at the endpoint's health again.
+    /// After the delay, the longest an event waiting for the probe's answer sleeps before
+    /// looking at the endpoint's health again.
     pub recheck: Duration,
 }
 
@@ -110,8 +111,10 @@ impl EndpointHealth {
         let Some(until) = self.delayed_until else {
             return Gate::Open;
         };
+        // #34 item 1: events wait out the delay (SQS takes them back after at most 15 minutes,
+        // so a 4-hour delay is 16 hops), not coming back every recheck to be held again.
         if now < until {
-            return Gate::Wait(until.min(now + chrono_duration(policy.recheck)));
+            return Gate::Wait(until);
         }
         match self.probe_until {
             Some(lease) if now < lease => {

@@ -591,7 +591,8 @@ async fn a_failing_endpoint_is_delayed_and_its_neighbour_is_not_d1() {
 
 /// #34 item 1, D1: the events a delayed endpoint holds travel together. One publish of 100 events
 /// to an unbatched subscription is one delivery queue message; held, it stays one message (it
-/// was 100: each batch went back on its own), and none of the events is attempted or lost.
+/// was 100: each batch went back on its own), and none of the events is attempted or lost. It
+/// waits out the delay in SQS's longest hops (15 minutes; it came back every 10 s).
 #[tokio::test]
 async fn held_events_of_one_subscription_go_back_as_one_message_d1() {
     let w = World::new(busy_at("/sick"));
@@ -631,6 +632,25 @@ async fn held_events_of_one_subscription_go_back_as_one_message_d1() {
         w.sender.requests().len(),
         attempts,
         "nothing sent to the delayed endpoint"
+    );
+    assert_eq!(
+        held[0].delay,
+        Duration::from_secs(900),
+        "the longest hop SQS allows"
+    );
+    // Three more hops wait out the hour: the one message is received each time, not yet due
+    // (deferred, the endpoint's health not read); then the probe goes.
+    for _ in 0..3 {
+        w.clock.advance(Duration::from_secs(900));
+        let report = w.run().await.report;
+        assert_eq!((report.deferred, report.attempts), (1, 0), "{report:?}");
+    }
+    assert_eq!(w.sender.requests().len(), attempts);
+    w.clock.advance(Duration::from_secs(900));
+    assert_eq!(
+        w.run().await.report.attempts,
+        1,
+        "the probe, when the hour is over"
     );
 }
 
