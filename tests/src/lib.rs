@@ -384,6 +384,32 @@ pub fn subscription(topic: &str, name: &str, endpoint: &str) -> SubscriptionRequ
     }
 }
 
+/// A payout event of id `id`, as a publisher would send one: what #34 item 2's forged
+/// deliveries carry.
+pub fn payout_event(id: &str) -> Box<serde_json::value::RawValue> {
+    serde_json::value::RawValue::from_string(
+        json!({"id": id, "subject": "/pay", "eventType": "Payout",
+               "eventTime": "2026-11-26T00:00:00Z", "data": {"to": "mallory"}})
+        .to_string(),
+    )
+    .expect("json")
+}
+
+/// A delivery queue message for `sub` carrying `event`, made as fan-out makes one: what anyone
+/// who could write to the delivery queue would send to have gridrelay POST it (#34 item 2).
+pub fn delivery_message_for(
+    sub: &Subscription,
+    event: Box<serde_json::value::RawValue>,
+) -> gridrelay_shared::message::DeliveryMessage {
+    use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
+    DeliveryMessage::packed(
+        &DeliveryHistory::new(sub),
+        Utc::now(),
+        vec![QueuedEvent::new(Utc::now(), event)],
+    )
+    .remove(0)
+}
+
 /// Events in the Event Grid schema, with ids `{prefix}-0`, `{prefix}-1`, ….
 pub fn events(prefix: &str, count: usize) -> Value {
     Value::Array(

@@ -576,8 +576,7 @@ async fn a_missing_topic_bus_or_stream_is_retried_then_dead_lettered_s4() {
 /// the delivery queue as published, and `deliver` POSTed it to another topic's subscriber.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_systems_own_queues_are_never_a_destination_s4() {
-    use gridrelay_e2e::{Reply, Subscriber};
-    use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
+    use gridrelay_e2e::{Reply, Subscriber, delivery_message_for, payout_event};
     use gridrelay_shared::schema::{InputMapping, InputSchema};
 
     let sys = TestSystem::start(0.01).await;
@@ -619,20 +618,7 @@ async fn the_systems_own_queues_are_never_a_destination_s4() {
         .expect("replaced");
 
     // A new delivery to billing/payouts, made as fan-out makes one.
-    let forged = DeliveryMessage::packed(
-        &DeliveryHistory::new(&target),
-        chrono::Utc::now(),
-        vec![QueuedEvent::new(
-            chrono::Utc::now(),
-            serde_json::value::RawValue::from_string(
-                json!({"id": "forged", "subject": "/pay", "eventType": "Payout",
-                       "eventTime": "2026-11-26T00:00:00Z", "data": {"to": "mallory"}})
-                .to_string(),
-            )
-            .expect("json"),
-        )],
-    )
-    .remove(0);
+    let forged = delivery_message_for(&target, payout_event("forged"));
     let delivered = sys.system.stats().deliver.delivered;
     let (status, answer) = sys
         .publish_raw(

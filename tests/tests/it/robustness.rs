@@ -8,9 +8,11 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use gridrelay_adapters::aws::{SqsQueue, s3_client};
 use gridrelay_adapters::http_sender::{HttpEventSender, SenderConfig};
 use gridrelay_deliver::{Deliver, DeliverPorts, DeliverySettings};
-use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
+use gridrelay_e2e::{
+    Reply, Subscriber, TestSystem, delivery_message_for, events, eventually, payout_event,
+    subscription,
+};
 use gridrelay_ports::{MessageQueue, OutgoingMessage, RandomJitter, SystemClock};
-use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
 use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 use gridrelay_shared::subscription::SubscriptionRequest;
 use serde_json::json;
@@ -184,16 +186,11 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
     ))
     .expect("client");
     let deliver = Deliver::new(ports, Arc::new(sender), DeliverySettings::new(sys.scale));
-    let good = DeliveryMessage::packed(
-        &DeliveryHistory::new(&registered),
-        chrono::Utc::now(),
-        vec![QueuedEvent::new(
-            chrono::Utc::now(),
-            serde_json::value::RawValue::from_string(r#"{"id":"direct-1","data":{}}"#.into())
-                .expect("json"),
-        )],
-    )
-    .remove(0);
+    let good = delivery_message_for(
+        &registered,
+        serde_json::value::RawValue::from_string(r#"{"id":"direct-1","data":{}}"#.into())
+            .expect("json"),
+    );
     let record = |id: &str, body: String| {
         let mut m = SqsMessage::default();
         m.message_id = Some(id.to_string());
@@ -514,23 +511,10 @@ async fn messages_gridrelay_did_not_write_are_dropped_unseen() {
     let target = sys
         .subscribe(subscription("billing", "payouts", &payouts.url))
         .await;
-    let event = |id: &str| {
-        serde_json::value::RawValue::from_string(
-            json!({"id": id, "subject": "/pay", "eventType": "Payout",
-                   "eventTime": "2026-11-26T00:00:00Z", "data": {"to": "mallory"}})
-            .to_string(),
-        )
-        .expect("json")
-    };
     let forged = |id: &str| {
-        DeliveryMessage::packed(
-            &DeliveryHistory::new(&target),
-            chrono::Utc::now(),
-            vec![QueuedEvent::new(chrono::Utc::now(), event(id))],
-        )
-        .remove(0)
-        .to_body()
-        .expect("encode")
+        delivery_message_for(&target, payout_event(id))
+            .to_body()
+            .expect("encode")
     };
     let dead_letter = DeadLetterMessage {
         topic: "billing".into(),
@@ -549,7 +533,7 @@ async fn messages_gridrelay_did_not_write_are_dropped_unseen() {
             last_outcome: None,
             publish_time: chrono::Utc::now(),
             last_attempt_time: None,
-            event: event("forged-dead-letter"),
+            event: payout_event("forged-dead-letter"),
         }],
     }
     .to_body()
