@@ -107,10 +107,10 @@ pub const DELIVERY_DESTINATIONS_ENV: &str = "GRIDRELAY_DELIVERY_DESTINATIONS";
 /// separated by commas: no subscription may deliver to one, whatever
 /// `GRIDRELAY_DELIVERY_DESTINATIONS` allows (#34 item 2). The deploy sets it from the stack's
 /// queues; the command line reads it beside the delivery queue it is given.
+pub const OWN_QUEUES_ENV: &str = "GRIDRELAY_OWN_QUEUES";
 /// The Secrets Manager secret (ARN or name) holding the key every message on the
 /// installation's own queues is sealed with (#34 item 2).
 pub const QUEUE_KEY_SECRET_ENV: &str = "GRIDRELAY_QUEUE_KEY_SECRET";
-pub const OWN_QUEUES_ENV: &str = "GRIDRELAY_OWN_QUEUES";
 
 /// The allowed destinations from the environment (none when unset; refused naming the value),
 /// refusing the installation's own queues: `GRIDRELAY_OWN_QUEUES` and `known` (queue URLs or

@@ -866,15 +866,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         topics: cli.topics_table.clone(),
         subscriptions: cli.subscriptions_table.clone(),
     };
+    let own = OwnQueues {
+        delivery: &cli.delivery_queue,
+        key_secret: cli.queue_key_secret.as_deref(),
+    };
     match cli.command {
         Command::Local(args) => run_local(args, cli.allowed_networks.as_deref()).await,
-        Command::Redrive(cmd) => {
-            let queues = OwnQueues {
-                delivery: &cli.delivery_queue,
-                key_secret: cli.queue_key_secret.as_deref(),
-            };
-            redrive_command(cmd, tables, queues).await
-        }
+        Command::Redrive(cmd) => redrive_command(cmd, tables, own).await,
         Command::Topic(cmd) => {
             if let TopicCommand::Show(t) | TopicCommand::Delete(t) = &cmd {
                 validate_topic_name(&t.name).map_err(invalid)?;
@@ -935,10 +933,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 cmd,
                 SubscriptionCommand::Create(_) | SubscriptionCommand::Update(_)
             ) {
-                let own = OwnQueues {
-                    delivery: &cli.delivery_queue,
-                    key_secret: cli.queue_key_secret.as_deref(),
-                };
                 Box::new(SqsQueue::new(sqs.clone(), &queue_url, own.key(&sdk).await?))
             } else {
                 Box::new(NoDeliveryQueue)

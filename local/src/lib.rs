@@ -27,7 +27,7 @@ use aws_lambda_events::sqs::SqsEvent;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
     AwsResourceSender, DynamoDeliveryStateStore, S3ObjectStore, SqsQueue, delivery_state_store,
-    local_queue_key, s3_client, sealed_records, secret_store, subscription_store,
+    queue_key, s3_client, sealed_records, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_adapters::outbound::SystemResolver;
@@ -333,9 +333,10 @@ impl LocalSystem {
             },
             config.config_cache,
         );
-        let key = local_queue_key(sdk, &names.queue_key_secret)
+        // `provision` made it if it was missing.
+        let key = queue_key(sdk, &names.queue_key_secret, Duration::ZERO)
             .await
-            .context("could not make or read the runner's queue key")?;
+            .context("could not read the runner's queue key")?;
         let delivery_queue = Arc::new(SqsQueue::new(
             sqs.clone(),
             &resources.delivery_queue_url,
