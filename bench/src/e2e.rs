@@ -175,8 +175,23 @@ impl Runner {
         hook: String,
     ) -> anyhow::Result<(Self, String)> {
         let runner = Runner::start(binary, prefix, aws_endpoint, max_in_flight)?;
-        let topic = runner.cli(&["topic", "create", "--name", "bench"])?;
-        let key = topic["key1"]
+        let key = runner
+            .topic_with_subscription("bench", "sink", &hook, max_events_per_batch)
+            .await?;
+        Ok((runner, key))
+    }
+
+    /// Creates `topic` and its subscription `name` to `hook` with the command line, and waits
+    /// for its handshake; answers the topic's key.
+    pub(crate) async fn topic_with_subscription(
+        &self,
+        topic: &str,
+        name: &str,
+        hook: &str,
+        max_events_per_batch: Option<u32>,
+    ) -> anyhow::Result<String> {
+        let created = self.cli(&["topic", "create", "--name", topic])?;
+        let key = created["key1"]
             .as_str()
             .context("topic create printed no key1")?
             .to_string();
@@ -184,40 +199,50 @@ impl Runner {
             "event-subscription".to_string(),
             "create".into(),
             "--topic-name".into(),
-            "bench".into(),
+            topic.into(),
             "--name".into(),
-            "sink".into(),
+            name.into(),
             "--endpoint".into(),
-            hook,
+            hook.into(),
         ];
         if let Some(n) = max_events_per_batch {
             create.extend(["--max-events-per-batch".into(), n.to_string()]);
         }
-        runner.cli(&create.iter().map(String::as_str).collect::<Vec<_>>())?;
+        self.cli(&create.iter().map(String::as_str).collect::<Vec<_>>())?;
         let show = [
             "event-subscription",
             "show",
             "--topic-name",
-            "bench",
+            topic,
             "--name",
-            "sink",
+            name,
         ];
         let deadline = Instant::now() + Duration::from_secs(60);
-        while runner.cli(&show)?["provisioningState"] != "Succeeded" {
+        while self.cli(&show)?["provisioningState"] != "Succeeded" {
             if Instant::now() > deadline {
-                bail!("the subscription was not validated within 60 s");
+                bail!("subscription {topic}/{name} was not validated within 60 s");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        Ok((runner, key))
+        Ok(key)
     }
 
     /// Where topic `bench` is published to.
     pub(crate) fn publish_url(&self) -> String {
+        self.topic_url("bench")
+    }
+
+    /// Where `topic` is published to.
+    pub(crate) fn topic_url(&self, topic: &str) -> String {
         format!(
-            "http://{}/topics/bench/api/events?api-version=2018-01-01",
+            "http://{}/topics/{topic}/api/events?api-version=2018-01-01",
             self.listen
         )
+    }
+
+    /// The resources' names.
+    pub(crate) fn names(&self) -> ResourceNames {
+        ResourceNames::with_prefix(&self.prefix)
     }
 
     /// Stops the runner as a user would (SIGTERM) and reads its stop report.

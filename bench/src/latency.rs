@@ -10,13 +10,19 @@
 //!
 //! The first second is left out of the figures: it holds the connections' and the endpoint
 //! limit's start.
+//!
+//! With `--held N` (#34 item 1: a sick endpoint never slows a healthy one), the same is
+//! measured twice in one run, after a first phase that warms up: alone, then while N events
+//! published to another topic are held for a delayed endpoint (a sink answering 503), and the
+//! ratios are printed.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
+use futures::StreamExt;
 
 use crate::e2e::{Runner, publish};
 use crate::sink;
@@ -43,13 +49,45 @@ fn event(i: usize) -> String {
     )
 }
 
-/// Runs `seconds` of publishing at `rate` events per second and prints the figures.
+/// Where the figures of one phase came from.
+struct Phase {
+    /// Publish to arrival, milliseconds, the warm-up left out.
+    end_to_end: Vec<f64>,
+    /// Publish round trips, milliseconds, the warm-up left out.
+    ingest: Vec<f64>,
+}
+
+impl Phase {
+    /// Prints the phase's figures as one line; answers its p50 and p99.
+    fn print(&mut self, name: &str) -> (f64, f64) {
+        let (p50, p99, i50, i99) = self.quantiles();
+        println!(
+            "  publish -> first attempt, {name:<20} p50 {p50:.1} ms, p99 {p99:.1} ms (publish answered {i50:.1} / {i99:.1} ms); {} events",
+            self.end_to_end.len()
+        );
+        (p50, p99)
+    }
+
+    fn quantiles(&mut self) -> (f64, f64, f64, f64) {
+        (
+            quantile(&mut self.end_to_end, 0.5),
+            quantile(&mut self.end_to_end, 0.99),
+            quantile(&mut self.ingest, 0.5),
+            quantile(&mut self.ingest, 0.99),
+        )
+    }
+}
+
+/// Runs `seconds` of publishing at `rate` events per second and prints the figures; with
+/// `held` > 0, then holds that many events for a sick endpoint of another topic and measures
+/// the same again beside them (#34 item 1).
 pub async fn run(
     binary: PathBuf,
     prefix: String,
     rate: usize,
     seconds: u64,
     aws_endpoint: &str,
+    held: usize,
 ) -> anyhow::Result<()> {
     if Duration::from_secs(seconds) <= WARM_UP {
         bail!(
@@ -60,93 +98,277 @@ pub async fn run(
     let (hook, counts) = sink::serve("127.0.0.1:0".parse()?, Duration::ZERO).await?;
     let (runner, key) =
         Runner::with_subscription(binary, prefix, aws_endpoint, None, None, hook).await?;
-    let url = runner.publish_url();
-    let client = reqwest::Client::new();
-    let publishes = (rate * seconds as usize).div_ceil(PER_PUBLISH);
-    let every = Duration::from_secs_f64(PER_PUBLISH as f64 / rate as f64);
-    let round_trips: Arc<Mutex<Vec<(Duration, f64)>>> = Arc::default();
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let start = Instant::now();
-    let mut sent = Vec::with_capacity(publishes);
-    for p in 0..publishes {
-        tick.tick().await;
-        let parts: Vec<String> = (0..PER_PUBLISH)
-            .map(|i| event(p * PER_PUBLISH + i))
-            .collect();
-        let body = format!("[{}]", parts.join(","));
-        let (client, url, key, round_trips) = (
-            client.clone(),
-            url.clone(),
-            key.clone(),
-            Arc::clone(&round_trips),
+    let publisher = Publisher {
+        client: reqwest::Client::new(),
+        url: runner.publish_url(),
+        key,
+        rate,
+        seconds,
+    };
+    if held > 0 {
+        // A first phase, not counted, warms the emulator's new queues and the connections; the
+        // second and third are the same case twice, whose ratio is this run's noise.
+        publisher.measure(&counts, 0).await?;
+        let mut first = publisher.measure(&counts, 1).await?;
+        let mut alone = publisher.measure(&counts, 2).await?;
+        let backlog = hold_backlog(&runner, &publisher.client, held).await?;
+        let mut beside = publisher.measure(&counts, 3).await?;
+        runner.stop()?;
+        println!(
+            "neighbour of a held backlog: {rate} events/s for {seconds} s in arrays of {PER_PUBLISH} to a healthy unbatched subscriber, alone twice, then while {held} events of another topic are held for a delayed endpoint ({backlog}); the first {} s of each left out",
+            WARM_UP.as_secs()
         );
-        sent.push(tokio::spawn(async move {
-            let at = start.elapsed();
-            let began = Instant::now();
-            publish(&client, &url, &key, body).await?;
-            let took = began.elapsed().as_secs_f64() * 1000.0;
-            if let Ok(mut r) = round_trips.lock() {
-                r.push((at, took));
-            }
-            Ok::<(), anyhow::Error>(())
-        }));
+        let first = first.print("alone");
+        let alone = alone.print("alone again");
+        let beside = beside.print("beside the backlog");
+        println!(
+            "  alone again / alone (the noise): p50 {:.2}x, p99 {:.2}x; beside the backlog / alone again: p50 {:.2}x, p99 {:.2}x (goal <= 1.2x)",
+            alone.0 / first.0.max(f64::MIN_POSITIVE),
+            alone.1 / first.1.max(f64::MIN_POSITIVE),
+            beside.0 / alone.0.max(f64::MIN_POSITIVE),
+            beside.1 / alone.1.max(f64::MIN_POSITIVE),
+        );
+        return Ok(());
     }
-    for s in sent {
-        s.await??;
-    }
-    let expected = publishes * PER_PUBLISH;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while counts.events.load(Ordering::Relaxed) < expected {
-        if Instant::now() > deadline {
-            bail!(
-                "{} of {expected} events delivered 2 minutes after the last publish",
-                counts.events.load(Ordering::Relaxed)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut alone = publisher.measure(&counts, 0).await?;
     let report = runner.stop()?;
-
-    let skip = (rate as f64 * WARM_UP.as_secs_f64()) as usize;
-    let mut end_to_end: Vec<f64> = counts
-        .latencies_ms
-        .lock()
-        .map(|l| l.clone())
-        .unwrap_or_default();
-    // Arrival order is near publish order; the first second's worth is left out.
-    let mut end_to_end: Vec<f64> = end_to_end.drain(skip.min(end_to_end.len())..).collect();
-    let mut ingest: Vec<f64> = round_trips
-        .lock()
-        .map(|r| {
-            r.iter()
-                .filter(|(at, _)| *at >= WARM_UP)
-                .map(|(_, t)| *t)
-                .collect()
-        })
-        .unwrap_or_default();
-    let (p50, p99) = (
-        quantile(&mut end_to_end, 0.5),
-        quantile(&mut end_to_end, 0.99),
-    );
-    let (ingest50, ingest99) = (quantile(&mut ingest, 0.5), quantile(&mut ingest, 0.99));
+    let (p50, p99, ingest50, ingest99) = alone.quantiles();
     let queue = &report["latency"]["queueMs"];
     let queue50 = queue["p50"].as_f64().unwrap_or(0.0);
     let queue99 = queue["p99"].as_f64().unwrap_or(0.0);
     println!(
         "latency: {rate} events/s for {seconds} s in arrays of {PER_PUBLISH} (a publish every {:.0} ms), unbatched subscriber answering at once; the first {} s left out",
-        every.as_secs_f64() * 1000.0,
+        publisher.every().as_secs_f64() * 1000.0,
         WARM_UP.as_secs()
     );
     println!(
         "  publish -> first attempt at the subscriber: p50 {p50:.1} ms (goal <= 20), p99 {p99:.1} ms (goal <= 50); {} events",
-        end_to_end.len()
+        alone.end_to_end.len()
     );
     println!(
         "  where it goes (p50 / p99): ingest, publish answered {ingest50:.1} / {ingest99:.1} ms; in the queue and waiting for a poll {queue50:.0} / {queue99:.0} ms (SQS SentTimestamp, whole ms); deliver and send, the rest of the p50: {:.1} ms",
         (p50 - ingest50 - queue50).max(0.0)
     );
     Ok(())
+}
+
+/// Publishes stamped events to the measured topic at a steady rate.
+struct Publisher {
+    client: reqwest::Client,
+    url: String,
+    key: String,
+    rate: usize,
+    seconds: u64,
+}
+
+impl Publisher {
+    fn every(&self) -> Duration {
+        Duration::from_secs_f64(PER_PUBLISH as f64 / self.rate as f64)
+    }
+
+    /// One phase: publishes for `seconds` without waiting for earlier publishes, waits for
+    /// every event at the sink, and answers what this phase measured (`phase` keeps the ids of
+    /// phases apart).
+    async fn measure(&self, counts: &sink::Counts, phase: usize) -> anyhow::Result<Phase> {
+        let publishes = (self.rate * self.seconds as usize).div_ceil(PER_PUBLISH);
+        let seen_before = counts.latencies_ms.lock().map(|l| l.len()).unwrap_or(0);
+        let events_before = counts.events.load(Ordering::Relaxed);
+        let round_trips: Arc<Mutex<Vec<(Duration, f64)>>> = Arc::default();
+        let mut tick = tokio::time::interval(self.every());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        let start = Instant::now();
+        let mut sent = Vec::with_capacity(publishes);
+        for p in 0..publishes {
+            tick.tick().await;
+            let first = (phase * publishes + p) * PER_PUBLISH;
+            let parts: Vec<String> = (first..first + PER_PUBLISH).map(event).collect();
+            let body = format!("[{}]", parts.join(","));
+            let (client, url, key, round_trips) = (
+                self.client.clone(),
+                self.url.clone(),
+                self.key.clone(),
+                Arc::clone(&round_trips),
+            );
+            sent.push(tokio::spawn(async move {
+                let at = start.elapsed();
+                let began = Instant::now();
+                publish(&client, &url, &key, body).await?;
+                let took = began.elapsed().as_secs_f64() * 1000.0;
+                if let Ok(mut r) = round_trips.lock() {
+                    r.push((at, took));
+                }
+                Ok::<(), anyhow::Error>(())
+            }));
+        }
+        for s in sent {
+            s.await??;
+        }
+        let expected = events_before + publishes * PER_PUBLISH;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while counts.events.load(Ordering::Relaxed) < expected {
+            if Instant::now() > deadline {
+                bail!(
+                    "{} of {} events delivered 2 minutes after the last publish",
+                    counts.events.load(Ordering::Relaxed) - events_before,
+                    publishes * PER_PUBLISH
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let skip = (self.rate as f64 * WARM_UP.as_secs_f64()) as usize;
+        // Arrival order is near publish order; the first second's worth is left out.
+        let end_to_end = counts
+            .latencies_ms
+            .lock()
+            .map(|l| l.iter().skip(seen_before + skip).copied().collect())
+            .unwrap_or_default();
+        let ingest = round_trips
+            .lock()
+            .map(|r| {
+                r.iter()
+                    .filter(|(at, _)| *at >= WARM_UP)
+                    .map(|(_, t)| *t)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Phase { end_to_end, ingest })
+    }
+}
+
+/// Events per publish to the sick topic (the largest array Event Grid takes is 1 MB; these are
+/// small).
+const HELD_PER_PUBLISH: usize = 100;
+/// The least wait before a 503 is retried (R2), and a little more: the sick endpoint's first
+/// failures are retried (and then held) after this.
+const FIRST_RETRY: Duration = Duration::from_secs(32);
+
+/// Creates topic `sick` with a subscription whose endpoint answers 503 and holds `held` events
+/// for it, so that nothing of the backlog moves while the neighbour is measured:
+/// 1. one array of 100 events fails at once (delivered unbatched, in parallel), which delays
+///    the endpoint for the longest step of the ladder (D1: 4 hours after 100 failures); their
+///    retries come back after 30 s and are held;
+/// 2. then `held` events are published: each is received once and held until the delay ends
+///    (in 15-minute hops, the longest SQS delay), none sent.
+///
+/// Answers how the delivery queue holds the backlog.
+async fn hold_backlog(
+    runner: &Runner,
+    client: &reqwest::Client,
+    held: usize,
+) -> anyhow::Result<String> {
+    let (hook, sick) = sink::serve_answering(
+        "127.0.0.1:0".parse()?,
+        Duration::ZERO,
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+    )
+    .await?;
+    let key = runner
+        .topic_with_subscription("sick", "sick", &hook, None)
+        .await?;
+    let url = runner.topic_url("sick");
+    let queue = DeliveryQueue::of(runner).await?;
+
+    publish(client, &url, &key, held_events("fail", HELD_PER_PUBLISH)).await?;
+    let failed_at = Instant::now();
+    queue.wait_until_quiet().await?;
+    tokio::time::sleep(FIRST_RETRY.saturating_sub(failed_at.elapsed())).await;
+    queue.wait_until_quiet().await?;
+    let failures = sick.requests.load(Ordering::Relaxed);
+
+    let bodies = (0..held.div_ceil(HELD_PER_PUBLISH)).map(|p| {
+        held_events(
+            &format!("held-{p}"),
+            HELD_PER_PUBLISH.min(held - p * HELD_PER_PUBLISH),
+        )
+    });
+    futures::stream::iter(bodies)
+        .map(|body| publish(client, &url, &key, body))
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<()>>>()?;
+    let delayed = queue.wait_until_quiet().await?;
+    let sent_since = sick.requests.load(Ordering::Relaxed) - failures;
+    if sent_since > 0 {
+        bail!("{sent_since} requests reached the delayed endpoint while its backlog was published");
+    }
+    Ok(format!(
+        "{delayed} delayed messages on the delivery queue; {failures} requests failed before the endpoint was delayed, none since"
+    ))
+}
+
+/// `n` small events in one array, with ids starting `prefix`.
+fn held_events(prefix: &str, n: usize) -> String {
+    let parts: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                r#"{{"id":"{prefix}-{i}","subject":"/bench/held","eventType":"Bench.Held","eventTime":"2026-11-25T00:00:00Z","dataVersion":"1","data":{{"order":{i}}}}}"#
+            )
+        })
+        .collect();
+    format!("[{}]", parts.join(","))
+}
+
+/// The runner's delivery queue, watched through SQS's approximate counts.
+struct DeliveryQueue {
+    sqs: aws_sdk_sqs::Client,
+    url: String,
+}
+
+impl DeliveryQueue {
+    async fn of(runner: &Runner) -> anyhow::Result<Self> {
+        let sdk = gridrelay_e2e::sdk_config().await;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let url = sqs
+            .get_queue_url()
+            .queue_name(&runner.names().delivery_queue)
+            .send()
+            .await?
+            .queue_url
+            .context("no delivery queue URL")?;
+        Ok(Self { sqs, url })
+    }
+
+    /// Waits until no message is visible or in flight (twice in a row, a second apart: the
+    /// counts are approximate); answers how many are delayed.
+    async fn wait_until_quiet(&self) -> anyhow::Result<usize> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let mut quiet_before = false;
+        loop {
+            let out = self
+                .sqs
+                .get_queue_attributes()
+                .queue_url(&self.url)
+                .attribute_names(A::All)
+                .send()
+                .await?;
+            let attrs = out.attributes().cloned().unwrap_or_default();
+            let count = |a: A| -> usize {
+                attrs
+                    .get(&a)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_default()
+            };
+            let (visible, in_flight, delayed) = (
+                count(A::ApproximateNumberOfMessages),
+                count(A::ApproximateNumberOfMessagesNotVisible),
+                count(A::ApproximateNumberOfMessagesDelayed),
+            );
+            let quiet = visible == 0 && in_flight == 0;
+            if quiet && quiet_before {
+                return Ok(delayed);
+            }
+            quiet_before = quiet;
+            if Instant::now() > deadline {
+                bail!(
+                    "the delivery queue did not settle within 5 minutes: {visible} visible, {in_flight} in flight, {delayed} delayed"
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
 }
 
 #[cfg(test)]

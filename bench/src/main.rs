@@ -76,6 +76,10 @@ enum Bench {
         rate: usize,
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// Measure again while this many events are held for a delayed endpoint of another
+        /// topic, and print both and their ratio.
+        #[arg(long, default_value_t = 0)]
+        held: usize,
         /// The `gridrelay` binary (default: beside this one).
         #[arg(long)]
         gridrelay: Option<PathBuf>,
@@ -128,6 +132,7 @@ async fn main() -> anyhow::Result<()> {
         Bench::Latency {
             rate,
             seconds,
+            held,
             gridrelay,
         } => {
             let binary = gridrelay_binary(gridrelay)?;
@@ -139,6 +144,7 @@ async fn main() -> anyhow::Result<()> {
                 rate,
                 seconds,
                 &aws_endpoint,
+                held,
             )
             .await
         }

@@ -1,7 +1,7 @@
-//! A subscriber that only counts: answers Event Grid's validation handshake, then 200 to every
-//! delivery after an optional delay, counting requests and events, and, for events that carry
-//! the time they were published at (`data.sentAtMicros`, microseconds since the epoch), the
-//! time from then to their arrival.
+//! A subscriber that only counts: answers Event Grid's validation handshake, then 200 (or a
+//! chosen status) to every delivery after an optional delay, counting requests and events,
+//! and, for events that carry the time they were published at (`data.sentAtMicros`,
+//! microseconds since the epoch), the time from then to their arrival.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,14 +33,25 @@ pub fn now_micros() -> i64 {
 
 struct Sink {
     delay: Duration,
+    status: StatusCode,
     counts: Arc<Counts>,
 }
 
 /// Serves the sink on `addr` (port 0: any free one) in this runtime; returns its hook URL.
 pub async fn serve(addr: SocketAddr, delay: Duration) -> anyhow::Result<(String, Arc<Counts>)> {
+    serve_answering(addr, delay, StatusCode::OK).await
+}
+
+/// As [`serve`], answering every delivery (not the handshake) with `status`: a sick endpoint.
+pub async fn serve_answering(
+    addr: SocketAddr,
+    delay: Duration,
+    status: StatusCode,
+) -> anyhow::Result<(String, Arc<Counts>)> {
     let counts = Arc::new(Counts::default());
     let sink = Arc::new(Sink {
         delay,
+        status,
         counts: Arc::clone(&counts),
     });
     let app = Router::new()
@@ -96,7 +107,7 @@ async fn receive(
     };
     sink.counts.requests.fetch_add(1, Ordering::Relaxed);
     sink.counts.events.fetch_add(events, Ordering::Relaxed);
-    (StatusCode::OK, String::new())
+    (sink.status, String::new())
 }
 
 /// What the sink reads of a delivered event: when it was published, if it says.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark, in one run, each figure beside its baseline from the same run
-# (these machines are noisy: only ratios carry from one run to another). About 9 minutes on 2
+# (these machines are noisy: only ratios carry from one run to another). About 11 minutes on 2
 # cores with incremental release builds; docs/performance.md quotes a run.
 #   - hot path: per-event CPU work of publish parsing, batching and rendering, without I/O
 #   - engine: the deliver handler over in-memory ports against a loopback sink, beside wrk's
@@ -10,7 +10,9 @@
 #     counted by a proxy in front of moto; then the cost per million events on AWS
 #   - cold start: each function's bootstrap (infra/deploy/build.sh) under an emulated Lambda
 #     Runtime API: init time beside a bare process start, size, deliver's memory for a full batch
-#   - latency: publish to first attempt at 1,000 events/s, with where the time goes
+#   - latency: publish to first attempt at 1,000 events/s, with where the time goes; then the
+#     same beside 100,000 events held for a delayed endpoint, on LocalStack's SQS (installs it
+#     into .venv-localstack with infra/local/localstack.sh)
 #   - memory size: deliver's billed time per warm batch under the CPU share Lambda gives each
 #     memory size (a cgroup CPU quota; needs root), priced per million events
 #   - batch size: deliver's billed time per warm invocation of 1 to 1,000 messages at 256 MB's
@@ -53,6 +55,21 @@ target/release/gridrelay-bench cold-start
 # First on a fresh emulator: moto's SQS slows with every queue and message it holds.
 printf '\n== latency\n'
 target/release/gridrelay-bench latency --gridrelay target/release/gridrelay
+
+# #34 item 1: a healthy subscription beside 100,000 events held for a delayed endpoint. On
+# LocalStack's SQS (DynamoDB on moto): moto's ReceiveMessage reads every message of the queue
+# for each one it hands out, so the held messages alone slow it (docs/performance.md).
+printf '\n== neighbour of a held backlog (SQS on LocalStack, DynamoDB on moto)\n'
+if [[ "${AWS_ENDPOINT_URL:-}" == "http://127.0.0.1:$MOTO_PORT" ]]; then
+  (
+    trap 'infra/local/localstack.sh stop' EXIT
+    infra/local/localstack.sh start
+    eval "$(infra/local/localstack.sh env)"
+    target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --held 100000
+  )
+else
+  target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --held 100000
+fi
 
 printf '\n== end to end\n'
 target/release/gridrelay-bench e2e --events "$e2e_events" --cost-events "$cost_events" \

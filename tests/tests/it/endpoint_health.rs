@@ -9,6 +9,19 @@ use gridrelay_ports::{DeliveryStateStore, StoreError, Versioned};
 use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::subscription::SubscriptionRequest;
 
+/// Waits until `endpoint`'s health record says it is delayed (D1); answers the record.
+async fn delayed(state: &DynamoDeliveryStateStore, endpoint: &str) -> EndpointHealth {
+    eventually(Duration::from_secs(10), "the endpoint delayed", || async {
+        state
+            .endpoint_health(endpoint)
+            .await
+            .ok()
+            .map(|h| h.value)
+            .filter(EndpointHealth::is_delayed)
+    })
+    .await
+}
+
 /// D1, R3, at scale 0.1 (503 retry minimum 30 s → 3 s; first delay 1 min → 6 s):
 /// the first 10 events to an endpoint all fail, so delivery to it is delayed: the retries due
 /// after 3 s are skipped, and an event published during the delay waits too, while a healthy
@@ -33,15 +46,7 @@ async fn failing_endpoint_is_delayed_and_probed_d1_r3() {
     let failures = sick.wait_for_requests(10, Duration::from_secs(30)).await;
     assert!(failures.iter().all(|r| r.reply == Reply::Status(503)));
     let state = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
-    let health = eventually(Duration::from_secs(10), "the endpoint delayed", || async {
-        state
-            .endpoint_health(&sick.url)
-            .await
-            .ok()
-            .map(|h| h.value)
-            .filter(EndpointHealth::is_delayed)
-    })
-    .await;
+    let health = delayed(&state, &sick.url).await;
     assert_eq!(health.consecutive_failures, 10);
 
     tokio::time::sleep(Duration::from_secs(4).saturating_sub(t0.elapsed())).await;
@@ -185,5 +190,53 @@ async fn health_writes_are_conditional_on_the_version_read_d1() {
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    sys.shutdown().await;
+}
+
+/// #34 item 1, D1: events held for a delayed endpoint go back to the queue as new messages, so
+/// however many times they come round while the endpoint stays delayed, none counts towards the
+/// redrive policy's receive count (2 here): nothing reaches the redrive queue, and every event
+/// is delivered once the endpoint recovers. At scale 0.02 (delays of 1.2, 2.4 and 4.8 s, a
+/// recheck every 0.2 s while a probe is out), the first 10 events fail and delay the endpoint,
+/// two probes fail, the third succeeds; each event is held at least 3 times on average.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_events_never_count_towards_the_redrive_receive_count_d1() {
+    let sys = TestSystem::start(0.02).await;
+    let topic = sys.topic("held").await;
+    let sick = Subscriber::start(vec![Reply::Status(503); 12], Reply::Status(200)).await;
+    sys.subscribe(subscription("held", "sick", &sick.url)).await;
+
+    sys.publish(&topic, &events("first", 10)).await;
+    sick.wait_for_requests(10, Duration::from_secs(30)).await;
+    let state = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
+    delayed(&state, &sick.url).await;
+    sys.publish(&topic, &events("held", 20)).await;
+
+    let all = eventually(Duration::from_secs(60), "every event delivered", || async {
+        let r = sick.received();
+        let delivered: std::collections::BTreeSet<String> = r
+            .iter()
+            .filter(|r| r.reply == Reply::Status(200))
+            .flat_map(|r| r.ids())
+            .collect();
+        (delivered.len() == 30).then_some(r)
+    })
+    .await;
+    let probes = all[10..]
+        .iter()
+        .take_while(|r| r.reply != Reply::Status(200))
+        .count();
+    assert_eq!(probes, 2, "two failed probes before the recovery");
+    let held = sys.system.stats().deliver.delayed;
+    assert!(
+        held >= 3 * 30,
+        "each event came round at least 3 times while held: {held} holds of 30 events"
+    );
+    let redrive = sys.system.resources.delivery_redrive_queue_url.clone();
+    assert_eq!(
+        sys.queue_depth(&redrive).await,
+        0,
+        "no held message was moved to the redrive queue"
+    );
     sys.shutdown().await;
 }
