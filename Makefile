@@ -2,13 +2,17 @@
 #   make demo   run the whole system locally and show delivery, retry and dead-lettering
 #   make test   install what the tests need, then run every check and test
 # and the long runs of the life-cycle checks (chaos, fuzzing, simulation): make soak
-.PHONY: demo test soak build lint bench clean-local
+# and the end-to-end suites on LocalStack (DynamoDB and Lambda on moto): make test-localstack
+.PHONY: demo test test-localstack soak build lint bench clean-local
 
 demo:
 	bash infra/local/demo.sh
 
 test:
 	bash infra/local/test.sh
+
+test-localstack:
+	bash infra/local/test-localstack.sh
 
 soak:
 	bash infra/local/soak.sh
@@ -25,4 +29,5 @@ bench:
 
 clean-local:
 	-bash infra/local/moto.sh stop
+	-bash infra/local/localstack.sh stop
 	rm -rf .run

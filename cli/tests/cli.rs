@@ -1252,10 +1252,14 @@ async fn create_a_subscription_to_an_sqs_queue_s4() {
         .queue_url()
         .unwrap()
         .to_string();
-    let arn = format!(
-        "arn:aws:sqs:us-east-1:123456789012:{}-in",
-        sys.names.secret_prefix
-    );
+    // ARNs in the account and region the emulator gives its queues (moto and LocalStack differ).
+    let (arn_base, _) = sys
+        .system
+        .resources
+        .delivery_queue_arn
+        .rsplit_once(':')
+        .unwrap();
+    let arn = format!("{arn_base}:{}-in", sys.names.secret_prefix);
     let mut args = create_args("to-queue", &arn);
     args.extend(["--endpoint-type", "sqs"]);
 
@@ -1283,10 +1287,7 @@ async fn create_a_subscription_to_an_sqs_queue_s4() {
         "delivery-redrive",
         "dead-letter-redrive",
     ] {
-        let own = format!(
-            "arn:aws:sqs:us-east-1:123456789012:{}-{own}",
-            sys.names.secret_prefix
-        );
+        let own = format!("{arn_base}:{}-{own}", sys.names.secret_prefix);
         let mut to_own = create_args("to-own", &own);
         to_own.extend(["--endpoint-type", "sqs", "--delivery-destinations", "*"]);
         let out = gridrelay(&to_own, resources);

@@ -58,9 +58,11 @@ start() {
     echo "LocalStack already running on 127.0.0.1:$port" >&2
     return
   fi
-  # No DNS server, no persistence, nothing fetched at start; its own data under .run.
-  GATEWAY_LISTEN="127.0.0.1:$port" SERVICES="$services" DNS_ADDRESS=0 PERSISTENCE=0 \
-    SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 LOCALSTACK_VOLUME_DIR="$run/localstack-$port" \
+  # On the host (not in a container: everything it writes, and the Kinesis emulator it installs
+  # from the npm registry at its first Kinesis call, under .run), no DNS server, no persistence.
+  # Extra settings pass through the environment (KINESIS_ERROR_PROBABILITY, for one).
+  OVERRIDE_IN_DOCKER=0 FILESYSTEM_ROOT="$run/localstack-$port" GATEWAY_LISTEN="127.0.0.1:$port" \
+    SERVICES="$services" DNS_ADDRESS=0 PERSISTENCE=0 SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 \
     nohup "$venv/bin/python" -m localstack.runtime.main >"$run/localstack-$port.log" 2>&1 &
   echo $! >"$pidfile"
   for _ in $(seq 1 300); do

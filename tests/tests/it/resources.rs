@@ -27,9 +27,14 @@ async fn queue(sys: &TestSystem, name: &str) -> (String, String) {
         .queue_url()
         .unwrap()
         .to_string();
-    let arn = sqs
-        .get_queue_attributes()
-        .queue_url(&url)
+    let arn = queue_arn(&sqs, &url).await;
+    (url, arn)
+}
+
+/// A queue's ARN, as SQS names it (the account differs between emulators and AWS).
+async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> String {
+    sqs.get_queue_attributes()
+        .queue_url(url)
         .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
         .send()
         .await
@@ -37,8 +42,7 @@ async fn queue(sys: &TestSystem, name: &str) -> (String, String) {
         .attributes()
         .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn))
         .unwrap()
-        .clone();
-    (url, arn)
+        .clone()
 }
 
 /// Creates an SNS topic `name`; its ARN.
@@ -67,8 +71,10 @@ async fn event_bus(sys: &TestSystem, name: &str) -> String {
         .to_string()
 }
 
-/// Creates a Kinesis stream `name` of one shard; its ARN.
+/// Creates a Kinesis stream `name` of one shard and waits until it is active (a new stream is
+/// `CREATING` for a while on AWS and LocalStack); its ARN.
 async fn kinesis_stream(sys: &TestSystem, name: &str) -> String {
+    use aws_sdk_kinesis::client::Waiters;
     let kinesis = aws_sdk_kinesis::Client::new(&sys.sdk);
     kinesis
         .create_stream()
@@ -77,6 +83,12 @@ async fn kinesis_stream(sys: &TestSystem, name: &str) -> String {
         .send()
         .await
         .unwrap();
+    kinesis
+        .wait_until_stream_exists()
+        .stream_name(name)
+        .wait(WAIT)
+        .await
+        .expect("the stream becomes active");
     kinesis
         .describe_stream_summary()
         .stream_name(name)
@@ -87,6 +99,87 @@ async fn kinesis_stream(sys: &TestSystem, name: &str) -> String {
         .unwrap()
         .stream_arn()
         .to_string()
+}
+
+/// The records of one-shard stream `name`, by event id (partition key, event), once `expected`
+/// are in or `WAIT` has passed. Kinesis may answer a read with fewer records than the shard
+/// holds (none at first, on AWS and LocalStack): it reads on from the next iterator.
+async fn stream_records(
+    sys: &TestSystem,
+    name: &str,
+    expected: usize,
+) -> BTreeMap<String, (String, Value)> {
+    let kinesis = aws_sdk_kinesis::Client::new(&sys.sdk);
+    let shard = kinesis
+        .get_shard_iterator()
+        .stream_name(name)
+        .shard_id("shardId-000000000000")
+        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .unwrap()
+        .shard_iterator()
+        .unwrap()
+        .to_string();
+    let mut by_id = BTreeMap::new();
+    let mut iterator = Some(shard);
+    let deadline = std::time::Instant::now() + WAIT;
+    while by_id.len() < expected && std::time::Instant::now() < deadline {
+        let Some(current) = iterator.take() else {
+            break;
+        };
+        let read = kinesis
+            .get_records()
+            .shard_iterator(current)
+            .send()
+            .await
+            .unwrap();
+        for r in read.records() {
+            let event: Value = serde_json::from_slice(r.data().as_ref()).unwrap();
+            by_id.insert(
+                event["id"].as_str().unwrap().to_string(),
+                (r.partition_key().to_string(), event),
+            );
+        }
+        iterator = read.next_shard_iterator().map(str::to_string);
+        if read.records().is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    by_id
+}
+
+/// S4, R2, with AWS throttling the destination: a Kinesis stream that answers
+/// `ProvisionedThroughputExceededException` to part of the `PutRecords` calls (LocalStack's
+/// `KINESIS_ERROR_PROBABILITY`, which `make test-localstack` sets to 0.5 for this test alone)
+/// gets every event in the end: throttling is a 503, retried, never dead-lettered. At least one
+/// attempt must have been throttled, or the test proves nothing and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs LocalStack started with KINESIS_ERROR_PROBABILITY (make test-localstack)"]
+async fn a_throttled_stream_gets_every_event_in_the_end_s4() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("orders").await;
+    let stream_name = format!("{}-throttled", sys.names.secret_prefix);
+    let stream = kinesis_stream(&sys, &stream_name).await;
+    sys.subscribe(SubscriptionRequest {
+        dead_letter_destination: Some(sys.dead_letter_url("throttled")),
+        ..subscription("orders", "to-stream", &stream)
+    })
+    .await;
+    for round in 0..5 {
+        sys.publish(&topic, &events(&format!("t{round}"), 10)).await;
+    }
+    let stats = sys
+        .wait_for_stats("every event delivered", |s| s.deliver.delivered >= 50)
+        .await;
+    assert!(
+        stats.deliver.failed_attempts > 0,
+        "no attempt was throttled: is KINESIS_ERROR_PROBABILITY set? {stats:?}"
+    );
+    assert_eq!(stats.deliver.dead_lettered, 0, "{stats:?}");
+    let by_id = stream_records(&sys, &stream_name, 50).await;
+    assert_eq!(by_id.len(), 50, "every event is in the stream once or more");
+    sys.shutdown().await;
 }
 
 /// Creates an SNS topic `name` with a queue subscribed to it (raw delivery: message attributes
@@ -247,7 +340,6 @@ async fn a_topic_a_bus_and_a_stream_get_every_event_s4() {
         .await
         .unwrap();
 
-    let kinesis = aws_sdk_kinesis::Client::new(&sys.sdk);
     let stream_name = format!("{prefix}-stream");
     let stream = kinesis_stream(&sys, &stream_name).await;
 
@@ -280,34 +372,7 @@ async fn a_topic_a_bus_and_a_stream_get_every_event_s4() {
     assert_eq!(envelope["source"], "/orders/5");
     assert_eq!(envelope["detail"]["data"]["order"], 5);
 
-    let shard = kinesis
-        .get_shard_iterator()
-        .stream_name(&stream_name)
-        .shard_id("shardId-000000000000")
-        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
-        .send()
-        .await
-        .unwrap()
-        .shard_iterator()
-        .unwrap()
-        .to_string();
-    let records = kinesis
-        .get_records()
-        .shard_iterator(shard)
-        .send()
-        .await
-        .unwrap();
-    let by_id: BTreeMap<String, (String, Value)> = records
-        .records()
-        .iter()
-        .map(|r| {
-            let event: Value = serde_json::from_slice(r.data().as_ref()).unwrap();
-            (
-                event["id"].as_str().unwrap().to_string(),
-                (r.partition_key().to_string(), event),
-            )
-        })
-        .collect();
+    let by_id = stream_records(&sys, &stream_name, 12).await;
     assert_eq!(by_id.len(), 12);
     assert_eq!(by_id["r-5"].0, "/orders/5");
     assert_eq!(by_id["r-5"].1["eventType"], "Contoso.Orders.Created");
@@ -470,7 +535,7 @@ async fn a_fifo_queue_groups_by_subject_and_keeps_one_copy_of_an_event_s4() {
         .queue_url()
         .unwrap()
         .to_string();
-    let arn = format!("arn:aws:sqs:us-east-1:123456789012:{name}");
+    let arn = queue_arn(&sqs, &url).await;
     sys.subscribe(subscription("orders", "to-fifo", &arn)).await;
 
     sys.publish(&topic, &events("f", 3)).await;
@@ -515,57 +580,92 @@ async fn a_fifo_queue_groups_by_subject_and_keeps_one_copy_of_an_event_s4() {
     sys.shutdown().await;
 }
 
-/// S4, L2, L6: an SNS topic, an EventBridge bus and a Kinesis stream deleted after their
-/// subscriptions were made answer 404 (`NotFound`, `ResourceNotFoundException`): retried, then
-/// dead-lettered when the attempts run out, with `NotFound`.
+/// S4, L2, L6: an SNS topic deleted after its subscription was made answers 404 (`NotFound`):
+/// retried, then dead-lettered when the attempts run out, with `NotFound`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_topic_bus_or_stream_is_retried_then_dead_lettered_s4() {
+async fn a_missing_sns_topic_is_retried_then_dead_lettered_s4() {
+    a_deleted_destination_is_retried_then_dead_lettered(Deleted::SnsTopic).await;
+}
+
+/// S4, L2, L6: as for a topic, an EventBridge bus deleted after its subscription was made
+/// (`ResourceNotFoundException`). Skipped by `make test-localstack`: LocalStack's EventBridge
+/// accepts `PutEvents` to a bus that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_event_bus_is_retried_then_dead_lettered_s4() {
+    a_deleted_destination_is_retried_then_dead_lettered(Deleted::EventBus).await;
+}
+
+/// S4, L2, L6: as for a topic, a Kinesis stream deleted after its subscription was made
+/// (`ResourceNotFoundException`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_kinesis_stream_is_retried_then_dead_lettered_s4() {
+    a_deleted_destination_is_retried_then_dead_lettered(Deleted::Stream).await;
+}
+
+enum Deleted {
+    SnsTopic,
+    EventBus,
+    Stream,
+}
+
+async fn a_deleted_destination_is_retried_then_dead_lettered(kind: Deleted) {
     let sys = TestSystem::start(0.01).await;
     let topic = sys.topic("orders").await;
-    let prefix = sys.names.secret_prefix.clone();
-    let gone = format!("{prefix}-gone");
-    let sns_topic = sns_topic(&sys, &gone).await;
-    let bus = event_bus(&sys, &gone).await;
-    let stream = kinesis_stream(&sys, &gone).await;
-    for (name, arn) in [("topic", &sns_topic), ("bus", &bus), ("stream", &stream)] {
-        sys.subscribe(SubscriptionRequest {
-            max_delivery_attempts: Some(2),
-            dead_letter_destination: Some(sys.dead_letter_url(name)),
-            ..subscription("orders", &format!("to-{name}"), arn)
-        })
-        .await;
+    let gone = format!("{}-gone", sys.names.secret_prefix);
+    let arn = match kind {
+        Deleted::SnsTopic => sns_topic(&sys, &gone).await,
+        Deleted::EventBus => event_bus(&sys, &gone).await,
+        Deleted::Stream => kinesis_stream(&sys, &gone).await,
+    };
+    sys.subscribe(SubscriptionRequest {
+        max_delivery_attempts: Some(2),
+        dead_letter_destination: Some(sys.dead_letter_url("gone")),
+        ..subscription("orders", "to-gone", &arn)
+    })
+    .await;
+    match kind {
+        Deleted::SnsTopic => {
+            aws_sdk_sns::Client::new(&sys.sdk)
+                .delete_topic()
+                .topic_arn(&arn)
+                .send()
+                .await
+                .unwrap();
+        }
+        Deleted::EventBus => {
+            aws_sdk_eventbridge::Client::new(&sys.sdk)
+                .delete_event_bus()
+                .name(&gone)
+                .send()
+                .await
+                .unwrap();
+        }
+        Deleted::Stream => {
+            use aws_sdk_kinesis::client::Waiters;
+            let kinesis = aws_sdk_kinesis::Client::new(&sys.sdk);
+            kinesis
+                .delete_stream()
+                .stream_name(&gone)
+                .send()
+                .await
+                .unwrap();
+            // A stream is `DELETING` for a while (and takes records then, on LocalStack).
+            kinesis
+                .wait_until_stream_not_exists()
+                .stream_name(&gone)
+                .wait(WAIT)
+                .await
+                .expect("the stream is gone");
+        }
     }
-    aws_sdk_sns::Client::new(&sys.sdk)
-        .delete_topic()
-        .topic_arn(&sns_topic)
-        .send()
-        .await
-        .unwrap();
-    aws_sdk_eventbridge::Client::new(&sys.sdk)
-        .delete_event_bus()
-        .name(&gone)
-        .send()
-        .await
-        .unwrap();
-    aws_sdk_kinesis::Client::new(&sys.sdk)
-        .delete_stream()
-        .stream_name(&gone)
-        .send()
-        .await
-        .unwrap();
 
     sys.publish(&topic, &events("g", 1)).await;
-    for name in ["topic", "bus", "stream"] {
-        let objects = sys.wait_for_dead_letters(&format!("{name}/"), WAIT).await;
-        let record = &objects[0].1[0];
-        assert_eq!(record["id"], "g-0", "{name}");
-        assert_eq!(
-            record["deadLetterReason"], "MaxDeliveryAttemptsExceeded",
-            "{name}"
-        );
-        assert_eq!(record["deliveryAttempts"], 2, "{name}: retried once first");
-        assert_eq!(record["lastDeliveryOutcome"], "NotFound", "{name}");
-    }
+    let objects = sys.wait_for_dead_letters("gone/", WAIT).await;
+    let record = &objects[0].1[0];
+    assert_eq!(record["id"], "g-0");
+    assert_eq!(record["deadLetterReason"], "MaxDeliveryAttemptsExceeded");
+    assert_eq!(record["deliveryAttempts"], 2, "retried once first");
+    assert_eq!(record["lastDeliveryOutcome"], "NotFound");
     sys.shutdown().await;
 }
 
