@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test-localstack`: the end-to-end suites (gridrelay-e2e, and the command line's) against
+# `make test-localstack`: the end-to-end suites (gridrelay-e2e's three, and the command line's) against
 # LocalStack instead of moto, on this machine without Docker:
 #   - LocalStack 2026.3.0 (infra/local/localstack.sh: .venv-localstack, Python 3.13, on
 #     127.0.0.1:$LOCALSTACK_PORT) for SQS, S3, SNS, EventBridge, Secrets Manager and Kinesis;
@@ -48,7 +48,7 @@ printf '  resources::a_throttled_stream_gets_every_event_in_the_end_s4 (here)\n 
 section "end-to-end suites on LocalStack"
 (
   eval "$(infra/local/localstack.sh env)"
-  cargo test --locked -p gridrelay-e2e -p gridrelay-cli --test it --test redaction --test cli -- "${skip_args[@]}"
+  cargo test --locked -p gridrelay-e2e -p gridrelay-cli --test it --test redaction --test fan_out_limit --test cli -- "${skip_args[@]}"
 )
 
 section "Kinesis throttled half of the time (KINESIS_ERROR_PROBABILITY=0.5)"

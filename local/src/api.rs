@@ -17,6 +17,11 @@ use crate::{RunnerStats, billed_ms};
 /// API Gateway's payload limit: larger bodies never reach the function.
 const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
+/// `ingest`'s Lambda timeout (`Timeout: 15` in `infra/template.yaml`, 15 s in the CDK stack):
+/// an invocation still running then is stopped, and API Gateway answers 500, as here. Whatever
+/// it had enqueued stays enqueued; the publisher retries (G1 allows the duplicates).
+pub const INGEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// The function behind the API, and where its invocations are counted.
 #[derive(Clone)]
 struct Publish {
@@ -57,11 +62,24 @@ async fn forward(State(publish): State<Publish>, request: Request) -> Response {
     let request =
         lambda_http::Request::from_parts(parts, lambda_http::Body::Binary(bytes.to_vec()));
     let started = std::time::Instant::now();
-    let (parts, body) = publish.ingest.handle(request).await.into_parts();
+    let handled = tokio::time::timeout(INGEST_TIMEOUT, publish.ingest.handle(request)).await;
     if let Ok(mut s) = publish.stats.lock() {
         s.ingest_invocations += 1;
         s.billed.ingest_ms += billed_ms(started);
     }
+    let Ok(response) = handled else {
+        error!(
+            timeout_s = INGEST_TIMEOUT.as_secs(),
+            "ingest timed out: the publish is answered 500, as API Gateway does"
+        );
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [("content-type", "application/json")],
+            r#"{"message":"Internal Server Error"}"#,
+        )
+            .into_response();
+    };
+    let (parts, body) = response.into_parts();
     let body = match body {
         lambda_http::Body::Empty => AxumBody::empty(),
         lambda_http::Body::Text(t) => AxumBody::from(t),

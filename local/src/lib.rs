@@ -13,6 +13,7 @@
 //! bucket when they are missing.
 
 mod api;
+pub use api::INGEST_TIMEOUT;
 mod instances;
 mod poller;
 mod provision;

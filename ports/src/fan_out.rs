@@ -9,10 +9,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use serde_json::value::RawValue;
 
 use crate::{MessageQueue, OutgoingMessage, StoreError, SubscriptionStore};
-use gridrelay_shared::limits::MAX_PUBLISH_BYTES;
+use gridrelay_shared::limits::{MAX_FAN_OUT_BYTES, MAX_PUBLISH_BYTES};
 use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
 use gridrelay_shared::schema::{DeliverySchema, InputSchema, to_delivery_form};
 use gridrelay_shared::subscription::Subscription;
@@ -28,6 +30,12 @@ pub enum FanOutError {
     /// the publisher is told (400), and nothing is enqueued.
     #[error("events[{index}]: {reason}")]
     Unconvertible { index: usize, reason: String },
+    /// #34 item 9: more than `ingest` can enqueue before its deadline; refused (413) before
+    /// anything is enqueued, the same every time.
+    #[error(
+        "the events would be enqueued as {bytes} bytes for {subscriptions} subscriptions; allowed: at most {MAX_FAN_OUT_BYTES} bytes (each event counted once per subscription it goes to): publish fewer or smaller events per request"
+    )]
+    TooLarge { bytes: usize, subscriptions: usize },
     #[error("{failed} of {total} delivery messages were not enqueued: {first}")]
     Enqueue {
         failed: usize,
@@ -100,44 +108,85 @@ pub async fn fan_out(
                 .map(|e| serde_json::from_str(e.get()).ok())
                 .collect()
         };
-    // Sent as it is built, a batch at a time, so memory holds one subscription's messages and
-    // one batch, not every subscription's copy of the events at once.
-    let mut batch = Outbox::default();
-    let mut enqueued = 0;
+    // Which events each subscription receives, and what that comes to, before anything is sent:
+    // a publish too large to enqueue in time is refused whole (#34 item 9).
+    let mut plan: Vec<Share<'_, '_>> = Vec::new();
+    let mut bytes = 0;
     for sub in &subscriptions {
         let Some(forms) = converted.get(&sub.event_delivery_schema) else {
             continue;
         };
-        let queued: Vec<QueuedEvent> = forms
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| {
+        let chosen: Vec<usize> = (0..forms.len())
+            .filter(|i| {
                 sub.filter.is_empty()
                     || parsed[*i]
                         .as_ref()
                         .is_some_and(|v| sub.filter.matches(v, fields))
             })
-            .map(|(_, e)| QueuedEvent::new(now, e.clone().into_owned()))
             .collect();
-        if queued.is_empty() {
+        if chosen.is_empty() {
             continue;
         }
+        bytes += chosen.iter().map(|i| forms[*i].get().len()).sum::<usize>();
+        plan.push(Share { sub, forms, chosen });
+    }
+    if bytes > MAX_FAN_OUT_BYTES {
+        return Err(FanOutError::TooLarge {
+            bytes,
+            subscriptions: plan.len(),
+        });
+    }
+    // Sent as it is built, about one publish request's bytes at a time with a few such sends
+    // in flight, so memory holds a few batches and one subscription's messages, not every
+    // subscription's copy of the events at once.
+    let mut outbox = Outbox::default();
+    let mut sends = FuturesUnordered::new();
+    let mut sent = Sent::default();
+    let mut enqueued = 0;
+    for Share { sub, forms, chosen } in plan {
+        let queued: Vec<QueuedEvent> = chosen
+            .into_iter()
+            .map(|i| QueuedEvent::new(now, forms[i].clone().into_owned()))
+            .collect();
         enqueued += queued.len();
         for message in
             new_deliveries(sub, now, queued).map_err(|e| FanOutError::Encode(e.to_string()))?
         {
-            batch.push(message);
+            outbox.push(message);
         }
-        if batch.is_full() {
-            batch.send(queue).await?;
+        if outbox.is_full() {
+            sends.push(send_messages(queue, outbox.take()));
+            if sends.len() >= SENDS_IN_FLIGHT {
+                if let Some(done) = sends.next().await {
+                    sent.add(done);
+                }
+                // What was enqueued stays enqueued; nothing more is sent after a failure.
+                if sent.failed() {
+                    break;
+                }
+            }
         }
     }
-    batch.send(queue).await?;
+    if !sent.failed() && !outbox.messages.is_empty() {
+        sends.push(send_messages(queue, outbox.take()));
+    }
+    while let Some(done) = sends.next().await {
+        sent.add(done);
+    }
+    sent.result()?;
     Ok(FanOut {
         subscriptions: subscriptions.len(),
         enqueued,
-        messages: batch.sent,
+        messages: sent.messages,
     })
+}
+
+/// What one subscription receives of a publish: the events (by index into `forms`, the events
+/// in its delivery schema) its filter passes.
+struct Share<'s, 'e> {
+    sub: &'s Subscription,
+    forms: &'s [Cow<'e, RawValue>],
+    chosen: Vec<usize>,
 }
 
 /// The queue messages that deliver `events` to `sub` as new deliveries (no attempt made yet,
@@ -158,12 +207,14 @@ pub(crate) fn new_deliveries(
         .collect()
 }
 
-/// Messages waiting to be sent, and how many were sent before.
+/// Sends of about one publish request's bytes each that may be in flight at once.
+const SENDS_IN_FLIGHT: usize = 4;
+
+/// Messages waiting to be sent.
 #[derive(Default)]
 struct Outbox {
     messages: Vec<OutgoingMessage>,
     bytes: usize,
-    sent: usize,
 }
 
 impl Outbox {
@@ -180,27 +231,60 @@ impl Outbox {
         self.bytes >= Self::BYTES
     }
 
-    /// Sends what it holds; fails if any message was refused (the publisher retries, and what
-    /// was enqueued before may then arrive twice, which G1 allows).
-    async fn send(&mut self, queue: &dyn MessageQueue) -> Result<(), FanOutError> {
-        if self.messages.is_empty() {
-            return Ok(());
-        }
-        let messages = std::mem::take(&mut self.messages);
+    fn take(&mut self) -> Vec<OutgoingMessage> {
         self.bytes = 0;
-        let total = self.sent + messages.len();
-        let failures: Vec<String> = queue
-            .send_all(&messages)
-            .await
-            .into_iter()
-            .filter_map(Result::err)
-            .map(|e| e.to_string())
-            .collect();
-        self.sent = total;
-        match failures.first() {
+        std::mem::take(&mut self.messages)
+    }
+}
+
+/// What one send did: how many messages it held, and the errors of those refused.
+struct SendResult {
+    messages: usize,
+    failures: Vec<String>,
+}
+
+async fn send_messages(queue: &dyn MessageQueue, messages: Vec<OutgoingMessage>) -> SendResult {
+    let failures = queue
+        .send_all(&messages)
+        .await
+        .into_iter()
+        .filter_map(Result::err)
+        .map(|e| e.to_string())
+        .collect();
+    SendResult {
+        messages: messages.len(),
+        failures,
+    }
+}
+
+/// What every send of a fan-out did.
+#[derive(Default)]
+struct Sent {
+    messages: usize,
+    failed: usize,
+    first: Option<String>,
+}
+
+impl Sent {
+    fn add(&mut self, done: SendResult) {
+        self.messages += done.messages;
+        self.failed += done.failures.len();
+        if self.first.is_none() {
+            self.first = done.failures.into_iter().next();
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.failed > 0
+    }
+
+    /// Fails if any message was refused (the publisher retries, and what was enqueued before
+    /// may then arrive twice, which G1 allows).
+    fn result(&self) -> Result<(), FanOutError> {
+        match &self.first {
             Some(first) => Err(FanOutError::Enqueue {
-                failed: failures.len(),
-                total,
+                failed: self.failed,
+                total: self.messages,
                 first: first.clone(),
             }),
             None => Ok(()),
@@ -211,19 +295,14 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::QueueError;
     use crate::memory::{ManualClock, MemoryQueue, MemorySubscriptionStore};
     use gridrelay_shared::subscription::SubscriptionRequest;
     use std::sync::Arc;
 
-    /// Item 8 of the life-cycle issue: ingest's memory is bounded whatever the number of
-    /// subscriptions: fan-out sends as it goes, never more than about one publish request's
-    /// bytes (plus one subscription's messages) at once, yet every subscription gets every event.
-    #[test]
-    fn fan_out_sends_as_it_goes() {
-        let now = chrono::Utc::now();
+    fn store_with(subscriptions: usize, now: DateTime<Utc>) -> MemorySubscriptionStore {
         let store = MemorySubscriptionStore::default();
-        let queue = MemoryQueue::new(Arc::new(ManualClock::new(now)));
-        for i in 0..50 {
+        for i in 0..subscriptions {
             let request = SubscriptionRequest {
                 topic: "orders".into(),
                 name: format!("sub-{i:03}"),
@@ -232,21 +311,156 @@ mod tests {
             };
             store.insert_validated(request, InputSchema::EventGridSchema, now);
         }
-        let padding = "x".repeat(1000);
-        let events: Vec<Box<RawValue>> = (0..200)
-            .map(|i| {
-                RawValue::from_string(format!(r#"{{"id":"{i}","data":"{padding}"}}"#)).unwrap()
-            })
-            .collect();
-        let done = futures::executor::block_on(fan_out(
-            &store,
-            &queue,
+        store
+    }
+
+    fn run(
+        store: &MemorySubscriptionStore,
+        queue: &dyn MessageQueue,
+        events: &[Box<RawValue>],
+        now: DateTime<Utc>,
+    ) -> Result<FanOut, FanOutError> {
+        futures::executor::block_on(fan_out(
+            store,
+            queue,
             "orders",
             InputSchema::EventGridSchema,
-            &events,
+            events,
             now,
         ))
-        .unwrap();
+    }
+
+    /// `count` events of `bytes` bytes each.
+    fn events_of(count: usize, bytes: usize) -> Vec<Box<RawValue>> {
+        (0..count)
+            .map(|i| {
+                let bare = format!(r#"{{"id":"{i:06}","data":""}}"#);
+                let padding = "x".repeat(bytes.saturating_sub(bare.len()));
+                RawValue::from_string(format!(r#"{{"id":"{i:06}","data":"{padding}"}}"#)).unwrap()
+            })
+            .collect()
+    }
+
+    /// #34 item 9: a publish whose events, times the subscriptions they go to, come to more
+    /// than `MAX_FAN_OUT_BYTES` is refused whole, naming the size and the limit, before
+    /// anything is enqueued (a client's retry then duplicates nothing); one at the limit goes
+    /// through. 1 MiB of events to 64 subscriptions is the limit; to 65 it is over.
+    #[test]
+    fn a_fan_out_over_the_limit_is_refused_before_anything_is_enqueued() {
+        let now = chrono::Utc::now();
+        // 1 MiB of events exactly: 1,024 events of 1,024 bytes.
+        let events = events_of(1024, 1024);
+        assert_eq!(
+            events.iter().map(|e| e.get().len()).sum::<usize>(),
+            MAX_PUBLISH_BYTES
+        );
+        let over = store_with(65, now);
+        let queue = MemoryQueue::new(Arc::new(ManualClock::new(now)));
+        let refused = run(&over, &queue, &events, now).unwrap_err();
+        assert_eq!(
+            refused,
+            FanOutError::TooLarge {
+                bytes: 65 * MAX_PUBLISH_BYTES,
+                subscriptions: 65
+            }
+        );
+        let text = refused.to_string();
+        assert!(
+            text.contains(&(65 * MAX_PUBLISH_BYTES).to_string())
+                && text.contains(&MAX_FAN_OUT_BYTES.to_string()),
+            "{text}"
+        );
+        assert!(queue.send_calls().is_empty(), "nothing was sent");
+
+        let at = store_with(64, now);
+        let done = run(&at, &queue, &events, now).unwrap();
+        assert_eq!(done.enqueued, 64 * 1024);
+        assert_eq!(queue.len(), done.messages);
+    }
+
+    /// A queue whose sends take a while (each waits for the executor to come back once), counting
+    /// how many are in flight at once.
+    struct SlowQueue {
+        inner: MemoryQueue,
+        in_flight: std::sync::atomic::AtomicUsize,
+        most: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl MessageQueue for SlowQueue {
+        async fn send_all(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            let mut yielded = false;
+            futures::future::poll_fn(|cx| {
+                if yielded {
+                    std::task::Poll::Ready(())
+                } else {
+                    yielded = true;
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+            self.in_flight.fetch_sub(1, SeqCst);
+            self.inner.send_all(messages).await
+        }
+        async fn retry_after(&self, handle: &str, after: Duration) -> Result<(), QueueError> {
+            self.inner.retry_after(handle, after).await
+        }
+        async fn receive_batch(
+            &self,
+            max: usize,
+            visibility: Duration,
+        ) -> Result<Vec<crate::ReceivedMessage>, QueueError> {
+            self.inner.receive_batch(max, visibility).await
+        }
+        async fn delete_received(&self, handle: &str) -> Result<(), QueueError> {
+            self.inner.delete_received(handle).await
+        }
+    }
+
+    /// #34 item 9: fan-out keeps several sends in flight (not one after another, which could not
+    /// finish 64 MiB within ingest's 15 s), and never more than `SENDS_IN_FLIGHT`; and after a
+    /// refused send it starts no more (what it had sent stays; the publisher's retry may
+    /// duplicate it, G1).
+    #[test]
+    fn fan_out_sends_a_few_batches_at_once_and_stops_after_a_failure() {
+        let now = chrono::Utc::now();
+        let store = store_with(32, now);
+        let events = events_of(512, 1024);
+        let queue = SlowQueue {
+            inner: MemoryQueue::new(Arc::new(ManualClock::new(now))),
+            in_flight: Default::default(),
+            most: Default::default(),
+        };
+        let done = run(&store, &queue, &events, now).unwrap();
+        assert_eq!(done.enqueued, 32 * 512);
+        let most = queue.most.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(most, SENDS_IN_FLIGHT, "sends in flight at once");
+
+        let failing = MemoryQueue::new(Arc::new(ManualClock::new(now)));
+        failing.refuse_entries_containing(Some("sub-000"));
+        let refused = run(&store, &failing, &events, now).unwrap_err();
+        assert!(matches!(refused, FanOutError::Enqueue { .. }), "{refused}");
+        let calls = failing.send_calls().len();
+        assert!(
+            calls <= SENDS_IN_FLIGHT,
+            "{calls} sends: none started after the failed one was seen"
+        );
+    }
+
+    /// Item 8 of the life-cycle issue: ingest's memory is bounded whatever the number of
+    /// subscriptions: fan-out sends as it goes, never more than about one publish request's
+    /// bytes (plus one subscription's messages) at once, yet every subscription gets every event.
+    #[test]
+    fn fan_out_sends_as_it_goes() {
+        let now = chrono::Utc::now();
+        let store = store_with(50, now);
+        let queue = MemoryQueue::new(Arc::new(ManualClock::new(now)));
+        let events = events_of(200, 1030);
+        let done = run(&store, &queue, &events, now).unwrap();
         assert_eq!(done.enqueued, 50 * 200);
         let calls = queue.send_calls();
         let total: usize = calls.iter().sum();

@@ -52,6 +52,15 @@ pub const MAX_EVENT_BYTES: usize = 1_048_576 - 16 * 1024;
 /// Event subscriptions one topic may have (Event Grid: 500).
 pub const MAX_SUBSCRIPTIONS_PER_TOPIC: usize = 500;
 
+/// #34 item 9: the most bytes of events one publish may enqueue across its subscriptions (each
+/// event counted once per subscription whose filter it passes, in the schema that subscription
+/// receives). `ingest` enqueues everything before it answers (G1) and has 15 seconds: at this
+/// limit that is 64 `SendMessageBatch` calls of about 1 MiB, 4 in flight at a time, 16 rounds of
+/// one call's time (tens of milliseconds on AWS); a publish of 1 MB can go to about 60
+/// subscriptions (events gain their `topic` as kept), one of 16 KiB to all 500. More is refused at publish with 413, naming
+/// the limit, before anything is enqueued.
+pub const MAX_FAN_OUT_BYTES: usize = 64 * 1_048_576;
+
 /// Checks that `value` lies in `range`, naming `field` if it does not.
 pub fn check_range(
     field: &str,

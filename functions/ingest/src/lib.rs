@@ -353,6 +353,10 @@ impl Ingest {
                 warn!(topic = %topic.name, error = %e, "publish refused");
                 PublishResponse::error(400, "BadRequest", e.to_string())
             }
+            Err(e @ FanOutError::TooLarge { .. }) => {
+                warn!(topic = %topic.name, error = %e, "publish refused");
+                PublishResponse::error(413, "PayloadTooLarge", e.to_string())
+            }
             Err(e) => {
                 error!(topic = %topic.name, error = %e, "fan-out failed");
                 PublishResponse::error(
