@@ -65,10 +65,10 @@ if [[ "${AWS_ENDPOINT_URL:-}" == "http://127.0.0.1:$MOTO_PORT" ]]; then
     trap 'infra/local/localstack.sh stop' EXIT
     infra/local/localstack.sh start
     eval "$(infra/local/localstack.sh env)"
-    target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --held 100000
+    target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --held 100000 --seconds 15
   )
 else
-  target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --held 100000
+  target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --held 100000 --seconds 15
 fi
 
 printf '\n== end to end\n'

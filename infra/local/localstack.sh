@@ -31,9 +31,11 @@ python313() {
 
 install() {
   if [[ ! -x "$venv/bin/python" ]] || ! cmp -s "$requirements" "$venv/.requirements"; then
+    local python
+    python=$(python313)
     echo "installing localstack-core into $venv" >&2
     rm -rf "$venv"
-    "$(python313)" -m venv "$venv"
+    "$python" -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
     cp "$requirements" "$venv/.requirements"
   fi
@@ -58,6 +60,10 @@ start() {
     echo "LocalStack already running on 127.0.0.1:$port" >&2
     return
   fi
+  if ready; then
+    echo "something not started by this script already answers on 127.0.0.1:$port; stop it or set LOCALSTACK_PORT" >&2
+    exit 1
+  fi
   # On the host (not in a container: everything it writes, and the Kinesis emulator it installs
   # from the npm registry at its first Kinesis call, under .run), no DNS server, no persistence.
   # Extra settings pass through the environment (KINESIS_ERROR_PROBABILITY, for one).
@@ -66,11 +72,11 @@ start() {
     nohup "$venv/bin/python" -m localstack.runtime.main >"$run/localstack-$port.log" 2>&1 &
   echo $! >"$pidfile"
   for _ in $(seq 1 300); do
+    if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then break; fi
     if ready; then
       echo "LocalStack running on 127.0.0.1:$port (log: $run/localstack-$port.log)" >&2
       return
     fi
-    if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then break; fi
     sleep 0.2
   done
   echo "LocalStack did not start; see $run/localstack-$port.log" >&2
@@ -80,11 +86,18 @@ start() {
 
 stop() {
   if [[ -f "$pidfile" ]]; then
-    kill "$(cat "$pidfile")" 2>/dev/null || true
+    local pid
+    pid=$(cat "$pidfile")
+    kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 50); do
-      kill -0 "$(cat "$pidfile")" 2>/dev/null || break
+      kill -0 "$pid" 2>/dev/null || break
       sleep 0.2
     done
+    # Not stopped within 10 s: stopped hard, with the Kinesis emulator it started.
+    if kill -0 "$pid" 2>/dev/null; then
+      pkill -9 -P "$pid" 2>/dev/null || true
+      kill -9 "$pid" 2>/dev/null || true
+    fi
     rm -f "$pidfile"
   fi
 }

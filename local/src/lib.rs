@@ -13,7 +13,6 @@
 //! bucket when they are missing.
 
 mod api;
-pub use api::INGEST_TIMEOUT;
 mod instances;
 mod poller;
 mod provision;

@@ -57,7 +57,7 @@ pub const MAX_SUBSCRIPTIONS_PER_TOPIC: usize = 500;
 /// receives). `ingest` enqueues everything before it answers (G1) and has 15 seconds: at this
 /// limit that is 64 `SendMessageBatch` calls of about 1 MiB, 4 in flight at a time, 16 rounds of
 /// one call's time (tens of milliseconds on AWS); a publish of 1 MB can go to about 60
-/// subscriptions (events gain their `topic` as kept), one of 16 KiB to all 500. More is refused at publish with 413, naming
+/// subscriptions (events gain their `topic` as kept), one of about 130 KB to all 500. More is refused at publish with 413, naming
 /// the limit, before anything is enqueued.
 pub const MAX_FAN_OUT_BYTES: usize = 64 * 1_048_576;
 

@@ -15,7 +15,8 @@ use serde_json::json;
 /// #34 item 9, G1: a publish of about 1 MB to the most subscriptions the fan-out limit allows
 /// for it (64 copies of about 1,040,000 bytes as kept) is enqueued whole and answered 200, within `ingest`'s 15 s (the
 /// runner stops `ingest` then and answers 500, as Lambda and API Gateway do); with a 65th
-/// subscription the same publish is refused with 413 naming the limit, and nothing is enqueued.
+/// subscription the same publish is refused with 413 naming the limit (that nothing is then
+/// enqueued is `ports/src/fan_out.rs`'s `a_fan_out_over_the_limit_is_refused_before_anything_is_enqueued`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_largest_publish_to_the_most_subscriptions_is_enqueued_in_time() {
     use gridrelay_shared::limits::{MAX_FAN_OUT_BYTES, MAX_PUBLISH_BYTES};
