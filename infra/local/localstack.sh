@@ -81,6 +81,7 @@ start() {
   done
   echo "LocalStack did not start; see $run/localstack-$port.log" >&2
   tail -20 "$run/localstack-$port.log" >&2 || true
+  stop
   exit 1
 }
 
