@@ -106,8 +106,8 @@ impl Deliver {
             .collect();
         let policy = &self.settings.health;
         let reads = endpoints.into_iter().map(|endpoint| async move {
-            let now = self.clock.now();
-            let health = match self.state.endpoint_health(endpoint).await {
+            let now = self.ports.clock.now();
+            let health = match self.ports.state.endpoint_health(endpoint).await {
                 Ok(h) => h.value,
                 Err(e) => {
                     warn!(endpoint = %redact_endpoint(endpoint), error = %e, "endpoint health unreadable; delivering as if healthy");
@@ -120,7 +120,7 @@ impl Deliver {
                 Gate::Probe => {
                     let lease = now + chrono::Duration::from_std(policy.probe_lease).unwrap_or_default();
                     let recheck = now + chrono::Duration::from_std(policy.recheck).unwrap_or_default();
-                    match self.state.acquire_probe(endpoint, now, lease).await {
+                    match self.ports.state.acquire_probe(endpoint, now, lease).await {
                         Ok(true) => EndpointGate::OneProbe {
                             sent: false,
                             rest_until: recheck.min(lease),
@@ -148,7 +148,7 @@ impl Deliver {
         gates: &HashMap<String, EndpointGate>,
         plan: &mut Plan,
     ) {
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         for h in merge_held(held) {
             let group = &groups[h.group];
             let sub = &group.subscription;
@@ -209,7 +209,7 @@ impl Deliver {
     /// made to the record as it is at the write ([`update_endpoint_health`]), not as it was
     /// read before the attempts, so concurrent invocations add up and none undoes a delay.
     pub(crate) async fn record_health(&self, groups: &[Group], attempted: &[Attempted]) {
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         // In endpoint order, so a simulation replays the same writes for the same seed.
         let mut seen: BTreeMap<&str, (u32, bool, Option<LastFailure>)> = BTreeMap::new();
         for a in attempted {
@@ -260,9 +260,9 @@ impl Deliver {
             // "healthy" would make clearing it look like no change, and failures or a delay
             // another invocation stored meanwhile would stay (`gridrelay_ports::cache`).
             if succeeded {
-                self.state.forget(endpoint);
+                self.ports.state.forget(endpoint);
             }
-            match update_endpoint_health(self.state.as_ref(), endpoint, now, change).await {
+            match update_endpoint_health(self.ports.state.as_ref(), endpoint, now, change).await {
                 Ok((before, after)) => {
                     if after.is_delayed() && !before.is_delayed() {
                         warn!(endpoint = %redact_endpoint(endpoint), failures = after.consecutive_failures, delayed_until = ?after.delayed_until, "endpoint keeps failing: delivery to it is delayed (D1)");

@@ -34,9 +34,11 @@ impl Deliver {
     ) -> Result<Option<OutgoingMessage>, StoreError> {
         // A step acts on the subscription's state as it is now, not as a warm function kept
         // it (`gridrelay_ports::cache`); steps are rare.
-        self.store
+        self.ports
+            .store
             .forget_subscription(&task.topic, &task.subscription);
         let Some(sub) = self
+            .ports
             .store
             .get_subscription(&task.topic, &task.subscription)
             .await?
@@ -61,7 +63,7 @@ impl Deliver {
                 self.handshake(sub, which).await
             }
             (ValidationStep::Expire, ProvisioningState::AwaitingManualAction) => {
-                let now = self.clock.now();
+                let now = self.ports.clock.now();
                 if let Some(at) = expires_at.filter(|at| now < *at) {
                     let wait = (at - now).to_std().unwrap_or_default();
                     return Ok(Some(expiry_message(&sub, which, wait)?));
@@ -92,11 +94,11 @@ impl Deliver {
             return self.cloud_events_handshake(sub, which).await.map(|_| None);
         }
         let code = new_code();
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         let window = self.settings.scale.apply(MANUAL_VALIDATION_WINDOW);
         let expires_at = now + chrono::Duration::from_std(window).unwrap_or_default();
         // Stored before asking, so the endpoint may call the validation URL at once.
-        let stored = update_subscription(self.store.as_ref(), sub, |s| {
+        let stored = update_subscription(self.ports.store.as_ref(), sub, |s| {
             let Some(p) = s
                 .handshake_provisioning_mut(which)
                 .filter(|p| p.state == ProvisioningState::Creating)
@@ -255,7 +257,7 @@ impl Deliver {
         let asked = sub
             .handshake(which)
             .map(|(endpoint, p)| (endpoint.to_string(), p.validation_code_sha256.clone()));
-        let update = update_subscription(self.store.as_ref(), sub, |s| {
+        let update = update_subscription(self.ports.store.as_ref(), sub, |s| {
             let Some((endpoint, p)) = s.handshake(which) else {
                 return Err(None);
             };
@@ -310,7 +312,7 @@ impl Deliver {
         sub: Subscription,
         asked_for: Option<DateTime<Utc>>,
     ) -> Result<Option<OutgoingMessage>, StoreError> {
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         let Some(at) = sub.expiration_time_utc else {
             return Ok(None);
         };
@@ -322,14 +324,19 @@ impl Deliver {
         if now < at {
             return task_message(task, (at - now).to_std().unwrap_or_default()).map(Some);
         }
-        if !self.store.delete_subscription_if_unchanged(&sub).await? {
+        if !self
+            .ports
+            .store
+            .delete_subscription_if_unchanged(&sub)
+            .await?
+        {
             // Changed meanwhile (perhaps given a later expiration): decided again on the
             // record as it is then, a little later, so a condition that keeps failing does not
             // spin.
             return task_message(task, EXPIRY_RETRY).map(Some);
         }
         for id in secret_ids(&sub) {
-            if let Err(e) = self.secrets.delete(id).await {
+            if let Err(e) = self.ports.secrets.delete(id).await {
                 warn!(topic = %sub.topic, subscription = %sub.name, error = %e, "could not delete a secret of an expired subscription");
             }
         }

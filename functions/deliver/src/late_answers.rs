@@ -19,10 +19,10 @@ impl Deliver {
         messages: Vec<(usize, DeliveryMessage)>,
         plan: &mut Plan,
     ) -> Vec<(usize, DeliveryMessage)> {
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         let checks = messages.into_iter().map(|(i, m)| async move {
             let cancelled = match &m.timed_out_attempt {
-                Some(id) if m.not_before <= now => match self.state.late_success(id).await {
+                Some(id) if m.not_before <= now => match self.ports.state.late_success(id).await {
                     Ok(found) => found,
                     Err(e) => {
                         warn!(error = %e, "could not check for a late success; retrying anyway");
@@ -67,7 +67,12 @@ impl Deliver {
         let answers = late.into_iter().map(|(id, answer)| async move {
             match tokio::time::timeout(wait, answer).await {
                 Ok(Some(status)) if (200..=204).contains(&status) => {
-                    match self.state.mark_late_success(&id, self.clock.now()).await {
+                    match self
+                        .ports
+                        .state
+                        .mark_late_success(&id, self.ports.clock.now())
+                        .await
+                    {
                         Ok(()) => true,
                         Err(e) => {
                             warn!(error = %e, "could not record a late success; the retry stays");

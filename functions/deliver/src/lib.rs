@@ -178,18 +178,9 @@ pub const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
 /// What `deliver` needs.
 #[derive(Clone)]
 pub struct Deliver {
-    pub store: Arc<dyn SubscriptionStore>,
-    pub delivery_queue: Arc<dyn MessageQueue>,
-    pub dead_letter_queue: Arc<dyn MessageQueue>,
+    /// The stores, queues and senders shared with other workers.
+    pub ports: DeliverPorts,
     pub sender: Arc<dyn EventSender>,
-    /// AWS resource destinations (S4).
-    pub resources: Arc<dyn ResourceSender>,
-    pub clock: Arc<dyn Clock>,
-    pub jitter: Arc<dyn Jitter>,
-    /// D1, R4: endpoint health and late successes.
-    pub state: Arc<dyn DeliveryStateStore>,
-    /// H1: where secret delivery header values are.
-    pub secrets: Arc<dyn SecretStore>,
     /// Who may send now; kept for the worker's lifetime (`settings.endpoint_limits()`).
     pub limits: Arc<EndpointLimits>,
     /// Subscriptions' caps, shared with every other worker through their store.
@@ -227,17 +218,10 @@ impl Deliver {
         settings: DeliverySettings,
     ) -> Self {
         Self {
-            store: ports.store,
-            delivery_queue: ports.delivery_queue,
-            dead_letter_queue: ports.dead_letter_queue,
             sender,
-            resources: ports.resources,
-            clock: ports.clock,
-            jitter: ports.jitter,
-            state: ports.state,
-            secrets: ports.secrets,
             limits: settings.endpoint_limits(),
-            caps: Arc::new(SubscriptionCaps::new(ports.caps)),
+            caps: Arc::new(SubscriptionCaps::new(Arc::clone(&ports.caps))),
+            ports,
             settings,
         }
     }
@@ -520,14 +504,15 @@ impl Deliver {
                 Ok(format!("{what} could not be read: {e}"))
             }
         };
-        let headers = match resolve_headers(sub, self.secrets.as_ref()).await {
+        let headers = match resolve_headers(sub, self.ports.secrets.as_ref()).await {
             Ok(headers) => headers,
             Err(e) => return subscriptions_problem("a delivery header", e).map(Err),
         };
-        let signing = match resolve_signing(sub, self.secrets.as_ref(), self.clock.now()).await {
-            Ok(signing) => signing,
-            Err(e) => return subscriptions_problem("a signing secret", e).map(Err),
-        };
+        let signing =
+            match resolve_signing(sub, self.ports.secrets.as_ref(), self.ports.clock.now()).await {
+                Ok(signing) => signing,
+                Err(e) => return subscriptions_problem("a signing secret", e).map(Err),
+            };
         Ok(Ok(Resolved { headers, signing }))
     }
 
@@ -583,7 +568,7 @@ impl Deliver {
             .await;
 
         back_off(
-            self.delivery_queue.as_ref(),
+            self.ports.delivery_queue.as_ref(),
             failed_receipts(&event, plan.failed.iter().copied()),
             self.settings.scale,
         )
@@ -668,7 +653,7 @@ impl Deliver {
                 .insert(&m.subscription_id);
         }
         let lookups = keys.into_iter().map(|(key, ids)| async move {
-            let mut read = self.store.get_subscription(&key.0, &key.1).await;
+            let mut read = self.ports.store.get_subscription(&key.0, &key.1).await;
             // A warm function may keep a subscription that was deleted and created again since
             // (`gridrelay_ports::cache`): a message fanned out for another id than the one read
             // has it read again, so events for the new one are never taken for the old one's.
@@ -680,22 +665,22 @@ impl Deliver {
             // once per recheck interval).
             let read_again = match &read {
                 Ok(Some(sub)) if ids.iter().any(|id| !id.is_empty() && *id != sub.id) => {
-                    self.store.forget_subscription(&key.0, &key.1);
+                    self.ports.store.forget_subscription(&key.0, &key.1);
                     true
                 }
-                Ok(Some(sub)) if sub.is_expired(self.clock.now()) => {
-                    self.store.recheck_subscription(&key.0, &key.1);
+                Ok(Some(sub)) if sub.is_expired(self.ports.clock.now()) => {
+                    self.ports.store.recheck_subscription(&key.0, &key.1);
                     true
                 }
                 _ => false,
             };
             if read_again {
-                read = self.store.get_subscription(&key.0, &key.1).await;
+                read = self.ports.store.get_subscription(&key.0, &key.1).await;
             }
             let result = match read {
                 // `--expiration-date`: an expired subscription receives nothing, as if deleted
                 // (its expiry step deletes it).
-                Ok(Some(sub)) if sub.is_expired(self.clock.now()) => Ok(None),
+                Ok(Some(sub)) if sub.is_expired(self.ports.clock.now()) => Ok(None),
                 // Item 2: a missing or unusable secret is the subscription's problem, settled
                 // as a failed attempt of its events, not a failure of the records around them.
                 // A secret store that did not answer is nobody's (#34 item 4): the records
@@ -706,8 +691,9 @@ impl Deliver {
                     // and deleted since: the record is read again before the events are
                     // charged a failed attempt (always: this runs only after a failure).
                     if matches!(headers, Ok(Err(_))) {
-                        self.store.forget_subscription(&key.0, &key.1);
-                        if let Ok(Some(fresh)) = self.store.get_subscription(&key.0, &key.1).await
+                        self.ports.store.forget_subscription(&key.0, &key.1);
+                        if let Ok(Some(fresh)) =
+                            self.ports.store.get_subscription(&key.0, &key.1).await
                             && fresh.id == sub.id
                             && fresh.version != sub.version
                         {
@@ -756,7 +742,7 @@ impl Deliver {
         subscriptions: &HashMap<(String, String), Option<Target>>,
         plan: &mut Plan,
     ) -> Vec<Group> {
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         let rules = self.settings.rules();
         let mut groups: Vec<Group> = Vec::new();
         // Events booked in their subscription's events-per-second allowance go in batches of
@@ -842,13 +828,13 @@ impl Deliver {
         let open = self.settings.attempt_timeout
             + self.settings.late_answer_window
             + self.settings.deadline_margin;
-        let most = self.clock.now() + chrono::Duration::from_std(open).unwrap_or_default();
+        let most = self.ports.clock.now() + chrono::Duration::from_std(open).unwrap_or_default();
         deadline.min(most)
     }
 
     /// What is left before `deadline`, less the margin kept for enqueueing.
     fn time_left(&self, deadline: DateTime<Utc>) -> Duration {
-        (deadline - self.clock.now())
+        (deadline - self.ports.clock.now())
             .to_std()
             .unwrap_or_default()
             .saturating_sub(self.settings.deadline_margin)
@@ -958,7 +944,7 @@ impl Deliver {
                     &group.subscription,
                     u32::try_from(events.len()).unwrap_or(u32::MAX),
                     group.history.rate_booked_at,
-                    self.clock.as_ref(),
+                    self.ports.clock.as_ref(),
                     self.settings.cap_wait.min(last_start()),
                     self.slot_lease_until(deadline),
                 )
@@ -998,7 +984,7 @@ impl Deliver {
                     reason: HoldReason::Deadline,
                 });
             }
-            let time = self.clock.now();
+            let time = self.ports.clock.now();
             let mut per_event = None;
             let mut called = true;
             // A webhook's round-trip time can show a queue at the endpoint (the send alone, on
@@ -1023,7 +1009,7 @@ impl Deliver {
                     Err(why) => SentAttempt::not_sent(why.clone()),
                 }
             };
-            let answered = self.clock.now();
+            let answered = self.ports.clock.now();
             let signal = LoadSignal::of(&sent.result);
             // R4: a request still open for its late answer keeps its place in the worker's
             // total, and its subscription's slot, until the answer is in or no longer awaited
@@ -1058,7 +1044,7 @@ impl Deliver {
             })
         });
         let results = futures::future::join_all(attempts).await;
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         let mut attempted: Vec<Attempted> = too_large_events
             .into_iter()
             .map(|(g, p)| Attempted {
@@ -1087,7 +1073,7 @@ impl Deliver {
     /// one message ([`merge_retries`]): jitter spreads retries across invocations, not the
     /// batches of one subscription within one.
     fn settle(&self, groups: &[Group], attempted: Vec<Attempted>, plan: &mut Plan) {
-        let now = self.clock.now();
+        let now = self.ports.clock.now();
         let rules = self.settings.rules();
         let mut draws: HashMap<usize, f64> = HashMap::new();
         let mut retries = Vec::new();
@@ -1112,7 +1098,9 @@ impl Deliver {
             };
             let event_records: Vec<usize> = a.events.iter().map(|p| p.record).collect();
             let events = a.events.into_iter().map(|p| p.event).collect();
-            let draw = *draws.entry(a.group).or_insert_with(|| self.jitter.draw());
+            let draw = *draws
+                .entry(a.group)
+                .or_insert_with(|| self.ports.jitter.draw());
             match settle_attempt(sub, attempt, events, rules, now, draw) {
                 Settlement::Delivered { events } => {
                     plan.count(&sub.topic, &sub.name, |r| r.delivered += events);
@@ -1176,8 +1164,8 @@ impl Deliver {
             .map(|o| o.message.clone())
             .collect();
         let (sent_delivery, sent_dead) = futures::join!(
-            self.delivery_queue.send_all(&delivery),
-            self.dead_letter_queue.send_all(&dead)
+            self.ports.delivery_queue.send_all(&delivery),
+            self.ports.dead_letter_queue.send_all(&dead)
         );
         let outcomes = plan
             .to_delivery
@@ -1344,7 +1332,7 @@ impl Deliver {
         deadline: DateTime<Utc>,
     ) -> Vec<AttemptResult> {
         let count = request.entries.len();
-        let call = self.resources.put(request);
+        let call = self.ports.resources.put(request);
         if !subscription_caps::can_wait() {
             return call.await;
         }

@@ -134,7 +134,7 @@ impl World {
 
     /// Puts a warm function's cache in front of the subscription store.
     fn keep_subscriptions_for(&mut self, ttl: Duration) {
-        self.deliver.store = Arc::new(CachedSubscriptionStore::new(
+        self.deliver.ports.store = Arc::new(CachedSubscriptionStore::new(
             self.store.clone(),
             self.clock.clone(),
             ttl,
@@ -879,7 +879,7 @@ async fn a_kept_subscription_without_an_id_is_read_again_for_a_message_with_one(
 #[tokio::test]
 async fn a_success_clears_failures_stored_meanwhile_despite_the_cache_d1() {
     let mut w = World::new(ScriptedSender::status(200));
-    w.deliver.state = Arc::new(CachedDeliveryState::new(
+    w.deliver.ports.state = Arc::new(CachedDeliveryState::new(
         w.state.clone(),
         w.clock.clone(),
         Duration::from_secs(10),
