@@ -333,37 +333,21 @@ impl DeliveryQueue {
     /// Waits until no message is visible or in flight (twice in a row, a second apart: the
     /// counts are approximate); answers how many are delayed.
     async fn wait_until_quiet(&self) -> anyhow::Result<usize> {
-        use aws_sdk_sqs::types::QueueAttributeName as A;
         let deadline = Instant::now() + Duration::from_secs(300);
         let mut quiet_before = false;
         loop {
-            let out = self
-                .sqs
-                .get_queue_attributes()
-                .queue_url(&self.url)
-                .attribute_names(A::All)
-                .send()
-                .await?;
-            let attrs = out.attributes().cloned().unwrap_or_default();
-            let count = |a: A| -> usize {
-                attrs
-                    .get(&a)
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or_default()
-            };
-            let (visible, in_flight, delayed) = (
-                count(A::ApproximateNumberOfMessages),
-                count(A::ApproximateNumberOfMessagesNotVisible),
-                count(A::ApproximateNumberOfMessagesDelayed),
-            );
-            let quiet = visible == 0 && in_flight == 0;
+            let c = gridrelay_e2e::queue_counts(&self.sqs, &self.url).await?;
+            let quiet = c.visible == 0 && c.in_flight == 0;
             if quiet && quiet_before {
-                return Ok(delayed);
+                return Ok(c.delayed);
             }
             quiet_before = quiet;
             if Instant::now() > deadline {
                 bail!(
-                    "the delivery queue did not settle within 5 minutes: {visible} visible, {in_flight} in flight, {delayed} delayed"
+                    "the delivery queue did not settle within 5 minutes: {} visible, {} in flight, {} delayed",
+                    c.visible,
+                    c.in_flight,
+                    c.delayed
                 );
             }
             tokio::time::sleep(Duration::from_secs(1)).await;

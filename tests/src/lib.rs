@@ -329,31 +329,10 @@ impl TestSystem {
 
     /// Messages in a queue, visible, in flight or delayed.
     pub async fn queue_depth(&self, url: &str) -> usize {
-        use aws_sdk_sqs::types::QueueAttributeName as A;
-        let sqs = aws_sdk_sqs::Client::new(&self.sdk);
-        let out = sqs
-            .get_queue_attributes()
-            .queue_url(url)
-            .attribute_names(A::ApproximateNumberOfMessages)
-            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-            .attribute_names(A::ApproximateNumberOfMessagesDelayed)
-            .send()
+        let counts = queue_counts(&aws_sdk_sqs::Client::new(&self.sdk), url)
             .await
             .expect("queue attributes");
-        let attrs = out.attributes().cloned().unwrap_or_default();
-        [
-            A::ApproximateNumberOfMessages,
-            A::ApproximateNumberOfMessagesNotVisible,
-            A::ApproximateNumberOfMessagesDelayed,
-        ]
-        .iter()
-        .map(|a| {
-            attrs
-                .get(a)
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(0)
-        })
-        .sum()
+        counts.visible + counts.in_flight + counts.delayed
     }
 
     /// Waits until the runner's counters satisfy `done`.
@@ -372,6 +351,42 @@ impl TestSystem {
     pub async fn shutdown(self) {
         self.system.shutdown().await;
     }
+}
+
+/// A queue's messages as SQS counts them (approximately).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueCounts {
+    pub visible: usize,
+    pub in_flight: usize,
+    pub delayed: usize,
+}
+
+/// Reads the queue at `url`'s approximate counts.
+pub async fn queue_counts(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+) -> Result<QueueCounts, aws_sdk_sqs::Error> {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(A::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await?;
+    let attrs = out.attributes().cloned().unwrap_or_default();
+    let count = |a: A| -> usize {
+        attrs
+            .get(&a)
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    Ok(QueueCounts {
+        visible: count(A::ApproximateNumberOfMessages),
+        in_flight: count(A::ApproximateNumberOfMessagesNotVisible),
+        delayed: count(A::ApproximateNumberOfMessagesDelayed),
+    })
 }
 
 /// A subscription request with defaults for everything but the names and endpoint.
