@@ -29,22 +29,15 @@ use gridrelay_adapters::outbound::SystemResolver;
 use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::secret_headers::{resolve_headers, resolve_signing};
 use gridrelay_ports::{
-    Clock, DeliveryRequest, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue,
-    OutgoingMessage, ResourceEntry, ResourceRequest, ResourceSender, SecretError, SecretStore,
-    SentAttempt, SubscriptionStore, back_off,
+    Clock, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue, OutgoingMessage,
+    ResourceSender, SecretError, SecretStore, SubscriptionStore, back_off,
 };
-use gridrelay_shared::batching::plan_batches;
 use gridrelay_shared::classify::AttemptResult;
-use gridrelay_shared::concurrency::LoadSignal;
 use gridrelay_shared::delivery::{
     ATTEMPT_TIMEOUT, Arrival, BatchAttempt, DeliveryRules, GiveUp, LATE_ANSWER_WINDOW, Settlement,
     merge_retries, on_arrival, settle_attempt,
 };
-use gridrelay_shared::delivery_attributes::dynamic_headers;
-use gridrelay_shared::destination::{
-    AllowedDestinations, CallLimits, MessageContext, ResourceDestination, RoutingFields,
-    ServiceFailure, entry_bytes,
-};
+use gridrelay_shared::destination::AllowedDestinations;
 use gridrelay_shared::health::HealthPolicy;
 use gridrelay_shared::message::ValidationTask;
 use gridrelay_shared::message::{
@@ -52,27 +45,27 @@ use gridrelay_shared::message::{
 };
 use gridrelay_shared::outbound::OutboundPolicy;
 use gridrelay_shared::schedule::RetrySchedule;
-use gridrelay_shared::schema::{DeliverySchema, batch_data_version, delivery_body, event_body};
-use gridrelay_shared::signing::{SigningSecret, signature_header, webhook_id};
+use gridrelay_shared::schema::DeliverySchema;
+use gridrelay_shared::signing::SigningSecret;
 use gridrelay_shared::subscription::Subscription;
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
 use tracing::{error, info, warn};
 
-use crate::endpoint_health::{EndpointGate, Held, HoldReason};
 pub use crate::endpoint_limits::{
     ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, EndpointLimits, LimitedEndpoint,
     MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
 };
 use crate::metrics::{MetricsBySubscription, SubscriptionMetrics};
-use crate::subscription_caps::Turn;
 pub use crate::subscription_caps::{CAP_WAIT, SubscriptionCaps};
 
+mod attempt;
 mod endpoint_health;
 pub mod endpoint_limits;
 mod handshake;
 mod late_answers;
 pub mod metrics;
+mod resources;
 mod subscription_caps;
 
 /// Tunables of the deliver worker.
@@ -840,234 +833,6 @@ impl Deliver {
             .saturating_sub(self.settings.deadline_margin)
     }
 
-    /// POSTs every batch of every group, as many at a time as the endpoints' limits allow (G3:
-    /// nothing waits to fill a batch).
-    /// The events move out of their groups into the batches.
-    /// Batches to a delayed endpoint are held instead (D1), except one probe when it is due; a
-    /// batch whose turn comes too near the deadline to finish is held and handed on.
-    async fn attempt_all(
-        &self,
-        groups: &mut [Group],
-        gates: &mut HashMap<String, EndpointGate>,
-        deadline: DateTime<Utc>,
-    ) -> (Vec<Attempted>, Vec<Held>) {
-        let mut batches: Vec<(usize, Vec<Pending>, LimitedEndpoint)> = Vec::new();
-        let mut held = Vec::new();
-        let mut too_large_events: Vec<(usize, Pending)> = Vec::new();
-        for (g, group) in groups.iter_mut().enumerate() {
-            let sizes: Vec<usize> = group
-                .events
-                .iter()
-                .map(|p| p.event.event.get().len())
-                .collect();
-            let sub = &*group.subscription;
-            let (calls, too_large) = match sub.endpoint_type.call_limits() {
-                // One message per event: as many to a call as the service takes, and no more
-                // than the subscription's events per second allow in one go.
-                Some(limits) if !sub.endpoint_type.takes_batches() => {
-                    let sizes: Vec<usize> = group
-                        .events
-                        .iter()
-                        .map(|p| resource_entry_bytes(group, &p.event.event))
-                        .collect();
-                    let limits = CallLimits {
-                        entries: sub
-                            .delivery_caps
-                            .max_events_per_second
-                            .map_or(limits.entries, |rate| limits.entries.min(rate as usize)),
-                        ..limits
-                    };
-                    limits.pack(&sizes)
-                }
-                other => {
-                    let batching = sub.delivery_caps.batching(&sub.batching);
-                    let (calls, too_large): (Vec<Vec<usize>>, Vec<Vec<usize>>) =
-                        plan_batches(&sizes, &batching)
-                            .into_iter()
-                            .map(|range| range.collect::<Vec<usize>>())
-                            // A Lambda function's batch of one event larger than its payload
-                            // (the body's brackets included) is not sent either.
-                            .partition(|batch| match (other, batch.as_slice()) {
-                                (Some(limits), [i]) => sizes[*i] + 2 <= limits.entry_bytes,
-                                _ => true,
-                            });
-                    (calls, too_large.into_iter().flatten().collect())
-                }
-            };
-            let mut events: Vec<Option<Pending>> = std::mem::take(&mut group.events)
-                .into_iter()
-                .map(Some)
-                .collect();
-            // S4, B3: an event larger than its service's message is never sent; it fails on
-            // its own (413), without a call, a turn of the caps or an endpoint permit.
-            too_large_events.extend(
-                too_large
-                    .iter()
-                    .filter_map(|&i| events[i].take())
-                    .map(|p| (g, p)),
-            );
-            // The endpoint's limit, found once for all the group's batches.
-            let mut endpoint = None;
-            for call in calls {
-                let batch: Vec<Pending> = call.iter().filter_map(|&i| events[i].take()).collect();
-                if gates.get_mut(&sub.endpoint).is_none_or(EndpointGate::admit) {
-                    let endpoint =
-                        endpoint.get_or_insert_with(|| self.limits.limited(&sub.endpoint));
-                    batches.push((g, batch, endpoint.clone()));
-                } else {
-                    held.push(Held {
-                        group: g,
-                        events: batch,
-                        reason: HoldReason::EndpointDelayed,
-                    });
-                }
-            }
-        }
-        let groups = &*groups;
-        // Every batch waits for its endpoint's turn, then the worker's ([`EndpointLimits`]):
-        // as many in flight as the endpoints take, a slow one holding up only itself.
-        let attempts = batches.into_iter().map(|(g, events, endpoint)| async move {
-            let group = &groups[g];
-            // A turn that comes too late for an attempt is not waited for: permits held by
-            // requests open for late answers come back only after the attempts.
-            // (Without a tokio runtime, as in the deterministic simulation, there is no timer
-            // and the turn is waited for: nothing there holds permits past its attempt.)
-            // Asked at each step: the caps' turn may have waited.
-            let last_start = || {
-                self.time_left(deadline)
-                    .saturating_sub(self.settings.attempt_timeout)
-            };
-            // The subscription's caps first: a batch they hold waits on the queue, not here.
-            let cap_turn = match self
-                .caps
-                .turn(
-                    &group.subscription,
-                    u32::try_from(events.len()).unwrap_or(u32::MAX),
-                    group.history.rate_booked_at,
-                    self.ports.clock.as_ref(),
-                    self.settings.cap_wait.min(last_start()),
-                    self.slot_lease_until(deadline),
-                )
-                .await
-            {
-                Turn::Go(turn) => turn,
-                Turn::HoldUntil { until, booked_at } => {
-                    return Err(Held {
-                        group: g,
-                        events,
-                        reason: HoldReason::Capped { until, booked_at },
-                    });
-                }
-            };
-            let acquire = self.limits.acquire_for(&endpoint);
-            let permit = if subscription_caps::can_wait() {
-                tokio::time::timeout(last_start(), acquire)
-                    .await
-                    .map_err(drop)
-            } else {
-                Ok(acquire.await)
-            };
-            // Decided when the batch's turn comes, not when it was planned.
-            let Ok(permit) = permit else {
-                cap_turn.release().await;
-                return Err(Held {
-                    group: g,
-                    events,
-                    reason: HoldReason::Deadline,
-                });
-            };
-            if !self.can_attempt(deadline) {
-                cap_turn.release().await;
-                return Err(Held {
-                    group: g,
-                    events,
-                    reason: HoldReason::Deadline,
-                });
-            }
-            let time = self.ports.clock.now();
-            let mut per_event = None;
-            let mut called = true;
-            // A webhook's round-trip time can show a queue at the endpoint (the send alone, on
-            // the runtime's monotonic clock); an AWS call's says little about the resource.
-            let mut rtt = None;
-            let sent = if group.subscription.endpoint_type.is_resource() {
-                let (results, made_call) = self.put_resource(group, &events, deadline).await;
-                called = made_call;
-                let first_failure = results.iter().find(|r| !is_delivered(r)).cloned();
-                let summary = first_failure.unwrap_or(AttemptResult::Status(200));
-                per_event = Some(results);
-                SentAttempt::of(summary)
-            } else {
-                match group.headers.as_ref() {
-                    Ok(resolved) => {
-                        let request = delivery_request(group, resolved, &events, time);
-                        let sent_at = tokio::time::Instant::now();
-                        let sent = self.sender.send(request).await;
-                        rtt = Some(sent_at.elapsed());
-                        sent
-                    }
-                    Err(why) => SentAttempt::not_sent(why.clone()),
-                }
-            };
-            let answered = self.ports.clock.now();
-            let signal = LoadSignal::of(&sent.result);
-            // R4: a request still open for its late answer keeps its place in the worker's
-            // total, and its subscription's slot, until the answer is in or no longer awaited
-            // (which closes it).
-            let late = match sent.late {
-                Some(answer) => {
-                    let connection = permit.finish_keeping_connection(signal);
-                    // (`SyncFuture`: a late answer is `Sync`, the slot store's release is not.)
-                    Some(Box::pin(sync_wrapper::SyncFuture::new(async move {
-                        let _connection = connection;
-                        let answer = answer.await;
-                        cap_turn.release().await;
-                        answer
-                    })) as LateAnswer)
-                }
-                None => {
-                    permit.finish(signal, rtt);
-                    cap_turn.release().await;
-                    None
-                }
-            };
-            Ok(Attempted {
-                group: g,
-                events,
-                time,
-                answered,
-                result: sent.result,
-                late,
-                retry_after: sent.retry_after,
-                per_event,
-                called,
-            })
-        });
-        let results = futures::future::join_all(attempts).await;
-        let now = self.ports.clock.now();
-        let mut attempted: Vec<Attempted> = too_large_events
-            .into_iter()
-            .map(|(g, p)| Attempted {
-                group: g,
-                events: vec![p],
-                time: now,
-                answered: now,
-                result: AttemptResult::Service(ServiceFailure::entry_too_large()),
-                late: None,
-                retry_after: None,
-                per_event: None,
-                called: false,
-            })
-            .collect();
-        for result in results {
-            match result {
-                Ok(a) => attempted.push(a),
-                Err(h) => held.push(h),
-            }
-        }
-        (attempted, held)
-    }
-
     /// Settles every attempted batch ([`settle_attempt`]; B5: its events share one outcome).
     /// A group's retries share one random draw (R2), so those due at the same time travel in
     /// one message ([`merge_retries`]): jitter spreads retries across invocations, not the
@@ -1183,166 +948,6 @@ impl Deliver {
     }
 }
 
-impl Deliver {
-    /// One call to a subscription's AWS resource (S4): its events as entries (a Lambda
-    /// function's batch as one), each too large for the service failed at once (413) without
-    /// a call, and a destination the installation does not allow failed (403) without one.
-    /// What became of each event, in order, and whether a call was made.
-    async fn put_resource(
-        &self,
-        group: &Group,
-        events: &[Pending],
-        deadline: DateTime<Utc>,
-    ) -> (Vec<AttemptResult>, bool) {
-        let sub = &group.subscription;
-        let every = |result: AttemptResult| (vec![result; events.len()], false);
-        let Some(destination) = sub.resource() else {
-            return every(AttemptResult::NotSent(format!(
-                "the stored endpoint is not {} ARN",
-                sub.endpoint_type.as_str()
-            )));
-        };
-        if self.settings.destinations.is_own_queue(&destination) {
-            warn!(
-                topic = %sub.topic,
-                subscription = %sub.name,
-                destination = %destination.arn,
-                "the destination is one of this installation's own queues: never written (403)"
-            );
-        }
-        if !self.settings.destinations.permits(&destination) {
-            return every(AttemptResult::Service(ServiceFailure::of_code(
-                "AccessDenied",
-                None,
-            )));
-        }
-        let Some(limits) = sub.endpoint_type.call_limits() else {
-            return every(AttemptResult::NotSent("not a resource".to_string()));
-        };
-        let schema = group.history.schema;
-        let entries: Vec<ResourceEntry> = if sub.endpoint_type.takes_batches() {
-            let (_, body) = delivery_body(events.iter().map(|p| &*p.event.event), schema);
-            let fields = match events {
-                [only] => RoutingFields::of(&only.event.event, schema),
-                _ => RoutingFields::default(),
-            };
-            vec![ResourceEntry { body, fields }]
-        } else {
-            events
-                .iter()
-                .map(|p| ResourceEntry {
-                    body: event_body(&p.event.event, schema).to_string(),
-                    fields: RoutingFields::of(&p.event.event, schema),
-                })
-                .collect()
-        };
-        let context = message_context(group);
-        let too_large = entries.iter().any(|e| {
-            entry_bytes(sub.endpoint_type, &e.body, &e.fields, &context) > limits.entry_bytes
-        });
-        // Planned calls hold one event too large for the service alone (a Lambda function's
-        // batch: one event larger than its payload).
-        if too_large {
-            return every(AttemptResult::Service(ServiceFailure::entry_too_large()));
-        }
-        let request = ResourceRequest {
-            destination: ResourceDestination::clone(&destination),
-            topic: sub.topic.clone(),
-            subscription: sub.name.clone(),
-            delivery_count: group.history.attempts,
-            entries,
-        };
-        let results = self.put_apart_if_too_large(request, deadline).await;
-        let results = match results.len() {
-            // A Lambda function's one result is every event's of its batch (B5).
-            1 if sub.endpoint_type.takes_batches() => vec![results[0].clone(); events.len()],
-            n if n == events.len() => results,
-            _ => vec![
-                AttemptResult::NotSent(
-                    "the destination's answer did not cover every entry".to_string()
-                );
-                events.len()
-            ],
-        };
-        (results, true)
-    }
-
-    /// One call; if the service refuses it as a whole as too large (413: SQS's
-    /// `BatchRequestTooLong` for a queue whose messages are smaller than SQS's largest, say),
-    /// its entries are sent again in two halves, one after the other, and so on down to single
-    /// entries, so each event answers for itself and the subscription's caps (one call at a
-    /// time) still hold. Halves are sent only while a whole call still fits before the
-    /// deadline; entries left unsent are failed attempts retried on the ladder.
-    async fn put_apart_if_too_large(
-        &self,
-        request: ResourceRequest,
-        deadline: DateTime<Utc>,
-    ) -> Vec<AttemptResult> {
-        let mut pending = vec![request];
-        let mut results = Vec::new();
-        // Depth first, in entry order: the results come out in the entries' order.
-        while let Some(request) = pending.pop() {
-            let count = request.entries.len();
-            if !results.is_empty() && self.time_left(deadline) < self.call_limit(deadline) {
-                results.extend(vec![
-                    AttemptResult::NotSent(
-                        "refused as too large together; not sent apart before the deadline"
-                            .to_string()
-                    );
-                    count
-                ]);
-                continue;
-            }
-            let answer = self.put_within(request.clone(), deadline).await;
-            let too_large_together = count > 1
-                && answer.len() == count
-                && answer
-                    .iter()
-                    .all(|r| matches!(r, AttemptResult::Service(f) if f.status == 413));
-            if too_large_together {
-                let mut first = request.clone();
-                let second = ResourceRequest {
-                    entries: first.entries.split_off(count / 2),
-                    ..request
-                };
-                pending.push(second);
-                pending.push(first);
-            } else {
-                results.extend(answer);
-            }
-        }
-        results
-    }
-
-    /// How long one call may take: the attempt timeout (at least
-    /// [`MIN_RESOURCE_CALL_TIMEOUT`]), and never past the deadline less its margin.
-    fn call_limit(&self, deadline: DateTime<Utc>) -> Duration {
-        self.settings
-            .attempt_timeout
-            .max(MIN_RESOURCE_CALL_TIMEOUT)
-            .min(self.time_left(deadline).max(Duration::from_millis(1)))
-    }
-
-    /// One call, given at most the attempt timeout (S2) and never past the invocation's
-    /// deadline less its margin: one that takes longer is a timed-out attempt of every entry.
-    /// (Without a tokio runtime, as in the deterministic simulation, there is no timer.)
-    async fn put_within(
-        &self,
-        request: ResourceRequest,
-        deadline: DateTime<Utc>,
-    ) -> Vec<AttemptResult> {
-        let count = request.entries.len();
-        let call = self.ports.resources.put(request);
-        if !subscription_caps::can_wait() {
-            return call.await;
-        }
-        match tokio::time::timeout(self.call_limit(deadline), call).await {
-            Ok(results) => results,
-            Err(_) => vec![AttemptResult::TimedOut; count],
-        }
-    }
-}
-
 /// What one part of an attempt adds to the report: the request (once per request or call),
 /// and the failed attempt (once per request or call that failed, in whole or in part).
 #[derive(Debug, Clone, Copy)]
@@ -1408,74 +1013,4 @@ fn split_by_entry(mut a: Attempted) -> Vec<(Counts, Attempted)> {
 /// Whether an attempt's result is a delivery (S1).
 fn is_delivered(result: &AttemptResult) -> bool {
     matches!(result, AttemptResult::Status(s) if gridrelay_shared::classify::is_success(*s))
-}
-
-/// What a subscription's messages say besides their bodies.
-fn message_context(group: &Group) -> MessageContext<'_> {
-    MessageContext {
-        topic: &group.subscription.topic,
-        subscription: &group.subscription.name,
-        delivery_count: group.history.attempts,
-    }
-}
-
-/// Bytes one event takes as an entry of its subscription's AWS resource.
-fn resource_entry_bytes(group: &Group, event: &serde_json::value::RawValue) -> usize {
-    let schema = group.history.schema;
-    entry_bytes(
-        group.subscription.endpoint_type,
-        event_body(event, schema),
-        &RoutingFields::of(event, schema),
-        &message_context(group),
-    )
-}
-
-/// The request for one batch, in the subscription's schema, with Event Grid's headers, the
-/// subscription's own, and its Standard Webhooks signature when it signs (the id the same for
-/// every attempt of these events, the timestamp `now`).
-fn delivery_request(
-    group: &Group,
-    resolved: &Resolved,
-    events: &[Pending],
-    now: DateTime<Utc>,
-) -> DeliveryRequest {
-    let sub = &group.subscription;
-    let (content_type, body) =
-        delivery_body(events.iter().map(|p| &*p.event.event), group.history.schema);
-    let signature = (!resolved.signing.is_empty()).then(|| {
-        let id = webhook_id(&sub.id, events.iter().map(|p| p.event.event.get()));
-        let timestamp = now.timestamp();
-        let signature = signature_header(&resolved.signing, &id, timestamp, body.as_bytes());
-        [
-            ("webhook-id".to_string(), id),
-            ("webhook-timestamp".to_string(), timestamp.to_string()),
-            ("webhook-signature".to_string(), signature),
-        ]
-    });
-    DeliveryRequest {
-        endpoint: sub.endpoint.clone(),
-        content_type,
-        body,
-        headers: vec![
-            ("aeg-event-type".into(), "Notification".to_string()),
-            ("aeg-subscription-name".into(), sub.name.clone()),
-            (
-                "aeg-delivery-count".into(),
-                group.history.attempts.to_string(),
-            ),
-            ("aeg-metadata-version".into(), "1".to_string()),
-        ]
-        .into_iter()
-        .chain(
-            batch_data_version(events.iter().map(|p| &*p.event.event), group.history.schema)
-                .map(|v| ("aeg-data-version".to_string(), v)),
-        )
-        .chain(resolved.headers.iter().cloned())
-        .chain(dynamic_headers(
-            &sub.delivery_attribute_mappings,
-            events.iter().map(|p| &*p.event.event),
-        ))
-        .chain(signature.into_iter().flatten())
-        .collect(),
-    }
 }

@@ -1,0 +1,413 @@
+//! One invocation's attempts, in the steps a reader follows (as svix's worker cuts a
+//! dispatch): plan the calls ([`Deliver::plan_calls`]: batches, endpoint gates, events too
+//! large to send), then for each batch take its turn ([`Deliver::take_turn`]: the
+//! subscription's caps, the endpoint's permit, the deadline), make the call
+//! ([`Deliver::call`]), and keep open what a late answer still needs ([`Deliver::finish`]).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use gridrelay_ports::{DeliveryRequest, LateAnswer, SentAttempt};
+use gridrelay_shared::batching::plan_batches;
+use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::concurrency::LoadSignal;
+use gridrelay_shared::delivery_attributes::dynamic_headers;
+use gridrelay_shared::destination::{CallLimits, ServiceFailure};
+use gridrelay_shared::schema::{batch_data_version, delivery_body};
+use gridrelay_shared::signing::{signature_header, webhook_id};
+
+use crate::endpoint_health::{EndpointGate, Held, HoldReason};
+use crate::endpoint_limits::{LimitedEndpoint, SendPermit};
+use crate::resources::resource_entry_bytes;
+use crate::subscription_caps::{self, CapTurn, Turn};
+use crate::{Attempted, Deliver, Group, Pending, Resolved, is_delivered};
+
+/// One planned call: a batch of a group's events and the endpoint it goes to.
+struct Batch {
+    group: usize,
+    events: Vec<Pending>,
+    endpoint: LimitedEndpoint,
+}
+
+/// What one invocation's planning decided for its groups' events.
+#[derive(Default)]
+struct CallPlan {
+    batches: Vec<Batch>,
+    /// Batches to a delayed endpoint (D1), held without a call.
+    held: Vec<Held>,
+    /// S4, B3: events too large for their service's message, failed without a call.
+    too_large: Vec<(usize, Pending)>,
+}
+
+/// What one call came to, before its permit and caps' turn are given back.
+struct Called {
+    sent: SentAttempt,
+    /// An AWS resource's answer per event (see [`Attempted::per_event`]).
+    per_event: Option<Vec<AttemptResult>>,
+    called: bool,
+    /// A webhook's round-trip time (see [`SendPermit::finish`]).
+    rtt: Option<Duration>,
+}
+
+impl Deliver {
+    /// POSTs every batch of every group, as many at a time as the endpoints' limits allow (G3:
+    /// nothing waits to fill a batch).
+    /// The events move out of their groups into the batches.
+    /// Batches to a delayed endpoint are held instead (D1), except one probe when it is due; a
+    /// batch whose turn comes too near the deadline to finish is held and handed on.
+    pub(crate) async fn attempt_all(
+        &self,
+        groups: &mut [Group],
+        gates: &mut HashMap<String, EndpointGate>,
+        deadline: DateTime<Utc>,
+    ) -> (Vec<Attempted>, Vec<Held>) {
+        let CallPlan {
+            batches,
+            mut held,
+            too_large,
+        } = self.plan_calls(groups, gates);
+        let groups = &*groups;
+        // Every batch waits for its endpoint's turn, then the worker's ([`EndpointLimits`]):
+        // as many in flight as the endpoints take, a slow one holding up only itself.
+        let attempts = batches
+            .into_iter()
+            .map(|batch| self.attempt(groups, batch, deadline));
+        let results = futures::future::join_all(attempts).await;
+        let now = self.ports.clock.now();
+        let mut attempted: Vec<Attempted> = too_large
+            .into_iter()
+            .map(|(group, event)| Attempted::too_large(group, event, now))
+            .collect();
+        for result in results {
+            match result {
+                Ok(a) => attempted.push(a),
+                Err(h) => held.push(h),
+            }
+        }
+        (attempted, held)
+    }
+
+    /// Cuts every group into its calls, admitting each through its endpoint's gate (D1).
+    fn plan_calls(
+        &self,
+        groups: &mut [Group],
+        gates: &mut HashMap<String, EndpointGate>,
+    ) -> CallPlan {
+        let mut plan = CallPlan::default();
+        for (g, group) in groups.iter_mut().enumerate() {
+            let (calls, too_large) = calls_of(group);
+            let mut events: Vec<Option<Pending>> = std::mem::take(&mut group.events)
+                .into_iter()
+                .map(Some)
+                .collect();
+            // S4, B3: an event larger than its service's message is never sent; it fails on
+            // its own (413), without a call, a turn of the caps or an endpoint permit.
+            plan.too_large.extend(
+                too_large
+                    .iter()
+                    .filter_map(|&i| events[i].take())
+                    .map(|p| (g, p)),
+            );
+            let sub = &group.subscription;
+            // The endpoint's limit, found once for all the group's batches.
+            let mut endpoint = None;
+            for call in calls {
+                let events: Vec<Pending> = call.iter().filter_map(|&i| events[i].take()).collect();
+                if gates.get_mut(&sub.endpoint).is_none_or(EndpointGate::admit) {
+                    let endpoint =
+                        endpoint.get_or_insert_with(|| self.limits.limited(&sub.endpoint));
+                    plan.batches.push(Batch {
+                        group: g,
+                        events,
+                        endpoint: endpoint.clone(),
+                    });
+                } else {
+                    plan.held.push(Held {
+                        group: g,
+                        events,
+                        reason: HoldReason::EndpointDelayed,
+                    });
+                }
+            }
+        }
+        plan
+    }
+
+    /// One batch: its turn, its call, and what its answer leaves open; or held, with why.
+    async fn attempt(
+        &self,
+        groups: &[Group],
+        batch: Batch,
+        deadline: DateTime<Utc>,
+    ) -> Result<Attempted, Held> {
+        let Batch {
+            group: g,
+            events,
+            endpoint,
+        } = batch;
+        let group = &groups[g];
+        let (cap_turn, permit) = match self.take_turn(group, &events, &endpoint, deadline).await {
+            Ok(turn) => turn,
+            Err(reason) => {
+                return Err(Held {
+                    group: g,
+                    events,
+                    reason,
+                });
+            }
+        };
+        let time = self.ports.clock.now();
+        let Called {
+            sent,
+            per_event,
+            called,
+            rtt,
+        } = self.call(group, &events, time, deadline).await;
+        let answered = self.ports.clock.now();
+        let signal = LoadSignal::of(&sent.result);
+        let late = Self::finish(sent.late, permit, cap_turn, signal, rtt).await;
+        Ok(Attempted {
+            group: g,
+            events,
+            time,
+            answered,
+            result: sent.result,
+            late,
+            retry_after: sent.retry_after,
+            per_event,
+            called,
+        })
+    }
+
+    /// The batch's turn: the subscription's caps first (a batch they hold waits on the queue,
+    /// not here), then the endpoint's permit, then the deadline, decided when the turn comes,
+    /// not when the batch was planned.
+    async fn take_turn(
+        &self,
+        group: &Group,
+        events: &[Pending],
+        endpoint: &LimitedEndpoint,
+        deadline: DateTime<Utc>,
+    ) -> Result<(CapTurn, SendPermit), HoldReason> {
+        // A turn that comes too late for an attempt is not waited for: permits held by
+        // requests open for late answers come back only after the attempts.
+        // (Without a tokio runtime, as in the deterministic simulation, there is no timer
+        // and the turn is waited for: nothing there holds permits past its attempt.)
+        // Asked at each step: the caps' turn may have waited.
+        let last_start = || {
+            self.time_left(deadline)
+                .saturating_sub(self.settings.attempt_timeout)
+        };
+        let cap_turn = match self
+            .caps
+            .turn(
+                &group.subscription,
+                u32::try_from(events.len()).unwrap_or(u32::MAX),
+                group.history.rate_booked_at,
+                self.ports.clock.as_ref(),
+                self.settings.cap_wait.min(last_start()),
+                self.slot_lease_until(deadline),
+            )
+            .await
+        {
+            Turn::Go(turn) => turn,
+            Turn::HoldUntil { until, booked_at } => {
+                return Err(HoldReason::Capped { until, booked_at });
+            }
+        };
+        let acquire = self.limits.acquire_for(endpoint);
+        let permit = if subscription_caps::can_wait() {
+            tokio::time::timeout(last_start(), acquire)
+                .await
+                .map_err(drop)
+        } else {
+            Ok(acquire.await)
+        };
+        match permit {
+            Ok(permit) if self.can_attempt(deadline) => Ok((cap_turn, permit)),
+            _ => {
+                cap_turn.release().await;
+                Err(HoldReason::Deadline)
+            }
+        }
+    }
+
+    /// The call itself: an AWS resource's put, or the webhook's POST (a subscription whose
+    /// secrets could not be read sends nothing and fails).
+    async fn call(
+        &self,
+        group: &Group,
+        events: &[Pending],
+        time: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> Called {
+        if group.subscription.endpoint_type.is_resource() {
+            let (results, called) = self.put_resource(group, events, deadline).await;
+            let first_failure = results.iter().find(|r| !is_delivered(r)).cloned();
+            let summary = first_failure.unwrap_or(AttemptResult::Status(200));
+            return Called {
+                sent: SentAttempt::of(summary),
+                per_event: Some(results),
+                called,
+                rtt: None,
+            };
+        }
+        // A webhook's round-trip time can show a queue at the endpoint (the send alone, on
+        // the runtime's monotonic clock); an AWS call's says little about the resource.
+        let (sent, rtt) = match group.headers.as_ref() {
+            Ok(resolved) => {
+                let request = delivery_request(group, resolved, events, time);
+                let sent_at = tokio::time::Instant::now();
+                let sent = self.sender.send(request).await;
+                (sent, Some(sent_at.elapsed()))
+            }
+            Err(why) => (SentAttempt::not_sent(why.clone()), None),
+        };
+        Called {
+            sent,
+            per_event: None,
+            called: true,
+            rtt,
+        }
+    }
+
+    /// Gives back the endpoint's permit and the caps' turn, or, R4, keeps them while a request
+    /// is still open for its late answer: it keeps its place in the worker's total, and its
+    /// subscription's slot, until the answer is in or no longer awaited (which closes it).
+    async fn finish(
+        late: Option<LateAnswer>,
+        permit: SendPermit,
+        cap_turn: CapTurn,
+        signal: LoadSignal,
+        rtt: Option<Duration>,
+    ) -> Option<LateAnswer> {
+        match late {
+            Some(answer) => {
+                let connection = permit.finish_keeping_connection(signal);
+                // (`SyncFuture`: a late answer is `Sync`, the slot store's release is not.)
+                Some(Box::pin(sync_wrapper::SyncFuture::new(async move {
+                    let _connection = connection;
+                    let answer = answer.await;
+                    cap_turn.release().await;
+                    answer
+                })) as LateAnswer)
+            }
+            None => {
+                permit.finish(signal, rtt);
+                cap_turn.release().await;
+                None
+            }
+        }
+    }
+}
+
+impl Attempted {
+    /// An event too large for its service's message (S4, B3): failed (413) without a call.
+    fn too_large(group: usize, event: Pending, now: DateTime<Utc>) -> Self {
+        Attempted {
+            group,
+            events: vec![event],
+            time: now,
+            answered: now,
+            result: AttemptResult::Service(ServiceFailure::entry_too_large()),
+            late: None,
+            retry_after: None,
+            per_event: None,
+            called: false,
+        }
+    }
+}
+
+/// A group's calls, as indexes into its events, and the events too large to send at all.
+fn calls_of(group: &Group) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let sub = &*group.subscription;
+    let sizes: Vec<usize> = group
+        .events
+        .iter()
+        .map(|p| p.event.event.get().len())
+        .collect();
+    match sub.endpoint_type.call_limits() {
+        // One message per event: as many to a call as the service takes, and no more than the
+        // subscription's events per second allow in one go.
+        Some(limits) if !sub.endpoint_type.takes_batches() => {
+            let sizes: Vec<usize> = group
+                .events
+                .iter()
+                .map(|p| resource_entry_bytes(group, &p.event.event))
+                .collect();
+            let limits = CallLimits {
+                entries: sub
+                    .delivery_caps
+                    .max_events_per_second
+                    .map_or(limits.entries, |rate| limits.entries.min(rate as usize)),
+                ..limits
+            };
+            limits.pack(&sizes)
+        }
+        other => {
+            let batching = sub.delivery_caps.batching(&sub.batching);
+            let (calls, too_large): (Vec<Vec<usize>>, Vec<Vec<usize>>) =
+                plan_batches(&sizes, &batching)
+                    .into_iter()
+                    .map(|range| range.collect::<Vec<usize>>())
+                    // A Lambda function's batch of one event larger than its payload (the
+                    // body's brackets included) is not sent either.
+                    .partition(|batch| match (other, batch.as_slice()) {
+                        (Some(limits), [i]) => sizes[*i] + 2 <= limits.entry_bytes,
+                        _ => true,
+                    });
+            (calls, too_large.into_iter().flatten().collect())
+        }
+    }
+}
+
+/// The request for one batch, in the subscription's schema, with Event Grid's headers, the
+/// subscription's own, and its Standard Webhooks signature when it signs (the id the same for
+/// every attempt of these events, the timestamp `now`).
+fn delivery_request(
+    group: &Group,
+    resolved: &Resolved,
+    events: &[Pending],
+    now: DateTime<Utc>,
+) -> DeliveryRequest {
+    let sub = &group.subscription;
+    let (content_type, body) =
+        delivery_body(events.iter().map(|p| &*p.event.event), group.history.schema);
+    let signature = (!resolved.signing.is_empty()).then(|| {
+        let id = webhook_id(&sub.id, events.iter().map(|p| p.event.event.get()));
+        let timestamp = now.timestamp();
+        let signature = signature_header(&resolved.signing, &id, timestamp, body.as_bytes());
+        [
+            ("webhook-id".to_string(), id),
+            ("webhook-timestamp".to_string(), timestamp.to_string()),
+            ("webhook-signature".to_string(), signature),
+        ]
+    });
+    DeliveryRequest {
+        endpoint: sub.endpoint.clone(),
+        content_type,
+        body,
+        headers: vec![
+            ("aeg-event-type".into(), "Notification".to_string()),
+            ("aeg-subscription-name".into(), sub.name.clone()),
+            (
+                "aeg-delivery-count".into(),
+                group.history.attempts.to_string(),
+            ),
+            ("aeg-metadata-version".into(), "1".to_string()),
+        ]
+        .into_iter()
+        .chain(
+            batch_data_version(events.iter().map(|p| &*p.event.event), group.history.schema)
+                .map(|v| ("aeg-data-version".to_string(), v)),
+        )
+        .chain(resolved.headers.iter().cloned())
+        .chain(dynamic_headers(
+            &sub.delivery_attribute_mappings,
+            events.iter().map(|p| &*p.event.event),
+        ))
+        .chain(signature.into_iter().flatten())
+        .collect(),
+    }
+}
