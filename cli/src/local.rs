@@ -1,0 +1,183 @@
+//! `gridrelay local`: the publish API and the delivery and dead-letter workers run on this
+//! machine against AWS_ENDPOINT_URL.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Args;
+use gridrelay_adapters::aws::load_sdk_config;
+use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
+use gridrelay_shared::outbound::AllowedNetworks;
+use gridrelay_shared::time_scale::TimeScale;
+use serde_json::json;
+
+use crate::{invalid, print};
+
+#[derive(Args)]
+pub(super) struct LocalArgs {
+    /// Address of the publish API.
+    #[arg(long, default_value = "127.0.0.1:7071")]
+    listen: SocketAddr,
+    /// Prefix of every queue, table and bucket name.
+    #[arg(long, default_value = "gridrelay")]
+    prefix: String,
+    /// Seconds a received message stays hidden while its handler runs; at least the function
+    /// timeout.
+    #[arg(long, default_value_t = gridrelay_local::DEFAULT_VISIBILITY_TIMEOUT_SECS)]
+    visibility_timeout: u64,
+    /// Receives before a message that keeps failing moves to its redrive queue.
+    #[arg(long, default_value_t = gridrelay_local::DEFAULT_MAX_RECEIVE_COUNT)]
+    max_receive_count: u32,
+    /// Seconds one handler invocation may run, as a Lambda function's timeout (deliver's is
+    /// 300 on AWS): the handler plans against it and is stopped at it.
+    #[arg(long, default_value_t = gridrelay_local::DEFAULT_FUNCTION_TIMEOUT_SECS)]
+    function_timeout: u64,
+    /// Delivery requests each deliver instance has in flight at once, across endpoints (1 to
+    /// 832; the deliver Lambda reads GRIDRELAY_MAX_REQUESTS_IN_FLIGHT). The runner runs one
+    /// instance per concurrent invocation, as Lambda does.
+    #[arg(long, env = gridrelay_local::MAX_REQUESTS_IN_FLIGHT_ENV, default_value_t = gridrelay_local::DEFAULT_MAX_REQUESTS_IN_FLIGHT)]
+    max_requests_in_flight: u32,
+    /// The most one endpoint gets at once (1 to the total; default: three quarters of the total); below it
+    /// each endpoint's limit follows its answers.
+    #[arg(long, env = gridrelay_local::MAX_REQUESTS_PER_ENDPOINT_ENV)]
+    max_requests_per_endpoint: Option<u32>,
+    /// Seconds the functions keep the topics, subscriptions and secret values they read (0 to
+    /// 300, 0 keeps nothing; the Lambdas read GRIDRELAY_CONFIG_CACHE_SECONDS). A change made
+    /// with this command line is in effect within this time.
+    #[arg(long, env = gridrelay_ports::cache::CONFIG_CACHE_ENV, default_value = "10")]
+    config_cache_seconds: String,
+}
+
+/// `gridrelay local`: the system started, where it answers printed, and what it did printed
+/// when a stop signal ends it.
+pub(super) async fn run_local(
+    args: LocalArgs,
+    allowed_networks: Option<&str>,
+) -> anyhow::Result<()> {
+    let scale = TimeScale::from_env().map_err(invalid)?;
+    let allowed_networks: AllowedNetworks = allowed_networks
+        .unwrap_or(gridrelay_shared::outbound::LOCAL_ALLOWED_NETWORKS)
+        .parse()
+        .map_err(invalid)?;
+    let sdk = load_sdk_config().await;
+    let names = ResourceNames::with_prefix(&args.prefix);
+    let config = RunnerConfig {
+        listen: args.listen,
+        scale,
+        visibility_timeout: Duration::from_secs(args.visibility_timeout),
+        max_receive_count: args.max_receive_count,
+        function_timeout: Duration::from_secs(args.function_timeout),
+        delivery_concurrency: gridrelay_local::ConcurrencySettings::new(
+            args.max_requests_in_flight,
+            args.max_requests_per_endpoint,
+        )
+        .map_err(invalid)?,
+        config_cache: gridrelay_ports::cache::config_cache_time(&args.config_cache_seconds)
+            .map_err(invalid)?,
+        allowed_networks: allowed_networks.clone(),
+        ..RunnerConfig::default()
+    };
+    // The settings first: an error names what is wrong before anything is tried.
+    config.check().map_err(invalid)?;
+    let config_cache = config.config_cache;
+    let system = LocalSystem::start(&sdk, &names, config)
+        .await
+        .map_err(|e| not_started(e, sdk.endpoint_url()))?;
+    print(&json!({
+        "publishEndpoint": system.publish_endpoint("{topic}"),
+        "awsEndpoint": sdk.endpoint_url(),
+        "timeScale": scale.factor(),
+        "configCacheSeconds": config_cache.as_secs(),
+        "allowedNetworks": allowed_networks.to_string(),
+        "topicsTable": names.topics_table,
+        "subscriptionsTable": names.subscriptions_table,
+        "deliveryQueue": system.resources.delivery_queue_url,
+        "deadLetterQueue": system.resources.dead_letter_queue_url,
+        "deadLetterBucket": names.dead_letter_bucket,
+    }))?;
+    wait_for_stop_signal().await;
+    tracing::info!("stopping");
+    let stats = system.shutdown().await;
+    print(&json!({ "stopped": stop_report(&stats) }))
+}
+
+/// Why `gridrelay local` did not start, first; where it is known that the AWS API did not
+/// answer (a connection refused or timed out), where to look.
+fn not_started(e: anyhow::Error, endpoint: Option<&str>) -> anyhow::Error {
+    let unreachable = e.chain().any(|cause| {
+        let text = cause.to_string();
+        // The SDK's words for a request that reached no answer (refused, timed out,
+        // unresolved), kept in the text of the errors provisioning wraps.
+        text.contains("dispatch failure") || text.contains("Connection refused")
+    });
+    match (unreachable, endpoint) {
+        (true, Some(url)) => e.context(format!(
+            "could not start: the AWS API at {url} (AWS_ENDPOINT_URL) did not answer; is the \
+             emulator running? (`infra/local/moto.sh start`)"
+        )),
+        (true, None) => e.context("could not start: the AWS API did not answer"),
+        (false, _) => e.context("could not start"),
+    }
+}
+
+/// What the run did, printed when `gridrelay local` stops: each function's invocations and the
+/// milliseconds Lambda would bill for them, and what delivery did.
+fn stop_report(stats: &gridrelay_local::RunnerStats) -> serde_json::Value {
+    let d = &stats.deliver;
+    let l = &stats.dead_letter;
+    json!({
+        "ingest": {
+            "invocations": stats.ingest_invocations,
+            "billedMs": stats.billed.ingest_ms,
+        },
+        "deliver": {
+            "invocations": stats.deliver_invocations,
+            "billedMs": stats.billed.deliver_ms,
+            "attempts": d.attempts,
+            "failedAttempts": d.failed_attempts,
+            "delivered": d.delivered,
+            "retried": d.retried,
+            "deadLettered": d.dead_lettered,
+            "dropped": d.dropped,
+            "delayed": d.delayed,
+            "throttled": d.throttled,
+        },
+        "deadLetter": {
+            "invocations": stats.dead_letter_invocations,
+            "billedMs": stats.billed.dead_letter_ms,
+            "recordsWritten": l.records_written,
+            "recordsDropped": l.records_dropped,
+        },
+        "stoppedInvocations": stats.stopped_invocations,
+        "unsealedDropped": stats.unsealed_dropped,
+        "latency": {
+            "queueMs": percentiles(&stats.latencies.queue_ms, "messages"),
+            "publishToAnswerMs": percentiles(&stats.latencies.publish_to_answer_ms, "events"),
+        },
+    })
+}
+
+/// p50, p99 and the most of a latency histogram, and how many it counted.
+fn percentiles(h: &hdrhistogram::Histogram<u64>, counted: &str) -> serde_json::Value {
+    json!({
+        "p50": h.value_at_quantile(0.5),
+        "p99": h.value_at_quantile(0.99),
+        "max": h.max(),
+        counted: h.len(),
+    })
+}
+
+async fn wait_for_stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => {},
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,226 @@
+//! `gridrelay topic`: topics, the named publish endpoints with two keys, and their keys.
+
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use gridrelay_adapters::aws::{DynamoSubscriptionStore, load_sdk_config};
+use gridrelay_adapters::config::TableNames;
+use gridrelay_ports::SubscriptionStore;
+use gridrelay_shared::limits::{LimitError, validate_topic_name};
+use gridrelay_shared::schema::{InputMapping, InputSchema};
+use gridrelay_shared::subscription::{Topic, parse_tags};
+use serde_json::json;
+
+use crate::view::{topic_view, topics_table};
+use crate::{OutputFormat, invalid, print, print_as, store_error};
+
+#[derive(Subcommand)]
+pub(super) enum TopicCommand {
+    /// Create a topic; prints its publish endpoint and keys.
+    Create(CreateTopic),
+    /// Change a topic's tags (its schema and keys have their own commands: a topic's input
+    /// schema is fixed, as in Event Grid).
+    Update(UpdateTopic),
+    /// Show a topic.
+    Show(TopicName),
+    /// List topics.
+    List,
+    /// Delete a topic.
+    Delete(TopicName),
+    /// Topic keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Subcommand)]
+pub(super) enum KeyCommand {
+    /// Print both keys of a topic.
+    List(TopicName),
+    /// Replace one key with a new random one (the other keeps working meanwhile); prints both.
+    Regenerate(RegenerateKey),
+}
+
+#[derive(Args)]
+pub(super) struct RegenerateKey {
+    #[arg(long)]
+    name: String,
+    /// Which key to replace.
+    #[arg(long, value_parser = ["key1", "key2"])]
+    key_name: String,
+}
+
+#[derive(Args)]
+pub(super) struct CreateTopic {
+    /// Topic name: 3 to 50 letters, digits and '-'.
+    #[arg(long)]
+    name: String,
+    /// What publishers send: eventgridschema (default), cloudeventschemav1_0 or
+    /// customeventschema.
+    #[arg(long)]
+    input_schema: Option<String>,
+    /// Custom schema: which field of your events fills each envelope field, as KEY=FIELD with
+    /// KEY one of id, topic, eventtime, subject, eventtype, dataversion.
+    #[arg(long, num_args = 1..)]
+    input_mapping_fields: Vec<String>,
+    /// Custom schema: values used when an event lacks the mapped field, as KEY=VALUE with KEY
+    /// one of subject, eventtype, dataversion.
+    #[arg(long, num_args = 1..)]
+    input_mapping_default_values: Vec<String>,
+    /// Tags, KEY=VALUE: at most 50, keys of 1 to 512 characters, values of at most 256.
+    #[arg(long, num_args = 1..)]
+    tags: Vec<String>,
+}
+
+#[derive(Args)]
+pub(super) struct UpdateTopic {
+    #[arg(long)]
+    name: String,
+    /// The topic's tags from now on, KEY=VALUE (replacing the stored ones; the flag alone
+    /// removes them).
+    #[arg(long, num_args = 0.., required = true)]
+    tags: Vec<String>,
+}
+
+impl CreateTopic {
+    fn topic(&self) -> Result<Topic, LimitError> {
+        validate_topic_name(&self.name)?;
+        let schema = match &self.input_schema {
+            Some(s) => s.parse()?,
+            None => InputSchema::default(),
+        };
+        let mapping = (!self.input_mapping_fields.is_empty()
+            || !self.input_mapping_default_values.is_empty())
+        .then(|| {
+            InputMapping::from_pairs(
+                &self.input_mapping_fields,
+                &self.input_mapping_default_values,
+            )
+        })
+        .transpose()?;
+        let tags = parse_tags(&self.tags)?;
+        Ok(Topic {
+            tags,
+            ..Topic::with_new_keys(&self.name, chrono::Utc::now())
+                .with_input_schema(schema, mapping)?
+        })
+    }
+}
+
+#[derive(Args)]
+pub(super) struct TopicName {
+    /// Topic name: 3 to 50 letters, digits and '-'.
+    #[arg(long)]
+    name: String,
+}
+
+/// `gridrelay topic`: the names and a new topic checked before the store is opened, then the
+/// command run against the store.
+pub(super) async fn run_topic(
+    cmd: TopicCommand,
+    tables: TableNames,
+    publish_url: &str,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    if let TopicCommand::Show(t) | TopicCommand::Delete(t) = &cmd {
+        validate_topic_name(&t.name).map_err(invalid)?;
+    }
+    if let TopicCommand::Update(t) = &cmd {
+        validate_topic_name(&t.name).map_err(invalid)?;
+    }
+    let new_topic = match &cmd {
+        TopicCommand::Create(c) => Some(c.topic().map_err(invalid)?),
+        _ => None,
+    };
+    let store = open_store(tables).await;
+    topic_command(store.as_ref(), publish_url, output, cmd, new_topic).await
+}
+
+async fn open_store(tables: TableNames) -> Arc<dyn SubscriptionStore> {
+    let sdk = load_sdk_config().await;
+    Arc::new(DynamoSubscriptionStore::from_sdk(&sdk, tables))
+}
+
+async fn topic_command(
+    store: &dyn SubscriptionStore,
+    publish_url: &str,
+    output: OutputFormat,
+    cmd: TopicCommand,
+    new_topic: Option<Topic>,
+) -> anyhow::Result<()> {
+    let one = |topic: &Topic, with_keys: bool| {
+        print_as(output, &topic_view(topic, publish_url, with_keys), || {
+            let table = topics_table(std::slice::from_ref(topic), publish_url);
+            if with_keys {
+                format!("{table}\n\nkey1: {}\nkey2: {}", topic.key1, topic.key2)
+            } else {
+                table
+            }
+        })
+    };
+    match cmd {
+        TopicCommand::Create(_) => {
+            let topic = new_topic.context("topic was not validated")?;
+            store.create_topic(&topic).await.map_err(store_error)?;
+            one(&topic, true)
+        }
+        TopicCommand::Show(TopicName { name }) => {
+            let topic = existing_topic(store, &name).await?;
+            one(&topic, false)
+        }
+        TopicCommand::Update(UpdateTopic { name, tags }) => {
+            let tags = parse_tags(&tags).map_err(invalid)?;
+            let mut topic = existing_topic(store, &name).await?;
+            topic.tags = tags;
+            store.replace_topic(&topic).await.map_err(store_error)?;
+            one(&topic, false)
+        }
+        TopicCommand::Key(KeyCommand::List(TopicName { name })) => {
+            let topic = existing_topic(store, &name).await?;
+            print(&json!({"key1": topic.key1, "key2": topic.key2}))
+        }
+        TopicCommand::Key(KeyCommand::Regenerate(RegenerateKey { name, key_name })) => {
+            let mut topic = existing_topic(store, &name).await?;
+            if key_name == "key1" {
+                topic.key1 = Topic::new_key();
+            } else {
+                topic.key2 = Topic::new_key();
+            }
+            store.replace_topic(&topic).await.map_err(store_error)?;
+            print(&json!({"key1": topic.key1, "key2": topic.key2}))
+        }
+        TopicCommand::List => {
+            let topics = store.list_topics().await.map_err(store_error)?;
+            let views: Vec<_> = topics
+                .iter()
+                .map(|t| topic_view(t, publish_url, false))
+                .collect();
+            print_as(output, &json!(views), || topics_table(&topics, publish_url))
+        }
+        TopicCommand::Delete(TopicName { name }) => {
+            if !store
+                .list_subscriptions(&name)
+                .await
+                .map_err(store_error)?
+                .is_empty()
+            {
+                bail!("topic {name} still has event subscriptions; delete them first");
+            }
+            if !store.delete_topic(&name).await.map_err(store_error)? {
+                bail!("topic {name} does not exist");
+            }
+            print(&json!({"deleted": name}))
+        }
+    }
+}
+
+pub(super) async fn existing_topic(
+    store: &dyn SubscriptionStore,
+    name: &str,
+) -> anyhow::Result<Topic> {
+    store
+        .get_topic(name)
+        .await
+        .map_err(store_error)?
+        .with_context(|| format!("topic {name} does not exist"))
+}
