@@ -29,7 +29,7 @@ use gridrelay_shared::dead_letter_write::{
 };
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::time_scale::TimeScale;
-use tracing::{error, info, warn};
+use tracing::{Instrument, Span, error, info, info_span, warn};
 
 /// L5: events dropped after their dead-letter location was unavailable for four hours, as a
 /// CloudWatch metric (namespace `Gridrelay`; per topic and subscription, and for the stack).
@@ -99,7 +99,14 @@ impl DeadLetterOutcome {
 }
 
 impl DeadLetterWriter {
+    /// Writes one batch of dead-letter queue messages, in the invocation's span.
     pub async fn handle(&self, event: SqsEvent) -> DeadLetterOutcome {
+        let span = info_span!("dead_letter", records = event.records.len());
+        self.handle_records(event).instrument(span).await
+    }
+
+    /// [`DeadLetterWriter::handle`], in its span.
+    async fn handle_records(&self, event: SqsEvent) -> DeadLetterOutcome {
         let now = self.clock.now();
         let mut report = DeadLetterReport::default();
         let mut failed = Vec::new();
@@ -114,10 +121,15 @@ impl DeadLetterWriter {
         }
         failed.extend(plan.unreadable);
 
-        let writes = plan
-            .objects
-            .into_iter()
-            .map(|messages| self.write_group(messages, now));
+        let writes = plan.objects.into_iter().map(|messages| {
+            let span = match messages.first() {
+                Some((_, m)) => {
+                    info_span!("subscription", topic = %m.topic, subscription = %m.subscription)
+                }
+                None => Span::none(),
+            };
+            self.write_group(messages, now).instrument(span)
+        });
         for (group_report, group_failed) in join_all(writes).await {
             report.add(&group_report);
             failed.extend(group_failed);
@@ -252,8 +264,6 @@ impl DeadLetterWriter {
             match after_write_failure(m, now, self.scale) {
                 AfterWriteFailure::Drop { events } => {
                     warn!(
-                        %topic,
-                        %subscription,
                         %bucket,
                         dropped = events,
                         bucket_missing,
@@ -462,6 +472,66 @@ mod tests {
             outcome.report.records_dropped_bucket_missing, 0,
             "the bucket exists"
         );
+    }
+
+    /// #37 item 4: the drop's warning names its topic and subscription through the span of the
+    /// subscription's write, inside the invocation's span, not by fields of its own.
+    #[tokio::test]
+    async fn l5_the_drop_names_its_subscription_through_its_spans() {
+        let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let writer = {
+            let logs = std::sync::Arc::clone(&logs);
+            move || LogLine(std::sync::Arc::clone(&logs))
+        };
+        let _capture = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .json()
+                .with_span_list(true)
+                .with_current_span(false)
+                .with_writer(writer)
+                .finish(),
+        );
+        let f = fixture();
+        f.objects.outage.set(true);
+        let now = f.clock.now();
+        f.writer.handle(batch(&[message("e1", now)])).await;
+        let body = f.queue.sent()[0].body.clone();
+        let sent = DeadLetterMessage::from_body(&body).unwrap();
+        f.clock.advance(std::time::Duration::from_secs(4 * 3600));
+        f.writer.handle(batch(&[body])).await;
+
+        let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+        let line: serde_json::Value = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .find(|l: &serde_json::Value| {
+                l["fields"]["message"]
+                    == "events dropped: dead-letter location unavailable for four hours"
+            })
+            .unwrap_or_else(|| panic!("no drop line: {text}"));
+        let spans = line["spans"].as_array().unwrap();
+        assert_eq!(spans[0]["name"], "dead_letter", "{line}");
+        assert_eq!(spans[1]["topic"], sent.topic.as_str(), "{line}");
+        assert_eq!(
+            spans[1]["subscription"],
+            sent.subscription.as_str(),
+            "{line}"
+        );
+        assert!(line["fields"].get("topic").is_none(), "{line}");
+    }
+
+    /// Log lines, kept for a test to read.
+    struct LogLine(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for LogLine {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     /// L5 (#11 item 5): a bucket deleted after its subscription was made is an unavailable

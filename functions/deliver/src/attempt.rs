@@ -21,7 +21,9 @@ use crate::endpoint_health::{EndpointGate, Held, HoldReason};
 use crate::endpoint_limits::{LimitedEndpoint, SendPermit};
 use crate::resources::resource_entry_bytes;
 use crate::subscription_caps::{self, CapTurn, Turn};
-use crate::{Attempted, Deliver, Group, Pending, Resolved, is_delivered};
+use tracing::{Instrument, Span};
+
+use crate::{Attempted, Deliver, Group, Pending, Resolved, attempt_span, is_delivered};
 
 /// One planned call: a batch of a group's events and the endpoint it goes to.
 struct Batch {
@@ -70,9 +72,10 @@ impl Deliver {
         let groups = &*groups;
         // Every batch waits for its endpoint's turn, then the worker's ([`EndpointLimits`]):
         // as many in flight as the endpoints take, a slow one holding up only itself.
-        let attempts = batches
-            .into_iter()
-            .map(|batch| self.attempt(groups, batch, deadline));
+        let attempts = batches.into_iter().map(|batch| {
+            let span = attempt_span(&groups[batch.group]);
+            self.attempt(groups, batch, deadline).instrument(span)
+        });
         let results = futures::future::join_all(attempts).await;
         let now = self.ports.clock.now();
         let mut attempted: Vec<Attempted> = too_large
@@ -286,12 +289,15 @@ impl Deliver {
             Some(answer) => {
                 let connection = permit.finish_keeping_connection(signal);
                 // (`SyncFuture`: a late answer is `Sync`, the slot store's release is not.)
-                Some(Box::pin(sync_wrapper::SyncFuture::new(async move {
+                let open = async move {
                     let _connection = connection;
                     let answer = answer.await;
                     cap_turn.release().await;
                     answer
-                })) as LateAnswer)
+                };
+                Some(Box::pin(sync_wrapper::SyncFuture::new(
+                    open.instrument(Span::current()),
+                )) as LateAnswer)
             }
             None => {
                 permit.finish(signal, rtt);

@@ -46,7 +46,9 @@ impl Deliver {
             return Ok(None);
         };
         if !task.is_for(&sub) {
-            info!(topic = %task.topic, subscription = %task.subscription, "validation step of a subscription deleted since; the one of that name now is another");
+            info!(
+                "validation step of a subscription deleted since; the one of that name now is another"
+            );
             return Ok(None);
         }
         if task.step == ValidationStep::SubscriptionExpiry {
@@ -252,7 +254,6 @@ impl Deliver {
         state: ProvisioningState,
         why: &str,
     ) -> Result<Option<Subscription>, StoreError> {
-        let (topic, name) = (sub.topic.clone(), sub.name.clone());
         // What this step asked: the endpoint, and the code it sent (none for CloudEvents).
         let asked = sub
             .handshake(which)
@@ -285,16 +286,16 @@ impl Deliver {
             Update::Written(sub) => {
                 match state {
                     ProvisioningState::Failed => {
-                        warn!(topic = %topic, subscription = %name, handshake = ?which, reason = why, "endpoint validation failed")
+                        warn!(handshake = ?which, reason = why, "endpoint validation failed")
                     }
                     _ => {
-                        info!(topic = %topic, subscription = %name, handshake = ?which, state = ?state, "endpoint validation")
+                        info!(handshake = ?which, state = ?state, "endpoint validation")
                     }
                 }
                 Ok(Some(*sub))
             }
             Update::Declined(settled) => {
-                info!(topic = %topic, subscription = %name, state = ?settled, "validation already settled meanwhile");
+                info!(state = ?settled, "validation already settled meanwhile");
                 Ok(None)
             }
             Update::Gone => Ok(None),
@@ -337,10 +338,10 @@ impl Deliver {
         }
         for id in secret_ids(&sub) {
             if let Err(e) = self.ports.secrets.delete(id).await {
-                warn!(topic = %sub.topic, subscription = %sub.name, error = %e, "could not delete a secret of an expired subscription");
+                warn!(error = %e, "could not delete a secret of an expired subscription");
             }
         }
-        info!(topic = %sub.topic, subscription = %sub.name, expired_at = %at.to_rfc3339(), "expired event subscription deleted");
+        info!(expired_at = %at.to_rfc3339(), "expired event subscription deleted");
         Ok(None)
     }
 }

@@ -8,9 +8,9 @@
 
 use gridrelay_ports::LateAnswer;
 use gridrelay_shared::message::DeliveryMessage;
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
-use crate::{Deliver, Plan};
+use crate::{Deliver, Plan, subscription_span};
 
 impl Deliver {
     /// Drops due retries whose timed-out attempt was answered with success after all.
@@ -19,26 +19,15 @@ impl Deliver {
         messages: Vec<(usize, DeliveryMessage)>,
         plan: &mut Plan,
     ) -> Vec<(usize, DeliveryMessage)> {
-        let now = self.ports.clock.now();
-        let checks = messages.into_iter().map(|(i, m)| async move {
-            let cancelled = match &m.timed_out_attempt {
-                Some(id) if m.not_before <= now => match self.ports.state.late_success(id).await {
-                    Ok(found) => found,
-                    Err(e) => {
-                        warn!(error = %e, "could not check for a late success; retrying anyway");
-                        false
-                    }
-                },
-                _ => false,
-            };
-            (i, m, cancelled)
+        let checks = messages.into_iter().map(|(i, m)| {
+            let span = subscription_span(&m.topic, &m.subscription);
+            self.was_answered_late(i, m).instrument(span)
         });
         let mut keep = Vec::new();
         for (i, m, cancelled) in futures::future::join_all(checks).await {
             if cancelled {
+                let _span = subscription_span(&m.topic, &m.subscription).entered();
                 info!(
-                    topic = %m.topic,
-                    subscription = %m.subscription,
                     events = m.events.len(),
                     "retry cancelled: the timed-out attempt was answered with success (R4)"
                 );
@@ -54,17 +43,38 @@ impl Deliver {
         keep
     }
 
+    /// Whether `m` is a due retry whose timed-out attempt succeeded late.
+    async fn was_answered_late(
+        &self,
+        i: usize,
+        m: DeliveryMessage,
+    ) -> (usize, DeliveryMessage, bool) {
+        let now = self.ports.clock.now();
+        let cancelled = match &m.timed_out_attempt {
+            Some(id) if m.not_before <= now => match self.ports.state.late_success(id).await {
+                Ok(found) => found,
+                Err(e) => {
+                    warn!(error = %e, "could not check for a late success; retrying anyway");
+                    false
+                }
+            },
+            _ => false,
+        };
+        (i, m, cancelled)
+    }
+
     /// Waits, at most `wait`, for the late answers of this invocation's timed-out attempts and
     /// records the successes.
     pub(crate) async fn await_late_answers(
         &self,
-        late: Vec<(String, LateAnswer)>,
+        late: Vec<(String, LateAnswer, tracing::Span)>,
         wait: std::time::Duration,
     ) {
         if late.is_empty() {
             return;
         }
-        let answers = late.into_iter().map(|(id, answer)| async move {
+        let answers = late.into_iter().map(|(id, answer, span)| {
+            async move {
             match tokio::time::timeout(wait, answer).await {
                 Ok(Some(status)) if (200..=204).contains(&status) => {
                     match self
@@ -82,6 +92,8 @@ impl Deliver {
                 }
                 _ => false,
             }
+            }
+            .instrument(span)
         });
         let recorded = futures::future::join_all(answers)
             .await

@@ -50,7 +50,7 @@ use gridrelay_shared::signing::SigningSecret;
 use gridrelay_shared::subscription::Subscription;
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
-use tracing::{error, info, warn};
+use tracing::{Instrument, Span, error, info, info_span, warn};
 
 pub use crate::endpoint_limits::{
     ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, EndpointLimits, LimitedEndpoint,
@@ -365,8 +365,9 @@ struct Plan {
     to_dead_letter: Vec<Outgoing>,
     /// What happened to each subscription's events; the invocation's report is their sum.
     by_subscription: MetricsBySubscription,
-    /// R4: timed-out attempts whose retries were enqueued, and their late answers.
-    late: Vec<(String, LateAnswer)>,
+    /// R4: timed-out attempts whose retries were enqueued, their late answers, and the span
+    /// of their attempt.
+    late: Vec<(String, LateAnswer, Span)>,
 }
 
 impl Plan {
@@ -428,8 +429,6 @@ impl Plan {
             GiveUp::Drop { entries } => {
                 for e in &entries {
                     warn!(
-                        topic = %sub.topic,
-                        subscription = %sub.name,
                         reason = %e.reason,
                         delivery_attempts = e.delivery_attempts,
                         dropped = 1,
@@ -521,6 +520,12 @@ impl Deliver {
     /// invocation, and the late-answer wait (R4) ends in time too. So a timeout never turns
     /// into a redelivered batch.
     pub async fn handle_until(&self, event: SqsEvent, deadline: DateTime<Utc>) -> DeliverOutcome {
+        let span = info_span!("deliver", records = event.records.len());
+        self.handle_records(event, deadline).instrument(span).await
+    }
+
+    /// [`Deliver::handle_until`], in the invocation's span.
+    async fn handle_records(&self, event: SqsEvent, deadline: DateTime<Utc>) -> DeliverOutcome {
         let mut plan = Plan::default();
         let ids: Vec<String> = event
             .records
@@ -613,10 +618,13 @@ impl Deliver {
             }
             return;
         }
-        let steps = validations
-            .iter()
-            .map(|(i, task)| async move { (*i, self.run_validation(task).await) });
-        for (i, result) in futures::future::join_all(steps).await {
+        let steps = validations.iter().map(|(i, task)| {
+            let span = subscription_span(&task.topic, &task.subscription);
+            let step = self.run_validation(task).instrument(span.clone());
+            async move { (*i, span, step.await) }
+        });
+        for (i, span, result) in futures::future::join_all(steps).await {
+            let _span = span.entered();
             match result {
                 Ok(Some(next)) => plan.to_delivery.push(Outgoing {
                     message: next,
@@ -645,68 +653,9 @@ impl Deliver {
                 .or_default()
                 .insert(&m.subscription_id);
         }
-        let lookups = keys.into_iter().map(|(key, ids)| async move {
-            let mut read = self.ports.store.get_subscription(&key.0, &key.1).await;
-            // A warm function may keep a subscription that was deleted and created again since
-            // (`gridrelay_ports::cache`): a message fanned out for another id than the one read
-            // has it read again, so events for the new one are never taken for the old one's.
-            // Only that subscription is read again; messages without an id (written before
-            // ids existed) are matched by time (`is_replaced`) and ask for nothing. A kept
-            // record without an id and a message with one: it was created again since.
-            // An expired record kept by a warm function may have been given a later expiration
-            // since: dropping its events cannot be undone, so it is read again first (at most
-            // once per recheck interval).
-            let read_again = match &read {
-                Ok(Some(sub)) if ids.iter().any(|id| !id.is_empty() && *id != sub.id) => {
-                    self.ports.store.forget_subscription(&key.0, &key.1);
-                    true
-                }
-                Ok(Some(sub)) if sub.is_expired(self.ports.clock.now()) => {
-                    self.ports.store.recheck_subscription(&key.0, &key.1);
-                    true
-                }
-                _ => false,
-            };
-            if read_again {
-                read = self.ports.store.get_subscription(&key.0, &key.1).await;
-            }
-            let result = match read {
-                // `--expiration-date`: an expired subscription receives nothing, as if deleted
-                // (its expiry step deletes it).
-                Ok(Some(sub)) if sub.is_expired(self.ports.clock.now()) => Ok(None),
-                // Item 2: a missing or unusable secret is the subscription's problem, settled
-                // as a failed attempt of its events, not a failure of the records around them.
-                // A secret store that did not answer is nobody's (#34 item 4): the records
-                // that need it go back to SQS, as when the subscription store is down.
-                Ok(Some(mut sub)) => {
-                    let mut headers = self.resolve_secrets(&sub).await;
-                    // A record a warm function kept may name secrets an update has replaced
-                    // and deleted since: the record is read again before the events are
-                    // charged a failed attempt (always: this runs only after a failure).
-                    if matches!(headers, Ok(Err(_))) {
-                        self.ports.store.forget_subscription(&key.0, &key.1);
-                        if let Ok(Some(fresh)) =
-                            self.ports.store.get_subscription(&key.0, &key.1).await
-                            && fresh.id == sub.id
-                            && fresh.version != sub.version
-                        {
-                            headers = self.resolve_secrets(&fresh).await;
-                            sub = fresh;
-                        }
-                    }
-                    headers
-                        .map(|headers| {
-                            Some(Target {
-                                headers: Arc::new(headers),
-                                subscription: Arc::new(sub),
-                            })
-                        })
-                        .map_err(|e| e.to_string())
-                }
-                Ok(None) => Ok(None),
-                Err(e) => Err(e.to_string()),
-            };
-            (key, result)
+        let lookups = keys.into_iter().map(|(key, ids)| {
+            let span = subscription_span(&key.0, &key.1);
+            self.load_subscription(key, ids).instrument(span)
         });
         let mut found = HashMap::new();
         for (key, result) in futures::future::join_all(lookups).await {
@@ -715,7 +664,8 @@ impl Deliver {
                     found.insert(key, s);
                 }
                 Err(e) => {
-                    error!(topic = %key.0, subscription = %key.1, error = %e, "subscription lookup failed");
+                    let _span = subscription_span(&key.0, &key.1).entered();
+                    error!(error = %e, "subscription lookup failed");
                     plan.failed.extend(
                         messages
                             .iter()
@@ -726,6 +676,75 @@ impl Deliver {
             }
         }
         found
+    }
+
+    /// One subscription as [`Deliver::load_subscriptions`] reads it, for messages that name
+    /// `ids`.
+    async fn load_subscription(
+        &self,
+        key: (String, String),
+        ids: BTreeSet<&str>,
+    ) -> ((String, String), Result<Option<Target>, String>) {
+        let mut read = self.ports.store.get_subscription(&key.0, &key.1).await;
+        // A warm function may keep a subscription that was deleted and created again since
+        // (`gridrelay_ports::cache`): a message fanned out for another id than the one read
+        // has it read again, so events for the new one are never taken for the old one's.
+        // Only that subscription is read again; messages without an id (written before
+        // ids existed) are matched by time (`is_replaced`) and ask for nothing. A kept
+        // record without an id and a message with one: it was created again since.
+        // An expired record kept by a warm function may have been given a later expiration
+        // since: dropping its events cannot be undone, so it is read again first (at most
+        // once per recheck interval).
+        let read_again = match &read {
+            Ok(Some(sub)) if ids.iter().any(|id| !id.is_empty() && *id != sub.id) => {
+                self.ports.store.forget_subscription(&key.0, &key.1);
+                true
+            }
+            Ok(Some(sub)) if sub.is_expired(self.ports.clock.now()) => {
+                self.ports.store.recheck_subscription(&key.0, &key.1);
+                true
+            }
+            _ => false,
+        };
+        if read_again {
+            read = self.ports.store.get_subscription(&key.0, &key.1).await;
+        }
+        let result = match read {
+            // `--expiration-date`: an expired subscription receives nothing, as if deleted
+            // (its expiry step deletes it).
+            Ok(Some(sub)) if sub.is_expired(self.ports.clock.now()) => Ok(None),
+            // Item 2: a missing or unusable secret is the subscription's problem, settled
+            // as a failed attempt of its events, not a failure of the records around them.
+            // A secret store that did not answer is nobody's (#34 item 4): the records
+            // that need it go back to SQS, as when the subscription store is down.
+            Ok(Some(mut sub)) => {
+                let mut headers = self.resolve_secrets(&sub).await;
+                // A record a warm function kept may name secrets an update has replaced
+                // and deleted since: the record is read again before the events are
+                // charged a failed attempt (always: this runs only after a failure).
+                if matches!(headers, Ok(Err(_))) {
+                    self.ports.store.forget_subscription(&key.0, &key.1);
+                    if let Ok(Some(fresh)) = self.ports.store.get_subscription(&key.0, &key.1).await
+                        && fresh.id == sub.id
+                        && fresh.version != sub.version
+                    {
+                        headers = self.resolve_secrets(&fresh).await;
+                        sub = fresh;
+                    }
+                }
+                headers
+                    .map(|headers| {
+                        Some(Target {
+                            headers: Arc::new(headers),
+                            subscription: Arc::new(sub),
+                        })
+                    })
+                    .map_err(|e| e.to_string())
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        };
+        (key, result)
     }
 
     /// Decides for each message on arrival ([`on_arrival`]) and groups the due events.
@@ -747,13 +766,12 @@ impl Deliver {
                 continue;
             }
             let key = (message.topic.clone(), message.subscription.clone());
+            let _span = subscription_span(&key.0, &key.1).entered();
             let target = subscriptions.get(&key).and_then(Option::as_ref);
             let records = BTreeSet::from([i]);
             match on_arrival(message, target.map(|t| &*t.subscription), rules, now) {
                 Arrival::NotDeliverable { events, reason } => {
                     warn!(
-                        topic = %key.0,
-                        subscription = %key.1,
                         dropped = events,
                         reason = reason.as_str(),
                         detail = ?reason,
@@ -845,6 +863,7 @@ impl Deliver {
         for (counts, a) in attempted.into_iter().flat_map(split_by_entry) {
             let group = &groups[a.group];
             let sub = &group.subscription;
+            let _span = attempt_span(group).entered();
             if counts.request {
                 plan.count(&sub.topic, &sub.name, |r| r.attempts += 1);
             }
@@ -883,20 +902,20 @@ impl Deliver {
                     match &a.result {
                         AttemptResult::ConnectionFailed(reason)
                         | AttemptResult::Unresolved(reason) => {
-                            warn!(subscription = %sub.name, error = %reason, "delivery attempt could not connect");
+                            warn!(error = %reason, "delivery attempt could not connect");
                         }
                         AttemptResult::Refused(reason) => {
-                            warn!(topic = %sub.topic, subscription = %sub.name, error = %reason, "delivery attempt refused before connecting; retried on the schedule");
+                            warn!(error = %reason, "delivery attempt refused before connecting; retried on the schedule");
                         }
                         AttemptResult::NotSent(reason) => {
-                            warn!(topic = %sub.topic, subscription = %sub.name, error = %reason, "delivery attempt not made; retried on the schedule");
+                            warn!(error = %reason, "delivery attempt not made; retried on the schedule");
                         }
                         _ => {}
                     }
                     let n = retry.events.len();
                     plan.count(&sub.topic, &sub.name, |r| r.retried += n);
                     if let (Some(id), Some(answer)) = (timed_out_attempt, late.take()) {
-                        plan.late.push((id, answer));
+                        plan.late.push((id, answer, Span::current()));
                     }
                     retries.extend(retry.within_ttl(
                         event_records,
@@ -1013,4 +1032,21 @@ fn split_by_entry(mut a: Attempted) -> Vec<(Counts, Attempted)> {
 /// Whether an attempt's result is a delivery (S1).
 fn is_delivered(result: &AttemptResult) -> bool {
     matches!(result, AttemptResult::Status(s) if gridrelay_shared::classify::is_success(*s))
+}
+
+/// The span of work on one subscription's events: its lines name the topic and the
+/// subscription through it.
+fn subscription_span(topic: &str, subscription: &str) -> Span {
+    info_span!("subscription", topic, subscription)
+}
+
+/// The span of one attempt of a group's events: its topic, subscription and attempt number
+/// (the first is 1).
+fn attempt_span(group: &Group) -> Span {
+    info_span!(
+        "attempt",
+        topic = %group.subscription.topic,
+        subscription = %group.subscription.name,
+        attempt = group.history.attempts + 1,
+    )
 }

@@ -36,8 +36,6 @@ impl Deliver {
         };
         if self.settings.destinations.is_own_queue(&destination) {
             warn!(
-                topic = %sub.topic,
-                subscription = %sub.name,
                 destination = %destination.arn,
                 "the destination is one of this installation's own queues: never written (403)"
             );

@@ -35,7 +35,8 @@ use gridrelay_ports::{Clock, DeliveryCapStore};
 use gridrelay_shared::caps::held_until;
 use gridrelay_shared::subscription::Subscription;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tracing::warn;
+
+use tracing::{Instrument, warn};
 
 /// How long a batch that found no room waits before it is held, unless the invocation has
 /// less time left: a moment, as Lambda bills every millisecond of it.
@@ -84,7 +85,7 @@ async fn give_back(store: Arc<dyn DeliveryCapStore>, key: String, lease: String)
         match store.release_slot(&key, &lease).await {
             Ok(()) => return,
             Err(e) if tries == RELEASE_TRIES => {
-                warn!(subscription = %key, error = %e, "could not give a request slot back; its lease ends by itself");
+                warn!(caps_key = %key, error = %e, "could not give a request slot back; its lease ends by itself");
             }
             Err(_) => {
                 if can_wait() {
@@ -105,7 +106,7 @@ impl Drop for CapTurn {
         if let Some((store, key, lease)) = self.slot.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            runtime.spawn(give_back(store, key, lease));
+            runtime.spawn(give_back(store, key, lease).instrument(tracing::Span::current()));
         }
     }
 }
@@ -211,7 +212,7 @@ impl SubscriptionCaps {
                     }
                     Ok(None) => return in_a_second(booked_at),
                     Err(e) => {
-                        warn!(subscription = %key, error = %e, "delivery cap store unavailable; holding the batch");
+                        warn!(caps_key = %key, error = %e, "delivery cap store unavailable; holding the batch");
                         return in_a_second(booked_at);
                     }
                 }
@@ -232,7 +233,7 @@ impl SubscriptionCaps {
                 {
                     Ok(start) => start,
                     Err(e) => {
-                        warn!(subscription = %key, error = %e, "delivery cap store unavailable; holding the batch");
+                        warn!(caps_key = %key, error = %e, "delivery cap store unavailable; holding the batch");
                         turn.release().await;
                         return in_a_second(None);
                     }

@@ -2603,6 +2603,98 @@ async fn an_endpoints_credentials_reach_no_log_line_under_contention() {
     );
 }
 
+/// #37 item 4: every log line of an invocation runs in its `deliver` span, and every line about
+/// one subscription's events in a span that carries the topic and the subscription (an
+/// attempt's, its attempt number too), so no line repeats them by hand and none lacks them.
+/// The run: a subscription whose endpoint cannot be connected to (the attempt's warning), one
+/// whose endpoint refuses the event (400) without a dead-letter location (the drop), and one
+/// deleted before its events came (the drop on arrival).
+#[tokio::test]
+async fn every_log_line_names_its_subscription_through_its_spans() {
+    let logs = CapturedLogs::default();
+    let _capture = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .json()
+            .with_span_list(true)
+            .with_current_span(false)
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(logs.clone())
+            .finish(),
+    );
+    let w = World::new(ScriptedSender::new(|r| {
+        if r.endpoint.ends_with("sub-1") {
+            AttemptResult::ConnectionFailed("connection refused".into())
+        } else {
+            AttemptResult::Status(400)
+        }
+    }));
+    for name in ["sub-1", "sub-2", "sub-3"] {
+        w.subscribe(request(name)).await;
+    }
+    w.publish(&["a"]).await;
+    w.store.delete_subscription(TOPIC, "sub-2").await.unwrap();
+    let report = w.run().await.report;
+    assert_eq!((report.retried, report.dropped), (1, 2));
+
+    let lines: Vec<serde_json::Value> = logs
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON log line"))
+        .collect();
+    let with_message = |m: &str| {
+        lines
+            .iter()
+            .find(|l| l["fields"]["message"] == m)
+            .unwrap_or_else(|| panic!("no line says {m:?}: {lines:#?}"))
+    };
+    // The field `name` has in the innermost span of `line` that has it.
+    let from_spans = |line: &serde_json::Value, name: &str| {
+        line["spans"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .rev()
+            .find_map(|span| span.get(name).cloned())
+    };
+    for (message, subscription) in [
+        ("delivery attempt could not connect", "sub-1"),
+        ("event dropped: no dead-letter destination", "sub-3"),
+        (
+            "events dropped: not for a subscription that receives events",
+            "sub-2",
+        ),
+    ] {
+        let line = with_message(message);
+        assert_eq!(from_spans(line, "topic"), Some(TOPIC.into()), "{line}");
+        assert_eq!(
+            from_spans(line, "subscription"),
+            Some(subscription.into()),
+            "{line}"
+        );
+    }
+    let attempt = with_message("delivery attempt could not connect");
+    assert_eq!(from_spans(attempt, "attempt"), Some(1.into()), "{attempt}");
+    for line in &lines {
+        let spans: Vec<&str> = line["spans"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["name"].as_str())
+            .collect();
+        assert_eq!(
+            spans.first(),
+            Some(&"deliver"),
+            "outside the invocation's span: {line}"
+        );
+        for repeated in ["topic", "subscription"] {
+            assert!(
+                line["fields"].get(repeated).is_none(),
+                "{repeated} repeated by hand: {line}"
+            );
+        }
+    }
+}
+
 /// Every log line, kept for a test to read.
 #[derive(Clone, Default)]
 struct CapturedLogs(Arc<std::sync::Mutex<Vec<u8>>>);

@@ -20,7 +20,7 @@ use gridrelay_shared::validation::{Provisioning, ProvisioningState, VALIDATION_P
 use lambda_http::{Body, Request, Response};
 use serde_json::json;
 use subtle::ConstantTimeEq;
-use tracing::{error, info, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 /// What `ingest` needs: where topics and subscriptions are, and the delivery queue.
 pub struct Ingest {
@@ -150,8 +150,14 @@ impl Ingest {
         to_http(self.publish(publish).await)
     }
 
-    /// Validates, authorizes and fans out one publish request.
+    /// Validates, authorizes and fans out one publish request, in a span naming its topic.
     pub async fn publish(&self, request: PublishRequest<'_>) -> PublishResponse {
+        let span = info_span!("publish", topic = request.topic);
+        self.publish_to_topic(request).instrument(span).await
+    }
+
+    /// [`Ingest::publish`], in its span.
+    async fn publish_to_topic(&self, request: PublishRequest<'_>) -> PublishResponse {
         let mut topic = match self.read_topic(request.topic).await {
             Ok(topic) => topic,
             Err(refused) => return refused,
@@ -192,7 +198,7 @@ impl Ingest {
         let mut new_id = || uuid::Uuid::new_v4().to_string();
         let events = match parse_publish(&body, schema, self.clock.now(), &mut new_id) {
             Ok(events) => events,
-            Err(e) => return refused(&topic, &e),
+            Err(e) => return refused(&e),
         };
         self.fan_out(&topic, events).await
     }
@@ -205,6 +211,12 @@ impl Ingest {
         name: &str,
         code: &str,
     ) -> PublishResponse {
+        let span = info_span!("validation", topic, subscription = name);
+        self.validate(topic, name, code).instrument(span).await
+    }
+
+    /// [`Ingest::validate_subscription`], in its span.
+    async fn validate(&self, topic: &str, name: &str, code: &str) -> PublishResponse {
         // Checked against the subscription as it is now, not as a warm function kept it
         // (`gridrelay_ports::cache`): its code and window were written by the handshake. (A
         // subscription waiting for its handshake is never kept; this is for one kept as
@@ -253,11 +265,7 @@ impl Ingest {
         .await;
         match update {
             Ok(Update::Written(_)) => {
-                info!(
-                    topic,
-                    subscription = name,
-                    "subscription validated through its validation URL"
-                );
+                info!("subscription validated through its validation URL");
                 PublishResponse::text(
                     200,
                     "the event subscription is validated; events will be delivered",
@@ -267,12 +275,7 @@ impl Ingest {
                 PublishResponse::text(200, "the event subscription is already validated")
             }
             Ok(Update::Declined(Some(why))) => {
-                warn!(
-                    topic,
-                    subscription = name,
-                    reason = why,
-                    "manual validation refused"
-                );
+                warn!(reason = why, "manual validation refused");
                 PublishResponse::error(400, "BadRequest", why)
             }
             Ok(Update::Gone) => no_such_subscription(topic, name),
@@ -293,7 +296,7 @@ impl Ingest {
                 format!("topic {name:?} does not exist"),
             )),
             Err(e) => {
-                error!(topic = name, error = %e, "topic lookup failed");
+                error!(error = %e, "topic lookup failed");
                 Err(PublishResponse::error(
                     503,
                     "ServiceUnavailable",
@@ -340,7 +343,6 @@ impl Ingest {
         {
             Ok(done) => {
                 info!(
-                    topic = %topic.name,
                     events = events.len(),
                     subscriptions = done.subscriptions,
                     enqueued = done.enqueued,
@@ -350,15 +352,15 @@ impl Ingest {
                 PublishResponse::ok()
             }
             Err(e @ FanOutError::Unconvertible { .. }) => {
-                warn!(topic = %topic.name, error = %e, "publish refused");
+                warn!(error = %e, "publish refused");
                 PublishResponse::error(400, "BadRequest", e.to_string())
             }
             Err(e @ FanOutError::TooLarge { .. }) => {
-                warn!(topic = %topic.name, error = %e, "publish refused");
+                warn!(error = %e, "publish refused");
                 PublishResponse::error(413, "PayloadTooLarge", e.to_string())
             }
             Err(e) => {
-                error!(topic = %topic.name, error = %e, "fan-out failed");
+                error!(error = %e, "fan-out failed");
                 PublishResponse::error(
                     503,
                     "ServiceUnavailable",
@@ -369,8 +371,9 @@ impl Ingest {
     }
 }
 
-fn refused(topic: &Topic, e: &PublishError) -> PublishResponse {
-    warn!(topic = %topic.name, error = %e, "publish refused");
+/// The answer to a publish its topic refuses (logged in the publish span, which names the topic).
+fn refused(e: &PublishError) -> PublishResponse {
+    warn!(error = %e, "publish refused");
     let code = if e.http_status() == 413 {
         "PayloadTooLarge"
     } else {
