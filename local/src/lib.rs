@@ -333,20 +333,8 @@ impl LocalSystem {
             },
             config.config_cache,
         );
-        // `provision` made it if it was missing.
-        let key = queue_key(sdk, &names.queue_key_secret, Duration::ZERO)
-            .await
-            .context("could not read the runner's queue key")?;
-        let delivery_queue = Arc::new(SqsQueue::new(
-            sqs.clone(),
-            &resources.delivery_queue_url,
-            key.clone(),
-        ));
-        let dead_letter_queue = Arc::new(SqsQueue::new(
-            sqs.clone(),
-            &resources.dead_letter_queue_url,
-            key.clone(),
-        ));
+        let (key, delivery_queue, dead_letter_queue) =
+            sealed_queues(sdk, &sqs, names, &resources).await?;
         let clock = Arc::new(SystemClock);
 
         let ingest = Arc::new(Ingest {
@@ -359,79 +347,42 @@ impl LocalSystem {
             .await
             .with_context(|| format!("could not listen on {}", config.listen))?;
         let listen = listener.local_addr()?;
+        let ports = deliver_ports(
+            sdk,
+            names,
+            &config,
+            &store,
+            (&delivery_queue, &dead_letter_queue),
+            &clock,
+        );
         let settings = DeliverySettings {
             public_url: Some(format!("http://{listen}")),
             // #34 item 2: never into the runner's own queues.
             destinations: AllowedDestinations::any().refusing_own_queues(resources.queue_urls()),
             ..config.delivery_settings()
         };
-        // As many instances as invocations run at once, each with its own request limits and
-        // connection pool (a pool keeps one instance's most per endpoint idle); they share the
-        // caches, the stores and the subscriptions' caps (whose slots are in the table anyway).
-        let instance_count = config.concurrency.max(1);
-        // Each file descriptor a connection; every instance may hold its total of them.
-        raise_open_file_limit(instance_count, &config.delivery_concurrency);
-        let ports = DeliverPorts {
-            store: Arc::clone(&store),
-            delivery_queue: delivery_queue.clone(),
-            dead_letter_queue: dead_letter_queue.clone(),
-            resources: Arc::new(AwsResourceSender::from_sdk(sdk)),
-            clock: clock.clone(),
-            jitter: Arc::new(RandomJitter),
-            secrets: secret_store(sdk, config.config_cache),
-            state: delivery_state_store(sdk, &names.delivery_state_table, config.config_cache),
-            caps: Arc::new(DynamoDeliveryStateStore::from_sdk(
-                sdk,
-                &names.delivery_state_table,
-            )),
-        };
-        let sender = Arc::new(settings.http_sender_with(config.resolver.clone())?);
-        let first = Deliver::new(ports, sender, settings);
-        let mut all = Vec::with_capacity(instance_count);
-        for _ in 1..instance_count {
-            let sender = first.settings.http_sender_with(config.resolver.clone())?;
-            all.push(Arc::new(first.beside(Arc::new(sender))));
-        }
-        all.push(Arc::new(first));
-        let instances = Instances::new(all);
+        let instances = deliver_instances(ports, settings, &config)?;
         ensure_dead_letter_events_topic(store.as_ref()).await?;
         let writer = Arc::new(DeadLetterWriter {
             objects: Arc::new(S3ObjectStore::new(s3_client(sdk))),
             dead_letter_queue,
             clock,
             scale: config.scale,
-            notices: Some(DeadLetterNotices {
-                store: Arc::clone(&store),
-                delivery_queue: delivery_queue.clone(),
-                topic: DEAD_LETTER_EVENTS_TOPIC.to_string(),
-            }),
+            notices: Some(dead_letter_notices(&store, &delivery_queue)),
         });
 
         let (stop, stopped) = watch::channel(false);
         let stats = Arc::new(Mutex::new(RunnerStats::default()));
         let mut tasks = JoinSet::new();
-
         tasks.spawn(api::serve(
             listener,
             ingest,
             Arc::clone(&stats),
             stopped.clone(),
         ));
-
         let region = sdk.region().map(|r| r.to_string()).unwrap_or_default();
         // A stopped invocation ran its whole timeout, and Lambda bills all of it.
         let timeout_ms = whole_ms(config.function_timeout);
-        let on_stopped = |bill: fn(&mut BilledTime) -> &mut u64| -> poller::OnStopped {
-            let stats = Arc::clone(&stats);
-            Arc::new(move || {
-                if let Ok(mut s) = stats.lock() {
-                    s.stopped_invocations += 1;
-                    *bill(&mut s.billed) += timeout_ms;
-                }
-            })
-        };
-        let deliver_stats = Arc::clone(&stats);
-        let deliver_key = key.clone();
         tasks.spawn(poller::poll(
             poller::Source::new(
                 sqs.clone(),
@@ -441,28 +392,9 @@ impl LocalSystem {
             ),
             config.clone(),
             stopped.clone(),
-            on_stopped(|b| &mut b.deliver_ms),
-            Arc::new(move |event, deadline| {
-                let instances = Arc::clone(&instances);
-                let stats = Arc::clone(&deliver_stats);
-                let event = sealed(event, &deliver_key, "delivery", &stats);
-                Box::pin(async move {
-                    let deliver = instances.take().await;
-                    let started = std::time::Instant::now();
-                    let queue_waits = Latencies::queue_waits(&event, Utc::now());
-                    let outcome = deliver.handle_until(event, deadline).await;
-                    if let Ok(mut s) = stats.lock() {
-                        s.latencies.record(&queue_waits, &outcome);
-                        s.deliver.add(&outcome.report);
-                        s.deliver_invocations += 1;
-                        s.billed.deliver_ms += billed_ms(started);
-                    }
-                    outcome.failed_message_ids
-                })
-            }),
+            billing_stopped(&stats, timeout_ms, |b| &mut b.deliver_ms),
+            invoke_deliver(instances, Arc::clone(&stats), key.clone()),
         ));
-        let writer_stats = Arc::clone(&stats);
-        let writer_key = key.clone();
         tasks.spawn(poller::poll(
             poller::Source::new(
                 sqs,
@@ -472,22 +404,8 @@ impl LocalSystem {
             ),
             config,
             stopped,
-            on_stopped(|b| &mut b.dead_letter_ms),
-            Arc::new(move |event, _deadline| {
-                let writer = Arc::clone(&writer);
-                let stats = Arc::clone(&writer_stats);
-                let event = sealed(event, &writer_key, "dead-letter", &stats);
-                Box::pin(async move {
-                    let started = std::time::Instant::now();
-                    let outcome = writer.handle(event).await;
-                    if let Ok(mut s) = stats.lock() {
-                        s.dead_letter.add(&outcome.report);
-                        s.dead_letter_invocations += 1;
-                        s.billed.dead_letter_ms += billed_ms(started);
-                    }
-                    outcome.failed_message_ids
-                })
-            }),
+            billing_stopped(&stats, timeout_ms, |b| &mut b.dead_letter_ms),
+            invoke_dead_letter(writer, Arc::clone(&stats), key.clone()),
         ));
 
         Ok(Self {
@@ -523,6 +441,150 @@ impl LocalSystem {
         while self.tasks.join_next().await.is_some() {}
         self.stats()
     }
+}
+
+/// The ports of the runner's `deliver` instances: the subscriptions store, the delivery and
+/// dead-letter queues and the clock its functions share, and its own AWS clients.
+fn deliver_ports(
+    sdk: &SdkConfig,
+    names: &ResourceNames,
+    config: &RunnerConfig,
+    store: &Arc<dyn SubscriptionStore>,
+    (delivery_queue, dead_letter_queue): (&Arc<SqsQueue>, &Arc<SqsQueue>),
+    clock: &Arc<SystemClock>,
+) -> DeliverPorts {
+    DeliverPorts {
+        store: Arc::clone(store),
+        delivery_queue: delivery_queue.clone(),
+        dead_letter_queue: dead_letter_queue.clone(),
+        resources: Arc::new(AwsResourceSender::from_sdk(sdk)),
+        clock: clock.clone(),
+        jitter: Arc::new(RandomJitter),
+        secrets: secret_store(sdk, config.config_cache),
+        state: delivery_state_store(sdk, &names.delivery_state_table, config.config_cache),
+        caps: Arc::new(DynamoDeliveryStateStore::from_sdk(
+            sdk,
+            &names.delivery_state_table,
+        )),
+    }
+}
+
+/// L7: dead-letter writes announced on the system topic, through the delivery queue.
+fn dead_letter_notices(
+    store: &Arc<dyn SubscriptionStore>,
+    delivery_queue: &Arc<SqsQueue>,
+) -> DeadLetterNotices {
+    DeadLetterNotices {
+        store: Arc::clone(store),
+        delivery_queue: delivery_queue.clone(),
+        topic: DEAD_LETTER_EVENTS_TOPIC.to_string(),
+    }
+}
+
+/// The runner's queue key and its two queues, whose messages are sealed with it (#34 item 2).
+async fn sealed_queues(
+    sdk: &SdkConfig,
+    sqs: &aws_sdk_sqs::Client,
+    names: &ResourceNames,
+    resources: &Resources,
+) -> anyhow::Result<(QueueKey, Arc<SqsQueue>, Arc<SqsQueue>)> {
+    // `provision` made it if it was missing.
+    let key = queue_key(sdk, &names.queue_key_secret, Duration::ZERO)
+        .await
+        .context("could not read the runner's queue key")?;
+    let sealed_with = |url: &str| Arc::new(SqsQueue::new(sqs.clone(), url, key.clone()));
+    let delivery = sealed_with(&resources.delivery_queue_url);
+    let dead_letter = sealed_with(&resources.dead_letter_queue_url);
+    Ok((key, delivery, dead_letter))
+}
+
+/// The runner's `deliver` instances: as many as invocations run at once, each with its own
+/// request limits and connection pool (a pool keeps one instance's most per endpoint idle);
+/// they share the caches, the stores and the subscriptions' caps (whose slots are in the table
+/// anyway).
+fn deliver_instances(
+    ports: DeliverPorts,
+    settings: DeliverySettings,
+    config: &RunnerConfig,
+) -> anyhow::Result<Arc<Instances<Deliver>>> {
+    let count = config.concurrency.max(1);
+    // Each file descriptor a connection; every instance may hold its total of them.
+    raise_open_file_limit(count, &config.delivery_concurrency);
+    let sender = Arc::new(settings.http_sender_with(config.resolver.clone())?);
+    let first = Deliver::new(ports, sender, settings);
+    let mut all = Vec::with_capacity(count);
+    for _ in 1..count {
+        let sender = first.settings.http_sender_with(config.resolver.clone())?;
+        all.push(Arc::new(first.beside(Arc::new(sender))));
+    }
+    all.push(Arc::new(first));
+    Ok(Instances::new(all))
+}
+
+/// Counts an invocation stopped at its deadline, billed for its whole timeout (`timeout_ms`)
+/// as Lambda bills it, on the function's line of `BilledTime`.
+fn billing_stopped(
+    stats: &Arc<Mutex<RunnerStats>>,
+    timeout_ms: u64,
+    bill: fn(&mut BilledTime) -> &mut u64,
+) -> poller::OnStopped {
+    let stats = Arc::clone(stats);
+    Arc::new(move || {
+        if let Ok(mut s) = stats.lock() {
+            s.stopped_invocations += 1;
+            *bill(&mut s.billed) += timeout_ms;
+        }
+    })
+}
+
+/// One `deliver` invocation of the runner: a free instance handles the batch before its
+/// deadline, and the runner's stats count what it did.
+fn invoke_deliver(
+    instances: Arc<Instances<Deliver>>,
+    stats: Arc<Mutex<RunnerStats>>,
+    key: QueueKey,
+) -> poller::Invoke {
+    Arc::new(move |event, deadline| {
+        let instances = Arc::clone(&instances);
+        let stats = Arc::clone(&stats);
+        let event = sealed(event, &key, "delivery", &stats);
+        Box::pin(async move {
+            let deliver = instances.take().await;
+            let started = std::time::Instant::now();
+            let queue_waits = Latencies::queue_waits(&event, Utc::now());
+            let outcome = deliver.handle_until(event, deadline).await;
+            if let Ok(mut s) = stats.lock() {
+                s.latencies.record(&queue_waits, &outcome);
+                s.deliver.add(&outcome.report);
+                s.deliver_invocations += 1;
+                s.billed.deliver_ms += billed_ms(started);
+            }
+            outcome.failed_message_ids
+        })
+    })
+}
+
+/// One `dead-letter` invocation of the runner, counted in its stats.
+fn invoke_dead_letter(
+    writer: Arc<DeadLetterWriter>,
+    stats: Arc<Mutex<RunnerStats>>,
+    key: QueueKey,
+) -> poller::Invoke {
+    Arc::new(move |event, _deadline| {
+        let writer = Arc::clone(&writer);
+        let stats = Arc::clone(&stats);
+        let event = sealed(event, &key, "dead-letter", &stats);
+        Box::pin(async move {
+            let started = std::time::Instant::now();
+            let outcome = writer.handle(event).await;
+            if let Ok(mut s) = stats.lock() {
+                s.dead_letter.add(&outcome.report);
+                s.dead_letter_invocations += 1;
+                s.billed.dead_letter_ms += billed_ms(started);
+            }
+            outcome.failed_message_ids
+        })
+    })
 }
 
 #[cfg(test)]

@@ -63,6 +63,23 @@ pub async fn fan_out(
     events: &[Box<RawValue>],
     now: DateTime<Utc>,
 ) -> Result<FanOut, FanOutError> {
+    let subscriptions = receiving_subscriptions(store, topic, now).await?;
+    let converted = delivery_forms(&subscriptions, input, events)?;
+    let plan = plan_shares(&subscriptions, &converted, input, events)?;
+    let (enqueued, messages) = enqueue_shares(queue, plan, now).await?;
+    Ok(FanOut {
+        subscriptions: subscriptions.len(),
+        enqueued,
+        messages,
+    })
+}
+
+/// The subscriptions of `topic` that receive events at `now`.
+async fn receiving_subscriptions(
+    store: &dyn SubscriptionStore,
+    topic: &str,
+    now: DateTime<Utc>,
+) -> Result<Vec<Subscription>, FanOutError> {
     let mut subscriptions = store.list_subscriptions(topic).await?;
     // A list kept by a warm function may hold an expiration changed since: the list is read
     // again before an expired one's events are left out (at most once per recheck interval,
@@ -74,13 +91,19 @@ pub async fn fan_out(
         store.recheck_list(topic);
         subscriptions = store.list_subscriptions(topic).await?;
     }
-    let subscriptions: Vec<_> = subscriptions
+    Ok(subscriptions
         .into_iter()
         .filter(|s| s.receives(now))
-        .collect();
-    let fields = input.filter_fields();
-    // Each event in each delivery schema some subscription wants, converted once (borrowed
-    // where no conversion is needed, so each subscription's copy is the only one).
+        .collect())
+}
+
+/// Each event in each delivery schema some subscription wants, converted once (borrowed where
+/// no conversion is needed, so each subscription's copy is the only one).
+fn delivery_forms<'e>(
+    subscriptions: &[Subscription],
+    input: InputSchema,
+    events: &'e [Box<RawValue>],
+) -> Result<HashMap<DeliverySchema, Vec<Cow<'e, RawValue>>>, FanOutError> {
     let mut converted: HashMap<DeliverySchema, Vec<Cow<'_, RawValue>>> = HashMap::new();
     for schema in subscriptions.iter().map(|s| s.event_delivery_schema) {
         if converted.contains_key(&schema) {
@@ -98,6 +121,18 @@ pub async fn fan_out(
             .collect::<Result<Vec<_>, _>>()?;
         converted.insert(schema, forms);
     }
+    Ok(converted)
+}
+
+/// Which events each subscription receives, and what that comes to, before anything is sent:
+/// a publish too large to enqueue in time is refused whole (#34 item 9).
+fn plan_shares<'s, 'e>(
+    subscriptions: &'s [Subscription],
+    converted: &'s HashMap<DeliverySchema, Vec<Cow<'e, RawValue>>>,
+    input: InputSchema,
+    events: &[Box<RawValue>],
+) -> Result<Vec<Share<'s, 'e>>, FanOutError> {
+    let fields = input.filter_fields();
     // Events are parsed into trees only if some subscription filters on their fields.
     let parsed: Vec<Option<serde_json::Value>> =
         if subscriptions.iter().all(|s| s.filter.is_empty()) {
@@ -108,11 +143,9 @@ pub async fn fan_out(
                 .map(|e| serde_json::from_str(e.get()).ok())
                 .collect()
         };
-    // Which events each subscription receives, and what that comes to, before anything is sent:
-    // a publish too large to enqueue in time is refused whole (#34 item 9).
     let mut plan: Vec<Share<'_, '_>> = Vec::new();
     let mut bytes = 0;
-    for sub in &subscriptions {
+    for sub in subscriptions {
         let Some(forms) = converted.get(&sub.event_delivery_schema) else {
             continue;
         };
@@ -142,9 +175,18 @@ pub async fn fan_out(
             subscriptions: plan.len(),
         });
     }
-    // Sent as it is built, about one publish request's bytes at a time with a few such sends
-    // in flight, so memory holds a few batches and one subscription's messages, not every
-    // subscription's copy of the events at once.
+    Ok(plan)
+}
+
+/// Sends every share's delivery messages as they are built, about one publish request's bytes
+/// at a time with a few such sends in flight, so memory holds a few batches and one
+/// subscription's messages, not every subscription's copy of the events at once. Returns the
+/// events enqueued (once per subscription) and the messages sent.
+async fn enqueue_shares(
+    queue: &dyn MessageQueue,
+    plan: Vec<Share<'_, '_>>,
+    now: DateTime<Utc>,
+) -> Result<(usize, usize), FanOutError> {
     let mut outbox = Outbox::default();
     let mut sends = FuturesUnordered::new();
     let mut sent = Sent::default();
@@ -186,11 +228,7 @@ pub async fn fan_out(
         sent.add(done);
         sent.result()?;
     }
-    Ok(FanOut {
-        subscriptions: subscriptions.len(),
-        enqueued,
-        messages: sent.messages,
-    })
+    Ok((enqueued, sent.messages))
 }
 
 /// What one subscription receives of a publish: the events in its delivery schema (`forms`)
