@@ -14,6 +14,8 @@
 pub mod cache;
 pub mod endpoints;
 pub mod fan_out;
+#[cfg(feature = "log-capture")]
+pub mod log_capture;
 pub mod memory;
 pub mod redrive;
 pub mod registration;

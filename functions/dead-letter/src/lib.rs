@@ -478,19 +478,7 @@ mod tests {
     /// subscription's write, inside the invocation's span, not by fields of its own.
     #[tokio::test]
     async fn l5_the_drop_names_its_subscription_through_its_spans() {
-        let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-        let writer = {
-            let logs = std::sync::Arc::clone(&logs);
-            move || LogLine(std::sync::Arc::clone(&logs))
-        };
-        let _capture = tracing::subscriber::set_default(
-            tracing_subscriber::fmt()
-                .json()
-                .with_span_list(true)
-                .with_current_span(false)
-                .with_writer(writer)
-                .finish(),
-        );
+        let logs = gridrelay_ports::log_capture::CapturedLogs::start();
         let f = fixture();
         f.objects.outage.set(true);
         let now = f.clock.now();
@@ -500,15 +488,14 @@ mod tests {
         f.clock.advance(std::time::Duration::from_secs(4 * 3600));
         f.writer.handle(batch(&[body])).await;
 
-        let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
-        let line: serde_json::Value = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .find(|l: &serde_json::Value| {
+        let line = logs
+            .json_lines()
+            .into_iter()
+            .find(|l| {
                 l["fields"]["message"]
                     == "events dropped: dead-letter location unavailable for four hours"
             })
-            .unwrap_or_else(|| panic!("no drop line: {text}"));
+            .unwrap_or_else(|| panic!("no drop line: {}", logs.text()));
         let spans = line["spans"].as_array().unwrap();
         assert_eq!(spans[0]["name"], "dead_letter", "{line}");
         assert_eq!(spans[1]["topic"], sent.topic.as_str(), "{line}");
@@ -518,20 +505,6 @@ mod tests {
             "{line}"
         );
         assert!(line["fields"].get("topic").is_none(), "{line}");
-    }
-
-    /// Log lines, kept for a test to read.
-    struct LogLine(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for LogLine {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
     }
 
     /// L5 (#11 item 5): a bucket deleted after its subscription was made is an unavailable

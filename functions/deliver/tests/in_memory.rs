@@ -18,6 +18,7 @@ use gridrelay_deliver::{
 };
 use gridrelay_ports::cache::{CachedDeliveryState, CachedSubscriptionStore};
 use gridrelay_ports::fan_out::fan_out;
+use gridrelay_ports::log_capture::CapturedLogs;
 use gridrelay_ports::memory::{
     FixedJitter, ManualClock, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryDestinations,
     MemoryObjectStore, MemoryQueue, MemorySecretStore, MemorySubscriptionStore, ScriptedSender,
@@ -2575,13 +2576,7 @@ mod resources {
 /// endpoint as it is. Every log line of the run is captured, at every level.
 #[tokio::test]
 async fn an_endpoints_credentials_reach_no_log_line_under_contention() {
-    let logs = CapturedLogs::default();
-    let _capture = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(logs.clone())
-            .finish(),
-    );
+    let logs = CapturedLogs::start();
     let w = World::new(ScriptedSender::status(500));
     w.state.contended.set(true);
     w.subscribe(SubscriptionRequest {
@@ -2611,16 +2606,7 @@ async fn an_endpoints_credentials_reach_no_log_line_under_contention() {
 /// deleted before its events came (the drop on arrival).
 #[tokio::test]
 async fn every_log_line_names_its_subscription_through_its_spans() {
-    let logs = CapturedLogs::default();
-    let _capture = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .json()
-            .with_span_list(true)
-            .with_current_span(false)
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(logs.clone())
-            .finish(),
-    );
+    let logs = CapturedLogs::start();
     let w = World::new(ScriptedSender::new(|r| {
         if r.endpoint.ends_with("sub-1") {
             AttemptResult::ConnectionFailed("connection refused".into())
@@ -2636,11 +2622,7 @@ async fn every_log_line_names_its_subscription_through_its_spans() {
     let report = w.run().await.report;
     assert_eq!((report.retried, report.dropped), (1, 2));
 
-    let lines: Vec<serde_json::Value> = logs
-        .text()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON log line"))
-        .collect();
+    let lines = logs.json_lines();
     let with_message = |m: &str| {
         lines
             .iter()
@@ -2692,34 +2674,5 @@ async fn every_log_line_names_its_subscription_through_its_spans() {
                 "{repeated} repeated by hand: {line}"
             );
         }
-    }
-}
-
-/// Every log line, kept for a test to read.
-#[derive(Clone, Default)]
-struct CapturedLogs(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl CapturedLogs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for CapturedLogs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLogs {
-    type Writer = CapturedLogs;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
     }
 }
