@@ -5,6 +5,7 @@
 //! by `make test`, or LocalStack, or AWS). Subscribers are real HTTP servers on 127.0.0.1 that
 //! answer from a script and record what they received.
 
+pub mod fault_proxy;
 pub mod runtime_api;
 
 use std::collections::VecDeque;
@@ -37,6 +38,17 @@ pub async fn sdk_config() -> SdkConfig {
         "AWS_ENDPOINT_URL is not set: run the end-to-end tests with `make test`, which starts moto \
          and sets it, or export it (see `infra/local/moto.sh env`)"
     );
+    load_sdk_config(None).await
+}
+
+/// As [`sdk_config`], with every service's calls sent to `url` (a [`fault_proxy::FaultProxy`]):
+/// set in code, it takes precedence over `AWS_ENDPOINT_URL` and the per-service variables, as
+/// an endpoint set on a built configuration would not.
+pub async fn sdk_config_through(url: &str) -> SdkConfig {
+    load_sdk_config(Some(url)).await
+}
+
+async fn load_sdk_config(endpoint_url: Option<&str>) -> SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest()).region(
         aws_config::meta::region::RegionProviderChain::default_provider().or_else("us-east-1"),
     );
@@ -48,6 +60,9 @@ pub async fn sdk_config() -> SdkConfig {
             None,
             "gridrelay-tests",
         ));
+    }
+    if let Some(url) = endpoint_url {
+        loader = loader.endpoint_url(url);
     }
     loader.load().await
 }
@@ -109,6 +124,27 @@ impl TestSystem {
     /// As [`TestSystem::start`], with the runner's settings changed by `configure`.
     pub async fn start_with(scale: f64, configure: impl FnOnce(&mut RunnerConfig)) -> Self {
         let sdk = sdk_config().await;
+        Self::start_on(sdk.clone(), sdk, scale, configure).await
+    }
+
+    /// As [`TestSystem::start_with`], with the system's AWS calls going through `proxy` (the
+    /// test's own calls, to set up and check, go straight to the AWS API).
+    pub async fn start_behind(
+        proxy: &fault_proxy::FaultProxy,
+        scale: f64,
+        configure: impl FnOnce(&mut RunnerConfig),
+    ) -> Self {
+        let proxied = sdk_config_through(&proxy.url()).await;
+        Self::start_on(proxied, sdk_config().await, scale, configure).await
+    }
+
+    /// A system whose functions call AWS with `system_sdk`; `sdk` is the test's own.
+    async fn start_on(
+        system_sdk: SdkConfig,
+        sdk: SdkConfig,
+        scale: f64,
+        configure: impl FnOnce(&mut RunnerConfig),
+    ) -> Self {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let names = ResourceNames::with_prefix(&format!("t{}", &id[..12]));
         let scale = TimeScale::new(scale).expect("valid scale");
@@ -131,7 +167,7 @@ impl TestSystem {
             policy: OutboundPolicy::new(config.allowed_networks.clone()),
             resolver: config.resolver.clone(),
         };
-        let system = LocalSystem::start(&sdk, &names, config)
+        let system = LocalSystem::start(&system_sdk, &names, config)
             .await
             .expect("local system starts");
         let secrets = SecretsManagerStore::from_sdk(&sdk);
@@ -280,6 +316,27 @@ impl TestSystem {
             )
             .await;
         assert_eq!(status, 200, "publish failed: {body}");
+    }
+
+    /// Publishes `events`, sending them again whole while the answer is a 5xx, as a publisher
+    /// does (what reached some subscriptions may then arrive twice); how many 5xx answers came
+    /// before the 200. Any other answer fails the test, as do 20 5xx in a row.
+    pub async fn publish_until_accepted(&self, topic: &Topic, events: &Value) -> usize {
+        let mut refused = 0;
+        loop {
+            let (status, body) = self
+                .publish_raw(
+                    &topic.name,
+                    Some(&topic.key1),
+                    events.to_string().into_bytes(),
+                )
+                .await;
+            match status {
+                200 => return refused,
+                500..=599 if refused < 20 => refused += 1,
+                _ => panic!("publish answered {status} after {refused} 5xx: {body}"),
+            }
+        }
     }
 
     /// Every dead-letter object under `prefix`, as (key, parsed JSON array).

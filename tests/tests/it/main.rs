@@ -7,6 +7,7 @@
 // Test code: an unwrap that fails is a failed test (the workspace denies it elsewhere).
 #![allow(clippy::unwrap_used)]
 
+mod aws_faults;
 mod clients;
 mod delivery;
 mod delivery_caps;

@@ -2,12 +2,13 @@
 //! topic reach an SQS queue, an SNS topic, an EventBridge bus and a Kinesis stream created
 //! with the SDK, through the real handlers and `gridrelay_adapters::aws::AwsResourceSender`;
 //! what arrives is read back with the services' own APIs. A missing destination and a message
-//! too large for its service are provoked for real (moto does not throttle: throttling's
-//! mapping to a retried 503 is tested in `gridrelay-shared` and on in-memory ports).
+//! too large for its service are provoked for real; throttling (which moto never does) through
+//! the fault proxy ([`FaultProxy`]) in front of it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use gridrelay_e2e::fault_proxy::{FaultProxy, FaultRule};
 use gridrelay_e2e::{TestSystem, events, eventually, subscription};
 use gridrelay_ports::registration::RegistrationError;
 use gridrelay_shared::subscription::SubscriptionRequest;
@@ -182,6 +183,173 @@ async fn a_throttled_stream_gets_every_event_in_the_end_s4() {
     sys.shutdown().await;
 }
 
+/// S4, R2, #34 item 10: every destination type the emulator runs, throttled by AWS on the
+/// wire (the fault proxy): the first three calls of each service's put (more than the SDK's
+/// own attempts) and a third of the rest answer that service's throttling error (SQS
+/// `RequestThrottled`, SNS `Throttled` with 429, which the SDK does not retry itself,
+/// EventBridge `ThrottlingException`, Kinesis `ProvisionedThroughputExceededException`).
+/// Throttling is a 503, retried on the ladder and never dead-lettered: each destination gets
+/// every event in the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_destinations_get_every_event_in_the_end_s4() {
+    let proxy = FaultProxy::start(
+        &std::env::var("AWS_ENDPOINT_URL").expect("the emulator"),
+        rand::random(),
+    )
+    .await;
+    let sys = TestSystem::start_behind(&proxy, 0.01, |_| {}).await;
+    let topic = sys.topic("orders").await;
+    let prefix = sys.names.secret_prefix.clone();
+    let (queue_url, queue_arn) = queue(&sys, &format!("{prefix}-throttled")).await;
+    let (sns_topic, sns_url) = sns_topic_into_queue(&sys, &format!("{prefix}-topic")).await;
+    let (bus, bus_url) = bus_into_queue(&sys, &format!("{prefix}-bus")).await;
+    let stream_name = format!("{prefix}-stream");
+    let stream = kinesis_stream(&sys, &stream_name).await;
+    for (name, arn) in [
+        ("to-queue", &queue_arn),
+        ("to-topic", &sns_topic),
+        ("to-bus", &bus),
+        ("to-stream", &stream),
+    ] {
+        sys.subscribe(SubscriptionRequest {
+            dead_letter_destination: Some(sys.dead_letter_url(name)),
+            ..subscription("orders", name, arn)
+        })
+        .await;
+    }
+    let puts = [
+        ("sqs", "SendMessageBatch"),
+        ("sns", "PublishBatch"),
+        ("events", "PutEvents"),
+        ("kinesis", "PutRecords"),
+    ];
+    proxy.set_rules(
+        puts.iter()
+            .flat_map(|&(service, put)| {
+                [
+                    FaultRule::throttle(service, 1.0).only(put).first(3),
+                    FaultRule::throttle(service, 0.3).only(put),
+                ]
+            })
+            .collect(),
+    );
+    sys.publish_until_accepted(&topic, &events("t", 20)).await;
+    let deadline = std::time::Instant::now() + WAIT;
+    while sys.system.stats().deliver.delivered < 80 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not every event delivered: {:?}\n{}",
+            sys.system.stats().deliver,
+            proxy.report()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let ids = |bodies: Vec<Value>| -> BTreeSet<String> {
+        bodies
+            .iter()
+            .filter_map(|b| b["detail"]["id"].as_str().or(b["id"].as_str()))
+            .map(str::to_string)
+            .collect()
+    };
+    let expected: BTreeSet<String> = (0..20).map(|i| format!("t-{i}")).collect();
+    for (what, url) in [
+        ("queue", &queue_url),
+        ("topic", &sns_url),
+        ("bus", &bus_url),
+    ] {
+        let got = ids(drain_distinct(&sys, url, &expected).await);
+        assert_eq!(got, expected, "{what}: every event in the end");
+    }
+    let by_id = stream_records(&sys, &stream_name, 20).await;
+    assert_eq!(
+        by_id.keys().cloned().collect::<BTreeSet<_>>(),
+        expected,
+        "stream"
+    );
+    println!("{}", proxy.report());
+    for (service, _) in puts {
+        assert!(proxy.refused(service) >= 3, "{service}\n{}", proxy.report());
+    }
+    let stats = sys.system.stats();
+    assert!(stats.deliver.failed_attempts >= 4, "{:?}", stats.deliver);
+    assert_eq!(stats.deliver.dead_lettered, 0, "{:?}", stats.deliver);
+    sys.shutdown().await;
+}
+
+/// #34 item 10, S4: what covers Lambda destinations. moto runs no function without Docker, so
+/// no event reaches one here; the adapter's reading of Lambda's own throttling answer (429
+/// `TooManyRequestsException`, REST/JSON) is tested on the wire: a throttled `Invoke` is a
+/// 503 (`Busy`), retried, not a failure of the event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_lambda_invoke_is_a_retried_503_s4() {
+    use gridrelay_ports::{ResourceEntry, ResourceRequest, ResourceSender};
+    use gridrelay_shared::classify::AttemptResult;
+    use gridrelay_shared::classify::DeliveryOutcome;
+    use gridrelay_shared::destination::{EndpointType, ResourceDestination, RoutingFields};
+
+    let proxy = FaultProxy::start(
+        &std::env::var("AWS_ENDPOINT_URL").expect("the emulator"),
+        rand::random(),
+    )
+    .await;
+    proxy.set_rules(vec![FaultRule::throttle("lambda", 1.0).only("Invoke")]);
+    let sdk = gridrelay_e2e::sdk_config_through(&proxy.url()).await;
+    let sender = gridrelay_adapters::aws::AwsResourceSender::from_sdk(&sdk);
+    let arn = "arn:aws:lambda:us-east-1:123456789012:function:orders";
+    let results = sender
+        .put(ResourceRequest {
+            destination: ResourceDestination::parse(EndpointType::Lambda, arn).unwrap(),
+            topic: "orders".into(),
+            subscription: "to-function".into(),
+            delivery_count: 0,
+            entries: vec![ResourceEntry {
+                body: "[{}]".into(),
+                fields: RoutingFields::default(),
+            }],
+        })
+        .await;
+    let [AttemptResult::Service(failure)] = results.as_slice() else {
+        panic!("one service failure: {results:?}");
+    };
+    assert_eq!(
+        (failure.status, failure.outcome, failure.code.as_str()),
+        (503, DeliveryOutcome::Busy, "TooManyRequestsException")
+    );
+    assert!(proxy.refused("lambda") >= 1, "{}", proxy.report());
+}
+
+/// Creates an EventBridge bus `name` with a rule sending the orders' events to a queue; the
+/// bus's ARN and the queue's URL.
+async fn bus_into_queue(sys: &TestSystem, name: &str) -> (String, String) {
+    let events_client = aws_sdk_eventbridge::Client::new(&sys.sdk);
+    let bus = event_bus(sys, name).await;
+    let (url, arn) = queue(sys, &format!("{name}-in")).await;
+    events_client
+        .put_rule()
+        .name("orders")
+        .event_bus_name(name)
+        .event_pattern(json!({"detail-type": ["Contoso.Orders.Created"]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    events_client
+        .put_targets()
+        .rule("orders")
+        .event_bus_name(name)
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("queue")
+                .arn(&arn)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    (bus, url)
+}
+
 /// Creates an SNS topic `name` with a queue subscribed to it (raw delivery: message attributes
 /// stay attributes); the topic's ARN and the queue's URL.
 async fn sns_topic_into_queue(sys: &TestSystem, name: &str) -> (String, String) {
@@ -250,6 +418,23 @@ async fn drain(sys: &TestSystem, url: &str, count: usize) -> Vec<Message> {
     got
 }
 
+/// Reads (and deletes) messages from a queue until every id in `expected` arrived (a message
+/// may come twice: at least once); their bodies, as JSON.
+async fn drain_distinct(sys: &TestSystem, url: &str, expected: &BTreeSet<String>) -> Vec<Value> {
+    let mut bodies = Vec::new();
+    let mut seen = BTreeSet::new();
+    while !expected.is_subset(&seen) {
+        for m in drain(sys, url, 1).await {
+            let body = json_of(&m.body);
+            if let Some(id) = body["detail"]["id"].as_str().or(body["id"].as_str()) {
+                seen.insert(id.to_string());
+            }
+            bodies.push(body);
+        }
+    }
+    bodies
+}
+
 fn json_of(text: &str) -> Value {
     serde_json::from_str(text).expect("a JSON body")
 }
@@ -314,31 +499,7 @@ async fn a_topic_a_bus_and_a_stream_get_every_event_s4() {
 
     let (sns_topic, sns_url) = sns_topic_into_queue(&sys, &format!("{prefix}-topic")).await;
 
-    let events_client = aws_sdk_eventbridge::Client::new(&sys.sdk);
-    let bus = event_bus(&sys, &format!("{prefix}-bus")).await;
-    let (bus_url, bus_queue) = queue(&sys, &format!("{prefix}-from-bus")).await;
-    events_client
-        .put_rule()
-        .name("orders")
-        .event_bus_name(format!("{prefix}-bus"))
-        .event_pattern(json!({"detail-type": ["Contoso.Orders.Created"]}).to_string())
-        .send()
-        .await
-        .unwrap();
-    events_client
-        .put_targets()
-        .rule("orders")
-        .event_bus_name(format!("{prefix}-bus"))
-        .targets(
-            aws_sdk_eventbridge::types::Target::builder()
-                .id("queue")
-                .arn(&bus_queue)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let (bus, bus_url) = bus_into_queue(&sys, &format!("{prefix}-bus")).await;
 
     let stream_name = format!("{prefix}-stream");
     let stream = kinesis_stream(&sys, &stream_name).await;
