@@ -3,7 +3,8 @@
 #   make test   install what the tests need, then run every check and test
 # and the long runs of the life-cycle checks (chaos, fuzzing, simulation): make soak
 # and the end-to-end suites on LocalStack (DynamoDB and Lambda on moto): make test-localstack
-.PHONY: demo test test-localstack soak build lint bench clean-local
+# and the dependencies' licences, bans and sources (deny.toml): make deny
+.PHONY: demo test test-localstack soak deny build lint bench clean-local
 
 demo:
 	bash infra/local/demo.sh
@@ -16,6 +17,9 @@ test-localstack:
 
 soak:
 	bash infra/local/soak.sh
+
+deny:
+	bash infra/local/deny.sh
 
 build:
 	cargo build --workspace

@@ -7,6 +7,7 @@
 #   - fuzz: a million inputs per strategy through publish parsing and fan-out
 #   - the simulation with 20,000 seeds
 #   - the deployment checks with the functions bundled for arm64 (`make test` bundles x86_64)
+#   - the dependencies' licences, bans and sources against deny.toml (`make deny`)
 # Sizes: CHAOS_EVENTS, CHAOS_KILLS, FUZZ_CASES, SIMULATION_SEEDS (environment).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,5 +36,8 @@ cargo test --release --locked -p gridrelay-simulation -- --nocapture 2>&1 | grep
 
 section "deployment definitions, the functions bundled for arm64 (the stack's default; a cross build)"
 CDK_ARCHITECTURE=arm64 infra/deploy/check.sh
+
+section "dependencies: licences, bans and sources (deny.toml)"
+infra/local/deny.sh
 
 section "done"
