@@ -2,6 +2,13 @@
 //!
 //! Errors name the field, the value that was given and the range that is allowed, so a user can
 //! fix the input without reading the source (B4, R5, and the architecture's validation rule).
+//!
+//! Limits that bound one module's own data stay beside the code that enforces them, each
+//! saying whose limit it is: filters (`filter`: Event Grid's counts and lengths), queue messages
+//! (`message`: SQS's size and delay), AWS destinations' entries and fields (`destination`),
+//! signing secrets' grace (`signing`), subscriptions' caps (`caps`). Limits of an AWS API or of
+//! the wire stay in their adapter (`gridrelay_adapters`: SQS's batch entries and bytes, the
+//! bytes of an endpoint's answer read), and the local runner's request body in its API.
 
 use std::fmt;
 use std::ops::RangeInclusive;

@@ -308,14 +308,18 @@ impl TestSystem {
 
     /// Publishes events with the topic's first key and expects 200.
     pub async fn publish(&self, topic: &Topic, events: &Value) {
-        let (status, body) = self
-            .publish_raw(
-                &topic.name,
-                Some(&topic.key1),
-                events.to_string().into_bytes(),
-            )
-            .await;
+        let (status, body) = self.publish_with_key(topic, events).await;
         assert_eq!(status, 200, "publish failed: {body}");
+    }
+
+    /// Publishes events with the topic's first key: the answer's status and body.
+    async fn publish_with_key(&self, topic: &Topic, events: &Value) -> (u16, String) {
+        self.publish_raw(
+            &topic.name,
+            Some(&topic.key1),
+            events.to_string().into_bytes(),
+        )
+        .await
     }
 
     /// Publishes `events`, sending them again whole while the answer is a 5xx, as a publisher
@@ -324,13 +328,7 @@ impl TestSystem {
     pub async fn publish_until_accepted(&self, topic: &Topic, events: &Value) -> usize {
         let mut refused = 0;
         loop {
-            let (status, body) = self
-                .publish_raw(
-                    &topic.name,
-                    Some(&topic.key1),
-                    events.to_string().into_bytes(),
-                )
-                .await;
+            let (status, body) = self.publish_with_key(topic, events).await;
             match status {
                 200 => return refused,
                 500..=599 if refused < 20 => refused += 1,
