@@ -12,6 +12,11 @@
 //! `make test` runs a short run (400 events, 3 kills). `make soak` runs the same test with
 //! `CHAOS_EVENTS=100000 CHAOS_KILLS=5` and prints the figures. `CHAOS_SEED` fixes the
 //! subscribers' failures (the process's timing stays the machine's).
+//!
+//! Once the subscriptions are validated, the runner is started again behind the fault proxy
+//! (`gridrelay_e2e::fault_proxy`, #34 item 10): a share `CHAOS_AWS_FAULTS` (default 0.05; 0
+//! for none) of its SQS, DynamoDB, S3 and Secrets Manager calls is answered with the service's
+//! throttling error, and a quarter of that share with its internal error.
 
 // Test code: an unwrap that fails is a failed test (the workspace denies it elsewhere).
 #![allow(clippy::unwrap_used)]
@@ -30,6 +35,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gridrelay_adapters::aws::{S3ObjectStore, s3_client};
+use gridrelay_e2e::fault_proxy::{FaultProxy, FaultRule};
 use gridrelay_e2e::{delivered_events, eventually, request_origin, sdk_config, validation_code};
 use gridrelay_local::ResourceNames;
 use gridrelay_ports::ObjectStore;
@@ -60,6 +66,9 @@ struct RunSize {
     /// to settle, so short ones hand most events of a large run on, over and over.
     function_timeout: u64,
     seed: u64,
+    /// The share of the runner's AWS calls throttled (`CHAOS_AWS_FAULTS`, default 0.05); 0:
+    /// no proxy.
+    aws_faults: f64,
 }
 
 impl RunSize {
@@ -86,6 +95,15 @@ impl RunSize {
             },
             function_timeout: number("CHAOS_FUNCTION_TIMEOUT", if short { 12 } else { 60 }),
             seed: number("CHAOS_SEED", rand::rng().random()),
+            aws_faults: std::env::var("CHAOS_AWS_FAULTS")
+                .ok()
+                .map(|v| {
+                    v.parse::<f64>()
+                        .ok()
+                        .filter(|r| (0.0..=1.0).contains(r))
+                        .unwrap_or_else(|| panic!("CHAOS_AWS_FAULTS={v}: expected 0 to 1"))
+                })
+                .unwrap_or(0.05),
         }
     }
 
@@ -199,6 +217,9 @@ struct LocalProcess {
     starts: usize,
     /// Seconds, for both the function and the visibility timeout.
     function_timeout: String,
+    /// Where the runner's AWS calls go instead of `AWS_ENDPOINT_URL` (the fault proxy); the
+    /// test's own commands always go straight to the emulator.
+    aws_endpoint: Option<String>,
 }
 
 impl LocalProcess {
@@ -214,6 +235,7 @@ impl LocalProcess {
             child: None,
             starts: 0,
             function_timeout: function_timeout.to_string(),
+            aws_endpoint: None,
         }
     }
 
@@ -222,8 +244,22 @@ impl LocalProcess {
             .env("GRIDRELAY_TIME_SCALE", TIME_SCALE);
     }
 
-    /// Starts the runner and waits until its publish API accepts connections.
+    /// Starts the runner and waits until its publish API accepts connections. Behind the fault
+    /// proxy a start can fail (a throttled call its SDK gave up on while it provisions): it is
+    /// started again, as a supervisor would, up to five times.
     fn start(&mut self) {
+        for tries in 1.. {
+            match self.try_start() {
+                Ok(()) => return,
+                Err(why) if self.aws_endpoint.is_some() && tries < 5 => {
+                    eprintln!("chaos: start {tries} failed ({why}); starting again");
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
+    }
+
+    fn try_start(&mut self) -> Result<(), String> {
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -246,15 +282,18 @@ impl LocalProcess {
         .stdout(log.try_clone().expect("log file"))
         .stderr(log);
         self.env(&mut cmd);
+        if let Some(endpoint) = &self.aws_endpoint {
+            cmd.env("AWS_ENDPOINT_URL", endpoint);
+        }
         let mut child = cmd.spawn().expect("gridrelay local starts");
         self.starts += 1;
         let deadline = Instant::now() + Duration::from_secs(60);
         while TcpStream::connect_timeout(&self.listen, Duration::from_millis(200)).is_err() {
             if let Ok(Some(status)) = child.try_wait() {
-                panic!(
+                return Err(format!(
                     "gridrelay local exited with {status}; see {}",
                     self.log.display()
-                );
+                ));
             }
             assert!(
                 Instant::now() < deadline,
@@ -264,6 +303,7 @@ impl LocalProcess {
             std::thread::sleep(Duration::from_millis(100));
         }
         self.child = Some(child);
+        Ok(())
     }
 
     /// SIGKILL: no shutdown, no flush; whatever was in flight is left to the queues.
@@ -468,6 +508,29 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         .await;
     }
 
+    // From here on, behind the fault proxy if asked: the runner is started again through it.
+    let proxy = if size.aws_faults > 0.0 {
+        let emulator = std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL");
+        let proxy = FaultProxy::start(&emulator, size.seed).await;
+        proxy.set_rules(
+            ["sqs", "dynamodb", "s3", "secretsmanager"]
+                .into_iter()
+                .flat_map(|s| {
+                    [
+                        FaultRule::throttle(s, size.aws_faults),
+                        FaultRule::server_error(s, size.aws_faults / 4.0),
+                    ]
+                })
+                .collect(),
+        );
+        local.kill();
+        local.aws_endpoint = Some(proxy.url());
+        local.start();
+        Some(proxy)
+    } else {
+        None
+    };
+
     // Publish, and kill the runner at even steps of the publishing, the last right after it.
     let published = Arc::new(AtomicUsize::new(0));
     let url = format!(
@@ -533,6 +596,15 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         requests += endpoint.requests.load(Ordering::Relaxed);
     }
     let dead_lettered_records: usize = objects.values().map(Vec::len).sum();
+    let aws_faults: BTreeMap<String, u64> = proxy
+        .as_ref()
+        .map(|p| {
+            ["sqs", "dynamodb", "s3", "secretsmanager"]
+                .into_iter()
+                .map(|s| (s.to_string(), p.refused(s)))
+                .collect()
+        })
+        .unwrap_or_default();
     let lost: usize = missing.values().map(Vec::len).sum();
     let report = json!({
         "events": events,
@@ -547,6 +619,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         "kills": kills,
         "starts": local.starts,
         "seed": seed,
+        "awsCallsRefused": aws_faults,
         "publishedAfterSeconds": published_after.as_secs_f64().round(),
         "quietAfterSeconds": began.elapsed().as_secs_f64().round(),
         "runnerLog": local.log.display().to_string(),

@@ -2,19 +2,22 @@
 # `make soak`: the long runs of the life-cycle checks (release builds; about 67 minutes on 2 cores
 # with moto, nearly all of it the chaos run).
 #   - chaos: 100,000 events to four subscriptions whose subscribers fail ~30 % of requests, with
-#     `gridrelay local` killed (SIGKILL) and restarted 5 times; prints lost (must be 0),
-#     duplicates and the time it took
+#     `gridrelay local` killed (SIGKILL) and restarted 5 times and 5 % of its AWS calls throttled;
+#     prints lost (must be 0), duplicates and the time it took
 #   - fuzz: a million inputs per strategy through publish parsing and fan-out
 #   - the simulation with 20,000 seeds
 #   - the deployment checks with the functions bundled for arm64 (`make test` bundles x86_64)
 #   - the dependencies' licences, bans and sources against deny.toml (`make deny`)
-# Sizes: CHAOS_EVENTS, CHAOS_KILLS, FUZZ_CASES, SIMULATION_SEEDS (environment).
+# Sizes: CHAOS_EVENTS, CHAOS_KILLS, CHAOS_AWS_FAULTS, FUZZ_CASES, SIMULATION_SEEDS (environment).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 export MOTO_PORT="${MOTO_PORT:-5057}"
 export CHAOS_EVENTS="${CHAOS_EVENTS:-100000}" CHAOS_KILLS="${CHAOS_KILLS:-5}"
 export FUZZ_CASES="${FUZZ_CASES:-1000000}" SIMULATION_SEEDS="${SIMULATION_SEEDS:-20000}"
+# A twentieth of the runner's SQS, DynamoDB, S3 and Secrets Manager calls throttled, and an
+# eightieth failing with a 5xx, through the fault proxy (cli/tests/chaos.rs; also make test's).
+export CHAOS_AWS_FAULTS="${CHAOS_AWS_FAULTS:-0.05}"
 started=$(date +%s)
 mkdir -p .run
 section() { printf '\n== %s (%ss)\n' "$*" "$(($(date +%s) - started))" >&2; }
