@@ -3,7 +3,9 @@
 //! `gridrelay local` runs as its own process against the AWS API at `AWS_ENDPOINT_URL` (moto),
 //! as a user runs it. Four subscriptions (one event per request, batches of ten, a filter, the
 //! CloudEvents schema) point at real HTTP subscribers on 127.0.0.1 that fail about 30 % of the
-//! requests: 500, 503, or hang past the attempt timeout. While events are published the process
+//! requests: 500, 503, or hang past the attempt timeout. In long runs (`CHAOS_RESOURCES=1`)
+//! four more give the even events to an SQS queue, an SNS topic, an EventBridge bus and a
+//! Kinesis stream (S4), read as they arrive. While events are published the process
 //! is killed with SIGKILL several times (during publishing and during delivery) and restarted.
 //! When it is quiet, every published event must have reached every subscription whose filter it
 //! passes — answered 2xx, or written to the subscription's dead-letter objects — and nothing may
@@ -15,8 +17,9 @@
 //!
 //! Once the subscriptions are validated, the runner is started again behind the fault proxy
 //! (`gridrelay_e2e::fault_proxy`, #34 item 10): a share `CHAOS_AWS_FAULTS` (default 0.05; 0
-//! for none) of its SQS, DynamoDB, S3 and Secrets Manager calls is answered with the service's
-//! throttling error, and a quarter of that share with its internal error.
+//! for none) of its SQS, DynamoDB, S3, Secrets Manager, SNS, EventBridge and Kinesis calls is
+//! answered with the service's throttling error, and a quarter of that share with its internal
+//! error.
 
 // Test code: an unwrap that fails is a failed test (the workspace denies it elsewhere).
 #![allow(clippy::unwrap_used)]
@@ -36,7 +39,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gridrelay_adapters::aws::{S3ObjectStore, s3_client};
 use gridrelay_e2e::fault_proxy::{FaultProxy, FaultRule};
-use gridrelay_e2e::{delivered_events, eventually, request_origin, sdk_config, validation_code};
+use gridrelay_e2e::{
+    create_queue, delivered_events, eventually, request_origin, sdk_config, validation_code,
+};
 use gridrelay_local::ResourceNames;
 use gridrelay_ports::ObjectStore;
 use rand::rngs::StdRng;
@@ -51,6 +56,17 @@ const MAX_DELIVERY_ATTEMPTS: &str = "4";
 /// How long a hanging subscriber waits before it answers 503 (past the scaled attempt timeout).
 const HANG: Duration = Duration::from_secs(1);
 const TOPIC: &str = "chaos";
+/// The services whose calls the fault proxy refuses a share of: the stack's own and those of
+/// the run's AWS resource destinations.
+const AWS_SERVICES: [&str; 7] = [
+    "sqs",
+    "dynamodb",
+    "s3",
+    "secretsmanager",
+    "sns",
+    "events",
+    "kinesis",
+];
 const EVEN: &str = "Chaos.Even";
 
 /// How big a run is.
@@ -69,6 +85,9 @@ struct RunSize {
     /// The share of the runner's AWS calls throttled (`CHAOS_AWS_FAULTS`, default 0.05); 0:
     /// no proxy.
     aws_faults: f64,
+    /// Whether four more subscriptions deliver to AWS resources (`CHAOS_RESOURCES`, 1 or 0;
+    /// by default in long runs only: `make test`'s end-to-end suite throttles them apart).
+    resources: bool,
 }
 
 impl RunSize {
@@ -104,6 +123,7 @@ impl RunSize {
                         .unwrap_or_else(|| panic!("CHAOS_AWS_FAULTS={v}: expected 0 to 1"))
                 })
                 .unwrap_or(0.05),
+            resources: number("CHAOS_RESOURCES", u64::from(!short)) == 1,
         }
     }
 
@@ -141,6 +161,201 @@ impl Endpoint {
 
     fn is_for(&self, event_type: &str) -> bool {
         self.only_type.is_none_or(|t| t == event_type)
+    }
+
+    /// Counts `events` as received by this subscription (Event Grid schema or CloudEvents),
+    /// and as misdelivered those that are not the run's or not for it.
+    fn record(&self, events: &[Value]) {
+        let mut delivered = self.delivered.lock().expect("subscriber state");
+        for event in events {
+            let id = event["id"].as_str().unwrap_or_default();
+            let event_type = event["eventType"]
+                .as_str()
+                .or(event["type"].as_str())
+                .unwrap_or_default();
+            if !id.starts_with("ev-") || !self.is_for(event_type) {
+                self.misdelivered.fetch_add(1, Ordering::Relaxed);
+            }
+            *delivered.entry(id.to_string()).or_insert(0) += 1;
+        }
+    }
+}
+
+/// An AWS resource a subscription of the run delivers to (S4), and where the test reads what
+/// reached it: a queue (the SNS topic's and the EventBridge bus's each feed one) or the stream.
+enum Resource {
+    Queue { url: String },
+    Topic { url: String },
+    Bus { url: String },
+    Stream { name: String },
+}
+
+/// Creates the run's four AWS resource destinations: their ARNs and how to read them.
+async fn resources(
+    sdk: &aws_config::SdkConfig,
+    prefix: &str,
+) -> Vec<(&'static str, String, Resource)> {
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let queue = |name: String| {
+        let sqs = sqs.clone();
+        async move { create_queue(&sqs, &name).await }
+    };
+    let (queue_url, queue_arn) = queue(format!("{prefix}-to-queue")).await;
+
+    let sns = aws_sdk_sns::Client::new(sdk);
+    let topic_arn = sns
+        .create_topic()
+        .name(format!("{prefix}-topic"))
+        .send()
+        .await
+        .expect("topic created")
+        .topic_arn()
+        .expect("a topic ARN")
+        .to_string();
+    let (topic_url, topic_queue) = queue(format!("{prefix}-from-topic")).await;
+    sns.subscribe()
+        .topic_arn(&topic_arn)
+        .protocol("sqs")
+        .endpoint(&topic_queue)
+        .attributes("RawMessageDelivery", "true")
+        .send()
+        .await
+        .expect("queue subscribed to the topic");
+
+    let events = aws_sdk_eventbridge::Client::new(sdk);
+    let bus = format!("{prefix}-bus");
+    let bus_arn = events
+        .create_event_bus()
+        .name(&bus)
+        .send()
+        .await
+        .expect("bus created")
+        .event_bus_arn()
+        .expect("a bus ARN")
+        .to_string();
+    let (bus_url, bus_queue) = queue(format!("{prefix}-from-bus")).await;
+    events
+        .put_rule()
+        .name("chaos")
+        .event_bus_name(&bus)
+        .event_pattern(json!({"detail-type": [EVEN]}).to_string())
+        .send()
+        .await
+        .expect("rule");
+    events
+        .put_targets()
+        .rule("chaos")
+        .event_bus_name(&bus)
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("queue")
+                .arn(&bus_queue)
+                .build()
+                .expect("a target"),
+        )
+        .send()
+        .await
+        .expect("target");
+
+    let kinesis = aws_sdk_kinesis::Client::new(sdk);
+    let stream = format!("{prefix}-stream");
+    kinesis
+        .create_stream()
+        .stream_name(&stream)
+        .shard_count(1)
+        .send()
+        .await
+        .expect("stream created");
+    let stream_arn = eventually(Duration::from_secs(60), "the stream active", || async {
+        kinesis
+            .describe_stream_summary()
+            .stream_name(&stream)
+            .send()
+            .await
+            .ok()
+            .and_then(|d| d.stream_description_summary().cloned())
+            .filter(|d| d.stream_status() == &aws_sdk_kinesis::types::StreamStatus::Active)
+            .map(|d| d.stream_arn().to_string())
+    })
+    .await;
+    vec![
+        ("to-queue", queue_arn, Resource::Queue { url: queue_url }),
+        ("to-topic", topic_arn, Resource::Topic { url: topic_url }),
+        ("to-bus", bus_arn, Resource::Bus { url: bus_url }),
+        ("to-stream", stream_arn, Resource::Stream { name: stream }),
+    ]
+}
+
+/// Reads what reaches `resource`, for as long as the run lasts, into `endpoint`'s counts.
+async fn drain(sdk: aws_config::SdkConfig, resource: Resource, endpoint: Arc<Endpoint>) {
+    let url = match resource {
+        Resource::Stream { name } => return drain_stream(sdk, name, endpoint).await,
+        Resource::Queue { url } | Resource::Topic { url } | Resource::Bus { url } => url,
+    };
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    loop {
+        let Ok(out) = sqs
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+        else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        for m in out.messages() {
+            let body: Value =
+                serde_json::from_str(m.body().unwrap_or_default()).unwrap_or_default();
+            // The bus's messages are EventBridge's envelope, the event its `detail`.
+            let event = if body.get("detail-type").is_some() {
+                body["detail"].clone()
+            } else {
+                body
+            };
+            endpoint.record(&[event]);
+            if let Some(receipt) = m.receipt_handle() {
+                let _ = sqs
+                    .delete_message()
+                    .queue_url(&url)
+                    .receipt_handle(receipt)
+                    .send()
+                    .await;
+            }
+        }
+    }
+}
+
+/// Reads the run's one-shard stream from its start, for as long as the run lasts.
+async fn drain_stream(sdk: aws_config::SdkConfig, name: String, endpoint: Arc<Endpoint>) {
+    let kinesis = aws_sdk_kinesis::Client::new(&sdk);
+    let mut iterator = kinesis
+        .get_shard_iterator()
+        .stream_name(&name)
+        .shard_id("shardId-000000000000")
+        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .expect("a shard iterator")
+        .shard_iterator()
+        .map(str::to_string);
+    while let Some(current) = iterator.take() {
+        let Ok(read) = kinesis.get_records().shard_iterator(&current).send().await else {
+            iterator = Some(current);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let events: Vec<Value> = read
+            .records()
+            .iter()
+            .filter_map(|r| serde_json::from_slice(r.data().as_ref()).ok())
+            .collect();
+        endpoint.record(&events);
+        if events.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        iterator = read.next_shard_iterator().map(str::to_string);
     }
 }
 
@@ -186,19 +401,7 @@ async fn receive(
         }
         _ => {}
     }
-    let mut delivered = endpoint.delivered.lock().expect("subscriber state");
-    for event in &events {
-        let id = event["id"].as_str().unwrap_or_default();
-        // Event Grid schema or CloudEvents.
-        let event_type = event["eventType"]
-            .as_str()
-            .or(event["type"].as_str())
-            .unwrap_or_default();
-        if !id.starts_with("ev-") || !endpoint.is_for(event_type) {
-            endpoint.misdelivered.fetch_add(1, Ordering::Relaxed);
-        }
-        *delivered.entry(id.to_string()).or_insert(0) += 1;
-    }
+    endpoint.record(&events);
     StatusCode::OK.into_response()
 }
 
@@ -459,7 +662,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
     local.start();
 
     let bucket = format!("{prefix}-dead-letters");
-    let endpoints = [
+    let mut endpoints = vec![
         Arc::new(Endpoint::new("single", None, size.seed)),
         Arc::new(Endpoint::new("batched", None, size.seed ^ 1)),
         Arc::new(Endpoint::new("filtered", Some(EVEN), size.seed ^ 2)),
@@ -467,8 +670,26 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
     ];
     let topic = local.cli(&["topic", "create", "--name", TOPIC]);
     let key = topic["key1"].as_str().expect("topic key").to_string();
+    let sdk = sdk_config().await;
+    // S4: an SQS queue, an SNS topic, an EventBridge bus and a Kinesis stream, each given the
+    // even events, and read by the test as they arrive.
+    let mut endpoint_urls = BTreeMap::new();
+    let destinations = if size.resources {
+        resources(&sdk, &prefix).await
+    } else {
+        Vec::new()
+    };
+    for (name, arn, resource) in destinations {
+        let endpoint = Arc::new(Endpoint::new(name, Some(EVEN), size.seed));
+        tokio::spawn(drain(sdk.clone(), resource, Arc::clone(&endpoint)));
+        endpoint_urls.insert(name, arn);
+        endpoints.push(endpoint);
+    }
     for endpoint in &endpoints {
-        let url = serve(Arc::clone(endpoint)).await;
+        let url = match endpoint_urls.get(endpoint.name) {
+            Some(arn) => arn.clone(),
+            None => serve(Arc::clone(endpoint)).await,
+        };
         let dead_letters = format!("s3://{bucket}/{}", endpoint.name);
         let mut args = vec![
             "event-subscription",
@@ -486,7 +707,9 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         ];
         match endpoint.name {
             "batched" => args.extend(["--max-events-per-batch", "10"]),
-            "filtered" => args.extend(["--included-event-types", EVEN]),
+            "filtered" | "to-queue" | "to-topic" | "to-bus" | "to-stream" => {
+                args.extend(["--included-event-types", EVEN])
+            }
             "cloudevents" => args.extend(["--event-delivery-schema", "cloudeventschemav1_0"]),
             _ => {}
         }
@@ -513,7 +736,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         let emulator = std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL");
         let proxy = FaultProxy::start(&emulator, size.seed).await;
         proxy.set_rules(
-            ["sqs", "dynamodb", "s3", "secretsmanager"]
+            AWS_SERVICES
                 .into_iter()
                 .flat_map(|s| {
                     [
@@ -560,7 +783,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
     let published_after = began.elapsed();
 
     // Wait until every event is accounted for, or the settle time is up.
-    let s3 = S3ObjectStore::new(s3_client(&sdk_config().await));
+    let s3 = S3ObjectStore::new(s3_client(&sdk));
     let mut objects: HashMap<String, Vec<String>> = HashMap::new();
     let deadline = Instant::now() + settle;
     let missing = loop {
@@ -599,7 +822,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
     let aws_faults: BTreeMap<String, u64> = proxy
         .as_ref()
         .map(|p| {
-            ["sqs", "dynamodb", "s3", "secretsmanager"]
+            AWS_SERVICES
                 .into_iter()
                 .map(|s| (s.to_string(), p.refused(s)))
                 .collect()

@@ -444,6 +444,35 @@ pub async fn queue_counts(
     })
 }
 
+/// Creates an SQS queue `name` (a destination, or what a topic or bus feeds); its URL and ARN.
+pub async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> (String, String) {
+    let url = sqs
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .expect("queue created")
+        .queue_url()
+        .expect("a queue URL")
+        .to_string();
+    let arn = queue_arn(sqs, &url).await;
+    (url, arn)
+}
+
+/// A queue's ARN, as SQS names it (the account differs between emulators and AWS).
+pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> String {
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("queue attributes")
+        .attributes()
+        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn))
+        .expect("a queue ARN")
+        .clone()
+}
+
 /// A subscription request with defaults for everything but the names and endpoint.
 pub fn subscription(topic: &str, name: &str, endpoint: &str) -> SubscriptionRequest {
     SubscriptionRequest {

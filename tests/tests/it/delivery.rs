@@ -73,7 +73,10 @@ async fn delivers_every_event_to_every_subscription_in_bounded_batches_g1_b1_b2_
     let ids: BTreeSet<String> = singles.iter().flat_map(|r| r.ids()).collect();
     assert_eq!(ids, expected);
 
-    let stats = sys.system.stats();
+    // An invocation's counts are added when it returns, which may be after its requests.
+    let stats = sys
+        .wait_for_stats("50 deliveries counted", |s| s.deliver.delivered >= 50)
+        .await;
     assert_eq!(stats.deliver.delivered, 50);
     assert_eq!(stats.deliver.retried, 0);
     sys.shutdown().await;
