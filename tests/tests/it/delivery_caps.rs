@@ -170,8 +170,8 @@ async fn max_concurrent_requests_holds_for_a_slow_subscriber_end_to_end() {
 /// the subscriber spaced by the schedule (a batch of 4 every 400 ms: ten batches over 3.6 s,
 /// at least 3 s apart from first to last however late the first one is sent; unpaced, they
 /// would all arrive within a few hundred milliseconds),
-/// never more than 10 plus one batch in any second, each by its first attempt; those the
-/// invocation could not wait for went round the queue (`throttled`).
+/// never more than 10 plus two batches received in any second, each by its first attempt;
+/// those the invocation could not wait for went round the queue (`throttled`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_events_per_second_paces_delivery_end_to_end() {
     let sys = TestSystem::start(0.01).await;
@@ -211,7 +211,10 @@ async fn max_events_per_second_paces_delivery_end_to_end() {
             .filter(|o| o.at >= r.at && o.at - r.at < Duration::from_secs(1))
             .map(|o| o.events.len())
             .sum();
-        assert!(in_second <= 14, "{in_second} events within a second");
+        // Ten a second by the schedule, plus a batch the window may catch at its end, plus one
+        // more for arrival jitter (a late batch received beside the next, on time): the
+        // subscriber sees receipt times, on 2 cores shared with the other tests.
+        assert!(in_second <= 18, "{in_second} events within a second");
     }
     let stats = sys.system.stats();
     assert!(stats.deliver.throttled > 0, "{:?}", stats.deliver);

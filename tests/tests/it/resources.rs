@@ -159,10 +159,11 @@ async fn a_throttled_stream_gets_every_event_in_the_end_s4() {
 }
 
 /// S4, R2, #34 item 10: every destination type the emulator runs, throttled by AWS on the
-/// wire (the fault proxy): the first three calls of each service's put (more than the SDK's
+/// wire (the fault proxy): the first three calls of each service's put (as many as the SDK's
 /// own attempts) and a third of the rest answer that service's throttling error (SQS
-/// `RequestThrottled`, SNS `Throttled` with 429, which the SDK does not retry itself,
-/// EventBridge `ThrottlingException`, Kinesis `ProvisionedThroughputExceededException`).
+/// `RequestThrottled`, EventBridge `ThrottlingException`, Kinesis
+/// `ProvisionedThroughputExceededException`); SNS's `Throttled` (429), which the SDK does not
+/// retry itself, answers the first two and a tenth of the rest.
 /// Throttling is a 503, retried on the ladder and never dead-lettered: each destination gets
 /// every event in the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,18 +199,21 @@ async fn throttled_destinations_get_every_event_in_the_end_s4() {
         ("events", "PutEvents"),
         ("kinesis", "PutRecords"),
     ];
+    // SNS's refusals are not retried by the SDK: each costs the events a step of the retry
+    // ladder (at this scale 0.1 s, 0.3 s, 0.6 s, 3 s, 6 s, 18 s...), so it is refused less.
     proxy.set_rules(
         puts.iter()
             .flat_map(|&(service, put)| {
+                let (first, share) = if service == "sns" { (2, 0.1) } else { (3, 0.3) };
                 [
-                    FaultRule::throttle(service, 1.0).only(put).first(3),
-                    FaultRule::throttle(service, 0.3).only(put),
+                    FaultRule::throttle(service, 1.0).only(put).first(first),
+                    FaultRule::throttle(service, share).only(put),
                 ]
             })
             .collect(),
     );
     sys.publish_until_accepted(&topic, &events("t", 20)).await;
-    let deadline = std::time::Instant::now() + WAIT;
+    let deadline = std::time::Instant::now() + 2 * WAIT;
     while sys.system.stats().deliver.delivered < 80 {
         assert!(
             std::time::Instant::now() < deadline,
@@ -244,7 +248,7 @@ async fn throttled_destinations_get_every_event_in_the_end_s4() {
     );
     println!("{}", proxy.report());
     for (service, _) in puts {
-        assert!(proxy.refused(service) >= 3, "{service}\n{}", proxy.report());
+        assert!(proxy.refused(service) >= 2, "{service}\n{}", proxy.report());
     }
     let stats = sys.system.stats();
     // At least SNS's first put failed an attempt (the SDK does not retry SNS's 429 itself);
