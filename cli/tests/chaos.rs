@@ -38,7 +38,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gridrelay_adapters::aws::{S3ObjectStore, s3_client};
-use gridrelay_e2e::fault_proxy::{FaultProxy, FaultRule};
+use gridrelay_e2e::fault_proxy::{FaultProxy, FaultRule, SERVICES};
 use gridrelay_e2e::{
     create_queue, delivered_events, eventually, request_origin, sdk_config, validation_code,
 };
@@ -56,17 +56,6 @@ const MAX_DELIVERY_ATTEMPTS: &str = "4";
 /// How long a hanging subscriber waits before it answers 503 (past the scaled attempt timeout).
 const HANG: Duration = Duration::from_secs(1);
 const TOPIC: &str = "chaos";
-/// The services whose calls the fault proxy refuses a share of: the stack's own and those of
-/// the run's AWS resource destinations.
-const AWS_SERVICES: [&str; 7] = [
-    "sqs",
-    "dynamodb",
-    "s3",
-    "secretsmanager",
-    "sns",
-    "events",
-    "kinesis",
-];
 const EVEN: &str = "Chaos.Even";
 
 /// How big a run is.
@@ -736,7 +725,9 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         let emulator = std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL");
         let proxy = FaultProxy::start(&emulator, size.seed).await;
         proxy.set_rules(
-            AWS_SERVICES
+            // Every service the proxy knows: the stack's own and those of the run's AWS
+            // resource destinations (no Lambda function here: its rules pick nothing).
+            SERVICES
                 .into_iter()
                 .flat_map(|s| {
                     [
@@ -822,7 +813,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
     let aws_faults: BTreeMap<String, u64> = proxy
         .as_ref()
         .map(|p| {
-            AWS_SERVICES
+            SERVICES
                 .into_iter()
                 .map(|s| (s.to_string(), p.refused(s)))
                 .collect()

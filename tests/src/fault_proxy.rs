@@ -25,6 +25,19 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
+/// The services (signing names) whose own throttling and internal errors the proxy answers
+/// with ([`throttling_error`], [`server_error`]).
+pub const SERVICES: [&str; 8] = [
+    "sqs",
+    "dynamodb",
+    "s3",
+    "secretsmanager",
+    "sns",
+    "events",
+    "kinesis",
+    "lambda",
+];
+
 /// What a rule does to a call it picks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -305,7 +318,7 @@ fn is_hop_by_hop(name: &str) -> bool {
 }
 
 /// The service (from the SigV4 credential scope) and operation of a call.
-pub fn identify(method: &Method, path: &str, headers: &HeaderMap, body: &[u8]) -> Call {
+fn identify(method: &Method, path: &str, headers: &HeaderMap, body: &[u8]) -> Call {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     // `Credential=AKID/20261127/us-east-1/sqs/aws4_request`
     let service = header("authorization")
@@ -360,7 +373,7 @@ fn s3_operation(method: &Method, path: &str) -> String {
 }
 
 /// The error `call`'s service answers when it throttles, as the service sends it.
-pub fn throttling_error(call: &Call, request: &HeaderMap) -> Response {
+fn throttling_error(call: &Call, request: &HeaderMap) -> Response {
     match call.service.as_str() {
         // SQS (JSON protocol, query-compatible): `RequestThrottled`, 400.
         "sqs" => json_error(
@@ -421,7 +434,7 @@ pub fn throttling_error(call: &Call, request: &HeaderMap) -> Response {
 }
 
 /// The error `call`'s service answers when it fails inside, as the service sends it.
-pub fn server_error(call: &Call, request: &HeaderMap) -> Response {
+fn server_error(call: &Call, request: &HeaderMap) -> Response {
     match call.service.as_str() {
         "sqs" => json_error(
             request,

@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
 use aws_sdk_sqs::error::ProvideErrorMetadata;
-use gridrelay_e2e::fault_proxy::{FaultProxy, FaultRule};
+use gridrelay_e2e::fault_proxy::{FaultProxy, FaultRule, SERVICES};
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, eventually, sdk_config_through, subscription};
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::filter::EventFilter;
 use gridrelay_shared::subscription::SubscriptionRequest;
 use serde_json::{Value, json};
+
+/// The services the stack itself calls (the destinations' are throttled in `resources.rs`).
+const STACK_SERVICES: [&str; 4] = ["sqs", "dynamodb", "s3", "secretsmanager"];
 
 /// The emulator's URL, where the proxy sends what it lets through.
 fn emulator() -> String {
@@ -82,17 +85,7 @@ async fn each_service_gets_its_own_throttling_and_internal_errors() {
             ]
         };
     }
-    let services = [
-        "sqs",
-        "dynamodb",
-        "s3",
-        "secretsmanager",
-        "sns",
-        "events",
-        "kinesis",
-        "lambda",
-    ];
-    proxy.set_rules(services.map(|s| FaultRule::throttle(s, 1.0)).to_vec());
+    proxy.set_rules(SERVICES.map(|s| FaultRule::throttle(s, 1.0)).to_vec());
     let throttled = calls!();
     let expected = [
         ("RequestThrottled", 400),
@@ -107,7 +100,7 @@ async fn each_service_gets_its_own_throttling_and_internal_errors() {
     .map(|(c, s)| (c.to_string(), s));
     assert_eq!(throttled, expected);
 
-    proxy.set_rules(services.map(|s| FaultRule::server_error(s, 1.0)).to_vec());
+    proxy.set_rules(SERVICES.map(|s| FaultRule::server_error(s, 1.0)).to_vec());
     let failed = calls!();
     let expected = [
         ("InternalFailure", 500),
@@ -132,7 +125,7 @@ async fn each_service_gets_its_own_throttling_and_internal_errors() {
         .send()
         .await
         .expect("through to the emulator");
-    for service in services {
+    for service in SERVICES {
         assert_eq!(proxy.refused(service), 2, "{service}:\n{}", proxy.report());
     }
     let passed: u64 = proxy.counts().values().map(|c| c.passed).sum();
@@ -199,17 +192,13 @@ async fn a_stack_whose_aws_calls_are_throttled_or_fail_loses_no_event_g1() {
         // first ones all exhaust the SDK's attempts.
         FaultRule::throttle("s3", 1.0).only("PutObject").first(18),
     ];
-    rules.extend(
-        ["sqs", "dynamodb", "s3", "secretsmanager"]
-            .into_iter()
-            .flat_map(|s| {
-                [
-                    FaultRule::throttle(s, 0.2),
-                    FaultRule::server_error(s, 0.05),
-                    FaultRule::delay(s, held, 0.05),
-                ]
-            }),
-    );
+    rules.extend(STACK_SERVICES.into_iter().flat_map(|s| {
+        [
+            FaultRule::throttle(s, 0.2),
+            FaultRule::server_error(s, 0.05),
+            FaultRule::delay(s, held, 0.05),
+        ]
+    }));
     proxy.set_rules(rules);
     let mut accepted = BTreeSet::new();
     let mut answered_5xx = 0;
@@ -288,7 +277,7 @@ async fn a_stack_whose_aws_calls_are_throttled_or_fail_loses_no_event_g1() {
         dead = dead_lettered().await;
     }
     println!("{}", proxy.report());
-    for service in ["sqs", "dynamodb", "s3", "secretsmanager"] {
+    for service in STACK_SERVICES {
         assert!(
             proxy.refused(service) > 0,
             "no {service} call was refused: the test proved nothing\n{}",
