@@ -20,7 +20,7 @@ python infra/deploy/check_sam_template.py
 echo "== CDK assertion tests" >&2
 (cd infra/cdk && npm test --silent)
 # The architecture to bundle for: CDK_ARCHITECTURE, x86_64 (what `make test` gives: the
-# release builds it already made for the bootstrap tests are reused) or arm64 (the stack's
+# builds it already made for the bootstrap tests are reused) or arm64 (the stack's
 # default; `make soak` bundles it, a cross build of its own).
 architecture="${CDK_ARCHITECTURE:-arm64}"
 case "$architecture" in
@@ -28,8 +28,11 @@ case "$architecture" in
   x86_64) machine=0x3E ;;
   *) echo "CDK_ARCHITECTURE is '$architecture'; allowed: arm64, x86_64" >&2; exit 2 ;;
 esac
-echo "== cdk synth for $architecture (bundles the functions with cargo lambda)" >&2
-(cd infra/cdk && rm -rf cdk.out && npx --no-install cdk synth -c "architecture=$architecture" --quiet --no-notices --no-version-reporting)
+# The cargo profile to bundle with: CDK_BUILD_PROFILE, release (the default: what deploys) or dev
+# (what `make test` gives, to reuse the bootstrap tests' builds of infra/deploy/build.sh).
+profile="${CDK_BUILD_PROFILE:-release}"
+echo "== cdk synth for $architecture, profile $profile (bundles the functions with cargo lambda)" >&2
+(cd infra/cdk && rm -rf cdk.out && npx --no-install cdk synth -c "architecture=$architecture" -c "profile=$profile" --quiet --no-notices --no-version-reporting)
 for f in $(cd infra/cdk/cdk.out && ls -d asset.*/ 2>/dev/null); do
   [[ -x "infra/cdk/cdk.out/$f/bootstrap" ]] && echo "bundled: infra/cdk/cdk.out/${f}bootstrap" >&2
 done

@@ -35,7 +35,7 @@ section "emulators: moto for DynamoDB and Lambda, LocalStack for the rest"
 infra/local/moto.sh start
 infra/local/localstack.sh start
 section "the Lambda bootstraps the bootstrap tests run (infra/deploy/build.sh)"
-infra/deploy/build.sh
+BUILD_PROFILE=dev infra/deploy/build.sh
 
 skip_args=()
 printf '\nskipped on LocalStack:\n' >&2

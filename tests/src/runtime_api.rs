@@ -1,5 +1,5 @@
-//! The deployed artifacts as Lambda runs them: a `bootstrap` binary (from `cargo lambda build
-//! --release`) started as a process under an emulated Lambda Runtime API, the HTTP interface
+//! The deployed artifacts as Lambda runs them: a `bootstrap` binary (from `cargo lambda build`,
+//! infra/deploy/build.sh) started as a process under an emulated Lambda Runtime API, the HTTP interface
 //! Lambda's own runtime serves (`/next` hands out an invocation, `/response` and `/error` take
 //! its result). Used by the bootstrap tests and by `make bench`'s cold-start figures (init time
 //! as Lambda measures it: from the process's start to its first request for work; warm
@@ -130,7 +130,7 @@ pub fn publish_event(topic: &str, key: &str, body: &str) -> Value {
     })
 }
 
-/// Where `cargo lambda build --release` puts a function's `bootstrap`.
+/// Where `cargo lambda build` (infra/deploy/build.sh) puts a function's `bootstrap`.
 pub fn bootstrap_path(binary: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../target/lambda/{binary}/bootstrap"))
 }
@@ -151,7 +151,7 @@ impl LambdaProcess {
         let path = bootstrap_path(binary);
         assert!(
             path.exists(),
-            "{} is missing: build the deployable binaries with `cargo lambda build --release` (make test does)",
+            "{} is missing: build the deployable binaries with infra/deploy/build.sh (make test does)",
             path.display()
         );
         let state: Shared = Arc::new(Mutex::new(RuntimeState {

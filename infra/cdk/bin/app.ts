@@ -19,4 +19,10 @@ const architecture = architectures[chosen];
 if (!architecture) {
   throw new Error(`context architecture is ${JSON.stringify(chosen)}; allowed: arm64, x86_64`);
 }
-new Gridrelay(stack, 'Gridrelay', { architecture }).addOutputs();
+// `-c profile=dev` (or release, the default): the cargo profile the functions are built with;
+// `make test` synthesizes with dev, to bundle the unoptimised builds its bootstrap tests run.
+const buildProfile = app.node.tryGetContext('profile') ?? 'release';
+if (buildProfile !== 'release' && buildProfile !== 'dev') {
+  throw new Error(`context profile is ${JSON.stringify(buildProfile)}; allowed: release, dev`);
+}
+new Gridrelay(stack, 'Gridrelay', { architecture, buildProfile }).addOutputs();

@@ -65,6 +65,9 @@ export interface GridrelayProps {
   readonly deliveryDestinationArns?: string[];
   /** Processor the functions run on. Default ARM_64 (Graviton: 20 % less per GB-second). */
   readonly architecture?: lambda.Architecture;
+  /** Cargo profile the functions are built with. Default "release" (what to deploy); "dev"
+   * builds them unoptimised, for checks that only synthesize. */
+  readonly buildProfile?: 'release' | 'dev';
   /** Dead-letter queue messages per dead-letter invocation. Default 10. */
   readonly deadLetterBatchSize?: number;
   /** How long the event source may wait to group dead-letter writes. Default 30 seconds. */
@@ -206,6 +209,7 @@ export class Gridrelay extends Construct {
         reservedConcurrentExecutions,
         memorySize: 256,
         architecture: props.architecture ?? lambda.Architecture.ARM_64,
+        bundling: { profile: props.buildProfile ?? 'release' },
         environment,
         loggingFormat: lambda.LoggingFormat.JSON,
         logGroup: new logs.LogGroup(this, `${name}Logs`, {
