@@ -570,13 +570,13 @@ fn invoke_dead_letter(
     stats: Arc<Mutex<RunnerStats>>,
     key: QueueKey,
 ) -> poller::Invoke {
-    Arc::new(move |event, _deadline| {
+    Arc::new(move |event, deadline| {
         let writer = Arc::clone(&writer);
         let stats = Arc::clone(&stats);
         let event = sealed(event, &key, "dead-letter", &stats);
         Box::pin(async move {
             let started = std::time::Instant::now();
-            let outcome = writer.handle(event).await;
+            let outcome = writer.handle_until(event, deadline).await;
             if let Ok(mut s) = stats.lock() {
                 s.dead_letter.add(&outcome.report);
                 s.dead_letter_invocations += 1;

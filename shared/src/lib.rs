@@ -8,7 +8,7 @@
 //!
 //! - Limits and inputs: [`limits`], [`time_scale`], [`subscription`], [`filter`], [`publish`],
 //!   [`schema`], [`raw_json`], [`sas`], [`validation`], [`delivery_attributes`].
-//! - Delivery: [`caps`], [`classify`], [`destination`] (AWS resources as endpoints, S4), [`schedule`], [`batching`], [`decision`], [`health`],
+//! - Delivery: [`deadline`] (an invocation's last moment for I/O), [`caps`], [`classify`], [`destination`] (AWS resources as endpoints, S4), [`schedule`], [`batching`], [`decision`], [`health`],
 //!   [`message`], [`delivery`] (what happens to each due event and after each attempt).
 //! - Dead-lettering: [`dead_letter`] (the L6 format), [`dead_letter_write`] (what the
 //!   dead-letter function writes, tries again or drops).
@@ -21,6 +21,7 @@ pub mod classify;
 pub mod concurrency;
 pub mod dead_letter;
 pub mod dead_letter_write;
+pub mod deadline;
 pub mod decision;
 pub mod delivery;
 pub mod delivery_attributes;

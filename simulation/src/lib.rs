@@ -741,7 +741,9 @@ impl World {
                 continue;
             }
             any = true;
-            let handled = self.writer.handle(sqs_event(&received));
+            // The dead-letter function's timeout (60 s in the stacks).
+            let deadline = self.clock.now() + chrono::Duration::seconds(60);
+            let handled = self.writer.handle_until(sqs_event(&received), deadline);
             if let Some(o) = self.run_or_die(handled, true, 10).await {
                 self.settle(&self.dead, &received, &o.failed_message_ids);
                 run.dead_letter.add(&o.report);
@@ -753,7 +755,14 @@ impl World {
 
 /// Runs one seed to quiet (both queues empty) or to the time limit.
 pub fn run(seed: u64, rates: FaultRates) -> Run {
-    futures::executor::block_on(run_async(seed, rates))
+    // One thread and a paused clock: the handlers' timers (their deadline's bound on I/O)
+    // only fire if every task waits, and the run stays a function of the seed.
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime with timers starts")
+        .block_on(run_async(seed, rates))
 }
 
 async fn run_async(seed: u64, rates: FaultRates) -> Run {

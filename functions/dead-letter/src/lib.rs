@@ -27,6 +27,7 @@ use gridrelay_shared::dead_letter_write::{
     AfterWriteFailure, ObjectMessages, after_write_failure, is_announced, plan_writes,
     reason_counts, render_object_of,
 };
+use gridrelay_shared::deadline::until_stop;
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::time_scale::TimeScale;
 use tracing::{Instrument, Span, error, info, info_span, warn};
@@ -99,14 +100,41 @@ impl DeadLetterOutcome {
 }
 
 impl DeadLetterWriter {
-    /// Writes one batch of dead-letter queue messages, in the invocation's span.
+    /// Writes one batch of dead-letter queue messages, with no deadline.
     pub async fn handle(&self, event: SqsEvent) -> DeadLetterOutcome {
-        let span = info_span!("dead_letter", records = event.records.len());
-        self.handle_records(event).instrument(span).await
+        self.handle_until(event, DateTime::<Utc>::MAX_UTC).await
     }
 
-    /// [`DeadLetterWriter::handle`], in its span.
-    async fn handle_records(&self, event: SqsEvent) -> DeadLetterOutcome {
+    /// Writes one batch of dead-letter queue messages before `deadline` (a Lambda's: its start
+    /// plus its timeout), in the invocation's span. A write not finished
+    /// [`REPLY_MARGIN`](gridrelay_shared::deadline::REPLY_MARGIN)
+    /// before it is given up and its messages come back from SQS (the object may then be
+    /// written twice: at least once), so the invocation always returns in time (#34 item 12).
+    pub async fn handle_until(
+        &self,
+        event: SqsEvent,
+        deadline: DateTime<Utc>,
+    ) -> DeadLetterOutcome {
+        let span = info_span!("dead_letter", records = event.records.len());
+        self.handle_records(event, deadline).instrument(span).await
+    }
+
+    /// Runs `step` until [`REPLY_MARGIN`] before `deadline`; `None` if that came first.
+    ///
+    /// [`REPLY_MARGIN`]: gridrelay_shared::deadline::REPLY_MARGIN
+    async fn before_stop<T>(
+        &self,
+        deadline: DateTime<Utc>,
+        step: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        match until_stop(self.clock.now(), deadline) {
+            None => Some(step.await),
+            Some(left) => tokio::time::timeout(left, step).await.ok(),
+        }
+    }
+
+    /// [`DeadLetterWriter::handle_until`], in its span.
+    async fn handle_records(&self, event: SqsEvent, deadline: DateTime<Utc>) -> DeadLetterOutcome {
         let now = self.clock.now();
         let mut report = DeadLetterReport::default();
         let mut failed = Vec::new();
@@ -128,18 +156,29 @@ impl DeadLetterWriter {
                 }
                 None => Span::none(),
             };
-            self.write_group(messages, now).instrument(span)
+            let positions: Vec<usize> = messages.iter().map(|(i, _)| *i).collect();
+            let write = self.write_group(messages, now).instrument(span.clone());
+            async move {
+                self.before_stop(deadline, write).await.unwrap_or_else(|| {
+                    span.in_scope(|| warn!("dead-letter write not finished before the invocation's deadline; SQS will redeliver its messages"));
+                    (DeadLetterReport::default(), positions)
+                })
+            }
         });
         for (group_report, group_failed) in join_all(writes).await {
             report.add(&group_report);
             failed.extend(group_failed);
         }
-        back_off(
+        let backed_off = back_off(
             self.dead_letter_queue.as_ref(),
             failed_receipts(&event, failed.iter().copied()),
             self.scale,
-        )
-        .await;
+        );
+        if self.before_stop(deadline, backed_off).await.is_none() {
+            warn!(
+                "failed messages come back after the visibility timeout: the invocation's deadline came before their shorter wait was set"
+            );
+        }
         report.failed_messages = failed.len();
         info!(
             objects_written = report.objects_written,

@@ -64,9 +64,10 @@ async fn run() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let writer = Arc::clone(&writer);
         // #34 item 2: only messages gridrelay wrote are written out; the others are dropped.
+        let deadline = chrono::DateTime::<chrono::Utc>::from(event.context.deadline());
         let event = sealed_records(event.payload, &key, "dead-letter");
         async move {
-            let outcome = writer.handle(event).await;
+            let outcome = writer.handle_until(event, deadline).await;
             gridrelay_adapters::metrics::flush(recorder);
             Ok::<SqsBatchResponse, Error>(outcome.into_batch_response())
         }

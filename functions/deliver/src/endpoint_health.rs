@@ -98,14 +98,20 @@ fn merge_held(held: Vec<Held>) -> Vec<Held> {
 impl Deliver {
     /// Reads the health of every endpoint in `groups` and decides what each may receive; a
     /// delayed endpoint whose delay is over gets one probe, if this invocation wins the lease.
-    pub(crate) async fn endpoint_gates(&self, groups: &[Group]) -> HashMap<String, EndpointGate> {
+    /// A read or lease not answered before the deadline's stop delivers as if healthy, as an
+    /// unreadable one does.
+    pub(crate) async fn endpoint_gates(
+        &self,
+        groups: &[Group],
+        deadline: DateTime<Utc>,
+    ) -> HashMap<String, EndpointGate> {
         let endpoints: BTreeSet<&str> = groups
             .iter()
             .filter(|g| !g.events.is_empty())
             .map(|g| g.subscription.endpoint.as_str())
             .collect();
         let policy = &self.settings.health;
-        let reads = endpoints.into_iter().map(|endpoint| async move {
+        let reads = endpoints.into_iter().map(|endpoint| (endpoint, async move {
             let now = self.ports.clock.now();
             let health = match self.ports.state.endpoint_health(endpoint).await {
                 Ok(h) => h.value,
@@ -114,7 +120,7 @@ impl Deliver {
                     EndpointHealth::default()
                 }
             };
-            let gate = match health.gate(now, policy) {
+            match health.gate(now, policy) {
                 Gate::Open => EndpointGate::All,
                 Gate::Wait(t) => EndpointGate::Closed(t),
                 Gate::Probe => {
@@ -132,10 +138,19 @@ impl Deliver {
                         }
                     }
                 }
-            };
+            }
+        }));
+        let bounded = reads.map(|(endpoint, read)| async move {
+            let gate = self.before_stop(deadline, read).await.unwrap_or_else(|| {
+                warn!(endpoint = %redact_endpoint(endpoint), "endpoint health not read before the invocation's deadline; delivering as if healthy");
+                EndpointGate::All
+            });
             (endpoint.to_string(), gate)
         });
-        futures::future::join_all(reads).await.into_iter().collect()
+        futures::future::join_all(bounded)
+            .await
+            .into_iter()
+            .collect()
     }
 
     /// Held events are re-enqueued with their attempt count and last attempt unchanged (not

@@ -6,6 +6,7 @@
 //! late answers and records each success in the delivery state store. When a retry comes due
 //! and its attempt succeeded late, the retry is not sent and its events count as delivered.
 
+use chrono::{DateTime, Utc};
 use gridrelay_ports::LateAnswer;
 use gridrelay_shared::message::DeliveryMessage;
 use tracing::{Instrument, info, warn};
@@ -18,10 +19,11 @@ impl Deliver {
         &self,
         messages: Vec<(usize, DeliveryMessage)>,
         plan: &mut Plan,
+        deadline: DateTime<Utc>,
     ) -> Vec<(usize, DeliveryMessage)> {
         let checks = messages.into_iter().map(|(i, m)| {
             let span = subscription_span(&m.topic, &m.subscription);
-            self.was_answered_late(i, m).instrument(span)
+            self.was_answered_late(i, m, deadline).instrument(span)
         });
         let mut keep = Vec::new();
         for (i, m, cancelled) in futures::future::join_all(checks).await {
@@ -48,16 +50,26 @@ impl Deliver {
         &self,
         i: usize,
         m: DeliveryMessage,
+        deadline: DateTime<Utc>,
     ) -> (usize, DeliveryMessage, bool) {
         let now = self.ports.clock.now();
         let cancelled = match &m.timed_out_attempt {
-            Some(id) if m.not_before <= now => match self.ports.state.late_success(id).await {
-                Ok(found) => found,
-                Err(e) => {
-                    warn!(error = %e, "could not check for a late success; retrying anyway");
-                    false
+            Some(id) if m.not_before <= now => {
+                match self
+                    .before_stop(deadline, self.ports.state.late_success(id))
+                    .await
+                {
+                    Some(Ok(found)) => found,
+                    Some(Err(e)) => {
+                        warn!(error = %e, "could not check for a late success; retrying anyway");
+                        false
+                    }
+                    None => {
+                        warn!("no time left to check for a late success; retrying anyway");
+                        false
+                    }
                 }
-            },
+            }
             _ => false,
         };
         (i, m, cancelled)

@@ -33,6 +33,7 @@ use gridrelay_ports::{
     ResourceSender, SecretError, SecretStore, SubscriptionStore, back_off,
 };
 use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::deadline::until_stop;
 use gridrelay_shared::delivery::{
     ATTEMPT_TIMEOUT, Arrival, BatchAttempt, DeliveryRules, GiveUp, LATE_ANSWER_WINDOW, Settlement,
     merge_retries, on_arrival, settle_attempt,
@@ -526,6 +527,9 @@ impl Deliver {
 
     /// [`Deliver::handle_until`], in the invocation's span.
     async fn handle_records(&self, event: SqsEvent, deadline: DateTime<Utc>) -> DeliverOutcome {
+        // Real time, for the invocation's log line: what its reads, its attempts and its
+        // writes took (what the deadline margin has to cover).
+        let started = std::time::Instant::now();
         let mut plan = Plan::default();
         let ids: Vec<String> = event
             .records
@@ -552,25 +556,42 @@ impl Deliver {
 
         self.run_validations(&validations, &mut plan, deadline)
             .await;
-        let messages = self.cancel_late_successes(messages, &mut plan).await;
-        let subscriptions = self.load_subscriptions(&messages, &mut plan).await;
-        let mut groups = self.sort_due_events(messages, &subscriptions, &mut plan);
-        let mut gates = self.endpoint_gates(&groups).await;
-        let (attempted, held) = self.attempt_all(&mut groups, &mut gates, deadline).await;
-        self.hold(&groups, held, &gates, &mut plan);
-        self.record_health(&groups, &attempted).await;
-        self.settle(&groups, attempted, &mut plan);
-        self.send(&mut plan).await;
-        let late_wait = self.settings.late_answer_wait.min(self.time_left(deadline));
-        self.await_late_answers(std::mem::take(&mut plan.late), late_wait)
+        let messages = self
+            .cancel_late_successes(messages, &mut plan, deadline)
             .await;
-
-        back_off(
+        let subscriptions = self
+            .load_subscriptions(&messages, &mut plan, deadline)
+            .await;
+        let mut groups = self.sort_due_events(messages, &subscriptions, &mut plan);
+        let mut gates = self.endpoint_gates(&groups, deadline).await;
+        let prepared = started.elapsed();
+        let (attempted, held) = self.attempt_all(&mut groups, &mut gates, deadline).await;
+        let attempts_done = started.elapsed();
+        self.hold(&groups, held, &gates, &mut plan);
+        let health = self.record_health(&groups, &attempted);
+        if self.before_stop(deadline, health).await.is_none() {
+            warn!("endpoint health not recorded: the invocation's deadline came first");
+        }
+        self.settle(&groups, attempted, &mut plan);
+        self.send(&mut plan, deadline).await;
+        // Failed records come back after their short wait, not the whole visibility timeout.
+        let backed_off = back_off(
             self.ports.delivery_queue.as_ref(),
             failed_receipts(&event, plan.failed.iter().copied()),
             self.settings.scale,
-        )
-        .await;
+        );
+        if self.before_stop(deadline, backed_off).await.is_none() {
+            warn!(
+                "failed records come back after the visibility timeout: the invocation's deadline came before their shorter wait was set"
+            );
+        }
+        let late_wait = self.settings.late_answer_wait.min(self.time_left(deadline));
+        let late = self.await_late_answers(std::mem::take(&mut plan.late), late_wait);
+        if self.before_stop(deadline, late).await.is_none() {
+            warn!(
+                "late answers not recorded: the invocation's deadline came first; their retries stay"
+            );
+        }
         let report = plan.report();
         if report != DeliveryReport::default() {
             info!(
@@ -586,6 +607,9 @@ impl Deliver {
                 handed_on = report.handed_on,
                 throttled = report.throttled,
                 failed_messages = report.failed_messages,
+                prepare_ms = prepared.as_millis() as u64,
+                attempts_ms = (attempts_done - prepared).as_millis() as u64,
+                settle_ms = (started.elapsed() - attempts_done).as_millis() as u64,
                 "deliver invocation"
             );
         }
@@ -621,18 +645,24 @@ impl Deliver {
         let steps = validations.iter().map(|(i, task)| {
             let span = subscription_span(&task.topic, &task.subscription);
             let step = self.run_validation(task).instrument(span.clone());
-            async move { (*i, span, step.await) }
+            async move { (*i, span, self.before_stop(deadline, step).await) }
         });
         for (i, span, result) in futures::future::join_all(steps).await {
             let _span = span.entered();
             match result {
-                Ok(Some(next)) => plan.to_delivery.push(Outgoing {
+                Some(Ok(Some(next))) => plan.to_delivery.push(Outgoing {
                     message: next,
                     records: BTreeSet::from([i]),
                 }),
-                Ok(None) => {}
-                Err(e) => {
+                Some(Ok(None)) => {}
+                Some(Err(e)) => {
                     error!(error = %e, "validation step failed; SQS will retry it");
+                    plan.failed.insert(i);
+                }
+                None => {
+                    warn!(
+                        "validation step not finished before the invocation's deadline; SQS will retry it"
+                    );
                     plan.failed.insert(i);
                 }
             }
@@ -646,6 +676,7 @@ impl Deliver {
         &self,
         messages: &[(usize, DeliveryMessage)],
         plan: &mut Plan,
+        deadline: DateTime<Utc>,
     ) -> HashMap<(String, String), Option<Target>> {
         let mut keys: BTreeMap<(String, String), BTreeSet<&str>> = BTreeMap::new();
         for (_, m) in messages {
@@ -655,7 +686,15 @@ impl Deliver {
         }
         let lookups = keys.into_iter().map(|(key, ids)| {
             let span = subscription_span(&key.0, &key.1);
-            self.load_subscription(key, ids).instrument(span)
+            let lookup = self.load_subscription(key.clone(), ids).instrument(span);
+            async move {
+                self.before_stop(deadline, lookup).await.unwrap_or_else(|| {
+                    (
+                        key,
+                        Err("not read before the invocation's deadline".to_string()),
+                    )
+                })
+            }
         });
         let mut found = HashMap::new();
         for (key, result) in futures::future::join_all(lookups).await {
@@ -843,6 +882,20 @@ impl Deliver {
         deadline.min(most)
     }
 
+    /// Runs `step` until [`REPLY_MARGIN`](gridrelay_shared::deadline::REPLY_MARGIN) before
+    /// `deadline` (#34 item 12); `None` (and `step` dropped) if
+    /// that came first. Without a deadline, `step` runs to its end.
+    pub(crate) async fn before_stop<T>(
+        &self,
+        deadline: DateTime<Utc>,
+        step: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        match until_stop(self.ports.clock.now(), deadline) {
+            None => Some(step.await),
+            Some(left) => tokio::time::timeout(left, step).await.ok(),
+        }
+    }
+
     /// What is left before `deadline`, less the margin kept for enqueueing.
     fn time_left(&self, deadline: DateTime<Utc>) -> Duration {
         (deadline - self.ports.clock.now())
@@ -938,8 +991,9 @@ impl Deliver {
         }
     }
 
-    /// Sends everything planned; a record whose events could not all be sent is failed.
-    async fn send(&self, plan: &mut Plan) {
+    /// Sends everything planned; a record whose events could not all be sent, or not before
+    /// the deadline's stop, is failed.
+    async fn send(&self, plan: &mut Plan, deadline: DateTime<Utc>) {
         let delivery: Vec<OutgoingMessage> =
             plan.to_delivery.iter().map(|o| o.message.clone()).collect();
         let dead: Vec<OutgoingMessage> = plan
@@ -948,8 +1002,8 @@ impl Deliver {
             .map(|o| o.message.clone())
             .collect();
         let (sent_delivery, sent_dead) = futures::join!(
-            self.ports.delivery_queue.send_all(&delivery),
-            self.ports.dead_letter_queue.send_all(&dead)
+            self.send_before_stop(self.ports.delivery_queue.as_ref(), &delivery, deadline),
+            self.send_before_stop(self.ports.dead_letter_queue.as_ref(), &dead, deadline)
         );
         let outcomes = plan
             .to_delivery
@@ -964,6 +1018,28 @@ impl Deliver {
             }
         }
         plan.failed.extend(failed);
+    }
+
+    /// `queue.send_all(messages)`, each message refused if the deadline's stop comes first
+    /// (some may have been sent: their records come back, a duplicate at worst).
+    async fn send_before_stop(
+        &self,
+        queue: &dyn MessageQueue,
+        messages: &[OutgoingMessage],
+        deadline: DateTime<Utc>,
+    ) -> Vec<Result<(), gridrelay_ports::QueueError>> {
+        if messages.is_empty() {
+            return Vec::new();
+        }
+        match self.before_stop(deadline, queue.send_all(messages)).await {
+            Some(sent) => sent,
+            None => {
+                let stop = gridrelay_ports::QueueError(
+                    "not accepted before the invocation's deadline".to_string(),
+                );
+                vec![Err(stop); messages.len()]
+            }
+        }
     }
 }
 

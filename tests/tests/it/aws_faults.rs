@@ -10,6 +10,7 @@ use aws_config::retry::RetryConfig;
 use aws_sdk_sqs::error::ProvideErrorMetadata;
 use gridrelay_e2e::fault_proxy::{FaultProxy, FaultRule, SERVICES};
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, eventually, sdk_config_through, subscription};
+use gridrelay_local::RunnerStats;
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::filter::EventFilter;
 use gridrelay_shared::subscription::SubscriptionRequest;
@@ -292,12 +293,15 @@ async fn a_stack_whose_aws_calls_are_throttled_or_fail_loses_no_event_g1() {
         })
         .await;
     assert!(answered_5xx > 0, "no publish was answered 5xx");
-    // A refused write is deferred (L5), or, when the SDK's backoff ran the invocation into
-    // its deadline, the invocation is stopped and its message comes back: either way the
-    // refusal reached gridrelay, and nothing was lost (above).
+    // A refused write is deferred (L5), or, when the SDK's backoff ran into the invocation's
+    // deadline, given up and its message failed to come back: either way the refusal reached
+    // gridrelay, and nothing was lost (above).
     assert!(proxy.refused("s3") >= 18, "{}", proxy.report());
     assert!(
-        stats.dead_letter.records_deferred + stats.stopped_invocations > 0,
+        stats.dead_letter.records_deferred
+            + stats.dead_letter.failed_messages
+            + stats.stopped_invocations
+            > 0,
         "no dead-letter write failed: {:?}",
         stats.dead_letter
     );
@@ -306,6 +310,130 @@ async fn a_stack_whose_aws_calls_are_throttled_or_fail_loses_no_event_g1() {
         accepted.len(),
         delivered.len(),
         dead.len()
+    );
+    sys.shutdown().await;
+}
+
+/// A system whose invocations may run 4 s (their messages hidden as long), its AWS calls
+/// through a fault proxy with no rule yet.
+async fn behind_proxy_with_4_s_invocations() -> (FaultProxy, TestSystem) {
+    let proxy = FaultProxy::start(&emulator(), seed()).await;
+    let sys = TestSystem::start_behind(&proxy, 0.01, |c| {
+        c.function_timeout = Duration::from_secs(4);
+        c.visibility_timeout = Duration::from_secs(4);
+    })
+    .await;
+    (proxy, sys)
+}
+
+/// One Event Grid event, `id`, in a publish's array.
+fn one_event(id: &str) -> Value {
+    json!([{
+        "id": id,
+        "eventType": "Contoso.Slow",
+        "subject": "/slow",
+        "eventTime": chrono::Utc::now().to_rfc3339(),
+        "data": {},
+        "dataVersion": "1"
+    }])
+}
+
+/// Waits until a record was given up at its invocation's deadline (`failed`: the function's
+/// failed messages) or an invocation was stopped there, and asserts none was stopped.
+async fn given_up_not_stopped(sys: &TestSystem, failed: fn(&RunnerStats) -> usize) {
+    let stats = sys
+        .wait_for_stats("a record given up at the deadline", |s| {
+            failed(s) >= 1 || s.stopped_invocations > 0
+        })
+        .await;
+    assert_eq!(
+        stats.stopped_invocations, 0,
+        "an invocation outlived its deadline: {:?}\n{:?}",
+        stats.deliver, stats.dead_letter
+    );
+}
+
+/// #34 item 12, G1: a `deliver` invocation returns before its deadline however slowly SQS
+/// answers. The re-enqueue of a failed attempt's retry is held by SQS for longer than the
+/// invocation has left: the invocation gives the write up one second (`REPLY_MARGIN`) before
+/// its deadline and fails the record, which SQS gives back and the next invocation delivers.
+/// Before, the invocation was stopped at its deadline and its whole batch came back after the
+/// visibility timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deliver_invocation_whose_enqueue_is_slow_returns_before_its_deadline_g1() {
+    let (proxy, sys) = behind_proxy_with_4_s_invocations().await;
+    let topic = sys.topic("slow-sqs").await;
+    let subscriber = Subscriber::start(vec![Reply::Status(500)], Reply::Status(200)).await;
+    sys.subscribe(subscription("slow-sqs", "flaky", &subscriber.url))
+        .await;
+    // The publish's write and the retry's are held 6 s: longer than the invocation's 4 s.
+    proxy.set_rules(vec![
+        FaultRule::delay("sqs", Duration::from_secs(6), 1.0)
+            .only("SendMessageBatch")
+            .first(2),
+    ]);
+    sys.publish(&topic, &one_event("slow-1")).await;
+    eventually(Duration::from_secs(60), "the event delivered", || async {
+        subscriber
+            .received()
+            .iter()
+            .any(|r| r.reply == Reply::Status(200) && r.ids().iter().any(|id| id == "slow-1"))
+            .then_some(())
+    })
+    .await;
+    let delayed: u64 = proxy.counts().values().map(|c| c.delayed).sum();
+    assert_eq!(delayed, 2, "{}", proxy.report());
+    given_up_not_stopped(&sys, |s| s.deliver.failed_messages).await;
+    sys.shutdown().await;
+}
+
+/// #34 item 12, L3, G1: a `dead-letter` invocation returns before its deadline however slowly
+/// S3 answers. Its first object write is held for longer than the invocation has left: the
+/// write is given up one second before the deadline and its message fails, comes back from
+/// SQS and is written by the next invocation. Before, the invocation was stopped at its
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_invocation_whose_write_is_slow_returns_before_its_deadline_g1() {
+    let (proxy, sys) = behind_proxy_with_4_s_invocations().await;
+    let topic = sys.topic("slow-s3").await;
+    let refusing = Subscriber::start(Vec::new(), Reply::Status(400)).await;
+    sys.subscribe(SubscriptionRequest {
+        dead_letter_destination: Some(sys.dead_letter_url("slow")),
+        ..subscription("slow-s3", "refusing", &refusing.url)
+    })
+    .await;
+    proxy.set_rules(vec![
+        FaultRule::delay("s3", Duration::from_secs(6), 1.0)
+            .only("PutObject")
+            .first(1),
+    ]);
+    sys.publish(&topic, &one_event("slow-dead-1")).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let written: Vec<String> = sys
+            .dead_letter_objects("slow")
+            .await
+            .into_iter()
+            .flat_map(|(_, records)| records)
+            .filter_map(|r| r["id"].as_str().map(str::to_string))
+            .collect();
+        if written.iter().any(|id| id == "slow-dead-1") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not dead-lettered: {:?}\n{}",
+            sys.system.stats().dead_letter,
+            proxy.report()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    given_up_not_stopped(&sys, |s| s.dead_letter.failed_messages).await;
+    assert_eq!(
+        proxy.counts().values().map(|c| c.delayed).sum::<u64>(),
+        1,
+        "{}",
+        proxy.report()
     );
     sys.shutdown().await;
 }
