@@ -29,7 +29,8 @@ pub(super) struct LocalArgs {
     #[arg(long, default_value_t = gridrelay_local::DEFAULT_MAX_RECEIVE_COUNT)]
     max_receive_count: u32,
     /// Seconds one handler invocation may run, as a Lambda function's timeout (deliver's is
-    /// 300 on AWS): the handler plans against it and is stopped at it.
+    /// 300 on AWS): the handler plans against it and is stopped at it. At least twice the
+    /// 10 s deadline margin plus the 30 s attempt timeout (scaled by GRIDRELAY_TIME_SCALE).
     #[arg(long, default_value_t = gridrelay_local::DEFAULT_FUNCTION_TIMEOUT_SECS)]
     function_timeout: u64,
     /// Delivery requests each deliver instance has in flight at once, across endpoints (1 to

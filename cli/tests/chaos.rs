@@ -11,7 +11,8 @@
 //! passes — answered 2xx, or written to the subscription's dead-letter objects — and nothing may
 //! reach a subscription it is not for. Duplicates are allowed (at-least-once) and reported.
 //!
-//! `make test` runs a short run (400 events, 3 kills). `make soak` runs the same test with
+//! `make test` runs a short run (400 events, 3 kills; `CHAOS_RUST_LOG` sets the runner's log level,
+//! warn by default). `make soak` runs the same test with
 //! `CHAOS_EVENTS=100000 CHAOS_KILLS=5` and prints the figures. `CHAOS_SEED` fixes the
 //! subscribers' failures (the process's timing stays the machine's).
 //!
@@ -67,8 +68,10 @@ struct RunSize {
     /// Pause between publish requests, so kills land while publishing.
     pace: Duration,
     /// The runner's function timeout and visibility timeout (seconds): what a killed
-    /// invocation's messages wait before they are received again. The worker keeps 10 s of it
-    /// to settle, so short ones hand most events of a large run on, over and over.
+    /// invocation's messages wait before they are received again (`CHAOS_FUNCTION_TIMEOUT`;
+    /// 21 in short runs, the shortest the runner accepts at this time scale, 60 in long ones).
+    /// The worker keeps 10 s for its reads and 10 s for its writes, so short ones hand most
+    /// events of a large run on, over and over.
     function_timeout: u64,
     seed: u64,
     /// The share of the runner's AWS calls throttled (`CHAOS_AWS_FAULTS`, default 0.05); 0:
@@ -101,7 +104,7 @@ impl RunSize {
             } else {
                 Duration::ZERO
             },
-            function_timeout: number("CHAOS_FUNCTION_TIMEOUT", if short { 12 } else { 60 }),
+            function_timeout: number("CHAOS_FUNCTION_TIMEOUT", if short { 21 } else { 60 }),
             seed: number("CHAOS_SEED", rand::rng().random()),
             aws_faults: std::env::var("CHAOS_AWS_FAULTS")
                 .ok()
@@ -469,7 +472,11 @@ impl LocalProcess {
             "--visibility-timeout",
             &self.function_timeout,
         ])
-        .env("RUST_LOG", "warn")
+        // `CHAOS_RUST_LOG=info` keeps every invocation's line (its phases' times) in the log.
+        .env(
+            "RUST_LOG",
+            std::env::var("CHAOS_RUST_LOG").unwrap_or_else(|_| "warn".to_string()),
+        )
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log file"))
         .stderr(log);
@@ -820,6 +827,12 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         })
         .unwrap_or_default();
     let lost: usize = missing.values().map(Vec::len).sum();
+    // #34 item 12: invocations the runner stopped at their deadline, across its restarts.
+    let runner_log = std::fs::read_to_string(&local.log).unwrap_or_default();
+    let stopped = runner_log
+        .lines()
+        .filter(|l| l.contains("invocation timed out and was stopped"))
+        .count();
     let report = json!({
         "events": events,
         "subscriptions": endpoints.len(),
@@ -831,6 +844,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         "misdelivered": misdelivered,
         "requests": requests,
         "kills": kills,
+        "stoppedAtDeadline": stopped,
         "starts": local.starts,
         "seed": seed,
         "awsCallsRefused": aws_faults,
@@ -850,6 +864,10 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
             .iter()
             .map(|(name, ids)| (name, ids.len(), ids.iter().take(5).collect::<Vec<_>>()))
             .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        stopped, 0,
+        "invocations ran into their deadline and were stopped: {report}"
     );
     local.kill();
 }

@@ -135,20 +135,32 @@ impl RunnerConfig {
         }
         let settings = self.delivery_settings();
         let (attempt, margin) = (settings.attempt_timeout, settings.deadline_margin);
-        if function < attempt + margin {
+        let shortest = self.shortest_function_timeout();
+        if function < shortest {
             return Err(LimitError::new(
                 "--function-timeout",
                 format!("{} s", function.as_secs_f64()),
                 format!(
-                    "at least {} s: one attempt ({} s at this time scale) plus the {} s kept to \
-                     enqueue, or no delivery could start",
-                    (attempt + margin).as_secs_f64(),
-                    attempt.as_secs_f64(),
-                    margin.as_secs_f64()
+                    "at least {} s: the reads before the first attempt and the writes after the \
+                     last ({} s each, the deadline margin) plus one attempt ({} s at this time \
+                     scale), or invocations could only hand their events on",
+                    shortest.as_secs_f64(),
+                    margin.as_secs_f64(),
+                    attempt.as_secs_f64()
                 ),
             ));
         }
         Ok(())
+    }
+
+    /// The shortest function timeout [`RunnerConfig::check`] accepts at this time scale and
+    /// deadline margin: the margin for the reads before the first attempt (subscriptions,
+    /// endpoint health, late successes), one attempt, and the margin again for the writes
+    /// after the last (#34 item 12). With one margin only, an invocation's reads used the time
+    /// its attempt needed, so no attempt or handshake ever started.
+    pub fn shortest_function_timeout(&self) -> Duration {
+        let settings = self.delivery_settings();
+        settings.deadline_margin + settings.attempt_timeout + settings.deadline_margin
     }
 
     /// The deliver worker's settings at this time scale, with this deadline margin.
@@ -656,11 +668,12 @@ mod tests {
             "{message}"
         );
 
+        // #34 item 12: a margin for the reads, one attempt (30 s), a margin for the writes.
         let tiny = RunnerConfig {
-            function_timeout: Duration::from_secs(35),
+            function_timeout: Duration::from_secs(45),
             ..RunnerConfig::default()
         };
         let message = tiny.check().unwrap_err().to_string();
-        assert!(message.contains("at least 40 s"), "{message}");
+        assert!(message.contains("at least 50 s"), "{message}");
     }
 }

@@ -9,6 +9,7 @@
 
 mod aws_faults;
 mod clients;
+mod deadlines;
 mod delivery;
 mod delivery_caps;
 mod endpoint_health;
