@@ -8,6 +8,10 @@ pub const TOPICS_TABLE_ENV: &str = "GRIDRELAY_TOPICS_TABLE";
 pub const SUBSCRIPTIONS_TABLE_ENV: &str = "GRIDRELAY_SUBSCRIPTIONS_TABLE";
 /// SQS queue of events waiting for delivery.
 pub const DELIVERY_QUEUE_URL_ENV: &str = "GRIDRELAY_DELIVERY_QUEUE_URL";
+/// The queue subscriptions' handshake and expiry steps go to (#34 item 12), apart from the
+/// deliveries so they never wait behind a backlog: the stack's ControlQueueUrl output. The
+/// deliver function takes the delivery queue's place where it is not set (a stack made before it).
+pub const CONTROL_QUEUE_URL_ENV: &str = "GRIDRELAY_CONTROL_QUEUE_URL";
 /// SQS queue of events waiting to be written to their dead-letter location.
 pub const DEAD_LETTER_QUEUE_URL_ENV: &str = "GRIDRELAY_DEAD_LETTER_QUEUE_URL";
 /// L7: the system topic dead-letter writes are announced on (default `gridrelay-dead-letter-events`).

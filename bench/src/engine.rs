@@ -124,6 +124,8 @@ pub async fn deliver_all(
     let ports = DeliverPorts {
         store,
         delivery_queue: delivery.clone(),
+        // No handshakes in the benchmark.
+        control_queue: delivery.clone(),
         dead_letter_queue: Arc::new(MemoryQueue::new(Arc::clone(&clock))),
         resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
         clock: Arc::clone(&clock),

@@ -93,6 +93,7 @@ pub(super) async fn run_local(
         "topicsTable": names.topics_table,
         "subscriptionsTable": names.subscriptions_table,
         "deliveryQueue": system.resources.delivery_queue_url,
+        "controlQueue": system.resources.control_queue_url,
         "deadLetterQueue": system.resources.dead_letter_queue_url,
         "deadLetterBucket": names.dead_letter_bucket,
     }))?;

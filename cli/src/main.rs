@@ -88,6 +88,12 @@ struct Cli {
         default_value = "gridrelay-delivery"
     )]
     delivery_queue: String,
+    /// The control queue (a URL, or a queue name to look up), where `event-subscription
+    /// create` and `update` ask the service for the handshake and expiry steps: the stack's
+    /// ControlQueueUrl output. Default: `<prefix>-control` beside a delivery queue named
+    /// `<prefix>-delivery`.
+    #[arg(long, global = true, env = config::CONTROL_QUEUE_URL_ENV)]
+    control_queue: Option<String>,
     /// The Secrets Manager secret (ARN or name) holding the key gridrelay seals its queue
     /// messages with: the stack's QueueKeySecret output. What the command line sends to the
     /// delivery queue (handshake steps, redriven messages) must carry its seal. Default:
@@ -291,6 +297,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let own = OwnQueues {
         delivery: &cli.delivery_queue,
+        control: cli.control_queue.as_deref(),
         key_secret: cli.queue_key_secret.as_deref(),
     };
     match cli.command {
@@ -312,15 +319,44 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// The installation's delivery queue, as given, and the secret of the key its messages are
-/// sealed with, if given.
+/// The installation's delivery queue, as given, its control queue and the secret of the key
+/// their messages are sealed with, if given.
 #[derive(Clone, Copy)]
 struct OwnQueues<'a> {
     delivery: &'a str,
+    control: Option<&'a str>,
     key_secret: Option<&'a str>,
 }
 
 impl OwnQueues<'_> {
+    /// The control queue's URL: given, or the one beside a delivery queue named
+    /// `<prefix>-delivery`, looked up by name.
+    async fn control_url(&self, sqs: &aws_sdk_sqs::Client) -> anyhow::Result<String> {
+        let queue = match self.control {
+            Some(queue) => queue.to_string(),
+            None => ResourceNames::beside_delivery_queue(self.delivery)
+                .map(|names| names.control_queue)
+                .with_context(|| {
+                    format!(
+                        "set --control-queue or {} to the stack's ControlQueueUrl output (the \
+                         delivery queue {:?} is not named <prefix>-delivery, so the control \
+                         queue beside it is unknown)",
+                        config::CONTROL_QUEUE_URL_ENV,
+                        self.delivery
+                    )
+                })?,
+        };
+        queue_url(sqs, &queue, "--control-queue")
+            .await
+            .with_context(|| {
+                format!(
+                    "set --control-queue or {} to the control queue's URL (the stack's \
+                     ControlQueueUrl output)",
+                    config::CONTROL_QUEUE_URL_ENV
+                )
+            })
+    }
+
     /// The key the installation seals its queue messages with (#34 item 2): given, or the one
     /// beside a delivery queue named `<prefix>-delivery`.
     async fn key(&self, sdk: &aws_config::SdkConfig) -> anyhow::Result<QueueKey> {

@@ -161,10 +161,18 @@ async fn redrive_queue_command(
         }
         (None, QueueKind::Delivery) => delivery_queue_url(&sqs, delivery_queue).await?,
     };
+    // Handshake and expiry steps parked with the deliveries go back to the control queue.
+    let steps_to = match kind {
+        QueueKind::Delivery => queues.control_url(&sqs).await?,
+        QueueKind::DeadLetter => to.clone(),
+    };
     let key = queues.key(&sdk).await?;
     let report = redrive_queue(
         &SqsQueue::new(sqs.clone(), &from, key.clone()),
-        &SqsQueue::new(sqs, &to, key),
+        (
+            &SqsQueue::new(sqs.clone(), &to, key.clone()),
+            &SqsQueue::new(sqs, &steps_to, key),
+        ),
         kind,
         args.dry_run,
         args.max_messages,

@@ -392,20 +392,23 @@ pub(super) async fn run_event_subscription(
     let store = DynamoSubscriptionStore::from_sdk(&sdk, flags.tables);
     let secrets = SecretsManagerStore::from_sdk(&sdk);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let (queue_url, queue) = delivery_queue(&cmd, &sdk, &sqs, flags.queues).await?;
+    let queues = command_queues(&cmd, &sdk, &sqs, flags.queues).await?;
     let endpoints = EndpointCheck {
         policy: OutboundPolicy::new(create_allowed_networks(flags.allowed_networks)?),
         resolver: Arc::new(SystemResolver),
     };
     let objects = S3ObjectStore::new(s3_client(&sdk));
     let resources = AwsResourceSender::from_sdk(&sdk);
-    let allowed_destinations =
-        create_delivery_destinations(flags.delivery_destinations, &queue_url)?;
+    let allowed_destinations = create_delivery_destinations(
+        flags.delivery_destinations,
+        &queues.delivery_url,
+        queues.control_url.as_deref(),
+    )?;
     let registry = Registry {
         store: &store,
         secrets: &secrets,
         secret_prefix: flags.secret_prefix,
-        delivery_queue: queue.as_ref(),
+        control_queue: queues.control.as_ref(),
         endpoints: &endpoints,
         dead_letters: &objects,
         resources: &resources,
@@ -455,31 +458,47 @@ fn checked(
     Ok((request, update))
 }
 
-/// The delivery queue's URL and the queue the command sends to. Only create and update send
-/// to the delivery queue (handshake and expiry steps); the other commands need no key, and
-/// get the queue as given and one that refuses every send.
-async fn delivery_queue(
+/// The queues a subscription command knows of: the delivery queue's URL (as given, for the
+/// commands that send nothing), the control queue's, and the queue it sends to.
+struct CommandQueues {
+    delivery_url: String,
+    control_url: Option<String>,
+    control: Box<dyn MessageQueue>,
+}
+
+/// Only create and update send anything (handshake and expiry steps, to the control queue);
+/// the other commands need no key, and get a queue that refuses every send.
+async fn command_queues(
     cmd: &SubscriptionCommand,
     sdk: &aws_config::SdkConfig,
     sqs: &aws_sdk_sqs::Client,
     queues: OwnQueues<'_>,
-) -> anyhow::Result<(String, Box<dyn MessageQueue>)> {
+) -> anyhow::Result<CommandQueues> {
     if !matches!(
         cmd,
         SubscriptionCommand::Create(_) | SubscriptionCommand::Update(_)
     ) {
-        return Ok((queues.delivery.to_string(), Box::new(NoDeliveryQueue)));
+        return Ok(CommandQueues {
+            delivery_url: queues.delivery.to_string(),
+            control_url: None,
+            control: Box::new(NoControlQueue),
+        });
     }
-    let queue_url = delivery_queue_url(sqs, queues.delivery).await?;
-    let queue = SqsQueue::new(sqs.clone(), &queue_url, queues.key(sdk).await?);
-    Ok((queue_url, Box::new(queue)))
+    let delivery_url = delivery_queue_url(sqs, queues.delivery).await?;
+    let control_url = queues.control_url(sqs).await?;
+    let control = SqsQueue::new(sqs.clone(), &control_url, queues.key(sdk).await?);
+    Ok(CommandQueues {
+        delivery_url,
+        control_url: Some(control_url),
+        control: Box::new(control),
+    })
 }
 
-/// The delivery queue of the commands that send nothing to it: a send is a bug, refused.
-struct NoDeliveryQueue;
+/// The control queue of the commands that send nothing to it: a send is a bug, refused.
+struct NoControlQueue;
 
 #[async_trait::async_trait]
-impl MessageQueue for NoDeliveryQueue {
+impl MessageQueue for NoControlQueue {
     async fn send_all(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>> {
         messages.iter().map(|_| Err(Self::refused())).collect()
     }
@@ -498,9 +517,9 @@ impl MessageQueue for NoDeliveryQueue {
     }
 }
 
-impl NoDeliveryQueue {
+impl NoControlQueue {
     fn refused() -> QueueError {
-        QueueError("this command does not use the delivery queue".to_string())
+        QueueError("this command does not use the control queue".to_string())
     }
 }
 
@@ -830,6 +849,7 @@ fn create_allowed_networks(given: Option<&str>) -> anyhow::Result<AllowedNetwork
 fn create_delivery_destinations(
     given: Option<&str>,
     delivery_queue: &str,
+    control_queue: Option<&str>,
 ) -> anyhow::Result<AllowedDestinations> {
     let allowed = match given {
         Some(given) => AllowedDestinations::parse(given).map_err(invalid)?,
@@ -837,12 +857,14 @@ fn create_delivery_destinations(
         None => AllowedDestinations::default(),
     };
     let mut own = vec![delivery_queue.to_string()];
+    own.extend(control_queue.map(str::to_string));
     if let (Some(names), Some((base, _))) = (
         ResourceNames::beside_delivery_queue(delivery_queue),
         delivery_queue.rsplit_once('/'),
     ) {
         own.extend(
             [
+                names.control_queue,
                 names.dead_letter_queue,
                 names.delivery_redrive_queue,
                 names.dead_letter_redrive_queue,

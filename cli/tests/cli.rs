@@ -233,13 +233,13 @@ async fn topic_and_subscription_lifecycle_c1() {
     let mappings = &sub["destination"]["deliveryAttributeMappings"];
     assert_eq!(mappings[0]["value"], "payments");
     assert_eq!(mappings[1]["isSecret"], true);
-    // The handshake is the service's: the CLI stores `Creating` and asks on the delivery queue
-    // (with --no-wait it does not wait for the answer).
+    // The handshake is the service's: the CLI stores `Creating` and asks on the control queue
+    // (#34 item 12; with --no-wait it does not wait for the answer).
     assert_eq!(sub["provisioningState"], "Creating");
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let queue_url = sqs
         .get_queue_url()
-        .queue_name(&names.delivery_queue)
+        .queue_name(&names.control_queue)
         .send()
         .await
         .expect("queue")

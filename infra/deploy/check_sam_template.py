@@ -2,7 +2,7 @@
 
 Transforms infra/template.yaml with SAM's own translator (the one `sam deploy` uses), then
 asserts, for each function's role, the exact actions and resources it is allowed, and that no
-managed policy other than basic Lambda logging is attached; that both event sources cap their
+managed policy other than basic Lambda logging is attached; that every event source caps its
 invocations (MaximumConcurrency) by default and reserved concurrency is set only when asked for;
 and that the functions run on arm64 unless the Architecture parameter says otherwise.
 Run by infra/deploy/check.sh.
@@ -47,7 +47,7 @@ EXPECTED = {
         "dynamodb:PutItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
         "dynamodb:UpdateItem": [getatt("DeliveryStateTable")],
         "dynamodb:DeleteItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
-        "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("DeadLetterQueue"), DESTINATIONS],
+        "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("DeadLetterQueue"), DESTINATIONS],
         "sqs:GetQueueUrl": [DESTINATIONS],
         "sns:Publish": [DESTINATIONS],
         "events:PutEvents": [DESTINATIONS],
@@ -60,10 +60,11 @@ EXPECTED = {
         "secretsmanager:DeleteSecret": [
             {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}
         ],
-        "sqs:ReceiveMessage": [getatt("DeliveryQueue")],
-        "sqs:DeleteMessage": [getatt("DeliveryQueue")],
-        "sqs:GetQueueAttributes": [getatt("DeliveryQueue")],
-        "sqs:ChangeMessageVisibility": [getatt("DeliveryQueue")],
+        # Its two event sources: the delivery queue and the control queue (#34 item 12).
+        "sqs:ReceiveMessage": [getatt("DeliveryQueue"), getatt("ControlQueue")],
+        "sqs:DeleteMessage": [getatt("DeliveryQueue"), getatt("ControlQueue")],
+        "sqs:GetQueueAttributes": [getatt("DeliveryQueue"), getatt("ControlQueue")],
+        "sqs:ChangeMessageVisibility": [getatt("DeliveryQueue"), getatt("ControlQueue")],
     },
     "DeadLetterFunction": {
         "s3:PutObject": [{"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],
@@ -78,7 +79,13 @@ EXPECTED = {
 }
 
 
-CAPPED_SOURCES = {"DeliverFunction": "DeliverMaximumConcurrency", "DeadLetterFunction": "DeadLetterMaximumConcurrency"}
+# Each event source, by its queue: the function it invokes and its MaximumConcurrency (a
+# parameter's name, or a fixed number). The control queue's is SQS's least: control work is light.
+CAPPED_SOURCES = {
+    "DeliveryQueue": ("DeliverFunction", "DeliverMaximumConcurrency"),
+    "ControlQueue": ("DeliverFunction", 2),
+    "DeadLetterQueue": ("DeadLetterFunction", "DeadLetterMaximumConcurrency"),
+}
 RESERVED = {"DeliverFunction": "DeliverReservedConcurrency", "IngestFunction": "IngestReservedConcurrency"}
 
 
@@ -86,15 +93,21 @@ def concurrency_problems(resources, defaults):
     """Each event source caps its invocations with its parameter (a safe default between 2 and
     1000); reserved concurrency is a parameter that defaults to none; arm64 is the default."""
     problems = []
-    for function, parameter in CAPPED_SOURCES.items():
+    for queue, (function, parameter) in CAPPED_SOURCES.items():
         mapping = next(
             (r["Properties"] for r in resources.values()
-             if r["Type"] == "AWS::Lambda::EventSourceMapping" and r["Properties"]["FunctionName"] == {"Ref": function}),
+             if r["Type"] == "AWS::Lambda::EventSourceMapping" and r["Properties"]["EventSourceArn"] == getatt(queue)),
             None,
         )
-        cap = (mapping or {}).get("ScalingConfig", {}).get("MaximumConcurrency")
-        if cap != {"Ref": parameter}:
-            problems.append(f"{function}: event source MaximumConcurrency is {cap}, expected the {parameter} parameter")
+        if mapping is None or mapping["FunctionName"] != {"Ref": function}:
+            problems.append(f"{queue}: expected an event source to {function}, got {mapping}")
+            continue
+        cap = mapping.get("ScalingConfig", {}).get("MaximumConcurrency")
+        if isinstance(parameter, int):
+            if cap != parameter:
+                problems.append(f"{queue}: event source MaximumConcurrency is {cap}, expected {parameter}")
+        elif cap != {"Ref": parameter}:
+            problems.append(f"{queue}: event source MaximumConcurrency is {cap}, expected the {parameter} parameter")
         elif not 2 <= int(defaults.get(parameter, 0)) <= 1000:
             problems.append(f"{parameter}: default {defaults.get(parameter)} is outside 2-1000")
     for function, parameter in RESERVED.items():
@@ -148,6 +161,23 @@ def queue_key_problems(resources):
     return problems
 
 
+def control_queue_problems(resources):
+    """#34 item 12: the control queue is the delivery queue's twin (visibility, encryption,
+    redrive queue), deliver is told its URL, and it is one of the stack's own queues."""
+    problems = []
+    control = resources.get("ControlQueue", {}).get("Properties", {})
+    delivery = resources["DeliveryQueue"]["Properties"]
+    for setting in ["VisibilityTimeout", "SqsManagedSseEnabled", "RedrivePolicy"]:
+        if control.get(setting) != delivery.get(setting):
+            problems.append(f"ControlQueue: {setting} is {control.get(setting)}, the delivery queue's is {delivery.get(setting)}")
+    env = resources["DeliverFunction"]["Properties"].get("Environment", {}).get("Variables", {})
+    if env.get("GRIDRELAY_CONTROL_QUEUE_URL") != {"Ref": "ControlQueue"}:
+        problems.append(f"DeliverFunction: GRIDRELAY_CONTROL_QUEUE_URL is {env.get('GRIDRELAY_CONTROL_QUEUE_URL')}")
+    if getatt("ControlQueue") not in env.get("GRIDRELAY_OWN_QUEUES", {}).get("Fn::Join", ["", []])[1]:
+        problems.append(f"DeliverFunction: GRIDRELAY_OWN_QUEUES lacks the control queue: {env.get('GRIDRELAY_OWN_QUEUES')}")
+    return problems
+
+
 def main():
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "template.yaml"
@@ -187,17 +217,18 @@ def main():
         if granted != expected:
             problems.append(f"{function}: granted {granted}\n  expected {expected}")
     mappings = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"]
-    if len(mappings) != 2 or any(m.get("FunctionResponseTypes") != ["ReportBatchItemFailures"] for m in mappings):
-        problems.append(f"expected two SQS mappings with ReportBatchItemFailures, got {mappings}")
+    if len(mappings) != len(CAPPED_SOURCES) or any(m.get("FunctionResponseTypes") != ["ReportBatchItemFailures"] for m in mappings):
+        problems.append(f"expected {len(CAPPED_SOURCES)} SQS mappings with ReportBatchItemFailures, got {mappings}")
     problems += concurrency_problems(resources, defaults)
     problems += metric_problems(resources)
     problems += queue_key_problems(resources)
+    problems += control_queue_problems(resources)
     if problems:
         print("SAM template check failed:\n" + "\n".join(problems), file=sys.stderr)
         sys.exit(1)
     print(
         f"SAM roles hold exactly the expected permissions ({sum(map(len, EXPECTED.values()))} grants, 3 roles); "
-        f"deliver at most {defaults['DeliverMaximumConcurrency']} and dead-letter at most "
+        f"deliver at most {defaults['DeliverMaximumConcurrency']} (control queue {CAPPED_SOURCES['ControlQueue'][1]}) and dead-letter at most "
         f"{defaults['DeadLetterMaximumConcurrency']} invocations at once; {defaults['Architecture']}"
     )
 

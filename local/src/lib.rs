@@ -83,6 +83,10 @@ pub const DEFAULT_VISIBILITY_TIMEOUT_SECS: u64 = 360;
 /// records back off from 30 s to 30 min: about 3.3 hours).
 pub const DEFAULT_MAX_RECEIVE_COUNT: u32 = 10;
 
+/// `deliver` invocations on the control queue at once: the stacks' second event source's
+/// MaximumConcurrency (the least SQS event sources allow).
+pub const CONTROL_CONCURRENCY: usize = 2;
+
 /// How the runner behaves.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -316,8 +320,9 @@ pub struct LocalSystem {
     pub resources: Resources,
     pub listen: SocketAddr,
     pub store: Arc<dyn SubscriptionStore>,
-    /// The delivery queue, where subscription registration asks for the handshake.
     pub delivery_queue: Arc<dyn MessageQueue>,
+    /// The control queue, where subscription registration asks for the handshake.
+    pub control_queue: Arc<dyn MessageQueue>,
     /// The key the runner's queue messages are sealed with (#34 item 2).
     pub queue_key: QueueKey,
     stats: Arc<Mutex<RunnerStats>>,
@@ -345,7 +350,7 @@ impl LocalSystem {
             },
             config.config_cache,
         );
-        let (key, delivery_queue, dead_letter_queue) =
+        let (key, delivery_queue, control_queue, dead_letter_queue) =
             sealed_queues(sdk, &sqs, names, &resources).await?;
         let clock = Arc::new(SystemClock);
 
@@ -364,7 +369,7 @@ impl LocalSystem {
             names,
             &config,
             &store,
-            (&delivery_queue, &dead_letter_queue),
+            (&delivery_queue, &control_queue, &dead_letter_queue),
             &clock,
         );
         let settings = DeliverySettings {
@@ -373,6 +378,14 @@ impl LocalSystem {
             destinations: AllowedDestinations::any().refusing_own_queues(resources.queue_urls()),
             ..config.delivery_settings()
         };
+        // Control work has instances and invocations of its own (as the stacks' second event
+        // source, at most two at once), so it never waits for a free one behind a backlog.
+        let control_config = RunnerConfig {
+            concurrency: CONTROL_CONCURRENCY,
+            ..config.clone()
+        };
+        let control_instances =
+            deliver_instances(ports.clone(), settings.clone(), &control_config)?;
         let instances = deliver_instances(ports, settings, &config)?;
         ensure_dead_letter_events_topic(store.as_ref()).await?;
         let writer = Arc::new(DeadLetterWriter {
@@ -409,6 +422,18 @@ impl LocalSystem {
         ));
         tasks.spawn(poller::poll(
             poller::Source::new(
+                sqs.clone(),
+                &resources.control_queue_url,
+                &resources.control_queue_arn,
+                &region,
+            ),
+            control_config,
+            stopped.clone(),
+            billing_stopped(&stats, timeout_ms, |b| &mut b.deliver_ms),
+            invoke_deliver(control_instances, Arc::clone(&stats), key.clone()),
+        ));
+        tasks.spawn(poller::poll(
+            poller::Source::new(
                 sqs,
                 &resources.dead_letter_queue_url,
                 &resources.dead_letter_queue_arn,
@@ -425,6 +450,7 @@ impl LocalSystem {
             listen,
             store,
             delivery_queue,
+            control_queue,
             queue_key: key,
             stats,
             stop,
@@ -462,12 +488,17 @@ fn deliver_ports(
     names: &ResourceNames,
     config: &RunnerConfig,
     store: &Arc<dyn SubscriptionStore>,
-    (delivery_queue, dead_letter_queue): (&Arc<SqsQueue>, &Arc<SqsQueue>),
+    (delivery_queue, control_queue, dead_letter_queue): (
+        &Arc<SqsQueue>,
+        &Arc<SqsQueue>,
+        &Arc<SqsQueue>,
+    ),
     clock: &Arc<SystemClock>,
 ) -> DeliverPorts {
     DeliverPorts {
         store: Arc::clone(store),
         delivery_queue: delivery_queue.clone(),
+        control_queue: control_queue.clone(),
         dead_letter_queue: dead_letter_queue.clone(),
         resources: Arc::new(AwsResourceSender::from_sdk(sdk)),
         clock: clock.clone(),
@@ -493,21 +524,23 @@ fn dead_letter_notices(
     }
 }
 
-/// The runner's queue key and its two queues, whose messages are sealed with it (#34 item 2).
+/// The runner's queue key and its delivery, control and dead-letter queues, whose messages
+/// are sealed with it (#34 item 2).
 async fn sealed_queues(
     sdk: &SdkConfig,
     sqs: &aws_sdk_sqs::Client,
     names: &ResourceNames,
     resources: &Resources,
-) -> anyhow::Result<(QueueKey, Arc<SqsQueue>, Arc<SqsQueue>)> {
+) -> anyhow::Result<(QueueKey, Arc<SqsQueue>, Arc<SqsQueue>, Arc<SqsQueue>)> {
     // `provision` made it if it was missing.
     let key = queue_key(sdk, &names.queue_key_secret, Duration::ZERO)
         .await
         .context("could not read the runner's queue key")?;
     let sealed_with = |url: &str| Arc::new(SqsQueue::new(sqs.clone(), url, key.clone()));
     let delivery = sealed_with(&resources.delivery_queue_url);
+    let control = sealed_with(&resources.control_queue_url);
     let dead_letter = sealed_with(&resources.dead_letter_queue_url);
-    Ok((key, delivery, dead_letter))
+    Ok((key, delivery, control, dead_letter))
 }
 
 /// The runner's `deliver` instances: as many as invocations run at once, each with its own

@@ -13,8 +13,8 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_sqs::types::QueueAttributeName;
 use gridrelay_adapters::aws::{describe_error, local_queue_key, s3_client};
 use gridrelay_adapters::config::{
-    DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, QUEUE_KEY_SECRET_ENV, SECRET_PREFIX_ENV,
-    SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
+    CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, QUEUE_KEY_SECRET_ENV,
+    SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
 };
 
 /// Names of every resource, all derived from one prefix.
@@ -23,6 +23,8 @@ pub struct ResourceNames {
     pub topics_table: String,
     pub subscriptions_table: String,
     pub delivery_queue: String,
+    /// Subscriptions' handshake and expiry steps, apart from the deliveries (#34 item 12).
+    pub control_queue: String,
     pub dead_letter_queue: String,
     /// Where SQS moves delivery messages that keep failing (poison messages).
     pub delivery_redrive_queue: String,
@@ -44,6 +46,7 @@ impl ResourceNames {
             topics_table: format!("{prefix}-topics"),
             subscriptions_table: format!("{prefix}-subscriptions"),
             delivery_queue: format!("{prefix}-delivery"),
+            control_queue: format!("{prefix}-control"),
             dead_letter_queue: format!("{prefix}-dead-letter"),
             delivery_redrive_queue: format!("{prefix}-delivery-redrive"),
             dead_letter_redrive_queue: format!("{prefix}-dead-letter-redrive"),
@@ -63,12 +66,13 @@ impl ResourceNames {
     }
 
     /// The environment that points the `gridrelay` command line at these resources: its
-    /// tables, its delivery queue (by name), its secret prefix and its queue key.
-    pub fn cli_env(&self) -> [(&'static str, &str); 6] {
+    /// tables, its delivery and control queues (by name), its secret prefix and its queue key.
+    pub fn cli_env(&self) -> [(&'static str, &str); 7] {
         [
             (TOPICS_TABLE_ENV, &self.topics_table),
             (SUBSCRIPTIONS_TABLE_ENV, &self.subscriptions_table),
             (DELIVERY_QUEUE_URL_ENV, &self.delivery_queue),
+            (CONTROL_QUEUE_URL_ENV, &self.control_queue),
             (SECRET_PREFIX_ENV, &self.secret_prefix),
             (DELIVERY_STATE_TABLE_ENV, &self.delivery_state_table),
             (QUEUE_KEY_SECRET_ENV, &self.queue_key_secret),
@@ -88,6 +92,8 @@ pub struct Resources {
     pub names: ResourceNames,
     pub delivery_queue_url: String,
     pub delivery_queue_arn: String,
+    pub control_queue_url: String,
+    pub control_queue_arn: String,
     pub dead_letter_queue_url: String,
     pub dead_letter_queue_arn: String,
     pub delivery_redrive_queue_url: String,
@@ -96,9 +102,10 @@ pub struct Resources {
 
 impl Resources {
     /// The URLs of the installation's own queues, which no subscription may deliver to.
-    pub fn queue_urls(&self) -> [&str; 4] {
+    pub fn queue_urls(&self) -> [&str; 5] {
         [
             &self.delivery_queue_url,
+            &self.control_queue_url,
             &self.dead_letter_queue_url,
             &self.delivery_redrive_queue_url,
             &self.dead_letter_redrive_queue_url,
@@ -154,6 +161,14 @@ pub async fn provision(
         Some((&delivery_redrive_arn, max_receive_count)),
     )
     .await?;
+    // Its poison messages are parked with the delivery queue's: `gridrelay redrive queue` puts
+    // each kind back where it belongs.
+    let (control_queue_url, control_queue_arn) = create_queue(
+        &sqs,
+        &names.control_queue,
+        Some((&delivery_redrive_arn, max_receive_count)),
+    )
+    .await?;
     let (dead_letter_queue_url, dead_letter_queue_arn) = create_queue(
         &sqs,
         &names.dead_letter_queue,
@@ -189,6 +204,8 @@ pub async fn provision(
         names: names.clone(),
         delivery_queue_url,
         delivery_queue_arn,
+        control_queue_url,
+        control_queue_arn,
         dead_letter_queue_url,
         dead_letter_queue_arn,
         delivery_redrive_queue_url,

@@ -19,8 +19,8 @@ use serde_json::value::RawValue;
 
 use crate::fan_out::new_deliveries;
 use crate::{
-    MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError, StoreError,
-    SubscriptionStore,
+    MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError, ReceivedMessage,
+    StoreError, SubscriptionStore,
 };
 use gridrelay_shared::dead_letter::{
     FieldNaming, object_hour, object_is_for, read_record, render_object, subscription_folder,
@@ -84,28 +84,37 @@ pub enum QueueKind {
     DeadLetter,
 }
 
-/// What one message of `kind` is for; `None` for a body that is not one.
-fn describe(kind: QueueKind, body: &str) -> Option<(String, usize)> {
+/// What one message of `kind` is for (whose, how many events), and whether it is a
+/// subscription's handshake or expiry step (which goes to the control queue); `None` for a
+/// body that is not one.
+fn describe(kind: QueueKind, body: &str) -> Option<((String, usize), bool)> {
     match kind {
         QueueKind::Delivery => match DeliveryQueueMessage::from_body(body).ok()? {
-            DeliveryQueueMessage::Delivery(m) => {
-                Some((format!("{}/{}", m.topic, m.subscription), m.events.len()))
-            }
-            DeliveryQueueMessage::Validation(t) => {
-                Some((format!("{}/{} (validation)", t.topic, t.subscription), 0))
-            }
+            DeliveryQueueMessage::Delivery(m) => Some((
+                (format!("{}/{}", m.topic, m.subscription), m.events.len()),
+                false,
+            )),
+            DeliveryQueueMessage::Validation(t) => Some((
+                (format!("{}/{} (validation)", t.topic, t.subscription), 0),
+                true,
+            )),
         },
-        QueueKind::DeadLetter => DeadLetterMessage::from_body(body)
-            .ok()
-            .map(|m| (format!("{}/{}", m.topic, m.subscription), m.entries.len())),
+        QueueKind::DeadLetter => DeadLetterMessage::from_body(body).ok().map(|m| {
+            (
+                (format!("{}/{}", m.topic, m.subscription), m.entries.len()),
+                false,
+            )
+        }),
     }
 }
 
 /// Moves up to `max_messages` messages of `kind` from a redrive queue back to `to` (the queue
-/// they came from); bodies of another kind, or none, stay.
+/// they came from), subscriptions' handshake and expiry steps to `steps_to` (the control queue,
+/// whose poison messages are parked with the delivery queue's); bodies of another kind, or
+/// none, stay.
 pub async fn redrive_queue(
     from: &dyn MessageQueue,
-    to: &dyn MessageQueue,
+    (to, steps_to): (&dyn MessageQueue, &dyn MessageQueue),
     kind: QueueKind,
     dry_run: bool,
     max_messages: usize,
@@ -133,8 +142,8 @@ pub async fn redrive_queue(
                     continue;
                 }
                 match describe(kind, &message.body) {
-                    Some(about) if !dry_run => movable.push((about, message)),
-                    Some(about) => {
+                    Some((about, step)) if !dry_run => movable.push((about, step, message)),
+                    Some((about, _)) => {
                         report.count(about);
                         left.push(message.receipt_handle);
                     }
@@ -144,22 +153,18 @@ pub async fn redrive_queue(
                     }
                 }
             }
-            // One send for the batch (SQS: one SendMessageBatch), then each accepted message
-            // is deleted from the redrive queue.
-            let outgoing: Vec<OutgoingMessage> = movable
-                .iter()
-                .map(|(_, m)| OutgoingMessage {
-                    body: m.body.clone(),
-                    delay: Duration::ZERO,
-                })
-                .collect();
-            let sent = if outgoing.is_empty() {
-                Vec::new()
-            } else {
-                to.send_all(&outgoing).await
-            };
+            // One send for the batch (SQS: one SendMessageBatch) to each queue, then each
+            // accepted message is deleted from the redrive queue.
+            let (steps, deliveries): (Vec<_>, Vec<_>) =
+                movable.into_iter().partition(|(_, step, _)| *step);
+            let (sent_deliveries, sent_steps) =
+                futures::join!(send_back(to, &deliveries), send_back(steps_to, &steps));
+            let moved = deliveries
+                .into_iter()
+                .zip(sent_deliveries)
+                .chain(steps.into_iter().zip(sent_steps));
             let mut refused = None;
-            for ((about, message), result) in movable.into_iter().zip(sent) {
+            for ((about, _, message), result) in moved {
                 match result {
                     Ok(()) => {
                         from.delete_received(&message.receipt_handle).await?;
@@ -183,6 +188,24 @@ pub async fn redrive_queue(
         from.retry_after(&receipt, Duration::ZERO).await?;
     }
     result.map(|()| report)
+}
+
+/// Sends the bodies of `messages` to `queue` as they are, due at once.
+async fn send_back<T>(
+    queue: &dyn MessageQueue,
+    messages: &[(T, bool, ReceivedMessage)],
+) -> Vec<Result<(), QueueError>> {
+    if messages.is_empty() {
+        return Vec::new();
+    }
+    let outgoing: Vec<OutgoingMessage> = messages
+        .iter()
+        .map(|(_, _, m)| OutgoingMessage {
+            body: m.body.clone(),
+            delay: Duration::ZERO,
+        })
+        .collect();
+    queue.send_all(&outgoing).await
 }
 
 /// Which dead-lettered events to redrive.
@@ -628,15 +651,8 @@ mod tests {
         assert!(left.iter().any(|o| o.contains(r#""id":"z""#)));
     }
 
-    /// A queue redrive moves the messages of its queue's kind back to their queue, and leaves
-    /// (visible again) those it cannot read or that are of another kind; its dry run moves
-    /// nothing.
-    #[test]
-    fn a_redrive_queue_goes_back_to_its_queue() {
-        let clock = Arc::new(ManualClock::new(at(13)));
-        let parked = MemoryQueue::new(clock.clone());
-        let delivery = MemoryQueue::new(clock);
-        let w = world();
+    /// The body of a delivery message of one event for the world's subscription.
+    fn one_delivery(w: &World) -> String {
         let message = DeliveryMessage::packed(
             &DeliveryHistory::new(&w.sub),
             at(13),
@@ -645,7 +661,12 @@ mod tests {
                 RawValue::from_string(r#"{"id":"p"}"#.into()).unwrap(),
             )],
         );
-        let bodies = [message[0].to_body().unwrap(), "not a message".to_string()];
+        message[0].to_body().unwrap()
+    }
+
+    /// A redrive queue holding `bodies`.
+    fn parked_with(clock: Arc<ManualClock>, bodies: &[String]) -> MemoryQueue {
+        let parked = MemoryQueue::new(clock);
         let outgoing: Vec<OutgoingMessage> = bodies
             .iter()
             .map(|b| OutgoingMessage {
@@ -654,10 +675,23 @@ mod tests {
             })
             .collect();
         block_on(parked.send_all(&outgoing));
+        parked
+    }
+
+    /// A queue redrive moves the messages of its queue's kind back to their queue, and leaves
+    /// (visible again) those it cannot read or that are of another kind; its dry run moves
+    /// nothing.
+    #[test]
+    fn a_redrive_queue_goes_back_to_its_queue() {
+        let clock = Arc::new(ManualClock::new(at(13)));
+        let delivery = MemoryQueue::new(clock.clone());
+        let w = world();
+        let bodies = [one_delivery(&w), "not a message".to_string()];
+        let parked = parked_with(clock, &bodies);
 
         let dry = block_on(redrive_queue(
             &parked,
-            &delivery,
+            (&delivery, &delivery),
             QueueKind::Delivery,
             true,
             100,
@@ -677,7 +711,7 @@ mod tests {
         // Delivery messages are not what a dead-letter queue takes: they stay.
         let wrong = block_on(redrive_queue(
             &parked,
-            &delivery,
+            (&delivery, &delivery),
             QueueKind::DeadLetter,
             false,
             100,
@@ -688,7 +722,7 @@ mod tests {
 
         let done = block_on(redrive_queue(
             &parked,
-            &delivery,
+            (&delivery, &delivery),
             QueueKind::Delivery,
             false,
             100,
@@ -699,5 +733,36 @@ mod tests {
         let left = parked.visible();
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].body, "not a message");
+    }
+
+    /// #34 item 12: a subscription's handshake or expiry step parked with the delivery queue's
+    /// messages goes back to the control queue, the deliveries to the delivery queue.
+    #[test]
+    fn a_parked_step_goes_back_to_the_control_queue() {
+        use gridrelay_shared::message::ValidationTask;
+        use gridrelay_shared::validation::ValidationStep;
+        let clock = Arc::new(ManualClock::new(at(13)));
+        let delivery = MemoryQueue::new(clock.clone());
+        let control = MemoryQueue::new(clock.clone());
+        let w = world();
+        let step =
+            DeliveryQueueMessage::Validation(ValidationTask::new(&w.sub, ValidationStep::Expire));
+        let bodies = [one_delivery(&w), step.to_body().unwrap()];
+        let parked = parked_with(clock, &bodies);
+
+        let done = block_on(redrive_queue(
+            &parked,
+            (&delivery, &control),
+            QueueKind::Delivery,
+            false,
+            100,
+        ))
+        .unwrap();
+        assert_eq!(done.messages(), 2);
+        assert_eq!(delivery.visible().len(), 1);
+        assert_eq!(delivery.visible()[0].body, bodies[0]);
+        assert_eq!(control.visible().len(), 1);
+        assert_eq!(control.visible()[0].body, bodies[1]);
+        assert!(parked.visible().is_empty());
     }
 }

@@ -63,8 +63,8 @@ pub struct Registry<'a> {
     pub secrets: &'a dyn SecretStore,
     /// Name prefix of secrets (see `gridrelay_adapters::config::SECRET_PREFIX_ENV`).
     pub secret_prefix: &'a str,
-    /// The delivery queue, where the handshake is asked for.
-    pub delivery_queue: &'a dyn MessageQueue,
+    /// The control queue, where the handshake and expiry steps are asked for (#34 item 12).
+    pub control_queue: &'a dyn MessageQueue,
     /// Which endpoints may be registered ([`crate::endpoints`]).
     pub endpoints: &'a dyn EndpointGate,
     /// Where dead-letter locations are checked (S3 on AWS).
@@ -318,7 +318,7 @@ impl Registry<'_> {
         })
     }
 
-    /// Asks the service for a step of a subscription's life, through the delivery queue, at
+    /// Asks the service for a step of a subscription's life, through the control queue, at
     /// `at` (now if `None`; a later time is asked again by the step until it comes).
     async fn ask(
         &self,
@@ -333,7 +333,7 @@ impl Registry<'_> {
             .and_then(|at| (at - now).to_std().ok())
             .unwrap_or_default();
         let sent = self
-            .delivery_queue
+            .control_queue
             .send_all(&[OutgoingMessage {
                 body,
                 delay: queue_delay(wait),
@@ -456,7 +456,7 @@ mod tests {
                 store: &self.store,
                 secrets: &self.secrets,
                 secret_prefix: "gridrelay",
-                delivery_queue: &self.queue,
+                control_queue: &self.queue,
                 endpoints: &crate::endpoints::AnyEndpoint,
                 dead_letters: &self.objects,
                 resources: &self.destinations,

@@ -493,6 +493,9 @@ impl World {
         let ports = DeliverPorts {
             store: store.clone(),
             delivery_queue: delivery_queue.clone(),
+            // One queue for deliveries and handshake steps here, as before the control queue:
+            // what reads one reads both.
+            control_queue: delivery_queue.clone(),
             dead_letter_queue: dead_queue.clone(),
             resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
             clock: clock.clone(),
@@ -558,7 +561,7 @@ impl World {
             store: self.memory_store.as_ref(),
             secrets: &secrets,
             secret_prefix: "gridrelay",
-            delivery_queue: self.delivery.as_ref(),
+            control_queue: self.delivery.as_ref(),
             endpoints: &gridrelay_ports::endpoints::AnyEndpoint,
             dead_letters: self.objects.as_ref(),
             resources: &destinations,

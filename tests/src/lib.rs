@@ -148,17 +148,21 @@ impl TestSystem {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let names = ResourceNames::with_prefix(&format!("t{}", &id[..12]));
         let scale = TimeScale::new(scale).expect("valid scale");
-        // Failed messages come back after 3 s, or after one attempt and twice the margin if that is
-        // longer; an invocation may run as long as its messages stay hidden.
+        // An invocation may run 3 s, or one attempt and twice the margin if that is longer (the
+        // shortest the runner accepts). Its messages stay hidden a second longer: the poller
+        // starts the invocation's clock after the receive returns and deletes after it ends, and
+        // on a loaded emulator those take time (as on AWS, where the visibility timeout should
+        // exceed the function's); equal, a delete could come after the message was received
+        // again, a duplicate.
         let margin = Duration::from_secs(1);
-        let hidden = Duration::from_secs(3).max(scale.apply(ATTEMPT_TIMEOUT) + margin * 2);
+        let invocation = Duration::from_secs(3).max(scale.apply(ATTEMPT_TIMEOUT) + margin * 2);
         let mut config = RunnerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             scale,
-            visibility_timeout: hidden,
+            visibility_timeout: invocation + Duration::from_secs(1),
             max_receive_count: 2,
             concurrency: 4,
-            function_timeout: hidden,
+            function_timeout: invocation,
             deadline_margin: margin,
             ..RunnerConfig::default()
         };
@@ -258,7 +262,7 @@ impl TestSystem {
             store: self.system.store.as_ref(),
             secrets: &self.secrets,
             secret_prefix: &self.names.secret_prefix,
-            delivery_queue: self.system.delivery_queue.as_ref(),
+            control_queue: self.system.control_queue.as_ref(),
             endpoints: &self.endpoints,
             dead_letters: &self.objects,
             resources: &self.resources,

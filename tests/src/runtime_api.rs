@@ -196,6 +196,7 @@ impl LambdaProcess {
                 "GRIDRELAY_DELIVERY_QUEUE_URL",
                 &resources.delivery_queue_url,
             )
+            .env("GRIDRELAY_CONTROL_QUEUE_URL", &resources.control_queue_url)
             .env(
                 "GRIDRELAY_DEAD_LETTER_QUEUE_URL",
                 &resources.dead_letter_queue_url,

@@ -33,7 +33,7 @@ use gridrelay_ports::{
     ResourceSender, SecretError, SecretStore, SubscriptionStore, back_off,
 };
 use gridrelay_shared::classify::AttemptResult;
-use gridrelay_shared::deadline::until_stop;
+use gridrelay_shared::deadline::{reply_margin, until_stop};
 use gridrelay_shared::delivery::{
     ATTEMPT_TIMEOUT, Arrival, BatchAttempt, DeliveryRules, GiveUp, LATE_ANSWER_WINDOW, Settlement,
     merge_retries, on_arrival, settle_attempt,
@@ -188,6 +188,9 @@ pub struct Deliver {
 pub struct DeliverPorts {
     pub store: Arc<dyn SubscriptionStore>,
     pub delivery_queue: Arc<dyn MessageQueue>,
+    /// Where subscriptions' handshake and expiry steps go (#34 item 12: control work never
+    /// waits behind a bulk backlog of deliveries); the delivery queue where there is none.
+    pub control_queue: Arc<dyn MessageQueue>,
     pub dead_letter_queue: Arc<dyn MessageQueue>,
     /// AWS resource destinations (S4).
     pub resources: Arc<dyn ResourceSender>,
@@ -363,6 +366,8 @@ struct Outgoing {
 struct Plan {
     failed: BTreeSet<usize>,
     to_delivery: Vec<Outgoing>,
+    /// Handshake and expiry steps, for the control queue.
+    to_control: Vec<Outgoing>,
     to_dead_letter: Vec<Outgoing>,
     /// What happened to each subscription's events; the invocation's report is their sum.
     by_subscription: MetricsBySubscription,
@@ -574,17 +579,9 @@ impl Deliver {
         }
         self.settle(&groups, attempted, &mut plan);
         self.send(&mut plan, deadline).await;
-        // Failed records come back after their short wait, not the whole visibility timeout.
-        let backed_off = back_off(
-            self.ports.delivery_queue.as_ref(),
-            failed_receipts(&event, plan.failed.iter().copied()),
-            self.settings.scale,
-        );
-        if self.before_stop(deadline, backed_off).await.is_none() {
-            warn!(
-                "failed records come back after the visibility timeout: the invocation's deadline came before their shorter wait was set"
-            );
-        }
+        let steps: BTreeSet<usize> = validations.iter().map(|(i, _)| *i).collect();
+        self.back_off_failed(&event, &plan.failed, &steps, deadline)
+            .await;
         let late_wait = self.settings.late_answer_wait.min(self.time_left(deadline));
         let late = self.await_late_answers(std::mem::take(&mut plan.late), late_wait);
         if self.before_stop(deadline, late).await.is_none() {
@@ -620,6 +617,37 @@ impl Deliver {
         }
     }
 
+    /// Failed records come back after their short wait, not the whole visibility timeout, each
+    /// from the queue it came from: `steps` (handshake and expiry steps) from the control queue,
+    /// the rest from the delivery queue.
+    async fn back_off_failed(
+        &self,
+        event: &SqsEvent,
+        failed: &BTreeSet<usize>,
+        steps: &BTreeSet<usize>,
+        deadline: DateTime<Utc>,
+    ) {
+        let (failed_steps, failed_deliveries): (Vec<usize>, Vec<usize>) =
+            failed.iter().partition(|i| steps.contains(i));
+        let backed_off = futures::future::join(
+            back_off(
+                self.ports.delivery_queue.as_ref(),
+                failed_receipts(event, failed_deliveries),
+                self.settings.scale,
+            ),
+            back_off(
+                self.ports.control_queue.as_ref(),
+                failed_receipts(event, failed_steps),
+                self.settings.scale,
+            ),
+        );
+        if self.before_stop(deadline, backed_off).await.is_none() {
+            warn!(
+                "failed records come back after the visibility timeout: the invocation's deadline came before their shorter wait was set"
+            );
+        }
+    }
+
     /// Runs the handshake steps, all at the same time; a step that could not reach the store is
     /// left for SQS to redeliver.
     /// Steps left too near the deadline to finish a handshake are handed on unchanged.
@@ -633,7 +661,7 @@ impl Deliver {
             for (i, task) in validations {
                 let body = DeliveryQueueMessage::Validation(task.clone()).to_body();
                 push_encoded(
-                    &mut plan.to_delivery,
+                    &mut plan.to_control,
                     &mut plan.failed,
                     std::iter::once(body),
                     &BTreeSet::from([*i]),
@@ -650,7 +678,7 @@ impl Deliver {
         for (i, span, result) in futures::future::join_all(steps).await {
             let _span = span.entered();
             match result {
-                Some(Ok(Some(next))) => plan.to_delivery.push(Outgoing {
+                Some(Ok(Some(next))) => plan.to_control.push(Outgoing {
                     message: next,
                     records: BTreeSet::from([i]),
                 }),
@@ -882,15 +910,16 @@ impl Deliver {
         deadline.min(most)
     }
 
-    /// Runs `step` until [`REPLY_MARGIN`](gridrelay_shared::deadline::REPLY_MARGIN) before
-    /// `deadline` (#34 item 12); `None` (and `step` dropped) if
-    /// that came first. Without a deadline, `step` runs to its end.
+    /// Runs `step` until the reply margin ([`reply_margin`] of the deadline margin) before
+    /// `deadline` (#34 item 12); `None` (and `step` dropped) if that came first. Without a
+    /// deadline, `step` runs to its end.
     pub(crate) async fn before_stop<T>(
         &self,
         deadline: DateTime<Utc>,
         step: impl std::future::Future<Output = T>,
     ) -> Option<T> {
-        match until_stop(self.ports.clock.now(), deadline) {
+        let reply_margin = reply_margin(self.settings.deadline_margin);
+        match until_stop(self.ports.clock.now(), deadline, reply_margin) {
             None => Some(step.await),
             Some(left) => tokio::time::timeout(left, step).await.ok(),
         }
@@ -996,19 +1025,23 @@ impl Deliver {
     async fn send(&self, plan: &mut Plan, deadline: DateTime<Utc>) {
         let delivery: Vec<OutgoingMessage> =
             plan.to_delivery.iter().map(|o| o.message.clone()).collect();
+        let control: Vec<OutgoingMessage> =
+            plan.to_control.iter().map(|o| o.message.clone()).collect();
         let dead: Vec<OutgoingMessage> = plan
             .to_dead_letter
             .iter()
             .map(|o| o.message.clone())
             .collect();
-        let (sent_delivery, sent_dead) = futures::join!(
+        let (sent_delivery, sent_control, sent_dead) = futures::join!(
             self.send_before_stop(self.ports.delivery_queue.as_ref(), &delivery, deadline),
+            self.send_before_stop(self.ports.control_queue.as_ref(), &control, deadline),
             self.send_before_stop(self.ports.dead_letter_queue.as_ref(), &dead, deadline)
         );
         let outcomes = plan
             .to_delivery
             .iter()
             .zip(sent_delivery)
+            .chain(plan.to_control.iter().zip(sent_control))
             .chain(plan.to_dead_letter.iter().zip(sent_dead));
         let mut failed = Vec::new();
         for (outgoing, result) in outcomes {

@@ -11,9 +11,9 @@ use gridrelay_adapters::aws::{
     function_queue_key, load_sdk_config, sealed_records, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::{
-    DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV,
-    TableNames, WEBHOOK_ORIGIN_ENV, allowed_networks_from_env, config_cache_from_env,
-    delivery_destinations_from_env, required,
+    CONTROL_QUEUE_URL_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV,
+    DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV, TableNames, WEBHOOK_ORIGIN_ENV,
+    allowed_networks_from_env, config_cache_from_env, delivery_destinations_from_env, required,
 };
 use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverPorts, DeliverySettings, metrics};
 use gridrelay_ports::{RandomJitter, SystemClock};
@@ -40,6 +40,10 @@ async fn run() -> Result<(), Error> {
         DEAD_LETTER_QUEUE_URL_ENV,
         "the SQS queue of events to dead-letter",
     )?;
+    let control_queue_url = std::env::var(CONTROL_QUEUE_URL_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| delivery_queue_url.clone());
     let settings = DeliverySettings {
         public_url: std::env::var(PUBLIC_URL_ENV).ok().filter(|v| !v.is_empty()),
         webhook_origin: std::env::var(WEBHOOK_ORIGIN_ENV)
@@ -50,6 +54,7 @@ async fn run() -> Result<(), Error> {
         outbound: OutboundPolicy::new(allowed_networks_from_env()?),
         destinations: delivery_destinations_from_env(&[
             &delivery_queue_url,
+            &control_queue_url,
             &dead_letter_queue_url,
         ])?,
         ..DeliverySettings::new(scale)
@@ -62,6 +67,7 @@ async fn run() -> Result<(), Error> {
     let ports = DeliverPorts {
         store: subscription_store(&sdk, TableNames::from_env(), keep),
         delivery_queue: Arc::new(SqsQueue::new(sqs.clone(), delivery_queue_url, key.clone())),
+        control_queue: Arc::new(SqsQueue::new(sqs.clone(), control_queue_url, key.clone())),
         dead_letter_queue: Arc::new(SqsQueue::new(sqs, dead_letter_queue_url, key.clone())),
         resources: Arc::new(AwsResourceSender::from_sdk(&sdk)),
         clock: Arc::new(SystemClock),

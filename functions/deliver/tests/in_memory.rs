@@ -89,6 +89,9 @@ impl World {
         let ports = DeliverPorts {
             store: store.clone(),
             delivery_queue: delivery.clone(),
+            // One queue for deliveries and handshake steps here, as before the control queue:
+            // what reads one reads both.
+            control_queue: delivery.clone(),
             dead_letter_queue: dead.clone(),
             resources: resources.clone(),
             clock: clock.clone(),
@@ -291,7 +294,7 @@ fn registry<'a>(
         store,
         secrets,
         secret_prefix: "gridrelay",
-        delivery_queue: delivery,
+        control_queue: delivery,
         endpoints: &gridrelay_ports::endpoints::AnyEndpoint,
         dead_letters: &*BUCKETS,
         resources: &*DESTINATIONS,
@@ -1486,6 +1489,8 @@ fn another_worker(w: &World) -> Deliver {
     let ports = DeliverPorts {
         store: w.store.clone(),
         delivery_queue: w.delivery.clone(),
+        // One queue for deliveries and handshake steps here.
+        control_queue: w.delivery.clone(),
         dead_letter_queue: w.dead.clone(),
         resources: w.resources.clone(),
         clock: w.clock.clone(),

@@ -26,6 +26,8 @@ import { Construct } from 'constructs';
 
 /** SQS's largest message (1 MiB): events up to Event Grid's 1 MB travel in one. */
 const MAX_MESSAGE_SIZE_BYTES = 1_048_576;
+/** The control queue's event source: the least maximum concurrency SQS event sources allow. */
+const CONTROL_MAX_CONCURRENCY = 2;
 
 export interface GridrelayProps {
   /** Delivery queue messages per deliver invocation. Default 10: the most AWS allows without a
@@ -42,7 +44,8 @@ export interface GridrelayProps {
    * account's concurrency. Default 50. docs/deploying.md, "Concurrency and the account". */
   readonly deliverMaxConcurrency?: number;
   /** Concurrency reserved for deliver, from the account's unreserved pool. At least
-   * deliverMaxConcurrency, or the event source is throttled. Default: none reserved. */
+   * deliverMaxConcurrency plus 2 (the control queue's event source), or the event sources are
+   * throttled. Default: none reserved. */
   readonly deliverReservedConcurrency?: number;
   /** Concurrency reserved for ingest, so other functions can never throttle publishing.
    * Default: none reserved. */
@@ -99,6 +102,9 @@ export class Gridrelay extends Construct {
   public readonly subscriptionsTable: dynamodb.Table;
   public readonly deliveryStateTable: dynamodb.Table;
   public readonly deliveryQueue: sqs.Queue;
+  /** Subscriptions' handshake and expiry steps (control work), apart from the deliveries so they
+   * never wait behind a bulk backlog (#34 item 12); deliver consumes it too. */
+  public readonly controlQueue: sqs.Queue;
   public readonly deliveryRedriveQueue: sqs.Queue;
   public readonly deadLetterQueue: sqs.Queue;
   public readonly deadLetterRedriveQueue: sqs.Queue;
@@ -137,15 +143,19 @@ export class Gridrelay extends Construct {
       });
     this.deliveryRedriveQueue = redrive('DeliveryRedriveQueue');
     this.deadLetterRedriveQueue = redrive('DeadLetterRedriveQueue');
-    this.deliveryQueue = new sqs.Queue(this, 'DeliveryQueue', {
+    // The queues the deliver function consumes: visibility at least six times its timeout;
+    // poison messages parked in the delivery redrive queue.
+    const consumed = (id: string) => new sqs.Queue(this, id, {
       maxMessageSizeBytes: MAX_MESSAGE_SIZE_BYTES,
-      // At least six times the deliver function's timeout.
       visibilityTimeout: Duration.seconds(1800),
       retentionPeriod: Duration.days(4),
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
       deadLetterQueue: { queue: this.deliveryRedriveQueue, maxReceiveCount },
     });
+    this.deliveryQueue = consumed('DeliveryQueue');
+    // #34 item 12: handshake and expiry steps, apart from the deliveries.
+    this.controlQueue = consumed('ControlQueue');
     this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
       maxMessageSizeBytes: MAX_MESSAGE_SIZE_BYTES,
       // L4: five minutes between the last attempt and the write.
@@ -250,7 +260,8 @@ export class Gridrelay extends Construct {
         arnFormat: ArnFormat.COLON_RESOURCE_NAME,
       }),
     ]);
-    allow(this.deliver, ['sqs:SendMessage'], [this.deliveryQueue.queueArn, this.deadLetterQueue.queueArn]);
+    allow(this.deliver, ['sqs:SendMessage'],
+      [this.deliveryQueue.queueArn, this.controlQueue.queueArn, this.deadLetterQueue.queueArn]);
     // S4: AWS resource destinations, only those named (none by default). Each action applies
     // to its own service's ARNs: SendMessageBatch is sqs:SendMessage, PublishBatch
     // sns:Publish, an asynchronous Invoke lambda:InvokeFunction.
@@ -270,6 +281,12 @@ export class Gridrelay extends Construct {
       batchSize: props.deliveryBatchSize ?? 10,
       maxBatchingWindow: props.deliveryBatchingWindow,
       maxConcurrency: limits.deliverMax,
+      reportBatchItemFailures: true,
+    }));
+    // Control work is light and must not take the account's concurrency: the least SQS allows.
+    this.deliver.addEventSource(new SqsEventSource(this.controlQueue, {
+      batchSize: 10,
+      maxConcurrency: CONTROL_MAX_CONCURRENCY,
       reportBatchItemFailures: true,
     }));
     this.deadLetter.addEventSource(new SqsEventSource(this.deadLetterQueue, {
@@ -300,6 +317,8 @@ export class Gridrelay extends Construct {
     this.deliver.addEnvironment('GRIDRELAY_DELIVERY_DESTINATIONS', limits.deliveryDestinationArns.join(','));
     // The stack's own queues: never a destination, whatever the list above allows.
     this.deliver.addEnvironment('GRIDRELAY_OWN_QUEUES', this.ownQueueArns());
+    // #34 item 12: subscriptions' handshake and expiry steps, apart from the deliveries.
+    this.deliver.addEnvironment('GRIDRELAY_CONTROL_QUEUE_URL', this.controlQueue.queueUrl);
 
     this.alarms(props.alarmTopic);
   }
@@ -346,7 +365,7 @@ export class Gridrelay extends Construct {
 
   /** The ARNs of the stack's own queues, comma-separated: no subscription may deliver to them. */
   public ownQueueArns(): string {
-    return [this.deliveryQueue, this.deadLetterQueue, this.deliveryRedriveQueue, this.deadLetterRedriveQueue]
+    return [this.deliveryQueue, this.controlQueue, this.deadLetterQueue, this.deliveryRedriveQueue, this.deadLetterRedriveQueue]
       .map((q) => q.queueArn)
       .join(',');
   }
@@ -355,6 +374,7 @@ export class Gridrelay extends Construct {
   public addOutputs() {
     new CfnOutput(this, 'QueueKeySecret', { value: this.queueKey.secretArn, description: 'Set GRIDRELAY_QUEUE_KEY_SECRET to it (the command line seals what it sends to the delivery queue with its key).' });
     new CfnOutput(this, 'OwnQueues', { value: this.ownQueueArns(), description: 'Set GRIDRELAY_OWN_QUEUES to it (the command line then refuses them as destinations).' });
+    new CfnOutput(this, 'ControlQueueUrl', { value: this.controlQueue.queueUrl, description: "Set GRIDRELAY_CONTROL_QUEUE_URL to it (the command line sends subscriptions' handshake and expiry steps to it)." });
     new CfnOutput(this, 'PublishUrl', { value: this.publishUrl, description: 'Set GRIDRELAY_PUBLISH_URL to it.' });
     new CfnOutput(this, 'TopicsTableName', { value: this.topicsTable.tableName, description: 'Set GRIDRELAY_TOPICS_TABLE to it.' });
     new CfnOutput(this, 'SubscriptionsTableName', { value: this.subscriptionsTable.tableName, description: 'Set GRIDRELAY_SUBSCRIPTIONS_TABLE to it.' });
@@ -372,8 +392,11 @@ export function checkedSettings(props: GridrelayProps) {
   };
   const deliverMax = whole('deliverMaxConcurrency', props.deliverMaxConcurrency, 2, 1000) ?? 50;
   const deadLetterMax = whole('deadLetterMaxConcurrency', props.deadLetterMaxConcurrency, 2, 1000) ?? 5;
-  const deliverReserved = whole('deliverReservedConcurrency', props.deliverReservedConcurrency, deliverMax, 10000,
-    ' (deliverMaxConcurrency: less would throttle the event source)');
+  // Lambda wants reserved concurrency to cover every SQS event source's maximum together: the
+  // delivery queue's and the control queue's 2.
+  const deliverReserved = whole('deliverReservedConcurrency', props.deliverReservedConcurrency,
+    deliverMax + CONTROL_MAX_CONCURRENCY, 10000,
+    ` (deliverMaxConcurrency plus the control queue's ${CONTROL_MAX_CONCURRENCY}: less would throttle the event sources)`);
   const ingestReserved = whole('ingestReservedConcurrency', props.ingestReservedConcurrency, 1, 10000);
   const configCacheSeconds = whole('configCacheSeconds', props.configCacheSeconds, 0, 300) ?? 10;
   const allowedNetworks = props.allowedNetworks ?? [];

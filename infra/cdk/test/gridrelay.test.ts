@@ -47,20 +47,29 @@ test('event sources cap their invocations; nothing is reserved unless asked for'
     EventSourceArn: { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
     ScalingConfig: { MaximumConcurrency: 5 },
   });
+  // #34 item 12: control work takes the least SQS allows, whatever deliverMaxConcurrency is.
+  template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+    EventSourceArn: { 'Fn::GetAtt': [ref(construct.controlQueue), 'Arn'] },
+    ScalingConfig: { MaximumConcurrency: 2 },
+  });
   for (const fn of Object.values(template.findResources('AWS::Lambda::Function'))) {
     assert.equal(fn.Properties.ReservedConcurrentExecutions, undefined);
   }
   const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
   const reserved = new Stack(app, 'Reserved');
   const g = new Gridrelay(reserved, 'Gridrelay', {
-    deliverMaxConcurrency: 20, deliverReservedConcurrency: 20, ingestReservedConcurrency: 10,
+    deliverMaxConcurrency: 20, deliverReservedConcurrency: 22, ingestReservedConcurrency: 10,
   });
   const t = Template.fromStack(reserved);
   t.hasResourceProperties('AWS::Lambda::EventSourceMapping', { ScalingConfig: { MaximumConcurrency: 20 } });
+  t.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+    EventSourceArn: { 'Fn::GetAtt': [reserved.resolve((g.controlQueue.node.defaultChild as unknown as { logicalId: string }).logicalId), 'Arn'] },
+    ScalingConfig: { MaximumConcurrency: 2 },
+  });
   const reservedOf = (f: { node: { defaultChild?: unknown } }) =>
     t.findResources('AWS::Lambda::Function')[reserved.resolve((f.node.defaultChild as { logicalId: string }).logicalId)]
       .Properties.ReservedConcurrentExecutions;
-  assert.equal(reservedOf(g.deliver), 20);
+  assert.equal(reservedOf(g.deliver), 22);
   assert.equal(reservedOf(g.ingest), 10);
   assert.equal(reservedOf(g.deadLetter), undefined);
 });
@@ -73,7 +82,10 @@ test('concurrency props out of range are refused, naming the prop, its value and
   assert.throws(() => build({ deliverMaxConcurrency: 1 }), /deliverMaxConcurrency is 1; it must be a whole number from 2 to 1000/);
   assert.throws(() => build({ deadLetterMaxConcurrency: 1001 }), /deadLetterMaxConcurrency is 1001; .* from 2 to 1000/);
   assert.throws(() => build({ deliverMaxConcurrency: 100, deliverReservedConcurrency: 40 }),
-    /deliverReservedConcurrency is 40; it must be a whole number from 100 \(deliverMaxConcurrency/);
+    /deliverReservedConcurrency is 40; it must be a whole number from 102 \(deliverMaxConcurrency plus the control queue's 2/);
+  // Both event sources' maxima together: the delivery queue's alone is not enough.
+  assert.throws(() => build({ deliverMaxConcurrency: 20, deliverReservedConcurrency: 20 }),
+    /deliverReservedConcurrency is 20; it must be a whole number from 22/);
   assert.throws(() => build({ ingestReservedConcurrency: 2.5 }), /ingestReservedConcurrency is 2.5/);
   assert.throws(() => build({ configCacheSeconds: 301 }), /configCacheSeconds is 301; it must be a whole number from 0 to 300/);
   assert.throws(() => build({ allowedNetworks: ['10.0.0.0/8', 'intranet'] }), /allowedNetworks has "intranet"; each must be an IPv4 or IPv6 CIDR/);
@@ -105,7 +117,7 @@ test('publish route and validation URL route on an HTTP API', () => {
 });
 
 test('event-source mappings report batch item failures', () => {
-  template.resourceCountIs('AWS::Lambda::EventSourceMapping', 2);
+  template.resourceCountIs('AWS::Lambda::EventSourceMapping', 3);
   template.allResourcesProperties('AWS::Lambda::EventSourceMapping', {
     FunctionResponseTypes: ['ReportBatchItemFailures'],
     BatchSize: 10,
@@ -119,6 +131,14 @@ test('event-source mappings report batch item failures', () => {
     FunctionName: { Ref: ref(construct.deadLetter) },
     MaximumBatchingWindowInSeconds: 30,
   });
+  // #34 item 12: deliver also consumes the control queue, without a batching window.
+  const control = template.findResources('AWS::Lambda::EventSourceMapping', {
+    Properties: { EventSourceArn: { 'Fn::GetAtt': [ref(construct.controlQueue), 'Arn'] } },
+  });
+  assert.equal(Object.keys(control).length, 1);
+  const mapping = Object.values(control)[0].Properties;
+  assert.deepEqual(mapping.FunctionName, { Ref: ref(construct.deliver) });
+  assert.equal(mapping.MaximumBatchingWindowInSeconds, undefined);
 });
 
 test('queues: redrive for poison messages, five-minute dead-letter delay (L4)', () => {
@@ -127,9 +147,36 @@ test('queues: redrive for poison messages, five-minute dead-letter delay (L4)', 
     RedrivePolicy: { deadLetterTargetArn: Match.anyValue(), maxReceiveCount: 10 },
   });
   template.hasResourceProperties('AWS::SQS::Queue', { VisibilityTimeout: 1800, RedrivePolicy: Match.anyValue() });
-  template.resourceCountIs('AWS::SQS::Queue', 4);
+  template.resourceCountIs('AWS::SQS::Queue', 5);
   // Events up to 1 MB (#11 item 6): every queue takes SQS's largest message.
-  template.resourcePropertiesCountIs('AWS::SQS::Queue', { MaximumMessageSize: 1048576 }, 4);
+  template.resourcePropertiesCountIs('AWS::SQS::Queue', { MaximumMessageSize: 1048576 }, 5);
+});
+
+test('#34 item 12: the control queue is the delivery queue\'s twin, parked in the same redrive queue', () => {
+  const queues = template.findResources('AWS::SQS::Queue');
+  const control = queues[ref(construct.controlQueue)].Properties;
+  const delivery = queues[ref(construct.deliveryQueue)].Properties;
+  for (const setting of ['VisibilityTimeout', 'SqsManagedSseEnabled', 'MessageRetentionPeriod', 'RedrivePolicy']) {
+    assert.deepEqual(control[setting], delivery[setting], setting);
+  }
+  assert.deepEqual(control.RedrivePolicy, {
+    deadLetterTargetArn: { 'Fn::GetAtt': [ref(construct.deliveryRedriveQueue), 'Arn'] },
+    maxReceiveCount: 10,
+  });
+  // Only deliver is told of it.
+  const url = { Ref: ref(construct.controlQueue) };
+  const told = template.findResources('AWS::Lambda::Function', {
+    Properties: { Environment: { Variables: { GRIDRELAY_CONTROL_QUEUE_URL: url } } },
+  });
+  assert.deepEqual(Object.keys(told), [ref(construct.deliver)]);
+  // What the command line needs: the queue's URL, and the queue among the stack's own.
+  const outputs = template.findOutputs('*');
+  const output = Object.entries(outputs).filter(([id]) => id.includes('ControlQueueUrl'));
+  assert.equal(output.length, 1);
+  assert.deepEqual(output[0][1].Value, url);
+  assert.match(output[0][1].Description, /^Set GRIDRELAY_CONTROL_QUEUE_URL to it/);
+  const own = Object.entries(outputs).filter(([id]) => id.includes('OwnQueues'));
+  assert.match(JSON.stringify(own[0][1].Value), new RegExp(`"${ref(construct.controlQueue)}","Arn"`));
 });
 
 test('delivery state table expires its records (D1, R4)', () => {
@@ -187,9 +234,9 @@ test('deliver writes to no AWS resource unless deliveryDestinationArns names it 
   };
   const none = deliverOf({});
   assert.equal(none.env.GRIDRELAY_DELIVERY_DESTINATIONS, '');
-  // #34 item 2: the stack's four queues, refused as destinations whatever the list allows.
+  // #34 item 2: the stack's five queues, refused as destinations whatever the list allows.
   const own = JSON.stringify(none.env.GRIDRELAY_OWN_QUEUES);
-  for (const queue of ['DeliveryQueue', 'DeadLetterQueue', 'DeliveryRedriveQueue', 'DeadLetterRedriveQueue']) {
+  for (const queue of ['DeliveryQueue', 'ControlQueue', 'DeadLetterQueue', 'DeliveryRedriveQueue', 'DeadLetterRedriveQueue']) {
     assert.match(own, new RegExp(`"[A-Za-z0-9]*${queue}[0-9A-F]{8}","Arn"`), `GRIDRELAY_OWN_QUEUES names ${queue}: ${own}`);
   }
   assert.ok(!JSON.stringify(none.statements).includes('sns:Publish'), 'no destination actions without destinations');
@@ -250,7 +297,7 @@ test('#34 item 2: each function reads the generated queue key, and only that sec
   assert.deepEqual(deliver[1], key);
 });
 
-test('least privilege: deliver consumes its queue and sends to the two queues only', () => {
+test('least privilege: deliver consumes its two queues and sends to the three queues only', () => {
   const g = grants(construct.deliver);
   for (const [action, resources] of g) {
     assert.ok(!action.includes('*'), `wildcard action ${action}`);
@@ -261,15 +308,21 @@ test('least privilege: deliver consumes its queue and sends to the two queues on
   assert.deepEqual(g.get('dynamodb:PutItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
   assert.deepEqual(g.get('dynamodb:UpdateItem'), [state]);
   assert.deepEqual(g.get('dynamodb:DeleteItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
+  const deliveryQueue = { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] };
+  const controlQueue = { 'Fn::GetAtt': [ref(construct.controlQueue), 'Arn'] };
   assert.deepEqual(g.get('sqs:SendMessage'), [
-    { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] },
+    deliveryQueue,
+    controlQueue,
     { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
   ]);
+  // Its event sources (#34 item 12): the same on the control queue as on the delivery queue.
+  for (const action of ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:ChangeMessageVisibility', 'sqs:GetQueueUrl']) {
+    assert.deepEqual(g.get(action), [deliveryQueue, controlQueue], action);
+  }
   const secrets = JSON.stringify(g.get('secretsmanager:GetSecretValue'));
   assert.ok(secrets.includes(':secret:gridrelay/*'), `secrets only under the prefix: ${secrets}`);
   const deleted = JSON.stringify(g.get('secretsmanager:DeleteSecret'));
   assert.ok(deleted.includes(':secret:gridrelay/*'), `expired subscriptions' secrets only under the prefix: ${deleted}`);
-  assert.ok(g.get('sqs:ReceiveMessage')?.length, 'the event source can receive');
   assert.ok(!g.has('s3:PutObject'), 'deliver never writes to S3');
 });
 
@@ -286,4 +339,12 @@ test('least privilege: dead-letter writes objects in its bucket and announces th
     { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
     { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] },
   ]);
+});
+
+test('#34 item 12: only deliver may touch the control queue', () => {
+  const control = JSON.stringify({ 'Fn::GetAtt': [ref(construct.controlQueue), 'Arn'] });
+  for (const fn of [construct.ingest, construct.deadLetter]) {
+    const g = JSON.stringify([...grants(fn)]);
+    assert.ok(!g.includes(control), `${fn.node.id} is granted something on the control queue: ${g}`);
+  }
 });

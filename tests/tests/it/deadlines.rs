@@ -1,10 +1,15 @@
-//! End-to-end, #34 item 12: the settings an invocation's deadline depends on. Every setting the
-//! runner accepts must deliver, and no invocation may outlive its deadline (the slow-AWS side of
-//! this is in `aws_faults.rs`).
+//! End-to-end, #34 item 12: deadlines and control work. Every setting the runner accepts must
+//! deliver, no invocation may outlive its deadline (the slow-AWS side of this is in
+//! `aws_faults.rs`), and a subscription's handshake never waits behind a backlog of deliveries.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use gridrelay_adapters::aws::SqsQueue;
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, eventually, subscription};
+use gridrelay_ports::{MessageQueue, OutgoingMessage};
+use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 /// At the shortest function timeout the runner accepts, invocations still deliver: the timeout
@@ -49,4 +54,74 @@ async fn the_shortest_accepted_function_timeout_still_delivers() {
         stats.deliver
     );
     sys.shutdown().await;
+}
+
+/// Control work never waits behind a bulk backlog: with 5,000 events queued for an endpoint
+/// that takes 250 ms a request and gets one at a time (so every invocation is busy with them
+/// until its deadline), a new subscription's validation handshake still completes at once: it
+/// travels on the control queue, whose invocations are its own. Before, the handshake step was
+/// queued behind the deliveries and the subscription stayed unvalidated for minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_does_not_wait_behind_a_backlog_of_deliveries() {
+    let sys = TestSystem::start_with(0.01, |c| {
+        c.delivery_concurrency =
+            gridrelay_local::ConcurrencySettings::new(8, Some(1)).expect("valid limits");
+    })
+    .await;
+    sys.topic("bulk").await;
+    let slow = Subscriber::start(Vec::new(), Reply::Hang(Duration::from_millis(250))).await;
+    let bulk = sys.subscribe(subscription("bulk", "slow", &slow.url)).await;
+    let queue = Arc::new(SqsQueue::new(
+        aws_sdk_sqs::Client::new(&sys.sdk),
+        &sys.system.resources.delivery_queue_url,
+        sys.system.queue_key.clone(),
+    ));
+    // 500 messages of ten events each (as a fan-out packs them): few sends to the emulator,
+    // and more than the invocations can get through in a minute.
+    let now = chrono::Utc::now();
+    let backlog: Vec<OutgoingMessage> = (0..500)
+        .flat_map(|m| {
+            let events = (0..10)
+                .map(|e| {
+                    let event = RawValue::from_string(format!(
+                        r#"{{"id":"bulk-{m}-{e}","eventType":"Contoso.Bulk","subject":"/bulk","eventTime":"2026-11-27T00:00:00Z","data":{{}},"dataVersion":"1"}}"#
+                    ))
+                    .expect("JSON");
+                    QueuedEvent::new(now, event)
+                })
+                .collect();
+            DeliveryMessage::packed(&DeliveryHistory::new(&bulk), now, events)
+        })
+        .map(|message| OutgoingMessage {
+            body: message.to_body().expect("body"),
+            delay: Duration::ZERO,
+        })
+        .collect();
+    let enqueueing = Instant::now();
+    for result in queue.send_all(&backlog).await {
+        result.expect("backlog enqueued");
+    }
+    println!("backlog enqueued in {:?}", enqueueing.elapsed());
+
+    sys.topic("orders").await;
+    let fresh = Subscriber::start(Vec::new(), Reply::Status(200)).await;
+    let asked = Instant::now();
+    sys.subscribe(subscription("orders", "fresh", &fresh.url))
+        .await;
+    let took = asked.elapsed();
+    let left = sys
+        .queue_depth(&sys.system.resources.delivery_queue_url)
+        .await;
+    println!("handshake after {took:?}, {left} deliveries still queued");
+    let stopping = Instant::now();
+    assert!(
+        took < Duration::from_secs(10),
+        "the handshake waited {took:?} behind the backlog"
+    );
+    assert!(
+        left > 100,
+        "the backlog was gone before the handshake ({left} left): the test proved nothing"
+    );
+    sys.shutdown().await;
+    println!("stopped in {:?}", stopping.elapsed());
 }

@@ -165,6 +165,11 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
             &sys.system.resources.delivery_queue_url,
             sys.system.queue_key.clone(),
         )),
+        control_queue: Arc::new(SqsQueue::new(
+            sqs.clone(),
+            &sys.system.resources.control_queue_url,
+            sys.system.queue_key.clone(),
+        )),
         dead_letter_queue: Arc::new(SqsQueue::new(
             sqs,
             &sys.system.resources.dead_letter_queue_url,
