@@ -23,3 +23,19 @@ pub fn function_runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
 }
+
+/// Runs `step` until `reply_margin` before `deadline` (#34 item 12): `None`, and `step` dropped,
+/// if that came first; without a deadline (`DateTime::<Utc>::MAX_UTC`) to its end. What the
+/// functions bound their AWS calls with, so an invocation returns before Lambda stops it
+/// ([`gridrelay_shared::deadline`]).
+pub async fn before_stop<T>(
+    now: chrono::DateTime<chrono::Utc>,
+    deadline: chrono::DateTime<chrono::Utc>,
+    reply_margin: std::time::Duration,
+    step: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match gridrelay_shared::deadline::until_stop(now, deadline, reply_margin) {
+        None => Some(step.await),
+        Some(left) => tokio::time::timeout(left, step).await.ok(),
+    }
+}

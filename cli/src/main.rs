@@ -351,7 +351,8 @@ impl OwnQueues<'_> {
             .with_context(|| {
                 format!(
                     "set --control-queue or {} to the control queue's URL (the stack's \
-                     ControlQueueUrl output)",
+                     ControlQueueUrl output; a stack made before the control queue has none \
+                     until it is updated: give it the delivery queue's URL meanwhile)",
                     config::CONTROL_QUEUE_URL_ENV
                 )
             })

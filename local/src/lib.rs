@@ -376,6 +376,7 @@ impl LocalSystem {
             public_url: Some(format!("http://{listen}")),
             // #34 item 2: never into the runner's own queues.
             destinations: AllowedDestinations::any().refusing_own_queues(resources.queue_urls()),
+            control_queue_name: Some(names.control_queue.clone()),
             ..config.delivery_settings()
         };
         // Control work has instances and invocations of its own (as the stacks' second event

@@ -27,7 +27,7 @@ use gridrelay_shared::dead_letter_write::{
     AfterWriteFailure, ObjectMessages, after_write_failure, is_announced, plan_writes,
     reason_counts, render_object_of,
 };
-use gridrelay_shared::deadline::{REPLY_MARGIN, until_stop};
+use gridrelay_shared::deadline::REPLY_MARGIN;
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::time_scale::TimeScale;
 use tracing::{Instrument, Span, error, info, info_span, warn};
@@ -125,10 +125,8 @@ impl DeadLetterWriter {
         deadline: DateTime<Utc>,
         step: impl std::future::Future<Output = T>,
     ) -> Option<T> {
-        match until_stop(self.clock.now(), deadline, REPLY_MARGIN) {
-            None => Some(step.await),
-            Some(left) => tokio::time::timeout(left, step).await.ok(),
-        }
+        gridrelay_adapters::runtime::before_stop(self.clock.now(), deadline, REPLY_MARGIN, step)
+            .await
     }
 
     /// [`DeadLetterWriter::handle_until`], in its span.

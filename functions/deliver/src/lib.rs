@@ -26,6 +26,7 @@ use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::failed_receipts;
 use gridrelay_adapters::http_sender::{HttpClientError, HttpEventSender, SenderConfig};
 use gridrelay_adapters::outbound::SystemResolver;
+use gridrelay_adapters::runtime::before_stop;
 use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::secret_headers::{resolve_headers, resolve_signing};
 use gridrelay_ports::{
@@ -33,7 +34,7 @@ use gridrelay_ports::{
     ResourceSender, SecretError, SecretStore, SubscriptionStore, back_off,
 };
 use gridrelay_shared::classify::AttemptResult;
-use gridrelay_shared::deadline::{reply_margin, until_stop};
+use gridrelay_shared::deadline::reply_margin;
 use gridrelay_shared::delivery::{
     ATTEMPT_TIMEOUT, Arrival, BatchAttempt, DeliveryRules, GiveUp, LATE_ANSWER_WINDOW, Settlement,
     merge_retries, on_arrival, settle_attempt,
@@ -103,6 +104,11 @@ pub struct DeliverySettings {
     /// of the installation's own queues, is a failed attempt (403) without a call. Every one
     /// by default; the function and the local runner read theirs, naming their own queues.
     pub destinations: AllowedDestinations,
+    /// The control queue's name (#34 item 12), to tell which records came from it (their
+    /// `eventSourceArn` ends with it): a failed record's wait is shortened on the queue it came
+    /// from. Without it (or a record without a source), the kind decides: steps came from the
+    /// control queue, deliveries from the delivery queue.
+    pub control_queue_name: Option<String>,
 }
 
 impl DeliverySettings {
@@ -121,6 +127,7 @@ impl DeliverySettings {
             cap_wait: CAP_WAIT,
             outbound: OutboundPolicy::default(),
             destinations: AllowedDestinations::any(),
+            control_queue_name: None,
         }
     }
 
@@ -618,8 +625,10 @@ impl Deliver {
     }
 
     /// Failed records come back after their short wait, not the whole visibility timeout, each
-    /// from the queue it came from: `steps` (handshake and expiry steps) from the control queue,
-    /// the rest from the delivery queue.
+    /// from the queue it came from (by its source's name; where that is unknown, `steps`,
+    /// handshake and expiry steps, from the control queue and the rest from the delivery
+    /// queue). A step written to the delivery queue before the control queue existed is
+    /// received from the delivery queue, and its wait is shortened there.
     async fn back_off_failed(
         &self,
         event: &SqsEvent,
@@ -627,8 +636,15 @@ impl Deliver {
         steps: &BTreeSet<usize>,
         deadline: DateTime<Utc>,
     ) {
+        let from_control = |i: &&usize| {
+            let source = event.records[**i].event_source_arn.as_deref();
+            match (source, self.settings.control_queue_name.as_deref()) {
+                (Some(arn), Some(name)) => arn.rsplit(':').next() == Some(name),
+                _ => steps.contains(*i),
+            }
+        };
         let (failed_steps, failed_deliveries): (Vec<usize>, Vec<usize>) =
-            failed.iter().partition(|i| steps.contains(i));
+            failed.iter().partition(from_control);
         let backed_off = futures::future::join(
             back_off(
                 self.ports.delivery_queue.as_ref(),
@@ -918,11 +934,8 @@ impl Deliver {
         deadline: DateTime<Utc>,
         step: impl std::future::Future<Output = T>,
     ) -> Option<T> {
-        let reply_margin = reply_margin(self.settings.deadline_margin);
-        match until_stop(self.ports.clock.now(), deadline, reply_margin) {
-            None => Some(step.await),
-            Some(left) => tokio::time::timeout(left, step).await.ok(),
-        }
+        let margin = reply_margin(self.settings.deadline_margin);
+        before_stop(self.ports.clock.now(), deadline, margin, step).await
     }
 
     /// What is left before `deadline`, less the margin kept for enqueueing.

@@ -57,6 +57,7 @@ async fn run() -> Result<(), Error> {
             &control_queue_url,
             &dead_letter_queue_url,
         ])?,
+        control_queue_name: queue_name(&control_queue_url),
         ..DeliverySettings::new(scale)
     };
     let state_table = required(
@@ -98,4 +99,12 @@ async fn run() -> Result<(), Error> {
         }
     }))
     .await
+}
+
+/// A queue's name: the last part of its URL.
+fn queue_name(url: &str) -> Option<String> {
+    url.rsplit('/')
+        .next()
+        .filter(|name| !name.is_empty())
+        .map(str::to_string)
 }

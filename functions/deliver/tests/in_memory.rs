@@ -2681,3 +2681,46 @@ async fn every_log_line_names_its_subscription_through_its_spans() {
         }
     }
 }
+
+/// #34 item 12: a failed record's wait is shortened on the queue it came from, told by its
+/// source (`eventSourceArn` names the control queue): a message received from the control queue
+/// that cannot be read comes back from the control queue after its short wait, not after the
+/// whole visibility timeout. (Told by kind, it was taken for a delivery and its wait was asked
+/// of the delivery queue, which refused the receipt.)
+#[tokio::test]
+async fn a_failed_record_comes_back_early_from_the_queue_it_came_from() {
+    let w = World::new(ScriptedSender::status(200));
+    let control = Arc::new(MemoryQueue::new(w.clock.clone()));
+    let deliver = Deliver::new(
+        DeliverPorts {
+            control_queue: control.clone(),
+            ..w.deliver.ports.clone()
+        },
+        w.sender.clone(),
+        DeliverySettings {
+            control_queue_name: Some("t-control".to_string()),
+            ..DeliverySettings::new(TimeScale::REAL)
+        },
+    );
+    control
+        .send_all(&[OutgoingMessage {
+            body: "not a message".to_string(),
+            delay: Duration::ZERO,
+        }])
+        .await;
+    let received = control.receive(10, Duration::from_secs(1800));
+    let mut event = sqs_event(&received);
+    event.records[0].event_source_arn =
+        Some("arn:aws:sqs:us-east-1:123456789012:t-control".to_string());
+
+    let outcome = deliver.handle(event).await;
+
+    assert_eq!(outcome.failed_message_ids.len(), 1);
+    let back_at = control
+        .next_visible_at()
+        .expect("still on the control queue");
+    assert!(
+        back_at < t0() + chrono::Duration::minutes(5),
+        "back at {back_at}, not after its short wait"
+    );
+}
