@@ -2,7 +2,6 @@
 //! deliver, no invocation may outlive its deadline (the slow-AWS side of this is in
 //! `aws_faults.rs`), and a subscription's handshake never waits behind a backlog of deliveries.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gridrelay_adapters::aws::SqsQueue;
@@ -72,11 +71,11 @@ async fn a_handshake_does_not_wait_behind_a_backlog_of_deliveries() {
     sys.topic("bulk").await;
     let slow = Subscriber::start(Vec::new(), Reply::Hang(Duration::from_millis(250))).await;
     let bulk = sys.subscribe(subscription("bulk", "slow", &slow.url)).await;
-    let queue = Arc::new(SqsQueue::new(
+    let queue = SqsQueue::new(
         aws_sdk_sqs::Client::new(&sys.sdk),
         &sys.system.resources.delivery_queue_url,
         sys.system.queue_key.clone(),
-    ));
+    );
     // 500 messages of ten events each (as a fan-out packs them): few sends to the emulator,
     // and more than the invocations can get through in a minute.
     let now = chrono::Utc::now();
