@@ -46,6 +46,8 @@ EXPECTED = {
         "dynamodb:GetItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
         "dynamodb:PutItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
         "dynamodb:UpdateItem": [getatt("DeliveryStateTable")],
+        # #34 item 5: a subscription's slot items read at once.
+        "dynamodb:BatchGetItem": [getatt("DeliveryStateTable")],
         "dynamodb:DeleteItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
         "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("DeadLetterQueue"), DESTINATIONS],
         "sqs:GetQueueUrl": [DESTINATIONS],

@@ -29,6 +29,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use gridrelay_shared::caps::RateAllowance;
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::delivery_attributes::SecretValue;
 use gridrelay_shared::destination::{ResourceDestination, RoutingFields};
@@ -153,14 +154,15 @@ pub trait DeliveryStateStore: Send + Sync {
 /// their own.
 #[async_trait]
 pub trait DeliveryCapStore: Send + Sync {
-    /// Books `events` of `subscription`'s allowance of `rate` events per second at `now`, after
-    /// every booking made before ([`gridrelay_shared::caps::book_events`], atomically); when
-    /// the batch may start.
+    /// Books `events` of `subscription`'s `allowance` at `now`, after every booking made before
+    /// ([`gridrelay_shared::caps::book_events`], atomically); when the batch may start. A store
+    /// whose items take only so many writes may spread the allowance over items
+    /// ([`gridrelay_shared::caps::rate_items`]), each a schedule of its own at its share.
     async fn book_events(
         &self,
         subscription: &str,
         events: u32,
-        rate: u32,
+        allowance: RateAllowance,
         now: DateTime<Utc>,
     ) -> Result<DateTime<Utc>, StoreError>;
     /// Takes one of `subscription`'s `max` request slots until `until`, if one is free at

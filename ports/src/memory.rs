@@ -15,6 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use gridrelay_shared::caps::RateAllowance;
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::delivery_attributes::SecretValue;
 use gridrelay_shared::health::EndpointHealth;
@@ -870,10 +871,11 @@ impl DeliveryCapStore for MemoryDeliveryCapStore {
         &self,
         subscription: &str,
         events: u32,
-        rate: u32,
+        allowance: RateAllowance,
         now: DateTime<Utc>,
     ) -> Result<DateTime<Utc>, StoreError> {
         self.check()?;
+        let rate = allowance.events_per_second;
         let mut booked = lock(&self.booked);
         let before = booked.get(subscription).copied();
         let booking = gridrelay_shared::caps::book_events(before, now, events, rate);

@@ -111,6 +111,117 @@ pub fn held_until(start: DateTime<Utc>, now: DateTime<Utc>) -> DateTime<Utc> {
     if early > now { early } else { start }
 }
 
+/// How the allowances are laid out in a store whose items each take a bounded number of writes
+/// a second, as DynamoDB's do: one partition (so one item) takes at most 1,000 write units a
+/// second, and a write costs one unit per KB of the item written, failed conditional writes
+/// included. A single item per cap cannot reach the caps the command line accepts: a lease map
+/// of 1,000 slots is about 41 KB (41 units a write, two writes a request: 12 requests a
+/// second), and one booking item takes at most 1,000 bookings a second (1,000 events a second
+/// for an unbatched subscription, against an accepted 100,000). So each cap is spread over
+/// items of bounded size and load, [`slot_items`] and [`rate_items`]; [`CapCeilings`] says
+/// what the layout reaches.
+pub const ITEM_WRITE_UNITS_PER_SECOND: u32 = 1_000;
+
+/// Leases kept in one slot item: 16 leases (41 bytes each: a 32-character id and an epoch in
+/// milliseconds) and the longest key keep the item under 1 KB, one write unit.
+pub const LEASES_PER_SLOT_ITEM: u32 = 16;
+
+/// Bookings a second one rate item is planned for: half its ceiling, since a booking of an idle
+/// allowance costs two writes (a refused `ADD`, then a `SET`).
+pub const BOOKINGS_PER_RATE_ITEM: u32 = ITEM_WRITE_UNITS_PER_SECOND / 2;
+
+/// The items a cap of `max` requests in flight is kept in: one per [`LEASES_PER_SLOT_ITEM`]
+/// slots (1 to 63 for the accepted 1 to 1,000).
+pub fn slot_items(max: u32) -> u32 {
+    max.max(1).div_ceil(LEASES_PER_SLOT_ITEM)
+}
+
+/// The slots of item `item` (of [`slot_items`]`(max)`): the cap shared as evenly as it goes,
+/// the first items taking one more; together exactly `max`.
+pub fn slots_in_item(max: u32, item: u32) -> u32 {
+    share(max.max(1), slot_items(max), item)
+}
+
+/// An events-per-second cap and the largest batch the subscription sends under it (its
+/// batching under the caps, [`DeliveryCaps::batching`]): a booking books one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateAllowance {
+    pub events_per_second: u32,
+    pub events_per_batch: u32,
+}
+
+impl RateAllowance {
+    /// The allowance of a subscription capped at `rate` that batches by `policy`.
+    pub fn new(rate: u32, policy: &BatchPolicy) -> Self {
+        let caps = DeliveryCaps {
+            max_events_per_second: Some(rate),
+            max_concurrent_requests: None,
+        };
+        Self {
+            events_per_second: rate.max(1),
+            events_per_batch: caps.batching(policy).max_events_per_batch.max(1),
+        }
+    }
+}
+
+/// The items an events-per-second allowance is kept in: enough that full batches at the rate
+/// take at most [`BOOKINGS_PER_RATE_ITEM`] bookings a second of each (1 for up to 500 full
+/// batches a second; 200 for 100,000 unbatched events a second). Each item holds a schedule of
+/// its own at its share of the rate ([`rate_of_item`]), and a batch books one of them; the
+/// events starting in any stretch of time L then stay within `rate · L` plus one batch per
+/// item: at most 1/500 s of the rate more than one schedule would allow.
+pub fn rate_items(allowance: RateAllowance) -> u32 {
+    let per_item = u64::from(BOOKINGS_PER_RATE_ITEM) * u64::from(allowance.events_per_batch.max(1));
+    let items = u64::from(allowance.events_per_second.max(1)).div_ceil(per_item);
+    u32::try_from(items).unwrap_or(u32::MAX).max(1)
+}
+
+/// The rate of item `item` (of [`rate_items`]): the rate shared as evenly as it goes, each at
+/// least one event a second; together exactly the rate.
+pub fn rate_of_item(allowance: RateAllowance, item: u32) -> u32 {
+    share(
+        allowance.events_per_second.max(1),
+        rate_items(allowance),
+        item,
+    )
+}
+
+fn share(total: u32, items: u32, item: u32) -> u32 {
+    let items = items.max(1);
+    total / items + u32::from(item < total % items)
+}
+
+/// What the layout reaches on a store whose items take [`ITEM_WRITE_UNITS_PER_SECOND`]: the
+/// ceilings of one subscription's caps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapCeilings {
+    /// Requests a second the slots take (an acquire and a release, one unit each, per request).
+    pub requests_per_second: u64,
+    /// Events a second the bookings take when batches are full.
+    pub events_per_second: u64,
+}
+
+impl CapCeilings {
+    /// The ceilings of a cap of `max_concurrent` requests and `allowance`.
+    pub fn of(max_concurrent: u32, allowance: RateAllowance) -> Self {
+        Self {
+            requests_per_second: u64::from(slot_items(max_concurrent))
+                * u64::from(ITEM_WRITE_UNITS_PER_SECOND / 2),
+            events_per_second: u64::from(rate_items(allowance))
+                * u64::from(BOOKINGS_PER_RATE_ITEM)
+                * u64::from(allowance.events_per_batch),
+        }
+    }
+
+    /// The shortest request that still lets `max_concurrent` requests be in flight at once:
+    /// the cap needs `max_concurrent / duration` requests a second.
+    pub fn shortest_request_at_cap(&self, max_concurrent: u32) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(
+            f64::from(max_concurrent) / self.requests_per_second as f64,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +278,78 @@ mod tests {
         let roomy = DeliveryCaps::from_settings(None, Some(1000)).unwrap();
         assert_eq!(roomy.batching(&policy), policy);
         assert_eq!(DeliveryCaps::default().batching(&policy), policy);
+    }
+
+    /// Item 5 of the hardening: every cap the command line accepts is within what its items
+    /// take, and the ceilings quoted in docs/delivery.md are these.
+    #[test]
+    fn every_accepted_cap_is_within_the_ceiling_of_its_items() {
+        for max in 1..=*MAX_CONCURRENT_REQUESTS.end() as u32 {
+            let items = slot_items(max);
+            assert!(items <= 63);
+            let slots: u32 = (0..items).map(|i| slots_in_item(max, i)).sum();
+            assert_eq!(slots, max, "the items hold exactly the cap");
+            assert!(
+                (0..items).all(|i| (1..=LEASES_PER_SLOT_ITEM).contains(&slots_in_item(max, i)))
+            );
+            // Every slot in flight with requests of 32 ms (as 16 leases an item, 500 requests a
+            // second an item): the cap is reached by any request that long.
+            let ceilings = CapCeilings::of(
+                max,
+                RateAllowance {
+                    events_per_second: 1,
+                    events_per_batch: 1,
+                },
+            );
+            assert!(ceilings.shortest_request_at_cap(max) <= std::time::Duration::from_millis(32));
+        }
+        for batch in [1, 2, 10, 100, 5000] {
+            for rate in (1..=100_000u32).step_by(97).chain([100_000]) {
+                let a = RateAllowance {
+                    events_per_second: rate,
+                    events_per_batch: batch,
+                };
+                let items = rate_items(a);
+                let total: u64 = (0..items).map(|i| u64::from(rate_of_item(a, i))).sum();
+                assert_eq!(total, u64::from(rate));
+                assert!((0..items).all(|i| rate_of_item(a, i) >= 1));
+                assert!(
+                    CapCeilings::of(1, a).events_per_second >= u64::from(rate),
+                    "{rate}/s in batches of {batch}"
+                );
+                // Extra burst: one batch per item, at most 1/500 s of the rate (or one batch).
+                assert!(
+                    u64::from(items) * u64::from(batch)
+                        <= (u64::from(rate) / 500).max(u64::from(batch)) + u64::from(batch)
+                );
+            }
+        }
+        // The figures docs/delivery.md quotes.
+        let unbatched = RateAllowance {
+            events_per_second: 100_000,
+            events_per_batch: 1,
+        };
+        assert_eq!((slot_items(1_000), rate_items(unbatched)), (63, 200));
+        assert_eq!(
+            CapCeilings::of(1_000, unbatched).requests_per_second,
+            31_500
+        );
+        // The single items before: 1,000 leases of 41 bytes are 41 write units a write, two
+        // writes a request; one booking item, 1,000 bookings a second.
+        assert_eq!(
+            ITEM_WRITE_UNITS_PER_SECOND / (2 * (1_000 * 41u32).div_ceil(1024)),
+            12
+        );
+    }
+
+    #[test]
+    fn a_subscription_s_allowance_books_its_capped_batches() {
+        let unbatched = BatchPolicy::from_settings(None, None).unwrap();
+        assert_eq!(RateAllowance::new(100_000, &unbatched).events_per_batch, 1);
+        let batched = BatchPolicy::from_settings(Some(100), None).unwrap();
+        assert_eq!(RateAllowance::new(10, &batched).events_per_batch, 10);
+        assert_eq!(RateAllowance::new(1_000, &batched).events_per_batch, 100);
+        assert_eq!(rate_items(RateAllowance::new(1_000, &batched)), 1);
     }
 
     fn t(ms: i64) -> DateTime<Utc> {

@@ -300,13 +300,15 @@ impl DeliveryCapStore for FaultyCaps {
         &self,
         subscription: &str,
         events: u32,
-        rate: u32,
+        allowance: gridrelay_shared::caps::RateAllowance,
         now: DateTime<Utc>,
     ) -> Result<DateTime<Utc>, StoreError> {
         if self.1.step().await {
             return Err(StoreError::Unavailable(injected()));
         }
-        self.0.book_events(subscription, events, rate, now).await
+        self.0
+            .book_events(subscription, events, allowance, now)
+            .await
     }
     async fn acquire_slot(
         &self,

@@ -6,9 +6,13 @@ use chrono::{DateTime, Utc};
 
 use super::{is_conditional_failure, unavailable, written};
 use gridrelay_ports::{DeliveryCapStore, DeliveryStateStore, StoreError, Versioned};
-use gridrelay_shared::caps::book_events;
+use gridrelay_shared::caps::{
+    RateAllowance, book_events, rate_items, rate_of_item, slot_items, slots_in_item,
+};
 use gridrelay_shared::health::{EndpointHealth, LastFailure};
 use gridrelay_shared::outbound::redact_endpoint;
+use rand::Rng;
+use rand::seq::SliceRandom;
 
 /// The attribute holding an endpoint health record's version (conditional writes).
 const VERSION: &str = "ver";
@@ -19,12 +23,13 @@ const RECORD_LIFETIME: chrono::Duration = chrono::Duration::hours(48);
 /// Tries at booking a subscription's allowance while other instances book it too.
 const BOOKING_TRIES: usize = 8;
 
-/// Expired leases removed in one write when a subscription's slots are all taken.
+/// Ended leases removed in one write when a slot item is full.
 const EXPIRED_LEASES_PER_WRITE: usize = 50;
 
 /// Endpoint health, late successes and delivery cap allowances in one DynamoDB table: partition
-/// key `pk` (`endpoint#SHA-256 OF THE URL`, `late#ATTEMPT`, `rate#SUBSCRIPTION` or `slots#SUBSCRIPTION`), times as epoch milliseconds, `expiresAt` (epoch seconds) as the
-/// table's TTL attribute.
+/// key `pk` (`endpoint#SHA-256 OF THE URL`, `late#ATTEMPT`, `rate#SUBSCRIPTION[#ITEM]` or
+/// `slots#SUBSCRIPTION[#ITEM]`), times as epoch milliseconds, `expiresAt` (epoch seconds) as
+/// the table's TTL attribute.
 #[derive(Debug, Clone)]
 pub struct DynamoDeliveryStateStore {
     client: aws_sdk_dynamodb::Client,
@@ -242,23 +247,48 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
     }
 }
 
-/// Delivery caps: a subscription's events-per-second allowance is one item holding until when
-/// it is booked (microseconds): an atomic `ADD` while that is past now, else a conditional
-/// `SET` to now plus the batch's share; its request slots are one item whose `leases` map
-/// holds each lease's end, grown by a conditional `SET` while it has fewer than the cap. When
-/// the slots are all taken, the leases that have ended (their holder died or overran) are
-/// removed and the write is tried once more.
+/// The key of a subscription's cap item `item` of `kind` (`rate` or `slots`): the first keeps
+/// the key a single item had before the allowances were spread over items.
+fn cap_item_key(kind: &str, subscription: &str, item: u32) -> String {
+    if item == 0 {
+        format!("{kind}#{subscription}")
+    } else {
+        format!("{kind}#{subscription}#{item}")
+    }
+}
+
+/// The slot item a lease (`ITEM.ID`) is kept in; a lease of another shape (taken before the
+/// slots were spread over items) is in the first.
+fn lease_item(lease: &str) -> u32 {
+    lease
+        .split_once('.')
+        .and_then(|(item, _)| item.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Delivery caps, each spread over items of bounded size and load so every accepted cap is
+/// within DynamoDB's 1,000 write units a second per item (`gridrelay_shared::caps`, which
+/// has the arithmetic). A subscription's events-per-second allowance is [`rate_items`] items,
+/// each holding until when its own schedule, at its share of the rate, is booked
+/// (microseconds): a batch books one item picked at random, by an atomic `ADD` while that is
+/// past now, else a conditional `SET` to now plus the batch's share. Its request slots are
+/// [`slot_items`] items of at most 16 leases (under 1 KB, one write unit), each a `leases` map
+/// holding each lease's end, grown by a conditional `SET` while it has fewer than its share of
+/// the cap. A slot is first asked of one item picked at random; if that one is full, all are
+/// read at once, and those with room (a lease ended, its holder died or overran, or no map
+/// yet) are made ready and asked in turn.
 #[async_trait]
 impl DeliveryCapStore for DynamoDeliveryStateStore {
     async fn book_events(
         &self,
         subscription: &str,
         events: u32,
-        rate: u32,
+        allowance: RateAllowance,
         now: DateTime<Utc>,
     ) -> Result<DateTime<Utc>, StoreError> {
-        let pk = format!("rate#{subscription}");
-        let alone = book_events(None, now, events, rate);
+        let item = rand::rng().random_range(0..rate_items(allowance));
+        let pk = cap_item_key("rate", subscription, item);
+        let alone = book_events(None, now, events, rate_of_item(allowance, item));
         let takes = (alone.booked_until - alone.start)
             .num_microseconds()
             .unwrap_or(i64::MAX);
@@ -332,29 +362,19 @@ impl DeliveryCapStore for DynamoDeliveryStateStore {
         now: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<Option<String>, StoreError> {
-        let pk = format!("slots#{subscription}");
-        let lease = uuid::Uuid::new_v4().simple().to_string();
-        for _ in 0..2 {
-            let taken = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(key(pk.clone())))
-                .update_expression("SET leases.#lease = :until, expiresAt = :expires")
-                // DynamoDB finds `size` of a missing map false; moto fails on it, so the
-                // map's existence is asked first.
-                .condition_expression("attribute_exists(leases) AND size(leases) < :max")
-                .expression_attribute_names("#lease", &lease)
-                .expression_attribute_values(":until", millis(until))
-                .expression_attribute_values(":expires", expires(now))
-                .expression_attribute_values(":max", AttributeValue::N(max.to_string()))
-                .send()
-                .await;
-            if written(taken)? {
+        let items = slot_items(max);
+        let first = rand::rng().random_range(0..items);
+        let take = |item| self.take_slot(subscription, max, item, now, until);
+        if let Some(lease) = take(first).await? {
+            return Ok(Some(lease));
+        }
+        let mut with_room = self.slot_items_with_room(subscription, max, now).await?;
+        with_room.shuffle(&mut rand::rng());
+        for (item, ended) in with_room {
+            self.make_room(&cap_item_key("slots", subscription, item), ended, now)
+                .await?;
+            if let Some(lease) = take(item).await? {
                 return Ok(Some(lease));
-            }
-            if !self.make_room(&pk, max, now).await? {
-                return Ok(None);
             }
         }
         Ok(None)
@@ -365,7 +385,11 @@ impl DeliveryCapStore for DynamoDeliveryStateStore {
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(key(format!("slots#{subscription}"))))
+            .set_key(Some(key(cap_item_key(
+                "slots",
+                subscription,
+                lease_item(lease),
+            ))))
             .update_expression("REMOVE leases.#lease")
             .condition_expression("attribute_exists(leases)")
             .expression_attribute_names("#lease", lease)
@@ -375,70 +399,165 @@ impl DeliveryCapStore for DynamoDeliveryStateStore {
     }
 }
 
+/// What a slot item needs before a lease may be added: nothing, its lease map made, or the
+/// leases that have ended removed.
+#[derive(Debug)]
+enum SlotRoom {
+    Ready,
+    NoMap,
+    Ended(Vec<String>),
+}
+
 impl DynamoDeliveryStateStore {
-    /// A subscription's slots were all taken, or its item had no lease map yet: makes the map,
-    /// or removes leases that ended before `now`. Whether there may be room now: also when
-    /// another taker made the map meanwhile and fewer than `max` leases are in it.
-    async fn make_room(&self, pk: &str, max: u32, now: DateTime<Utc>) -> Result<bool, StoreError> {
-        let item = self
+    /// Adds a lease to slot item `item` of `subscription` if it has fewer than its share of
+    /// `max`; the lease if it did.
+    async fn take_slot(
+        &self,
+        subscription: &str,
+        max: u32,
+        item: u32,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        let lease = format!("{item}.{}", uuid::Uuid::new_v4().simple());
+        let taken = self
             .client
-            .get_item()
+            .update_item()
             .table_name(&self.table)
-            .set_key(Some(key(pk.to_string())))
-            .consistent_read(true)
+            .set_key(Some(key(cap_item_key("slots", subscription, item))))
+            .update_expression("SET leases.#lease = :until, expiresAt = :expires")
+            // DynamoDB finds `size` of a missing map false; moto fails on it, so the map's
+            // existence is asked first.
+            .condition_expression("attribute_exists(leases) AND size(leases) < :max")
+            .expression_attribute_names("#lease", &lease)
+            .expression_attribute_values(":until", millis(until))
+            .expression_attribute_values(":expires", expires(now))
+            .expression_attribute_values(
+                ":max",
+                AttributeValue::N(slots_in_item(max, item).to_string()),
+            )
             .send()
-            .await
-            .map_err(unavailable)?
-            .item;
-        let Some(leases) = item
-            .as_ref()
-            .and_then(|i| i.get("leases"))
-            .and_then(|l| l.as_m().ok())
-        else {
-            self.client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(key(pk.to_string())))
-                .update_expression(
-                    "SET leases = if_not_exists(leases, :empty), expiresAt = :expires",
-                )
-                .expression_attribute_values(":empty", AttributeValue::M(HashMap::new()))
-                .expression_attribute_values(":expires", expires(now))
-                .send()
-                .await
-                .map_err(unavailable)?;
-            return Ok(true);
-        };
-        let now_ms = now.timestamp_millis();
-        let ended: Vec<&String> = leases
-            .iter()
-            .filter(|(_, ends)| {
-                ends.as_n()
-                    .ok()
-                    .and_then(|n| n.parse::<i64>().ok())
-                    .is_none_or(|ms| ms <= now_ms)
-            })
-            .map(|(id, _)| id)
-            .take(EXPIRED_LEASES_PER_WRITE)
+            .await;
+        Ok(written(taken)?.then_some(lease))
+    }
+
+    /// Reads all of a subscription's slot items at once: those that may take a lease at `now`
+    /// (fewer live leases than their share of `max`), with what each needs first.
+    async fn slot_items_with_room(
+        &self,
+        subscription: &str,
+        max: u32,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(u32, SlotRoom)>, StoreError> {
+        let keys: HashMap<String, u32> = (0..slot_items(max))
+            .map(|item| (cap_item_key("slots", subscription, item), item))
             .collect();
-        if ended.is_empty() {
-            return Ok(leases.len() < max as usize);
+        let read = self.read_items(keys.keys().cloned().collect()).await?;
+        let now_ms = now.timestamp_millis();
+        let mut with_room = Vec::new();
+        for (pk, &item) in &keys {
+            let share = slots_in_item(max, item) as usize;
+            let Some(leases) = read
+                .get(pk)
+                .and_then(|i| i.get("leases"))
+                .and_then(|l| l.as_m().ok())
+            else {
+                with_room.push((item, SlotRoom::NoMap));
+                continue;
+            };
+            let ended: Vec<String> = leases
+                .iter()
+                .filter(|(_, ends)| {
+                    ends.as_n()
+                        .ok()
+                        .and_then(|n| n.parse::<i64>().ok())
+                        .is_none_or(|ms| ms <= now_ms)
+                })
+                .map(|(id, _)| id.clone())
+                .take(EXPIRED_LEASES_PER_WRITE)
+                .collect();
+            if leases.len() < share {
+                with_room.push((item, SlotRoom::Ready));
+            } else if leases.len() - ended.len() < share {
+                with_room.push((item, SlotRoom::Ended(ended)));
+            }
         }
-        let mut update = self
+        Ok(with_room)
+    }
+
+    /// Items by key, read consistently in as few calls as DynamoDB allows (100 keys a call);
+    /// missing items are left out. Keys DynamoDB leaves unprocessed are asked again, three
+    /// times at most.
+    async fn read_items(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<HashMap<String, HashMap<String, AttributeValue>>, StoreError> {
+        let mut found = HashMap::new();
+        for chunk in keys.chunks(100) {
+            let mut ask = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+                .set_keys(Some(chunk.iter().map(|pk| key(pk.clone())).collect()))
+                .consistent_read(true)
+                .build()
+                .map_err(unavailable)?;
+            for _ in 0..3 {
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, ask)
+                    .send()
+                    .await
+                    .map_err(unavailable)?;
+                for item in out
+                    .responses
+                    .unwrap_or_default()
+                    .remove(&self.table)
+                    .unwrap_or_default()
+                {
+                    if let Some(pk) = item.get("pk").and_then(|v| v.as_s().ok()) {
+                        found.insert(pk.clone(), item);
+                    }
+                }
+                match out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
+                    Some(rest) if !rest.keys.is_empty() => ask = rest,
+                    _ => break,
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Makes a slot item ready for a lease: its map made (if another taker has not meanwhile),
+    /// or its ended leases removed.
+    async fn make_room(
+        &self,
+        pk: &str,
+        room: SlotRoom,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let update = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key(pk.to_string())));
-        let mut paths = Vec::new();
-        for (i, id) in ended.iter().enumerate() {
-            paths.push(format!("leases.#e{i}"));
-            update = update.expression_attribute_names(format!("#e{i}"), *id);
-        }
-        update
-            .update_expression(format!("REMOVE {}", paths.join(", ")))
-            .send()
-            .await
-            .map_err(unavailable)?;
-        Ok(true)
+        let update = match room {
+            SlotRoom::Ready => return Ok(()),
+            SlotRoom::NoMap => update
+                .update_expression(
+                    "SET leases = if_not_exists(leases, :empty), expiresAt = :expires",
+                )
+                .expression_attribute_values(":empty", AttributeValue::M(HashMap::new()))
+                .expression_attribute_values(":expires", expires(now)),
+            SlotRoom::Ended(ended) => {
+                let mut update = update;
+                let mut paths = Vec::new();
+                for (i, id) in ended.into_iter().enumerate() {
+                    paths.push(format!("leases.#e{i}"));
+                    update = update.expression_attribute_names(format!("#e{i}"), id);
+                }
+                update.update_expression(format!("REMOVE {}", paths.join(", ")))
+            }
+        };
+        update.send().await.map_err(unavailable)?;
+        Ok(())
     }
 }

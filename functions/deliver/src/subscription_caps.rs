@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use gridrelay_ports::{Clock, DeliveryCapStore};
-use gridrelay_shared::caps::held_until;
+use gridrelay_shared::caps::{RateAllowance, held_until};
 use gridrelay_shared::subscription::Subscription;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -228,7 +228,12 @@ impl SubscriptionCaps {
                 Some(start) => start,
                 None => match self
                     .store
-                    .book_events(&key, events, rate, clock.now())
+                    .book_events(
+                        &key,
+                        events,
+                        RateAllowance::new(rate, &sub.batching),
+                        clock.now(),
+                    )
                     .await
                 {
                     Ok(start) => start,

@@ -247,8 +247,9 @@ export class Gridrelay extends Construct {
     // subscription whose expiration time has come.
     allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:DeleteItem'],
       [this.subscriptionsTable.tableArn]);
-    // D1, R4: endpoint health and late successes.
-    allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+    // D1, R4: endpoint health and late successes; caps' allowances (BatchGetItem: a
+    // subscription's slot items read at once).
+    allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
       [this.deliveryStateTable.tableArn]);
     // H1: secret delivery header values, only under the prefix (deleted with an expired
     // subscription).

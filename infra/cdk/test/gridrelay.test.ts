@@ -307,6 +307,7 @@ test('least privilege: deliver consumes its two queues and sends to the three qu
   assert.deepEqual(g.get('dynamodb:GetItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
   assert.deepEqual(g.get('dynamodb:PutItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
   assert.deepEqual(g.get('dynamodb:UpdateItem'), [state]);
+  assert.deepEqual(g.get('dynamodb:BatchGetItem'), [state]);
   assert.deepEqual(g.get('dynamodb:DeleteItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
   const deliveryQueue = { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] };
   const controlQueue = { 'Fn::GetAtt': [ref(construct.controlQueue), 'Arn'] };

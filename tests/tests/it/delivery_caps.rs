@@ -3,17 +3,25 @@
 //! DynamoDB store of the caps' allowances, checked against the same contract as the in-memory
 //! one.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::Utc;
 use gridrelay_adapters::aws::DynamoDeliveryStateStore;
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
 use gridrelay_ports::DeliveryCapStore;
 use gridrelay_ports::memory::MemoryDeliveryCapStore;
+use gridrelay_shared::caps::RateAllowance;
 use gridrelay_shared::subscription::SubscriptionRequest;
 
 const WAIT: Duration = Duration::from_secs(60);
+
+/// 10 events a second in batches of up to 10: one schedule.
+const TEN_A_SECOND: RateAllowance = RateAllowance {
+    events_per_second: 10,
+    events_per_batch: 10,
+};
 
 /// What every store of the caps' allowances keeps to: bookings follow one another (each starts
 /// when the one before is through, or now), also under a race of 20 bookers; slots never pass
@@ -28,12 +36,15 @@ async fn keeps_the_cap_contract(store: &dyn DeliveryCapStore, subscription: &str
     let ms = chrono::Duration::milliseconds;
     // 10 a second: 4 events take 400 ms.
     assert_eq!(
-        store.book_events(subscription, 4, 10, now).await.unwrap(),
+        store
+            .book_events(subscription, 4, TEN_A_SECOND, now)
+            .await
+            .unwrap(),
         now
     );
     assert_eq!(
         store
-            .book_events(subscription, 4, 10, now + ms(100))
+            .book_events(subscription, 4, TEN_A_SECOND, now + ms(100))
             .await
             .unwrap(),
         now + ms(400)
@@ -41,11 +52,14 @@ async fn keeps_the_cap_contract(store: &dyn DeliveryCapStore, subscription: &str
     // Idle since: the next starts when asked.
     let later = now + ms(10_000);
     assert_eq!(
-        store.book_events(subscription, 1, 10, later).await.unwrap(),
+        store
+            .book_events(subscription, 1, TEN_A_SECOND, later)
+            .await
+            .unwrap(),
         later
     );
     let booking = format!("{subscription}-bookings");
-    let bookers = (0..20).map(|_| store.book_events(&booking, 1, 10, now));
+    let bookers = (0..20).map(|_| store.book_events(&booking, 1, TEN_A_SECOND, now));
     let mut starts: Vec<_> = futures::future::join_all(bookers)
         .await
         .into_iter()
@@ -121,6 +135,154 @@ async fn the_dynamodb_cap_store_keeps_the_contract_of_the_in_memory_one() {
     let sys = TestSystem::start(0.01).await;
     let store = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
     keeps_the_cap_contract(&store, "orders/audit/1").await;
+    sys.shutdown().await;
+}
+
+/// The size DynamoDB bills an item at (its documented rules: names and strings in UTF-8 bytes,
+/// a number one byte per two significant digits plus one, a map 3 bytes plus 1 per entry).
+fn billed_bytes(item: &HashMap<String, AttributeValue>) -> usize {
+    fn value(v: &AttributeValue) -> usize {
+        match v {
+            AttributeValue::S(s) => s.len(),
+            AttributeValue::N(n) => {
+                let digits = n.trim_start_matches('-').replace('.', "");
+                digits.trim_start_matches('0').len().div_ceil(2) + 1
+            }
+            AttributeValue::M(m) => {
+                3 + m.iter().map(|(k, v)| 1 + k.len() + value(v)).sum::<usize>()
+            }
+            other => panic!("an attribute the cap store does not write: {other:?}"),
+        }
+    }
+    item.iter().map(|(k, v)| k.len() + value(v)).sum()
+}
+
+/// A subscription's cap items, by key.
+async fn cap_items(
+    sys: &TestSystem,
+    prefix: &str,
+) -> HashMap<String, HashMap<String, AttributeValue>> {
+    let dynamo = aws_sdk_dynamodb::Client::new(&sys.sdk);
+    let mut items = HashMap::new();
+    let mut start = None;
+    loop {
+        let page = dynamo
+            .scan()
+            .table_name(&sys.names.delivery_state_table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan");
+        for item in page.items.unwrap_or_default() {
+            let pk = item["pk"].as_s().expect("pk").clone();
+            if pk == prefix || pk.starts_with(&format!("{prefix}#")) {
+                items.insert(pk, item);
+            }
+        }
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            return items;
+        }
+    }
+}
+
+/// Item 5 of the hardening: the largest cap the command line accepts, 1,000 requests in flight,
+/// is kept in items of one write unit each (DynamoDB takes 1,000 units a second an item, so a
+/// lease map of 1,000 slots, ~41 KB, allowed 12 requests a second); all 1,000 slots are taken,
+/// wherever they are, the 1,001st is refused, and a slot given back is found again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_request_cap_is_reached_in_items_of_one_write_unit() {
+    let sys = TestSystem::start(0.01).await;
+    let store = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
+    let subscription = format!("{}/{}/{}", "t".repeat(50), "s".repeat(64), "0".repeat(32));
+    let now = Utc::now();
+    let ends = now + chrono::Duration::seconds(60);
+    let mut leases = Vec::new();
+    for _ in 0..50 {
+        let takers = (0..20).map(|_| store.acquire_slot(&subscription, 1_000, now, ends));
+        for taken in futures::future::join_all(takers).await {
+            leases.extend(taken.expect("the store answers"));
+        }
+    }
+    assert_eq!(leases.len(), 1_000, "every slot of the cap is reached");
+    assert_eq!(
+        leases.iter().collect::<BTreeSet<_>>().len(),
+        1_000,
+        "leases are distinct"
+    );
+    assert_eq!(
+        store
+            .acquire_slot(&subscription, 1_000, now, ends)
+            .await
+            .unwrap(),
+        None,
+        "the 1,001st is refused"
+    );
+    let items = cap_items(&sys, &format!("slots#{subscription}")).await;
+    assert_eq!(items.len(), 63, "1,000 slots in items of 16");
+    for (pk, item) in &items {
+        let bytes = billed_bytes(item);
+        assert!(
+            bytes <= 1024,
+            "{pk} is {bytes} bytes: more than one write unit"
+        );
+    }
+    store
+        .release_slot(&subscription, &leases[617])
+        .await
+        .unwrap();
+    assert!(
+        store
+            .acquire_slot(&subscription, 1_000, now, ends)
+            .await
+            .unwrap()
+            .is_some(),
+        "the slot given back is found among 63 items"
+    );
+    sys.shutdown().await;
+}
+
+/// Item 5 of the hardening: the largest rate the command line accepts, 100,000 events a second
+/// unbatched, needs 100,000 bookings a second; one item takes at most 1,000 writes a second, so
+/// the allowance is kept in 200 items of 500 a second each. Bookings spread over them, each
+/// item under one write unit, and the events that start in any stretch stay within the rate's
+/// worth plus one batch per item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_rate_cap_is_booked_over_items_that_each_take_their_share() {
+    let sys = TestSystem::start(0.01).await;
+    let store = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
+    let subscription = "orders/fast/1";
+    let allowance = RateAllowance {
+        events_per_second: 100_000,
+        events_per_batch: 1,
+    };
+    let now = Utc::now();
+    let mut starts = Vec::new();
+    for _ in 0..40 {
+        let bookers = (0..20).map(|_| store.book_events(subscription, 1, allowance, now));
+        for start in futures::future::join_all(bookers).await {
+            starts.push(start.expect("booked"));
+        }
+    }
+    let items = cap_items(&sys, &format!("rate#{subscription}")).await;
+    assert!(
+        (100..=200).contains(&items.len()),
+        "800 bookings spread over {} of the 200 items",
+        items.len()
+    );
+    for (pk, item) in &items {
+        assert!(billed_bytes(item) <= 1024, "{pk} is over one write unit");
+    }
+    for span_ms in [1i64, 2, 5, 10, 20] {
+        let started = starts
+            .iter()
+            .filter(|s| **s < now + chrono::Duration::milliseconds(span_ms))
+            .count() as i64;
+        assert!(
+            started <= 100 * span_ms + 200,
+            "{started} events start within {span_ms} ms at 100,000 a second over 200 items"
+        );
+    }
     sys.shutdown().await;
 }
 
