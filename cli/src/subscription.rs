@@ -531,7 +531,7 @@ struct StatusSources<'a> {
 }
 
 /// What `show` says of delivery to a subscription (#11 item 14): its endpoint's health (failures
-/// since the last success, delayed until, the last failure) and the events in the delivery
+/// since the last success, delayed until, the last failure), its host's (#34 item 8) and the events in the delivery
 /// queue (for every subscription: per-subscription counts are not kept). What cannot be read
 /// is `null`, with a note on stderr; `show` still prints the subscription.
 async fn delivery_status(sources: &StatusSources<'_>, sub: &Subscription) -> serde_json::Value {
@@ -544,6 +544,16 @@ async fn delivery_status(sources: &StatusSources<'_>, sub: &Subscription) -> ser
             None
         }
     };
+    // #34 item 8: the host's record (an AWS resource has none).
+    let host = match gridrelay_shared::health::origin_health_key(&sub.endpoint) {
+        Some(origin) => sources
+            .health
+            .endpoint_health(&origin)
+            .await
+            .ok()
+            .map(|h| h.value),
+        None => None,
+    };
     let queue = match queue_counts(sources.sqs, sources.delivery_queue).await {
         Ok(counts) => Some(counts),
         Err(e) => {
@@ -551,7 +561,12 @@ async fn delivery_status(sources: &StatusSources<'_>, sub: &Subscription) -> ser
             None
         }
     };
-    view::delivery_status_view(health.as_ref(), queue.as_ref(), chrono::Utc::now())
+    view::delivery_status_view(
+        health.as_ref(),
+        host.as_ref(),
+        queue.as_ref(),
+        chrono::Utc::now(),
+    )
 }
 
 /// SQS's approximate counts of a queue's messages: waiting, delayed and being handled.

@@ -146,18 +146,27 @@ pub struct QueueCounts {
 /// queue's counts (`null` where they could not be read).
 pub fn delivery_status_view(
     health: Option<&EndpointHealth>,
+    host: Option<&EndpointHealth>,
     queue: Option<&QueueCounts>,
     now: DateTime<Utc>,
 ) -> Value {
+    let state = |h: &EndpointHealth| {
+        if h.delayed_until.is_some_and(|t| t > now) {
+            "Delayed"
+        } else if h.is_healthy() {
+            "Healthy"
+        } else {
+            "Failing"
+        }
+    };
     json!({
+        // #34 item 8: a host found hung holds every URL of it, whatever each URL's own record.
+        "host": host.map(|h| json!({
+            "state": state(h),
+            "delayedUntil": h.delayed_until,
+        })),
         "endpoint": health.map(|h| json!({
-            "state": if h.delayed_until.is_some_and(|t| t > now) {
-                "Delayed"
-            } else if h.is_healthy() {
-                "Healthy"
-            } else {
-                "Failing"
-            },
+            "state": state(h),
             "consecutiveFailures": h.consecutive_failures,
             "delayedUntil": h.delayed_until,
             "lastFailure": h.last_failure.map(|f| json!({
@@ -457,6 +466,7 @@ mod tests {
         };
         let v = delivery_status_view(
             Some(&delayed),
+            Some(&delayed),
             Some(&QueueCounts {
                 visible: Some(3),
                 delayed: Some(40),
@@ -465,6 +475,7 @@ mod tests {
             now,
         );
         assert_eq!(v["endpoint"]["state"], "Delayed");
+        assert_eq!(v["host"]["state"], "Delayed");
         assert_eq!(v["endpoint"]["consecutiveFailures"], 12);
         assert_eq!(v["endpoint"]["lastFailure"]["outcome"], "Busy");
         assert_eq!(v["endpoint"]["lastFailure"]["status"], 503);
@@ -474,14 +485,15 @@ mod tests {
             Value::Null
         );
         let recovered = delayed.after_success();
-        let v = delivery_status_view(Some(&recovered), None, now);
+        let v = delivery_status_view(Some(&recovered), None, None, now);
         assert_eq!(v["endpoint"]["state"], "Healthy");
         assert_eq!(
             v["endpoint"]["lastFailure"]["status"], 503,
             "kept after a success"
         );
         assert_eq!(v["deliveryQueue"], Value::Null);
-        let v = delivery_status_view(None, None, now);
+        assert_eq!(v["host"], Value::Null);
+        let v = delivery_status_view(None, None, None, now);
         assert_eq!(v["endpoint"], Value::Null);
     }
 

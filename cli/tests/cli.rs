@@ -369,6 +369,10 @@ async fn topic_and_subscription_lifecycle_c1() {
         shown["deliveryStatus"]["endpoint"]["state"], "Healthy",
         "{shown}"
     );
+    assert_eq!(
+        shown["deliveryStatus"]["host"]["state"], "Healthy",
+        "{shown}"
+    );
     shown
         .as_object_mut()
         .expect("an object")

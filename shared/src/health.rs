@@ -6,7 +6,19 @@
 //! `delayed_until`, and is re-enqueued without counting an attempt. When the delay ends, one
 //! batch (the probe, guarded by a lease so only one invocation sends it) tests the endpoint:
 //! success clears the record and everything waiting flows; failure doubles the delay, up to
-//! [`HealthPolicy::max_delay`]. Other endpoints are never affected: health is per URL.
+//! [`HealthPolicy::max_delay`]. An endpoint that answers (whatever the status) never affects
+//! another: health is per URL.
+//!
+//! A host that stops answering altogether is another matter (#34 item 8): behind per-tenant
+//! paths (`hooks.example.com/services/T1/...`) it would cost 10 timeouts per URL before any is
+//! delayed, while its origin's concurrency limit fell to 1 and batches waited for its permits.
+//! So an origin has a record of its own ([`origin_health_key`]), delayed like a URL's when a
+//! worker sees it hung ([`HostSilence`]: the threshold's worth of timeouts and failed
+//! connections, across at least [`HUNG_HOST_URLS`] of its URLs, with no answer from any of
+//! them in between). While it is delayed every URL of it waits; when the delay ends, one
+//! invocation probes it (one batch per URL it holds) and any answer, whatever its status,
+//! clears it. One URL that hangs on a host that answers the others is that URL's problem
+//! only: its answers never come, the others' do.
 //!
 //! Pure rules here; the record lives in DynamoDB (see [`crate::ports::DeliveryStateStore`]).
 
@@ -15,6 +27,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::classify::AttemptResult;
 use crate::time_scale::TimeScale;
 
 /// What is known of one endpoint.
@@ -138,6 +151,79 @@ impl EndpointHealth {
     }
 }
 
+/// The key an origin's health record is kept under, beside its URLs' (with a space, which no
+/// URL has); `None` for an endpoint without an origin (an AWS resource).
+pub fn origin_health_key(endpoint: &str) -> Option<String> {
+    crate::outbound::endpoint_origin(endpoint).map(|origin| format!("origin {origin}"))
+}
+
+/// Whether an attempt's result says its host did not answer at all: no answer in time, a
+/// connection that failed, a name that did not resolve. Any HTTP status is an answer.
+pub fn host_did_not_answer(result: &AttemptResult) -> bool {
+    matches!(
+        result,
+        AttemptResult::TimedOut | AttemptResult::ConnectionFailed(_) | AttemptResult::Unresolved(_)
+    )
+}
+
+/// Distinct URLs of an origin that must have gone unanswered before the origin is taken for
+/// hung: one or two URLs that hang on a host that answers others are those URLs' own problem.
+pub const HUNG_HOST_URLS: usize = 3;
+
+/// What one worker has seen of an origin since it last answered: attempts its host did not
+/// answer that were sent after that answer came, and which of its URLs they went to. A request
+/// sent before an answer came proves nothing against the host (a hung path that times out
+/// after its host answered another), so it is not counted; a worker sees its own sends and
+/// answers in order, so this is exact for what it sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostSilence {
+    last_answer: Option<DateTime<Utc>>,
+    unanswered: u32,
+    urls: std::collections::BTreeSet<String>,
+}
+
+impl HostSilence {
+    /// The host answered (any status) at `at`.
+    pub fn answered(&mut self, at: DateTime<Utc>) {
+        *self = Self {
+            last_answer: self.last_answer.max(Some(at)),
+            ..Self::default()
+        };
+    }
+
+    /// A request to `url`, sent at `sent_at`, got no answer from the host.
+    pub fn unanswered(&mut self, url: &str, sent_at: DateTime<Utc>) {
+        if self.last_answer.is_some_and(|answer| sent_at < answer) {
+            return;
+        }
+        self.unanswered = self.unanswered.saturating_add(1);
+        if self.urls.len() < HUNG_HOST_URLS {
+            self.urls.insert(crate::outbound::endpoint_digest(url));
+        }
+    }
+
+    /// Whether the origin is taken for hung: the threshold's worth of unanswered attempts
+    /// across at least [`HUNG_HOST_URLS`] URLs since its last answer.
+    pub fn is_hung(&self, policy: &HealthPolicy) -> bool {
+        self.unanswered >= policy.failure_threshold && self.urls.len() >= HUNG_HOST_URLS
+    }
+}
+
+impl EndpointHealth {
+    /// An origin's record once a worker finds it hung: delayed as an endpoint is at the
+    /// threshold (the first delay), unless it already is.
+    pub fn after_hang(&self, now: DateTime<Utc>, policy: &HealthPolicy) -> Self {
+        if self.is_delayed() {
+            return *self;
+        }
+        let to_threshold = policy
+            .failure_threshold
+            .saturating_sub(self.consecutive_failures)
+            .max(1);
+        self.after_failures(to_threshold, now, policy)
+    }
+}
+
 fn chrono_duration(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
@@ -160,6 +246,77 @@ mod tests {
         assert_eq!(p.delay_for(14), Some(Duration::from_secs(960)));
         assert_eq!(p.delay_for(30), Some(Duration::from_secs(4 * 3600)));
         assert_eq!(p.delay_for(u32::MAX), Some(Duration::from_secs(4 * 3600)));
+    }
+
+    /// #34 item 8, D1: an origin is taken for hung after the threshold's worth of unanswered
+    /// attempts across three of its URLs, sent after its last answer came; an answer (any
+    /// status) clears what was seen; one or two hanging URLs never make it hung.
+    #[test]
+    fn a_host_is_hung_only_when_three_of_its_urls_go_unanswered_d1() {
+        let p = policy();
+        let url = |i: u32| format!("https://hooks.example.com/services/T{i}?token=s3cret");
+        let t0 = Utc::now();
+        let at = |s: i64| t0 + chrono::Duration::seconds(s);
+        let mut seen = HostSilence::default();
+        for i in 0..20 {
+            seen.unanswered(&url(i % 2), at(1));
+        }
+        assert!(
+            !seen.is_hung(&p),
+            "20 timeouts on two URLs: those URLs' problem"
+        );
+        seen.unanswered(&url(2), at(1));
+        assert!(seen.is_hung(&p), "then a third URL: the host");
+        seen.answered(at(5));
+        assert!(!seen.is_hung(&p), "an answer clears it");
+        for i in 0..30 {
+            seen.unanswered(&url(i % 5), at(4));
+        }
+        assert!(
+            !seen.is_hung(&p),
+            "requests sent before the last answer came say nothing against the host"
+        );
+        for i in 0..9 {
+            seen.unanswered(&url(i % 3), at(5));
+        }
+        assert!(!seen.is_hung(&p), "below the threshold");
+        seen.unanswered(&url(0), at(6));
+        assert!(seen.is_hung(&p));
+
+        assert!(host_did_not_answer(&AttemptResult::TimedOut));
+        assert!(host_did_not_answer(&AttemptResult::ConnectionFailed(
+            "reset".into()
+        )));
+        assert!(!host_did_not_answer(&AttemptResult::Status(503)));
+        assert!(!host_did_not_answer(&AttemptResult::Status(408)));
+        assert!(!host_did_not_answer(&AttemptResult::Refused(
+            "private".into()
+        )));
+
+        let now = Utc::now();
+        let hung = EndpointHealth::default().after_hang(now, &p);
+        assert_eq!(
+            hung.delayed_until,
+            Some(now + chrono::Duration::seconds(60))
+        );
+        let later = now + chrono::Duration::seconds(5);
+        assert_eq!(
+            hung.after_hang(later, &p),
+            hung,
+            "a delay already set stays as it is"
+        );
+        assert_eq!(
+            origin_health_key("https://user:pw@Hooks.Example.com/services/T1?token=x").as_deref(),
+            Some("origin https://hooks.example.com")
+        );
+        assert_eq!(
+            origin_health_key("http://127.0.0.1:8080/hook/a"),
+            origin_health_key("http://127.0.0.1:8080/hook/b")
+        );
+        assert_eq!(
+            origin_health_key("arn:aws:sqs:us-east-1:123456789012:q"),
+            None
+        );
     }
 
     /// D1, R3: a delayed endpoint makes batches wait; when the delay ends one probe may go,

@@ -328,6 +328,15 @@ pub fn redact_endpoint(endpoint: &str) -> String {
     )
 }
 
+/// A URL's origin (scheme, host and port: the server that carries its load, whatever the
+/// path), without credentials, path or query; `None` for what has no origin of its own (an
+/// AWS resource's ARN).
+pub fn endpoint_origin(endpoint: &str) -> Option<String> {
+    let url = url::Url::parse(endpoint).ok()?;
+    let origin = url.origin();
+    origin.is_tuple().then(|| origin.ascii_serialization())
+}
+
 /// A stable key for an endpoint that does not hold its URL (which may hold credentials): the
 /// SHA-256 of the URL, hex. Endpoint health is stored under it.
 pub fn endpoint_digest(endpoint: &str) -> String {

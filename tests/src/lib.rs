@@ -8,7 +8,7 @@
 pub mod fault_proxy;
 pub mod runtime_api;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -543,6 +543,8 @@ pub enum Reply {
 #[derive(Debug, Clone)]
 pub struct Received {
     pub at: Instant,
+    /// The path it was sent to (`/hook`, or `/hook/...` for a URL beneath it).
+    pub path: String,
     pub headers: HeaderMap,
     /// The body as sent.
     pub body: String,
@@ -578,6 +580,8 @@ pub enum Handshake {
 
 #[derive(Default)]
 struct SubscriberState {
+    /// Replies for paths beneath `/hook` (`/hook/stuck`), before the script.
+    by_path: HashMap<String, Reply>,
     script: VecDeque<Reply>,
     otherwise: Option<Reply>,
     handshake: Handshake,
@@ -643,6 +647,10 @@ impl Subscriber {
                 "/hook",
                 axum::routing::post(receive).options(abuse_protection),
             )
+            .route(
+                "/hook/{*rest}",
+                axum::routing::post(receive).options(abuse_protection),
+            )
             .with_state(Arc::clone(&state));
         if close_connections {
             app = app.layer(axum::middleware::map_response(
@@ -673,6 +681,14 @@ impl Subscriber {
             .trim_end_matches("/hook")
             .parse()
             .expect("the subscriber's address")
+    }
+
+    /// Answers event requests to `path` (beneath `/hook`: `/hook/stuck`) with `reply`, whatever
+    /// the script says; the handshake is answered as before.
+    pub fn answer_path(&self, path: &str, reply: Reply) {
+        if let Ok(mut s) = self.state.lock() {
+            s.by_path.insert(path.to_string(), reply);
+        }
     }
 
     /// Every request so far, in arrival order.
@@ -759,17 +775,20 @@ pub fn validation_code(headers: &HeaderMap, events: &[Value]) -> Option<String> 
 
 async fn receive(
     State(state): State<Arc<Mutex<SubscriberState>>>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: String,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let at = Instant::now();
+    let path = uri.path().to_string();
     let events = delivered_events(&body).unwrap_or_else(|| vec![json!({"unparsed": body})]);
     if let Some(code) = validation_code(&headers, &events) {
         let mut s = state.lock().expect("subscriber state");
         let handshake = s.handshake;
         s.validations.push(Received {
             at,
+            path,
             headers,
             body,
             events,
@@ -783,13 +802,17 @@ async fn receive(
     }
     let reply = {
         let mut s = state.lock().expect("subscriber state");
-        let reply = s
-            .script
-            .pop_front()
-            .or(s.otherwise)
-            .unwrap_or(Reply::Status(200));
+        let reply = match s.by_path.get(&path) {
+            Some(reply) => *reply,
+            None => s
+                .script
+                .pop_front()
+                .or(s.otherwise)
+                .unwrap_or(Reply::Status(200)),
+        };
         s.received.push(Received {
             at,
+            path,
             headers,
             body,
             events,
@@ -828,6 +851,7 @@ fn status_code(code: u16) -> StatusCode {
 /// CloudEvents webhook abuse protection: allow the requesting origin.
 async fn abuse_protection(
     State(state): State<Arc<Mutex<SubscriberState>>>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -836,6 +860,7 @@ async fn abuse_protection(
     let handshake = s.handshake;
     s.validations.push(Received {
         at: Instant::now(),
+        path: uri.path().to_string(),
         headers,
         body: String::new(),
         events: Vec::new(),

@@ -4,7 +4,6 @@
 //! subscription's caps, the endpoint's permit, the deadline), make the call
 //! ([`Deliver::call`]), and keep open what a late answer still needs ([`Deliver::finish`]).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -17,7 +16,7 @@ use gridrelay_shared::destination::{CallLimits, ServiceFailure};
 use gridrelay_shared::schema::{batch_data_version, delivery_body};
 use gridrelay_shared::signing::{signature_header, webhook_id};
 
-use crate::endpoint_health::{EndpointGate, Held, HoldReason};
+use crate::endpoint_health::{EndpointGates, Held, HoldReason};
 use crate::endpoint_limits::{LimitedEndpoint, SendPermit};
 use crate::resources::resource_entry_bytes;
 use crate::subscription_caps::{self, CapTurn, Turn};
@@ -61,7 +60,7 @@ impl Deliver {
     pub(crate) async fn attempt_all(
         &self,
         groups: &mut [Group],
-        gates: &mut HashMap<String, EndpointGate>,
+        gates: &mut EndpointGates,
         deadline: DateTime<Utc>,
     ) -> (Vec<Attempted>, Vec<Held>) {
         let CallPlan {
@@ -92,11 +91,7 @@ impl Deliver {
     }
 
     /// Cuts every group into its calls, admitting each through its endpoint's gate (D1).
-    fn plan_calls(
-        &self,
-        groups: &mut [Group],
-        gates: &mut HashMap<String, EndpointGate>,
-    ) -> CallPlan {
+    fn plan_calls(&self, groups: &mut [Group], gates: &mut EndpointGates) -> CallPlan {
         let mut plan = CallPlan::default();
         for (g, group) in groups.iter_mut().enumerate() {
             let (calls, too_large) = calls_of(group);
@@ -117,7 +112,7 @@ impl Deliver {
             let mut endpoint = None;
             for call in calls {
                 let events: Vec<Pending> = call.iter().filter_map(|&i| events[i].take()).collect();
-                if gates.get_mut(&sub.endpoint).is_none_or(EndpointGate::admit) {
+                if gates.admit(&sub.endpoint) {
                     let endpoint =
                         endpoint.get_or_insert_with(|| self.limits.limited(&sub.endpoint));
                     plan.batches.push(Batch {
@@ -168,6 +163,11 @@ impl Deliver {
             rtt,
         } = self.call(group, &events, time, deadline).await;
         let answered = self.ports.clock.now();
+        if called {
+            let endpoint = &group.subscription.endpoint;
+            let policy = &self.settings.health;
+            (self.hosts).saw(endpoint, time, answered, &sent.result, policy);
+        }
         let signal = LoadSignal::of(&sent.result);
         let late = Self::finish(sent.late, permit, cap_turn, signal, rtt).await;
         Ok(Attempted {
@@ -227,6 +227,11 @@ impl Deliver {
         } else {
             Ok(acquire.await)
         };
+        // #34 item 8: the host was found hung while this batch waited for its turn.
+        if self.hosts.is_hung(&group.subscription.endpoint) {
+            cap_turn.release().await;
+            return Err(HoldReason::EndpointDelayed);
+        }
         match permit {
             Ok(permit) if self.can_attempt(deadline) => Ok((cap_turn, permit)),
             _ => {

@@ -4,17 +4,23 @@
 //! taught about each endpoint's health.
 //!
 //! The rules are `gridrelay_shared::health`; the records are in the delivery state store.
-//! Health is per endpoint URL, so a failing endpoint never holds back another one. If the
-//! store cannot be read, delivery goes ahead as if the endpoint were healthy.
+//! Health is per endpoint URL, so a failing endpoint never holds back another one; and per
+//! origin for a host that stops answering across its URLs (#34 item 8): each worker watches
+//! what its invocations saw of each origin ([`HostWatch`]), and the first to find one hung
+//! delays it for all. If the store cannot be read, delivery goes ahead as if the endpoint were
+//! healthy.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 use gridrelay_ports::update_endpoint_health;
 use gridrelay_shared::classify::{AttemptResult, DeliveryOutcome};
 use gridrelay_shared::delivery::hold;
-use gridrelay_shared::health::{EndpointHealth, Gate, LastFailure};
+use gridrelay_shared::health::{
+    EndpointHealth, Gate, HealthPolicy, HostSilence, LastFailure, host_did_not_answer,
+    origin_health_key,
+};
 use gridrelay_shared::message::DeliveryHistory;
 use gridrelay_shared::outbound::redact_endpoint;
 use tracing::{info, warn};
@@ -54,6 +60,136 @@ impl EndpointGate {
             Self::Closed(t) => Some(t),
         }
     }
+}
+
+/// What every endpoint and origin may receive in this invocation.
+#[derive(Default)]
+pub(crate) struct EndpointGates {
+    /// By endpoint URL (or ARN).
+    urls: HashMap<String, EndpointGate>,
+    /// By origin health key ([`origin_health_key`]): a hung host's gate over all its URLs.
+    origins: HashMap<String, EndpointGate>,
+    /// URLs that sent their batch of their origin's probe in this invocation.
+    probed: HashSet<String>,
+}
+
+impl EndpointGates {
+    /// Whether the next batch to `endpoint` may be sent: its origin's gate and its own both
+    /// let it. A probing origin lets one batch go to each of its URLs, so a host that answers
+    /// some of them clears at once.
+    pub(crate) fn admit(&mut self, endpoint: &str) -> bool {
+        let origin = origin_health_key(endpoint).and_then(|key| self.origins.get(&key));
+        let origin_probing = match origin {
+            Some(EndpointGate::Closed(_)) => return false,
+            Some(EndpointGate::OneProbe { .. }) if self.probed.contains(endpoint) => return false,
+            Some(EndpointGate::OneProbe { .. }) => true,
+            _ => false,
+        };
+        let admitted = self.urls.get_mut(endpoint).is_none_or(EndpointGate::admit);
+        if admitted && origin_probing {
+            self.probed.insert(endpoint.to_string());
+        }
+        admitted
+    }
+
+    /// Until when `endpoint`'s held events wait: the later of its own gate and its origin's.
+    fn held_until(&self, endpoint: &str) -> Option<DateTime<Utc>> {
+        let own = self.urls.get(endpoint).and_then(EndpointGate::held_until);
+        let origin = origin_health_key(endpoint)
+            .and_then(|key| self.origins.get(&key))
+            .and_then(EndpointGate::held_until);
+        own.max(origin)
+    }
+
+    /// Whether the origin's gate was open in this invocation (or it was not read).
+    fn origin_open(&self, origin: &str) -> bool {
+        self.origins
+            .get(origin)
+            .is_none_or(|g| matches!(g, EndpointGate::All))
+    }
+}
+
+/// What a worker (one Lambda instance) has seen of each origin since it last answered, as its
+/// attempts end: kept for the worker's lifetime, as its endpoint limits are. When it finds a
+/// host hung, its batches to that host still waiting for their turn in this invocation are
+/// held, and the invocation delays the host for every worker.
+#[derive(Debug, Default)]
+pub struct HostWatch {
+    origins: Mutex<HashMap<String, Watched>>,
+}
+
+#[derive(Debug, Default)]
+struct Watched {
+    silence: HostSilence,
+    /// Found hung, not yet recorded in the store.
+    hung: bool,
+}
+
+/// Origins a worker keeps watching at once; past it, what was seen is forgotten (a hung host
+/// then takes another threshold's worth of timeouts to be found).
+const WATCHED_ORIGINS: usize = 4096;
+
+impl HostWatch {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
+        self.origins.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What an attempt to `endpoint`, sent at `sent_at`, came to at `answered_at`.
+    pub(crate) fn saw(
+        &self,
+        endpoint: &str,
+        sent_at: DateTime<Utc>,
+        answered_at: DateTime<Utc>,
+        result: &AttemptResult,
+        policy: &HealthPolicy,
+    ) {
+        let Some(origin) = origin_health_key(endpoint) else {
+            return;
+        };
+        let answered = matches!(result, AttemptResult::Status(_));
+        if !answered && !host_did_not_answer(result) {
+            return;
+        }
+        let mut origins = self.lock();
+        if origins.len() >= WATCHED_ORIGINS && !origins.contains_key(&origin) {
+            origins.retain(|_, w| w.hung);
+        }
+        let watched = origins.entry(origin).or_default();
+        if answered {
+            watched.silence.answered(answered_at);
+            watched.hung = false;
+        } else {
+            watched.silence.unanswered(endpoint, sent_at);
+            watched.hung |= watched.silence.is_hung(policy);
+        }
+    }
+
+    /// Whether this worker found `endpoint`'s host hung (and has not recorded it yet).
+    pub(crate) fn is_hung(&self, endpoint: &str) -> bool {
+        origin_health_key(endpoint)
+            .is_some_and(|origin| self.lock().get(&origin).is_some_and(|w| w.hung))
+    }
+
+    /// Whether `origin` was found hung since last asked; what was seen of it is cleared, so it
+    /// is found again only after as many unanswered attempts again.
+    fn take_hung(&self, origin: &str) -> bool {
+        let mut origins = self.lock();
+        match origins.get_mut(origin) {
+            Some(w) if w.hung => {
+                w.hung = false;
+                w.silence = HostSilence::default();
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What an invocation's attempts saw of one origin.
+#[derive(Default)]
+struct OriginSeen {
+    answered: bool,
+    unanswered: u32,
 }
 
 /// Events not attempted in this invocation, and why.
@@ -104,19 +240,42 @@ impl Deliver {
         &self,
         groups: &[Group],
         deadline: DateTime<Utc>,
-    ) -> HashMap<String, EndpointGate> {
+    ) -> EndpointGates {
         let endpoints: BTreeSet<&str> = groups
             .iter()
             .filter(|g| !g.events.is_empty())
             .map(|g| g.subscription.endpoint.as_str())
             .collect();
+        let origins: BTreeSet<String> = endpoints
+            .iter()
+            .filter_map(|e| origin_health_key(e))
+            .collect();
+        let (urls, origins) = futures::future::join(
+            self.gates_of(endpoints.into_iter().map(str::to_string), deadline),
+            self.gates_of(origins.into_iter(), deadline),
+        )
+        .await;
+        EndpointGates {
+            urls,
+            origins,
+            probed: HashSet::new(),
+        }
+    }
+
+    /// The gates of health records `keys` (endpoints, or origins' keys).
+    async fn gates_of(
+        &self,
+        keys: impl Iterator<Item = String>,
+        deadline: DateTime<Utc>,
+    ) -> HashMap<String, EndpointGate> {
         let policy = &self.settings.health;
-        let reads = endpoints.into_iter().map(|endpoint| (endpoint, async move {
+        let keys: Vec<String> = keys.collect();
+        let reads = keys.iter().map(|endpoint| (endpoint.as_str(), async move {
             let now = self.ports.clock.now();
             let health = match self.ports.state.endpoint_health(endpoint).await {
                 Ok(h) => h.value,
                 Err(e) => {
-                    warn!(endpoint = %redact_endpoint(endpoint), error = %e, "endpoint health unreadable; delivering as if healthy");
+                    warn!(endpoint = %shown(endpoint), error = %e, "endpoint health unreadable; delivering as if healthy");
                     EndpointHealth::default()
                 }
             };
@@ -133,7 +292,7 @@ impl Deliver {
                         },
                         Ok(false) => EndpointGate::Closed(recheck.min(lease)),
                         Err(e) => {
-                            warn!(endpoint = %redact_endpoint(endpoint), error = %e, "probe lease unavailable; waiting");
+                            warn!(endpoint = %shown(endpoint), error = %e, "probe lease unavailable; waiting");
                             EndpointGate::Closed(recheck.min(lease))
                         }
                     }
@@ -142,7 +301,7 @@ impl Deliver {
         }));
         let bounded = reads.map(|(endpoint, read)| async move {
             let gate = self.before_stop(deadline, read).await.unwrap_or_else(|| {
-                warn!(endpoint = %redact_endpoint(endpoint), "endpoint health not read before the invocation's deadline; delivering as if healthy");
+                warn!(endpoint = %shown(endpoint), "endpoint health not read before the invocation's deadline; delivering as if healthy");
                 EndpointGate::All
             });
             (endpoint.to_string(), gate)
@@ -160,7 +319,7 @@ impl Deliver {
         &self,
         groups: &[Group],
         held: Vec<Held>,
-        gates: &HashMap<String, EndpointGate>,
+        gates: &EndpointGates,
         plan: &mut Plan,
     ) {
         let now = self.ports.clock.now();
@@ -171,10 +330,12 @@ impl Deliver {
                 HoldReason::EndpointDelayed => {
                     let n = h.events.len();
                     plan.count(&sub.topic, &sub.name, |r| r.delayed += n);
-                    gates
-                        .get(&sub.endpoint)
-                        .and_then(EndpointGate::held_until)
-                        .unwrap_or(now)
+                    gates.held_until(&sub.endpoint).unwrap_or_else(|| {
+                        // Held because this worker found the host hung just now: the delay
+                        // this invocation records for it.
+                        chrono::Duration::from_std(self.settings.health.first_delay)
+                            .map_or(now, |d| now + d)
+                    })
                 }
                 HoldReason::Deadline => {
                     let n = h.events.len();
@@ -223,8 +384,17 @@ impl Deliver {
     /// record; failures only add to it, and past the threshold delay it (D1). Each change is
     /// made to the record as it is at the write ([`update_endpoint_health`]), not as it was
     /// read before the attempts, so concurrent invocations add up and none undoes a delay.
-    pub(crate) async fn record_health(&self, groups: &[Group], attempted: &[Attempted]) {
+    pub(crate) async fn record_health(
+        &self,
+        groups: &[Group],
+        attempted: &[Attempted],
+        gates: &EndpointGates,
+    ) {
         let now = self.ports.clock.now();
+        let origins = self.origin_changes(groups, attempted, gates);
+        let origins = origins
+            .into_iter()
+            .map(|(origin, change)| self.record_origin(origin, change, now));
         // In endpoint order, so a simulation replays the same writes for the same seed.
         let mut seen: BTreeMap<&str, (u32, bool, Option<LastFailure>)> = BTreeMap::new();
         for a in attempted {
@@ -288,6 +458,102 @@ impl Deliver {
                 Err(e) => warn!(endpoint = %redact_endpoint(endpoint), error = %e, "could not record endpoint health"),
             }
         });
-        futures::future::join_all(writes).await;
+        futures::future::join(
+            futures::future::join_all(writes),
+            futures::future::join_all(origins),
+        )
+        .await;
+    }
+
+    /// #34 item 8: what this invocation's attempts say about each origin (a host behind
+    /// several URLs). An origin delayed or probing in this invocation is cleared by any answer
+    /// from it, or stays delayed for longer if it sent none; an open one is delayed when this
+    /// worker finds its host hung ([`HostWatch`]).
+    fn origin_changes(
+        &self,
+        groups: &[Group],
+        attempted: &[Attempted],
+        gates: &EndpointGates,
+    ) -> Vec<(String, OriginChange)> {
+        let mut seen: BTreeMap<String, OriginSeen> = BTreeMap::new();
+        for a in attempted.iter().filter(|a| a.called) {
+            let endpoint = groups[a.group].subscription.endpoint.as_str();
+            let Some(origin) = origin_health_key(endpoint) else {
+                continue;
+            };
+            let entry = seen.entry(origin).or_default();
+            if host_did_not_answer(&a.result) {
+                entry.unanswered += 1;
+            } else if matches!(a.result, AttemptResult::Status(_)) {
+                entry.answered = true;
+            }
+        }
+        seen.into_iter()
+            .filter_map(|(origin, seen)| {
+                let hung = self.hosts.take_hung(&origin);
+                let change = if !gates.origin_open(&origin) {
+                    if seen.answered {
+                        OriginChange::Answered
+                    } else if seen.unanswered > 0 {
+                        OriginChange::ProbeUnanswered
+                    } else {
+                        return None;
+                    }
+                } else if hung {
+                    OriginChange::Hung
+                } else {
+                    return None;
+                };
+                Some((origin, change))
+            })
+            .collect()
+    }
+
+    /// Writes what became of an origin to its health record.
+    async fn record_origin(&self, origin: String, change: OriginChange, now: DateTime<Utc>) {
+        let policy = &self.settings.health;
+        if change == OriginChange::Answered {
+            // As an endpoint's success: cleared as stored, not as a warm function kept it.
+            self.ports.state.forget(&origin);
+        }
+        let update = |before: EndpointHealth| match change {
+            OriginChange::Answered => before.after_success(),
+            // One probe round, however many of its URLs it went to.
+            OriginChange::ProbeUnanswered => before.after_failures(1, now, policy),
+            OriginChange::Hung => before.after_hang(now, policy),
+        };
+        match update_endpoint_health(self.ports.state.as_ref(), &origin, now, update).await {
+            Ok((before, after)) => {
+                if after.is_delayed() && !before.is_delayed() {
+                    warn!(origin = %origin.trim_start_matches("origin "), delayed_until = ?after.delayed_until, "host does not answer across its URLs: delivery to every URL of it is delayed (D1)");
+                } else if !after.is_delayed() && before.is_delayed() {
+                    info!(origin = %origin.trim_start_matches("origin "), "host answers again: delayed delivery to its URLs ends");
+                }
+            }
+            Err(e) => {
+                warn!(origin = %origin.trim_start_matches("origin "), error = %e, "could not record host health");
+            }
+        }
+    }
+}
+
+/// What an invocation's attempts did to an origin's health record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OriginChange {
+    /// It was delayed or probing, and answered: cleared.
+    Answered,
+    /// Its probe round got no answer: delayed for longer.
+    ProbeUnanswered,
+    /// This worker found it hung: delayed.
+    Hung,
+}
+
+/// A health record's key as logs show it: an endpoint redacted, an origin as it is (it has no
+/// credentials, path or query).
+fn shown(key: &str) -> String {
+    if key.starts_with("origin ") {
+        key.to_string()
+    } else {
+        redact_endpoint(key)
     }
 }

@@ -145,10 +145,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The key an endpoint's load is counted under: a URL's origin; an AWS resource's ARN (which
 /// has no origin: every ARN's would be the same "null") is its own.
 fn origin(endpoint: &str) -> String {
-    match url::Url::parse(endpoint) {
-        Ok(u) if u.origin().is_tuple() => u.origin().ascii_serialization(),
-        _ => endpoint.to_string(),
-    }
+    gridrelay_shared::outbound::endpoint_origin(endpoint).unwrap_or_else(|| endpoint.to_string())
 }
 
 impl EndpointLimits {

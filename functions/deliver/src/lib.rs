@@ -54,6 +54,7 @@ use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
 use tracing::{Instrument, Span, error, info, info_span, warn};
 
+pub use crate::endpoint_health::HostWatch;
 pub use crate::endpoint_limits::{
     ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, EndpointLimits, LimitedEndpoint,
     MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
@@ -186,6 +187,8 @@ pub struct Deliver {
     pub limits: Arc<EndpointLimits>,
     /// Subscriptions' caps, shared with every other worker through their store.
     pub caps: Arc<SubscriptionCaps>,
+    /// What this worker has seen of each host since it last answered (#34 item 8).
+    pub hosts: Arc<HostWatch>,
     pub settings: DeliverySettings,
 }
 
@@ -225,6 +228,7 @@ impl Deliver {
             sender,
             limits: settings.endpoint_limits(),
             caps: Arc::new(SubscriptionCaps::new(Arc::clone(&ports.caps))),
+            hosts: Arc::default(),
             ports,
             settings,
         }
@@ -237,6 +241,7 @@ impl Deliver {
         Self {
             sender,
             limits: self.settings.endpoint_limits(),
+            hosts: Arc::default(),
             ..self.clone()
         }
     }
@@ -580,7 +585,7 @@ impl Deliver {
         let (attempted, held) = self.attempt_all(&mut groups, &mut gates, deadline).await;
         let attempts_done = started.elapsed();
         self.hold(&groups, held, &gates, &mut plan);
-        let health = self.record_health(&groups, &attempted);
+        let health = self.record_health(&groups, &attempted, &gates);
         if self.before_stop(deadline, health).await.is_none() {
             warn!("endpoint health not recorded: the invocation's deadline came first");
         }

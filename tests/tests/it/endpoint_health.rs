@@ -1,6 +1,7 @@
 //! End-to-end: delayed delivery to an endpoint that keeps failing (D1), retries skipped while
 //! it is delayed (R3), one probe to detect recovery, and no effect on healthy endpoints.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use gridrelay_adapters::aws::DynamoDeliveryStateStore;
@@ -237,6 +238,126 @@ async fn held_events_never_count_towards_the_redrive_receive_count_d1() {
         sys.queue_depth(&redrive).await,
         0,
         "no held message was moved to the redrive queue"
+    );
+    sys.shutdown().await;
+}
+
+/// The key a host's health record is kept under (`gridrelay_shared::health`).
+fn origin_of(subscriber: &Subscriber) -> String {
+    gridrelay_shared::health::origin_health_key(&subscriber.url).expect("a URL has an origin")
+}
+
+/// #34 item 8, D1, at scale 0.01 (attempt timeout 0.3 s, first delay 0.6 s): a host that stops
+/// answering behind 20 per-tenant URLs (`/hook/T0` ... `/hook/T19`, as Slack's
+/// `hooks.slack.com/services/...`) is found hung after the threshold's worth of timeouts
+/// across its URLs and delayed for every URL at once, with its batches still waiting for the
+/// host's permits held, not sent: at most half the 10 per URL (200) a delay per URL needs
+/// (48 to 72 measured, from up to four workers, each finding it on its own), while a healthy
+/// host on the same topic gets every event at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_host_is_delayed_across_its_urls_after_its_first_timeouts_d1() {
+    const TENANTS: usize = 20;
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("tenants").await;
+    let hung = Subscriber::start(vec![], Reply::Hang(Duration::from_secs(120))).await;
+    let well = Subscriber::start(vec![], Reply::Status(200)).await;
+    let tenants = (0..TENANTS).map(|i| {
+        sys.subscribe(subscription(
+            "tenants",
+            &format!("tenant-{i}"),
+            &format!("{}/T{i}", hung.url),
+        ))
+    });
+    futures::future::join_all(tenants).await;
+    sys.subscribe(subscription("tenants", "well", &well.url))
+        .await;
+
+    let published = Instant::now();
+    sys.publish(&topic, &events("t", 10)).await;
+    let state = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
+    let host = delayed(&state, &origin_of(&hung)).await;
+    let before_delay = hung.received().len();
+    let got = well.wait_for_requests(10, Duration::from_secs(10)).await;
+    let slowest = got
+        .iter()
+        .map(|r| r.at.duration_since(published))
+        .max()
+        .expect("requests");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let in_5_s = hung.received().len() - before_delay;
+    let urls: BTreeSet<String> = hung.received().into_iter().map(|r| r.path).collect();
+    eprintln!(
+        "hung host: {before_delay} requests before it was delayed ({} URLs), {in_5_s} in the 5 s after; healthy neighbour's slowest delivery {slowest:?}; {host:?}",
+        urls.len()
+    );
+    assert!(
+        before_delay <= 5 * TENANTS,
+        "{before_delay} requests before the host was delayed (10 per URL would be {})",
+        10 * TENANTS
+    );
+    assert!(
+        in_5_s <= 3 * TENANTS,
+        "{in_5_s} requests in the 5 s after: only probe rounds (about 3 at 0.6, 1.2, 2.4 s)"
+    );
+    assert!(
+        slowest < Duration::from_secs(3),
+        "the healthy host's events waited {slowest:?}"
+    );
+    sys.shutdown().await;
+}
+
+/// #34 item 8, D1, at scale 0.01: one URL that hangs on a host that answers its other URLs is
+/// that URL's problem only: it is delayed on its own after 10 timeouts, the host never is,
+/// and the host's other URLs get every event by its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_hung_url_on_a_host_that_answers_holds_back_only_itself_d1() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("paths").await;
+    let host = Subscriber::start(vec![], Reply::Status(200)).await;
+    host.answer_path("/hook/stuck", Reply::Hang(Duration::from_secs(120)));
+    let names = ["stuck", "url-a", "url-b", "url-c"];
+    let subs = names
+        .map(|name| sys.subscribe(subscription("paths", name, &format!("{}/{name}", host.url))));
+    futures::future::join_all(subs).await;
+
+    let published = Instant::now();
+    sys.publish(&topic, &events("p", 20)).await;
+    let answered = eventually(
+        Duration::from_secs(30),
+        "a, b and c get 20 each",
+        || async {
+            let r: Vec<_> = host
+                .received()
+                .into_iter()
+                .filter(|r| r.path != "/hook/stuck")
+                .collect();
+            (r.len() >= 60).then_some(r)
+        },
+    )
+    .await;
+    let state = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
+    let stuck = delayed(&state, &format!("{}/stuck", host.url)).await;
+    let slowest = answered
+        .iter()
+        .map(|r| r.at.duration_since(published))
+        .max()
+        .expect("requests");
+    eprintln!("the host's answering URLs: slowest delivery {slowest:?}; stuck: {stuck:?}");
+    assert_eq!(answered.len(), 60, "each event once to each answering URL");
+    assert!(
+        answered
+            .iter()
+            .all(|r| r.header("aeg-delivery-count") == Some("0")),
+        "every event to an answering URL went by its first attempt"
+    );
+    let origin = state
+        .endpoint_health(&origin_of(&host))
+        .await
+        .expect("health read")
+        .value;
+    assert!(
+        !origin.is_delayed(),
+        "the host is never delayed: {origin:?}"
     );
     sys.shutdown().await;
 }
