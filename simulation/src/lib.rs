@@ -4,11 +4,14 @@
 //! failures a real deployment meets, which the end-to-end tests cannot provoke at will. The real
 //! `ingest`, `deliver` and `dead-letter` handlers run over the in-memory ports (SQS's contract:
 //! visibility timeouts, redelivery until deleted with the current receipt), driven like Lambda
-//! event sources drive them, on a clock moved by hand. One seed decides everything: what the
-//! subscriber answers, which store, queue or object-store call fails, which queue send is made
-//! twice, which message two invocations receive at once, which delete the event source skips,
-//! and at which I/O step an invocation's process dies (its future is dropped there, as a
-//! killed process stops; its messages come back after their visibility timeout).
+//! event sources drive them (two invocations at once, each on a worker of its own), on tokio's
+//! paused clock (`SimClock`), so every wait takes the simulated time it says. One seed
+//! decides everything: what the subscribers answer and when (at once, after a hang to the
+//! attempt timeout, late), when an endpoint or the whole host is down, which store, queue or
+//! object-store call fails, which queue send is made twice, which message two invocations
+//! receive at once, which delete the event source skips, and at which I/O step an invocation's
+//! process dies (its future is dropped there, as a killed process stops; its messages come
+//! back after their visibility timeout).
 //!
 //! After the run settles, [`Run::check`] holds every published event against every
 //! subscription: each event a subscription's filter passes was delivered to it (a 2xx answer)
@@ -32,8 +35,8 @@ use gridrelay_dead_letter::{DeadLetterReport, DeadLetterWriter};
 use gridrelay_deliver::{Deliver, DeliverPorts, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::{Ingest, PublishRequest};
 use gridrelay_ports::memory::{
-    FixedJitter, ManualClock, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryObjectStore,
-    MemoryQueue, MemorySecretStore, MemorySubscriptionStore, QueuedMessage, ScriptedSender,
+    FixedJitter, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryObjectStore, MemoryQueue,
+    MemorySecretStore, MemorySubscriptionStore, QueuedMessage, ScriptedSender,
 };
 use gridrelay_ports::registration::Registry;
 use gridrelay_ports::{
@@ -57,6 +60,47 @@ const DEAD_LETTER_VISIBILITY: Duration = Duration::from_secs(360);
 const BUCKET: &str = "dead";
 /// Longer than any event can live (24 h TTL, L5's four hours, hops).
 const SIMULATED_TIME_LIMIT: chrono::Duration = chrono::Duration::days(4);
+
+/// The simulation's clock: tokio's paused clock, read as a date. Every wait in the handlers
+/// (a hung request, a permit, the caps' turn, R4's late answers, the deadline's bound on I/O)
+/// is a tokio timer, and the paused runtime moves time on only when every task waits, to the
+/// next timer: so waits take the time they say, in order, and the run stays a function of the
+/// seed. The driver moves it on by hand between invocations (to the next visible message).
+struct SimClock {
+    start: DateTime<Utc>,
+    origin: tokio::time::Instant,
+}
+
+impl SimClock {
+    fn new(start: DateTime<Utc>) -> Self {
+        Self {
+            start,
+            origin: tokio::time::Instant::now(),
+        }
+    }
+
+    async fn advance(&self, by: Duration) {
+        tokio::time::advance(by).await;
+    }
+
+    async fn set(&self, to: DateTime<Utc>) {
+        if let Ok(by) = (to - self.now()).to_std() {
+            self.advance(by).await;
+        }
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> DateTime<Utc> {
+        let elapsed = tokio::time::Instant::now() - self.origin;
+        self.start + chrono::Duration::from_std(elapsed).unwrap_or(chrono::Duration::MAX)
+    }
+}
+
+tokio::task_local! {
+    /// Which invocation an I/O step belongs to (invocations run at once; each may die).
+    static INVOCATION: u64;
+}
 
 /// How often each fault strikes.
 #[derive(Debug, Clone, Copy)]
@@ -93,9 +137,8 @@ impl Default for FaultRates {
 struct Faults {
     rng: Mutex<StdRng>,
     rates: Mutex<FaultRates>,
-    steps: AtomicU64,
-    /// The step at which the running invocation's process dies, and who hears of it.
-    crash: Mutex<Option<(u64, oneshot::Sender<()>)>>,
+    /// Per invocation that is to die: its I/O steps left before it does, and who hears of it.
+    crash: Mutex<BTreeMap<u64, (u64, oneshot::Sender<()>)>>,
 }
 
 impl Faults {
@@ -113,36 +156,43 @@ impl Faults {
         *self.rates.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One I/O step: the process may die here (this never returns), or the call may fail.
+    /// One I/O step: the process of the invocation it belongs to may die here (this never
+    /// returns), or the call may fail.
     async fn step(&self) -> bool {
-        let n = self.steps.fetch_add(1, Ordering::SeqCst);
-        let dies = {
+        let dies = INVOCATION.try_with(|&invocation| {
             let mut crash = self.crash.lock().unwrap_or_else(|e| e.into_inner());
-            match crash.take() {
-                Some((at, tell)) if at == n => Some(tell),
-                other => {
-                    *crash = other;
+            match crash.get_mut(&invocation) {
+                Some((0, _)) => crash.remove(&invocation).map(|(_, tell)| tell),
+                Some((left, _)) => {
+                    *left -= 1;
                     None
                 }
+                None => None,
             }
-        };
-        if let Some(tell) = dies {
+        });
+        if let Ok(Some(tell)) = dies {
             let _ = tell.send(());
             std::future::pending::<()>().await;
         }
         self.chance(self.rates().call_fails)
     }
 
-    /// The process of the next invocation dies at one of its next `within` steps.
-    fn arm_crash(&self, within: u64) -> oneshot::Receiver<()> {
+    /// The process of `invocation` dies at one of its next `within` steps.
+    fn arm_crash(&self, invocation: u64, within: u64) -> oneshot::Receiver<()> {
         let (tell, hear) = oneshot::channel();
-        let at = self.steps.load(Ordering::SeqCst) + self.below(within);
-        *self.crash.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, tell));
+        let left = self.below(within);
+        self.crash
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(invocation, (left, tell));
         hear
     }
 
-    fn disarm(&self) {
-        *self.crash.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    fn disarm(&self, invocation: u64) {
+        self.crash
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&invocation);
     }
 }
 
@@ -365,27 +415,84 @@ pub struct Answered {
     pub result: AttemptResult,
 }
 
-/// The subscribers: answers drawn from the seed (most succeed; some fail for a while; the
-/// `created` endpoint sometimes answers 400, which is not retried). The process may die after
-/// a request went out, before its answer is recorded.
+/// The subscribers: answers drawn from the seed (most succeed, after up to 200 ms; some fail for
+/// a while; the `created` endpoint sometimes answers 400, which is not retried). A request
+/// that times out hangs for the attempt timeout (30 s), so invocations meet their deadlines
+/// and their permits' and caps' waits; half of them answer late (R4), 200 or 500, within 4
+/// minutes, which the invocation may still be waiting for. The process may die after a
+/// request went out, before its answer is recorded.
 struct Subscribers {
     inner: ScriptedSender,
     faults: Arc<Faults>,
-    /// A timed-out request takes the attempt timeout (30 s), so invocations meet their
-    /// deadlines.
-    clock: Arc<ManualClock>,
-    answered: Mutex<Vec<Answered>>,
+    answered: Arc<Mutex<Vec<Answered>>>,
+    clock: Arc<SimClock>,
+    outages: Vec<Outage>,
+}
+
+/// A stretch of time in which an endpoint (or the whole host) answers one way only: long
+/// enough to have endpoints delayed (D1) and the host found hung (#34 item 8).
+struct Outage {
+    /// The endpoints' common end (`/all`), or `""` for every endpoint of the host.
+    endpoint_ends: &'static str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    answer: AttemptResult,
+}
+
+impl Outage {
+    fn covers(&self, endpoint: &str, at: DateTime<Utc>) -> bool {
+        endpoint.ends_with(self.endpoint_ends) && self.from <= at && at < self.to
+    }
+
+    /// The seed's outages: in half the seeds the `all` endpoint answers 503 for 5 to 35
+    /// minutes, starting in the first 10; in a quarter, the whole host hangs for 1 to 16
+    /// minutes in the first 20.
+    fn drawn(faults: &Faults) -> Vec<Self> {
+        let minutes = |n: u64| chrono::Duration::seconds(i64::try_from(n * 60).unwrap_or(0));
+        let stretch = |from: u64, length: u64| {
+            let from = t0() + minutes(from);
+            (from, from + minutes(length))
+        };
+        let mut outages = Vec::new();
+        if faults.chance(0.5) {
+            let (from, to) = stretch(faults.below(10), 5 + faults.below(30));
+            outages.push(Self {
+                endpoint_ends: "/all",
+                from,
+                to,
+                answer: AttemptResult::Status(503),
+            });
+        }
+        if faults.chance(0.25) {
+            let (from, to) = stretch(faults.below(20), 1 + faults.below(15));
+            outages.push(Self {
+                endpoint_ends: "",
+                from,
+                to,
+                answer: AttemptResult::TimedOut,
+            });
+        }
+        outages
+    }
 }
 
 #[async_trait]
 impl EventSender for Subscribers {
     async fn send(&self, request: DeliveryRequest) -> SentAttempt {
+        let now = self.clock.now();
+        let down = self
+            .outages
+            .iter()
+            .find(|o| o.covers(&request.endpoint, now));
         let roll = self.faults.below(100);
         let result = match roll {
+            _ if down.is_some() => down
+                .map(|o| o.answer.clone())
+                .unwrap_or(AttemptResult::TimedOut),
             0..=59 => AttemptResult::Status(200),
             60..=74 => AttemptResult::Status(503),
             75..=84 => AttemptResult::Status(500),
-            85..=94 => AttemptResult::TimedOut,
+            85..=87 => AttemptResult::TimedOut,
             _ if request.endpoint.ends_with("/created") => AttemptResult::Status(400),
             _ => AttemptResult::ConnectionFailed("connection refused".into()),
         };
@@ -394,25 +501,46 @@ impl EventSender for Subscribers {
             .iter()
             .filter_map(|e| e["id"].as_str().map(str::to_string))
             .collect();
+        let answer = Answered {
+            endpoint: request.endpoint.clone(),
+            subscription_header: request
+                .headers
+                .iter()
+                .find(|(n, _)| n == "aeg-subscription-name")
+                .map(|(_, v)| v.clone()),
+            ids,
+            result: result.clone(),
+        };
+        let mut sent = SentAttempt::of(result.clone());
+        if result == AttemptResult::TimedOut {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            if down.is_none() && self.faults.chance(0.5) {
+                let after = Duration::from_secs(1 + self.faults.below(240));
+                let status = if self.faults.chance(0.7) { 200 } else { 500 };
+                let late = Answered {
+                    result: AttemptResult::Status(status),
+                    ..answer.clone()
+                };
+                let answered = Arc::clone(&self.answered);
+                sent.late = Some(Box::pin(async move {
+                    tokio::time::sleep(after).await;
+                    answered
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(late);
+                    Some(status)
+                }));
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(self.faults.below(200))).await;
+        }
         self.answered
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(Answered {
-                endpoint: request.endpoint.clone(),
-                subscription_header: request
-                    .headers
-                    .iter()
-                    .find(|(n, _)| n == "aeg-subscription-name")
-                    .map(|(_, v)| v.clone()),
-                ids,
-                result: result.clone(),
-            });
-        if result == AttemptResult::TimedOut {
-            self.clock.advance(Duration::from_secs(30));
-        }
+            .push(answer);
         // The request reached the endpoint; the process may die before it hears the answer.
         let _ = self.faults.step().await;
-        SentAttempt::of(result)
+        sent
     }
 
     async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String> {
@@ -436,13 +564,15 @@ pub struct Run {
     /// Handler invocations (deliver and dead-letter, setup included), and how many died.
     pub invocations: usize,
     pub crashes: usize,
+    /// Rounds of the deliver event source that ran two invocations at once.
+    pub rounds_at_once: usize,
     pub settled: bool,
     pub simulated: chrono::Duration,
 }
 
 /// The whole system for one seed.
 struct World {
-    clock: Arc<ManualClock>,
+    clock: Arc<SimClock>,
     faults: Arc<Faults>,
     memory_store: Arc<MemorySubscriptionStore>,
     delivery: Arc<MemoryQueue>,
@@ -450,11 +580,14 @@ struct World {
     objects: Arc<MemoryObjectStore>,
     subscribers: Arc<Subscribers>,
     ingest: Ingest,
-    deliver: Deliver,
+    /// Two deliver workers (Lambda instances): each has its own endpoint limits and host watch,
+    /// and shares the stores, queues and caps.
+    workers: [Deliver; 2],
     writer: DeadLetterWriter,
     topic: Topic,
     invocations: AtomicU64,
     crashes: AtomicU64,
+    rounds_at_once: AtomicU64,
 }
 
 fn t0() -> DateTime<Utc> {
@@ -465,12 +598,11 @@ fn t0() -> DateTime<Utc> {
 
 impl World {
     fn new(seed: u64, rates: FaultRates) -> Self {
-        let clock = Arc::new(ManualClock::new(t0()));
+        let clock = Arc::new(SimClock::new(t0()));
         let faults = Arc::new(Faults {
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             rates: Mutex::new(rates),
-            steps: AtomicU64::new(0),
-            crash: Mutex::new(None),
+            crash: Mutex::new(BTreeMap::new()),
         });
         let memory_store = Arc::new(MemorySubscriptionStore::default());
         let delivery = Arc::new(MemoryQueue::new(clock.clone()));
@@ -479,8 +611,9 @@ impl World {
         let subscribers = Arc::new(Subscribers {
             inner: ScriptedSender::status(200),
             faults: faults.clone(),
+            answered: Arc::new(Mutex::new(Vec::new())),
             clock: clock.clone(),
-            answered: Mutex::new(Vec::new()),
+            outages: Outage::drawn(&faults),
         });
         let store: Arc<dyn SubscriptionStore> =
             Arc::new(FaultyStore(memory_store.clone(), faults.clone()));
@@ -524,6 +657,7 @@ impl World {
             scale: TimeScale::REAL,
             notices: None,
         };
+        let workers = [deliver.beside(subscribers.clone()), deliver];
         Self {
             clock,
             faults,
@@ -533,11 +667,12 @@ impl World {
             objects,
             subscribers,
             ingest,
-            deliver,
+            workers,
             writer,
             topic: Topic::with_new_keys(TOPIC, t0()),
             invocations: AtomicU64::new(0),
             crashes: AtomicU64::new(0),
+            rounds_at_once: AtomicU64::new(0),
         }
     }
 
@@ -654,11 +789,12 @@ impl World {
                 );
                 return;
             }
-            self.clock.advance(Duration::from_secs(1));
+            self.clock.advance(Duration::from_secs(1)).await;
         }
     }
 
-    /// Receives what is visible on `queue` (sometimes a message twice, for two invocations).
+    /// Receives what is visible on `queue` for the invocations the event source runs at once:
+    /// two pollers, as Lambda's run several (sometimes a message twice, for both).
     async fn receive(&self, queue: &MemoryQueue, visibility: Duration) -> Vec<Vec<QueuedMessage>> {
         let first = queue.receive(10, visibility);
         if first.is_empty() {
@@ -670,10 +806,12 @@ impl World {
             let again = &first[self.faults.below(first.len() as u64) as usize];
             let handle = again.receipt.to_string();
             let _ = queue.retry_after(&handle, Duration::ZERO).await;
-            let second = queue.receive(10, visibility);
-            return vec![first, second];
         }
-        vec![first]
+        let second = queue.receive(10, visibility);
+        if second.is_empty() {
+            return vec![first];
+        }
+        vec![first, second]
     }
 
     /// Deletes the settled messages, as the event source does (sometimes not).
@@ -689,28 +827,31 @@ impl World {
         }
     }
 
-    /// One round of the deliver event source; whether anything was received.
+    /// One round of the deliver event source: its invocations run at once, each on a worker of
+    /// its own, as Lambda's instances; whether anything was received.
     async fn invoke_deliver(&self, may_crash: bool) -> (bool, Option<DeliveryReport>) {
         let batches = self.receive(&self.delivery, VISIBILITY).await;
-        let mut any = false;
+        if batches.len() > 1 {
+            self.rounds_at_once.fetch_add(1, Ordering::SeqCst);
+        }
+        // A function timeout of two minutes: a few timed-out attempts reach it.
+        let deadline = self.clock.now() + chrono::Duration::seconds(120);
+        let invocations = batches.iter().zip(&self.workers).map(|(received, worker)| {
+            let handled = worker.handle_until(sqs_event(received), deadline);
+            self.run_or_die(handled, may_crash, 40)
+        });
+        let outcomes = futures::future::join_all(invocations).await;
         let mut report = None;
-        for received in batches {
-            if received.is_empty() {
-                continue;
-            }
-            any = true;
-            // A function timeout of two minutes: a few timed-out attempts reach it.
-            let deadline = self.clock.now() + chrono::Duration::seconds(120);
-            let handled = self.deliver.handle_until(sqs_event(&received), deadline);
+        for (received, outcome) in batches.iter().zip(outcomes) {
             // The process died: nothing is deleted; the messages come back.
-            if let Some(o) = self.run_or_die(handled, may_crash, 40).await {
-                self.settle(&self.delivery, &received, &o.failed_message_ids);
+            if let Some(o) = outcome {
+                self.settle(&self.delivery, received, &o.failed_message_ids);
                 report
                     .get_or_insert_with(DeliveryReport::default)
                     .add(&o.report);
             }
         }
-        (any, report)
+        (!batches.is_empty(), report)
     }
 
     /// Runs an invocation whose process may die at one of its next `within` I/O steps; `None`
@@ -721,17 +862,18 @@ impl World {
         may_crash: bool,
         within: u64,
     ) -> Option<F::Output> {
-        self.invocations.fetch_add(1, Ordering::SeqCst);
+        let invocation = self.invocations.fetch_add(1, Ordering::SeqCst);
         let outcome = if may_crash && self.faults.chance(self.faults.rates().crash) {
-            let dies = self.faults.arm_crash(within);
+            let dies = self.faults.arm_crash(invocation, within);
+            let handled = INVOCATION.scope(invocation, handled);
             match select(Box::pin(handled), dies).await {
                 Either::Left((outcome, _)) => Some(outcome),
                 Either::Right(_) => None,
             }
         } else {
-            Some(handled.await)
+            Some(INVOCATION.scope(invocation, handled).await)
         };
-        self.faults.disarm();
+        self.faults.disarm(invocation);
         if outcome.is_none() {
             self.crashes.fetch_add(1, Ordering::SeqCst);
         }
@@ -788,6 +930,7 @@ async fn run_async(seed: u64, rates: FaultRates) -> Run {
         dead_letter: DeadLetterReport::default(),
         invocations: 0,
         crashes: 0,
+        rounds_at_once: 0,
         settled: false,
         simulated: chrono::Duration::zero(),
     };
@@ -821,17 +964,20 @@ async fn run_async(seed: u64, rates: FaultRates) -> Run {
             .flatten()
             .min();
             match next {
-                Some(at) if at > world.clock.now() && published == batches => world.clock.set(at),
-                _ => world.clock.advance(Duration::from_secs(1)),
+                Some(at) if at > world.clock.now() && published == batches => {
+                    world.clock.set(at).await;
+                }
+                _ => world.clock.advance(Duration::from_secs(1)).await,
             }
         } else {
-            world.clock.advance(Duration::from_millis(100));
+            world.clock.advance(Duration::from_millis(100)).await;
         }
     }
     run.simulated = world.clock.now() - start;
     let count = |n: &AtomicU64| usize::try_from(n.load(Ordering::SeqCst)).unwrap_or(usize::MAX);
     run.invocations = count(&world.invocations);
     run.crashes = count(&world.crashes);
+    run.rounds_at_once = count(&world.rounds_at_once);
     run.answered = world
         .subscribers
         .answered
