@@ -122,8 +122,9 @@ pub fn held_until(start: DateTime<Utc>, now: DateTime<Utc>) -> DateTime<Utc> {
 /// what the layout reaches.
 pub const ITEM_WRITE_UNITS_PER_SECOND: u32 = 1_000;
 
-/// Leases kept in one slot item: 16 leases (41 bytes each: a 32-character id and an epoch in
-/// milliseconds) and the longest key keep the item under 1 KB, one write unit.
+/// Leases kept in one slot item: 16 leases (up to 44 bytes each: an id of the item's number, a
+/// dot and 32 characters, and an epoch in milliseconds) and the longest key keep the item under
+/// 1 KB (about 890 bytes), one write unit.
 pub const LEASES_PER_SLOT_ITEM: u32 = 16;
 
 /// Bookings a second one rate item is planned for: half its ceiling, since a booking of an idle

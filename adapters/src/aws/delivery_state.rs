@@ -465,7 +465,7 @@ impl DynamoDeliveryStateStore {
                 with_room.push((item, SlotRoom::NoMap));
                 continue;
             };
-            let ended: Vec<String> = leases
+            let mut ended: Vec<String> = leases
                 .iter()
                 .filter(|(_, ends)| {
                     ends.as_n()
@@ -474,11 +474,14 @@ impl DynamoDeliveryStateStore {
                         .is_none_or(|ms| ms <= now_ms)
                 })
                 .map(|(id, _)| id.clone())
-                .take(EXPIRED_LEASES_PER_WRITE)
                 .collect();
+            // Room is counted on every ended lease; one write removes up to 50 of them (an
+            // item of the single-item layout may hold many more: each pass removes 50).
+            let live = leases.len() - ended.len();
+            ended.truncate(EXPIRED_LEASES_PER_WRITE);
             if leases.len() < share {
                 with_room.push((item, SlotRoom::Ready));
-            } else if leases.len() - ended.len() < share {
+            } else if live < share {
                 with_room.push((item, SlotRoom::Ended(ended)));
             }
         }

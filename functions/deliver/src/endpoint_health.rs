@@ -164,6 +164,15 @@ impl HostWatch {
         }
     }
 
+    /// A new invocation starts: a host found hung in an earlier one is the store's to hold now
+    /// (its record was written, or, if that failed or was cut off, it is found again by what
+    /// is sent), never this worker's for good.
+    fn new_invocation(&self) {
+        for watched in self.lock().values_mut() {
+            watched.hung = false;
+        }
+    }
+
     /// Whether this worker found `endpoint`'s host hung (and has not recorded it yet).
     pub(crate) fn is_hung(&self, endpoint: &str) -> bool {
         origin_health_key(endpoint)
@@ -241,6 +250,7 @@ impl Deliver {
         groups: &[Group],
         deadline: DateTime<Utc>,
     ) -> EndpointGates {
+        self.hosts.new_invocation();
         let endpoints: BTreeSet<&str> = groups
             .iter()
             .filter(|g| !g.events.is_empty())
