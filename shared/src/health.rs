@@ -154,7 +154,20 @@ impl EndpointHealth {
 /// The key an origin's health record is kept under, beside its URLs' (with a space, which no
 /// URL has); `None` for an endpoint without an origin (an AWS resource).
 pub fn origin_health_key(endpoint: &str) -> Option<String> {
-    crate::outbound::endpoint_origin(endpoint).map(|origin| format!("origin {origin}"))
+    crate::outbound::endpoint_origin(endpoint).map(|origin| format!("{ORIGIN_KEY}{origin}"))
+}
+
+/// What an origin's health key starts with.
+const ORIGIN_KEY: &str = "origin ";
+
+/// The origin a health record's key names (`None`: the key is an endpoint's).
+pub fn origin_of_health_key(key: &str) -> Option<&str> {
+    key.strip_prefix(ORIGIN_KEY)
+}
+
+/// Whether an attempt's result says its host answered: any HTTP status.
+pub fn host_answered(result: &AttemptResult) -> bool {
+    matches!(result, AttemptResult::Status(_))
 }
 
 /// Whether an attempt's result says its host did not answer at all: no answer in time, a
@@ -292,6 +305,8 @@ mod tests {
         assert!(!host_did_not_answer(&AttemptResult::Refused(
             "private".into()
         )));
+        assert!(host_answered(&AttemptResult::Status(503)));
+        assert!(!host_answered(&AttemptResult::TimedOut));
 
         let now = Utc::now();
         let hung = EndpointHealth::default().after_hang(now, &p);
@@ -317,6 +332,12 @@ mod tests {
             origin_health_key("arn:aws:sqs:us-east-1:123456789012:q"),
             None
         );
+        let key = origin_health_key("https://hooks.example.com/T1").unwrap_or_default();
+        assert_eq!(
+            origin_of_health_key(&key),
+            Some("https://hooks.example.com")
+        );
+        assert_eq!(origin_of_health_key("https://hooks.example.com/T1"), None);
     }
 
     /// D1, R3: a delayed endpoint makes batches wait; when the delay ends one probe may go,

@@ -18,8 +18,8 @@ use gridrelay_ports::update_endpoint_health;
 use gridrelay_shared::classify::{AttemptResult, DeliveryOutcome};
 use gridrelay_shared::delivery::hold;
 use gridrelay_shared::health::{
-    EndpointHealth, Gate, HealthPolicy, HostSilence, LastFailure, host_did_not_answer,
-    origin_health_key,
+    EndpointHealth, Gate, HealthPolicy, HostSilence, LastFailure, host_answered,
+    host_did_not_answer, origin_health_key, origin_of_health_key,
 };
 use gridrelay_shared::message::DeliveryHistory;
 use gridrelay_shared::outbound::redact_endpoint;
@@ -69,6 +69,8 @@ pub(crate) struct EndpointGates {
     urls: HashMap<String, EndpointGate>,
     /// By origin health key ([`origin_health_key`]): a hung host's gate over all its URLs.
     origins: HashMap<String, EndpointGate>,
+    /// Each URL's origin health key, found once per invocation, not per batch.
+    origin_of: HashMap<String, String>,
     /// URLs that sent their batch of their origin's probe in this invocation.
     probed: HashSet<String>,
 }
@@ -78,7 +80,7 @@ impl EndpointGates {
     /// let it. A probing origin lets one batch go to each of its URLs, so a host that answers
     /// some of them clears at once.
     pub(crate) fn admit(&mut self, endpoint: &str) -> bool {
-        let origin = origin_health_key(endpoint).and_then(|key| self.origins.get(&key));
+        let origin = self.origin_gate(endpoint);
         let origin_probing = match origin {
             Some(EndpointGate::Closed(_)) => return false,
             Some(EndpointGate::OneProbe { .. }) if self.probed.contains(endpoint) => return false,
@@ -95,10 +97,17 @@ impl EndpointGates {
     /// Until when `endpoint`'s held events wait: the later of its own gate and its origin's.
     fn held_until(&self, endpoint: &str) -> Option<DateTime<Utc>> {
         let own = self.urls.get(endpoint).and_then(EndpointGate::held_until);
-        let origin = origin_health_key(endpoint)
-            .and_then(|key| self.origins.get(&key))
+        let origin = self
+            .origin_gate(endpoint)
             .and_then(EndpointGate::held_until);
         own.max(origin)
+    }
+
+    /// The gate of `endpoint`'s origin, if it has one.
+    fn origin_gate(&self, endpoint: &str) -> Option<&EndpointGate> {
+        self.origin_of
+            .get(endpoint)
+            .and_then(|key| self.origins.get(key))
     }
 
     /// Whether the origin's gate was open in this invocation (or it was not read).
@@ -146,7 +155,7 @@ impl HostWatch {
         let Some(origin) = origin_health_key(endpoint) else {
             return;
         };
-        let answered = matches!(result, AttemptResult::Status(_));
+        let answered = host_answered(result);
         if !answered && !host_did_not_answer(result) {
             return;
         }
@@ -256,10 +265,11 @@ impl Deliver {
             .filter(|g| !g.events.is_empty())
             .map(|g| g.subscription.endpoint.as_str())
             .collect();
-        let origins: BTreeSet<String> = endpoints
+        let origin_of: HashMap<String, String> = endpoints
             .iter()
-            .filter_map(|e| origin_health_key(e))
+            .filter_map(|e| Some((e.to_string(), origin_health_key(e)?)))
             .collect();
+        let origins: BTreeSet<String> = origin_of.values().cloned().collect();
         let (urls, origins) = futures::future::join(
             self.gates_of(endpoints.into_iter().map(str::to_string), deadline),
             self.gates_of(origins.into_iter(), deadline),
@@ -268,6 +278,7 @@ impl Deliver {
         EndpointGates {
             urls,
             origins,
+            origin_of,
             probed: HashSet::new(),
         }
     }
@@ -494,7 +505,7 @@ impl Deliver {
             let entry = seen.entry(origin).or_default();
             if host_did_not_answer(&a.result) {
                 entry.unanswered += 1;
-            } else if matches!(a.result, AttemptResult::Status(_)) {
+            } else if host_answered(&a.result) {
                 entry.answered = true;
             }
         }
@@ -522,6 +533,7 @@ impl Deliver {
     /// Writes what became of an origin to its health record.
     async fn record_origin(&self, origin: String, change: OriginChange, now: DateTime<Utc>) {
         let policy = &self.settings.health;
+        let shown_origin = origin_of_health_key(&origin).unwrap_or(&origin);
         if change == OriginChange::Answered {
             // As an endpoint's success: cleared as stored, not as a warm function kept it.
             self.ports.state.forget(&origin);
@@ -535,13 +547,13 @@ impl Deliver {
         match update_endpoint_health(self.ports.state.as_ref(), &origin, now, update).await {
             Ok((before, after)) => {
                 if after.is_delayed() && !before.is_delayed() {
-                    warn!(origin = %origin.trim_start_matches("origin "), delayed_until = ?after.delayed_until, "host does not answer across its URLs: delivery to every URL of it is delayed (D1)");
+                    warn!(origin = %shown_origin, delayed_until = ?after.delayed_until, "host does not answer across its URLs: delivery to every URL of it is delayed (D1)");
                 } else if !after.is_delayed() && before.is_delayed() {
-                    info!(origin = %origin.trim_start_matches("origin "), "host answers again: delayed delivery to its URLs ends");
+                    info!(origin = %shown_origin, "host answers again: delayed delivery to its URLs ends");
                 }
             }
             Err(e) => {
-                warn!(origin = %origin.trim_start_matches("origin "), error = %e, "could not record host health");
+                warn!(origin = %shown_origin, error = %e, "could not record host health");
             }
         }
     }
@@ -561,7 +573,7 @@ enum OriginChange {
 /// A health record's key as logs show it: an endpoint redacted, an origin as it is (it has no
 /// credentials, path or query).
 fn shown(key: &str) -> String {
-    if key.starts_with("origin ") {
+    if origin_of_health_key(key).is_some() {
         key.to_string()
     } else {
         redact_endpoint(key)
