@@ -729,8 +729,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
 
     // From here on, behind the fault proxy if asked: the runner is started again through it.
     let proxy = if size.aws_faults > 0.0 {
-        let emulator = std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL");
-        let proxy = FaultProxy::start(&emulator, size.seed).await;
+        let proxy = FaultProxy::start(size.seed).await;
         proxy.set_rules(
             // Every service the proxy knows: the stack's own and those of the run's AWS
             // resource destinations (no Lambda function here: its rules pick nothing).

@@ -9,7 +9,9 @@
 //!
 //! The service is read from the request's SigV4 credential scope; the operation from
 //! `X-Amz-Target` (JSON protocols), the `Action` form field (query protocol), or the method and
-//! path (S3, Lambda).
+//! path (S3, Lambda). Each call goes on to where the SDK would have sent it without the proxy:
+//! `AWS_ENDPOINT_URL`, or the service's own `AWS_ENDPOINT_URL_<SERVICE>` where one is set (as
+//! `make test-localstack` sets DynamoDB's and Lambda's to moto beside LocalStack).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -37,6 +39,53 @@ pub const SERVICES: [&str; 8] = [
     "kinesis",
     "lambda",
 ];
+
+/// Where each service's calls go on to: the emulator of the environment, service by service.
+#[derive(Debug, Clone)]
+pub struct Upstreams {
+    default: String,
+    /// By signing name, for the services that have an endpoint of their own.
+    by_service: BTreeMap<String, String>,
+}
+
+impl Upstreams {
+    /// `AWS_ENDPOINT_URL`, and each `AWS_ENDPOINT_URL_<SERVICE>` the environment sets, as the
+    /// SDK reads them.
+    pub fn from_environment() -> Self {
+        let variable = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| v.trim_end_matches('/').to_string())
+        };
+        let default = variable("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL names the emulator");
+        let by_service = SERVICES
+            .into_iter()
+            .filter_map(|service| {
+                variable(&format!("AWS_ENDPOINT_URL_{}", service_id(service)))
+                    .map(|url| (service.to_string(), url))
+            })
+            .collect();
+        Self {
+            default,
+            by_service,
+        }
+    }
+
+    fn of(&self, service: &str) -> &str {
+        self.by_service.get(service).unwrap_or(&self.default)
+    }
+}
+
+/// The SDK's name of a service in its `AWS_ENDPOINT_URL_<SERVICE>` variable, from its signing
+/// name.
+fn service_id(signing_name: &str) -> String {
+    match signing_name {
+        "secretsmanager" => "SECRETS_MANAGER".to_string(),
+        "events" => "EVENTBRIDGE".to_string(),
+        other => other.to_uppercase(),
+    }
+}
 
 /// What a rule does to a call it picks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,7 +193,7 @@ impl CallCounts {
 }
 
 struct Proxy {
-    upstream: String,
+    upstreams: Upstreams,
     /// Each rule, and how many calls it matched.
     rules: Mutex<Vec<(FaultRule, u64)>>,
     rng: Mutex<StdRng>,
@@ -160,11 +209,12 @@ pub struct FaultProxy {
 }
 
 impl FaultProxy {
-    /// A proxy to `upstream` (the emulator's URL) that passes every call on until rules are
-    /// set. Its random draws are seeded with `seed`, so a run can be repeated.
-    pub async fn start(upstream: &str, seed: u64) -> Self {
+    /// A proxy in front of the environment's emulator ([`Upstreams::from_environment`]) that
+    /// passes every call on until rules are set. Its random draws are seeded with `seed`, so a
+    /// run can be repeated.
+    pub async fn start(seed: u64) -> Self {
         let proxy = Arc::new(Proxy {
-            upstream: upstream.trim_end_matches('/').to_string(),
+            upstreams: Upstreams::from_environment(),
             rules: Mutex::new(Vec::new()),
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             counts: Mutex::new(BTreeMap::new()),
@@ -248,7 +298,10 @@ async fn handle(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut forward = proxy
         .http
-        .request(parts.method.clone(), format!("{}{path}", proxy.upstream))
+        .request(
+            parts.method.clone(),
+            format!("{}{path}", proxy.upstreams.of(&call.service)),
+        )
         .body(body);
     for (name, value) in &parts.headers {
         if !is_hop_by_hop(name.as_str()) {

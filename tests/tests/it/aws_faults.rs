@@ -19,11 +19,6 @@ use serde_json::{Value, json};
 /// The services the stack itself calls (the destinations' are throttled in `resources.rs`).
 const STACK_SERVICES: [&str; 4] = ["sqs", "dynamodb", "s3", "secretsmanager"];
 
-/// The emulator's URL, where the proxy sends what it lets through.
-fn emulator() -> String {
-    std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL names the emulator")
-}
-
 /// A seed for the proxy's draws: `FAULT_SEED` to repeat a run, or a new one (printed).
 fn seed() -> u64 {
     let seed = std::env::var("FAULT_SEED")
@@ -56,7 +51,7 @@ fn code_and_status<E: ProvideErrorMetadata, R>(
 /// no rule, the same calls reach the emulator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_service_gets_its_own_throttling_and_internal_errors() {
-    let proxy = FaultProxy::start(&emulator(), seed()).await;
+    let proxy = FaultProxy::start(seed()).await;
     let sdk = sdk_config_through(&proxy.url())
         .await
         .to_builder()
@@ -142,7 +137,7 @@ async fn each_service_gets_its_own_throttling_and_internal_errors() {
 /// the test proves nothing and fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stack_whose_aws_calls_are_throttled_or_fail_loses_no_event_g1() {
-    let proxy = FaultProxy::start(&emulator(), seed()).await;
+    let proxy = FaultProxy::start(seed()).await;
     let sys = TestSystem::start_behind(&proxy, 0.01, |c| {
         // Every invocation reads the subscription and its secret again.
         c.config_cache = Duration::ZERO;
@@ -317,7 +312,7 @@ async fn a_stack_whose_aws_calls_are_throttled_or_fail_loses_no_event_g1() {
 /// A system whose invocations may run 4 s (their messages hidden as long), its AWS calls
 /// through a fault proxy with no rule yet.
 async fn behind_proxy_with_4_s_invocations() -> (FaultProxy, TestSystem) {
-    let proxy = FaultProxy::start(&emulator(), seed()).await;
+    let proxy = FaultProxy::start(seed()).await;
     let sys = TestSystem::start_behind(&proxy, 0.01, |c| {
         c.function_timeout = Duration::from_secs(4);
         c.visibility_timeout = Duration::from_secs(4);

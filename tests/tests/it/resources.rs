@@ -168,11 +168,7 @@ async fn a_throttled_stream_gets_every_event_in_the_end_s4() {
 /// every event in the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttled_destinations_get_every_event_in_the_end_s4() {
-    let proxy = FaultProxy::start(
-        &std::env::var("AWS_ENDPOINT_URL").expect("the emulator"),
-        rand::random(),
-    )
-    .await;
+    let proxy = FaultProxy::start(rand::random()).await;
     let sys = TestSystem::start_behind(&proxy, 0.01, |_| {}).await;
     let topic = sys.topic("orders").await;
     let prefix = sys.names.secret_prefix.clone();
@@ -269,11 +265,7 @@ async fn a_throttled_lambda_invoke_is_a_retried_503_s4() {
     use gridrelay_shared::classify::DeliveryOutcome;
     use gridrelay_shared::destination::{EndpointType, ResourceDestination, RoutingFields};
 
-    let proxy = FaultProxy::start(
-        &std::env::var("AWS_ENDPOINT_URL").expect("the emulator"),
-        rand::random(),
-    )
-    .await;
+    let proxy = FaultProxy::start(rand::random()).await;
     proxy.set_rules(vec![FaultRule::throttle("lambda", 1.0).only("Invoke")]);
     let sdk = gridrelay_e2e::sdk_config_through(&proxy.url()).await;
     let sender = gridrelay_adapters::aws::AwsResourceSender::from_sdk(&sdk);
