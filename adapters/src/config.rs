@@ -26,6 +26,12 @@ pub const DELIVERY_STATE_TABLE_ENV: &str = "GRIDRELAY_DELIVERY_STATE_TABLE";
 /// The local runner's delivery state table (`gridrelay local`'s default prefix).
 pub const DEFAULT_DELIVERY_STATE_TABLE: &str = "gridrelay-delivery-state";
 
+/// The delivery journal's Firehose stream (#35); without it, `deliver` keeps no journal.
+pub const JOURNAL_STREAM_ENV: &str = "GRIDRELAY_JOURNAL_STREAM";
+
+/// The bucket the delivery journal's stream writes to, for the command line's questions.
+pub const JOURNAL_BUCKET_ENV: &str = "GRIDRELAY_JOURNAL_BUCKET";
+
 /// H1: the name prefix of the Secrets Manager secrets that hold secret delivery header values
 /// (default `gridrelay`; the deliver function may read only secrets under it).
 pub const SECRET_PREFIX_ENV: &str = "GRIDRELAY_SECRET_PREFIX";

@@ -133,6 +133,7 @@ pub async fn deliver_all(
         state: Arc::new(MemoryDeliveryStateStore::default()),
         secrets: Arc::new(MemorySecretStore::default()),
         caps: Arc::new(MemoryDeliveryCapStore::default()),
+        journal: Arc::new(gridrelay_ports::memory::MemoryJournal::default()),
     };
     let sender = Arc::new(settings.http_sender()?);
     let deliver = Deliver::new(ports, sender, settings);

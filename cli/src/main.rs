@@ -20,6 +20,7 @@ use gridrelay_ports::StoreError;
 use gridrelay_shared::limits::LimitError;
 use gridrelay_shared::queue_seal::QueueKey;
 
+mod journal;
 mod local;
 mod redrive;
 mod subscription;
@@ -101,6 +102,11 @@ struct Cli {
     /// installation).
     #[arg(long, global = true, env = config::QUEUE_KEY_SECRET_ENV)]
     queue_key_secret: Option<String>,
+    /// The bucket the delivery journal is written to (the stack's JournalBucket output), read
+    /// by `event show` and `event-subscription attempts`. Default: `<prefix>-journal` beside a
+    /// delivery queue named `<prefix>-delivery` (a local installation).
+    #[arg(long, global = true, env = config::JOURNAL_BUCKET_ENV)]
+    journal_bucket: Option<String>,
     /// Networks (comma-separated CIDRs) endpoints may be in although not public, where plain
     /// http:// is allowed too. Default for `local`: loopback. Default for `event-subscription
     /// create`: loopback when AWS_ENDPOINT_URL is on this machine (a local stack), else none;
@@ -134,6 +140,9 @@ enum Command {
     /// Move parked or dead-lettered events back into delivery.
     #[command(subcommand)]
     Redrive(RedriveCommand),
+    /// Events as the delivery journal saw them.
+    #[command(subcommand)]
+    Event(journal::EventCommand),
 }
 
 /// What `--output` prints.
@@ -304,6 +313,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Local(args) => local::run_local(args, cli.allowed_networks.as_deref()).await,
         Command::Redrive(cmd) => redrive::redrive_command(cmd, tables, own).await,
         Command::Topic(cmd) => topic::run_topic(cmd, tables, &cli.publish_url, cli.output).await,
+        Command::Event(journal::EventCommand::Show(args)) => {
+            let bucket =
+                journal::journal_bucket(cli.journal_bucket.as_deref(), &cli.delivery_queue)?;
+            journal::show_event(args, &bucket, cli.output).await
+        }
+        Command::EventSubscription(SubscriptionCommand::Attempts(args)) => {
+            let bucket =
+                journal::journal_bucket(cli.journal_bucket.as_deref(), &cli.delivery_queue)?;
+            journal::list_attempts(args, &bucket, cli.output).await
+        }
         Command::EventSubscription(cmd) => {
             let flags = GlobalFlags {
                 tables,

@@ -54,6 +54,9 @@ pub(super) enum SubscriptionCommand {
     /// Signed deliveries (Standard Webhooks).
     #[command(subcommand)]
     SigningSecret(SigningSecretCommand),
+    /// The subscription's latest delivery attempts from the delivery journal, newest first:
+    /// status, duration and what came next.
+    Attempts(crate::journal::ListAttempts),
 }
 
 #[derive(Args)]
@@ -620,6 +623,8 @@ async fn subscription_command(
         (SubscriptionCommand::List(l), _) => list_subscriptions(registry.store, output, &l).await,
         (SubscriptionCommand::Delete(s), _) => delete_subscription(registry, s).await,
         (SubscriptionCommand::Create(_), None) => bail!("subscription was not validated"),
+        // Answered from the journal before any store is opened (`main`).
+        (SubscriptionCommand::Attempts(_), _) => bail!("attempts are read from the journal"),
     }
 }
 

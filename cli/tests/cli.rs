@@ -1357,3 +1357,128 @@ async fn create_a_subscription_to_an_sqs_queue_s4() {
     );
     sys.shutdown().await;
 }
+
+/// #35: `event show` answers "what happened to this event?" from the delivery journal, as an
+/// operator runs it: an event that failed twice (500, then 503: S5, R1) and then succeeded
+/// shows, for its subscription, that it was published, then three attempts in order with
+/// their statuses, and stands delivered; `event-subscription attempts --failed` lists exactly
+/// the two failed attempts, newest first; `-o table` prints them for people, and a bad
+/// `--since` is refused naming the flag, the value and what it takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_shows_each_attempt_of_an_event_and_where_it_stands_r1_s5() {
+    let sys = TestSystem::start_with_own_journal(0.01).await;
+    let topic = sys.topic("journal").await;
+    let sub = Subscriber::start(
+        vec![Reply::Status(500), Reply::Status(503)],
+        Reply::Status(200),
+    )
+    .await;
+    sys.subscribe(subscription("journal", "billing", &sub.url))
+        .await;
+    sys.publish(&topic, &events("j", 1)).await;
+    sub.wait_for_requests(3, Duration::from_secs(30)).await;
+
+    let show = [
+        "event",
+        "show",
+        "--topic-name",
+        "journal",
+        "--event-id",
+        "j-0",
+    ];
+    // The last attempt's entry is written as its invocation ends.
+    let life = gridrelay_e2e::eventually(
+        Duration::from_secs(10),
+        "three attempts journaled",
+        || async {
+            let out = gridrelay(&show, Some(&sys.names));
+            let life = out.status.success().then(|| json(&out))?;
+            let steps = life["subscriptions"][0]["steps"].as_array()?.clone();
+            (steps.iter().filter(|s| s["step"] == "attempt").count() == 3).then_some(life)
+        },
+    )
+    .await;
+    let billing = &life["subscriptions"][0];
+    assert_eq!(billing["subscription"], "billing");
+    let steps = billing["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["step"], "fanned", "{life}");
+    assert_eq!(steps[0]["type"], "Contoso.Orders.Created");
+    let attempts: Vec<(u64, u64, &str)> = steps[1..]
+        .iter()
+        .map(|s| {
+            (
+                s["attempt"].as_u64().unwrap(),
+                s["status"].as_u64().unwrap(),
+                s["next"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts,
+        [(1, 500, "retry"), (2, 503, "retry"), (3, 200, "delivered")],
+        "{life}"
+    );
+    assert_eq!(billing["standing"]["state"], "delivered", "{life}");
+    assert!(
+        steps[1]["endpoint"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://127.0.0.1:")
+    );
+
+    let failed = json(&gridrelay(
+        &[
+            "event-subscription",
+            "attempts",
+            "--topic-name",
+            "journal",
+            "--name",
+            "billing",
+            "--failed",
+        ],
+        Some(&sys.names),
+    ));
+    let statuses: Vec<u64> = failed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, [503, 500], "{failed}");
+
+    let table = gridrelay(&[&show[..], &["-o", "table"]].concat(), Some(&sys.names));
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success(), "{}", stderr(&table));
+    assert!(
+        text.contains("attempt 3") && text.contains("delivered at"),
+        "{text}"
+    );
+
+    let bad = gridrelay(&[&show[..], &["--since", "2w"]].concat(), Some(&sys.names));
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("--since")
+            && stderr(&bad).contains("\"2w\"")
+            && stderr(&bad).contains("7d"),
+        "{}",
+        stderr(&bad)
+    );
+    let unknown = gridrelay(
+        &[
+            "event",
+            "show",
+            "--topic-name",
+            "journal",
+            "--event-id",
+            "never-published",
+        ],
+        Some(&sys.names),
+    );
+    assert!(!unknown.status.success());
+    assert!(
+        stderr(&unknown).contains("no journal entry"),
+        "{}",
+        stderr(&unknown)
+    );
+    sys.shutdown().await;
+}

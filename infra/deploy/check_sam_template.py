@@ -49,6 +49,8 @@ EXPECTED = {
         # #34 item 5: a subscription's slot items read at once.
         "dynamodb:BatchGetItem": [getatt("DeliveryStateTable")],
         "dynamodb:DeleteItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
+        # #35: the delivery journal, one call per invocation.
+        "firehose:PutRecordBatch": [getatt("JournalStream")],
         "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("DeadLetterQueue"), DESTINATIONS],
         "sqs:GetQueueUrl": [DESTINATIONS],
         "sns:Publish": [DESTINATIONS],
@@ -180,6 +182,37 @@ def control_queue_problems(resources):
     return problems
 
 
+def journal_problems(resources):
+    """#35: deliver writes to the journal's stream; the stream writes GZIP JSON lines under
+    journal/ with its own hour prefix (what the reader and the Glue table expect), through a role
+    that may only write there; the journal's objects expire after JournalRetentionDays."""
+    problems = []
+    env = resources["DeliverFunction"]["Properties"].get("Environment", {}).get("Variables", {})
+    if env.get("GRIDRELAY_JOURNAL_STREAM") != {"Ref": "JournalStream"}:
+        problems.append(f"DeliverFunction: GRIDRELAY_JOURNAL_STREAM is {env.get('GRIDRELAY_JOURNAL_STREAM')}")
+    destination = resources["JournalStream"]["Properties"].get("ExtendedS3DestinationConfiguration", {})
+    expected = {"Prefix": "journal/", "CompressionFormat": "GZIP", "BucketARN": getatt("JournalBucket")}
+    for key, value in expected.items():
+        if destination.get(key) != value:
+            problems.append(f"JournalStream: {key} is {destination.get(key)}, expected {value}")
+    if "DynamicPartitioningConfiguration" in destination or "ErrorOutputPrefix" in destination:
+        problems.append("JournalStream: expected the stream's own hour prefix, no dynamic partitioning")
+    statements = [
+        s
+        for p in resources["JournalStreamRole"]["Properties"]["Policies"]
+        for s in p["PolicyDocument"]["Statement"]
+    ]
+    writes = [s for s in statements if "s3:PutObject" in s["Action"]]
+    if writes != [s for s in statements if s["Resource"] != getatt("JournalBucket")] or len(writes) != 1:
+        problems.append(f"JournalStreamRole: expected one write statement, got {statements}")
+    elif writes[0]["Resource"] != {"Fn::Sub": "${JournalBucket.Arn}/journal/*"}:
+        problems.append(f"JournalStreamRole: writes to {writes[0]['Resource']}, expected only journal/")
+    rules = resources["JournalBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    if not any(r.get("ExpirationInDays") == {"Ref": "JournalRetentionDays"} and r.get("Prefix") == "journal/" for r in rules):
+        problems.append(f"JournalBucket: no rule expiring journal/ after JournalRetentionDays: {rules}")
+    return problems
+
+
 def main():
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "template.yaml"
@@ -225,6 +258,7 @@ def main():
     problems += metric_problems(resources)
     problems += queue_key_problems(resources)
     problems += control_queue_problems(resources)
+    problems += journal_problems(resources)
     if problems:
         print("SAM template check failed:\n" + "\n".join(problems), file=sys.stderr)
         sys.exit(1)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs LocalStack (the last open-source release, localstack-core 2026.3.0) without Docker, from
-# the project's own virtualenv, for SQS, S3, SNS, EventBridge, Secrets Manager and Kinesis.
+# the project's own virtualenv, for SQS, S3, SNS, EventBridge, Secrets Manager, Kinesis and Firehose.
 # Its DynamoDB and Lambda need Docker or downloads, so those stay on moto: `env` points the
 # SDK's per-service endpoints for them at moto ($MOTO_PORT).
 #
@@ -16,7 +16,7 @@ port="${LOCALSTACK_PORT:-4566}"
 moto_port="${MOTO_PORT:-5055}"
 pidfile="$run/localstack-$port.pid"
 requirements="$root/infra/local/localstack-requirements.txt"
-services=sqs,s3,sns,events,secretsmanager,kinesis
+services=sqs,s3,sns,events,secretsmanager,kinesis,firehose
 
 python313() {
   for candidate in python3.13 "$(pyenv root 2>/dev/null)/versions/3.13"*/bin/python3.13; do

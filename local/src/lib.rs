@@ -26,8 +26,8 @@ use aws_config::SdkConfig;
 use aws_lambda_events::sqs::SqsEvent;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
-    AwsResourceSender, DynamoDeliveryStateStore, S3ObjectStore, SqsQueue, delivery_state_store,
-    queue_key, s3_client, sealed_records, secret_store, subscription_store,
+    AwsResourceSender, DynamoDeliveryStateStore, FirehoseJournal, S3ObjectStore, SqsQueue,
+    delivery_state_store, queue_key, s3_client, sealed_records, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_adapters::outbound::SystemResolver;
@@ -117,6 +117,8 @@ pub struct RunnerConfig {
     pub allowed_networks: AllowedNetworks,
     /// How endpoint names become addresses (the system's resolver; tests give their own).
     pub resolver: Arc<dyn AddressResolver>,
+    /// Whether `deliver` writes the delivery journal (#35) to its stream, as the stack's does.
+    pub journal: bool,
 }
 
 impl RunnerConfig {
@@ -192,6 +194,7 @@ impl Default for RunnerConfig {
             config_cache: gridrelay_ports::cache::DEFAULT_CONFIG_CACHE,
             allowed_networks: AllowedNetworks::loopback(),
             resolver: Arc::new(SystemResolver),
+            journal: true,
         }
     }
 }
@@ -510,6 +513,11 @@ fn deliver_ports(
             sdk,
             &names.delivery_state_table,
         )),
+        journal: if config.journal {
+            Arc::new(FirehoseJournal::from_sdk(sdk, &names.journal_stream))
+        } else {
+            Arc::new(gridrelay_ports::NoJournal)
+        },
     }
 }
 

@@ -13,9 +13,10 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_sqs::types::QueueAttributeName;
 use gridrelay_adapters::aws::{describe_error, local_queue_key, s3_client};
 use gridrelay_adapters::config::{
-    CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, QUEUE_KEY_SECRET_ENV,
-    SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
+    CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, JOURNAL_BUCKET_ENV,
+    QUEUE_KEY_SECRET_ENV, SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
 };
+use gridrelay_shared::journal::JOURNAL_PREFIX;
 
 /// Names of every resource, all derived from one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +39,10 @@ pub struct ResourceNames {
     /// The secret holding the key queue messages are sealed with (#34 item 2); outside the
     /// secret prefix, so no subscription's header can name it.
     pub queue_key_secret: String,
+    /// The delivery journal (#35): the Firehose stream `deliver` writes to, and the bucket it
+    /// writes into (under `journal/`).
+    pub journal_stream: String,
+    pub journal_bucket: String,
 }
 
 impl ResourceNames {
@@ -54,6 +59,8 @@ impl ResourceNames {
             secret_prefix: prefix.to_string(),
             delivery_state_table: format!("{prefix}-delivery-state"),
             queue_key_secret: format!("{prefix}-queue-key"),
+            journal_stream: format!("{prefix}-journal"),
+            journal_bucket: format!("{prefix}-journal"),
         }
     }
 
@@ -66,8 +73,9 @@ impl ResourceNames {
     }
 
     /// The environment that points the `gridrelay` command line at these resources: its
-    /// tables, its delivery and control queues (by name), its secret prefix and its queue key.
-    pub fn cli_env(&self) -> [(&'static str, &str); 7] {
+    /// tables, its delivery and control queues (by name), its secret prefix, its queue key and
+    /// its journal's bucket.
+    pub fn cli_env(&self) -> [(&'static str, &str); 8] {
         [
             (TOPICS_TABLE_ENV, &self.topics_table),
             (SUBSCRIPTIONS_TABLE_ENV, &self.subscriptions_table),
@@ -76,6 +84,7 @@ impl ResourceNames {
             (SECRET_PREFIX_ENV, &self.secret_prefix),
             (DELIVERY_STATE_TABLE_ENV, &self.delivery_state_table),
             (QUEUE_KEY_SECRET_ENV, &self.queue_key_secret),
+            (JOURNAL_BUCKET_ENV, &self.journal_bucket),
         ]
     }
 }
@@ -182,23 +191,9 @@ pub async fn provision(
         .context("could not make or read the queue key")?;
 
     let s3 = s3_client(sdk);
-    match s3
-        .create_bucket()
-        .bucket(&names.dead_letter_bucket)
-        .send()
-        .await
-    {
-        Ok(_) => {}
-        Err(e)
-            if e.as_service_error().is_some_and(|s| {
-                s.is_bucket_already_owned_by_you() || s.is_bucket_already_exists()
-            }) => {}
-        Err(e) => anyhow::bail!(
-            "could not create bucket {}: {}",
-            names.dead_letter_bucket,
-            describe_error(&e)
-        ),
-    }
+    create_bucket(&s3, &names.dead_letter_bucket).await?;
+    create_bucket(&s3, &names.journal_bucket).await?;
+    create_journal_stream(sdk, names).await?;
 
     Ok(Resources {
         names: names.clone(),
@@ -211,6 +206,68 @@ pub async fn provision(
         delivery_redrive_queue_url,
         dead_letter_redrive_queue_url,
     })
+}
+
+/// Creates a bucket (idempotent).
+async fn create_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> anyhow::Result<()> {
+    match s3.create_bucket().bucket(bucket).send().await {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error().is_some_and(|s| {
+                s.is_bucket_already_owned_by_you() || s.is_bucket_already_exists()
+            }) =>
+        {
+            Ok(())
+        }
+        Err(e) => anyhow::bail!("could not create bucket {bucket}: {}", describe_error(&e)),
+    }
+}
+
+/// The journal's Firehose stream into its bucket (idempotent), as the stack makes it: under
+/// `journal/` and the stream's own hour prefix. The emulator writes each put at once and
+/// uncompressed; AWS buffers and compresses (the reader takes both).
+async fn create_journal_stream(sdk: &SdkConfig, names: &ResourceNames) -> anyhow::Result<()> {
+    use aws_sdk_firehose::types::{
+        BufferingHints, CompressionFormat, DeliveryStreamType, ExtendedS3DestinationConfiguration,
+    };
+    let firehose = aws_sdk_firehose::Client::new(sdk);
+    let destination = ExtendedS3DestinationConfiguration::builder()
+        .bucket_arn(format!("arn:aws:s3:::{}", names.journal_bucket))
+        // Not used by the emulator; the stack's stream has a role of its own.
+        .role_arn(format!(
+            "arn:aws:iam::123456789012:role/{}",
+            names.journal_stream
+        ))
+        .prefix(JOURNAL_PREFIX)
+        .compression_format(CompressionFormat::Gzip)
+        .buffering_hints(
+            BufferingHints::builder()
+                .interval_in_seconds(60)
+                .size_in_mbs(64)
+                .build(),
+        )
+        .build()?;
+    match firehose
+        .create_delivery_stream()
+        .delivery_stream_name(&names.journal_stream)
+        .delivery_stream_type(DeliveryStreamType::DirectPut)
+        .extended_s3_destination_configuration(destination)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_in_use_exception()) =>
+        {
+            Ok(())
+        }
+        Err(e) => anyhow::bail!(
+            "could not create the journal's stream {}: {}",
+            names.journal_stream,
+            describe_error(&e)
+        ),
+    }
 }
 
 async fn create_table(

@@ -482,6 +482,50 @@ pub trait ResourceSender: Send + Sync {
     async fn check(&self, destination: &ResourceDestination) -> Result<(), DestinationError>;
 }
 
+/// The delivery journal did not take what was written, or could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("delivery journal: {0}")]
+pub struct JournalError(pub String);
+
+/// Where the delivery journal's records go (Amazon Data Firehose into S3, on AWS and locally;
+/// [`gridrelay_shared::journal`] says what a record holds).
+#[async_trait]
+pub trait JournalSink: Send + Sync {
+    /// Writes `records` (each a whole number of journal lines) in as few calls as the service
+    /// allows. Returns the indices of the records it did not take; an `Err` took none.
+    async fn put_records(&self, records: &[Vec<u8>]) -> Result<Vec<usize>, JournalError>;
+}
+
+/// No journal: takes every record and keeps none (a stack deployed without one).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoJournal;
+
+#[async_trait]
+impl JournalSink for NoJournal {
+    async fn put_records(&self, _records: &[Vec<u8>]) -> Result<Vec<usize>, JournalError> {
+        Ok(Vec::new())
+    }
+}
+
+/// What a read of the journal found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JournalRead {
+    pub entries: Vec<gridrelay_shared::journal::JournalEntry>,
+    /// Lines that were not entries (a newer writer's), skipped.
+    pub skipped: usize,
+}
+
+/// The delivery journal as its readers see it: what was written in an hour range.
+#[async_trait]
+pub trait JournalSource: Send + Sync {
+    /// Every entry written in the hours from `from`'s to `to`'s (UTC, both included).
+    async fn read_hours(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<JournalRead, JournalError>;
+}
+
 /// The time now. Injected so decisions can be tested at chosen times.
 pub trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;

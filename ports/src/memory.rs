@@ -26,9 +26,9 @@ use gridrelay_shared::validation::{Provisioning, ProvisioningState};
 
 use crate::{
     Clock, DeliveryCapStore, DeliveryRequest, DeliveryStateStore, EventSender, HandshakeReply,
-    HandshakeRequest, Jitter, LateAnswer, MessageQueue, ObjectStore, ObjectStoreError,
-    OutgoingMessage, QueueError, ReceivedMessage, SecretError, SecretStore, SentAttempt,
-    StoreError, SubscriptionStore, Versioned,
+    HandshakeRequest, Jitter, JournalError, JournalRead, JournalSink, JournalSource, LateAnswer,
+    MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError, ReceivedMessage,
+    SecretError, SecretStore, SentAttempt, StoreError, SubscriptionStore, Versioned,
 };
 
 /// Locks a mutex, going on with the data if a panicking test thread poisoned it.
@@ -543,6 +543,47 @@ impl ObjectStore for MemoryObjectStore {
         self.check()?;
         lock(&self.objects).remove(&(bucket.to_string(), key.to_string()));
         Ok(())
+    }
+}
+
+/// The delivery journal in memory: records as written. It keeps no hours: a read returns all.
+#[derive(Debug, Default)]
+pub struct MemoryJournal {
+    records: Mutex<Vec<Vec<u8>>>,
+    pub outage: Outage,
+}
+
+impl MemoryJournal {
+    /// Every entry written so far.
+    pub fn entries(&self) -> Vec<gridrelay_shared::journal::JournalEntry> {
+        gridrelay_shared::journal::read_lines(&lock(&self.records).concat()).0
+    }
+}
+
+#[async_trait]
+impl JournalSink for MemoryJournal {
+    async fn put_records(&self, records: &[Vec<u8>]) -> Result<Vec<usize>, JournalError> {
+        self.outage
+            .check("in-memory journal")
+            .map_err(JournalError)?;
+        lock(&self.records).extend(records.iter().cloned());
+        Ok(Vec::new())
+    }
+}
+
+#[async_trait]
+impl JournalSource for MemoryJournal {
+    async fn read_hours(
+        &self,
+        _from: DateTime<Utc>,
+        _to: DateTime<Utc>,
+    ) -> Result<JournalRead, JournalError> {
+        self.outage
+            .check("in-memory journal")
+            .map_err(JournalError)?;
+        let (entries, skipped) =
+            gridrelay_shared::journal::read_lines(&lock(&self.records).concat());
+        Ok(JournalRead { entries, skipped })
     }
 }
 

@@ -12,6 +12,7 @@
 //!   [`message`], [`delivery`] (what happens to each due event and after each attempt).
 //! - Dead-lettering: [`dead_letter`] (the L6 format), [`dead_letter_write`] (what the
 //!   dead-letter function writes, tries again or drops).
+//! - Seeing what happened: [`journal`] (every step of an event's life, and reading it back).
 //!
 //! Requirement IDs such as `R1` or `S3` are defined in `docs/delivery-rules.md`.
 
@@ -28,6 +29,7 @@ pub mod delivery_attributes;
 pub mod destination;
 pub mod filter;
 pub mod health;
+pub mod journal;
 pub mod limits;
 pub mod message;
 pub mod outbound;

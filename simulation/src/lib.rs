@@ -644,6 +644,7 @@ impl World {
                 Arc::new(MemoryDeliveryCapStore::default()),
                 faults.clone(),
             )),
+            journal: Arc::new(gridrelay_ports::memory::MemoryJournal::default()),
         };
         let deliver = Deliver::new(
             ports,

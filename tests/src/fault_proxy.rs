@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 
 /// The services (signing names) whose own throttling and internal errors the proxy answers
 /// with ([`throttling_error`], [`server_error`]).
-pub const SERVICES: [&str; 8] = [
+pub const SERVICES: [&str; 9] = [
     "sqs",
     "dynamodb",
     "s3",
@@ -38,6 +38,7 @@ pub const SERVICES: [&str; 8] = [
     "events",
     "kinesis",
     "lambda",
+    "firehose",
 ];
 
 /// Where each service's calls go on to: the emulator of the environment, service by service.
@@ -112,7 +113,7 @@ pub enum Pick {
 #[derive(Debug, Clone)]
 pub struct FaultRule {
     /// The service's signing name: `sqs`, `dynamodb`, `s3`, `secretsmanager`, `sns`, `events`,
-    /// `kinesis`, `lambda`.
+    /// `kinesis`, `lambda`, `firehose`.
     pub service: &'static str,
     /// One operation (`SendMessageBatch`, `UpdateItem`, `PutObject`...), or every one.
     pub operation: Option<&'static str>,
@@ -452,6 +453,14 @@ fn throttling_error(call: &Call, request: &HeaderMap) -> Response {
             None,
             "Rate exceeded for shard shardId-000000000000 in stream.",
         ),
+        // Firehose: `ServiceUnavailableException`, 503 (its word for a stream over its limits).
+        "firehose" => json_error(
+            request,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailableException",
+            None,
+            "Slow down.",
+        ),
         // Secrets Manager and EventBridge: `ThrottlingException`, 400.
         "secretsmanager" | "events" => json_error(
             request,
@@ -503,7 +512,7 @@ fn server_error(call: &Call, request: &HeaderMap) -> Response {
             None,
             "Internal server error",
         ),
-        "secretsmanager" | "events" | "kinesis" => json_error(
+        "secretsmanager" | "events" | "kinesis" | "firehose" => json_error(
             request,
             StatusCode::INTERNAL_SERVER_ERROR,
             "InternalFailure",

@@ -32,6 +32,17 @@ use gridrelay_shared::validation::ProvisioningState;
 use serde_json::{Value, json};
 
 /// The SDK configuration for the emulator (or AWS) named by `AWS_ENDPOINT_URL`.
+/// The delivery journal's stream and bucket the [`TestSystem`]s without one of their own write
+/// to.
+pub const SHARED_JOURNAL: &str = "e2e-journal";
+
+/// Whose delivery journal a [`TestSystem`] writes to.
+#[derive(Debug, Clone, Copy)]
+enum Journal {
+    Shared,
+    Own,
+}
+
 pub async fn sdk_config() -> SdkConfig {
     assert!(
         std::env::var("AWS_ENDPOINT_URL").is_ok_and(|v| !v.is_empty()),
@@ -124,7 +135,14 @@ impl TestSystem {
     /// As [`TestSystem::start`], with the runner's settings changed by `configure`.
     pub async fn start_with(scale: f64, configure: impl FnOnce(&mut RunnerConfig)) -> Self {
         let sdk = sdk_config().await;
-        Self::start_on(sdk.clone(), sdk, scale, configure).await
+        Self::start_on(sdk.clone(), sdk, scale, Journal::Shared, configure).await
+    }
+
+    /// A system with a delivery journal of its own (its prefix's stream and bucket), for a test
+    /// that reads the journal back: no other test's entries are in it.
+    pub async fn start_with_own_journal(scale: f64) -> Self {
+        let sdk = sdk_config().await;
+        Self::start_on(sdk.clone(), sdk, scale, Journal::Own, |_| {}).await
     }
 
     /// As [`TestSystem::start_with`], with the system's AWS calls going through `proxy` (the
@@ -135,7 +153,14 @@ impl TestSystem {
         configure: impl FnOnce(&mut RunnerConfig),
     ) -> Self {
         let proxied = sdk_config_through(&proxy.url()).await;
-        Self::start_on(proxied, sdk_config().await, scale, configure).await
+        Self::start_on(
+            proxied,
+            sdk_config().await,
+            scale,
+            Journal::Shared,
+            configure,
+        )
+        .await
     }
 
     /// A system whose functions call AWS with `system_sdk`; `sdk` is the test's own.
@@ -143,10 +168,22 @@ impl TestSystem {
         system_sdk: SdkConfig,
         sdk: SdkConfig,
         scale: f64,
+        journal: Journal,
         configure: impl FnOnce(&mut RunnerConfig),
     ) -> Self {
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let names = ResourceNames::with_prefix(&format!("t{}", &id[..12]));
+        let own = ResourceNames::with_prefix(&format!("t{}", &id[..12]));
+        let names = match journal {
+            Journal::Own => own,
+            // One delivery journal for the other test systems, as one stack's topics share
+            // theirs: moto, as AWS by default, allows 50 Firehose streams to an account and
+            // region.
+            Journal::Shared => ResourceNames {
+                journal_stream: SHARED_JOURNAL.to_string(),
+                journal_bucket: SHARED_JOURNAL.to_string(),
+                ..own
+            },
+        };
         let scale = TimeScale::new(scale).expect("valid scale");
         // An invocation may run 3 s, or one attempt and twice the margin if that is longer (the
         // shortest the runner accepts). Its messages stay hidden a second longer: the poller

@@ -4,6 +4,7 @@
 
 mod delivery_state;
 mod dynamodb;
+mod journal;
 mod resources;
 mod s3;
 mod secrets;
@@ -11,6 +12,7 @@ mod sqs;
 
 pub use delivery_state::DynamoDeliveryStateStore;
 pub use dynamodb::DynamoSubscriptionStore;
+pub use journal::{FirehoseJournal, S3JournalSource};
 pub use resources::AwsResourceSender;
 pub use s3::S3ObjectStore;
 pub use secrets::{

@@ -21,6 +21,7 @@ use gridrelay_shared::health::{
     EndpointHealth, Gate, HealthPolicy, HostSilence, LastFailure, host_answered,
     host_did_not_answer, origin_health_key, origin_of_health_key,
 };
+use gridrelay_shared::journal::{HeldReason, event_fields, held_entry};
 use gridrelay_shared::message::DeliveryHistory;
 use gridrelay_shared::outbound::redact_endpoint;
 use tracing::{info, warn};
@@ -369,6 +370,18 @@ impl Deliver {
                     until
                 }
             };
+            let ids = h
+                .events
+                .iter()
+                .map(|p| event_fields(&p.event, group.history.schema).id)
+                .collect();
+            let reason = match h.reason {
+                HoldReason::EndpointDelayed => HeldReason::EndpointDelayed,
+                HoldReason::Deadline => HeldReason::Deadline,
+                HoldReason::Capped { .. } => HeldReason::Capped,
+            };
+            plan.journal
+                .push(held_entry(sub, ids, now, until_at, reason));
             // Events of one batch may carry different histories; keep each one's.
             let mut by_history: Vec<(Arc<DeliveryHistory>, Vec<Pending>)> = Vec::new();
             for p in h.events {

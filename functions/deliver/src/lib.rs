@@ -41,6 +41,7 @@ use gridrelay_shared::delivery::{
 };
 use gridrelay_shared::destination::AllowedDestinations;
 use gridrelay_shared::health::HealthPolicy;
+use gridrelay_shared::journal::{AttemptFacts, JournalEntry, Next, attempt_entry};
 use gridrelay_shared::message::ValidationTask;
 use gridrelay_shared::message::{
     DeadLetterMessage, DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, QueuedEvent,
@@ -66,6 +67,7 @@ mod attempt;
 mod endpoint_health;
 pub mod endpoint_limits;
 mod handshake;
+mod journal;
 mod late_answers;
 pub mod metrics;
 mod resources;
@@ -212,6 +214,8 @@ pub struct DeliverPorts {
     pub secrets: Arc<dyn SecretStore>,
     /// Where subscriptions' caps are kept.
     pub caps: Arc<dyn gridrelay_ports::DeliveryCapStore>,
+    /// The delivery journal (#35): each invocation's steps, written in one call.
+    pub journal: Arc<dyn gridrelay_ports::JournalSink>,
 }
 
 impl Deliver {
@@ -289,6 +293,8 @@ pub struct DeliveryReport {
     pub throttled: usize,
     /// Messages left for SQS to redeliver.
     pub failed_messages: usize,
+    /// Journal entries the journal did not take (delivery went on without them).
+    pub journal_unwritten: usize,
 }
 
 impl DeliveryReport {
@@ -305,6 +311,7 @@ impl DeliveryReport {
         self.handed_on += other.handed_on;
         self.throttled += other.throttled;
         self.failed_messages += other.failed_messages;
+        self.journal_unwritten += other.journal_unwritten;
     }
 }
 
@@ -386,6 +393,9 @@ struct Plan {
     /// R4: timed-out attempts whose retries were enqueued, their late answers, and the span
     /// of their attempt.
     late: Vec<(String, LateAnswer, Span)>,
+    /// The invocation's steps for the delivery journal, and how many it did not take.
+    journal: Vec<JournalEntry>,
+    journal_unwritten: usize,
 }
 
 impl Plan {
@@ -401,6 +411,7 @@ impl Plan {
             report.add(&m.counts);
         }
         report.failed_messages = self.failed.len();
+        report.journal_unwritten = self.journal_unwritten;
         report
     }
 
@@ -616,6 +627,7 @@ impl Deliver {
                 handed_on = report.handed_on,
                 throttled = report.throttled,
                 failed_messages = report.failed_messages,
+                journal_unwritten = report.journal_unwritten,
                 prepare_ms = prepared.as_millis() as u64,
                 attempts_ms = (attempts_done - prepared).as_millis() as u64,
                 settle_ms = (started.elapsed() - attempts_done).as_millis() as u64,
@@ -981,11 +993,23 @@ impl Deliver {
                 retry_after: a.retry_after,
             };
             let event_records: Vec<usize> = a.events.iter().map(|p| p.record).collect();
+            let ids = self.journal_events(group, &a.events, plan);
             let events = a.events.into_iter().map(|p| p.event).collect();
             let draw = *draws
                 .entry(a.group)
                 .or_insert_with(|| self.ports.jitter.draw());
-            match settle_attempt(sub, attempt, events, rules, now, draw) {
+            let settlement = settle_attempt(sub, attempt, events, rules, now, draw);
+            let facts = AttemptFacts {
+                subscription: sub,
+                attempt: group.history.attempts + 1,
+                sent: a.time,
+                answered: a.answered,
+                result: &a.result,
+                retry_after: a.retry_after,
+            };
+            plan.journal
+                .push(attempt_entry(facts, ids, Next::after(&settlement)));
+            match settlement {
                 Settlement::Delivered { events } => {
                     plan.count(&sub.topic, &sub.name, |r| r.delivered += events);
                     let delivered_at = a.answered;
@@ -1050,11 +1074,14 @@ impl Deliver {
             .iter()
             .map(|o| o.message.clone())
             .collect();
-        let (sent_delivery, sent_control, sent_dead) = futures::join!(
+        let journal = std::mem::take(&mut plan.journal);
+        let (sent_delivery, sent_control, sent_dead, unwritten) = futures::join!(
             self.send_before_stop(self.ports.delivery_queue.as_ref(), &delivery, deadline),
             self.send_before_stop(self.ports.control_queue.as_ref(), &control, deadline),
-            self.send_before_stop(self.ports.dead_letter_queue.as_ref(), &dead, deadline)
+            self.send_before_stop(self.ports.dead_letter_queue.as_ref(), &dead, deadline),
+            self.write_journal(journal, deadline)
         );
+        plan.journal_unwritten += unwritten;
         let outcomes = plan
             .to_delivery
             .iter()

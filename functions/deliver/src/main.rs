@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    AwsResourceSender, DynamoDeliveryStateStore, SqsQueue, delivery_state_store,
+    AwsResourceSender, DynamoDeliveryStateStore, FirehoseJournal, SqsQueue, delivery_state_store,
     function_queue_key, load_sdk_config, sealed_records, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::{
     CONTROL_QUEUE_URL_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV,
-    DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV, TableNames, WEBHOOK_ORIGIN_ENV,
+    DELIVERY_STATE_TABLE_ENV, JOURNAL_STREAM_ENV, PUBLIC_URL_ENV, TableNames, WEBHOOK_ORIGIN_ENV,
     allowed_networks_from_env, config_cache_from_env, delivery_destinations_from_env, required,
 };
 use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverPorts, DeliverySettings, metrics};
@@ -77,6 +77,10 @@ async fn run() -> Result<(), Error> {
         state: delivery_state_store(&sdk, &state_table, keep),
         // Not cached: the caps' allowances are shared with every other instance as they are.
         caps: Arc::new(DynamoDeliveryStateStore::from_sdk(&sdk, &state_table)),
+        journal: match std::env::var(JOURNAL_STREAM_ENV) {
+            Ok(stream) if !stream.is_empty() => Arc::new(FirehoseJournal::from_sdk(&sdk, &stream)),
+            _ => Arc::new(gridrelay_ports::NoJournal),
+        },
     };
     let sender = Arc::new(settings.http_sender()?);
     let deliver = Arc::new(Deliver::new(ports, sender, settings));

@@ -21,18 +21,20 @@ use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::log_capture::CapturedLogs;
 use gridrelay_ports::memory::{
     FixedJitter, ManualClock, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryDestinations,
-    MemoryObjectStore, MemoryQueue, MemorySecretStore, MemorySubscriptionStore, ScriptedSender,
+    MemoryJournal, MemoryObjectStore, MemoryQueue, MemorySecretStore, MemorySubscriptionStore,
+    ScriptedSender,
 };
 use gridrelay_ports::registration::Registry;
 use gridrelay_ports::{
     Clock, DeliveryCapStore, DeliveryRequest, DeliveryStateStore, HandshakeReply, MessageQueue,
     OutgoingMessage, SecretStore, SubscriptionStore,
 };
-use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::classify::{AttemptResult, DeliveryOutcome};
 use gridrelay_shared::decision::DeadLetterReason;
 use gridrelay_shared::delivery::DEAD_LETTER_DELAY;
 use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::health::EndpointHealth;
+use gridrelay_shared::journal::{EventLife, Next, Standing, Step};
 use gridrelay_shared::message::{DeadLetterMessage, DeliveryMessage, DeliveryQueueMessage};
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::subscription::{
@@ -63,6 +65,7 @@ struct World {
     state: Arc<MemoryDeliveryStateStore>,
     secrets: Arc<MemorySecretStore>,
     caps: Arc<MemoryDeliveryCapStore>,
+    journal: Arc<MemoryJournal>,
     deliver: Deliver,
 }
 
@@ -85,6 +88,7 @@ impl World {
         let sender = Arc::new(sender);
         let secrets = Arc::new(MemorySecretStore::default());
         let caps = Arc::new(MemoryDeliveryCapStore::default());
+        let journal = Arc::new(MemoryJournal::default());
         let resources = Arc::new(MemoryDestinations::default());
         let ports = DeliverPorts {
             store: store.clone(),
@@ -99,6 +103,7 @@ impl World {
             state: state.clone(),
             secrets: secrets.clone(),
             caps: caps.clone(),
+            journal: journal.clone(),
         };
         let deliver = Deliver::new(
             ports,
@@ -115,6 +120,7 @@ impl World {
             state,
             secrets,
             caps,
+            journal,
             deliver,
         }
     }
@@ -1498,6 +1504,7 @@ fn another_worker(w: &World) -> Deliver {
         state: w.state.clone(),
         secrets: w.secrets.clone(),
         caps: w.caps.clone(),
+        journal: w.journal.clone(),
     };
     Deliver::new(
         ports,
@@ -2723,4 +2730,80 @@ async fn a_failed_record_comes_back_early_from_the_queue_it_came_from() {
         back_at < t0() + chrono::Duration::minutes(5),
         "back at {back_at}, not after its short wait"
     );
+}
+
+/// #35: each invocation journals what it did: the first attempt also says the event was
+/// published and fanned out; each attempt its number, status, outcome and what came next (a
+/// retry due 30 s on for a 503, R1), so the event's life reads back in order and stands
+/// delivered.
+#[tokio::test]
+async fn each_attempt_is_journaled_with_what_came_next_r1_s5() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let w = World::new(ScriptedSender::new(move |_| {
+        match seen.fetch_add(1, Ordering::SeqCst) {
+            0 => AttemptResult::Status(500),
+            1 => AttemptResult::Status(503),
+            _ => AttemptResult::Status(200),
+        }
+    }));
+    w.subscribe(request("sub-1")).await;
+    w.publish(&["a"]).await;
+    w.run().await;
+    w.run_next().await;
+    w.run_next().await;
+
+    let entries = w.journal.entries();
+    let life = EventLife::of(TOPIC, "a", &entries);
+    assert_eq!(life.subscriptions.len(), 1);
+    let sub = &life.subscriptions[0];
+    assert_eq!(sub.subscription, "sub-1");
+    assert!(
+        matches!(sub.steps[0].step, Step::Fanned { .. }),
+        "{:?}",
+        sub.steps
+    );
+    let attempts: Vec<(u32, Option<u16>, DeliveryOutcome, &Next)> = sub.steps[1..]
+        .iter()
+        .map(|e| match &e.step {
+            Step::Attempt(a) => (a.attempt, a.status, a.outcome, &a.next),
+            other => panic!("not an attempt: {other:?}"),
+        })
+        .collect();
+    assert_eq!(attempts.len(), 3, "{attempts:?}");
+    assert_eq!(
+        attempts.iter().map(|a| (a.0, a.1)).collect::<Vec<_>>(),
+        [(1, Some(500)), (2, Some(503)), (3, Some(200))]
+    );
+    assert_eq!(attempts[1].2, DeliveryOutcome::Busy);
+    let Next::Retry { due } = attempts[1].3 else {
+        panic!("a 503 is retried: {:?}", attempts[1].3)
+    };
+    assert_eq!(
+        *due - sub.steps[2].time,
+        chrono::Duration::seconds(30),
+        "R1, S5"
+    );
+    assert!(matches!(sub.standing, Standing::Delivered { .. }));
+    assert!(
+        entries.iter().all(|e| e.ids == ["a"]),
+        "only the event's own entries"
+    );
+}
+
+/// #35: a journal that is down costs no delivery: the events go out and the message is
+/// deleted as always, and the entries it did not take are counted.
+#[tokio::test]
+async fn a_journal_that_is_down_costs_no_delivery() {
+    let w = World::new(ScriptedSender::status(200));
+    w.subscribe(request("sub-1")).await;
+    w.journal.outage.set(true);
+    w.publish(&["a", "b"]).await;
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.delivered, 2);
+    assert!(outcome.failed_message_ids.is_empty());
+    assert!(w.delivery.is_empty(), "the message was deleted");
+    // Two fanned-out entries and two attempts.
+    assert_eq!(outcome.report.journal_unwritten, 4);
+    assert!(w.journal.entries().is_empty());
 }

@@ -13,7 +13,9 @@ import { HttpLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as glue from 'aws-cdk-lib/aws-glue';
 import * as iam from 'aws-cdk-lib/aws-iam';
+import * as firehose from 'aws-cdk-lib/aws-kinesisfirehose';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
 import * as logs from 'aws-cdk-lib/aws-logs';
@@ -81,6 +83,12 @@ export interface GridrelayProps {
   readonly maxReceiveCount?: number;
   /** When dead-letter objects expire. Default: never. */
   readonly deadLetterExpiration?: Duration;
+  /** How long the delivery journal (every attempt of every event, docs/journal.md) is kept,
+   * in whole days from 1 to 365. Default 7 days. */
+  readonly journalRetention?: Duration;
+  /** How long the journal's stream gathers entries before writing them (0 to 900 s): an attempt
+   * can be read by `gridrelay event show` this long after it was made. Default 60 s. */
+  readonly journalBufferInterval?: Duration;
   /** How long function logs are kept. Default one month. */
   readonly logRetention?: logs.RetentionDays;
   /** GRIDRELAY_TIME_SCALE: 1 in production, smaller only for test stacks. Default "1". */
@@ -109,6 +117,12 @@ export class Gridrelay extends Construct {
   public readonly deadLetterQueue: sqs.Queue;
   public readonly deadLetterRedriveQueue: sqs.Queue;
   public readonly deadLetterBucket: s3.Bucket;
+  /** The delivery journal (#35): deliver puts each invocation's steps to this stream, which
+   * writes them to the bucket as GZIP JSON lines under `journal/YYYY/MM/DD/HH/`; Athena reads
+   * them through the Glue table `journalTable`. */
+  public readonly journalBucket: s3.Bucket;
+  public readonly journalStream: firehose.CfnDeliveryStream;
+  public readonly journalTable: glue.CfnTable;
   /** The key every message on the construct's own queues is sealed with (#34 item 2). */
   public readonly queueKey: secretsmanager.Secret;
   public readonly ingest: lambda.Function;
@@ -176,6 +190,79 @@ export class Gridrelay extends Construct {
         ? [{ id: 'ExpireDeadLetters', expiration: props.deadLetterExpiration }]
         : undefined,
       removalPolicy,
+    });
+
+    this.journalBucket = new s3.Bucket(this, 'JournalBucket', {
+      encryption: s3.BucketEncryption.S3_MANAGED,
+      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+      enforceSSL: true,
+      lifecycleRules: [
+        { id: 'ExpireJournal', prefix: 'journal/', expiration: Duration.days(limits.journalDays) },
+        { id: 'AbortIncompleteUploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
+      ],
+      removalPolicy,
+    });
+    // What Firehose may do: write the journal's objects, nothing else.
+    const journalRole = new iam.Role(this, 'JournalStreamRole', {
+      assumedBy: new iam.ServicePrincipal('firehose.amazonaws.com', {
+        conditions: { StringEquals: { 'aws:SourceAccount': Stack.of(this).account } },
+      }),
+    });
+    journalRole.addToPolicy(new iam.PolicyStatement({
+      actions: ['s3:AbortMultipartUpload', 's3:GetBucketLocation', 's3:ListBucket', 's3:ListBucketMultipartUploads'],
+      resources: [this.journalBucket.bucketArn],
+    }));
+    journalRole.addToPolicy(new iam.PolicyStatement({
+      actions: ['s3:PutObject', 's3:GetObject', 's3:AbortMultipartUpload'],
+      resources: [this.journalBucket.arnForObjects('journal/*')],
+    }));
+    this.journalStream = new firehose.CfnDeliveryStream(this, 'JournalStream', {
+      deliveryStreamType: 'DirectPut',
+      deliveryStreamEncryptionConfigurationInput: { keyType: 'AWS_OWNED_CMK' },
+      extendedS3DestinationConfiguration: {
+        bucketArn: this.journalBucket.bucketArn,
+        roleArn: journalRole.roleArn,
+        prefix: 'journal/',
+        compressionFormat: 'GZIP',
+        bufferingHints: { intervalInSeconds: limits.journalBufferSeconds, sizeInMBs: 64 },
+      },
+    });
+    this.journalStream.node.addDependency(journalRole);
+    const journalDatabase = new glue.CfnDatabase(this, 'JournalDatabase', {
+      catalogId: Stack.of(this).account,
+      databaseInput: { description: "gridrelay's delivery journal (docs/journal.md)." },
+    });
+    const column = (name: string, type: string) => ({ name, type });
+    this.journalTable = new glue.CfnTable(this, 'JournalTable', {
+      catalogId: Stack.of(this).account,
+      databaseName: journalDatabase.ref,
+      tableInput: {
+        name: 'journal',
+        tableType: 'EXTERNAL_TABLE',
+        parameters: {
+          'classification': 'json',
+          'compressionType': 'gzip',
+          'projection.enabled': 'true',
+          'projection.hour.type': 'date',
+          'projection.hour.format': 'yyyy/MM/dd/HH',
+          'projection.hour.range': 'NOW-365DAYS,NOW',
+          'projection.hour.interval': '1',
+          'projection.hour.interval.unit': 'HOURS',
+          'storage.location.template': `s3://${this.journalBucket.bucketName}/journal/\${hour}/`,
+        },
+        partitionKeys: [column('hour', 'string')],
+        storageDescriptor: {
+          location: `s3://${this.journalBucket.bucketName}/journal/`,
+          inputFormat: 'org.apache.hadoop.mapred.TextInputFormat',
+          outputFormat: 'org.apache.hadoop.hive.ql.io.HiveIgnoreKeyTextOutputFormat',
+          serdeInfo: {
+            serializationLibrary: 'org.openx.data.jsonserde.JsonSerDe',
+            parameters: { 'ignore.malformed.json': 'true' },
+          },
+          columns: JOURNAL_COLUMNS.map(([name, type]) => column(name, type)),
+        },
+      },
     });
 
     // Endpoint health (D1) and late successes (R4); records expire on their own.
@@ -263,6 +350,8 @@ export class Gridrelay extends Construct {
     ]);
     allow(this.deliver, ['sqs:SendMessage'],
       [this.deliveryQueue.queueArn, this.controlQueue.queueArn, this.deadLetterQueue.queueArn]);
+    // #35: the delivery journal, one PutRecordBatch per invocation.
+    allow(this.deliver, ['firehose:PutRecordBatch'], [this.journalStream.attrArn]);
     // S4: AWS resource destinations, only those named (none by default). Each action applies
     // to its own service's ARNs: SendMessageBatch is sqs:SendMessage, PublishBatch
     // sns:Publish, an asynchronous Invoke lambda:InvokeFunction.
@@ -320,6 +409,8 @@ export class Gridrelay extends Construct {
     this.deliver.addEnvironment('GRIDRELAY_OWN_QUEUES', this.ownQueueArns());
     // #34 item 12: subscriptions' handshake and expiry steps, apart from the deliveries.
     this.deliver.addEnvironment('GRIDRELAY_CONTROL_QUEUE_URL', this.controlQueue.queueUrl);
+    // #35: every invocation's steps go to the delivery journal in one call.
+    this.deliver.addEnvironment('GRIDRELAY_JOURNAL_STREAM', this.journalStream.ref);
 
     this.alarms(props.alarmTopic);
   }
@@ -380,6 +471,8 @@ export class Gridrelay extends Construct {
     new CfnOutput(this, 'TopicsTableName', { value: this.topicsTable.tableName, description: 'Set GRIDRELAY_TOPICS_TABLE to it.' });
     new CfnOutput(this, 'SubscriptionsTableName', { value: this.subscriptionsTable.tableName, description: 'Set GRIDRELAY_SUBSCRIPTIONS_TABLE to it.' });
     new CfnOutput(this, 'DeadLetterBucketName', { value: this.deadLetterBucket.bucketName, description: 'Dead-letter destinations are s3://THIS-BUCKET/PREFIX.' });
+    new CfnOutput(this, 'JournalBucketName', { value: this.journalBucket.bucketName, description: 'Set GRIDRELAY_JOURNAL_BUCKET to it (`gridrelay event show` reads the delivery journal there).' });
+    new CfnOutput(this, 'JournalAthenaTable', { value: `${this.journalTable.databaseName}.journal`, description: 'The delivery journal as an Athena table (docs/journal.md has queries).' });
   }
 }
 
@@ -400,6 +493,8 @@ export function checkedSettings(props: GridrelayProps) {
     ` (deliverMaxConcurrency plus the control queue's ${CONTROL_MAX_CONCURRENCY}: less would throttle the event sources)`);
   const ingestReserved = whole('ingestReservedConcurrency', props.ingestReservedConcurrency, 1, 10000);
   const configCacheSeconds = whole('configCacheSeconds', props.configCacheSeconds, 0, 300) ?? 10;
+  const journalDays = whole('journalRetention (days)', props.journalRetention?.toDays({ integral: false }), 1, 365) ?? 7;
+  const journalBufferSeconds = whole('journalBufferInterval (seconds)', props.journalBufferInterval?.toSeconds({ integral: false }), 0, 900) ?? 60;
   const allowedNetworks = props.allowedNetworks ?? [];
   for (const net of allowedNetworks) {
     const [address, prefix, ...rest] = net.split('/');
@@ -416,8 +511,20 @@ export function checkedSettings(props: GridrelayProps) {
       throw new Error(`deliveryDestinationArns has ${JSON.stringify(arn)}; each must be an SQS, SNS, EventBridge, Kinesis or Lambda ARN or ARN pattern, like arn:aws:sqs:us-east-1:123456789012:orders-*`);
     }
   }
-  return { deliverMax, deadLetterMax, deliverReserved, ingestReserved, configCacheSeconds, allowedNetworks, deliveryDestinationArns };
+  return {
+    deliverMax, deadLetterMax, deliverReserved, ingestReserved, configCacheSeconds, allowedNetworks, deliveryDestinationArns,
+    journalDays, journalBufferSeconds,
+  };
 }
+
+/** The delivery journal's columns, as its lines hold them (docs/journal.md). */
+export const JOURNAL_COLUMNS: [string, string][] = [
+  ['topic', 'string'], ['subscription', 'string'], ['ids', 'array<string>'], ['time', 'string'],
+  ['step', 'string'], ['type', 'string'], ['subject', 'string'], ['bytes', 'bigint'],
+  ['attempt', 'int'], ['ms', 'bigint'], ['endpoint', 'string'], ['status', 'int'],
+  ['outcome', 'string'], ['retry_after_s', 'bigint'], ['error', 'string'], ['next', 'string'],
+  ['due', 'string'], ['reason', 'string'], ['until', 'string'], ['location', 'string'],
+];
 
 /** What the deliver function may do to the AWS resources it delivers to (S4). */
 export const DESTINATION_ACTIONS = [

@@ -92,6 +92,41 @@ test('concurrency props out of range are refused, naming the prop, its value and
   assert.throws(() => build({ allowedNetworks: ['10.0.0.0/33'] }), /allowedNetworks has "10.0.0.0\/33"/);
   assert.throws(() => build({ allowedNetworks: ['1.2.3'] }), /allowedNetworks has "1.2.3"/);
   assert.doesNotThrow(() => build({ allowedNetworks: ['fd00::/8', '192.0.2.7', '::1/128'] }));
+  assert.throws(() => build({ journalRetention: Duration.days(366) }), /journalRetention \(days\) is 366; it must be a whole number from 1 to 365/);
+  assert.throws(() => build({ journalRetention: Duration.hours(12) }), /journalRetention \(days\) is 0.5/);
+  assert.throws(() => build({ journalBufferInterval: Duration.minutes(16) }), /journalBufferInterval \(seconds\) is 960; it must be a whole number from 0 to 900/);
+});
+
+test('#35: the delivery journal: deliver puts to its stream only; the stream writes GZIP lines under journal/, kept 7 days', () => {
+  const g = grants(construct.deliver);
+  assert.deepEqual(g.get('firehose:PutRecordBatch'), [{ 'Fn::GetAtt': [stack.resolve(construct.journalStream.logicalId), 'Arn'] }]);
+  template.hasResourceProperties('AWS::Lambda::Function', {
+    Environment: { Variables: Match.objectLike({ GRIDRELAY_JOURNAL_STREAM: { Ref: stack.resolve(construct.journalStream.logicalId) } }) },
+  });
+  template.hasResourceProperties('AWS::KinesisFirehose::DeliveryStream', {
+    DeliveryStreamType: 'DirectPut',
+    ExtendedS3DestinationConfiguration: Match.objectLike({
+      Prefix: 'journal/',
+      CompressionFormat: 'GZIP',
+      BufferingHints: { IntervalInSeconds: 60, SizeInMBs: 64 },
+    }),
+  });
+  template.hasResourceProperties('AWS::S3::Bucket', {
+    LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Prefix: 'journal/', ExpirationInDays: 7 })]) },
+  });
+  // The stream's role writes only the journal's objects.
+  const writes = Object.values(template.findResources('AWS::IAM::Policy'))
+    .flatMap((p) => p.Properties.PolicyDocument.Statement)
+    .filter((s: { Action: string | string[] }) => [s.Action].flat().includes('s3:PutObject'));
+  const journalWrites = writes.filter((s: { Resource: unknown }) => JSON.stringify(s.Resource).includes('journal/*'));
+  assert.equal(journalWrites.length, 1, JSON.stringify(writes));
+  template.hasResourceProperties('AWS::Glue::Table', {
+    TableInput: Match.objectLike({
+      Name: 'journal',
+      PartitionKeys: [{ Name: 'hour', Type: 'string' }],
+      Parameters: Match.objectLike({ 'projection.hour.format': 'yyyy/MM/dd/HH' }),
+    }),
+  });
 });
 
 test('deliver reaches only public https:// endpoints unless allowedNetworks widens it', () => {

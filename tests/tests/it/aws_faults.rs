@@ -47,7 +47,8 @@ fn code_and_status<E: ProvideErrorMetadata, R>(
 /// query-compatible) `RequestThrottled`, DynamoDB and Kinesis
 /// `ProvisionedThroughputExceededException`, Secrets Manager and EventBridge
 /// `ThrottlingException` (400), SNS (query/XML) `Throttled` (429), S3 (REST/XML) `SlowDown`
-/// (503) and Lambda (REST/JSON) `TooManyRequestsException` (429); and 5xx internal errors. With
+/// (503), Lambda (REST/JSON) `TooManyRequestsException` (429) and Firehose
+/// `ServiceUnavailableException` (503); and 5xx internal errors. With
 /// no rule, the same calls reach the emulator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_service_gets_its_own_throttling_and_internal_errors() {
@@ -65,6 +66,7 @@ async fn each_service_gets_its_own_throttling_and_internal_errors() {
     let events = aws_sdk_eventbridge::Client::new(&sdk);
     let kinesis = aws_sdk_kinesis::Client::new(&sdk);
     let lambda = aws_sdk_lambda::Client::new(&sdk);
+    let firehose = aws_sdk_firehose::Client::new(&sdk);
 
     // One call of each service, as its error: (code, HTTP status).
     macro_rules! calls {
@@ -78,6 +80,7 @@ async fn each_service_gets_its_own_throttling_and_internal_errors() {
                 code_and_status(events.list_event_buses().send().await),
                 code_and_status(kinesis.list_streams().send().await),
                 code_and_status(lambda.list_functions().send().await),
+                code_and_status(firehose.list_delivery_streams().send().await),
             ]
         };
     }
@@ -92,6 +95,7 @@ async fn each_service_gets_its_own_throttling_and_internal_errors() {
         ("ThrottlingException", 400),
         ("ProvisionedThroughputExceededException", 400),
         ("TooManyRequestsException", 429),
+        ("ServiceUnavailableException", 503),
     ]
     .map(|(c, s)| (c.to_string(), s));
     assert_eq!(throttled, expected);
@@ -107,6 +111,7 @@ async fn each_service_gets_its_own_throttling_and_internal_errors() {
         ("InternalFailure", 500),
         ("InternalFailure", 500),
         ("ServiceException", 500),
+        ("InternalFailure", 500),
     ]
     .map(|(c, s)| (c.to_string(), s));
     assert_eq!(failed, expected);

@@ -183,6 +183,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         )),
         state: state(),
         caps: state(),
+        journal: Arc::new(gridrelay_ports::NoJournal),
     };
     let sender = HttpEventSender::new(SenderConfig::new(
         Duration::from_secs(5),
@@ -597,5 +598,36 @@ async fn messages_gridrelay_did_not_write_are_dropped_unseen() {
         );
     }
     assert_eq!(sys.system.stats().unsealed_dropped, 3);
+    sys.shutdown().await;
+}
+
+/// #35: a journal that is down costs no delivery. With every journal write answered 500 (the
+/// SDK's own retries included), every event is still delivered, and the entries not written
+/// are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_that_is_down_costs_no_delivery_g1() {
+    let proxy = gridrelay_e2e::fault_proxy::FaultProxy::start(rand::random()).await;
+    proxy.set_rules(vec![
+        gridrelay_e2e::fault_proxy::FaultRule::server_error("firehose", 1.0).only("PutRecordBatch"),
+    ]);
+    let sys = TestSystem::start_behind(&proxy, 0.01, |_| {}).await;
+    let topic = sys.topic("unjournaled").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("unjournaled", "sub-1", &sub.url))
+        .await;
+
+    sys.publish(&topic, &events("u", 20)).await;
+    eventually(WAIT, "20 events delivered", || async {
+        (sub.event_count() >= 20).then_some(())
+    })
+    .await;
+    let stats = sys
+        .wait_for_stats("the unwritten entries counted", |s| {
+            s.deliver.delivered >= 20 && s.deliver.journal_unwritten >= 40
+        })
+        .await;
+    assert_eq!(stats.deliver.delivered, 20);
+    assert_eq!(stats.deliver.failed_messages, 0);
+    assert!(proxy.refused("firehose") > 0, "{}", proxy.report());
     sys.shutdown().await;
 }

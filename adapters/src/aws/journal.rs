@@ -1,0 +1,210 @@
+//! The delivery journal on AWS (#35): records put to an Amazon Data Firehose stream, which
+//! writes them to S3 under its hour prefix (`<prefix>YYYY/MM/DD/HH/`, UTC); read back from
+//! those objects, compressed (GZIP, as the stack's stream writes them) or not (moto's).
+
+use std::io::Read;
+
+use async_trait::async_trait;
+use aws_sdk_firehose::primitives::Blob;
+use aws_sdk_firehose::types::Record;
+use chrono::{DateTime, Duration, Utc};
+use futures::StreamExt;
+use gridrelay_ports::{JournalError, JournalRead, JournalSink, JournalSource};
+use gridrelay_shared::journal::{hour_prefix, read_lines};
+
+use super::describe_error;
+
+/// PutRecordBatch's limits: 500 records and 4 MiB a call.
+const RECORDS_PER_CALL: usize = 500;
+const BYTES_PER_CALL: usize = 4 * 1024 * 1024;
+/// Objects read at once.
+const READS_AT_ONCE: usize = 16;
+/// The most hours one read covers (the longest retention, 365 days).
+pub const MAX_READ_HOURS: i64 = 365 * 24;
+
+/// Journal records into a Firehose delivery stream.
+#[derive(Debug, Clone)]
+pub struct FirehoseJournal {
+    client: aws_sdk_firehose::Client,
+    stream: String,
+}
+
+impl FirehoseJournal {
+    pub fn new(client: aws_sdk_firehose::Client, stream: &str) -> Self {
+        Self {
+            client,
+            stream: stream.to_string(),
+        }
+    }
+
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, stream: &str) -> Self {
+        Self::new(aws_sdk_firehose::Client::new(sdk), stream)
+    }
+
+    /// One PutRecordBatch of `records` (their indices in the whole write start at `first`):
+    /// the indices it did not take.
+    async fn put_batch(
+        &self,
+        records: &[Vec<u8>],
+        first: usize,
+    ) -> Result<Vec<usize>, JournalError> {
+        let entries = records
+            .iter()
+            .map(|r| Record::builder().data(Blob::new(r.clone())).build())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| JournalError(e.to_string()))?;
+        let out = self
+            .client
+            .put_record_batch()
+            .delivery_stream_name(&self.stream)
+            .set_records(Some(entries))
+            .send()
+            .await
+            .map_err(|e| JournalError(describe_error(&e)))?;
+        Ok(out
+            .request_responses()
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.error_code().is_some())
+            .map(|(i, _)| first + i)
+            .collect())
+    }
+}
+
+#[async_trait]
+impl JournalSink for FirehoseJournal {
+    async fn put_records(&self, records: &[Vec<u8>]) -> Result<Vec<usize>, JournalError> {
+        let mut refused = Vec::new();
+        let mut start = 0;
+        while start < records.len() {
+            let mut end = start;
+            let mut bytes = 0;
+            while end < records.len()
+                && end - start < RECORDS_PER_CALL
+                && (end == start || bytes + records[end].len() <= BYTES_PER_CALL)
+            {
+                bytes += records[end].len();
+                end += 1;
+            }
+            match self.put_batch(&records[start..end], start).await {
+                Ok(not_taken) => refused.extend(not_taken),
+                Err(e) if start == 0 && end == records.len() => return Err(e),
+                // One call of several: its failure loses only its own records.
+                Err(e) => {
+                    tracing::warn!(error = %e, records = end - start, "journal records not taken");
+                    refused.extend(start..end);
+                }
+            }
+            start = end;
+        }
+        Ok(refused)
+    }
+}
+
+/// The journal's objects in S3, as the stream wrote them.
+#[derive(Debug, Clone)]
+pub struct S3JournalSource {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    /// The stream's prefix (`journal/`).
+    prefix: String,
+}
+
+impl S3JournalSource {
+    pub fn new(client: aws_sdk_s3::Client, bucket: &str, prefix: &str) -> Self {
+        Self {
+            client,
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+        }
+    }
+
+    async fn keys_of_hour(&self, hour: DateTime<Utc>) -> Result<Vec<String>, JournalError> {
+        let mut keys = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(format!("{}{}", self.prefix, hour_prefix(hour)))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| JournalError(describe_error(&e)))?;
+            keys.extend(
+                page.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_string)),
+            );
+        }
+        Ok(keys)
+    }
+
+    async fn object(&self, key: String) -> Result<Vec<u8>, JournalError> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| JournalError(describe_error(&e)))?;
+        let bytes = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| JournalError(format!("reading {key}: {e}")))?
+            .into_bytes();
+        unpacked(&bytes).map_err(|e| JournalError(format!("reading {key}: {e}")))
+    }
+}
+
+/// An object's lines: GZIP (its magic bytes) unpacked, anything else as it is.
+fn unpacked(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut out)?;
+        Ok(out)
+    } else {
+        Ok(bytes.to_vec())
+    }
+}
+
+#[async_trait]
+impl JournalSource for S3JournalSource {
+    async fn read_hours(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<JournalRead, JournalError> {
+        let hours = (to - from).num_hours().clamp(0, MAX_READ_HOURS);
+        let mut keys = Vec::new();
+        for h in 0..=hours {
+            keys.extend(self.keys_of_hour(from + Duration::hours(h)).await?);
+        }
+        let mut objects =
+            futures::stream::iter(keys.into_iter().map(|k| self.object(k))).buffered(READS_AT_ONCE);
+        let mut read = JournalRead::default();
+        while let Some(object) = objects.next().await {
+            let (entries, skipped) = read_lines(&object?);
+            read.entries.extend(entries);
+            read.skipped += skipped;
+        }
+        Ok(read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn gzip_objects_are_unpacked_and_others_read_as_they_are() {
+        let lines = b"{\"a\":1}\n{\"a\":2}\n".to_vec();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&lines).unwrap();
+        let packed = gz.finish().unwrap();
+        assert_eq!(unpacked(&packed).unwrap(), lines);
+        assert_eq!(unpacked(&lines).unwrap(), lines);
+    }
+}

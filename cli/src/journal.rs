@@ -1,0 +1,252 @@
+//! `gridrelay event show` and `gridrelay event-subscription attempts`: questions answered from
+//! the delivery journal (#35), read from the objects its stream wrote to S3.
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use clap::{Args, Subcommand};
+use gridrelay_adapters::aws::{S3JournalSource, load_sdk_config, s3_client};
+use gridrelay_local::ResourceNames;
+use gridrelay_ports::{JournalRead, JournalSource};
+use gridrelay_shared::journal::{
+    EventLife, JOURNAL_PREFIX, JournalEntry, Next, Standing, Step, format_time, latest_attempts,
+    parse_since,
+};
+use gridrelay_shared::limits::{validate_subscription_name, validate_topic_name};
+
+use crate::view::table;
+use crate::{OutputFormat, invalid, print_as};
+
+#[derive(Subcommand)]
+pub(super) enum EventCommand {
+    /// One event's life from the delivery journal: subscription by subscription, every step
+    /// and attempt in order, and where it stands now.
+    Show(ShowEvent),
+}
+
+#[derive(Args)]
+pub(super) struct ShowEvent {
+    #[arg(long)]
+    topic_name: String,
+    /// The event's `id`.
+    #[arg(long)]
+    event_id: String,
+    /// How far back to look: a span (90m, 6h, 7d) or an RFC 3339 time.
+    #[arg(long, default_value = "24h")]
+    since: String,
+}
+
+#[derive(Args)]
+pub(super) struct ListAttempts {
+    #[arg(long)]
+    topic_name: String,
+    /// The event subscription's name.
+    #[arg(long)]
+    name: String,
+    /// How far back to look: a span (90m, 6h, 7d) or an RFC 3339 time.
+    #[arg(long, default_value = "1h")]
+    since: String,
+    /// Only attempts that did not deliver.
+    #[arg(long)]
+    failed: bool,
+    /// At most this many, newest first.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10000))]
+    top: u64,
+}
+
+/// Where the journal is: the bucket given, or the one beside a delivery queue named
+/// `<prefix>-delivery` (a local installation).
+pub(super) fn journal_bucket(given: Option<&str>, delivery_queue: &str) -> anyhow::Result<String> {
+    match given {
+        Some(bucket) => Ok(bucket.to_string()),
+        None => ResourceNames::beside_delivery_queue(delivery_queue)
+            .map(|names| names.journal_bucket)
+            .with_context(|| {
+                format!(
+                    "set --journal-bucket or {} to the stack's JournalBucket output (the \
+                     delivery queue {delivery_queue:?} is not named <prefix>-delivery, so the \
+                     journal beside it is unknown)",
+                    gridrelay_adapters::config::JOURNAL_BUCKET_ENV
+                )
+            }),
+    }
+}
+
+/// Every entry written from `since` until now.
+async fn read_since(bucket: &str, since: DateTime<Utc>) -> anyhow::Result<JournalRead> {
+    let sdk = load_sdk_config().await;
+    let source = S3JournalSource::new(s3_client(&sdk), bucket, JOURNAL_PREFIX);
+    let read = source
+        .read_hours(since, Utc::now())
+        .await
+        .with_context(|| format!("could not read the delivery journal in bucket {bucket}"))?;
+    if read.skipped > 0 {
+        eprintln!(
+            "note: {} journal lines of a kind this version does not know were skipped",
+            read.skipped
+        );
+    }
+    Ok(read)
+}
+
+/// `gridrelay event show`.
+pub(super) async fn show_event(
+    args: ShowEvent,
+    bucket: &str,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    validate_topic_name(&args.topic_name).map_err(invalid)?;
+    let since = parse_since(&args.since, Utc::now()).map_err(invalid)?;
+    let read = read_since(bucket, since).await?;
+    let life = EventLife::of(&args.topic_name, &args.event_id, &read.entries);
+    if life.subscriptions.is_empty() {
+        anyhow::bail!(
+            "no journal entry of event {:?} of topic {:?} since {} (try a longer --since; \
+             on AWS, entries appear once the journal's stream has written them, within its \
+             buffering interval)",
+            args.event_id,
+            args.topic_name,
+            format_time(since)
+        );
+    }
+    print_as(output, &serde_json::to_value(&life)?, || life_table(&life))
+}
+
+/// `gridrelay event-subscription attempts`.
+pub(super) async fn list_attempts(
+    args: ListAttempts,
+    bucket: &str,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    validate_topic_name(&args.topic_name).map_err(invalid)?;
+    validate_subscription_name(&args.name).map_err(invalid)?;
+    let since = parse_since(&args.since, Utc::now()).map_err(invalid)?;
+    let read = read_since(bucket, since).await?;
+    let attempts = latest_attempts(
+        &read.entries,
+        &args.topic_name,
+        &args.name,
+        args.failed,
+        usize::try_from(args.top).unwrap_or(usize::MAX),
+    );
+    let value = serde_json::to_value(&attempts)?;
+    print_as(output, &value, || {
+        table(
+            &[
+                "Time", "Attempt", "Events", "Status", "Outcome", "Ms", "Next", "Error",
+            ],
+            &attempts
+                .iter()
+                .map(|e| step_row(e)[1..].to_vec())
+                .collect::<Vec<_>>(),
+        )
+    })
+}
+
+/// An event's life as a table: one row per step, then where it stands.
+fn life_table(life: &EventLife) -> String {
+    let rows: Vec<Vec<String>> = life
+        .subscriptions
+        .iter()
+        .flat_map(|s| {
+            s.steps
+                .iter()
+                .map(step_row)
+                .chain(std::iter::once(standing_row(&s.subscription, &s.standing)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    table(
+        &[
+            "Subscription",
+            "Time",
+            "Step",
+            "Events",
+            "Status",
+            "Outcome",
+            "Ms",
+            "Next",
+            "Error",
+        ],
+        &rows,
+    )
+}
+
+/// A step as a row: subscription, time, step (an attempt's number), events, status, outcome,
+/// milliseconds, what came next, error.
+fn step_row(e: &JournalEntry) -> Vec<String> {
+    let (step, status, outcome, ms, next, error) = match &e.step {
+        Step::Fanned { event_type, .. } => (
+            "published".to_string(),
+            String::new(),
+            event_type.clone(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ),
+        Step::Attempt(a) => (
+            format!("attempt {}", a.attempt),
+            a.status.map(|s| s.to_string()).unwrap_or_default(),
+            a.outcome.as_str().to_string(),
+            a.ms.to_string(),
+            match &a.next {
+                Next::Delivered => "delivered".to_string(),
+                Next::Retry { due } => format!("retry at {}", format_time(*due)),
+                Next::DeadLetter { reason } => format!("dead-letter ({reason})"),
+                Next::Drop { reason } => format!("drop ({reason})"),
+            },
+            a.error.clone().unwrap_or_default(),
+        ),
+        Step::Held { until, reason } => (
+            "held".to_string(),
+            String::new(),
+            format!("{reason:?}"),
+            String::new(),
+            format!("until {}", format_time(*until)),
+            String::new(),
+        ),
+        Step::DeadLettered { location } => (
+            "dead-lettered".to_string(),
+            String::new(),
+            String::new(),
+            String::new(),
+            location.clone(),
+            String::new(),
+        ),
+    };
+    vec![
+        e.subscription.clone(),
+        format_time(e.time),
+        step,
+        e.ids.len().to_string(),
+        status,
+        outcome,
+        ms,
+        next,
+        error,
+    ]
+}
+
+fn standing_row(subscription: &str, standing: &Standing) -> Vec<String> {
+    let now = match standing {
+        Standing::Waiting => "waiting for its first attempt".to_string(),
+        Standing::Delivered { at } => format!("delivered at {}", format_time(*at)),
+        Standing::RetryDue { at } => format!("retry due at {}", format_time(*at)),
+        Standing::Held { until, reason } => {
+            format!("held until {} ({reason:?})", format_time(*until))
+        }
+        Standing::DeadLettering { reason } => format!("being dead-lettered ({reason})"),
+        Standing::DeadLettered { location } => format!("dead-lettered to {location}"),
+        Standing::Dropped { reason } => format!("dropped ({reason})"),
+    };
+    vec![
+        subscription.to_string(),
+        String::new(),
+        "now".to_string(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        now,
+        String::new(),
+    ]
+}

@@ -1,0 +1,844 @@
+//! The delivery journal (#35): every step of an event's life, as one JSON line per step.
+//!
+//! `deliver` writes what it learns in one invocation (an event reaching a subscription's
+//! delivery for the first time, each attempt and what was decided after it, events held back)
+//! in one call, packed by [`pack_records`] into as few records as fit; the dead-letter function
+//! adds where an event was written. The lines land in object storage (Amazon Data Firehose into
+//! S3 on AWS and locally), one object holding many lines, so the journal is queried with the
+//! tools AWS users know (Athena, or by reading an hour's objects), and [`EventLife`] reads an
+//! event's whole life back from them.
+//!
+//! An entry is small: an attempt of one event to a typical endpoint is under 256 bytes
+//! ([`ATTEMPT_ENTRY_BUDGET`]); an attempt of a batch lists its events' ids once.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::classify::{AttemptResult, DeliveryOutcome};
+use crate::delivery::{GiveUp, Settlement};
+use crate::destination::RoutingFields;
+use crate::message::QueuedEvent;
+use crate::outbound::redact_endpoint;
+use crate::schema::DeliverySchema;
+use crate::subscription::Subscription;
+
+/// The bytes a typical attempt entry stays under: one event with a 36-character id, a
+/// 50-character endpoint, a status and the retry it was given (two times take 48 bytes of it).
+/// With the event's [`Step::Fanned`] entry (about 170 bytes), the ten one-event messages of an
+/// invocation fill one of the 5 KB steps Firehose bills records in.
+pub const ATTEMPT_ENTRY_BUDGET: usize = 320;
+
+/// Where the journal's objects are in its bucket: below this, the stream's hour prefix
+/// ([`hour_prefix`]).
+pub const JOURNAL_PREFIX: &str = "journal/";
+
+/// The largest record [`pack_records`] makes: under Firehose's 1,000 KiB a record.
+pub const MAX_RECORD_BYTES: usize = 1_000 * 1024 - 1024;
+
+/// One step of the life of one or more events (a batch's, for an attempt).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    pub topic: String,
+    /// The subscription the step is for.
+    pub subscription: String,
+    /// The events' ids (each event's `id`; empty for a custom-schema event without one).
+    pub ids: Vec<String>,
+    /// When the step happened (an attempt: when its request was sent; [`Step::Fanned`]: when
+    /// the event was published).
+    #[serde(with = "millis")]
+    pub time: DateTime<Utc>,
+    #[serde(flatten)]
+    pub step: Step,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum Step {
+    /// The events were published (accepted at the topic) at the entry's time and fanned out to
+    /// this subscription; written when they reach its delivery for the first time.
+    Fanned {
+        /// The event's type (`eventType`, or CloudEvents' `type`).
+        #[serde(rename = "type", default, skip_serializing_if = "String::is_empty")]
+        event_type: String,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        subject: String,
+        /// The event's size as delivered, in bytes.
+        bytes: u64,
+    },
+    /// A request (or an AWS resource's call) was made, or failed to be made.
+    Attempt(Attempt),
+    /// The events wait without an attempt until `until`.
+    Held {
+        #[serde(with = "millis")]
+        until: DateTime<Utc>,
+        reason: HeldReason,
+    },
+    /// The dead-letter function wrote the events to `location` (`s3://bucket/key`).
+    DeadLettered { location: String },
+}
+
+/// One attempt and what was decided after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Its number among the events' attempts, from 1.
+    pub attempt: u32,
+    /// How long it took, sent to answered (or given up), in milliseconds.
+    pub ms: u64,
+    /// The endpoint, redacted as everywhere (`crate::outbound::redact_endpoint`).
+    pub endpoint: String,
+    /// The HTTP status, where the endpoint answered with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    pub outcome: DeliveryOutcome,
+    /// What the endpoint's `Retry-After` asked for, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u64>,
+    /// Why no answer came, or none was asked for (a connection refused, a name not resolved,
+    /// a secret header not read), as the attempt's log line says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(flatten)]
+    pub next: Next,
+}
+
+/// What was decided for the events after an attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "next", rename_all = "snake_case")]
+pub enum Next {
+    Delivered,
+    /// Attempted again at `due`.
+    Retry {
+        #[serde(with = "millis")]
+        due: DateTime<Utc>,
+    },
+    /// Handed to the dead-letter function, for the subscription's dead-letter location.
+    DeadLetter {
+        reason: String,
+    },
+    /// Given up with no dead-letter location: dropped and counted (L1).
+    Drop {
+        reason: String,
+    },
+}
+
+/// Why events wait without an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldReason {
+    /// D1, R3: their endpoint's delivery is delayed.
+    EndpointDelayed,
+    /// The subscription's caps left no room now.
+    Capped,
+    /// The invocation's deadline came first: handed on to the next one.
+    Deadline,
+}
+
+impl Next {
+    /// What a settlement decided for the events of an attempt.
+    pub fn after(settlement: &Settlement) -> Self {
+        match settlement {
+            Settlement::Delivered { .. } => Self::Delivered,
+            Settlement::Retry(retry) => Self::Retry { due: retry.at },
+            Settlement::GaveUp(GiveUp::DeadLetter { messages, .. }) => Self::DeadLetter {
+                reason: messages
+                    .iter()
+                    .flat_map(|m| m.entries.first())
+                    .map(|e| e.reason.to_string())
+                    .next()
+                    .unwrap_or_default(),
+            },
+            Settlement::GaveUp(GiveUp::Drop { entries }) => Self::Drop {
+                reason: entries
+                    .first()
+                    .map(|e| e.reason.to_string())
+                    .unwrap_or_default(),
+            },
+        }
+    }
+}
+
+/// What the journal records of one attempt, besides what came after it.
+#[derive(Debug)]
+pub struct AttemptFacts<'a> {
+    pub subscription: &'a Subscription,
+    /// The attempt's number, from 1.
+    pub attempt: u32,
+    /// When the request was sent, and when it was answered (or given up).
+    pub sent: DateTime<Utc>,
+    pub answered: DateTime<Utc>,
+    pub result: &'a AttemptResult,
+    pub retry_after: Option<std::time::Duration>,
+}
+
+/// The entry of an attempt of events with `ids`, and what came `next`.
+pub fn attempt_entry(facts: AttemptFacts<'_>, ids: Vec<String>, next: Next) -> JournalEntry {
+    let (status, error) = match facts.result {
+        AttemptResult::Status(code) => (Some(*code), None),
+        AttemptResult::TimedOut => (None, None),
+        AttemptResult::ConnectionFailed(why)
+        | AttemptResult::Unresolved(why)
+        | AttemptResult::Refused(why)
+        | AttemptResult::NotSent(why) => (None, Some(why.clone())),
+        AttemptResult::Service(failure) => (Some(failure.status), Some(failure.code.clone())),
+    };
+    JournalEntry {
+        topic: facts.subscription.topic.clone(),
+        subscription: facts.subscription.name.clone(),
+        ids,
+        time: facts.sent,
+        step: Step::Attempt(Attempt {
+            attempt: facts.attempt,
+            ms: (facts.answered - facts.sent).num_milliseconds().max(0) as u64,
+            endpoint: if facts.subscription.endpoint_type.is_resource() {
+                // An ARN: it holds no secret.
+                facts.subscription.endpoint.clone()
+            } else {
+                redact_endpoint(&facts.subscription.endpoint)
+            },
+            status,
+            outcome: DeliveryOutcome::of(facts.result),
+            retry_after_s: facts.retry_after.map(|d| d.as_secs()),
+            error,
+            next,
+        }),
+    }
+}
+
+/// What the journal reads of an event in `schema`: its id (empty for a custom-schema event
+/// without one), type and subject.
+pub fn event_fields(event: &QueuedEvent, schema: DeliverySchema) -> RoutingFields {
+    RoutingFields::of(&event.event, schema)
+}
+
+/// The entry saying `event` (with its `fields`) was published and fanned out to
+/// `subscription`.
+pub fn fanned_entry(
+    subscription: &Subscription,
+    event: &QueuedEvent,
+    fields: RoutingFields,
+) -> JournalEntry {
+    JournalEntry {
+        topic: subscription.topic.clone(),
+        subscription: subscription.name.clone(),
+        ids: vec![fields.id],
+        time: event.publish_time,
+        step: Step::Fanned {
+            event_type: fields.event_type,
+            subject: fields.subject,
+            bytes: event.event.get().len() as u64,
+        },
+    }
+}
+
+/// The entry saying events with `ids` of `subscription` wait without an attempt until `until`.
+pub fn held_entry(
+    subscription: &Subscription,
+    ids: Vec<String>,
+    now: DateTime<Utc>,
+    until: DateTime<Utc>,
+    reason: HeldReason,
+) -> JournalEntry {
+    JournalEntry {
+        topic: subscription.topic.clone(),
+        subscription: subscription.name.clone(),
+        ids,
+        time: now,
+        step: Step::Held { until, reason },
+    }
+}
+
+/// Where the events of a subscription stand after the steps the journal holds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum Standing {
+    /// Fanned out, no attempt recorded yet.
+    Waiting,
+    /// An attempt was answered with success (B5).
+    Delivered {
+        #[serde(with = "millis")]
+        at: DateTime<Utc>,
+    },
+    /// The next attempt is due then.
+    RetryDue {
+        #[serde(with = "millis")]
+        at: DateTime<Utc>,
+    },
+    /// Held without an attempt until then.
+    Held {
+        #[serde(with = "millis")]
+        until: DateTime<Utc>,
+        reason: HeldReason,
+    },
+    /// Given up, on its way to the dead-letter location.
+    DeadLettering { reason: String },
+    /// Written to the dead-letter location.
+    DeadLettered { location: String },
+    /// Given up with no dead-letter location.
+    Dropped { reason: String },
+}
+
+/// One subscription's part of an event's life.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionLife {
+    pub subscription: String,
+    /// Every step, in the order they happened.
+    pub steps: Vec<JournalEntry>,
+    pub standing: Standing,
+}
+
+/// An event's life, subscription by subscription, as the journal has it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventLife {
+    pub topic: String,
+    pub id: String,
+    pub subscriptions: Vec<SubscriptionLife>,
+}
+
+impl EventLife {
+    /// The life of event `id` of `topic` in `entries` (any order; an entry written twice, as a
+    /// redelivered invocation writes it, counts once).
+    pub fn of<'a>(
+        topic: &str,
+        id: &str,
+        entries: impl IntoIterator<Item = &'a JournalEntry>,
+    ) -> Self {
+        let mut by_subscription: BTreeMap<&str, Vec<&JournalEntry>> = BTreeMap::new();
+        for entry in entries {
+            if entry.topic == topic && entry.ids.iter().any(|i| i == id) {
+                by_subscription
+                    .entry(entry.subscription.as_str())
+                    .or_default()
+                    .push(entry);
+            }
+        }
+        let subscriptions = by_subscription
+            .into_iter()
+            .map(|(subscription, mut steps)| {
+                steps.sort_by_key(|e| (e.time, step_order(&e.step)));
+                let mut seen: Vec<&JournalEntry> = Vec::with_capacity(steps.len());
+                steps.retain(|e| {
+                    let new = !seen.contains(e);
+                    seen.push(e);
+                    new
+                });
+                let steps: Vec<JournalEntry> = steps
+                    .into_iter()
+                    .map(|e| JournalEntry {
+                        ids: vec![id.to_string()],
+                        ..e.clone()
+                    })
+                    .collect();
+                SubscriptionLife {
+                    subscription: subscription.to_string(),
+                    standing: standing(&steps),
+                    steps,
+                }
+            })
+            .collect();
+        Self {
+            topic: topic.to_string(),
+            id: id.to_string(),
+            subscriptions,
+        }
+    }
+}
+
+/// The attempts of `subscription` of `topic` in `entries`, newest first (each once), only the
+/// failed ones (any but a success) if `failed`, at most `top`.
+pub fn latest_attempts<'a>(
+    entries: impl IntoIterator<Item = &'a JournalEntry>,
+    topic: &str,
+    subscription: &str,
+    failed: bool,
+    top: usize,
+) -> Vec<&'a JournalEntry> {
+    let mut attempts: Vec<&JournalEntry> = entries
+        .into_iter()
+        .filter(|e| e.topic == topic && e.subscription == subscription)
+        .filter(|e| match &e.step {
+            Step::Attempt(a) => !failed || a.outcome != DeliveryOutcome::Succeeded,
+            _ => false,
+        })
+        .collect();
+    attempts.sort_by_key(|e| std::cmp::Reverse(e.time));
+    let mut seen: Vec<&JournalEntry> = Vec::new();
+    attempts.retain(|e| {
+        let new = !seen.contains(e);
+        seen.push(e);
+        new
+    });
+    attempts.truncate(top);
+    attempts
+}
+
+/// Steps at the same millisecond in the order they happen.
+fn step_order(step: &Step) -> u8 {
+    match step {
+        Step::Fanned { .. } => 0,
+        Step::Held { .. } => 1,
+        Step::Attempt(_) => 2,
+        Step::DeadLettered { .. } => 3,
+    }
+}
+
+/// Where a subscription's copy stands after `steps` (in order): a success or a dead-letter
+/// write ends its life whatever a redelivered copy did after; otherwise the last step says.
+fn standing(steps: &[JournalEntry]) -> Standing {
+    let delivered = steps.iter().find_map(|e| match &e.step {
+        Step::Attempt(Attempt {
+            next: Next::Delivered,
+            ..
+        }) => Some(e.time),
+        _ => None,
+    });
+    if let Some(at) = delivered {
+        return Standing::Delivered { at };
+    }
+    let written = steps.iter().find_map(|e| match &e.step {
+        Step::DeadLettered { location } => Some(location.clone()),
+        _ => None,
+    });
+    if let Some(location) = written {
+        return Standing::DeadLettered { location };
+    }
+    match steps.last().map(|e| &e.step) {
+        None | Some(Step::Fanned { .. }) | Some(Step::DeadLettered { .. }) => Standing::Waiting,
+        Some(Step::Held { until, reason }) => Standing::Held {
+            until: *until,
+            reason: *reason,
+        },
+        Some(Step::Attempt(a)) => match &a.next {
+            Next::Delivered => Standing::Waiting,
+            Next::Retry { due } => Standing::RetryDue { at: *due },
+            Next::DeadLetter { reason } => Standing::DeadLettering {
+                reason: reason.clone(),
+            },
+            Next::Drop { reason } => Standing::Dropped {
+                reason: reason.clone(),
+            },
+        },
+    }
+}
+
+/// The journal's lines for `entries`, packed into records of at most `max_bytes` (each line
+/// ends with a newline, so records joined end to end, as Firehose writes them, stay lines). An
+/// entry whose line alone is longer (an attempt of a batch with very many ids) is split by its
+/// ids. Fewer, fuller records cost less: Firehose bills each record in 5 KB steps.
+pub fn pack_records(entries: &[JournalEntry], max_bytes: usize) -> Vec<Vec<u8>> {
+    let mut records: Vec<Vec<u8>> = Vec::new();
+    let mut current: Vec<u8> = Vec::new();
+    for line in entries.iter().flat_map(|e| lines_of(e, max_bytes)) {
+        if !current.is_empty() && current.len() + line.len() > max_bytes {
+            records.push(std::mem::take(&mut current));
+        }
+        current.extend_from_slice(&line);
+    }
+    if !current.is_empty() {
+        records.push(current);
+    }
+    records
+}
+
+/// `entry`'s line, or the lines of its halves (by ids) where it is longer than `max_bytes`.
+fn lines_of(entry: &JournalEntry, max_bytes: usize) -> Vec<Vec<u8>> {
+    let line = line_of(entry);
+    if line.len() <= max_bytes || entry.ids.len() < 2 {
+        return vec![line];
+    }
+    let (first, second) = entry.ids.split_at(entry.ids.len() / 2);
+    [first, second]
+        .into_iter()
+        .flat_map(|ids| {
+            lines_of(
+                &JournalEntry {
+                    ids: ids.to_vec(),
+                    ..entry.clone()
+                },
+                max_bytes,
+            )
+        })
+        .collect()
+}
+
+/// One entry as a line of JSON.
+pub fn line_of(entry: &JournalEntry) -> Vec<u8> {
+    // A struct of strings, numbers and enums always serializes.
+    let mut line = serde_json::to_vec(entry).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// The entries in an object of the journal (lines, as Firehose writes them); a line that is
+/// not an entry (a newer writer's kind of step) is skipped and counted.
+pub fn read_lines(object: &[u8]) -> (Vec<JournalEntry>, usize) {
+    let mut skipped = 0;
+    let entries = object
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+        .filter_map(|line| match serde_json::from_slice(line) {
+            Ok(entry) => Some(entry),
+            Err(_) => {
+                skipped += 1;
+                None
+            }
+        })
+        .collect();
+    (entries, skipped)
+}
+
+/// Times as RFC 3339 in milliseconds (`2026-11-27T12:00:00.123Z`): what Athena reads as a
+/// timestamp, shorter than nanoseconds.
+mod millis {
+    use chrono::{DateTime, SecondsFormat, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Millis, true))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let text = String::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&text)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// The longest look back a journal query takes: the longest retention (365 days).
+pub const MAX_LOOK_BACK_DAYS: i64 = 365;
+
+/// A query's `--since`: a span back from `now` (`90m`, `6h`, `7d`) or an RFC 3339 time, not
+/// more than [`MAX_LOOK_BACK_DAYS`] back and not after `now`.
+pub fn parse_since(
+    text: &str,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, crate::limits::LimitError> {
+    let refuse = || {
+        crate::limits::LimitError::new(
+            "since",
+            format!("{text:?}"),
+            format!(
+                "a span back from now, such as 90m, 6h or 7d (at most {MAX_LOOK_BACK_DAYS}d), \
+                 or an RFC 3339 time within it, such as 2026-11-27T10:00:00Z"
+            ),
+        )
+    };
+    let earliest = now - chrono::Duration::days(MAX_LOOK_BACK_DAYS);
+    let at = if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        t.with_timezone(&Utc)
+    } else {
+        let unit = text.chars().last().ok_or_else(refuse)?;
+        let n: i64 = text[..text.len() - unit.len_utf8()]
+            .parse()
+            .map_err(|_| refuse())?;
+        let span = match unit {
+            'm' => chrono::Duration::try_minutes(n),
+            'h' => chrono::Duration::try_hours(n),
+            'd' => chrono::Duration::try_days(n),
+            _ => None,
+        }
+        .filter(|d| *d > chrono::Duration::zero())
+        .ok_or_else(refuse)?;
+        now.checked_sub_signed(span).ok_or_else(refuse)?
+    };
+    if at < earliest || at > now {
+        return Err(refuse());
+    }
+    Ok(at)
+}
+
+/// The journal's object key prefix for the hour `at` is in, below the journal's own prefix:
+/// `YYYY/MM/DD/HH/`, as Firehose names the objects it writes (UTC).
+pub fn hour_prefix(at: DateTime<Utc>) -> String {
+    at.format("%Y/%m/%d/%H/").to_string()
+}
+
+/// A time as the journal writes it.
+pub fn format_time(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn at(second: i64) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 27, 12, 0, 0).unwrap() + chrono::Duration::seconds(second)
+    }
+
+    fn attempt(n: u32, time: DateTime<Utc>, status: u16, next: Next) -> JournalEntry {
+        JournalEntry {
+            topic: "orders".into(),
+            subscription: "billing".into(),
+            ids: vec!["9b2f3c4e-5d6a-4b7c-8d9e-0f1a2b3c4d5e".into()],
+            time,
+            step: Step::Attempt(Attempt {
+                attempt: n,
+                ms: 35,
+                endpoint: "https://hooks.example.com/services/T000/B000/***".into(),
+                status: Some(status),
+                outcome: DeliveryOutcome::of_status(status),
+                retry_after_s: None,
+                error: None,
+                next,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_typical_attempt_entry_stays_within_its_byte_budget() {
+        let entry = attempt(3, at(1), 503, Next::Retry { due: at(31) });
+        let line = line_of(&entry);
+        assert!(
+            line.len() <= ATTEMPT_ENTRY_BUDGET,
+            "{} bytes: {}",
+            line.len(),
+            String::from_utf8_lossy(&line)
+        );
+        let fanned = line_of(&JournalEntry {
+            time: at(0),
+            step: Step::Fanned {
+                event_type: "Contoso.Orders.Created".into(),
+                subject: "/orders/1234".into(),
+                bytes: 420,
+            },
+            ..entry
+        });
+        assert!(
+            10 * (line.len() + fanned.len()) <= 5 * 1024,
+            "{} bytes: {}",
+            fanned.len(),
+            String::from_utf8_lossy(&fanned)
+        );
+    }
+
+    #[test]
+    fn entries_read_back_as_written() {
+        let entries = vec![
+            JournalEntry {
+                topic: "orders".into(),
+                subscription: "billing".into(),
+                ids: vec!["a".into(), "b".into()],
+                time: at(0),
+                step: Step::Fanned {
+                    event_type: "Order.Created".into(),
+                    subject: "/orders/7".into(),
+                    bytes: 310,
+                },
+            },
+            attempt(1, at(1), 500, Next::Retry { due: at(11) }),
+            attempt(
+                2,
+                at(11),
+                400,
+                Next::DeadLetter {
+                    reason: "MaxDeliveryAttemptsExceeded".into(),
+                },
+            ),
+            JournalEntry {
+                topic: "orders".into(),
+                subscription: "billing".into(),
+                ids: vec!["a".into()],
+                time: at(12),
+                step: Step::Held {
+                    until: at(72),
+                    reason: HeldReason::EndpointDelayed,
+                },
+            },
+            JournalEntry {
+                topic: "orders".into(),
+                subscription: "billing".into(),
+                ids: vec!["a".into()],
+                time: at(13),
+                step: Step::DeadLettered {
+                    location: "s3://dead/orders/billing/a.json".into(),
+                },
+            },
+        ];
+        let object: Vec<u8> = pack_records(&entries, MAX_RECORD_BYTES).concat();
+        let (read, skipped) = read_lines(&object);
+        assert_eq!(read, entries);
+        assert_eq!(skipped, 0);
+    }
+
+    #[test]
+    fn lines_of_a_newer_kind_are_skipped_and_counted() {
+        let mut object = line_of(&attempt(1, at(1), 200, Next::Delivered));
+        object.extend_from_slice(b"{\"step\":\"teleported\",\"topic\":\"orders\"}\n\n");
+        let (read, skipped) = read_lines(&object);
+        assert_eq!(read.len(), 1);
+        assert_eq!(skipped, 1);
+    }
+
+    #[test]
+    fn records_are_filled_up_to_their_size_and_never_past_it() {
+        let entries: Vec<JournalEntry> = (0..100)
+            .map(|i| attempt(1, at(i % 60), 200, Next::Delivered))
+            .collect();
+        let line = line_of(&entries[0]).len();
+        let max = 5 * 1024;
+        let records = pack_records(&entries, max);
+        assert!(records.iter().all(|r| r.len() <= max));
+        assert_eq!(records.len(), (100 * line).div_ceil(max / line * line));
+        assert_eq!(records.concat().len(), 100 * line);
+    }
+
+    #[test]
+    fn an_entry_longer_than_a_record_is_split_by_its_ids() {
+        let mut entry = attempt(1, at(1), 200, Next::Delivered);
+        entry.ids = (0..1000).map(|i| format!("event-{i:05}")).collect();
+        let records = pack_records(std::slice::from_ref(&entry), 4 * 1024);
+        assert!(records.len() > 1);
+        assert!(records.iter().all(|r| r.len() <= 4 * 1024));
+        let (read, _) = read_lines(&records.concat());
+        let ids: Vec<String> = read.into_iter().flat_map(|e| e.ids).collect();
+        assert_eq!(ids, entry.ids);
+    }
+
+    #[test]
+    fn an_event_that_failed_twice_then_succeeded_shows_three_attempts_and_is_delivered() {
+        let mut other = attempt(1, at(2), 200, Next::Delivered);
+        other.ids = vec!["another".into()];
+        let entries = [
+            attempt(3, at(40), 200, Next::Delivered),
+            attempt(1, at(1), 500, Next::Retry { due: at(11) }),
+            other,
+            attempt(2, at(11), 503, Next::Retry { due: at(40) }),
+            // The same attempt written again by a redelivered invocation.
+            attempt(2, at(11), 503, Next::Retry { due: at(40) }),
+        ];
+        let life = EventLife::of("orders", "9b2f3c4e-5d6a-4b7c-8d9e-0f1a2b3c4d5e", &entries);
+        assert_eq!(life.subscriptions.len(), 1);
+        let billing = &life.subscriptions[0];
+        let statuses: Vec<(u32, Option<u16>)> = billing
+            .steps
+            .iter()
+            .map(|e| match &e.step {
+                Step::Attempt(a) => (a.attempt, a.status),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(statuses, [(1, Some(500)), (2, Some(503)), (3, Some(200))]);
+        assert_eq!(billing.standing, Standing::Delivered { at: at(40) });
+    }
+
+    #[test]
+    fn where_an_event_stands_is_its_last_step_unless_it_was_delivered_or_written() {
+        let id = "9b2f3c4e-5d6a-4b7c-8d9e-0f1a2b3c4d5e";
+        let standing_after = |entries: &[JournalEntry]| {
+            EventLife::of("orders", id, entries).subscriptions[0]
+                .standing
+                .clone()
+        };
+        let retry = attempt(1, at(1), 500, Next::Retry { due: at(11) });
+        assert_eq!(
+            standing_after(std::slice::from_ref(&retry)),
+            Standing::RetryDue { at: at(11) }
+        );
+        let given_up = attempt(
+            2,
+            at(11),
+            500,
+            Next::DeadLetter {
+                reason: "MaxDeliveryAttemptsExceeded".into(),
+            },
+        );
+        assert_eq!(
+            standing_after(&[retry.clone(), given_up.clone()]),
+            Standing::DeadLettering {
+                reason: "MaxDeliveryAttemptsExceeded".into()
+            }
+        );
+        let written = JournalEntry {
+            time: at(12),
+            step: Step::DeadLettered {
+                location: "s3://dead/k".into(),
+            },
+            ..retry.clone()
+        };
+        assert_eq!(
+            standing_after(&[retry.clone(), given_up, written]),
+            Standing::DeadLettered {
+                location: "s3://dead/k".into()
+            }
+        );
+        // A copy redelivered after its success (a lost delete) was attempted again: still
+        // delivered.
+        let delivered = attempt(2, at(11), 200, Next::Delivered);
+        let again = attempt(2, at(50), 500, Next::Retry { due: at(60) });
+        assert_eq!(
+            standing_after(&[retry, delivered, again]),
+            Standing::Delivered { at: at(11) }
+        );
+    }
+
+    #[test]
+    fn latest_attempts_are_newest_first_and_failed_ones_only_if_asked() {
+        let mut other = attempt(1, at(5), 500, Next::Retry { due: at(9) });
+        other.subscription = "shipping".into();
+        let entries = [
+            attempt(1, at(1), 500, Next::Retry { due: at(11) }),
+            attempt(3, at(40), 200, Next::Delivered),
+            attempt(2, at(11), 503, Next::Retry { due: at(40) }),
+            attempt(2, at(11), 503, Next::Retry { due: at(40) }),
+            other,
+        ];
+        let numbers = |failed, top| -> Vec<u32> {
+            latest_attempts(&entries, "orders", "billing", failed, top)
+                .into_iter()
+                .map(|e| match &e.step {
+                    Step::Attempt(a) => a.attempt,
+                    _ => 0,
+                })
+                .collect()
+        };
+        assert_eq!(numbers(false, 10), [3, 2, 1]);
+        assert_eq!(numbers(true, 10), [2, 1]);
+        assert_eq!(numbers(false, 1), [3]);
+    }
+
+    #[test]
+    fn since_is_a_span_back_or_a_time_within_the_longest_retention() {
+        let now = at(3600);
+        assert_eq!(
+            parse_since("90m", now).unwrap(),
+            now - chrono::Duration::minutes(90)
+        );
+        assert_eq!(
+            parse_since("6h", now).unwrap(),
+            now - chrono::Duration::hours(6)
+        );
+        assert_eq!(
+            parse_since("365d", now).unwrap(),
+            now - chrono::Duration::days(365)
+        );
+        assert_eq!(parse_since("2026-11-27T12:30:00Z", now).unwrap(), at(1800));
+        for bad in [
+            "",
+            "h",
+            "0h",
+            "-1h",
+            "366d",
+            "7w",
+            "1.5h",
+            "2026-11-27T14:00:00Z",
+            "yesterday",
+        ] {
+            let e = parse_since(bad, now).unwrap_err();
+            assert_eq!(e.field, "since", "{bad}");
+            assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_hour_prefix_is_firehoses_utc_hour() {
+        assert_eq!(hour_prefix(at(5)), "2026/11/27/12/");
+        assert_eq!(format_time(at(5)), "2026-11-27T12:00:05.000Z");
+    }
+}
