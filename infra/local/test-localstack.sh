@@ -12,7 +12,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-export MOTO_PORT="${MOTO_PORT:-5057}"
+# Its own moto port, apart from make test's (5056) and make soak's (5057): they can run at once.
+export MOTO_PORT="${MOTO_PORT:-5059}"
 export LOCALSTACK_PORT="${LOCALSTACK_PORT:-4566}"
 throttling_port=$((LOCALSTACK_PORT + 1))
 started=$(date +%s)
