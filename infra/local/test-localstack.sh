@@ -2,7 +2,8 @@
 # `make test-localstack`: the end-to-end suites (gridrelay-e2e's three, and the command line's) against
 # LocalStack instead of moto, on this machine without Docker:
 #   - LocalStack 2026.3.0 (infra/local/localstack.sh: .venv-localstack, Python 3.13, on
-#     127.0.0.1:$LOCALSTACK_PORT) for SQS, S3, SNS, EventBridge, Secrets Manager and Kinesis;
+#     127.0.0.1:$LOCALSTACK_PORT) for SQS, S3, SNS, EventBridge, Secrets Manager, Kinesis and
+#     Firehose;
 #   - moto (.venv, on 127.0.0.1:$MOTO_PORT) for DynamoDB and Lambda, which LocalStack runs only
 #     with Docker or downloads, reached through the SDK's per-service endpoints
 #     (AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_LAMBDA);

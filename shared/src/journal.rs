@@ -2,13 +2,12 @@
 //!
 //! `deliver` writes what it learns in one invocation (an event reaching a subscription's
 //! delivery for the first time, each attempt and what was decided after it, events held back)
-//! in one call, packed by [`pack_records`] into as few records as fit; the dead-letter function
-//! adds where an event was written. The lines land in object storage (Amazon Data Firehose into
+//! in one call, packed by [`pack_records`] into as few records as fit. The lines land in object storage (Amazon Data Firehose into
 //! S3 on AWS and locally), one object holding many lines, so the journal is queried with the
 //! tools AWS users know (Athena, or by reading an hour's objects), and [`EventLife`] reads an
 //! event's whole life back from them.
 //!
-//! An entry is small: an attempt of one event to a typical endpoint is under 256 bytes
+//! An entry is small: an attempt of one event to a typical endpoint is under 320 bytes
 //! ([`ATTEMPT_ENTRY_BUDGET`]); an attempt of a batch lists its events' ids once.
 
 use std::collections::BTreeMap;
@@ -33,6 +32,10 @@ pub const ATTEMPT_ENTRY_BUDGET: usize = 320;
 /// Where the journal's objects are in its bucket: below this, the stream's hour prefix
 /// ([`hour_prefix`]).
 pub const JOURNAL_PREFIX: &str = "journal/";
+
+/// The most characters of an event's `type` and `subject` a [`Step::Fanned`] entry keeps, so
+/// one entry always fits a record.
+pub const MAX_FIELD_CHARS: usize = 256;
 
 /// The largest record [`pack_records`] makes: under Firehose's 1,000 KiB a record.
 pub const MAX_RECORD_BYTES: usize = 1_000 * 1024 - 1024;
@@ -226,10 +229,18 @@ pub fn fanned_entry(
         ids: vec![fields.id],
         time: event.publish_time,
         step: Step::Fanned {
-            event_type: fields.event_type,
-            subject: fields.subject,
+            event_type: clipped(fields.event_type),
+            subject: clipped(fields.subject),
             bytes: event.event.get().len() as u64,
         },
+    }
+}
+
+/// `text`, cut to [`MAX_FIELD_CHARS`] characters.
+fn clipped(text: String) -> String {
+    match text.char_indices().nth(MAX_FIELD_CHARS) {
+        Some((end, _)) => text[..end].to_string(),
+        None => text,
     }
 }
 
@@ -320,12 +331,7 @@ impl EventLife {
             .into_iter()
             .map(|(subscription, mut steps)| {
                 steps.sort_by_key(|e| (e.time, step_order(&e.step)));
-                let mut seen: Vec<&JournalEntry> = Vec::with_capacity(steps.len());
-                steps.retain(|e| {
-                    let new = !seen.contains(e);
-                    seen.push(e);
-                    new
-                });
+                once_each(&mut steps);
                 let steps: Vec<JournalEntry> = steps
                     .into_iter()
                     .map(|e| JournalEntry {
@@ -366,14 +372,28 @@ pub fn latest_attempts<'a>(
         })
         .collect();
     attempts.sort_by_key(|e| std::cmp::Reverse(e.time));
-    let mut seen: Vec<&JournalEntry> = Vec::new();
-    attempts.retain(|e| {
-        let new = !seen.contains(e);
-        seen.push(e);
-        new
-    });
+    once_each(&mut attempts);
     attempts.truncate(top);
     attempts
+}
+
+/// Keeps the first of entries written more than once (a redelivered message's invocation
+/// writes the same lines again).
+fn once_each(entries: &mut Vec<&JournalEntry>) {
+    let mut seen = std::collections::HashSet::new();
+    entries.retain(|e| seen.insert(line_of(e)));
+}
+
+/// The hours (each its first instant) from the one `from` is in to the one `to` is in: those
+/// whose objects hold what was written between them. None if `to` is before `from`.
+pub fn hours_between(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    use chrono::{DurationRound, TimeDelta};
+    let hour = TimeDelta::hours(1);
+    let (Ok(first), Ok(last)) = (from.duration_trunc(hour), to.duration_trunc(hour)) else {
+        return Vec::new();
+    };
+    let count = (last - first).num_hours();
+    (0..=count).map(|h| first + TimeDelta::hours(h)).collect()
 }
 
 /// Steps at the same millisecond in the order they happen.
@@ -834,6 +854,51 @@ mod tests {
             assert_eq!(e.field, "since", "{bad}");
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
         }
+    }
+
+    #[test]
+    fn the_hours_read_run_from_the_one_since_is_in_to_the_one_now_is_in() {
+        let now = at(2 * 3600 + 600); // 14:10
+        let hours: Vec<String> = hours_between(now - chrono::Duration::minutes(90), now)
+            .into_iter()
+            .map(hour_prefix)
+            .collect();
+        assert_eq!(
+            hours,
+            ["2026/11/27/12/", "2026/11/27/13/", "2026/11/27/14/"]
+        );
+        assert_eq!(hours_between(at(5), at(50)).len(), 1);
+        assert!(hours_between(at(3600), at(0)).is_empty());
+    }
+
+    #[test]
+    fn a_long_subject_is_cut_so_one_entry_always_fits_a_record() {
+        let subscription: crate::subscription::Subscription =
+            serde_json::from_value(serde_json::json!({
+                "topic": "orders",
+                "name": "billing",
+                "endpoint": "https://hooks.example.com/h",
+                "id": "0123456789abcdef",
+                "createdAt": "2026-11-23T00:00:00Z",
+                "statusTable": "Latest",
+                "provisioning": { "state": "Succeeded" },
+            }))
+            .unwrap();
+        let event = QueuedEvent::new(
+            at(0),
+            serde_json::value::RawValue::from_string(format!(
+                r#"{{"id":"a","eventType":"t","subject":"{}","data":{{}}}}"#,
+                "é".repeat(600_000)
+            ))
+            .unwrap(),
+        );
+        let fields = event_fields(&event, DeliverySchema::default());
+        let entry = fanned_entry(&subscription, &event, fields);
+        let Step::Fanned { subject, .. } = &entry.step else {
+            panic!()
+        };
+        assert_eq!(subject.chars().count(), MAX_FIELD_CHARS);
+        assert!(line_of(&entry).len() < 1024);
     }
 
     #[test]

@@ -31,7 +31,6 @@ use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::ProvisioningState;
 use serde_json::{Value, json};
 
-/// The SDK configuration for the emulator (or AWS) named by `AWS_ENDPOINT_URL`.
 /// The delivery journal's stream and bucket the [`TestSystem`]s without one of their own write
 /// to.
 pub const SHARED_JOURNAL: &str = "e2e-journal";
@@ -43,6 +42,7 @@ enum Journal {
     Own,
 }
 
+/// The SDK configuration for the emulator (or AWS) named by `AWS_ENDPOINT_URL`.
 pub async fn sdk_config() -> SdkConfig {
     assert!(
         std::env::var("AWS_ENDPOINT_URL").is_ok_and(|v| !v.is_empty()),

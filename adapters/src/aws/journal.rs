@@ -10,7 +10,7 @@ use aws_sdk_firehose::types::Record;
 use chrono::{DateTime, Duration, Utc};
 use futures::StreamExt;
 use gridrelay_ports::{JournalError, JournalRead, JournalSink, JournalSource};
-use gridrelay_shared::journal::{hour_prefix, read_lines};
+use gridrelay_shared::journal::{hour_prefix, hours_between, read_lines};
 
 use super::describe_error;
 
@@ -176,10 +176,10 @@ impl JournalSource for S3JournalSource {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<JournalRead, JournalError> {
-        let hours = (to - from).num_hours().clamp(0, MAX_READ_HOURS);
         let mut keys = Vec::new();
-        for h in 0..=hours {
-            keys.extend(self.keys_of_hour(from + Duration::hours(h)).await?);
+        let hours = hours_between(from.max(to - Duration::hours(MAX_READ_HOURS)), to);
+        for hour in hours {
+            keys.extend(self.keys_of_hour(hour).await?);
         }
         let mut objects =
             futures::stream::iter(keys.into_iter().map(|k| self.object(k))).buffered(READS_AT_ONCE);

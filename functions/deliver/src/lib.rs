@@ -60,6 +60,7 @@ pub use crate::endpoint_limits::{
     ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, EndpointLimits, LimitedEndpoint,
     MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
 };
+pub use crate::journal::JOURNAL_WRITE_BUDGET;
 use crate::metrics::{MetricsBySubscription, SubscriptionMetrics};
 pub use crate::subscription_caps::{CAP_WAIT, SubscriptionCaps};
 

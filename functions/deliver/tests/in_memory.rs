@@ -2807,3 +2807,37 @@ async fn a_journal_that_is_down_costs_no_delivery() {
     assert_eq!(outcome.report.journal_unwritten, 4);
     assert!(w.journal.entries().is_empty());
 }
+
+/// A journal that never answers.
+struct HangingJournal;
+
+#[async_trait::async_trait]
+impl gridrelay_ports::JournalSink for HangingJournal {
+    async fn put_records(
+        &self,
+        _records: &[Vec<u8>],
+    ) -> Result<Vec<usize>, gridrelay_ports::JournalError> {
+        futures::future::pending().await
+    }
+}
+
+/// #35: a journal that hangs costs no delivery and no more than its own budget: the
+/// invocation ends, its events delivered and its message deleted, and the entries are counted
+/// unwritten.
+#[tokio::test(start_paused = true)]
+async fn a_journal_that_hangs_costs_only_its_budget() {
+    let mut w = World::new(ScriptedSender::status(200));
+    w.subscribe(request("sub-1")).await;
+    w.deliver.ports.journal = Arc::new(HangingJournal);
+    w.publish(&["a"]).await;
+    let started = tokio::time::Instant::now();
+    let outcome = w.run().await;
+    assert_eq!(outcome.report.delivered, 1);
+    assert!(w.delivery.is_empty(), "the message was deleted");
+    assert_eq!(outcome.report.journal_unwritten, 2);
+    assert_eq!(
+        started.elapsed(),
+        gridrelay_deliver::JOURNAL_WRITE_BUDGET,
+        "the journal's budget, no more"
+    );
+}

@@ -472,6 +472,7 @@ export class Gridrelay extends Construct {
     new CfnOutput(this, 'SubscriptionsTableName', { value: this.subscriptionsTable.tableName, description: 'Set GRIDRELAY_SUBSCRIPTIONS_TABLE to it.' });
     new CfnOutput(this, 'DeadLetterBucketName', { value: this.deadLetterBucket.bucketName, description: 'Dead-letter destinations are s3://THIS-BUCKET/PREFIX.' });
     new CfnOutput(this, 'JournalBucketName', { value: this.journalBucket.bucketName, description: 'Set GRIDRELAY_JOURNAL_BUCKET to it (`gridrelay event show` reads the delivery journal there).' });
+    new CfnOutput(this, 'JournalStreamName', { value: this.journalStream.ref });
     new CfnOutput(this, 'JournalAthenaTable', { value: `${this.journalTable.databaseName}.journal`, description: 'The delivery journal as an Athena table (docs/journal.md has queries).' });
   }
 }
