@@ -514,11 +514,11 @@ pub fn read_lines(object: &[u8]) -> (Vec<JournalEntry>, usize) {
 /// Times as RFC 3339 in milliseconds (`2026-11-27T12:00:00.123Z`): what Athena reads as a
 /// timestamp, shorter than nanoseconds.
 mod millis {
-    use chrono::{DateTime, SecondsFormat, Utc};
+    use chrono::{DateTime, Utc};
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Millis, true))
+        s.serialize_str(&super::format_time(*t))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {

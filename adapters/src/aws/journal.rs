@@ -9,10 +9,10 @@ use aws_sdk_firehose::primitives::Blob;
 use aws_sdk_firehose::types::Record;
 use chrono::{DateTime, Duration, Utc};
 use futures::StreamExt;
-use gridrelay_ports::{JournalError, JournalRead, JournalSink, JournalSource};
+use gridrelay_ports::{JournalError, JournalRead, JournalSink, JournalSource, ObjectStore};
 use gridrelay_shared::journal::{hour_prefix, hours_between, read_lines};
 
-use super::describe_error;
+use super::{S3ObjectStore, describe_error};
 
 /// PutRecordBatch's limits: 500 records and 4 MiB a call.
 const RECORDS_PER_CALL: usize = 500;
@@ -104,7 +104,7 @@ impl JournalSink for FirehoseJournal {
 /// The journal's objects in S3, as the stream wrote them.
 #[derive(Debug, Clone)]
 pub struct S3JournalSource {
-    client: aws_sdk_s3::Client,
+    objects: S3ObjectStore,
     bucket: String,
     /// The stream's prefix (`journal/`).
     prefix: String,
@@ -113,47 +113,26 @@ pub struct S3JournalSource {
 impl S3JournalSource {
     pub fn new(client: aws_sdk_s3::Client, bucket: &str, prefix: &str) -> Self {
         Self {
-            client,
+            objects: S3ObjectStore::new(client),
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
         }
     }
 
     async fn keys_of_hour(&self, hour: DateTime<Utc>) -> Result<Vec<String>, JournalError> {
-        let mut keys = Vec::new();
-        let mut pages = self
-            .client
-            .list_objects_v2()
-            .bucket(&self.bucket)
-            .prefix(format!("{}{}", self.prefix, hour_prefix(hour)))
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| JournalError(describe_error(&e)))?;
-            keys.extend(
-                page.contents()
-                    .iter()
-                    .filter_map(|o| o.key().map(str::to_string)),
-            );
-        }
-        Ok(keys)
+        let prefix = format!("{}{}", self.prefix, hour_prefix(hour));
+        self.objects
+            .list(&self.bucket, &prefix)
+            .await
+            .map_err(|e| JournalError(e.to_string()))
     }
 
     async fn object(&self, key: String) -> Result<Vec<u8>, JournalError> {
-        let out = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(&key)
-            .send()
+        let bytes = self
+            .objects
+            .get_bytes(&self.bucket, &key)
             .await
-            .map_err(|e| JournalError(describe_error(&e)))?;
-        let bytes = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| JournalError(format!("reading {key}: {e}")))?
-            .into_bytes();
+            .map_err(|e| JournalError(format!("reading {key}: {e}")))?;
         unpacked(&bytes).map_err(|e| JournalError(format!("reading {key}: {e}")))
     }
 }

@@ -27,6 +27,25 @@ impl S3ObjectStore {
     pub fn new(client: aws_sdk_s3::Client) -> Self {
         Self { client }
     }
+
+    /// An object's bytes, as stored (compressed or not).
+    pub async fn get_bytes(&self, bucket: &str, key: &str) -> Result<Vec<u8>, ObjectStoreError> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| object_store_error(&e))?;
+        Ok(out
+            .body
+            .collect()
+            .await
+            .map_err(|e| ObjectStoreError::new(e.to_string()))?
+            .into_bytes()
+            .to_vec())
+    }
 }
 
 #[async_trait]
@@ -70,21 +89,8 @@ impl ObjectStore for S3ObjectStore {
     }
 
     async fn get(&self, bucket: &str, key: &str) -> Result<String, ObjectStoreError> {
-        let out = self
-            .client
-            .get_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| object_store_error(&e))?;
-        let bytes = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| ObjectStoreError::new(e.to_string()))?
-            .into_bytes();
-        String::from_utf8(bytes.to_vec()).map_err(|e| ObjectStoreError::new(e.to_string()))
+        let bytes = self.get_bytes(bucket, key).await?;
+        String::from_utf8(bytes).map_err(|e| ObjectStoreError::new(e.to_string()))
     }
 
     async fn delete(&self, bucket: &str, key: &str) -> Result<(), ObjectStoreError> {
