@@ -47,6 +47,10 @@ pub(super) struct LocalArgs {
     /// with this command line is in effect within this time.
     #[arg(long, env = gridrelay_ports::cache::CONFIG_CACHE_ENV, default_value = "10")]
     config_cache_seconds: String,
+    /// Run `deliver` without writing the delivery journal (#35): `event show` and
+    /// `event-subscription attempts` then find nothing. For measuring what the journal costs.
+    #[arg(long)]
+    no_journal: bool,
 }
 
 /// `gridrelay local`: the system started, where it answers printed, and what it did printed
@@ -76,6 +80,7 @@ pub(super) async fn run_local(
         config_cache: gridrelay_ports::cache::config_cache_time(&args.config_cache_seconds)
             .map_err(invalid)?,
         allowed_networks: allowed_networks.clone(),
+        journal: !args.no_journal,
         ..RunnerConfig::default()
     };
     // The settings first: an error names what is wrong before anything is tried.

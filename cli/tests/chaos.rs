@@ -80,6 +80,9 @@ struct RunSize {
     /// Whether four more subscriptions deliver to AWS resources (`CHAOS_RESOURCES`, 1 or 0;
     /// by default in long runs only: `make test`'s end-to-end suite throttles them apart).
     resources: bool,
+    /// Whether `deliver` writes the delivery journal (`CHAOS_JOURNAL`, 1 or 0; default 1), so
+    /// a run can measure what the journal costs.
+    journal: bool,
 }
 
 impl RunSize {
@@ -116,6 +119,7 @@ impl RunSize {
                 })
                 .unwrap_or(0.05),
             resources: number("CHAOS_RESOURCES", u64::from(!short)) == 1,
+            journal: number("CHAOS_JOURNAL", 1) == 1,
         }
     }
 
@@ -415,6 +419,8 @@ struct LocalProcess {
     /// Where the runner's AWS calls go instead of `AWS_ENDPOINT_URL` (the fault proxy); the
     /// test's own commands always go straight to the emulator.
     aws_endpoint: Option<String>,
+    /// Whether the runner writes the delivery journal (`--no-journal` when not).
+    journal: bool,
 }
 
 impl LocalProcess {
@@ -431,6 +437,7 @@ impl LocalProcess {
             starts: 0,
             function_timeout: function_timeout.to_string(),
             aws_endpoint: None,
+            journal: true,
         }
     }
 
@@ -471,9 +478,12 @@ impl LocalProcess {
             &self.function_timeout,
             "--visibility-timeout",
             &self.function_timeout,
-        ])
+        ]);
+        if !self.journal {
+            cmd.arg("--no-journal");
+        }
         // `CHAOS_RUST_LOG=info` keeps every invocation's line (its phases' times) in the log.
-        .env(
+        cmd.env(
             "RUST_LOG",
             std::env::var("CHAOS_RUST_LOG").unwrap_or_else(|_| "warn".to_string()),
         )
@@ -655,6 +665,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
     let prefix = format!("chaos-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let began = Instant::now();
     let mut local = LocalProcess::new(&prefix, size.function_timeout);
+    local.journal = size.journal;
     local.start();
 
     let bucket = format!("{prefix}-dead-letters");
@@ -846,6 +857,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         "stoppedAtDeadline": stopped,
         "starts": local.starts,
         "seed": seed,
+        "journal": local.journal,
         "awsCallsRefused": aws_faults,
         "publishedAfterSeconds": published_after.as_secs_f64().round(),
         "quietAfterSeconds": began.elapsed().as_secs_f64().round(),
