@@ -14,11 +14,13 @@
 //! `make test` runs a short run (400 events, 3 kills; `CHAOS_RUST_LOG` sets the runner's log level,
 //! warn by default). `make soak` runs the same test with
 //! `CHAOS_EVENTS=100000 CHAOS_KILLS=5` and prints the figures. `CHAOS_SEED` fixes the
-//! subscribers' failures (the process's timing stays the machine's).
+//! subscribers' failures (the process's timing stays the machine's). `CHAOS_JOURNAL=0` runs the
+//! runner with `--no-journal`, to measure what the delivery journal costs the run.
 //!
 //! Once the subscriptions are validated, the runner is started again behind the fault proxy
 //! (`gridrelay_e2e::fault_proxy`, #34 item 10): a share `CHAOS_AWS_FAULTS` (default 0.05; 0
-//! for none) of its SQS, DynamoDB, S3, Secrets Manager, SNS, EventBridge and Kinesis calls is
+//! for none) of its SQS, DynamoDB, S3, Secrets Manager, SNS, EventBridge, Kinesis and Firehose
+//! (the journal's) calls is
 //! answered with the service's throttling error, and a quarter of that share with its internal
 //! error.
 
