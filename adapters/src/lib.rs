@@ -10,6 +10,7 @@ pub mod aws;
 pub mod config;
 pub mod descriptors;
 pub mod http_sender;
+pub mod journal;
 pub mod metrics;
 pub mod outbound;
 pub mod runtime;

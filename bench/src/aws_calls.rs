@@ -18,14 +18,18 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::cost::sqs_chunks;
+use crate::cost::{firehose_steps, sqs_chunks};
 
 /// Calls of one operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Calls {
     pub calls: u64,
-    /// SQS: 64 KB chunks billed; other services: equal to `calls`.
+    /// SQS: 64 KB chunks billed; Firehose: 5 KB steps of its records; other services: equal
+    /// to `calls`.
     pub billed_units: u64,
+    /// Firehose: its records' bytes, as the stack's stream stores them (the writers compress
+    /// each record; the stream keeps them as they are). Other services: 0.
+    pub stored_bytes: u64,
     /// Time from the request's arrival at the proxy to the whole answer, summed over calls.
     pub micros: u64,
     /// The longest of those.
@@ -94,6 +98,7 @@ pub fn operation(
             s if s.starts_with("AmazonSQS") => "sqs",
             s if s.starts_with("DynamoDB") => "dynamodb",
             s if s.eq_ignore_ascii_case("secretsmanager") => "secretsmanager",
+            s if s.starts_with("Firehose") => "firehose",
             other => other,
         };
         return format!("{service}:{op}");
@@ -121,6 +126,34 @@ pub fn operation(
         return "s3:LIST".to_string();
     }
     format!("s3:{method}")
+}
+
+/// A PutRecordBatch request's records: the 5 KB steps Firehose bills them in, and their bytes.
+pub fn firehose_records(body: &[u8]) -> (u64, u64) {
+    use base64::Engine;
+
+    #[derive(serde::Deserialize)]
+    struct Batch {
+        #[serde(rename = "Records", default)]
+        records: Vec<Record>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Record {
+        #[serde(rename = "Data")]
+        data: String,
+    }
+    let Ok(batch) = serde_json::from_slice::<Batch>(body) else {
+        return (0, 0);
+    };
+    let (mut steps, mut bytes) = (0, 0);
+    for record in batch.records {
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(record.data)
+            .unwrap_or_default();
+        steps += firehose_steps(data.len());
+        bytes += data.len() as u64;
+    }
+    (steps, bytes)
 }
 
 /// Headers that belong to one connection, not to the message (RFC 9110 7.6.1): a proxy does
@@ -178,15 +211,18 @@ async fn relay(proxy: &Proxy, request: Request) -> anyhow::Result<Response> {
     let headers = answer.headers().clone();
     let answer_body = answer.bytes().await?;
 
-    let billed = if op.starts_with("sqs:") {
-        sqs_chunks(body.len().max(answer_body.len()))
+    let (billed, stored) = if op.starts_with("sqs:") {
+        (sqs_chunks(body.len().max(answer_body.len())), 0)
+    } else if op == "firehose:PutRecordBatch" {
+        firehose_records(&body)
     } else {
-        1
+        (1, 0)
     };
     if let Ok(mut counts) = proxy.counts.lock() {
         let entry = counts.entry(op).or_default();
         entry.calls += 1;
         entry.billed_units += billed;
+        entry.stored_bytes += stored;
         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         entry.micros = entry.micros.saturating_add(micros);
         entry.max_micros = entry.max_micros.max(micros);
@@ -239,6 +275,26 @@ mod tests {
             "s3:LIST"
         );
         assert_eq!(operation(None, "GET", "/dl/", b""), "s3:LIST");
+    }
+
+    #[test]
+    fn firehose_records_are_counted_in_5_kb_steps_and_bytes() {
+        use base64::Engine;
+        let line = b"{\"topic\":\"orders\",\"step\":\"attempt\"}\n".repeat(200);
+        let encode = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let body = serde_json::json!({
+            "DeliveryStreamName": "j",
+            "Records": [{"Data": encode(&line)}, {"Data": encode(b"{}\n")}],
+        });
+        assert_eq!(
+            operation(Some("Firehose_20150804.PutRecordBatch"), "POST", "/", b""),
+            "firehose:PutRecordBatch"
+        );
+        let (steps, stored) = firehose_records(body.to_string().as_bytes());
+        // 7,200 bytes take two 5 KB steps; 3 bytes, one.
+        assert_eq!(line.len(), 7_200);
+        assert_eq!(steps, 3);
+        assert_eq!(stored, 7_203);
     }
 
     #[test]

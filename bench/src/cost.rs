@@ -24,6 +24,11 @@ pub struct Prices {
     pub s3_get: f64,
     /// Secrets Manager, per API call.
     pub secrets_call: f64,
+    /// Amazon Data Firehose, Direct PUT, per GB ingested (first 500 TB), each record rounded
+    /// up to 5 KB: per 5 KB step.
+    pub firehose_5kb_step: f64,
+    /// S3 standard storage, per GB-month.
+    pub s3_gb_month: f64,
 }
 
 pub const LIST_PRICES: Prices = Prices {
@@ -37,7 +42,13 @@ pub const LIST_PRICES: Prices = Prices {
     s3_put: 0.005e-3,
     s3_get: 0.000_4e-3,
     secrets_call: 0.05e-4,
+    // $0.029 per GB, 5 KB of it (decimal units, the dearer reading).
+    firehose_5kb_step: 0.029 * 5e3 / 1e9,
+    s3_gb_month: 0.023,
 };
+
+/// How long the journal is kept by default (`JournalRetentionDays`), for its storage's cost.
+pub const JOURNAL_RETENTION_DAYS: f64 = 7.0;
 
 /// What the managed peers charge per million events delivered once, at the same date.
 pub const PEERS: [(&str, f64); 2] = [
@@ -73,6 +84,11 @@ pub struct Usage {
     pub s3_puts: u64,
     pub s3_gets: u64,
     pub secrets_calls: u64,
+    /// The delivery journal's Firehose records, in the 5 KB steps they are billed in.
+    pub firehose_steps: u64,
+    /// The journal's bytes as stored (its records, compressed by their writers), kept
+    /// [`JOURNAL_RETENTION_DAYS`].
+    pub journal_stored_bytes: u64,
 }
 
 /// Dollars per million events, by what they pay for.
@@ -83,11 +99,13 @@ pub struct CostPerMillion {
     pub sqs: f64,
     pub dynamodb: f64,
     pub other: f64,
+    /// The delivery journal: Firehose ingestion and S3 storage for its retention (#35).
+    pub journal: f64,
 }
 
 impl CostPerMillion {
     pub fn total(&self) -> f64 {
-        self.api_gateway + self.lambda + self.sqs + self.dynamodb + self.other
+        self.api_gateway + self.lambda + self.sqs + self.dynamodb + self.other + self.journal
     }
 }
 
@@ -128,6 +146,11 @@ impl Usage {
                 + self.s3_gets as f64 * prices.s3_get
                 + self.secrets_calls as f64 * prices.secrets_call)
                 * scale,
+            journal: (self.firehose_steps as f64 * prices.firehose_5kb_step
+                + self.journal_stored_bytes as f64 / 1e9
+                    * prices.s3_gb_month
+                    * (JOURNAL_RETENTION_DAYS / 30.0))
+                * scale,
         }
     }
 }
@@ -135,6 +158,11 @@ impl Usage {
 /// API Gateway HTTP API meters a request in 512 KB units.
 pub fn http_api_units(body_bytes: usize) -> u64 {
     body_bytes.div_ceil(512 * 1024).max(1) as u64
+}
+
+/// Firehose bills each record rounded up to 5 KB.
+pub fn firehose_steps(record_bytes: usize) -> u64 {
+    record_bytes.div_ceil(5_000).max(1) as u64
 }
 
 /// SQS bills each 64 KB chunk of a request's payload as one request.
@@ -158,6 +186,9 @@ mod tests {
         assert_eq!(sqs_chunks(10), 1);
         assert_eq!(sqs_chunks(64 * 1024 + 1), 2);
         assert_eq!(sqs_chunks(256 * 1024), 4);
+        assert_eq!(firehose_steps(1), 1);
+        assert_eq!(firehose_steps(5_000), 1);
+        assert_eq!(firehose_steps(5_001), 2);
     }
 
     #[test]
@@ -175,6 +206,8 @@ mod tests {
             dynamodb_reads: 4,
             dynamodb_writes: 2,
             s3_puts: 1,
+            firehose_steps: 3,
+            journal_stored_bytes: 30_000,
             ..Usage::default()
         };
         let cost = usage.per_million(&LIST_PRICES, Architecture::X86);
@@ -187,11 +220,16 @@ mod tests {
             (4.0 * 0.125e-6 + 2.0 * 0.625e-6) * 1e3
         ));
         assert!(close(cost.other, 0.005e-3 * 1e3));
+        // Three 5 KB steps at $0.029 per GB, and 30 KB kept 7 days at $0.023 per GB-month.
+        assert!(close(
+            cost.journal,
+            (3.0 * 0.029 * 5e3 / 1e9 + 30_000.0 / 1e9 * 0.023 * 7.0 / 30.0) * 1e3
+        ));
         let arm = usage.per_million(&LIST_PRICES, Architecture::Arm);
         assert!(arm.lambda < cost.lambda);
         assert!(close(
             cost.total(),
-            cost.api_gateway + cost.lambda + cost.sqs + cost.dynamodb + cost.other
+            cost.api_gateway + cost.lambda + cost.sqs + cost.dynamodb + cost.other + cost.journal
         ));
     }
 }

@@ -318,6 +318,12 @@ fn usage(events: usize, publish_units: u64, calls: &CallCounts, report: &Value) 
         ),
         s3_gets: sum(&|op| op == "s3:GET" || op == "s3:HEAD", false),
         secrets_calls: sum(&|op| op.starts_with("secretsmanager:"), false),
+        firehose_steps: sum(&|op| op == "firehose:PutRecordBatch", true),
+        journal_stored_bytes: calls
+            .iter()
+            .filter(|(op, _)| op.starts_with("firehose:"))
+            .map(|(_, c)| c.stored_bytes)
+            .sum(),
     }
 }
 

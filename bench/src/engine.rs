@@ -87,12 +87,15 @@ where
 }
 
 /// Delivers `count` events of about `event_bytes` each to `sink`, batched up to
-/// `max_events_per_batch` (none: one per request).
+/// `max_events_per_batch` (none: one per request), writing the delivery journal (into memory:
+/// its entries built, serialized and packed into records as the function does, not sent) or
+/// not.
 pub async fn deliver_all(
     sink: &str,
     count: usize,
     event_bytes: usize,
     max_events_per_batch: Option<i64>,
+    journal: bool,
 ) -> anyhow::Result<EngineRun> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let store = Arc::new(MemorySubscriptionStore::default());
@@ -121,6 +124,7 @@ pub async fn deliver_all(
         .await?;
     }
     let settings = loopback_settings();
+    let journaled = journal.then(|| Arc::new(gridrelay_ports::memory::MemoryJournal::default()));
     let ports = DeliverPorts {
         store,
         delivery_queue: delivery.clone(),
@@ -133,7 +137,10 @@ pub async fn deliver_all(
         state: Arc::new(MemoryDeliveryStateStore::default()),
         secrets: Arc::new(MemorySecretStore::default()),
         caps: Arc::new(MemoryDeliveryCapStore::default()),
-        journal: Arc::new(gridrelay_ports::memory::MemoryJournal::default()),
+        journal: match &journaled {
+            Some(memory) => memory.clone(),
+            None => Arc::new(gridrelay_ports::NoJournal),
+        },
     };
     let sender = Arc::new(settings.http_sender()?);
     let deliver = Deliver::new(ports, sender, settings);
@@ -161,13 +168,21 @@ pub async fn deliver_all(
         }
     }
     let elapsed = start.elapsed();
+    let cpu = cpu.used()?;
     if delivered != count {
         bail!("{delivered} of {count} events delivered");
+    }
+    // The journal was written: a published and an attempt line per event, unbatched.
+    if let Some(memory) = journaled {
+        let lines = memory.entries().len();
+        if max_events_per_batch.is_none() && lines < 2 * count {
+            bail!("{lines} journal lines for {count} events");
+        }
     }
     Ok(EngineRun {
         delivered,
         elapsed,
-        cpu: cpu.used()?,
+        cpu,
         invocations,
         limit: deliver.limits.limit_of(sink),
     })

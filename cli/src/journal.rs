@@ -188,13 +188,16 @@ fn step_row(e: &JournalEntry) -> Vec<String> {
             a.status.map(|s| s.to_string()).unwrap_or_default(),
             a.outcome.as_str().to_string(),
             a.ms.to_string(),
-            match &a.next {
-                Next::Delivered => "delivered".to_string(),
-                Next::Retry { due } => format!("retry at {}", format_time(*due)),
-                Next::DeadLetter { reason } => format!("dead-letter ({reason})"),
-                Next::Drop { reason } => format!("drop ({reason})"),
-            },
+            next_text(&a.next),
             a.error.clone().unwrap_or_default(),
+        ),
+        Step::GaveUp { next } => (
+            "given up".to_string(),
+            String::new(),
+            String::new(),
+            String::new(),
+            next_text(next),
+            String::new(),
         ),
         Step::Held { until, reason } => (
             "held".to_string(),
@@ -212,6 +215,22 @@ fn step_row(e: &JournalEntry) -> Vec<String> {
             location.clone(),
             String::new(),
         ),
+        Step::LateSuccess { attempt } => (
+            format!("attempt {attempt}"),
+            String::new(),
+            "Succeeded".to_string(),
+            String::new(),
+            "delivered (answered late; retry not sent)".to_string(),
+            String::new(),
+        ),
+        Step::Dropped { reason } => (
+            "dropped".to_string(),
+            String::new(),
+            String::new(),
+            String::new(),
+            reason.clone(),
+            String::new(),
+        ),
     };
     vec![
         e.subscription.clone(),
@@ -224,6 +243,16 @@ fn step_row(e: &JournalEntry) -> Vec<String> {
         next,
         error,
     ]
+}
+
+/// What came next, for people.
+fn next_text(next: &Next) -> String {
+    match next {
+        Next::Delivered => "delivered".to_string(),
+        Next::Retry { due } => format!("retry at {}", format_time(*due)),
+        Next::DeadLetter { reason } => format!("dead-letter ({reason})"),
+        Next::Drop { reason } => format!("drop ({reason})"),
+    }
 }
 
 fn standing_row(subscription: &str, standing: &Standing) -> Vec<String> {

@@ -1358,6 +1358,64 @@ async fn create_a_subscription_to_an_sqs_queue_s4() {
     sys.shutdown().await;
 }
 
+/// #35, L3, L4: a dead-lettered event's life ends with the object it went to: `event show`
+/// lists its one attempt (503, handed to dead-lettering), then the dead-letter function's
+/// write with the object's `s3://` address, and the event stands dead-lettered there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_event_shows_the_object_it_went_to_l3() {
+    let sys = TestSystem::start_with_own_journal(0.01).await;
+    let topic = sys.topic("lastrites").await;
+    let sub = Subscriber::start(vec![], Reply::Status(503)).await;
+    sys.subscribe(SubscriptionRequest {
+        dead_letter_destination: Some(sys.dead_letter_url("lastrites")),
+        max_delivery_attempts: Some(1),
+        ..subscription("lastrites", "audit", &sub.url)
+    })
+    .await;
+    sys.publish(&topic, &events("d", 1)).await;
+    let objects = sys
+        .wait_for_dead_letters("lastrites/", Duration::from_secs(30))
+        .await;
+    let location = format!("s3://{}/{}", sys.names.dead_letter_bucket, objects[0].0);
+
+    let show = [
+        "event",
+        "show",
+        "--topic-name",
+        "lastrites",
+        "--event-id",
+        "d-0",
+    ];
+    // The write's entry goes out as the dead-letter invocation ends.
+    let life = gridrelay_e2e::eventually(
+        Duration::from_secs(10),
+        "the dead-letter write journaled",
+        || async {
+            let out = gridrelay(&show, Some(&sys.names));
+            let life = out.status.success().then(|| json(&out))?;
+            (life["subscriptions"][0]["standing"]["state"] == "deadLettered").then_some(life)
+        },
+    )
+    .await;
+    let audit = &life["subscriptions"][0];
+    let steps: Vec<&str> = audit["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["fanned", "attempt", "dead_lettered"], "{life}");
+    assert_eq!(audit["steps"][1]["status"], 503, "{life}");
+    assert_eq!(audit["steps"][1]["next"], "dead_letter", "{life}");
+    assert_eq!(
+        audit["steps"][1]["reason"], "MaxDeliveryAttemptsExceeded",
+        "{life}"
+    );
+    assert_eq!(audit["steps"][2]["location"], location.as_str(), "{life}");
+    assert_eq!(audit["standing"]["location"], location.as_str(), "{life}");
+    sys.shutdown().await;
+}
+
 /// #35: `event show` answers "what happened to this event?" from the delivery journal, as an
 /// operator runs it: an event that failed twice (500, then 503: S5, R1) and then succeeded
 /// shows, for its subscription, that it was published, then three attempts in order with

@@ -79,6 +79,8 @@ EXPECTED = {
         "sqs:GetQueueAttributes": [getatt("DeadLetterQueue")],
         "sqs:ChangeMessageVisibility": [getatt("DeadLetterQueue")],
         "secretsmanager:GetSecretValue": [QUEUE_KEY],
+        # #35: where each message's events went, one call per invocation.
+        "firehose:PutRecordBatch": [getatt("JournalStream")],
     },
 }
 
@@ -183,15 +185,23 @@ def control_queue_problems(resources):
 
 
 def journal_problems(resources):
-    """#35: deliver writes to the journal's stream; the stream writes GZIP JSON lines under
+    """#35: deliver and dead-letter write to the journal's stream; the stream writes their GZIP
+    records (JSON lines) as they are, named .json.gz, under
     journal/ with its own hour prefix (what the reader and the Glue table expect), through a role
     that may only write there; the journal's objects expire after JournalRetentionDays."""
     problems = []
-    env = resources["DeliverFunction"]["Properties"].get("Environment", {}).get("Variables", {})
-    if env.get("GRIDRELAY_JOURNAL_STREAM") != {"Ref": "JournalStream"}:
-        problems.append(f"DeliverFunction: GRIDRELAY_JOURNAL_STREAM is {env.get('GRIDRELAY_JOURNAL_STREAM')}")
+    for function in ["DeliverFunction", "DeadLetterFunction"]:
+        env = resources[function]["Properties"].get("Environment", {}).get("Variables", {})
+        if env.get("GRIDRELAY_JOURNAL_STREAM") != {"Ref": "JournalStream"}:
+            problems.append(f"{function}: GRIDRELAY_JOURNAL_STREAM is {env.get('GRIDRELAY_JOURNAL_STREAM')}")
     destination = resources["JournalStream"]["Properties"].get("ExtendedS3DestinationConfiguration", {})
-    expected = {"Prefix": "journal/", "CompressionFormat": "GZIP", "BucketARN": getatt("JournalBucket")}
+    expected = {
+        "Prefix": "journal/",
+        # The writers compress each record; the stream keeps them as they are, named for Athena.
+        "CompressionFormat": "UNCOMPRESSED",
+        "FileExtension": ".json.gz",
+        "BucketARN": getatt("JournalBucket"),
+    }
     for key, value in expected.items():
         if destination.get(key) != value:
             problems.append(f"JournalStream: {key} is {destination.get(key)}, expected {value}")

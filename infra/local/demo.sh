@@ -4,7 +4,8 @@
 # Starts moto (installed into .venv), `gridrelay local` and a sample subscriber; creates a topic
 # with three webhook subscriptions and one to an SQS queue; publishes one event; and shows it
 # delivered to the first, retried then delivered to the second, dead-lettered into S3 for the
-# third, and written to the queue as a message with routing attributes. Waits run 100 times
+# third, and written to the queue as a message with routing attributes; ends with the event's life
+# as the delivery journal has it (`gridrelay event show`). Waits run 100 times
 # faster than real (GRIDRELAY_TIME_SCALE=0.01): the 5-minute dead-letter delay takes 3 seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -127,6 +128,17 @@ print(json.dumps({"body": json.loads(m["Body"]),
                   "messageAttributes": {k: v["StringValue"] for k, v in m.get("MessageAttributes", {}).items()}}, indent=2))
 PY
 
+step "The event's life, as the delivery journal has it (#35)"
+echo "$gridrelay event show --topic-name $topic --event-id order-1 -o table"
+# The dead-letter write is journaled as its invocation ends, just after the object appears.
+for _ in $(seq 1 50); do
+  life=$("$gridrelay" event show --topic-name "$topic" --event-id order-1 -o table 2>&1 || true)
+  grep -q "dead-lettered to" <<<"$life" && break
+  sleep 0.2
+done
+echo "$life"
+grep -q "dead-lettered to" <<<"$life" || { echo "the journal does not show the dead-letter write; see .run/local.log" >&2; exit 1; }
+
 sleep 1
 step "Summary"
 echo "happy:  delivered on the first attempt"
@@ -134,4 +146,5 @@ echo "flaky:  503, retried after the (scaled) 30 s minimum, then delivered"
 echo "broken: 400 is not retried; dead-lettered after the (scaled) 5-minute delay, with the L6 fields,"
 echo "        and the write announced on the system topic gridrelay-dead-letter-events"
 echo "to-queue: one SQS message per event, its type, subject and id as message attributes"
+echo "journal: every attempt and where each copy stands, from gridrelay event show"
 echo "Logs: .run/local.log   Stopping."

@@ -398,6 +398,7 @@ impl LocalSystem {
             clock,
             scale: config.scale,
             notices: Some(dead_letter_notices(&store, &delivery_queue)),
+            journal: journal_sink(sdk, names, &config),
         });
 
         let (stop, stopped) = watch::channel(false);
@@ -513,11 +514,20 @@ fn deliver_ports(
             sdk,
             &names.delivery_state_table,
         )),
-        journal: if config.journal {
-            Arc::new(FirehoseJournal::from_sdk(sdk, &names.journal_stream))
-        } else {
-            Arc::new(gridrelay_ports::NoJournal)
-        },
+        journal: journal_sink(sdk, names, config),
+    }
+}
+
+/// The journal `deliver` and `dead-letter` write, as the stack's do (none with `journal` off).
+fn journal_sink(
+    sdk: &SdkConfig,
+    names: &ResourceNames,
+    config: &RunnerConfig,
+) -> Arc<dyn gridrelay_ports::JournalSink> {
+    if config.journal {
+        Arc::new(FirehoseJournal::from_sdk(sdk, &names.journal_stream))
+    } else {
+        Arc::new(gridrelay_ports::NoJournal)
     }
 }
 

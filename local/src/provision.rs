@@ -224,8 +224,8 @@ async fn create_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> anyhow::Result<
 }
 
 /// The journal's Firehose stream into its bucket (idempotent), as the stack makes it: under
-/// `journal/` and the stream's own hour prefix. The emulator writes each put at once and
-/// uncompressed; AWS buffers and compresses (the reader takes both).
+/// `journal/` and the stream's own hour prefix, keeping the records as their writers compressed
+/// them. The emulator writes each put at once; AWS buffers them (60 s here).
 async fn create_journal_stream(sdk: &SdkConfig, names: &ResourceNames) -> anyhow::Result<()> {
     use aws_sdk_firehose::types::{
         BufferingHints, CompressionFormat, DeliveryStreamType, ExtendedS3DestinationConfiguration,
@@ -239,7 +239,8 @@ async fn create_journal_stream(sdk: &SdkConfig, names: &ResourceNames) -> anyhow
             names.journal_stream
         ))
         .prefix(JOURNAL_PREFIX)
-        .compression_format(CompressionFormat::Gzip)
+        .compression_format(CompressionFormat::Uncompressed)
+        .file_extension(".json.gz")
         .buffering_hints(
             BufferingHints::builder()
                 .interval_in_seconds(60)

@@ -554,9 +554,19 @@ pub struct MemoryJournal {
 }
 
 impl MemoryJournal {
+    /// The entries of the records written so far, read as the stream's objects are, and the
+    /// lines that were not entries.
+    fn lines(&self) -> (Vec<gridrelay_shared::journal::JournalEntry>, usize) {
+        let object = lock(&self.records).concat();
+        match gridrelay_shared::journal::unpack_object(&object) {
+            Ok(lines) => gridrelay_shared::journal::read_lines(&lines),
+            Err(_) => (Vec::new(), 1),
+        }
+    }
+
     /// Every entry written so far.
     pub fn entries(&self) -> Vec<gridrelay_shared::journal::JournalEntry> {
-        gridrelay_shared::journal::read_lines(&lock(&self.records).concat()).0
+        self.lines().0
     }
 }
 
@@ -581,8 +591,7 @@ impl JournalSource for MemoryJournal {
         self.outage
             .check("in-memory journal")
             .map_err(JournalError)?;
-        let (entries, skipped) =
-            gridrelay_shared::journal::read_lines(&lock(&self.records).concat());
+        let (entries, skipped) = self.lines();
         Ok(JournalRead { entries, skipped })
     }
 }

@@ -71,7 +71,9 @@ pub enum Arrival {
     /// Its events are not for any subscription that receives events: dropped (counted and
     /// logged under `reason`), never sent.
     NotDeliverable {
-        events: usize,
+        /// The message's events and the schema they are in, for the journal.
+        events: Vec<QueuedEvent>,
+        schema: DeliverySchema,
         reason: NotDeliverable,
     },
     /// Not due yet: sent on for the rest of its wait (at most 15 minutes a hop).
@@ -119,17 +121,21 @@ pub fn on_arrival(
     rules: DeliveryRules<'_>,
     now: DateTime<Utc>,
 ) -> Arrival {
-    let events = message.events.len();
-    let refuse = |reason| Arrival::NotDeliverable { events, reason };
-    let subscription = match subscription {
-        None => return refuse(NotDeliverable::SubscriptionDeleted),
-        Some(s) if is_replaced(s, &message) => {
-            return refuse(NotDeliverable::SubscriptionReplaced);
+    let refused = match subscription {
+        None => Err(NotDeliverable::SubscriptionDeleted),
+        Some(s) if is_replaced(s, &message) => Err(NotDeliverable::SubscriptionReplaced),
+        Some(s) if !s.delivers() => Err(NotDeliverable::NotValidated(s.provisioning.state)),
+        Some(s) => Ok(s),
+    };
+    let subscription = match refused {
+        Ok(s) => s,
+        Err(reason) => {
+            return Arrival::NotDeliverable {
+                events: message.events,
+                schema: message.schema,
+                reason,
+            };
         }
-        Some(s) if !s.delivers() => {
-            return refuse(NotDeliverable::NotValidated(s.provisioning.state));
-        }
-        Some(s) => s,
     };
     if message.not_before > now {
         let delay = queue_delay(until(message.not_before, now));
@@ -551,9 +557,10 @@ mod tests {
         assert!(matches!(
             arrival,
             Arrival::NotDeliverable {
-                events: 2,
-                reason: NotDeliverable::SubscriptionDeleted
-            }
+                ref events,
+                reason: NotDeliverable::SubscriptionDeleted,
+                ..
+            } if events.len() == 2
         ));
     }
 
@@ -569,9 +576,10 @@ mod tests {
         assert!(matches!(
             arrival,
             Arrival::NotDeliverable {
-                events: 2,
-                reason: NotDeliverable::SubscriptionReplaced
-            }
+                ref events,
+                reason: NotDeliverable::SubscriptionReplaced,
+                ..
+            } if events.len() == 2
         ));
         let mut failed = sub.clone();
         failed.provisioning.state = ProvisioningState::Failed;

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::classify::{AttemptResult, DeliveryOutcome};
 use crate::delivery::{GiveUp, Settlement};
 use crate::destination::RoutingFields;
-use crate::message::QueuedEvent;
+use crate::message::{DeadLetterMessage, DeliveryMessage, QueuedEvent};
 use crate::outbound::redact_endpoint;
 use crate::schema::DeliverySchema;
 use crate::subscription::Subscription;
@@ -81,6 +81,19 @@ pub enum Step {
     },
     /// The dead-letter function wrote the events to `location` (`s3://bucket/key`).
     DeadLettered { location: String },
+    /// The events were dropped, kept nowhere: their dead-letter location was unavailable for
+    /// four hours (L5), or their subscription was deleted, replaced or does not receive events
+    /// when they came due.
+    Dropped { reason: String },
+    /// Attempt `attempt`, which had timed out, was answered with success after all, so its
+    /// retry was not sent (R4): the events are delivered.
+    LateSuccess { attempt: u32 },
+    /// The events were given up without another attempt: their time to live ended while they
+    /// waited (R6). `next` says where they went.
+    GaveUp {
+        #[serde(flatten)]
+        next: Next,
+    },
 }
 
 /// One attempt and what was decided after it.
@@ -145,7 +158,14 @@ impl Next {
         match settlement {
             Settlement::Delivered { .. } => Self::Delivered,
             Settlement::Retry(retry) => Self::Retry { due: retry.at },
-            Settlement::GaveUp(GiveUp::DeadLetter { messages, .. }) => Self::DeadLetter {
+            Settlement::GaveUp(give_up) => Self::given_up(give_up),
+        }
+    }
+
+    /// Where given-up events went.
+    pub fn given_up(give_up: &GiveUp) -> Self {
+        match give_up {
+            GiveUp::DeadLetter { messages, .. } => Self::DeadLetter {
                 reason: messages
                     .iter()
                     .flat_map(|m| m.entries.first())
@@ -153,7 +173,7 @@ impl Next {
                     .next()
                     .unwrap_or_default(),
             },
-            Settlement::GaveUp(GiveUp::Drop { entries }) => Self::Drop {
+            GiveUp::Drop { entries } => Self::Drop {
                 reason: entries
                     .first()
                     .map(|e| e.reason.to_string())
@@ -403,6 +423,95 @@ fn step_order(step: &Step) -> u8 {
         Step::Held { .. } => 1,
         Step::Attempt(_) => 2,
         Step::DeadLettered { .. } => 3,
+        Step::Dropped { .. } => 4,
+        Step::LateSuccess { .. } => 2,
+        Step::GaveUp { .. } => 2,
+    }
+}
+
+/// The entry saying the events of `give_up` (in `schema`) of `subscription` were given up at
+/// `now` without another attempt (R6).
+pub fn gave_up_entry(
+    subscription: &Subscription,
+    schema: DeliverySchema,
+    give_up: &GiveUp,
+    now: DateTime<Utc>,
+) -> JournalEntry {
+    let entries: Vec<&crate::message::DeadLetterEntry> = match give_up {
+        GiveUp::DeadLetter { messages, .. } => messages.iter().flat_map(|m| &m.entries).collect(),
+        GiveUp::Drop { entries } => entries.iter().collect(),
+    };
+    JournalEntry {
+        topic: subscription.topic.clone(),
+        subscription: subscription.name.clone(),
+        ids: entries
+            .iter()
+            .map(|e| RoutingFields::of(&e.event, schema).id)
+            .collect(),
+        time: now,
+        step: Step::GaveUp {
+            next: Next::given_up(give_up),
+        },
+    }
+}
+
+/// The entry saying `events` (in `schema`) fanned out to `subscription` of `topic` were
+/// dropped at `now`, never sent: `reason` says why (the subscription was deleted, replaced, or
+/// does not receive events).
+pub fn not_deliverable_entry(
+    topic: &str,
+    subscription: &str,
+    schema: DeliverySchema,
+    events: &[QueuedEvent],
+    now: DateTime<Utc>,
+    reason: &str,
+) -> JournalEntry {
+    JournalEntry {
+        topic: topic.to_string(),
+        subscription: subscription.to_string(),
+        ids: events.iter().map(|e| event_fields(e, schema).id).collect(),
+        time: now,
+        step: Step::Dropped {
+            reason: reason.to_string(),
+        },
+    }
+}
+
+/// The entry saying the retry of `message` was not sent at `now`: its timed-out attempt was
+/// answered with success after all (R4).
+pub fn late_success_entry(message: &DeliveryMessage, now: DateTime<Utc>) -> JournalEntry {
+    JournalEntry {
+        topic: message.topic.clone(),
+        subscription: message.subscription.clone(),
+        ids: message
+            .events
+            .iter()
+            .map(|e| event_fields(e, message.schema).id)
+            .collect(),
+        time: now,
+        step: Step::LateSuccess {
+            attempt: message.attempts,
+        },
+    }
+}
+
+/// The entry saying what became of the events of dead-letter `message` at `at`: written
+/// ([`Step::DeadLettered`]) or dropped ([`Step::Dropped`]).
+pub fn dead_letter_entry(
+    message: &DeadLetterMessage,
+    at: DateTime<Utc>,
+    step: Step,
+) -> JournalEntry {
+    JournalEntry {
+        topic: message.topic.clone(),
+        subscription: message.subscription.clone(),
+        ids: message
+            .entries
+            .iter()
+            .map(|e| RoutingFields::of(&e.event, message.schema).id)
+            .collect(),
+        time: at,
+        step,
     }
 }
 
@@ -413,7 +522,8 @@ fn standing(steps: &[JournalEntry]) -> Standing {
         Step::Attempt(Attempt {
             next: Next::Delivered,
             ..
-        }) => Some(e.time),
+        })
+        | Step::LateSuccess { .. } => Some(e.time),
         _ => None,
     });
     if let Some(at) = delivered {
@@ -427,12 +537,18 @@ fn standing(steps: &[JournalEntry]) -> Standing {
         return Standing::DeadLettered { location };
     }
     match steps.last().map(|e| &e.step) {
-        None | Some(Step::Fanned { .. }) | Some(Step::DeadLettered { .. }) => Standing::Waiting,
+        None
+        | Some(Step::Fanned { .. })
+        | Some(Step::DeadLettered { .. })
+        | Some(Step::LateSuccess { .. }) => Standing::Waiting,
+        Some(Step::Dropped { reason }) => Standing::Dropped {
+            reason: reason.clone(),
+        },
         Some(Step::Held { until, reason }) => Standing::Held {
             until: *until,
             reason: *reason,
         },
-        Some(Step::Attempt(a)) => match &a.next {
+        Some(Step::Attempt(Attempt { next, .. }) | Step::GaveUp { next }) => match next {
             Next::Delivered => Standing::Waiting,
             Next::Retry { due } => Standing::RetryDue { at: *due },
             Next::DeadLetter { reason } => Standing::DeadLettering {
@@ -442,6 +558,34 @@ fn standing(steps: &[JournalEntry]) -> Standing {
                 reason: reason.clone(),
             },
         },
+    }
+}
+
+/// A record as it is sent: its lines GZIP-compressed (fast), a member of its own. Firehose bills
+/// the bytes it takes, so a large invocation's journal costs about a fifth; the stream writes
+/// the members one after another, which is still one GZIP file (RFC 1952), read by
+/// [`unpack_object`] and by Athena from its `.gz` name.
+pub fn compress_record(lines: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut gzip = flate2::write::GzEncoder::new(
+        Vec::with_capacity(lines.len() / 4 + 32),
+        flate2::Compression::fast(),
+    );
+    // Writing into memory cannot fail.
+    let _ = gzip.write_all(lines);
+    gzip.finish().unwrap_or_default()
+}
+
+/// A journal object's lines: GZIP (by its magic bytes; members one after another, as
+/// compressed records or a compressing stream write them) unpacked, anything else as it is.
+pub fn unpack_object(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut out)?;
+        Ok(out)
+    } else {
+        Ok(bytes.to_vec())
     }
 }
 
@@ -793,8 +937,33 @@ mod tests {
         let delivered = attempt(2, at(11), 200, Next::Delivered);
         let again = attempt(2, at(50), 500, Next::Retry { due: at(60) });
         assert_eq!(
-            standing_after(&[retry, delivered, again]),
+            standing_after(&[retry.clone(), delivered, again]),
             Standing::Delivered { at: at(11) }
+        );
+        // R4: a timed-out attempt answered with success after all.
+        let timed_out = attempt(1, at(1), 408, Next::Retry { due: at(11) });
+        let late = JournalEntry {
+            time: at(11),
+            step: Step::LateSuccess { attempt: 1 },
+            ..retry.clone()
+        };
+        assert_eq!(
+            standing_after(&[timed_out, late]),
+            Standing::Delivered { at: at(11) }
+        );
+        // L5: the dead-letter location unavailable for four hours.
+        let dropped = JournalEntry {
+            time: at(4 * 3600),
+            step: Step::Dropped {
+                reason: "dead-letter location unavailable for four hours".into(),
+            },
+            ..retry.clone()
+        };
+        assert_eq!(
+            standing_after(&[retry, dropped]),
+            Standing::Dropped {
+                reason: "dead-letter location unavailable for four hours".into()
+            }
         );
     }
 
@@ -905,5 +1074,22 @@ mod tests {
     fn an_hour_prefix_is_firehoses_utc_hour() {
         assert_eq!(hour_prefix(at(5)), "2026/11/27/12/");
         assert_eq!(format_time(at(5)), "2026-11-27T12:00:05.000Z");
+    }
+
+    #[test]
+    fn compressed_records_written_one_after_another_read_back_as_their_lines() {
+        let first = b"{\"a\":1}\n{\"a\":2}\n".repeat(50);
+        let second = b"{\"b\":3}\n".to_vec();
+        let object = [compress_record(&first), compress_record(&second)].concat();
+        assert!(
+            compress_record(&first).len() * 5 < first.len(),
+            "compressed"
+        );
+        assert_eq!(
+            unpack_object(&object).unwrap(),
+            [first, second.clone()].concat()
+        );
+        // Plain lines (an emulator's, or an older stream's) read as they are.
+        assert_eq!(unpack_object(&second).unwrap(), second);
     }
 }

@@ -657,6 +657,7 @@ impl World {
             clock: clock.clone(),
             scale: TimeScale::REAL,
             notices: None,
+            journal: Arc::new(gridrelay_ports::NoJournal),
         };
         let workers = [deliver.beside(subscribers.clone()), deliver];
         Self {

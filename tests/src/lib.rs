@@ -141,8 +141,33 @@ impl TestSystem {
     /// A system with a delivery journal of its own (its prefix's stream and bucket), for a test
     /// that reads the journal back: no other test's entries are in it.
     pub async fn start_with_own_journal(scale: f64) -> Self {
+        Self::start_with_own_journal_and(scale, |_| {}).await
+    }
+
+    /// As [`TestSystem::start_with_own_journal`], with the runner's settings changed by
+    /// `configure`.
+    pub async fn start_with_own_journal_and(
+        scale: f64,
+        configure: impl FnOnce(&mut RunnerConfig),
+    ) -> Self {
         let sdk = sdk_config().await;
-        Self::start_on(sdk.clone(), sdk, scale, Journal::Own, |_| {}).await
+        Self::start_on(sdk.clone(), sdk, scale, Journal::Own, configure).await
+    }
+
+    /// The life of event `id` of `topic` as this system's delivery journal has it (written in
+    /// the last hour), read from its bucket as `gridrelay event show` reads it.
+    pub async fn event_life(&self, topic: &str, id: &str) -> gridrelay_shared::journal::EventLife {
+        use gridrelay_ports::JournalSource;
+        let source = gridrelay_adapters::aws::S3JournalSource::new(
+            s3_client(&self.sdk),
+            &self.names.journal_bucket,
+            gridrelay_shared::journal::JOURNAL_PREFIX,
+        );
+        let read = source
+            .read_hours(Utc::now() - chrono::Duration::hours(1), Utc::now())
+            .await
+            .expect("read the journal");
+        gridrelay_shared::journal::EventLife::of(topic, id, &read.entries)
     }
 
     /// As [`TestSystem::start_with`], with the system's AWS calls going through `proxy` (the

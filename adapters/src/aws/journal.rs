@@ -1,8 +1,7 @@
 //! The delivery journal on AWS (#35): records put to an Amazon Data Firehose stream, which
 //! writes them to S3 under its hour prefix (`<prefix>YYYY/MM/DD/HH/`, UTC); read back from
-//! those objects, compressed (GZIP, as the stack's stream writes them) or not (moto's).
-
-use std::io::Read;
+//! those objects, GZIP members one after another (each record compressed by its writer) or
+//! plain lines.
 
 use async_trait::async_trait;
 use aws_sdk_firehose::primitives::Blob;
@@ -10,7 +9,7 @@ use aws_sdk_firehose::types::Record;
 use chrono::{DateTime, Duration, Utc};
 use futures::StreamExt;
 use gridrelay_ports::{JournalError, JournalRead, JournalSink, JournalSource, ObjectStore};
-use gridrelay_shared::journal::{hour_prefix, hours_between, read_lines};
+use gridrelay_shared::journal::{hour_prefix, hours_between, read_lines, unpack_object};
 
 use super::{S3ObjectStore, describe_error};
 
@@ -39,6 +38,16 @@ impl FirehoseJournal {
 
     pub fn from_sdk(sdk: &aws_config::SdkConfig, stream: &str) -> Self {
         Self::new(aws_sdk_firehose::Client::new(sdk), stream)
+    }
+
+    /// The journal a function writes: the stream named by
+    /// [`JOURNAL_STREAM_ENV`](crate::config::JOURNAL_STREAM_ENV), or none where it is unset
+    /// or empty (a stack deployed without one).
+    pub fn from_env(sdk: &aws_config::SdkConfig) -> std::sync::Arc<dyn JournalSink> {
+        match std::env::var(crate::config::JOURNAL_STREAM_ENV) {
+            Ok(stream) if !stream.is_empty() => std::sync::Arc::new(Self::from_sdk(sdk, &stream)),
+            _ => std::sync::Arc::new(gridrelay_ports::NoJournal),
+        }
     }
 
     /// One PutRecordBatch of `records` (their indices in the whole write start at `first`):
@@ -133,18 +142,7 @@ impl S3JournalSource {
             .get_bytes(&self.bucket, &key)
             .await
             .map_err(|e| JournalError(format!("reading {key}: {e}")))?;
-        unpacked(&bytes).map_err(|e| JournalError(format!("reading {key}: {e}")))
-    }
-}
-
-/// An object's lines: GZIP (its magic bytes) unpacked, anything else as it is.
-fn unpacked(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut out)?;
-        Ok(out)
-    } else {
-        Ok(bytes.to_vec())
+        unpack_object(&bytes).map_err(|e| JournalError(format!("reading {key}: {e}")))
     }
 }
 
@@ -169,21 +167,5 @@ impl JournalSource for S3JournalSource {
             read.skipped += skipped;
         }
         Ok(read)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-
-    #[test]
-    fn gzip_objects_are_unpacked_and_others_read_as_they_are() {
-        let lines = b"{\"a\":1}\n{\"a\":2}\n".to_vec();
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        gz.write_all(&lines).unwrap();
-        let packed = gz.finish().unwrap();
-        assert_eq!(unpacked(&packed).unwrap(), lines);
-        assert_eq!(unpacked(&lines).unwrap(), lines);
     }
 }

@@ -8,7 +8,8 @@
 //! and logged (L5). A bucket that no longer exists (subscriptions are refused one that does not
 //! exist when created) is such an unavailable location, counted and logged apart. Every object written is announced as a `Gridrelay.DeadLetter.BlobCreated`
 //! event on the system topic `gridrelay-dead-letter-events`, which users subscribe to like any
-//! other topic (L7).
+//! other topic (L7). What became of each message's events (written where, or dropped) goes to the
+//! delivery journal (#35) in one call per invocation, never at the cost of a write.
 
 use std::sync::Arc;
 
@@ -16,9 +17,10 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
 use gridrelay_adapters::aws::failed_receipts;
+use gridrelay_adapters::journal::write_entries;
 use gridrelay_ports::fan_out::{FanOutError, fan_out};
 use gridrelay_ports::{
-    Clock, MessageQueue, ObjectStore, OutgoingMessage, SubscriptionStore, back_off,
+    Clock, JournalSink, MessageQueue, ObjectStore, OutgoingMessage, SubscriptionStore, back_off,
 };
 use gridrelay_shared::dead_letter::{
     DeadLetterWrite, dead_letter_written_event, object_key, object_name,
@@ -28,6 +30,7 @@ use gridrelay_shared::dead_letter_write::{
     reason_counts, render_object_of,
 };
 use gridrelay_shared::deadline::REPLY_MARGIN;
+use gridrelay_shared::journal::{JournalEntry, Step, dead_letter_entry};
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::time_scale::TimeScale;
 use tracing::{Instrument, Span, error, info, info_span, warn};
@@ -55,6 +58,27 @@ pub struct DeadLetterWriter {
     pub scale: TimeScale,
     /// L7: announce each write; `None` announces nothing.
     pub notices: Option<DeadLetterNotices>,
+    /// The delivery journal (#35): where each message's events went (written, or dropped).
+    pub journal: Arc<dyn JournalSink>,
+}
+
+/// What writing one object's messages did.
+#[derive(Default)]
+struct GroupDone {
+    report: DeadLetterReport,
+    /// The positions of the messages SQS is to redeliver.
+    failed: Vec<usize>,
+    /// What became of the messages' events, for the journal.
+    journal: Vec<JournalEntry>,
+}
+
+impl GroupDone {
+    fn failed(failed: Vec<usize>) -> Self {
+        Self {
+            failed,
+            ..Self::default()
+        }
+    }
 }
 
 /// Counts of what one invocation did.
@@ -71,6 +95,8 @@ pub struct DeadLetterReport {
     /// L7: announcements enqueued (one per object per subscription of the system topic).
     pub notices_enqueued: usize,
     pub failed_messages: usize,
+    /// Journal entries the journal did not take (#35; written or dropped all the same).
+    pub journal_unwritten: usize,
 }
 
 impl DeadLetterReport {
@@ -82,6 +108,7 @@ impl DeadLetterReport {
         self.records_dropped_bucket_missing += other.records_dropped_bucket_missing;
         self.notices_enqueued += other.notices_enqueued;
         self.failed_messages += other.failed_messages;
+        self.journal_unwritten += other.journal_unwritten;
     }
 }
 
@@ -157,20 +184,32 @@ impl DeadLetterWriter {
             async move {
                 self.before_stop(deadline, write).await.unwrap_or_else(|| {
                     span.in_scope(|| warn!("dead-letter write not finished before the invocation's deadline; SQS will redeliver its messages"));
-                    (DeadLetterReport::default(), positions)
+                    GroupDone::failed(positions)
                 })
             }
         });
-        for (group_report, group_failed) in join_all(writes).await {
-            report.add(&group_report);
-            failed.extend(group_failed);
+        let mut journal = Vec::new();
+        for done in join_all(writes).await {
+            report.add(&done.report);
+            failed.extend(done.failed);
+            journal.extend(done.journal);
         }
         let backed_off = back_off(
             self.dead_letter_queue.as_ref(),
             failed_receipts(&event, failed.iter().copied()),
             self.scale,
         );
-        if self.before_stop(deadline, backed_off).await.is_none() {
+        let journaled = write_entries(
+            self.journal.as_ref(),
+            &journal,
+            self.clock.now(),
+            deadline,
+            REPLY_MARGIN,
+        );
+        let (backed_off, unwritten) =
+            futures::join!(self.before_stop(deadline, backed_off), journaled);
+        report.journal_unwritten = unwritten;
+        if backed_off.is_none() {
             warn!(
                 "failed messages come back after the visibility timeout: the invocation's deadline came before their shorter wait was set"
             );
@@ -183,6 +222,7 @@ impl DeadLetterWriter {
             records_dropped = report.records_dropped,
             notices_enqueued = report.notices_enqueued,
             failed_messages = report.failed_messages,
+            journal_unwritten = report.journal_unwritten,
             "dead-letter invocation"
         );
         DeadLetterOutcome {
@@ -192,11 +232,7 @@ impl DeadLetterWriter {
     }
 
     /// Writes one object for the group; on failure, defers or drops each message (L5).
-    async fn write_group(
-        &self,
-        messages: ObjectMessages,
-        now: DateTime<Utc>,
-    ) -> (DeadLetterReport, Vec<usize>) {
+    async fn write_group(&self, messages: ObjectMessages, now: DateTime<Utc>) -> GroupDone {
         let mut report = DeadLetterReport::default();
         let positions = |messages: &ObjectMessages| messages.iter().map(|(i, _)| *i).collect();
         let (body, records) = match render_object_of(&messages) {
@@ -204,11 +240,11 @@ impl DeadLetterWriter {
             Err(e) => {
                 // Events were validated as JSON objects on publish; this is a bug.
                 error!(error = %e, "could not render a dead-letter record");
-                return (report, positions(&messages));
+                return GroupDone::failed(positions(&messages));
             }
         };
         let Some((_, first)) = messages.first() else {
-            return (report, Vec::new());
+            return GroupDone::default();
         };
         let key = object_key(
             &first.destination,
@@ -230,6 +266,16 @@ impl DeadLetterWriter {
         info!(bucket = %first.destination.bucket, key = %key, records, "dead-lettered");
         report.objects_written = 1;
         report.records_written = records;
+        let location = format!("s3://{}/{key}", first.destination.bucket);
+        let journal = messages
+            .iter()
+            .map(|(_, m)| {
+                let step = Step::DeadLettered {
+                    location: location.clone(),
+                };
+                dead_letter_entry(m, now, step)
+            })
+            .collect();
         let write = DeadLetterWrite {
             bucket: &first.destination.bucket,
             key: &key,
@@ -238,17 +284,22 @@ impl DeadLetterWriter {
             subscription: &first.subscription,
             reasons: reason_counts(messages.iter().flat_map(|(_, m)| &m.entries)),
         };
-        match self.announce(&write, now).await {
+        let failed = match self.announce(&write, now).await {
             Ok(n) => {
                 report.notices_enqueued = n;
-                (report, Vec::new())
+                Vec::new()
             }
             Err(e) => {
                 // SQS redelivers the messages: the object is written again and announced
-                // then (at least once).
+                // then (at least once); the journal says where both copies are.
                 error!(error = %e, "could not announce a dead-letter write");
-                (report, positions(&messages))
+                positions(&messages)
             }
+        };
+        GroupDone {
+            report,
+            failed,
+            journal,
         }
     }
 
@@ -286,11 +337,24 @@ impl DeadLetterWriter {
         messages: ObjectMessages,
         now: DateTime<Utc>,
         bucket_missing: bool,
-    ) -> (DeadLetterReport, Vec<usize>) {
+    ) -> GroupDone {
         let mut report = DeadLetterReport::default();
         let mut retry = Vec::new();
         let mut failed = Vec::new();
+        let mut journal = Vec::new();
+        let reason = if bucket_missing {
+            "dead-letter bucket missing for four hours"
+        } else {
+            "dead-letter location unavailable for four hours"
+        };
         for (i, m) in messages {
+            let dropped = dead_letter_entry(
+                &m,
+                now,
+                Step::Dropped {
+                    reason: reason.to_string(),
+                },
+            );
             let (topic, subscription, bucket) = (
                 m.topic.clone(),
                 m.subscription.clone(),
@@ -312,6 +376,7 @@ impl DeadLetterWriter {
                     metrics::counter!(DROPPED_METRIC, &labels).increment(events as u64);
                     metrics::counter!(DROPPED_METRIC).increment(events as u64);
                     report.records_dropped += events;
+                    journal.push(dropped);
                     if bucket_missing {
                         metrics::counter!(BUCKET_MISSING_METRIC, &labels).increment(events as u64);
                         report.records_dropped_bucket_missing += events;
@@ -339,7 +404,11 @@ impl DeadLetterWriter {
                 }
             }
         }
-        (report, failed)
+        GroupDone {
+            report,
+            failed,
+            journal,
+        }
     }
 }
 
@@ -351,7 +420,9 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
     use gridrelay_adapters::aws::sqs_event;
-    use gridrelay_ports::memory::{ManualClock, MemoryObjectStore, MemoryQueue, QueuedMessage};
+    use gridrelay_ports::memory::{
+        ManualClock, MemoryJournal, MemoryObjectStore, MemoryQueue, QueuedMessage,
+    };
     use gridrelay_shared::classify::DeliveryOutcome;
     use gridrelay_shared::decision::DeadLetterReason;
     use gridrelay_shared::message::{DeadLetterEntry, DeadLetterMessage};
@@ -363,6 +434,7 @@ mod tests {
         clock: Arc<ManualClock>,
         objects: Arc<MemoryObjectStore>,
         queue: Arc<MemoryQueue>,
+        journal: Arc<MemoryJournal>,
         writer: DeadLetterWriter,
     }
 
@@ -371,17 +443,20 @@ mod tests {
         let clock = Arc::new(ManualClock::new(start));
         let objects = Arc::new(MemoryObjectStore::default());
         let queue = Arc::new(MemoryQueue::new(clock.clone()));
+        let journal = Arc::new(MemoryJournal::default());
         let writer = DeadLetterWriter {
             objects: objects.clone(),
             dead_letter_queue: queue.clone(),
             clock: clock.clone(),
             scale: TimeScale::REAL,
             notices: None,
+            journal: journal.clone(),
         };
         Fixture {
             clock,
             objects,
             queue,
+            journal,
             writer,
         }
     }
@@ -570,5 +645,79 @@ mod tests {
             })
             .sum();
         assert_eq!(missing, 1);
+    }
+
+    /// L3 + #35: the journal says where each written event went (the object's `s3://` address,
+    /// at the write's time), in one entry per message.
+    #[tokio::test]
+    async fn l3_the_journal_says_which_object_each_event_went_to() {
+        let f = fixture();
+        let now = f.clock.now();
+        f.writer
+            .handle(batch(&[message("e1", now), message("e2", now)]))
+            .await;
+        let objects = f.objects.objects();
+        let ((bucket, key), _) = objects.iter().next().unwrap();
+        let location = format!("s3://{bucket}/{key}");
+        let entries = f.journal.entries();
+        let mut ids: Vec<&str> = entries
+            .iter()
+            .flat_map(|e| e.ids.iter().map(String::as_str))
+            .collect();
+        ids.sort();
+        assert_eq!(ids, ["e1", "e2"]);
+        for e in &entries {
+            assert_eq!(
+                (e.topic.as_str(), e.subscription.as_str()),
+                ("orders", "billing")
+            );
+            assert_eq!(e.time, now);
+            assert_eq!(
+                e.step,
+                Step::DeadLettered {
+                    location: location.clone()
+                }
+            );
+        }
+    }
+
+    /// L5 + #35: a drop after four hours is journaled as one (nothing while the write is only
+    /// deferred), so `event show` says the event is gone, and why.
+    #[tokio::test]
+    async fn l5_a_drop_is_journaled_with_its_reason() {
+        let f = fixture();
+        f.objects.outage.set(true);
+        let now = f.clock.now();
+        f.writer.handle(batch(&[message("e1", now)])).await;
+        assert!(
+            f.journal.entries().is_empty(),
+            "a deferred write is no step yet"
+        );
+        let body = f.queue.sent()[0].body.clone();
+        f.clock.advance(std::time::Duration::from_secs(4 * 3600));
+        f.writer.handle(batch(&[body])).await;
+        let entries = f.journal.entries();
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert_eq!(entries[0].ids, ["e1"]);
+        assert_eq!(
+            entries[0].step,
+            Step::Dropped {
+                reason: "dead-letter location unavailable for four hours".into()
+            }
+        );
+    }
+
+    /// #35: a journal that is down costs no dead-letter write: the object is written, no
+    /// message fails, and the entries it did not take are counted.
+    #[tokio::test]
+    async fn a_journal_that_is_down_costs_no_dead_letter_write() {
+        let f = fixture();
+        f.journal.outage.set(true);
+        let now = f.clock.now();
+        let outcome = f.writer.handle(batch(&[message("e1", now)])).await;
+        assert!(outcome.failed_message_ids.is_empty());
+        assert_eq!(outcome.report.records_written, 1);
+        assert_eq!(outcome.report.journal_unwritten, 1);
+        assert_eq!(f.objects.objects().len(), 1);
     }
 }

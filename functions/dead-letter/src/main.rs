@@ -1,4 +1,4 @@
-//! Lambda entry point of `dead-letter`: wires S3 and SQS, answers each SQS batch with its
+//! Lambda entry point of `dead-letter`: wires S3, SQS and the journal's Firehose stream, answers each SQS batch with its
 //! batch-item failures, and writes what it dropped as CloudWatch embedded metric format
 //! (`gridrelay_adapters::metrics`).
 
@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    S3ObjectStore, SqsQueue, function_queue_key, load_sdk_config, s3_client, sealed_records,
-    subscription_store,
+    FirehoseJournal, S3ObjectStore, SqsQueue, function_queue_key, load_sdk_config, s3_client,
+    sealed_records, subscription_store,
 };
 use gridrelay_adapters::config::{
     DEAD_LETTER_EVENTS_TOPIC_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, TableNames,
@@ -54,6 +54,7 @@ async fn run() -> Result<(), Error> {
             topic: std::env::var(DEAD_LETTER_EVENTS_TOPIC_ENV)
                 .unwrap_or_else(|_| DEAD_LETTER_EVENTS_TOPIC.to_string()),
         }),
+        journal: FirehoseJournal::from_env(&sdk),
     });
     let recorder = gridrelay_adapters::metrics::recorder_from_env()?;
     ::metrics::describe_counter!(

@@ -8,6 +8,7 @@
 
 use chrono::{DateTime, Utc};
 use gridrelay_ports::LateAnswer;
+use gridrelay_shared::journal::late_success_entry;
 use gridrelay_shared::message::DeliveryMessage;
 use tracing::{Instrument, info, warn};
 
@@ -33,6 +34,8 @@ impl Deliver {
                     events = m.events.len(),
                     "retry cancelled: the timed-out attempt was answered with success (R4)"
                 );
+                plan.journal
+                    .push(late_success_entry(&m, self.ports.clock.now()));
                 let n = m.events.len();
                 plan.count(&m.topic, &m.subscription, |r| {
                     r.delivered += n;

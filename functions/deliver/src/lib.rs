@@ -41,7 +41,9 @@ use gridrelay_shared::delivery::{
 };
 use gridrelay_shared::destination::AllowedDestinations;
 use gridrelay_shared::health::HealthPolicy;
-use gridrelay_shared::journal::{AttemptFacts, JournalEntry, Next, attempt_entry};
+use gridrelay_shared::journal::{
+    AttemptFacts, JournalEntry, Next, attempt_entry, gave_up_entry, not_deliverable_entry,
+};
 use gridrelay_shared::message::ValidationTask;
 use gridrelay_shared::message::{
     DeadLetterMessage, DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, QueuedEvent,
@@ -60,9 +62,9 @@ pub use crate::endpoint_limits::{
     ConcurrencySettings, DEFAULT_MAX_REQUESTS_IN_FLIGHT, EndpointLimits, LimitedEndpoint,
     MAX_REQUESTS_IN_FLIGHT_ENV, MAX_REQUESTS_PER_ENDPOINT_ENV,
 };
-pub use crate::journal::JOURNAL_WRITE_BUDGET;
 use crate::metrics::{MetricsBySubscription, SubscriptionMetrics};
 pub use crate::subscription_caps::{CAP_WAIT, SubscriptionCaps};
+pub use gridrelay_adapters::journal::JOURNAL_WRITE_BUDGET;
 
 mod attempt;
 mod endpoint_health;
@@ -871,14 +873,27 @@ impl Deliver {
             let target = subscriptions.get(&key).and_then(Option::as_ref);
             let records = BTreeSet::from([i]);
             match on_arrival(message, target.map(|t| &*t.subscription), rules, now) {
-                Arrival::NotDeliverable { events, reason } => {
+                Arrival::NotDeliverable {
+                    events,
+                    schema,
+                    reason,
+                } => {
+                    let dropped = events.len();
                     warn!(
-                        dropped = events,
+                        dropped,
                         reason = reason.as_str(),
                         detail = ?reason,
                         "events dropped: not for a subscription that receives events"
                     );
-                    plan.count(&key.0, &key.1, |r| r.dropped += events);
+                    plan.count(&key.0, &key.1, |r| r.dropped += dropped);
+                    plan.journal.push(not_deliverable_entry(
+                        &key.0,
+                        &key.1,
+                        schema,
+                        &events,
+                        now,
+                        reason.as_str(),
+                    ));
                 }
                 Arrival::NotYetDue { message, delay } => {
                     plan.count(&key.0, &key.1, |r| r.deferred += 1);
@@ -892,6 +907,12 @@ impl Deliver {
                     // `on_arrival` said Due, so the subscription was found.
                     let Some(target) = target else { continue };
                     if let Some(expired) = expired {
+                        plan.journal.push(gave_up_entry(
+                            &target.subscription,
+                            history.schema,
+                            &expired,
+                            now,
+                        ));
                         plan.give_up(&target.subscription, expired, &records);
                     }
                     if live.is_empty() {

@@ -12,7 +12,7 @@ use gridrelay_adapters::aws::{
 };
 use gridrelay_adapters::config::{
     CONTROL_QUEUE_URL_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV,
-    DELIVERY_STATE_TABLE_ENV, JOURNAL_STREAM_ENV, PUBLIC_URL_ENV, TableNames, WEBHOOK_ORIGIN_ENV,
+    DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV, TableNames, WEBHOOK_ORIGIN_ENV,
     allowed_networks_from_env, config_cache_from_env, delivery_destinations_from_env, required,
 };
 use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverPorts, DeliverySettings, metrics};
@@ -77,10 +77,7 @@ async fn run() -> Result<(), Error> {
         state: delivery_state_store(&sdk, &state_table, keep),
         // Not cached: the caps' allowances are shared with every other instance as they are.
         caps: Arc::new(DynamoDeliveryStateStore::from_sdk(&sdk, &state_table)),
-        journal: match std::env::var(JOURNAL_STREAM_ENV) {
-            Ok(stream) if !stream.is_empty() => Arc::new(FirehoseJournal::from_sdk(&sdk, &stream)),
-            _ => Arc::new(gridrelay_ports::NoJournal),
-        },
+        journal: FirehoseJournal::from_env(&sdk),
     };
     let sender = Arc::new(settings.http_sender()?);
     let deliver = Arc::new(Deliver::new(ports, sender, settings));

@@ -443,6 +443,29 @@ async fn an_always_failing_event_is_dead_lettered_at_24_hours_not_35_r1_r6_l6() 
         "dead-lettered after {lived}"
     );
     assert_eq!(entry.last_outcome.map(|o| o.as_str()), Some("GenericError"));
+    // #35: the journal shows the eleven attempts, then the event given up without a twelfth.
+    let life = EventLife::of(TOPIC, "a", &w.journal.entries());
+    let steps = &life.subscriptions[0].steps;
+    let attempts = steps
+        .iter()
+        .filter(|e| matches!(e.step, Step::Attempt(_)))
+        .count();
+    assert_eq!(attempts, 11);
+    assert_eq!(
+        steps.last().map(|e| &e.step),
+        Some(&Step::GaveUp {
+            next: Next::DeadLetter {
+                reason: "TimeToLiveExceeded".into()
+            }
+        }),
+        "{steps:?}"
+    );
+    assert_eq!(
+        life.subscriptions[0].standing,
+        Standing::DeadLettering {
+            reason: "TimeToLiveExceeded".into()
+        }
+    );
 }
 
 /// L1: without a dead-letter location a terminal failure is dropped and counted.
@@ -520,7 +543,8 @@ async fn a_malformed_message_does_not_block_its_neighbours() {
     assert_eq!(outcome.failed_message_ids.len(), 2);
 }
 
-/// Events of a deleted subscription are dropped and counted, not retried forever.
+/// Events of a deleted subscription are dropped and counted, not retried forever; the
+/// delivery journal (#35) says so, and why.
 #[tokio::test]
 async fn events_of_a_deleted_subscription_are_dropped_and_counted() {
     let w = World::new(ScriptedSender::status(200));
@@ -531,6 +555,16 @@ async fn events_of_a_deleted_subscription_are_dropped_and_counted() {
     assert_eq!(outcome.report.dropped, 2);
     assert!(outcome.failed_message_ids.is_empty());
     assert!(w.sender.requests().is_empty());
+    for id in ["a", "b"] {
+        let life = EventLife::of(TOPIC, id, &w.journal.entries());
+        assert_eq!(
+            life.subscriptions[0].standing,
+            Standing::Dropped {
+                reason: "SubscriptionDeleted".into()
+            },
+            "{life:?}"
+        );
+    }
 }
 
 /// R1: a wait longer than SQS's 15-minute delay runs in hops; each early arrival is sent on

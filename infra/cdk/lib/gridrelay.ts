@@ -224,7 +224,10 @@ export class Gridrelay extends Construct {
         bucketArn: this.journalBucket.bucketArn,
         roleArn: journalRole.roleArn,
         prefix: 'journal/',
-        compressionFormat: 'GZIP',
+        // deliver and dead-letter compress each record (GZIP members, billed by their bytes):
+        // the stream writes them as they are, into objects named .json.gz for Athena.
+        compressionFormat: 'UNCOMPRESSED',
+        fileExtension: '.json.gz',
         bufferingHints: { intervalInSeconds: limits.journalBufferSeconds, sizeInMBs: 64 },
       },
     });
@@ -350,8 +353,11 @@ export class Gridrelay extends Construct {
     ]);
     allow(this.deliver, ['sqs:SendMessage'],
       [this.deliveryQueue.queueArn, this.controlQueue.queueArn, this.deadLetterQueue.queueArn]);
-    // #35: the delivery journal, one PutRecordBatch per invocation.
-    allow(this.deliver, ['firehose:PutRecordBatch'], [this.journalStream.attrArn]);
+    // #35: the delivery journal, one PutRecordBatch per invocation (deliver's attempts,
+    // dead-letter's writes and drops).
+    for (const f of [this.deliver, this.deadLetter]) {
+      allow(f, ['firehose:PutRecordBatch'], [this.journalStream.attrArn]);
+    }
     // S4: AWS resource destinations, only those named (none by default). Each action applies
     // to its own service's ARNs: SendMessageBatch is sqs:SendMessage, PublishBatch
     // sns:Publish, an asynchronous Invoke lambda:InvokeFunction.
@@ -411,6 +417,7 @@ export class Gridrelay extends Construct {
     this.deliver.addEnvironment('GRIDRELAY_CONTROL_QUEUE_URL', this.controlQueue.queueUrl);
     // #35: every invocation's steps go to the delivery journal in one call.
     this.deliver.addEnvironment('GRIDRELAY_JOURNAL_STREAM', this.journalStream.ref);
+    this.deadLetter.addEnvironment('GRIDRELAY_JOURNAL_STREAM', this.journalStream.ref);
 
     this.alarms(props.alarmTopic);
   }

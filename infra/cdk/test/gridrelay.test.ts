@@ -97,17 +97,22 @@ test('concurrency props out of range are refused, naming the prop, its value and
   assert.throws(() => build({ journalBufferInterval: Duration.minutes(16) }), /journalBufferInterval \(seconds\) is 960; it must be a whole number from 0 to 900/);
 });
 
-test('#35: the delivery journal: deliver puts to its stream only; the stream writes GZIP lines under journal/, kept 7 days', () => {
-  const g = grants(construct.deliver);
-  assert.deepEqual(g.get('firehose:PutRecordBatch'), [{ 'Fn::GetAtt': [stack.resolve(construct.journalStream.logicalId), 'Arn'] }]);
-  template.hasResourceProperties('AWS::Lambda::Function', {
-    Environment: { Variables: Match.objectLike({ GRIDRELAY_JOURNAL_STREAM: { Ref: stack.resolve(construct.journalStream.logicalId) } }) },
-  });
+test('#35: the delivery journal: deliver and dead-letter put to its stream only; the stream keeps their GZIP records under journal/ as .json.gz, kept 7 days', () => {
+  const stream = stack.resolve(construct.journalStream.logicalId);
+  for (const f of [construct.deliver, construct.deadLetter]) {
+    assert.deepEqual(grants(f).get('firehose:PutRecordBatch'), [{ 'Fn::GetAtt': [stream, 'Arn'] }]);
+    template.hasResourceProperties('AWS::Lambda::Function', {
+      Role: { 'Fn::GetAtt': [stack.resolve((f.role!.node.defaultChild as unknown as { logicalId: string }).logicalId), 'Arn'] },
+      Environment: { Variables: Match.objectLike({ GRIDRELAY_JOURNAL_STREAM: { Ref: stream } }) },
+    });
+  }
+  assert.equal(grants(construct.ingest).get('firehose:PutRecordBatch'), undefined);
   template.hasResourceProperties('AWS::KinesisFirehose::DeliveryStream', {
     DeliveryStreamType: 'DirectPut',
     ExtendedS3DestinationConfiguration: Match.objectLike({
       Prefix: 'journal/',
-      CompressionFormat: 'GZIP',
+      CompressionFormat: 'UNCOMPRESSED',
+      FileExtension: '.json.gz',
       BufferingHints: { IntervalInSeconds: 60, SizeInMBs: 64 },
     }),
   });

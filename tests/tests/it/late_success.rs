@@ -4,14 +4,21 @@
 use std::time::Duration;
 
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, subscription};
+use gridrelay_shared::classify::DeliveryOutcome;
+use gridrelay_shared::journal::{Attempt, Standing, Step};
 
 /// R4, S2, at scale 0.1 (timeout 3 s, first retry step 1 s, late window 18 s): the endpoint
 /// answers 200 half a second after the attempt timed out. The retry was enqueued as usual, but
 /// the late success is recorded before it comes due, so it is never sent and the event counts
-/// as delivered: the endpoint sees exactly one request.
+/// as delivered: the endpoint sees exactly one request. The delivery journal (#35) shows the
+/// timed-out attempt, then the late success, and the event stands delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_success_cancels_the_pending_retry_r4() {
-    let sys = TestSystem::start_with_visibility(0.1, Duration::from_secs(30)).await;
+    let sys = TestSystem::start_with_own_journal_and(0.1, |c| {
+        c.visibility_timeout = Duration::from_secs(30);
+        c.function_timeout = Duration::from_secs(30);
+    })
+    .await;
     let topic = sys.topic("late").await;
     let sub = Subscriber::start(
         vec![Reply::Hang(Duration::from_millis(3_500))],
@@ -31,6 +38,31 @@ async fn late_success_cancels_the_pending_retry_r4() {
     assert_eq!(stats.deliver.delivered, 1);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(sub.received().len(), 1, "the retry was never sent");
+    let life = sys.event_life("late", "l-0").await;
+    let steps: Vec<&Step> = life.subscriptions[0]
+        .steps
+        .iter()
+        .map(|e| &e.step)
+        .collect();
+    assert!(
+        matches!(
+            steps[..],
+            [
+                Step::Fanned { .. },
+                Step::Attempt(Attempt {
+                    attempt: 1,
+                    outcome: DeliveryOutcome::TimedOut,
+                    ..
+                }),
+                Step::LateSuccess { attempt: 1 },
+            ]
+        ),
+        "{steps:?}"
+    );
+    assert!(
+        matches!(life.subscriptions[0].standing, Standing::Delivered { .. }),
+        "{life:?}"
+    );
     sys.shutdown().await;
 }
 
