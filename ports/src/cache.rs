@@ -539,7 +539,7 @@ impl DeliveryStateStore for CachedDeliveryState {
         self.state.mark_late_success(attempt, now).await
     }
 
-    async fn late_success(&self, attempt: &str) -> Result<bool, StoreError> {
+    async fn late_success(&self, attempt: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.state.late_success(attempt).await
     }
 

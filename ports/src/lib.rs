@@ -140,8 +140,8 @@ pub trait DeliveryStateStore: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// R4: records that a timed-out attempt was answered with success after all.
     async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError>;
-    /// R4: whether that attempt was answered with success after all.
-    async fn late_success(&self, attempt: &str) -> Result<bool, StoreError>;
+    /// R4: when that attempt was answered with success after all, if it was.
+    async fn late_success(&self, attempt: &str) -> Result<Option<DateTime<Utc>>, StoreError>;
     /// Says that what was read of `endpoint`'s health may be out of date, so the next read
     /// goes to the store. Only a cache in front of the store
     /// ([`cache::CachedDeliveryState`]) has anything to forget.
@@ -511,7 +511,8 @@ impl JournalSink for NoJournal {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JournalRead {
     pub entries: Vec<gridrelay_shared::journal::JournalEntry>,
-    /// Lines that were not entries (a newer writer's), skipped.
+    /// Lines that were not entries (a newer writer's), and parts of objects that could not
+    /// be unpacked, skipped.
     pub skipped: usize,
 }
 

@@ -557,11 +557,10 @@ impl MemoryJournal {
     /// The entries of the records written so far, read as the stream's objects are, and the
     /// lines that were not entries.
     fn lines(&self) -> (Vec<gridrelay_shared::journal::JournalEntry>, usize) {
-        let object = lock(&self.records).concat();
-        match gridrelay_shared::journal::unpack_object(&object) {
-            Ok(lines) => gridrelay_shared::journal::read_lines(&lines),
-            Err(_) => (Vec::new(), 1),
-        }
+        let (lines, damaged) =
+            gridrelay_shared::journal::unpack_object(&lock(&self.records).concat());
+        let (entries, skipped) = gridrelay_shared::journal::read_lines(&lines);
+        (entries, skipped + damaged)
     }
 
     /// Every entry written so far.
@@ -738,9 +737,9 @@ impl DeliveryStateStore for MemoryDeliveryStateStore {
         Ok(())
     }
 
-    async fn late_success(&self, attempt: &str) -> Result<bool, StoreError> {
+    async fn late_success(&self, attempt: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.check()?;
-        Ok(lock(&self.late).contains_key(attempt))
+        Ok(lock(&self.late).get(attempt).copied())
     }
 }
 

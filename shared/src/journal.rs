@@ -287,7 +287,7 @@ pub fn held_entry(
 pub enum Standing {
     /// Fanned out, no attempt recorded yet.
     Waiting,
-    /// An attempt was answered with success (B5).
+    /// An attempt was answered with success (B5), or a timed-out one after all (R4).
     Delivered {
         #[serde(with = "millis")]
         at: DateTime<Utc>,
@@ -307,7 +307,8 @@ pub enum Standing {
     DeadLettering { reason: String },
     /// Written to the dead-letter location.
     DeadLettered { location: String },
-    /// Given up with no dead-letter location.
+    /// Dropped and kept nowhere: given up with no dead-letter location (L1), its dead-letter
+    /// location unavailable for four hours (L5), or its subscription gone when it came due.
     Dropped { reason: String },
 }
 
@@ -422,10 +423,9 @@ fn step_order(step: &Step) -> u8 {
         Step::Fanned { .. } => 0,
         Step::Held { .. } => 1,
         Step::Attempt(_) => 2,
-        Step::DeadLettered { .. } => 3,
-        Step::Dropped { .. } => 4,
-        Step::LateSuccess { .. } => 2,
-        Step::GaveUp { .. } => 2,
+        Step::LateSuccess { .. } | Step::GaveUp { .. } => 3,
+        Step::DeadLettered { .. } => 4,
+        Step::Dropped { .. } => 5,
     }
 }
 
@@ -477,9 +477,9 @@ pub fn not_deliverable_entry(
     }
 }
 
-/// The entry saying the retry of `message` was not sent at `now`: its timed-out attempt was
-/// answered with success after all (R4).
-pub fn late_success_entry(message: &DeliveryMessage, now: DateTime<Utc>) -> JournalEntry {
+/// The entry saying the timed-out attempt of `message` was answered with success after all at
+/// `answered`, so its retry was not sent (R4).
+pub fn late_success_entry(message: &DeliveryMessage, answered: DateTime<Utc>) -> JournalEntry {
     JournalEntry {
         topic: message.topic.clone(),
         subscription: message.subscription.clone(),
@@ -488,7 +488,7 @@ pub fn late_success_entry(message: &DeliveryMessage, now: DateTime<Utc>) -> Jour
             .iter()
             .map(|e| event_fields(e, message.schema).id)
             .collect(),
-        time: now,
+        time: answered,
         step: Step::LateSuccess {
             attempt: message.attempts,
         },
@@ -576,17 +576,51 @@ pub fn compress_record(lines: &[u8]) -> Vec<u8> {
     gzip.finish().unwrap_or_default()
 }
 
-/// A journal object's lines: GZIP (by its magic bytes; members one after another, as
-/// compressed records or a compressing stream write them) unpacked, anything else as it is.
-pub fn unpack_object(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+/// The bytes a GZIP member starts with.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// A journal object's lines, and how many of its parts could not be read. The object is what
+/// the stream concatenated: GZIP members (compressed records, or a compressing stream's whole
+/// object) unpacked one by one, and plain lines (an older writer's, or an emulator's) taken as
+/// they are, in any mix, so one record an upgrade left uncompressed, or a member cut short,
+/// costs only itself. JSON lines never hold the byte `0x1f`, so a member starts where a line
+/// ends and `0x1f 0x8b` follows.
+pub fn unpack_object(bytes: &[u8]) -> (Vec<u8>, usize) {
     use std::io::Read;
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut out)?;
-        Ok(out)
-    } else {
-        Ok(bytes.to_vec())
+    let mut out = Vec::with_capacity(bytes.len() * 4);
+    let mut damaged = 0;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        if rest.starts_with(&GZIP_MAGIC) {
+            let mut reader = rest;
+            let mut member = Vec::new();
+            let read = flate2::bufread::GzDecoder::new(&mut reader).read_to_end(&mut member);
+            match read {
+                Ok(_) if reader.len() < rest.len() => {
+                    out.extend_from_slice(&member);
+                    rest = reader;
+                }
+                _ => {
+                    // Cut short or damaged: go on from the next member, if any.
+                    damaged += 1;
+                    match find(&rest[1..], &GZIP_MAGIC) {
+                        Some(at) => rest = &rest[1 + at..],
+                        None => break,
+                    }
+                }
+            }
+        } else {
+            let end = find(rest, b"\n\x1f\x8b").map_or(rest.len(), |at| at + 1);
+            out.extend_from_slice(&rest[..end]);
+            rest = &rest[end..];
+        }
     }
+    (out, damaged)
+}
+
+/// Where `needle` first occurs in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The journal's lines for `entries`, packed into records of at most `max_bytes` (each line
@@ -955,14 +989,14 @@ mod tests {
         let dropped = JournalEntry {
             time: at(4 * 3600),
             step: Step::Dropped {
-                reason: "dead-letter location unavailable for four hours".into(),
+                reason: "DeadLetterLocationUnavailable".into(),
             },
             ..retry.clone()
         };
         assert_eq!(
             standing_after(&[retry, dropped]),
             Standing::Dropped {
-                reason: "dead-letter location unavailable for four hours".into()
+                reason: "DeadLetterLocationUnavailable".into()
             }
         );
     }
@@ -1080,16 +1114,30 @@ mod tests {
     fn compressed_records_written_one_after_another_read_back_as_their_lines() {
         let first = b"{\"a\":1}\n{\"a\":2}\n".repeat(50);
         let second = b"{\"b\":3}\n".to_vec();
-        let object = [compress_record(&first), compress_record(&second)].concat();
-        assert!(
-            compress_record(&first).len() * 5 < first.len(),
-            "compressed"
+        let (gz1, gz2) = (compress_record(&first), compress_record(&second));
+        assert!(gz1.len() * 5 < first.len(), "compressed");
+        let both = [first.clone(), second.clone()].concat();
+        assert_eq!(
+            unpack_object(&[gz1.clone(), gz2.clone()].concat()),
+            (both.clone(), 0)
+        );
+        // Plain lines (an emulator's, or an older writer's) read as they are, in any mix with
+        // members: an upgrade puts both in one object.
+        assert_eq!(unpack_object(&second), (second.clone(), 0));
+        assert_eq!(
+            unpack_object(&[gz1.clone(), second.clone()].concat()),
+            (both.clone(), 0)
         );
         assert_eq!(
-            unpack_object(&object).unwrap(),
-            [first, second.clone()].concat()
+            unpack_object(&[second.clone(), gz1.clone()].concat()),
+            ([second.clone(), first.clone()].concat(), 0)
         );
-        // Plain lines (an emulator's, or an older stream's) read as they are.
-        assert_eq!(unpack_object(&second).unwrap(), second);
+        // A member cut short costs only itself.
+        let cut = &gz1[..gz1.len() / 2];
+        assert_eq!(
+            unpack_object(&[cut, &gz2[..]].concat()),
+            (second.clone(), 1)
+        );
+        assert_eq!(unpack_object(cut), (Vec::new(), 1));
     }
 }

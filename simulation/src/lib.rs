@@ -337,7 +337,7 @@ impl DeliveryStateStore for FaultyState {
     async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
         self.0.mark_late_success(attempt, now).await
     }
-    async fn late_success(&self, attempt: &str) -> Result<bool, StoreError> {
+    async fn late_success(&self, attempt: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.0.late_success(attempt).await
     }
 }

@@ -233,7 +233,7 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
         self.put(item).await
     }
 
-    async fn late_success(&self, attempt: &str) -> Result<bool, StoreError> {
+    async fn late_success(&self, attempt: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
         let out = self
             .client
             .get_item()
@@ -243,7 +243,10 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             .send()
             .await
             .map_err(unavailable)?;
-        Ok(out.item.is_some())
+        // An item without its time (written before times were kept) was answered by now.
+        Ok(out
+            .item
+            .map(|item| time(&item, "at").unwrap_or_else(Utc::now)))
     }
 }
 

@@ -136,13 +136,18 @@ impl S3JournalSource {
             .map_err(|e| JournalError(e.to_string()))
     }
 
-    async fn object(&self, key: String) -> Result<Vec<u8>, JournalError> {
+    /// An object's lines, and how many of its parts could not be read.
+    async fn object(&self, key: String) -> Result<(Vec<u8>, usize), JournalError> {
         let bytes = self
             .objects
             .get_bytes(&self.bucket, &key)
             .await
             .map_err(|e| JournalError(format!("reading {key}: {e}")))?;
-        unpack_object(&bytes).map_err(|e| JournalError(format!("reading {key}: {e}")))
+        let (lines, damaged) = unpack_object(&bytes);
+        if damaged > 0 {
+            tracing::warn!(%key, damaged, "journal object partly unreadable; read the rest");
+        }
+        Ok((lines, damaged))
     }
 }
 
@@ -162,9 +167,10 @@ impl JournalSource for S3JournalSource {
             futures::stream::iter(keys.into_iter().map(|k| self.object(k))).buffered(READS_AT_ONCE);
         let mut read = JournalRead::default();
         while let Some(object) = objects.next().await {
-            let (entries, skipped) = read_lines(&object?);
+            let (lines, damaged) = object?;
+            let (entries, skipped) = read_lines(&lines);
             read.entries.extend(entries);
-            read.skipped += skipped;
+            read.skipped += skipped + damaged;
         }
         Ok(read)
     }

@@ -342,10 +342,11 @@ impl DeadLetterWriter {
         let mut retry = Vec::new();
         let mut failed = Vec::new();
         let mut journal = Vec::new();
+        // Codes, as deliver's drops are named (`SubscriptionDeleted`): Athena groups by them.
         let reason = if bucket_missing {
-            "dead-letter bucket missing for four hours"
+            "DeadLetterBucketMissing"
         } else {
-            "dead-letter location unavailable for four hours"
+            "DeadLetterLocationUnavailable"
         };
         for (i, m) in messages {
             let dropped = dead_letter_entry(
@@ -702,7 +703,7 @@ mod tests {
         assert_eq!(
             entries[0].step,
             Step::Dropped {
-                reason: "dead-letter location unavailable for four hours".into()
+                reason: "DeadLetterLocationUnavailable".into()
             }
         );
     }

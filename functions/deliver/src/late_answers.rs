@@ -27,15 +27,14 @@ impl Deliver {
             self.was_answered_late(i, m, deadline).instrument(span)
         });
         let mut keep = Vec::new();
-        for (i, m, cancelled) in futures::future::join_all(checks).await {
-            if cancelled {
+        for (i, m, answered) in futures::future::join_all(checks).await {
+            if let Some(answered) = answered {
                 let _span = subscription_span(&m.topic, &m.subscription).entered();
                 info!(
                     events = m.events.len(),
                     "retry cancelled: the timed-out attempt was answered with success (R4)"
                 );
-                plan.journal
-                    .push(late_success_entry(&m, self.ports.clock.now()));
+                plan.journal.push(late_success_entry(&m, answered));
                 let n = m.events.len();
                 plan.count(&m.topic, &m.subscription, |r| {
                     r.delivered += n;
@@ -48,34 +47,34 @@ impl Deliver {
         keep
     }
 
-    /// Whether `m` is a due retry whose timed-out attempt succeeded late.
+    /// When the timed-out attempt of due retry `m` succeeded late, if it did.
     async fn was_answered_late(
         &self,
         i: usize,
         m: DeliveryMessage,
         deadline: DateTime<Utc>,
-    ) -> (usize, DeliveryMessage, bool) {
+    ) -> (usize, DeliveryMessage, Option<DateTime<Utc>>) {
         let now = self.ports.clock.now();
-        let cancelled = match &m.timed_out_attempt {
+        let answered = match &m.timed_out_attempt {
             Some(id) if m.not_before <= now => {
                 match self
                     .before_stop(deadline, self.ports.state.late_success(id))
                     .await
                 {
-                    Some(Ok(found)) => found,
+                    Some(Ok(answered)) => answered,
                     Some(Err(e)) => {
                         warn!(error = %e, "could not check for a late success; retrying anyway");
-                        false
+                        None
                     }
                     None => {
                         warn!("no time left to check for a late success; retrying anyway");
-                        false
+                        None
                     }
                 }
             }
-            _ => false,
+            _ => None,
         };
-        (i, m, cancelled)
+        (i, m, answered)
     }
 
     /// Waits, at most `wait`, for the late answers of this invocation's timed-out attempts and

@@ -117,9 +117,10 @@ export class Gridrelay extends Construct {
   public readonly deadLetterQueue: sqs.Queue;
   public readonly deadLetterRedriveQueue: sqs.Queue;
   public readonly deadLetterBucket: s3.Bucket;
-  /** The delivery journal (#35): deliver puts each invocation's steps to this stream, which
-   * writes them to the bucket as GZIP JSON lines under `journal/YYYY/MM/DD/HH/`; Athena reads
-   * them through the Glue table `journalTable`. */
+  /** The delivery journal (#35): deliver and dead-letter put each invocation's steps to this
+   * stream as a GZIP-compressed record of JSON lines, which it writes to the bucket as they are
+   * (`.json.gz` objects) under `journal/YYYY/MM/DD/HH/`; Athena reads them through the Glue
+   * table `journalTable`. */
   public readonly journalBucket: s3.Bucket;
   public readonly journalStream: firehose.CfnDeliveryStream;
   public readonly journalTable: glue.CfnTable;
