@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::classify::{AttemptResult, DeliveryOutcome};
 use crate::delivery::{GiveUp, Settlement};
 use crate::destination::RoutingFields;
-use crate::message::{DeadLetterMessage, DeliveryMessage, QueuedEvent};
+use crate::message::{DeadLetterEntry, DeadLetterMessage, DeliveryMessage, QueuedEvent};
 use crate::outbound::redact_endpoint;
 use crate::schema::DeliverySchema;
 use crate::subscription::Subscription;
@@ -437,17 +437,16 @@ pub fn gave_up_entry(
     give_up: &GiveUp,
     now: DateTime<Utc>,
 ) -> JournalEntry {
-    let entries: Vec<&crate::message::DeadLetterEntry> = match give_up {
-        GiveUp::DeadLetter { messages, .. } => messages.iter().flat_map(|m| &m.entries).collect(),
-        GiveUp::Drop { entries } => entries.iter().collect(),
+    let ids = match give_up {
+        GiveUp::DeadLetter { messages, .. } => {
+            dead_letter_ids(messages.iter().flat_map(|m| &m.entries), schema)
+        }
+        GiveUp::Drop { entries } => dead_letter_ids(entries, schema),
     };
     JournalEntry {
         topic: subscription.topic.clone(),
         subscription: subscription.name.clone(),
-        ids: entries
-            .iter()
-            .map(|e| RoutingFields::of(&e.event, schema).id)
-            .collect(),
+        ids,
         time: now,
         step: Step::GaveUp {
             next: Next::given_up(give_up),
@@ -469,7 +468,7 @@ pub fn not_deliverable_entry(
     JournalEntry {
         topic: topic.to_string(),
         subscription: subscription.to_string(),
-        ids: events.iter().map(|e| event_fields(e, schema).id).collect(),
+        ids: queued_ids(events, schema),
         time: now,
         step: Step::Dropped {
             reason: reason.to_string(),
@@ -483,11 +482,7 @@ pub fn late_success_entry(message: &DeliveryMessage, answered: DateTime<Utc>) ->
     JournalEntry {
         topic: message.topic.clone(),
         subscription: message.subscription.clone(),
-        ids: message
-            .events
-            .iter()
-            .map(|e| event_fields(e, message.schema).id)
-            .collect(),
+        ids: queued_ids(&message.events, message.schema),
         time: answered,
         step: Step::LateSuccess {
             attempt: message.attempts,
@@ -505,14 +500,26 @@ pub fn dead_letter_entry(
     JournalEntry {
         topic: message.topic.clone(),
         subscription: message.subscription.clone(),
-        ids: message
-            .entries
-            .iter()
-            .map(|e| RoutingFields::of(&e.event, message.schema).id)
-            .collect(),
+        ids: dead_letter_ids(&message.entries, message.schema),
         time: at,
         step,
     }
+}
+
+/// The ids of queued `events` in `schema`.
+fn queued_ids(events: &[QueuedEvent], schema: DeliverySchema) -> Vec<String> {
+    events.iter().map(|e| event_fields(e, schema).id).collect()
+}
+
+/// The ids of the events of dead-letter `entries` in `schema`.
+fn dead_letter_ids<'a>(
+    entries: impl IntoIterator<Item = &'a DeadLetterEntry>,
+    schema: DeliverySchema,
+) -> Vec<String> {
+    entries
+        .into_iter()
+        .map(|e| RoutingFields::of(&e.event, schema).id)
+        .collect()
 }
 
 /// Where a subscription's copy stands after `steps` (in order): a success or a dead-letter
