@@ -29,6 +29,10 @@ pub const DEFAULT_DELIVERY_STATE_TABLE: &str = "gridrelay-delivery-state";
 /// The delivery journal's Firehose stream (#35); without it, `deliver` keeps no journal.
 pub const JOURNAL_STREAM_ENV: &str = "GRIDRELAY_JOURNAL_STREAM";
 
+/// The topic archive's Firehose stream (#35); without it, `ingest` archives nothing. It
+/// writes to the journal's bucket, under `archive/`.
+pub const ARCHIVE_STREAM_ENV: &str = "GRIDRELAY_ARCHIVE_STREAM";
+
 /// The bucket the delivery journal's stream writes to, for the command line's questions.
 pub const JOURNAL_BUCKET_ENV: &str = "GRIDRELAY_JOURNAL_BUCKET";
 

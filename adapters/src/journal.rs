@@ -1,15 +1,17 @@
-//! Writing the delivery journal (#35) from a function that has other work to finish: one call
-//! per invocation, bounded by a budget of its own and by the invocation's deadline, and never
-//! at the cost of that work.
+//! Writing to a record stream (the delivery journal's, #35, or a topic archive's) from a
+//! function that has other work to finish: one call per invocation, bounded by a budget of its
+//! own and by the invocation's deadline, and never at the cost of that work.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use gridrelay_shared::deadline::until_stop;
-use gridrelay_shared::journal::{JournalEntry, MAX_RECORD_BYTES, compress_record, pack_records};
+use gridrelay_shared::journal::{
+    JournalEntry, MAX_RECORD_BYTES, compress_record, pack_lines, pack_records,
+};
 use tracing::warn;
 
-use gridrelay_ports::JournalSink;
+use gridrelay_ports::RecordStream;
 
 /// The longest one invocation's journal write may take, beside its queue sends: a hanging
 /// stream never takes the time an invocation keeps for its own work.
@@ -21,7 +23,7 @@ pub const JOURNAL_WRITE_BUDGET: Duration = Duration::from_secs(2);
 /// [`REPLY_MARGIN`](gridrelay_shared::deadline::REPLY_MARGIN)) before `deadline`
 /// (`now` is the time now). Returns how many entries the journal did not take, each cause logged; never fails.
 pub async fn write_entries(
-    sink: &dyn JournalSink,
+    sink: &dyn RecordStream,
     entries: &[JournalEntry],
     now: DateTime<Utc>,
     deadline: DateTime<Utc>,
@@ -31,36 +33,91 @@ pub async fn write_entries(
         return 0;
     }
     let left = until_stop(now, deadline, reply_margin).unwrap_or(JOURNAL_WRITE_BUDGET);
-    let (budget, limit) = if left < JOURNAL_WRITE_BUDGET {
-        (left, "the invocation's deadline")
+    let budget = if left < JOURNAL_WRITE_BUDGET {
+        Budget::deadline(left)
     } else {
-        (JOURNAL_WRITE_BUDGET, "their budget")
+        Budget::own(JOURNAL_WRITE_BUDGET)
     };
-    let packed = pack_records(entries, MAX_RECORD_BYTES);
+    let records = pack_records(entries, MAX_RECORD_BYTES);
+    let written = write_records(sink, records, budget, "journal entries").await;
+    // An entry split by its ids (a batch too large for one record) counts once.
+    written.min(entries.len())
+}
+
+/// How long a write may take, and what set that.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    pub time: Duration,
+    /// For the log: `their budget` or `the invocation's deadline`.
+    pub limit: &'static str,
+}
+
+impl Budget {
+    /// The write's own budget.
+    pub fn own(time: Duration) -> Self {
+        Self {
+            time,
+            limit: "their budget",
+        }
+    }
+
+    /// What is left before the invocation's deadline.
+    pub fn deadline(time: Duration) -> Self {
+        Self {
+            time,
+            limit: "the invocation's deadline",
+        }
+    }
+}
+
+/// Writes `lines` (each ending with a newline) packed into as few records as fit, each
+/// compressed, in one call that ends within `budget`. Returns how many lines the stream did
+/// not take, each cause logged (`what` names the lines); never fails.
+pub async fn write_lines(
+    sink: &dyn RecordStream,
+    lines: Vec<Vec<u8>>,
+    budget: Budget,
+    what: &str,
+) -> usize {
+    if lines.is_empty() {
+        return 0;
+    }
+    write_records(sink, pack_lines(lines, MAX_RECORD_BYTES), budget, what).await
+}
+
+/// Compresses and writes packed `records`; returns how many of their lines were not taken.
+async fn write_records(
+    sink: &dyn RecordStream,
+    packed: Vec<Vec<u8>>,
+    budget: Budget,
+    what: &str,
+) -> usize {
     let lines: Vec<usize> = packed
         .iter()
         .map(|record| record.iter().filter(|b| **b == b'\n').count())
         .collect();
+    let total: usize = lines.iter().sum();
     let records: Vec<Vec<u8>> = packed.iter().map(|r| compress_record(r)).collect();
-    let unwritten = match tokio::time::timeout(budget, sink.put_records(&records)).await {
+    let unwritten = match tokio::time::timeout(budget.time, sink.put_records(&records)).await {
         Ok(Ok(refused)) => refused.iter().map(|&i| lines[i]).sum(),
         Ok(Err(e)) => {
-            warn!(error = %e, entries = entries.len(), "journal entries not written; the work goes on without them");
-            entries.len()
+            warn!(error = %e, lines = total, "{what} not written; the work goes on without them");
+            total
         }
         Err(_) => {
             warn!(
-                entries = entries.len(),
-                budget_ms = budget.as_millis() as u64,
-                "journal entries not written within {limit}; the work goes on without them"
+                lines = total,
+                budget_ms = budget.time.as_millis() as u64,
+                "{what} not written within {}; the work goes on without them",
+                budget.limit
             );
-            entries.len()
+            total
         }
     };
-    if unwritten > 0 && unwritten < entries.len() {
+    if unwritten > 0 && unwritten < total {
         warn!(
             unwritten,
-            "some journal entries not taken; the work goes on without them"
+            "some {what} not taken; the work goes on without them"
         );
     }
     unwritten
@@ -75,15 +132,15 @@ mod tests {
     use gridrelay_shared::journal::{Step, read_lines, unpack_object};
 
     use super::*;
-    use gridrelay_ports::JournalError;
+    use gridrelay_ports::RecordStreamError;
 
     /// Keeps the records as sent.
     #[derive(Default)]
     struct Sent(Mutex<Vec<Vec<u8>>>);
 
     #[async_trait]
-    impl JournalSink for Sent {
-        async fn put_records(&self, records: &[Vec<u8>]) -> Result<Vec<usize>, JournalError> {
+    impl RecordStream for Sent {
+        async fn put_records(&self, records: &[Vec<u8>]) -> Result<Vec<usize>, RecordStreamError> {
             self.0.lock().unwrap().extend(records.iter().cloned());
             Ok(Vec::new())
         }

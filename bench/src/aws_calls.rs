@@ -128,6 +128,22 @@ pub fn operation(
     format!("s3:{method}")
 }
 
+/// What a PutRecordBatch to a topic archive's stream (`<prefix>-archive`) is counted as, apart
+/// from the delivery journal's.
+pub const ARCHIVE_PUT: &str = "firehose:PutRecordBatch(archive)";
+
+/// The stream a Firehose request names.
+pub fn firehose_stream(body: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        #[serde(rename = "DeliveryStreamName", default)]
+        name: String,
+    }
+    serde_json::from_slice::<Named>(body)
+        .map(|n| n.name)
+        .unwrap_or_default()
+}
+
 /// A PutRecordBatch request's records: the 5 KB steps Firehose bills them in, and their bytes.
 pub fn firehose_records(body: &[u8]) -> (u64, u64) {
     use base64::Engine;
@@ -197,7 +213,10 @@ async fn relay(proxy: &Proxy, request: Request) -> anyhow::Result<Response> {
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
-    let op = operation(target, parts.method.as_str(), path, &body);
+    let mut op = operation(target, parts.method.as_str(), path, &body);
+    if op == "firehose:PutRecordBatch" && firehose_stream(&body).ends_with("-archive") {
+        op = ARCHIVE_PUT.to_string();
+    }
     let mut outgoing = proxy
         .client
         .request(parts.method.clone(), format!("{}{path}", proxy.target));
@@ -213,7 +232,7 @@ async fn relay(proxy: &Proxy, request: Request) -> anyhow::Result<Response> {
 
     let (billed, stored) = if op.starts_with("sqs:") {
         (sqs_chunks(body.len().max(answer_body.len())), 0)
-    } else if op == "firehose:PutRecordBatch" {
+    } else if op == "firehose:PutRecordBatch" || op == ARCHIVE_PUT {
         firehose_records(&body)
     } else {
         (1, 0)
@@ -275,6 +294,15 @@ mod tests {
             "s3:LIST"
         );
         assert_eq!(operation(None, "GET", "/dl/", b""), "s3:LIST");
+    }
+
+    #[test]
+    fn an_archive_streams_records_are_told_from_the_journals() {
+        assert_eq!(
+            firehose_stream(br#"{"DeliveryStreamName":"bench-archive","Records":[]}"#),
+            "bench-archive"
+        );
+        assert_eq!(firehose_stream(b"not json"), "");
     }
 
     #[test]

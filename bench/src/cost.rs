@@ -49,6 +49,8 @@ pub const LIST_PRICES: Prices = Prices {
 
 /// How long the journal is kept by default (`JournalRetentionDays`), for its storage's cost.
 pub const JOURNAL_RETENTION_DAYS: f64 = 7.0;
+/// The benchmark topics' archive retention (`--retention-days 7`), for its storage's cost.
+pub const ARCHIVE_RETENTION_DAYS: f64 = 7.0;
 
 /// What the managed peers charge per million events delivered once, at the same date.
 pub const PEERS: [(&str, f64); 2] = [
@@ -89,6 +91,10 @@ pub struct Usage {
     /// The journal's bytes as stored (its records, compressed by their writers), kept
     /// [`JOURNAL_RETENTION_DAYS`].
     pub journal_stored_bytes: u64,
+    /// The topic archive's Firehose records (`ingest`'s), in 5 KB steps.
+    pub archive_steps: u64,
+    /// The archive's bytes as stored, kept [`ARCHIVE_RETENTION_DAYS`].
+    pub archive_stored_bytes: u64,
 }
 
 /// Dollars per million events, by what they pay for.
@@ -101,11 +107,19 @@ pub struct CostPerMillion {
     pub other: f64,
     /// The delivery journal: Firehose ingestion and S3 storage for its retention (#35).
     pub journal: f64,
+    /// The topic archive: Firehose ingestion and S3 storage for the topic's retention (#35).
+    pub archive: f64,
 }
 
 impl CostPerMillion {
     pub fn total(&self) -> f64 {
-        self.api_gateway + self.lambda + self.sqs + self.dynamodb + self.other + self.journal
+        self.api_gateway
+            + self.lambda
+            + self.sqs
+            + self.dynamodb
+            + self.other
+            + self.journal
+            + self.archive
     }
 }
 
@@ -150,6 +164,11 @@ impl Usage {
                 + self.journal_stored_bytes as f64 / 1e9
                     * prices.s3_gb_month
                     * (JOURNAL_RETENTION_DAYS / 30.0))
+                * scale,
+            archive: (self.archive_steps as f64 * prices.firehose_5kb_step
+                + self.archive_stored_bytes as f64 / 1e9
+                    * prices.s3_gb_month
+                    * (ARCHIVE_RETENTION_DAYS / 30.0))
                 * scale,
         }
     }
@@ -208,6 +227,8 @@ mod tests {
             s3_puts: 1,
             firehose_steps: 3,
             journal_stored_bytes: 30_000,
+            archive_steps: 2,
+            archive_stored_bytes: 20_000,
             ..Usage::default()
         };
         let cost = usage.per_million(&LIST_PRICES, Architecture::X86);
@@ -225,11 +246,21 @@ mod tests {
             cost.journal,
             (3.0 * 0.029 * 5e3 / 1e9 + 30_000.0 / 1e9 * 0.023 * 7.0 / 30.0) * 1e3
         ));
+        assert!(close(
+            cost.archive,
+            (2.0 * 0.029 * 5e3 / 1e9 + 20_000.0 / 1e9 * 0.023 * 7.0 / 30.0) * 1e3
+        ));
         let arm = usage.per_million(&LIST_PRICES, Architecture::Arm);
         assert!(arm.lambda < cost.lambda);
         assert!(close(
             cost.total(),
-            cost.api_gateway + cost.lambda + cost.sqs + cost.dynamodb + cost.other + cost.journal
+            cost.api_gateway
+                + cost.lambda
+                + cost.sqs
+                + cost.dynamodb
+                + cost.other
+                + cost.journal
+                + cost.archive
         ));
     }
 }

@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use gridrelay_local::ResourceNames;
 use serde_json::Value;
 
-use crate::aws_calls::{AwsCallCounter, CallCounts};
+use crate::aws_calls::{ARCHIVE_PUT, AwsCallCounter, CallCounts};
 use crate::cost::{FunctionTime, Usage, http_api_units};
 use crate::{Cpu, events, sink};
 
@@ -190,7 +190,8 @@ impl Runner {
         hook: &str,
         max_events_per_batch: Option<u32>,
     ) -> anyhow::Result<String> {
-        let created = self.cli(&["topic", "create", "--name", topic])?;
+        // Archived for 7 days (#35), as a topic that can be replayed.
+        let created = self.cli(&["topic", "create", "--name", topic, "--retention-days", "7"])?;
         let key = created["key1"]
             .as_str()
             .context("topic create printed no key1")?
@@ -321,7 +322,13 @@ fn usage(events: usize, publish_units: u64, calls: &CallCounts, report: &Value) 
         firehose_steps: sum(&|op| op == "firehose:PutRecordBatch", true),
         journal_stored_bytes: calls
             .iter()
-            .filter(|(op, _)| op.starts_with("firehose:"))
+            .filter(|(op, _)| op.as_str() == "firehose:PutRecordBatch")
+            .map(|(_, c)| c.stored_bytes)
+            .sum(),
+        archive_steps: sum(&|op| op == ARCHIVE_PUT, true),
+        archive_stored_bytes: calls
+            .iter()
+            .filter(|(op, _)| op.as_str() == ARCHIVE_PUT)
             .map(|(_, c)| c.stored_bytes)
             .sum(),
     }

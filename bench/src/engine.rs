@@ -139,7 +139,7 @@ pub async fn deliver_all(
         caps: Arc::new(MemoryDeliveryCapStore::default()),
         journal: match &journaled {
             Some(memory) => memory.clone(),
-            None => Arc::new(gridrelay_ports::NoJournal),
+            None => Arc::new(gridrelay_ports::NoRecordStream),
         },
     };
     let sender = Arc::new(settings.http_sender()?);

@@ -341,7 +341,7 @@ async fn e2e_bench(
         e2e::FUNCTION_MEMORY_MB
     );
     println!(
-        "  {:<9} {:<10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "  {:<9} {:<10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
         "publish",
         "batching",
         "subscriber",
@@ -351,6 +351,7 @@ async fn e2e_bench(
         "DynamoDB",
         "other",
         "journal",
+        "archive",
         "x86_64",
         "arm64"
     );
@@ -380,13 +381,15 @@ async fn e2e_bench(
                     .usage
                     .per_million(&cost::LIST_PRICES, cost::Architecture::Arm);
                 let goal = match (per_publish, batch, delay_ms) {
-                    (100, None, 50) => "  (goal <= $0.10; journal <= $0.01)",
-                    (100, None, _) => "  (journal goal <= $0.01)",
-                    (1, None, _) => "  (journal goal <= $0.03)",
+                    (100, None, 50) => {
+                        "  (goal <= $0.10; journal <= $0.01; journal and archive <= $0.05)"
+                    }
+                    (100, None, _) => "  (journal goal <= $0.01; journal and archive <= $0.05)",
+                    (1, None, _) => "  (journal goal <= $0.03; journal and archive <= $0.20)",
                     _ => "",
                 };
                 println!(
-                    "  {:<9} {:<10} {:>8} ms {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>10.4} {:>10.4}{goal}",
+                    "  {:<9} {:<10} {:>8} ms {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>10.4} {:>10.4}{goal}",
                     format!("array {per_publish}"),
                     batch.map_or("off".to_string(), |n| format!("{n}")),
                     delay_ms,
@@ -396,6 +399,7 @@ async fn e2e_bench(
                     x86.dynamodb,
                     x86.other,
                     x86.journal,
+                    x86.archive,
                     x86.total(),
                     arm.total(),
                 );

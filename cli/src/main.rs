@@ -20,6 +20,7 @@ use gridrelay_ports::StoreError;
 use gridrelay_shared::limits::LimitError;
 use gridrelay_shared::queue_seal::QueueKey;
 
+mod archive;
 mod journal;
 mod local;
 mod redrive;
@@ -102,8 +103,9 @@ struct Cli {
     /// installation).
     #[arg(long, global = true, env = config::QUEUE_KEY_SECRET_ENV)]
     queue_key_secret: Option<String>,
-    /// The bucket the delivery journal is written to (the stack's JournalBucket output), read
-    /// by `event show` and `event-subscription attempts`. Default: `<prefix>-journal` beside a
+    /// The bucket the delivery journal and topic archives are written to (the stack's
+    /// JournalBucket output), read by `event show`, `event-subscription attempts` and
+    /// `archive list`. Default: `<prefix>-journal` beside a
     /// delivery queue named `<prefix>-delivery` (a local installation).
     #[arg(long, global = true, env = config::JOURNAL_BUCKET_ENV)]
     journal_bucket: Option<String>,
@@ -143,6 +145,9 @@ enum Command {
     /// Events as the delivery journal saw them.
     #[command(subcommand)]
     Event(journal::EventCommand),
+    /// What topics with a retention archived, for replays.
+    #[command(subcommand)]
+    Archive(archive::ArchiveCommand),
 }
 
 /// What `--output` prints.
@@ -185,6 +190,9 @@ fn flag_of(field: &str) -> &str {
         "labels" => "--labels",
         "expirationTimeUtc" => "--expiration-date",
         "tags" => "--tags",
+        "retentionDays" => "--retention-days",
+        "startTime" => "--start-time",
+        "endTime" => "--end-time",
         "gracePeriodHours" => "--grace-period-hours",
         gridrelay_shared::outbound::ALLOWED_NETWORKS_FIELD => "--allowed-networks",
         f if f.starts_with("configCacheSeconds") => "--config-cache-seconds",
@@ -317,6 +325,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let bucket =
                 journal::journal_bucket(cli.journal_bucket.as_deref(), &cli.delivery_queue)?;
             journal::show_event(args, &bucket, cli.output).await
+        }
+        Command::Archive(archive::ArchiveCommand::List(args)) => {
+            let bucket =
+                journal::journal_bucket(cli.journal_bucket.as_deref(), &cli.delivery_queue)?;
+            archive::list_archived(args, tables, &bucket, cli.output).await
         }
         Command::EventSubscription(SubscriptionCommand::Attempts(args)) => {
             let bucket =

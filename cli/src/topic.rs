@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use gridrelay_adapters::aws::{DynamoSubscriptionStore, load_sdk_config};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_ports::SubscriptionStore;
+use gridrelay_shared::archive::validate_retention_days;
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{Topic, parse_tags};
@@ -19,8 +20,8 @@ use crate::{OutputFormat, invalid, print, print_as, store_error};
 pub(super) enum TopicCommand {
     /// Create a topic; prints its publish endpoint and keys.
     Create(CreateTopic),
-    /// Change a topic's tags (its schema and keys have their own commands: a topic's input
-    /// schema is fixed, as in Event Grid).
+    /// Change a topic's tags or archive retention (its keys have their own commands; a topic's
+    /// input schema is fixed, as in Event Grid).
     Update(UpdateTopic),
     /// Show a topic.
     Show(TopicName),
@@ -70,17 +71,40 @@ pub(super) struct CreateTopic {
     /// Tags, KEY=VALUE: at most 50, keys of 1 to 512 characters, values of at most 256.
     #[arg(long, num_args = 1..)]
     tags: Vec<String>,
+    /// Days the topic's archive keeps what it accepts, for `gridrelay replay`: 0 (no archive,
+    /// the default) to 365.
+    #[arg(long, allow_negative_numbers = true)]
+    retention_days: Option<i64>,
 }
 
 #[derive(Args)]
+#[group(id = "change", required = true, multiple = true, args = ["tags", "retention_days"])]
 pub(super) struct UpdateTopic {
     #[arg(long)]
     name: String,
     /// The topic's tags from now on, KEY=VALUE (replacing the stored ones; the flag alone
     /// removes them).
-    #[arg(long, num_args = 0.., required = true)]
-    tags: Vec<String>,
+    #[arg(long, num_args = 0..)]
+    tags: Option<Vec<String>>,
+    /// Days the topic's archive keeps what it accepts from now on: 0 (stop archiving) to 365.
+    /// A shorter retention also shortens what a replay can reach.
+    #[arg(long, allow_negative_numbers = true)]
+    retention_days: Option<i64>,
 }
+
+impl UpdateTopic {
+    /// The new tags and retention, checked.
+    fn changes(&self) -> Result<(Option<Tags>, Option<u16>), LimitError> {
+        let tags = self.tags.as_deref().map(parse_tags).transpose()?;
+        let days = self
+            .retention_days
+            .map(validate_retention_days)
+            .transpose()?;
+        Ok((tags, days))
+    }
+}
+
+type Tags = std::collections::BTreeMap<String, String>;
 
 impl CreateTopic {
     fn topic(&self) -> Result<Topic, LimitError> {
@@ -99,8 +123,14 @@ impl CreateTopic {
         })
         .transpose()?;
         let tags = parse_tags(&self.tags)?;
+        let retention_days = self
+            .retention_days
+            .map(validate_retention_days)
+            .transpose()?
+            .unwrap_or(0);
         Ok(Topic {
             tags,
+            retention_days,
             ..Topic::with_new_keys(&self.name, chrono::Utc::now())
                 .with_input_schema(schema, mapping)?
         })
@@ -127,6 +157,7 @@ pub(super) async fn run_topic(
     }
     if let TopicCommand::Update(t) = &cmd {
         validate_topic_name(&t.name).map_err(invalid)?;
+        t.changes().map_err(invalid)?;
     }
     let new_topic = match &cmd {
         TopicCommand::Create(c) => Some(c.topic().map_err(invalid)?),
@@ -136,7 +167,7 @@ pub(super) async fn run_topic(
     topic_command(store.as_ref(), publish_url, output, cmd, new_topic).await
 }
 
-async fn open_store(tables: TableNames) -> Arc<dyn SubscriptionStore> {
+pub(super) async fn open_store(tables: TableNames) -> Arc<dyn SubscriptionStore> {
     let sdk = load_sdk_config().await;
     Arc::new(DynamoSubscriptionStore::from_sdk(&sdk, tables))
 }
@@ -168,10 +199,15 @@ async fn topic_command(
             let topic = existing_topic(store, &name).await?;
             one(&topic, false)
         }
-        TopicCommand::Update(UpdateTopic { name, tags }) => {
-            let tags = parse_tags(&tags).map_err(invalid)?;
-            let mut topic = existing_topic(store, &name).await?;
-            topic.tags = tags;
+        TopicCommand::Update(update) => {
+            let (tags, days) = update.changes().map_err(invalid)?;
+            let mut topic = existing_topic(store, &update.name).await?;
+            if let Some(tags) = tags {
+                topic.tags = tags;
+            }
+            if let Some(days) = days {
+                topic.retention_days = days;
+            }
             store.replace_topic(&topic).await.map_err(store_error)?;
             one(&topic, false)
         }

@@ -48,6 +48,7 @@ pub fn topic_view(topic: &Topic, publish_url: &str, with_keys: bool) -> Value {
             "dataVersion": {"sourceField": m.data_version_field, "defaultValue": m.default_data_version},
         })),
         "tags": (!topic.tags.is_empty()).then_some(&topic.tags),
+        "eventRetentionInDays": topic.retention_days,
         "systemData": {"createdAt": topic.created_at},
     });
     if with_keys {
@@ -315,6 +316,7 @@ pub fn topics_table(topics: &[Topic], publish_url: &str) -> String {
                 t.name.clone(),
                 "Succeeded".to_string(),
                 t.input_schema.as_str().to_string(),
+                t.retention_days.to_string(),
                 format!(
                     "{}{}",
                     publish_url.trim_end_matches('/'),
@@ -324,7 +326,13 @@ pub fn topics_table(topics: &[Topic], publish_url: &str) -> String {
         })
         .collect();
     table(
-        &["Name", "ProvisioningState", "InputSchema", "Endpoint"],
+        &[
+            "Name",
+            "ProvisioningState",
+            "InputSchema",
+            "RetentionDays",
+            "Endpoint",
+        ],
         &rows,
     )
 }

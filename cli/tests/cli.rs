@@ -1540,3 +1540,127 @@ async fn the_journal_shows_each_attempt_of_an_event_and_where_it_stands_r1_s5() 
     );
     sys.shutdown().await;
 }
+
+/// #35, the archive, as an operator runs it: a topic created with `--retention-days 7` shows
+/// it, and `archive list` finds exactly its accepted events of a window, oldest first and as
+/// they were fanned out (none of another topic's, none outside the window); a topic without a
+/// retention has no archive to list, and a retention, window start or end outside what is
+/// allowed is refused naming the flag's field, the value and the range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
+    let sys = TestSystem::start_with_own_journal(0.01).await;
+    let names = Some(&sys.names);
+    let created = json(&gridrelay(
+        &["topic", "create", "--name", "kept", "--retention-days", "7"],
+        names,
+    ));
+    assert_eq!(created["eventRetentionInDays"], 7, "{created}");
+    let key = created["key1"].as_str().unwrap().to_string();
+    let plain = json(&gridrelay(&["topic", "create", "--name", "plain"], names));
+    assert_eq!(plain["eventRetentionInDays"], 0, "{plain}");
+    let plain_key = plain["key1"].as_str().unwrap().to_string();
+
+    let time =
+        |at: chrono::DateTime<chrono::Utc>| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let publish = |topic: &'static str, key: String, body: Value| {
+        let sys = &sys;
+        async move {
+            let (status, answer) = sys
+                .publish_raw(topic, Some(&key), body.to_string().into_bytes())
+                .await;
+            assert_eq!(status, 200, "{answer}");
+        }
+    };
+    let start = chrono::Utc::now();
+    publish("kept", key.clone(), events("first", 2)).await;
+    publish("plain", plain_key, events("elsewhere", 1)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let middle = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    publish("kept", key, events("second", 1)).await;
+
+    let list = |extra: &[&str]| {
+        let mut args = vec!["archive", "list", "--topic-name"];
+        args.extend_from_slice(extra);
+        gridrelay(&args, names)
+    };
+    let ids = |listed: &Value| -> Vec<String> {
+        listed["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["event"]["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let all = json(&list(&["kept", "--start-time", &time(start)]));
+    assert_eq!(ids(&all), ["first-0", "first-1", "second-0"], "{all}");
+    assert_eq!(all["count"], 3, "{all}");
+    assert_eq!(all["retentionDays"], 7, "{all}");
+    assert!(
+        all["events"][0]["event"]["topic"]
+            .as_str()
+            .unwrap()
+            .ends_with("/topics/kept"),
+        "as fanned out: {all}"
+    );
+    let first = json(&list(&[
+        "kept",
+        "--start-time",
+        &time(start),
+        "--end-time",
+        &time(middle),
+    ]));
+    assert_eq!(ids(&first), ["first-0", "first-1"], "{first}");
+    let second = json(&list(&[
+        "kept",
+        "--start-time",
+        &time(middle),
+        "-o",
+        "json",
+    ]));
+    assert_eq!(ids(&second), ["second-0"], "{second}");
+    let table = list(&["kept", "--start-time", "1h", "-o", "table"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.status.success() && text.contains("second-0") && text.contains("3 events"),
+        "{text} {}",
+        stderr(&table)
+    );
+
+    for (args, field, value) in [
+        (vec!["plain", "--start-time", "1h"], "retentionDays", "0"),
+        (
+            vec!["kept", "--start-time", "8d"],
+            "startTime",
+            "or later (the topic keeps 7 days)",
+        ),
+    ] {
+        let out = list(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(field) && err.contains(value), "{err}");
+    }
+    let out = gridrelay(
+        &[
+            "topic",
+            "update",
+            "--name",
+            "kept",
+            "--retention-days",
+            "366",
+        ],
+        names,
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("retentionDays") && err.contains("366") && err.contains("0 to 365"),
+        "{err}"
+    );
+    let updated = json(&gridrelay(
+        &["topic", "update", "--name", "kept", "--retention-days", "1"],
+        names,
+    ));
+    assert_eq!(updated["eventRetentionInDays"], 1, "{updated}");
+    sys.shutdown().await;
+}

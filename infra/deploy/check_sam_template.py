@@ -41,6 +41,8 @@ EXPECTED = {
         "sqs:SendMessage": [getatt("DeliveryQueue")],
         # #34 item 2: the key its queue messages are sealed with.
         "secretsmanager:GetSecretValue": [QUEUE_KEY],
+        # #35: topic archives, one call per publish.
+        "firehose:PutRecordBatch": [getatt("ArchiveStream")],
     },
     "DeliverFunction": {
         "dynamodb:GetItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
@@ -184,19 +186,19 @@ def control_queue_problems(resources):
     return problems
 
 
-def journal_problems(resources):
-    """#35: deliver and dead-letter write to the journal's stream; the stream writes their GZIP
-    records (JSON lines) as they are, named .json.gz, under
-    journal/ with its own hour prefix (what the reader and the Glue table expect), through a role
-    that may only write there; the journal's objects expire after JournalRetentionDays."""
+def stream_problems(resources, stream, prefix, writers, env_name):
+    """#35: `writers` write to `stream` (named to them by `env_name`); the stream writes their
+    GZIP records (JSON lines) as they are, named .json.gz, into the journal's bucket under
+    `prefix` with its own hour prefix (what the readers and the Glue table expect), through a
+    role that may only write there."""
     problems = []
-    for function in ["DeliverFunction", "DeadLetterFunction"]:
+    for function in writers:
         env = resources[function]["Properties"].get("Environment", {}).get("Variables", {})
-        if env.get("GRIDRELAY_JOURNAL_STREAM") != {"Ref": "JournalStream"}:
-            problems.append(f"{function}: GRIDRELAY_JOURNAL_STREAM is {env.get('GRIDRELAY_JOURNAL_STREAM')}")
-    destination = resources["JournalStream"]["Properties"].get("ExtendedS3DestinationConfiguration", {})
+        if env.get(env_name) != {"Ref": stream}:
+            problems.append(f"{function}: {env_name} is {env.get(env_name)}")
+    destination = resources[stream]["Properties"].get("ExtendedS3DestinationConfiguration", {})
     expected = {
-        "Prefix": "journal/",
+        "Prefix": prefix,
         # The writers compress each record; the stream keeps them as they are, named for Athena.
         "CompressionFormat": "UNCOMPRESSED",
         "FileExtension": ".json.gz",
@@ -204,22 +206,35 @@ def journal_problems(resources):
     }
     for key, value in expected.items():
         if destination.get(key) != value:
-            problems.append(f"JournalStream: {key} is {destination.get(key)}, expected {value}")
+            problems.append(f"{stream}: {key} is {destination.get(key)}, expected {value}")
     if "DynamicPartitioningConfiguration" in destination or "ErrorOutputPrefix" in destination:
-        problems.append("JournalStream: expected the stream's own hour prefix, no dynamic partitioning")
+        problems.append(f"{stream}: expected the stream's own hour prefix, no dynamic partitioning")
+    role = destination.get("RoleARN", {}).get("Fn::GetAtt", ["?"])[0]
     statements = [
         s
-        for p in resources["JournalStreamRole"]["Properties"]["Policies"]
+        for p in resources[role]["Properties"]["Policies"]
         for s in p["PolicyDocument"]["Statement"]
-    ]
+    ] if role in resources else []
     writes = [s for s in statements if "s3:PutObject" in s["Action"]]
     if writes != [s for s in statements if s["Resource"] != getatt("JournalBucket")] or len(writes) != 1:
-        problems.append(f"JournalStreamRole: expected one write statement, got {statements}")
-    elif writes[0]["Resource"] != {"Fn::Sub": "${JournalBucket.Arn}/journal/*"}:
-        problems.append(f"JournalStreamRole: writes to {writes[0]['Resource']}, expected only journal/")
+        problems.append(f"{role}: expected one write statement, got {statements}")
+    elif writes[0]["Resource"] != {"Fn::Sub": f"${{JournalBucket.Arn}}/{prefix}*"}:
+        problems.append(f"{role}: writes to {writes[0]['Resource']}, expected only {prefix}")
+    return problems
+
+
+def journal_problems(resources):
+    """#35: the journal's and the archive's streams (stream_problems); the journal's objects
+    expire after JournalRetentionDays, the archive's after the longest retention a topic has."""
+    problems = stream_problems(
+        resources, "JournalStream", "journal/", ["DeliverFunction", "DeadLetterFunction"], "GRIDRELAY_JOURNAL_STREAM"
+    )
+    problems += stream_problems(resources, "ArchiveStream", "archive/", ["IngestFunction"], "GRIDRELAY_ARCHIVE_STREAM")
     rules = resources["JournalBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
     if not any(r.get("ExpirationInDays") == {"Ref": "JournalRetentionDays"} and r.get("Prefix") == "journal/" for r in rules):
         problems.append(f"JournalBucket: no rule expiring journal/ after JournalRetentionDays: {rules}")
+    if not any(r.get("ExpirationInDays") == 366 and r.get("Prefix") == "archive/" for r in rules):
+        problems.append(f"JournalBucket: no rule expiring archive/ after 366 days: {rules}")
     return problems
 
 

@@ -26,7 +26,7 @@ use aws_config::SdkConfig;
 use aws_lambda_events::sqs::SqsEvent;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
-    AwsResourceSender, DynamoDeliveryStateStore, FirehoseJournal, S3ObjectStore, SqsQueue,
+    AwsResourceSender, DynamoDeliveryStateStore, FirehoseStream, S3ObjectStore, SqsQueue,
     delivery_state_store, queue_key, s3_client, sealed_records, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
@@ -360,6 +360,7 @@ impl LocalSystem {
         let ingest = Arc::new(Ingest {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
+            archive: Arc::new(FirehoseStream::from_sdk(sdk, &names.archive_stream)),
             clock: clock.clone(),
         });
         // Bound first: the deliver worker puts the API's address in validation URLs.
@@ -523,11 +524,11 @@ fn journal_sink(
     sdk: &SdkConfig,
     names: &ResourceNames,
     config: &RunnerConfig,
-) -> Arc<dyn gridrelay_ports::JournalSink> {
+) -> Arc<dyn gridrelay_ports::RecordStream> {
     if config.journal {
-        Arc::new(FirehoseJournal::from_sdk(sdk, &names.journal_stream))
+        Arc::new(FirehoseStream::from_sdk(sdk, &names.journal_stream))
     } else {
-        Arc::new(gridrelay_ports::NoJournal)
+        Arc::new(gridrelay_ports::NoRecordStream)
     }
 }
 

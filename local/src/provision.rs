@@ -16,6 +16,7 @@ use gridrelay_adapters::config::{
     CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, JOURNAL_BUCKET_ENV,
     QUEUE_KEY_SECRET_ENV, SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
 };
+use gridrelay_shared::archive::ARCHIVE_PREFIX;
 use gridrelay_shared::journal::JOURNAL_PREFIX;
 
 /// Names of every resource, all derived from one prefix.
@@ -43,6 +44,9 @@ pub struct ResourceNames {
     /// writes into (under `journal/`).
     pub journal_stream: String,
     pub journal_bucket: String,
+    /// Topic archives (#35): the Firehose stream `ingest` writes accepted events to, into the
+    /// journal's bucket under `archive/`.
+    pub archive_stream: String,
 }
 
 impl ResourceNames {
@@ -61,6 +65,7 @@ impl ResourceNames {
             queue_key_secret: format!("{prefix}-queue-key"),
             journal_stream: format!("{prefix}-journal"),
             journal_bucket: format!("{prefix}-journal"),
+            archive_stream: format!("{prefix}-archive"),
         }
     }
 
@@ -193,7 +198,20 @@ pub async fn provision(
     let s3 = s3_client(sdk);
     create_bucket(&s3, &names.dead_letter_bucket).await?;
     create_bucket(&s3, &names.journal_bucket).await?;
-    create_journal_stream(sdk, names).await?;
+    create_stream(
+        sdk,
+        &names.journal_stream,
+        &names.journal_bucket,
+        JOURNAL_PREFIX,
+    )
+    .await?;
+    create_stream(
+        sdk,
+        &names.archive_stream,
+        &names.journal_bucket,
+        ARCHIVE_PREFIX,
+    )
+    .await?;
 
     Ok(Resources {
         names: names.clone(),
@@ -223,22 +241,24 @@ async fn create_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> anyhow::Result<
     }
 }
 
-/// The journal's Firehose stream into its bucket (idempotent), as the stack makes it: under
-/// `journal/` and the stream's own hour prefix, keeping the records as their writers compressed
-/// them. The emulator writes each put at once; AWS buffers them (60 s here).
-async fn create_journal_stream(sdk: &SdkConfig, names: &ResourceNames) -> anyhow::Result<()> {
+/// A Firehose stream into `bucket` (idempotent), as the stack makes the journal's and the
+/// archive's: under `prefix` and the stream's own hour prefix, keeping the records as their
+/// writers compressed them. The emulator writes each put at once; AWS buffers them (60 s here).
+async fn create_stream(
+    sdk: &SdkConfig,
+    stream: &str,
+    bucket: &str,
+    prefix: &str,
+) -> anyhow::Result<()> {
     use aws_sdk_firehose::types::{
         BufferingHints, CompressionFormat, DeliveryStreamType, ExtendedS3DestinationConfiguration,
     };
     let firehose = aws_sdk_firehose::Client::new(sdk);
     let destination = ExtendedS3DestinationConfiguration::builder()
-        .bucket_arn(format!("arn:aws:s3:::{}", names.journal_bucket))
+        .bucket_arn(format!("arn:aws:s3:::{bucket}"))
         // Not used by the emulator; the stack's stream has a role of its own.
-        .role_arn(format!(
-            "arn:aws:iam::123456789012:role/{}",
-            names.journal_stream
-        ))
-        .prefix(JOURNAL_PREFIX)
+        .role_arn(format!("arn:aws:iam::123456789012:role/{stream}"))
+        .prefix(prefix)
         .compression_format(CompressionFormat::Uncompressed)
         .file_extension(".json.gz")
         .buffering_hints(
@@ -250,7 +270,7 @@ async fn create_journal_stream(sdk: &SdkConfig, names: &ResourceNames) -> anyhow
         .build()?;
     match firehose
         .create_delivery_stream()
-        .delivery_stream_name(&names.journal_stream)
+        .delivery_stream_name(stream)
         .delivery_stream_type(DeliveryStreamType::DirectPut)
         .extended_s3_destination_configuration(destination)
         .send()
@@ -264,8 +284,7 @@ async fn create_journal_stream(sdk: &SdkConfig, names: &ResourceNames) -> anyhow
             Ok(())
         }
         Err(e) => anyhow::bail!(
-            "could not create the journal's stream {}: {}",
-            names.journal_stream,
+            "could not create the stream {stream} into {bucket}: {}",
             describe_error(&e)
         ),
     }

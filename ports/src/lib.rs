@@ -482,27 +482,30 @@ pub trait ResourceSender: Send + Sync {
     async fn check(&self, destination: &ResourceDestination) -> Result<(), DestinationError>;
 }
 
-/// The delivery journal did not take what was written, or could not be read.
+/// A record stream (the delivery journal's, a topic archive's) did not take what was written,
+/// or what it wrote could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("delivery journal: {0}")]
-pub struct JournalError(pub String);
+#[error("{0}")]
+pub struct RecordStreamError(pub String);
 
-/// Where the delivery journal's records go (Amazon Data Firehose into S3, on AWS and locally;
-/// [`gridrelay_shared::journal`] says what a record holds).
+/// Where lines of JSON go to be kept in S3 by the hour: Amazon Data Firehose, on AWS and
+/// locally. The delivery journal's records ([`gridrelay_shared::journal`] says what one holds)
+/// and the topic archive's ([`gridrelay_shared::archive`]) are written through it.
 #[async_trait]
-pub trait JournalSink: Send + Sync {
-    /// Writes `records` (each a whole number of journal lines) in as few calls as the service
-    /// allows. Returns the indices of the records it did not take; an `Err` took none.
-    async fn put_records(&self, records: &[Vec<u8>]) -> Result<Vec<usize>, JournalError>;
+pub trait RecordStream: Send + Sync {
+    /// Writes `records` (each a whole number of lines, usually compressed) in as few calls as
+    /// the service allows. Returns the indices of the records it did not take; an `Err` took
+    /// none.
+    async fn put_records(&self, records: &[Vec<u8>]) -> Result<Vec<usize>, RecordStreamError>;
 }
 
-/// No journal: takes every record and keeps none (a stack deployed without one).
+/// No stream: takes every record and keeps none (a stack deployed without a journal).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoJournal;
+pub struct NoRecordStream;
 
 #[async_trait]
-impl JournalSink for NoJournal {
-    async fn put_records(&self, _records: &[Vec<u8>]) -> Result<Vec<usize>, JournalError> {
+impl RecordStream for NoRecordStream {
+    async fn put_records(&self, _records: &[Vec<u8>]) -> Result<Vec<usize>, RecordStreamError> {
         Ok(Vec::new())
     }
 }
@@ -524,7 +527,27 @@ pub trait JournalSource: Send + Sync {
         &self,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
-    ) -> Result<JournalRead, JournalError>;
+    ) -> Result<JournalRead, RecordStreamError>;
+}
+
+/// What a read of a topic's archive found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ArchiveRead {
+    /// The topic's events of the window, in publish order.
+    pub events: Vec<gridrelay_shared::archive::ArchivedEvent>,
+    /// Lines that were not archived events, and parts of objects that could not be unpacked.
+    pub skipped: usize,
+}
+
+/// Topic archives as their readers see them (#35).
+#[async_trait]
+pub trait ArchiveSource: Send + Sync {
+    /// The archived events of `topic` published in `window`, in publish order.
+    async fn read_window(
+        &self,
+        topic: &str,
+        window: &gridrelay_shared::archive::TimeWindow,
+    ) -> Result<ArchiveRead, RecordStreamError>;
 }
 
 /// The time now. Injected so decisions can be tested at chosen times.

@@ -26,9 +26,10 @@ use gridrelay_shared::validation::{Provisioning, ProvisioningState};
 
 use crate::{
     Clock, DeliveryCapStore, DeliveryRequest, DeliveryStateStore, EventSender, HandshakeReply,
-    HandshakeRequest, Jitter, JournalError, JournalRead, JournalSink, JournalSource, LateAnswer,
-    MessageQueue, ObjectStore, ObjectStoreError, OutgoingMessage, QueueError, ReceivedMessage,
-    SecretError, SecretStore, SentAttempt, StoreError, SubscriptionStore, Versioned,
+    HandshakeRequest, Jitter, JournalRead, JournalSource, LateAnswer, MessageQueue, ObjectStore,
+    ObjectStoreError, OutgoingMessage, QueueError, ReceivedMessage, RecordStream,
+    RecordStreamError, SecretError, SecretStore, SentAttempt, StoreError, SubscriptionStore,
+    Versioned,
 };
 
 /// Locks a mutex, going on with the data if a panicking test thread poisoned it.
@@ -567,14 +568,20 @@ impl MemoryJournal {
     pub fn entries(&self) -> Vec<gridrelay_shared::journal::JournalEntry> {
         self.lines().0
     }
+
+    /// The lines of every record written so far, unpacked as the stream's objects are read
+    /// (for a stream of other lines than journal entries: a topic archive's).
+    pub fn written_lines(&self) -> Vec<u8> {
+        gridrelay_shared::journal::unpack_object(&lock(&self.records).concat()).0
+    }
 }
 
 #[async_trait]
-impl JournalSink for MemoryJournal {
-    async fn put_records(&self, records: &[Vec<u8>]) -> Result<Vec<usize>, JournalError> {
+impl RecordStream for MemoryJournal {
+    async fn put_records(&self, records: &[Vec<u8>]) -> Result<Vec<usize>, RecordStreamError> {
         self.outage
             .check("in-memory journal")
-            .map_err(JournalError)?;
+            .map_err(RecordStreamError)?;
         lock(&self.records).extend(records.iter().cloned());
         Ok(Vec::new())
     }
@@ -586,12 +593,31 @@ impl JournalSource for MemoryJournal {
         &self,
         _from: DateTime<Utc>,
         _to: DateTime<Utc>,
-    ) -> Result<JournalRead, JournalError> {
+    ) -> Result<JournalRead, RecordStreamError> {
         self.outage
             .check("in-memory journal")
-            .map_err(JournalError)?;
+            .map_err(RecordStreamError)?;
         let (entries, skipped) = self.lines();
         Ok(JournalRead { entries, skipped })
+    }
+}
+
+#[async_trait]
+impl crate::ArchiveSource for MemoryJournal {
+    async fn read_window(
+        &self,
+        topic: &str,
+        window: &gridrelay_shared::archive::TimeWindow,
+    ) -> Result<crate::ArchiveRead, RecordStreamError> {
+        self.outage
+            .check("in-memory archive")
+            .map_err(RecordStreamError)?;
+        let (events, skipped) =
+            gridrelay_shared::archive::read_archive_lines(&self.written_lines());
+        Ok(crate::ArchiveRead {
+            events: gridrelay_shared::archive::events_in_window(events, topic, window),
+            skipped,
+        })
     }
 }
 

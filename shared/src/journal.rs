@@ -635,9 +635,18 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// entry whose line alone is longer (an attempt of a batch with very many ids) is split by its
 /// ids. Fewer, fuller records cost less: Firehose bills each record in 5 KB steps.
 pub fn pack_records(entries: &[JournalEntry], max_bytes: usize) -> Vec<Vec<u8>> {
+    pack_lines(
+        entries.iter().flat_map(|e| lines_of(e, max_bytes)),
+        max_bytes,
+    )
+}
+
+/// `lines` (each ending with a newline) packed in order into records of at most `max_bytes`;
+/// a line longer than that is a record of its own.
+pub fn pack_lines(lines: impl IntoIterator<Item = Vec<u8>>, max_bytes: usize) -> Vec<Vec<u8>> {
     let mut records: Vec<Vec<u8>> = Vec::new();
     let mut current: Vec<u8> = Vec::new();
-    for line in entries.iter().flat_map(|e| lines_of(e, max_bytes)) {
+    for line in lines {
         if !current.is_empty() && current.len() + line.len() > max_bytes {
             records.push(std::mem::take(&mut current));
         }
@@ -681,24 +690,30 @@ pub fn line_of(entry: &JournalEntry) -> Vec<u8> {
 /// The entries in an object of the journal (lines, as Firehose writes them); a line that is
 /// not an entry (a newer writer's kind of step) is skipped and counted.
 pub fn read_lines(object: &[u8]) -> (Vec<JournalEntry>, usize) {
+    read_json_lines(object)
+}
+
+/// The values of JSON lines (blank lines ignored); a line that is not a `T` is skipped and
+/// counted.
+pub fn read_json_lines<T: serde::de::DeserializeOwned>(lines: &[u8]) -> (Vec<T>, usize) {
     let mut skipped = 0;
-    let entries = object
+    let values = lines
         .split(|b| *b == b'\n')
         .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
         .filter_map(|line| match serde_json::from_slice(line) {
-            Ok(entry) => Some(entry),
+            Ok(value) => Some(value),
             Err(_) => {
                 skipped += 1;
                 None
             }
         })
         .collect();
-    (entries, skipped)
+    (values, skipped)
 }
 
 /// Times as RFC 3339 in milliseconds (`2026-11-27T12:00:00.123Z`): what Athena reads as a
 /// timestamp, shorter than nanoseconds.
-mod millis {
+pub(crate) mod millis {
     use chrono::{DateTime, Utc};
     use serde::{Deserialize, Deserializer, Serializer};
 
@@ -723,9 +738,19 @@ pub fn parse_since(
     text: &str,
     now: DateTime<Utc>,
 ) -> Result<DateTime<Utc>, crate::limits::LimitError> {
+    parse_past_time("since", text, now)
+}
+
+/// A past time given as a span back from `now` (`90m`, `6h`, `7d`) or an RFC 3339 time, not
+/// more than [`MAX_LOOK_BACK_DAYS`] back and not after `now`; `field` names it in the error.
+pub fn parse_past_time(
+    field: &str,
+    text: &str,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, crate::limits::LimitError> {
     let refuse = || {
         crate::limits::LimitError::new(
-            "since",
+            field,
             format!("{text:?}"),
             format!(
                 "a span back from now, such as 90m, 6h or 7d (at most {MAX_LOOK_BACK_DAYS}d), \

@@ -35,7 +35,15 @@ pub struct Topic {
     /// The user's own tags (`--tags KEY=VALUE`), kept and shown, as on an Azure resource.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tags: std::collections::BTreeMap<String, String>,
+    /// Days the topic's archive keeps what it accepted, for replays (#35): 0 (none) to 365
+    /// ([`crate::archive::RETENTION_DAYS`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retention_days: u16,
     pub created_at: DateTime<Utc>,
+}
+
+fn is_zero(days: &u16) -> bool {
+    *days == 0
 }
 
 /// Tags per topic (as on an Azure resource).
@@ -97,6 +105,7 @@ impl Topic {
             input_schema: InputSchema::default(),
             input_mapping: None,
             tags: Default::default(),
+            retention_days: 0,
             created_at: now,
         }
     }

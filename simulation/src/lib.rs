@@ -623,6 +623,7 @@ impl World {
         let ingest = Ingest {
             store: store.clone(),
             delivery_queue: delivery_queue.clone(),
+            archive: Arc::new(gridrelay_ports::NoRecordStream),
             clock: clock.clone(),
         };
         let ports = DeliverPorts {
@@ -657,7 +658,7 @@ impl World {
             clock: clock.clone(),
             scale: TimeScale::REAL,
             notices: None,
-            journal: Arc::new(gridrelay_ports::NoJournal),
+            journal: Arc::new(gridrelay_ports::NoRecordStream),
         };
         let workers = [deliver.beside(subscribers.clone()), deliver];
         Self {

@@ -34,6 +34,8 @@ use serde_json::{Value, json};
 /// The delivery journal's stream and bucket the [`TestSystem`]s without one of their own write
 /// to.
 pub const SHARED_JOURNAL: &str = "e2e-journal";
+/// The topic archive stream of the test systems that share [`SHARED_JOURNAL`] (into its bucket).
+pub const SHARED_ARCHIVE: &str = "e2e-archive";
 
 /// Whose delivery journal a [`TestSystem`] writes to.
 #[derive(Debug, Clone, Copy)]
@@ -206,6 +208,7 @@ impl TestSystem {
             Journal::Shared => ResourceNames {
                 journal_stream: SHARED_JOURNAL.to_string(),
                 journal_bucket: SHARED_JOURNAL.to_string(),
+                archive_stream: SHARED_ARCHIVE.to_string(),
                 ..own
             },
         };

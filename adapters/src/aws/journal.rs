@@ -1,14 +1,18 @@
-//! The delivery journal on AWS (#35): records put to an Amazon Data Firehose stream, which
-//! writes them to S3 under its hour prefix (`<prefix>YYYY/MM/DD/HH/`, UTC); read back from
-//! those objects, GZIP members one after another (each record compressed by its writer) or
-//! plain lines.
+//! The delivery journal and topic archives on AWS (#35): records put to an Amazon Data
+//! Firehose stream, which writes them to S3 under its hour prefix (`<prefix>YYYY/MM/DD/HH/`,
+//! UTC); read back from those objects, GZIP members one after another (each record compressed
+//! by its writer) or plain lines.
 
 use async_trait::async_trait;
 use aws_sdk_firehose::primitives::Blob;
 use aws_sdk_firehose::types::Record;
 use chrono::{DateTime, Duration, Utc};
 use futures::StreamExt;
-use gridrelay_ports::{JournalError, JournalRead, JournalSink, JournalSource, ObjectStore};
+use gridrelay_ports::{
+    ArchiveRead, ArchiveSource, JournalRead, JournalSource, ObjectStore, RecordStream,
+    RecordStreamError,
+};
+use gridrelay_shared::archive::{ARCHIVE_PREFIX, TimeWindow, events_in_window, read_archive_lines};
 use gridrelay_shared::journal::{hour_prefix, hours_between, read_lines, unpack_object};
 
 use super::{S3ObjectStore, describe_error};
@@ -23,12 +27,12 @@ pub const MAX_READ_HOURS: i64 = 365 * 24;
 
 /// Journal records into a Firehose delivery stream.
 #[derive(Debug, Clone)]
-pub struct FirehoseJournal {
+pub struct FirehoseStream {
     client: aws_sdk_firehose::Client,
     stream: String,
 }
 
-impl FirehoseJournal {
+impl FirehoseStream {
     pub fn new(client: aws_sdk_firehose::Client, stream: &str) -> Self {
         Self {
             client,
@@ -43,10 +47,15 @@ impl FirehoseJournal {
     /// The journal a function writes: the stream named by
     /// [`JOURNAL_STREAM_ENV`](crate::config::JOURNAL_STREAM_ENV), or none where it is unset
     /// or empty (a stack deployed without one).
-    pub fn from_env(sdk: &aws_config::SdkConfig) -> std::sync::Arc<dyn JournalSink> {
-        match std::env::var(crate::config::JOURNAL_STREAM_ENV) {
+    pub fn from_env(sdk: &aws_config::SdkConfig) -> std::sync::Arc<dyn RecordStream> {
+        Self::named_by(sdk, crate::config::JOURNAL_STREAM_ENV)
+    }
+
+    /// The stream named by the environment variable `var`, or none where it is unset or empty.
+    pub fn named_by(sdk: &aws_config::SdkConfig, var: &str) -> std::sync::Arc<dyn RecordStream> {
+        match std::env::var(var) {
             Ok(stream) if !stream.is_empty() => std::sync::Arc::new(Self::from_sdk(sdk, &stream)),
-            _ => std::sync::Arc::new(gridrelay_ports::NoJournal),
+            _ => std::sync::Arc::new(gridrelay_ports::NoRecordStream),
         }
     }
 
@@ -56,12 +65,12 @@ impl FirehoseJournal {
         &self,
         records: &[Vec<u8>],
         first: usize,
-    ) -> Result<Vec<usize>, JournalError> {
+    ) -> Result<Vec<usize>, RecordStreamError> {
         let entries = records
             .iter()
             .map(|r| Record::builder().data(Blob::new(r.clone())).build())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| JournalError(e.to_string()))?;
+            .map_err(|e| RecordStreamError(e.to_string()))?;
         let out = self
             .client
             .put_record_batch()
@@ -69,7 +78,7 @@ impl FirehoseJournal {
             .set_records(Some(entries))
             .send()
             .await
-            .map_err(|e| JournalError(describe_error(&e)))?;
+            .map_err(|e| RecordStreamError(describe_error(&e)))?;
         Ok(out
             .request_responses()
             .iter()
@@ -81,8 +90,8 @@ impl FirehoseJournal {
 }
 
 #[async_trait]
-impl JournalSink for FirehoseJournal {
-    async fn put_records(&self, records: &[Vec<u8>]) -> Result<Vec<usize>, JournalError> {
+impl RecordStream for FirehoseStream {
+    async fn put_records(&self, records: &[Vec<u8>]) -> Result<Vec<usize>, RecordStreamError> {
         let mut refused = Vec::new();
         let mut start = 0;
         while start < records.len() {
@@ -110,16 +119,17 @@ impl JournalSink for FirehoseJournal {
     }
 }
 
-/// The journal's objects in S3, as the stream wrote them.
+/// A stream's objects in S3, as it wrote them under `<prefix>YYYY/MM/DD/HH/`: the delivery
+/// journal's (`journal/`) or the topic archive's (`archive/`).
 #[derive(Debug, Clone)]
-pub struct S3JournalSource {
+pub struct HourlyObjects {
     objects: S3ObjectStore,
     bucket: String,
-    /// The stream's prefix (`journal/`).
+    /// The stream's prefix.
     prefix: String,
 }
 
-impl S3JournalSource {
+impl HourlyObjects {
     pub fn new(client: aws_sdk_s3::Client, bucket: &str, prefix: &str) -> Self {
         Self {
             objects: S3ObjectStore::new(client),
@@ -128,26 +138,72 @@ impl S3JournalSource {
         }
     }
 
-    async fn keys_of_hour(&self, hour: DateTime<Utc>) -> Result<Vec<String>, JournalError> {
-        let prefix = format!("{}{}", self.prefix, hour_prefix(hour));
-        self.objects
-            .list(&self.bucket, &prefix)
-            .await
-            .map_err(|e| JournalError(e.to_string()))
+    /// The keys of the objects written in the hours from `from`'s to `to`'s (UTC, both
+    /// included; at most the last [`MAX_READ_HOURS`]), in the order written.
+    pub async fn keys(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<String>, RecordStreamError> {
+        let mut keys = Vec::new();
+        for hour in hours_between(from.max(to - Duration::hours(MAX_READ_HOURS)), to) {
+            let prefix = format!("{}{}", self.prefix, hour_prefix(hour));
+            let mut hour_keys = self
+                .objects
+                .list(&self.bucket, &prefix)
+                .await
+                .map_err(|e| RecordStreamError(e.to_string()))?;
+            // Firehose names objects `<stream>-<version>-<YYYY-MM-DD-HH-MM-SS>-<uuid>`.
+            hour_keys.sort();
+            keys.extend(hour_keys);
+        }
+        Ok(keys)
     }
 
     /// An object's lines, and how many of its parts could not be read.
-    async fn object(&self, key: String) -> Result<(Vec<u8>, usize), JournalError> {
+    pub async fn lines(&self, key: String) -> Result<(Vec<u8>, usize), RecordStreamError> {
         let bytes = self
             .objects
             .get_bytes(&self.bucket, &key)
             .await
-            .map_err(|e| JournalError(format!("reading {key}: {e}")))?;
+            .map_err(|e| RecordStreamError(format!("reading {key}: {e}")))?;
         let (lines, damaged) = unpack_object(&bytes);
         if damaged > 0 {
-            tracing::warn!(%key, damaged, "journal object partly unreadable; read the rest");
+            tracing::warn!(%key, damaged, "object partly unreadable; read the rest");
         }
         Ok((lines, damaged))
+    }
+
+    /// The lines of every object of the hours from `from`'s to `to`'s, object by object, read
+    /// [`READS_AT_ONCE`] at a time and parsed by `parse`; returns what `parse` made and the
+    /// parts that could not be read.
+    async fn read<T>(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        mut parse: impl FnMut(&[u8]) -> (Vec<T>, usize),
+    ) -> Result<(Vec<T>, usize), RecordStreamError> {
+        let keys = self.keys(from, to).await?;
+        let mut objects =
+            futures::stream::iter(keys.into_iter().map(|k| self.lines(k))).buffered(READS_AT_ONCE);
+        let (mut items, mut skipped) = (Vec::new(), 0);
+        while let Some(object) = objects.next().await {
+            let (lines, damaged) = object?;
+            let (read, unread) = parse(&lines);
+            items.extend(read);
+            skipped += unread + damaged;
+        }
+        Ok((items, skipped))
+    }
+}
+
+/// The journal's objects in S3, as the stream wrote them.
+#[derive(Debug, Clone)]
+pub struct S3JournalSource(HourlyObjects);
+
+impl S3JournalSource {
+    pub fn new(client: aws_sdk_s3::Client, bucket: &str, prefix: &str) -> Self {
+        Self(HourlyObjects::new(client, bucket, prefix))
     }
 }
 
@@ -157,21 +213,34 @@ impl JournalSource for S3JournalSource {
         &self,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
-    ) -> Result<JournalRead, JournalError> {
-        let mut keys = Vec::new();
-        let hours = hours_between(from.max(to - Duration::hours(MAX_READ_HOURS)), to);
-        for hour in hours {
-            keys.extend(self.keys_of_hour(hour).await?);
-        }
-        let mut objects =
-            futures::stream::iter(keys.into_iter().map(|k| self.object(k))).buffered(READS_AT_ONCE);
-        let mut read = JournalRead::default();
-        while let Some(object) = objects.next().await {
-            let (lines, damaged) = object?;
-            let (entries, skipped) = read_lines(&lines);
-            read.entries.extend(entries);
-            read.skipped += skipped + damaged;
-        }
-        Ok(read)
+    ) -> Result<JournalRead, RecordStreamError> {
+        let (entries, skipped) = self.0.read(from, to, read_lines).await?;
+        Ok(JournalRead { entries, skipped })
+    }
+}
+
+/// Topic archives' objects in S3 (under `archive/`), as the archive stream wrote them.
+#[derive(Debug, Clone)]
+pub struct S3ArchiveSource(HourlyObjects);
+
+impl S3ArchiveSource {
+    pub fn new(client: aws_sdk_s3::Client, bucket: &str) -> Self {
+        Self(HourlyObjects::new(client, bucket, ARCHIVE_PREFIX))
+    }
+}
+
+#[async_trait]
+impl ArchiveSource for S3ArchiveSource {
+    async fn read_window(
+        &self,
+        topic: &str,
+        window: &TimeWindow,
+    ) -> Result<ArchiveRead, RecordStreamError> {
+        let (from, to) = window.hours();
+        let (events, skipped) = self.0.read(from, to, read_archive_lines).await?;
+        Ok(ArchiveRead {
+            events: events_in_window(events, topic, window),
+            skipped,
+        })
     }
 }

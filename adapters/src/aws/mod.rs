@@ -12,7 +12,7 @@ mod sqs;
 
 pub use delivery_state::DynamoDeliveryStateStore;
 pub use dynamodb::DynamoSubscriptionStore;
-pub use journal::{FirehoseJournal, S3JournalSource};
+pub use journal::{FirehoseStream, HourlyObjects, S3ArchiveSource, S3JournalSource};
 pub use resources::AwsResourceSender;
 pub use s3::S3ObjectStore;
 pub use secrets::{

@@ -20,7 +20,7 @@ use gridrelay_adapters::aws::failed_receipts;
 use gridrelay_adapters::journal::write_entries;
 use gridrelay_ports::fan_out::{FanOutError, fan_out};
 use gridrelay_ports::{
-    Clock, JournalSink, MessageQueue, ObjectStore, OutgoingMessage, SubscriptionStore, back_off,
+    Clock, MessageQueue, ObjectStore, OutgoingMessage, RecordStream, SubscriptionStore, back_off,
 };
 use gridrelay_shared::dead_letter::{
     DeadLetterWrite, dead_letter_written_event, object_key, object_name,
@@ -59,7 +59,7 @@ pub struct DeadLetterWriter {
     /// L7: announce each write; `None` announces nothing.
     pub notices: Option<DeadLetterNotices>,
     /// The delivery journal (#35): where each message's events went (written, or dropped).
-    pub journal: Arc<dyn JournalSink>,
+    pub journal: Arc<dyn RecordStream>,
 }
 
 /// What writing one object's messages did.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    FirehoseJournal, S3ObjectStore, SqsQueue, function_queue_key, load_sdk_config, s3_client,
+    FirehoseStream, S3ObjectStore, SqsQueue, function_queue_key, load_sdk_config, s3_client,
     sealed_records, subscription_store,
 };
 use gridrelay_adapters::config::{
@@ -54,7 +54,7 @@ async fn run() -> Result<(), Error> {
             topic: std::env::var(DEAD_LETTER_EVENTS_TOPIC_ENV)
                 .unwrap_or_else(|_| DEAD_LETTER_EVENTS_TOPIC.to_string()),
         }),
-        journal: FirehoseJournal::from_env(&sdk),
+        journal: FirehoseStream::from_env(&sdk),
     });
     let recorder = gridrelay_adapters::metrics::recorder_from_env()?;
     ::metrics::describe_counter!(

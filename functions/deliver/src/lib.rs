@@ -218,7 +218,7 @@ pub struct DeliverPorts {
     /// Where subscriptions' caps are kept.
     pub caps: Arc<dyn gridrelay_ports::DeliveryCapStore>,
     /// The delivery journal (#35): each invocation's steps, written in one call.
-    pub journal: Arc<dyn gridrelay_ports::JournalSink>,
+    pub journal: Arc<dyn gridrelay_ports::RecordStream>,
 }
 
 impl Deliver {

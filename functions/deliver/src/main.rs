@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    AwsResourceSender, DynamoDeliveryStateStore, FirehoseJournal, SqsQueue, delivery_state_store,
+    AwsResourceSender, DynamoDeliveryStateStore, FirehoseStream, SqsQueue, delivery_state_store,
     function_queue_key, load_sdk_config, sealed_records, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::{
@@ -77,7 +77,7 @@ async fn run() -> Result<(), Error> {
         state: delivery_state_store(&sdk, &state_table, keep),
         // Not cached: the caps' allowances are shared with every other instance as they are.
         caps: Arc::new(DynamoDeliveryStateStore::from_sdk(&sdk, &state_table)),
-        journal: FirehoseJournal::from_env(&sdk),
+        journal: FirehoseStream::from_env(&sdk),
     };
     let sender = Arc::new(settings.http_sender()?);
     let deliver = Arc::new(Deliver::new(ports, sender, settings));

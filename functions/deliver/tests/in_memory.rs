@@ -2846,11 +2846,11 @@ async fn a_journal_that_is_down_costs_no_delivery() {
 struct HangingJournal;
 
 #[async_trait::async_trait]
-impl gridrelay_ports::JournalSink for HangingJournal {
+impl gridrelay_ports::RecordStream for HangingJournal {
     async fn put_records(
         &self,
         _records: &[Vec<u8>],
-    ) -> Result<Vec<usize>, gridrelay_ports::JournalError> {
+    ) -> Result<Vec<usize>, gridrelay_ports::RecordStreamError> {
         futures::future::pending().await
     }
 }

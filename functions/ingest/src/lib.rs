@@ -11,8 +11,12 @@
 
 use std::sync::Arc;
 
+use gridrelay_adapters::journal::{Budget, write_lines};
 use gridrelay_ports::fan_out::{FanOutError, fan_out};
-use gridrelay_ports::{Clock, MessageQueue, SubscriptionStore, Update, update_subscription};
+use gridrelay_ports::{
+    Clock, MessageQueue, RecordStream, SubscriptionStore, Update, update_subscription,
+};
+use gridrelay_shared::archive::archive_lines;
 use gridrelay_shared::publish::{PublishBody, PublishError, TopicSchema, parse_publish};
 use gridrelay_shared::sas::verify_sas_token;
 use gridrelay_shared::subscription::{Handshake, Topic, publish_path};
@@ -22,12 +26,19 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 use tracing::{Instrument, error, info, info_span, warn};
 
-/// What `ingest` needs: where topics and subscriptions are, and the delivery queue.
+/// What `ingest` needs: where topics and subscriptions are, the delivery queue, and the
+/// stream topics' archives are written to.
 pub struct Ingest {
     pub store: Arc<dyn SubscriptionStore>,
     pub delivery_queue: Arc<dyn MessageQueue>,
+    /// Where the events of topics with a retention go once they are accepted (#35).
+    pub archive: Arc<dyn RecordStream>,
     pub clock: Arc<dyn Clock>,
 }
+
+/// The longest a publish waits for its archive write: a hanging archive stream delays a
+/// publish by at most this, and never fails it.
+pub const ARCHIVE_WRITE_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A publish request, as plain values.
 #[derive(Debug, Clone, Copy)]
@@ -342,11 +353,13 @@ impl Ingest {
         .await
         {
             Ok(done) => {
+                let archive_unwritten = self.archive(topic, &events, now).await;
                 info!(
                     events = events.len(),
                     subscriptions = done.subscriptions,
                     enqueued = done.enqueued,
                     messages = done.messages,
+                    archive_unwritten,
                     "published"
                 );
                 PublishResponse::ok()
@@ -368,6 +381,28 @@ impl Ingest {
                 )
             }
         }
+    }
+
+    /// Writes accepted `events` to the topic's archive if it keeps one (its retention is above
+    /// 0), once they are durably fanned out: an archived event was accepted. Returns how many
+    /// were not written (logged; the publish succeeds: its events are on their way).
+    async fn archive(
+        &self,
+        topic: &Topic,
+        events: &[Box<serde_json::value::RawValue>],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> usize {
+        if topic.retention_days == 0 {
+            return 0;
+        }
+        let lines = archive_lines(&topic.name, topic.input_schema, now, events);
+        write_lines(
+            self.archive.as_ref(),
+            lines,
+            Budget::own(ARCHIVE_WRITE_BUDGET),
+            "archived events",
+        )
+        .await
     }
 }
 

@@ -2,9 +2,11 @@
 
 use std::sync::Arc;
 
-use gridrelay_adapters::aws::{SqsQueue, function_queue_key, load_sdk_config, subscription_store};
+use gridrelay_adapters::aws::{
+    FirehoseStream, SqsQueue, function_queue_key, load_sdk_config, subscription_store,
+};
 use gridrelay_adapters::config::{
-    DELIVERY_QUEUE_URL_ENV, TableNames, config_cache_from_env, required,
+    ARCHIVE_STREAM_ENV, DELIVERY_QUEUE_URL_ENV, TableNames, config_cache_from_env, required,
 };
 use gridrelay_ingest::Ingest;
 use gridrelay_ports::SystemClock;
@@ -29,6 +31,7 @@ async fn run() -> Result<(), Error> {
             queue_url,
             key,
         )),
+        archive: FirehoseStream::named_by(&sdk, ARCHIVE_STREAM_ENV),
         clock: Arc::new(SystemClock),
     });
     lambda_http::run(service_fn(move |request: Request| {

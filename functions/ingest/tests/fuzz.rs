@@ -118,6 +118,7 @@ impl World {
         let ingest = Ingest {
             store: self.store.clone(),
             delivery_queue: queue.clone(),
+            archive: Arc::new(gridrelay_ports::NoRecordStream),
             clock: self.clock.clone(),
         };
         let answer = self

@@ -10,13 +10,16 @@ use std::sync::Arc;
 use chrono::Utc;
 use gridrelay_ingest::{Ingest, PublishRequest, PublishResponse};
 use gridrelay_ports::SubscriptionStore;
-use gridrelay_ports::memory::{ManualClock, MemoryQueue, MemorySubscriptionStore};
+use gridrelay_ports::memory::{ManualClock, MemoryJournal, MemoryQueue, MemorySubscriptionStore};
+use gridrelay_shared::archive::read_archive_lines;
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{SubscriptionRequest, Topic};
 
 struct World {
     store: Arc<MemorySubscriptionStore>,
     queue: Arc<MemoryQueue>,
+    archive: Arc<MemoryJournal>,
+    clock: Arc<ManualClock>,
     ingest: Ingest,
     topic: Topic,
 }
@@ -39,14 +42,18 @@ impl World {
             };
             store.insert_validated(request, topic.input_schema, Utc::now());
         }
+        let archive = Arc::new(MemoryJournal::default());
         let ingest = Ingest {
             store: store.clone(),
             delivery_queue: queue.clone(),
-            clock,
+            archive: archive.clone(),
+            clock: clock.clone(),
         };
         Self {
             store,
             queue,
+            archive,
+            clock,
             ingest,
             topic,
         }
@@ -124,6 +131,7 @@ async fn warm(topic: &Topic) -> Warm {
         ingest: Ingest {
             store: Arc::new(cached),
             delivery_queue: w.queue,
+            archive: Arc::new(gridrelay_ports::NoRecordStream),
             clock,
         },
     }
@@ -301,4 +309,68 @@ async fn the_validation_url_validates_an_endpoint_change() {
         .validate_subscription("orders", "plain", &code)
         .await;
     assert!(again.body.contains("already validated"), "{}", again.body);
+}
+
+fn with_retention(name: &str, days: u16) -> Topic {
+    Topic {
+        retention_days: days,
+        ..Topic::with_new_keys(name, Utc::now())
+    }
+}
+
+const TWO_EVENTS: &str = r#"[{"id":"a","subject":"s","eventType":"t","eventTime":"2026-11-23T00:00:00Z","data":{"n":1}},
+    {"id":"b","subject":"s","eventType":"t","eventTime":"2026-11-23T00:00:00Z","data":{"n":2}}]"#;
+
+/// #35, the archive: a topic with a retention archives each event it accepted, as it was
+/// fanned out (stamped with its topic), at its publish time, once it is enqueued.
+#[tokio::test]
+async fn a_topic_with_a_retention_archives_what_it_accepted() {
+    let w = World::new(with_retention("orders", 7)).await;
+    assert_eq!(w.publish(TWO_EVENTS).await.status, 200);
+    let (archived, skipped) = read_archive_lines(&w.archive.written_lines());
+    assert_eq!(skipped, 0);
+    assert_eq!(archived.len(), 2);
+    let now = gridrelay_ports::Clock::now(w.clock.as_ref());
+    for (event, id) in archived.iter().zip(["a", "b"]) {
+        assert_eq!(event.topic, "orders");
+        assert_eq!(event.schema, InputSchema::EventGridSchema);
+        assert_eq!(
+            event.time.timestamp_millis(),
+            now.timestamp_millis(),
+            "the publish time"
+        );
+        let value: serde_json::Value = serde_json::from_str(event.event.get()).unwrap();
+        assert_eq!(value["id"], id);
+        assert!(
+            value["topic"].as_str().unwrap().ends_with("/topics/orders"),
+            "stamped as fanned out: {value}"
+        );
+    }
+}
+
+/// #35: a topic without a retention (0, the default) archives nothing; nor does a refused
+/// publish or one whose events could not all be enqueued (not accepted: the publisher
+/// retries it, and the retry is what is archived).
+#[tokio::test]
+async fn only_accepted_events_of_a_topic_with_a_retention_are_archived() {
+    let w = World::new(Topic::with_new_keys("plain", Utc::now())).await;
+    assert_eq!(w.publish(TWO_EVENTS).await.status, 200);
+    assert!(w.archive.written_lines().is_empty());
+
+    let w = World::new(with_retention("orders", 1)).await;
+    assert_eq!(w.publish(r#"[{"id":"x"}]"#).await.status, 400);
+    w.queue.outage.set(true);
+    assert_eq!(w.publish(TWO_EVENTS).await.status, 503);
+    assert!(w.archive.written_lines().is_empty());
+}
+
+/// #35: an archive that is down costs no publish: the events are enqueued and the publisher
+/// is answered 200 (what was not archived is counted in the publish's log line).
+#[tokio::test]
+async fn an_archive_that_is_down_costs_no_publish() {
+    let w = World::new(with_retention("orders", 7)).await;
+    w.archive.outage.set(true);
+    assert_eq!(w.publish(TWO_EVENTS).await.status, 200);
+    assert_eq!(w.queue.sent().len(), 2, "one message for each subscription");
+    assert!(w.archive.written_lines().is_empty());
 }

@@ -123,6 +123,9 @@ export class Gridrelay extends Construct {
    * table `journalTable`. */
   public readonly journalBucket: s3.Bucket;
   public readonly journalStream: firehose.CfnDeliveryStream;
+  /** Topic archives (#35): ingest puts the accepted events of topics with a retention to this
+   * stream, which writes them into `journalBucket` under `archive/YYYY/MM/DD/HH/`. */
+  public readonly archiveStream: firehose.CfnDeliveryStream;
   public readonly journalTable: glue.CfnTable;
   /** The key every message on the construct's own queues is sealed with (#34 item 2). */
   public readonly queueKey: secretsmanager.Secret;
@@ -200,39 +203,17 @@ export class Gridrelay extends Construct {
       enforceSSL: true,
       lifecycleRules: [
         { id: 'ExpireJournal', prefix: 'journal/', expiration: Duration.days(limits.journalDays) },
+        // A topic's replays reach back its own retention (0 to 365 days): this expires what no
+        // retention can reach any more.
+        { id: 'ExpireArchive', prefix: 'archive/', expiration: Duration.days(366) },
         { id: 'AbortIncompleteUploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
       ],
       removalPolicy,
     });
-    // What Firehose may do: write the journal's objects, nothing else.
-    const journalRole = new iam.Role(this, 'JournalStreamRole', {
-      assumedBy: new iam.ServicePrincipal('firehose.amazonaws.com', {
-        conditions: { StringEquals: { 'aws:SourceAccount': Stack.of(this).account } },
-      }),
-    });
-    journalRole.addToPolicy(new iam.PolicyStatement({
-      actions: ['s3:AbortMultipartUpload', 's3:GetBucketLocation', 's3:ListBucket', 's3:ListBucketMultipartUploads'],
-      resources: [this.journalBucket.bucketArn],
-    }));
-    journalRole.addToPolicy(new iam.PolicyStatement({
-      actions: ['s3:PutObject', 's3:GetObject', 's3:AbortMultipartUpload'],
-      resources: [this.journalBucket.arnForObjects('journal/*')],
-    }));
-    this.journalStream = new firehose.CfnDeliveryStream(this, 'JournalStream', {
-      deliveryStreamType: 'DirectPut',
-      deliveryStreamEncryptionConfigurationInput: { keyType: 'AWS_OWNED_CMK' },
-      extendedS3DestinationConfiguration: {
-        bucketArn: this.journalBucket.bucketArn,
-        roleArn: journalRole.roleArn,
-        prefix: 'journal/',
-        // deliver and dead-letter compress each record (GZIP members, billed by their bytes):
-        // the stream writes them as they are, into objects named .json.gz for Athena.
-        compressionFormat: 'UNCOMPRESSED',
-        fileExtension: '.json.gz',
-        bufferingHints: { intervalInSeconds: limits.journalBufferSeconds, sizeInMBs: 64 },
-      },
-    });
-    this.journalStream.node.addDependency(journalRole);
+    this.journalStream = this.hourlyStream('Journal', 'journal/', limits.journalBufferSeconds);
+    // #35: topic archives, beside the journal: ingest puts the accepted events of topics with a
+    // retention to this stream; replays read them under archive/.
+    this.archiveStream = this.hourlyStream('Archive', 'archive/', limits.journalBufferSeconds);
     const journalDatabase = new glue.CfnDatabase(this, 'JournalDatabase', {
       catalogId: Stack.of(this).account,
       databaseInput: { description: "gridrelay's delivery journal (docs/journal.md)." },
@@ -359,6 +340,8 @@ export class Gridrelay extends Construct {
     for (const f of [this.deliver, this.deadLetter]) {
       allow(f, ['firehose:PutRecordBatch'], [this.journalStream.attrArn]);
     }
+    // #35: topic archives, one PutRecordBatch per publish to a topic with a retention.
+    allow(this.ingest, ['firehose:PutRecordBatch'], [this.archiveStream.attrArn]);
     // S4: AWS resource destinations, only those named (none by default). Each action applies
     // to its own service's ARNs: SendMessageBatch is sqs:SendMessage, PublishBatch
     // sns:Publish, an asynchronous Invoke lambda:InvokeFunction.
@@ -419,8 +402,43 @@ export class Gridrelay extends Construct {
     // #35: every invocation's steps go to the delivery journal in one call.
     this.deliver.addEnvironment('GRIDRELAY_JOURNAL_STREAM', this.journalStream.ref);
     this.deadLetter.addEnvironment('GRIDRELAY_JOURNAL_STREAM', this.journalStream.ref);
+    // #35: accepted events of topics with a retention go to their archive, one call per publish.
+    this.ingest.addEnvironment('GRIDRELAY_ARCHIVE_STREAM', this.archiveStream.ref);
 
     this.alarms(props.alarmTopic);
+  }
+
+  /** A Firehose stream into the journal's bucket under `prefix` and its own UTC hour prefix,
+   * keeping the records as their writers compressed them (GZIP members, billed by their
+   * bytes) in objects named .json.gz for Athena, through a role that may write only there. */
+  private hourlyStream(name: string, prefix: string, bufferSeconds: number): firehose.CfnDeliveryStream {
+    const role = new iam.Role(this, `${name}StreamRole`, {
+      assumedBy: new iam.ServicePrincipal('firehose.amazonaws.com', {
+        conditions: { StringEquals: { 'aws:SourceAccount': Stack.of(this).account } },
+      }),
+    });
+    role.addToPolicy(new iam.PolicyStatement({
+      actions: ['s3:AbortMultipartUpload', 's3:GetBucketLocation', 's3:ListBucket', 's3:ListBucketMultipartUploads'],
+      resources: [this.journalBucket.bucketArn],
+    }));
+    role.addToPolicy(new iam.PolicyStatement({
+      actions: ['s3:PutObject', 's3:GetObject', 's3:AbortMultipartUpload'],
+      resources: [this.journalBucket.arnForObjects(`${prefix}*`)],
+    }));
+    const stream = new firehose.CfnDeliveryStream(this, `${name}Stream`, {
+      deliveryStreamType: 'DirectPut',
+      deliveryStreamEncryptionConfigurationInput: { keyType: 'AWS_OWNED_CMK' },
+      extendedS3DestinationConfiguration: {
+        bucketArn: this.journalBucket.bucketArn,
+        roleArn: role.roleArn,
+        prefix,
+        compressionFormat: 'UNCOMPRESSED',
+        fileExtension: '.json.gz',
+        bufferingHints: { intervalInSeconds: bufferSeconds, sizeInMBs: 64 },
+      },
+    });
+    stream.node.addDependency(role);
+    return stream;
   }
 
   private alarms(topic?: sns.ITopic) {
@@ -481,6 +499,7 @@ export class Gridrelay extends Construct {
     new CfnOutput(this, 'DeadLetterBucketName', { value: this.deadLetterBucket.bucketName, description: 'Dead-letter destinations are s3://THIS-BUCKET/PREFIX.' });
     new CfnOutput(this, 'JournalBucketName', { value: this.journalBucket.bucketName, description: 'Set GRIDRELAY_JOURNAL_BUCKET to it (`gridrelay event show` reads the delivery journal there).' });
     new CfnOutput(this, 'JournalStreamName', { value: this.journalStream.ref });
+    new CfnOutput(this, 'ArchiveStreamName', { value: this.archiveStream.ref, description: "The topic archives' stream (#35); they are kept in JournalBucketName under archive/." });
     new CfnOutput(this, 'JournalAthenaTable', { value: `${this.journalTable.databaseName}.journal`, description: 'The delivery journal as an Athena table (docs/journal.md has queries).' });
   }
 }

@@ -106,7 +106,7 @@ test('#35: the delivery journal: deliver and dead-letter put to its stream only;
       Environment: { Variables: Match.objectLike({ GRIDRELAY_JOURNAL_STREAM: { Ref: stream } }) },
     });
   }
-  assert.equal(grants(construct.ingest).get('firehose:PutRecordBatch'), undefined);
+  assert.deepEqual(grants(construct.ingest).get('firehose:PutRecordBatch'), [{ 'Fn::GetAtt': [stack.resolve(construct.archiveStream.logicalId), 'Arn'] }]);
   template.hasResourceProperties('AWS::KinesisFirehose::DeliveryStream', {
     DeliveryStreamType: 'DirectPut',
     ExtendedS3DestinationConfiguration: Match.objectLike({
@@ -125,6 +125,24 @@ test('#35: the delivery journal: deliver and dead-letter put to its stream only;
     .filter((s: { Action: string | string[] }) => [s.Action].flat().includes('s3:PutObject'));
   const journalWrites = writes.filter((s: { Resource: unknown }) => JSON.stringify(s.Resource).includes('journal/*'));
   assert.equal(journalWrites.length, 1, JSON.stringify(writes));
+  // #35: the archive's stream: ingest alone puts to it; it writes only archive/ objects, kept
+  // past the longest retention a topic can have.
+  const archive = stack.resolve(construct.archiveStream.logicalId);
+  template.hasResourceProperties('AWS::Lambda::Function', {
+    Role: { 'Fn::GetAtt': [stack.resolve((construct.ingest.role!.node.defaultChild as unknown as { logicalId: string }).logicalId), 'Arn'] },
+    Environment: { Variables: Match.objectLike({ GRIDRELAY_ARCHIVE_STREAM: { Ref: archive } }) },
+  });
+  for (const f of [construct.deliver, construct.deadLetter]) {
+    assert.ok(!JSON.stringify(grants(f).get('firehose:PutRecordBatch')).includes(archive));
+  }
+  template.hasResourceProperties('AWS::KinesisFirehose::DeliveryStream', {
+    ExtendedS3DestinationConfiguration: Match.objectLike({ Prefix: 'archive/', CompressionFormat: 'UNCOMPRESSED', FileExtension: '.json.gz' }),
+  });
+  const archiveWrites = writes.filter((s: { Resource: unknown }) => JSON.stringify(s.Resource).includes('archive/*'));
+  assert.equal(archiveWrites.length, 1, JSON.stringify(writes));
+  template.hasResourceProperties('AWS::S3::Bucket', {
+    LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Prefix: 'archive/', ExpirationInDays: 366 })]) },
+  });
   template.hasResourceProperties('AWS::Glue::Table', {
     TableInput: Match.objectLike({
       Name: 'journal',
@@ -307,9 +325,9 @@ function grants(fn: { role?: { node: { defaultChild?: unknown } } }): Map<string
   return out;
 }
 
-test('least privilege: ingest reads topics and subscriptions and sends to the delivery queue only', () => {
+test('least privilege: ingest reads topics and subscriptions, sends to the delivery queue and puts to the archive stream only', () => {
   const g = grants(construct.ingest);
-  assert.deepEqual([...g.keys()].sort(), ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query', 'secretsmanager:GetSecretValue', 'sqs:SendMessage']);
+  assert.deepEqual([...g.keys()].sort(), ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query', 'firehose:PutRecordBatch', 'secretsmanager:GetSecretValue', 'sqs:SendMessage']);
   assert.deepEqual(g.get('dynamodb:GetItem'), [
     { 'Fn::GetAtt': [ref(construct.topicsTable), 'Arn'] },
     { 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] },

@@ -183,7 +183,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         )),
         state: state(),
         caps: state(),
-        journal: Arc::new(gridrelay_ports::NoJournal),
+        journal: Arc::new(gridrelay_ports::NoRecordStream),
     };
     let sender = HttpEventSender::new(SenderConfig::new(
         Duration::from_secs(5),

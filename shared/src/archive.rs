@@ -1,0 +1,310 @@
+//! A topic's archive (#35): what a topic accepted, kept for its retention so it can be replayed.
+//!
+//! `ingest` writes one line per accepted event of a topic whose `retentionDays` is above 0, after
+//! the events are durably fanned out, to the archive's Firehose stream, which keeps them in S3
+//! under its hour prefix (`archive/YYYY/MM/DD/HH/`, the hour the stream received them). A line
+//! holds the topic, the publish time, the topic's input schema and the event exactly as it was
+//! fanned out (stamped fields included), so a replay sends what the first delivery sent.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::journal::millis;
+use crate::limits::LimitError;
+use crate::schema::InputSchema;
+
+/// Where the archive's objects are in their bucket: below this, the stream's hour prefix.
+pub const ARCHIVE_PREFIX: &str = "archive/";
+
+/// A topic's retention: 0 (no archive) to 365 days, as EventBridge's archives and event buses
+/// keep events.
+pub const RETENTION_DAYS: std::ops::RangeInclusive<i64> = 0..=365;
+
+/// How much later than its publish time an event can reach its hour prefix: the stream's
+/// longest buffering interval (900 s) and the write's budget, with room to spare. A read of a
+/// time window reads the hours this much past its end.
+pub const ARRIVAL_SLACK: Duration = Duration::minutes(20);
+
+/// Checks a topic's `retentionDays`.
+pub fn validate_retention_days(days: i64) -> Result<u16, LimitError> {
+    if RETENTION_DAYS.contains(&days) {
+        // Within 0..=365.
+        Ok(u16::try_from(days).unwrap_or_default())
+    } else {
+        Err(LimitError::new(
+            "retentionDays",
+            days,
+            format!(
+                "{} to {} (0 keeps no archive)",
+                RETENTION_DAYS.start(),
+                RETENTION_DAYS.end()
+            ),
+        ))
+    }
+}
+
+/// One archived event, as a line of the archive.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ArchivedEvent {
+    pub topic: String,
+    /// When it was published (the time its fan-out stamped on it).
+    #[serde(with = "millis")]
+    pub time: DateTime<Utc>,
+    /// The topic's input schema when it was published: what `event` is.
+    pub schema: InputSchema,
+    /// The event as it was fanned out.
+    pub event: Box<RawValue>,
+}
+
+impl PartialEq for ArchivedEvent {
+    fn eq(&self, other: &Self) -> bool {
+        self.topic == other.topic
+            && self.time == other.time
+            && self.schema == other.schema
+            && self.event.get() == other.event.get()
+    }
+}
+
+/// The archive's lines for events a topic accepted at `time`: one JSON line per event.
+pub fn archive_lines(
+    topic: &str,
+    schema: InputSchema,
+    time: DateTime<Utc>,
+    events: &[Box<RawValue>],
+) -> Vec<Vec<u8>> {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        topic: &'a str,
+        #[serde(with = "millis")]
+        time: DateTime<Utc>,
+        schema: InputSchema,
+        event: &'a RawValue,
+    }
+    events
+        .iter()
+        .map(|event| {
+            let line = Line {
+                topic,
+                time,
+                schema,
+                event,
+            };
+            // Strings, a time, an enum and raw JSON always serialize.
+            let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+            bytes.push(b'\n');
+            bytes
+        })
+        .collect()
+}
+
+/// The archived events in an object's lines (unpacked, [`crate::journal::unpack_object`]); a
+/// line that is not one is skipped and counted.
+pub fn read_archive_lines(lines: &[u8]) -> (Vec<ArchivedEvent>, usize) {
+    crate::journal::read_json_lines(lines)
+}
+
+/// A window of publish times, `start` included and `end` not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeWindow {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+}
+
+impl TimeWindow {
+    /// A window from `start` to `end`; `field_end` names the end in the error when it is not
+    /// after the start.
+    pub fn new(
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+        field_end: &str,
+    ) -> Result<Self, LimitError> {
+        if end <= start {
+            return Err(LimitError::new(
+                field_end,
+                crate::journal::format_time(end),
+                format!(
+                    "a time after the start, {}",
+                    crate::journal::format_time(start)
+                ),
+            ));
+        }
+        Ok(Self { start, end })
+    }
+
+    pub fn contains(&self, at: DateTime<Utc>) -> bool {
+        self.start <= at && at < self.end
+    }
+
+    /// The hours whose prefixes can hold events of the window: from the start's hour to
+    /// [`ARRIVAL_SLACK`] past the end.
+    pub fn hours(&self) -> (DateTime<Utc>, DateTime<Utc>) {
+        (self.start, self.end + ARRIVAL_SLACK)
+    }
+}
+
+/// The window of a topic's archive a reader (a listing, a replay) may ask for: from `start` up
+/// to `end`, both in the past, within the topic's retention (`retention_days` back from `now`),
+/// and, for a topic created again since, from its creation (`created_at`) on, so the events of
+/// an older topic of the same name are not its own.
+pub fn archive_window(
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    now: DateTime<Utc>,
+    retention_days: u16,
+    created_at: DateTime<Utc>,
+) -> Result<TimeWindow, LimitError> {
+    use crate::journal::format_time;
+    if retention_days == 0 {
+        return Err(LimitError::new(
+            "retentionDays",
+            0,
+            "1 to 365 for the topic to keep an archive (topic update --retention-days N); it \
+             archives what it accepts from then on",
+        ));
+    }
+    let earliest = now - Duration::days(i64::from(retention_days));
+    if start < earliest {
+        return Err(LimitError::new(
+            "startTime",
+            format_time(start),
+            format!(
+                "{} or later (the topic keeps {retention_days} days)",
+                format_time(earliest)
+            ),
+        ));
+    }
+    if end > now {
+        return Err(LimitError::new(
+            "endTime",
+            format_time(end),
+            format!("{} or earlier (now)", format_time(now)),
+        ));
+    }
+    TimeWindow::new(start.max(created_at), end, "endTime")
+}
+
+/// The events of `topic` in `window`, in publish order (the order they were read in, for
+/// equal times), from events read from the window's hours.
+pub fn events_in_window(
+    events: Vec<ArchivedEvent>,
+    topic: &str,
+    window: &TimeWindow,
+) -> Vec<ArchivedEvent> {
+    let mut chosen: Vec<ArchivedEvent> = events
+        .into_iter()
+        .filter(|e| e.topic == topic && window.contains(e.time))
+        .collect();
+    chosen.sort_by_key(|e| e.time);
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::journal::{compress_record, unpack_object};
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_string()).unwrap()
+    }
+
+    #[test]
+    fn retention_is_0_to_365_days_and_the_error_names_field_value_and_range() {
+        assert_eq!(validate_retention_days(0), Ok(0));
+        assert_eq!(validate_retention_days(7), Ok(7));
+        assert_eq!(validate_retention_days(365), Ok(365));
+        for bad in [-1, 366, 100_000] {
+            let e = validate_retention_days(bad).unwrap_err();
+            assert_eq!(e.field, "retentionDays");
+            assert_eq!(e.value, bad.to_string());
+            assert!(e.allowed.starts_with("0 to 365"), "{}", e.allowed);
+        }
+    }
+
+    #[test]
+    fn an_archive_window_lies_within_the_topics_retention_and_life() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 27, 12, 0, 0).unwrap();
+        let created = now - Duration::days(30);
+        let day = Duration::days(1);
+        let w = archive_window(now - day * 7, now, now, 7, created).unwrap();
+        assert_eq!((w.start, w.end), (now - day * 7, now));
+
+        let e = archive_window(now - day * 8, now, now, 7, created).unwrap_err();
+        assert_eq!(e.field, "startTime");
+        assert!(
+            e.allowed.contains("2026-11-20T12:00:00.000Z or later"),
+            "{e}"
+        );
+        let e = archive_window(now - day, now + day, now, 7, created).unwrap_err();
+        assert_eq!(e.field, "endTime");
+        let e = archive_window(now - day, now, now, 0, created).unwrap_err();
+        assert_eq!((e.field.as_str(), e.value.as_str()), ("retentionDays", "0"));
+        let e = archive_window(now - day, now - day * 2, now, 7, created).unwrap_err();
+        assert_eq!(e.field, "endTime");
+
+        // A topic created again an hour ago: its window starts then.
+        let recreated = now - Duration::hours(1);
+        let w = archive_window(now - day, now, now, 7, recreated).unwrap();
+        assert_eq!(w.start, recreated);
+    }
+
+    #[test]
+    fn archived_lines_read_back_as_the_events_exactly_as_they_were_fanned_out() {
+        let at = Utc.with_ymd_and_hms(2026, 11, 27, 12, 0, 0).unwrap();
+        let events = [
+            raw(r#"{"id":"1","data":{"n":1}}"#),
+            raw(r#"{"id":"2", "data" : [1,2]}"#),
+        ];
+        let lines = archive_lines("orders", InputSchema::CloudEventSchemaV1_0, at, &events);
+        assert_eq!(lines.len(), 2);
+        assert!(lines.iter().all(|l| l.ends_with(b"\n")));
+        // As the stream writes them: compressed records one after another.
+        let object: Vec<u8> = lines.iter().flat_map(|l| compress_record(l)).collect();
+        let (unpacked, damaged) = unpack_object(&object);
+        assert_eq!(damaged, 0);
+        let (read, skipped) = read_archive_lines(&unpacked);
+        assert_eq!(skipped, 0);
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[1].event.get(), r#"{"id":"2", "data" : [1,2]}"#);
+        assert_eq!(read[0].schema, InputSchema::CloudEventSchemaV1_0);
+        assert_eq!(read[0].time, at);
+        assert_eq!(read[0].topic, "orders");
+    }
+
+    #[test]
+    fn a_window_keeps_its_topics_events_from_its_start_up_to_not_including_its_end() {
+        let at = |m| Utc.with_ymd_and_hms(2026, 11, 27, 12, m, 0).unwrap();
+        let event = |topic: &str, m| ArchivedEvent {
+            topic: topic.into(),
+            time: at(m),
+            schema: InputSchema::EventGridSchema,
+            event: raw(&format!(r#"{{"id":"{topic}-{m}"}}"#)),
+        };
+        let window = TimeWindow::new(at(10), at(20), "endTime").unwrap();
+        let read = vec![
+            event("orders", 15),
+            event("orders", 9),
+            event("orders", 10),
+            event("orders", 20),
+            event("billing", 12),
+            event("orders", 19),
+        ];
+        let ids: Vec<String> = events_in_window(read, "orders", &window)
+            .iter()
+            .map(|e| e.event.get().to_string())
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                r#"{"id":"orders-10"}"#,
+                r#"{"id":"orders-15"}"#,
+                r#"{"id":"orders-19"}"#
+            ]
+        );
+        let e = TimeWindow::new(at(20), at(20), "endTime").unwrap_err();
+        assert_eq!(e.field, "endTime");
+        assert_eq!(window.hours(), (at(10), at(40)));
+    }
+}
