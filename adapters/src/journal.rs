@@ -13,6 +13,45 @@ use tracing::warn;
 
 use gridrelay_ports::RecordStream;
 
+/// Which stream a write goes to: it names the lines in log lines and the metric's dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// The delivery journal (`deliver`, `dead-letter`).
+    Journal,
+    /// A topic archive (`ingest`).
+    Archive,
+}
+
+impl Stream {
+    /// The `Stream` dimension of [`UNWRITTEN_METRIC`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Journal => "journal",
+            Self::Archive => "archive",
+        }
+    }
+
+    fn lines(self) -> &'static str {
+        match self {
+            Self::Journal => "journal entries",
+            Self::Archive => "archived events",
+        }
+    }
+}
+
+/// Lines a stream did not take (down, throttling, too slow for the write's budget), with the
+/// dimension `Stream` ([`Stream::name`]): the journal's or an archive's gap, counted.
+pub const UNWRITTEN_METRIC: &str = "StreamLinesUnwritten";
+
+/// Says [`UNWRITTEN_METRIC`]'s unit and meaning to the recorder; once, after it is installed.
+pub fn describe_unwritten() {
+    metrics::describe_counter!(
+        UNWRITTEN_METRIC,
+        metrics::Unit::Count,
+        "lines the journal's or an archive's stream did not take"
+    );
+}
+
 /// The longest one invocation's journal write may take, beside its queue sends: a hanging
 /// stream never takes the time an invocation keeps for its own work.
 pub const JOURNAL_WRITE_BUDGET: Duration = Duration::from_secs(2);
@@ -39,7 +78,7 @@ pub async fn write_entries(
         Budget::own(JOURNAL_WRITE_BUDGET)
     };
     let records = pack_records(entries, MAX_RECORD_BYTES);
-    let written = write_records(sink, records, budget, "journal entries").await;
+    let written = write_records(sink, records, budget, Stream::Journal).await;
     // An entry split by its ids (a batch too large for one record) counts once.
     written.min(entries.len())
 }
@@ -72,17 +111,17 @@ impl Budget {
 
 /// Writes `lines` (each ending with a newline) packed into as few records as fit, each
 /// compressed, in one call that ends within `budget`. Returns how many lines the stream did
-/// not take, each cause logged (`what` names the lines); never fails.
+/// not take, each cause logged and counted ([`UNWRITTEN_METRIC`]); never fails.
 pub async fn write_lines(
     sink: &dyn RecordStream,
     lines: Vec<Vec<u8>>,
     budget: Budget,
-    what: &str,
+    stream: Stream,
 ) -> usize {
     if lines.is_empty() {
         return 0;
     }
-    write_records(sink, pack_lines(lines, MAX_RECORD_BYTES), budget, what).await
+    write_records(sink, pack_lines(lines, MAX_RECORD_BYTES), budget, stream).await
 }
 
 /// Compresses and writes packed `records`; returns how many of their lines were not taken.
@@ -90,8 +129,9 @@ async fn write_records(
     sink: &dyn RecordStream,
     packed: Vec<Vec<u8>>,
     budget: Budget,
-    what: &str,
+    stream: Stream,
 ) -> usize {
+    let what = stream.lines();
     let lines: Vec<usize> = packed
         .iter()
         .map(|record| record.iter().filter(|b| **b == b'\n').count())
@@ -120,6 +160,9 @@ async fn write_records(
             "some {what} not taken; the work goes on without them"
         );
     }
+    if unwritten > 0 {
+        metrics::counter!(UNWRITTEN_METRIC, "Stream" => stream.name()).increment(unwritten as u64);
+    }
     unwritten
 }
 
@@ -144,6 +187,56 @@ mod tests {
             self.0.lock().unwrap().extend(records.iter().cloned());
             Ok(Vec::new())
         }
+    }
+
+    /// Refuses every write.
+    struct Down;
+
+    #[async_trait]
+    impl RecordStream for Down {
+        async fn put_records(&self, _: &[Vec<u8>]) -> Result<Vec<usize>, RecordStreamError> {
+            Err(RecordStreamError("down".into()))
+        }
+    }
+
+    /// #35: lines a stream does not take are counted in a metric named for the stream, so an
+    /// operator sees the journal's or an archive's gap; a write that succeeds counts nothing.
+    #[tokio::test]
+    async fn lines_not_written_are_counted_by_stream() {
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _recording = metrics::set_default_local_recorder(&recorder);
+        let lines = || vec![b"{}\n".to_vec(); 3];
+        let budget = Budget::own(Duration::from_secs(1));
+        assert_eq!(
+            write_lines(&Down, lines(), budget, Stream::Archive).await,
+            3
+        );
+        assert_eq!(
+            write_lines(&Sent::default(), lines(), budget, Stream::Journal).await,
+            0
+        );
+        let counted: Vec<(String, Vec<String>, String)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let labels = key
+                    .key()
+                    .labels()
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                (key.key().name().to_string(), labels, format!("{value:?}"))
+            })
+            .collect();
+        assert_eq!(
+            counted,
+            [(
+                UNWRITTEN_METRIC.to_string(),
+                vec!["Stream=archive".to_string()],
+                "Counter(3)".to_string()
+            )]
+        );
     }
 
     /// #35: what is sent is compressed (Firehose bills its bytes) and reads back as the

@@ -62,6 +62,7 @@ async fn run() -> Result<(), Error> {
         ::metrics::Unit::Count,
         "events dropped after their dead-letter location was unavailable for four hours (L5)"
     );
+    gridrelay_adapters::journal::describe_unwritten();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let writer = Arc::clone(&writer);
         // #34 item 2: only messages gridrelay wrote are written out; the others are dropped.

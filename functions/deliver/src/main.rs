@@ -83,6 +83,7 @@ async fn run() -> Result<(), Error> {
     let deliver = Arc::new(Deliver::new(ports, sender, settings));
     let recorder = gridrelay_adapters::metrics::recorder_from_env()?;
     metrics::describe();
+    gridrelay_adapters::journal::describe_unwritten();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let deliver = Arc::clone(&deliver);
         // #34 item 2: only messages gridrelay wrote are acted on; the others are dropped.

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use gridrelay_adapters::journal::{Budget, write_lines};
+use gridrelay_adapters::journal::{Budget, Stream, write_lines};
 use gridrelay_ports::fan_out::{FanOutError, fan_out};
 use gridrelay_ports::{
     Clock, MessageQueue, RecordStream, SubscriptionStore, Update, update_subscription,
@@ -400,7 +400,7 @@ impl Ingest {
             self.archive.as_ref(),
             lines,
             Budget::own(ARCHIVE_WRITE_BUDGET),
-            "archived events",
+            Stream::Archive,
         )
         .await
     }

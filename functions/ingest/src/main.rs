@@ -34,9 +34,16 @@ async fn run() -> Result<(), Error> {
         archive: FirehoseStream::named_by(&sdk, ARCHIVE_STREAM_ENV),
         clock: Arc::new(SystemClock),
     });
+    // #35: what the archive's stream did not take is counted, per request.
+    let recorder = gridrelay_adapters::metrics::recorder_from_env()?;
+    gridrelay_adapters::journal::describe_unwritten();
     lambda_http::run(service_fn(move |request: Request| {
         let ingest = Arc::clone(&ingest);
-        async move { Ok::<_, Error>(ingest.handle(request).await) }
+        async move {
+            let response = ingest.handle(request).await;
+            gridrelay_adapters::metrics::flush(recorder);
+            Ok::<_, Error>(response)
+        }
     }))
     .await
 }
