@@ -293,6 +293,7 @@ async fn read_at_most(
 #[async_trait]
 impl EventSender for HttpEventSender {
     async fn send(&self, request: DeliveryRequest) -> SentAttempt {
+        let keep = request.answer_bytes;
         let built = self::request(
             http::Method::POST,
             &request.endpoint,
@@ -342,10 +343,16 @@ impl EventSender for HttpEventSender {
         // MAX_ANSWER_BODY, or the attempt's deadline, the response is dropped, which closes the
         // connection, so an endpoint streaming a large or slow body cannot fill this
         // function's memory, hold the attempt or undo its status.
-        let read = read_at_most(response.into_body(), MAX_ANSWER_BODY, |_| {});
+        // The journal keeps the first bytes of what came (#35).
+        let mut answer = Vec::new();
+        let read = read_at_most(response.into_body(), MAX_ANSWER_BODY, |data| {
+            let room = keep.saturating_sub(answer.len());
+            answer.extend_from_slice(&data[..room.min(data.len())]);
+        });
         let _ = tokio::time::timeout_at(deadline, read).await;
         SentAttempt {
             retry_after,
+            answer,
             ..SentAttempt::of(AttemptResult::Status(status))
         }
     }

@@ -40,16 +40,8 @@ async fn a_huge_answer_body_is_not_read_the_status_decides() {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-
-    let sender = HttpEventSender::new(SenderConfig::new(
-        Duration::from_secs(30),
-        32,
-        OutboundPolicy::new(AllowedNetworks::loopback()),
-    ))
-    .unwrap();
+    let (addr, server) = serve(app).await;
+    let sender = sender_with_timeout(Duration::from_secs(30));
     let sent = sender.send(empty_batch(addr)).await;
     assert_eq!(sent.result, AttemptResult::Status(200));
     // Give the server a moment to notice the dropped connection, then see how much it sent:
@@ -96,6 +88,7 @@ async fn retry_after_is_read_from_429_and_503_answers() {
     .unwrap();
     let send = |path: &str| {
         sender.send(DeliveryRequest {
+            answer_bytes: 0,
             endpoint: format!("http://{addr}/{path}"),
             content_type: "application/json",
             body: "[]".into(),
@@ -154,6 +147,7 @@ async fn a_timed_out_request_is_closed_when_its_late_answer_is_no_longer_awaited
     .with_late_answers(Duration::from_secs(60));
     let send = || {
         sender.send(DeliveryRequest {
+            answer_bytes: 0,
             endpoint: format!("http://{addr}/hook"),
             content_type: "application/json",
             body: "[]".into(),
@@ -192,6 +186,7 @@ async fn a_timed_out_request_is_closed_when_its_late_answer_is_no_longer_awaited
 /// A delivery of an empty array to `addr`'s hook.
 fn empty_batch(addr: std::net::SocketAddr) -> DeliveryRequest {
     DeliveryRequest {
+        answer_bytes: 0,
         endpoint: format!("http://{addr}/hook"),
         content_type: "application/json",
         body: "[]".into(),
@@ -240,6 +235,7 @@ async fn url_credentials_go_as_basic_authorization_and_own_headers_win() {
     .unwrap();
     let send = |endpoint: String, headers: Vec<(String, String)>| {
         sender.send(DeliveryRequest {
+            answer_bytes: 0,
             endpoint,
             content_type: "application/json",
             body: "[]".into(),
@@ -331,4 +327,49 @@ async fn the_status_decides_though_the_body_stalls(sender: HttpEventSender) {
         "the body is read until the attempt's deadline only"
     );
     server.abort();
+}
+
+/// #35: the journal keeps the first bytes of an answer's body, as many as the subscription
+/// asks for, across the chunks they came in; none when it asks for none.
+#[tokio::test]
+async fn the_first_bytes_of_an_answer_are_kept_as_many_as_asked() {
+    let app = Router::new().route(
+        "/hook",
+        post(|| async {
+            let chunks =
+                futures::stream::iter(["invalid sig", "nature: expected v1,", " got none"])
+                    .map(|c| Ok::<_, std::io::Error>(Bytes::from(c)));
+            (
+                axum::http::StatusCode::UNAUTHORIZED,
+                Body::from_stream(chunks),
+            )
+        }),
+    );
+    let (addr, server) = serve(app).await;
+    let sender = sender_with_timeout(Duration::from_secs(30));
+    for (keep, expected) in [
+        (17, "invalid signature"),
+        (1024, "invalid signature: expected v1, got none"),
+        (0, ""),
+    ] {
+        let sent = sender
+            .send(DeliveryRequest {
+                answer_bytes: keep,
+                ..empty_batch(addr)
+            })
+            .await;
+        assert_eq!(sent.result, AttemptResult::Status(401));
+        assert_eq!(String::from_utf8_lossy(&sent.answer), expected, "{keep}");
+    }
+    server.abort();
+}
+
+/// A sender to loopback endpoints with attempts of `timeout`.
+fn sender_with_timeout(timeout: Duration) -> HttpEventSender {
+    HttpEventSender::new(SenderConfig::new(
+        timeout,
+        32,
+        OutboundPolicy::new(AllowedNetworks::loopback()),
+    ))
+    .unwrap()
 }

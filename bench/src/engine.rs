@@ -234,6 +234,7 @@ pub async fn client_ceiling(
     let results: Vec<_> = futures::stream::iter(0..count)
         .map(|_| {
             let request = gridrelay_ports::DeliveryRequest {
+                answer_bytes: 0,
                 endpoint: sink.to_string(),
                 content_type: "application/json",
                 body: body.clone(),

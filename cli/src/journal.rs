@@ -130,10 +130,10 @@ pub(super) async fn list_attempts(
     );
     let value = serde_json::to_value(&attempts)?;
     print_as(output, &value, || {
+        let mut header = STEP_COLUMNS.to_vec();
+        header[2] = "Attempt";
         table(
-            &[
-                "Time", "Attempt", "Events", "Status", "Outcome", "Ms", "Next", "Error",
-            ],
+            &header[1..],
             &attempts
                 .iter()
                 .map(|e| step_row(e)[1..].to_vec())
@@ -155,21 +155,21 @@ fn life_table(life: &EventLife) -> String {
                 .collect::<Vec<_>>()
         })
         .collect();
-    table(
-        &[
-            "Subscription",
-            "Time",
-            "Step",
-            "Events",
-            "Status",
-            "Outcome",
-            "Ms",
-            "Next",
-            "Error",
-        ],
-        &rows,
-    )
+    table(&STEP_COLUMNS, &rows)
 }
+
+/// The columns of a step's row ([`step_row`]).
+const STEP_COLUMNS: [&str; 9] = [
+    "Subscription",
+    "Time",
+    "Step",
+    "Events",
+    "Status",
+    "Outcome",
+    "Ms",
+    "Next",
+    "Error or answer",
+];
 
 /// A step as a row: subscription, time, step (an attempt's number), events, status, outcome,
 /// milliseconds, what came next, error.
@@ -189,7 +189,14 @@ fn step_row(e: &JournalEntry) -> Vec<String> {
             a.outcome.as_str().to_string(),
             a.ms.to_string(),
             next_text(&a.next),
-            a.error.clone().unwrap_or_default(),
+            // What went wrong, else what the endpoint said, on one line.
+            a.error
+                .as_deref()
+                .or(a.answer.as_deref())
+                .unwrap_or_default()
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect(),
         ),
         Step::GaveUp { next } => (
             "given up".to_string(),

@@ -191,6 +191,7 @@ fn flag_of(field: &str) -> &str {
         "expirationTimeUtc" => "--expiration-date",
         "tags" => "--tags",
         "retentionDays" => "--retention-days",
+        "journalAnswerBytes" => "--journal-answer-bytes",
         "startTime" => "--start-time",
         "endTime" => "--end-time",
         "gracePeriodHours" => "--grace-period-hours",

@@ -201,6 +201,10 @@ pub(super) struct SubscriptionSettings {
     /// this many events; delivery beyond it waits, is never dropped, and is not an attempt.
     #[arg(long, allow_negative_numbers = true)]
     max_events_per_second: Option<i64>,
+    /// How many bytes of each answer's body the delivery journal keeps with the attempt
+    /// (`event show`, `event-subscription attempts`): 0 (none) to 1024, default 64.
+    #[arg(long, allow_negative_numbers = true)]
+    journal_answer_bytes: Option<i64>,
     /// Where undeliverable events are written: s3://BUCKET[/PREFIX]. Unset: they are dropped
     /// (at update, "" removes it).
     #[arg(long)]
@@ -325,12 +329,14 @@ impl SubscriptionSettings {
             signing_secret: signing_secret.map(SigningSecret::from_flag).transpose()?,
             labels: self.labels(),
             expiration_time_utc: self.expiration()?.flatten(),
+            journal_answer_bytes: self.journal_answer_bytes,
         })
     }
 
     /// The settings as an update gives them: only those on the command line.
     fn update(&self, endpoint: Option<&str>) -> Result<SubscriptionUpdate, LimitError> {
         Ok(SubscriptionUpdate {
+            journal_answer_bytes: self.journal_answer_bytes,
             endpoint: endpoint.map(str::to_string),
             endpoint_type: self.endpoint_type.clone(),
             max_events_per_batch: self.max_events_per_batch,

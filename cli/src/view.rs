@@ -88,6 +88,7 @@ pub fn subscription_view(sub: &Subscription) -> Value {
         "provisioningDetail": sub.provisioning.detail,
         "statusTable": sub.status_table,
         "subscriptionInstanceId": sub.id,
+        "journalAnswerBytes": sub.answer_bytes_kept(),
     });
     if !sub.delivery_caps.is_unset() {
         v["deliveryCaps"] = json!(sub.delivery_caps);

@@ -73,7 +73,7 @@ fn local_names_what_is_wrong_before_guessing_at_the_emulator() {
 #[test]
 fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
     let base = create_args("audit", "http://127.0.0.1:9/hook");
-    let cases: [(&str, &str, &str); 15] = [
+    let cases: [(&str, &str, &str); 17] = [
         ("--max-concurrent-requests", "0", "1 to 1000"),
         ("--max-concurrent-requests", "1001", "1 to 1000"),
         ("--max-events-per-second", "-1", "1 to 100000"),
@@ -86,6 +86,8 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
         ("--max-delivery-attempts", "31", "1 to 30"),
         ("--event-ttl", "0", "1 to 1440"),
         ("--event-ttl", "1441", "1 to 1440"),
+        ("--journal-answer-bytes", "1025", "0 to 1024"),
+        ("--journal-answer-bytes", "-1", "0 to 1024"),
         (
             "--deadletter-endpoint",
             "https://example.com/x",
@@ -126,7 +128,8 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
             "{err}"
         );
     }
-    let topic_cases: [(&[&str], &str, &str); 3] = [
+    let topic_cases: [(&[&str], &str, &str); 4] = [
+        (&["--retention-days", "366"], "--retention-days", "0 to 365"),
         (
             &["--input-schema", "yaml"],
             "--input-schema",
@@ -1477,6 +1480,11 @@ async fn the_journal_shows_each_attempt_of_an_event_and_where_it_stands_r1_s5() 
         "{life}"
     );
     assert_eq!(billing["standing"]["state"], "delivered", "{life}");
+    // What the endpoint answered, its first bytes (64 by default).
+    assert_eq!(
+        steps[1]["answer"], "refused with 500 by the test subscriber",
+        "{life}"
+    );
     assert!(
         steps[1]["endpoint"]
             .as_str()
@@ -1503,6 +1511,25 @@ async fn the_journal_shows_each_attempt_of_an_event_and_where_it_stands_r1_s5() 
         .map(|a| a["status"].as_u64().unwrap())
         .collect();
     assert_eq!(statuses, [503, 500], "{failed}");
+    let failed_table = gridrelay(
+        &[
+            "event-subscription",
+            "attempts",
+            "--topic-name",
+            "journal",
+            "--name",
+            "billing",
+            "--failed",
+            "-o",
+            "table",
+        ],
+        Some(&sys.names),
+    );
+    assert!(
+        String::from_utf8_lossy(&failed_table.stdout).contains("refused with 503"),
+        "{}",
+        String::from_utf8_lossy(&failed_table.stdout)
+    );
 
     let table = gridrelay(&[&show[..], &["-o", "table"]].concat(), Some(&sys.names));
     let text = String::from_utf8_lossy(&table.stdout);

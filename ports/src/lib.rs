@@ -338,6 +338,8 @@ pub struct DeliveryRequest {
     pub content_type: &'static str,
     pub body: String,
     pub headers: Vec<(String, String)>,
+    /// How many of the answer's first body bytes to keep, for the journal (#35).
+    pub answer_bytes: usize,
 }
 
 /// A validation handshake request: a POST with a body, or an OPTIONS without. `Debug` as
@@ -414,6 +416,9 @@ pub struct SentAttempt {
     pub late: Option<LateAnswer>,
     /// What the endpoint's `Retry-After` header asked for, on a 429 or 503.
     pub retry_after: Option<Duration>,
+    /// The answer's first body bytes, as many as the request asked to keep and came by the
+    /// attempt's deadline.
+    pub answer: Vec<u8>,
 }
 
 impl SentAttempt {
@@ -423,6 +428,7 @@ impl SentAttempt {
             result,
             late: None,
             retry_after: None,
+            answer: Vec::new(),
         }
     }
 

@@ -899,6 +899,7 @@ impl EventSender for ScriptedSender {
             result,
             late,
             retry_after,
+            answer: Vec::new(),
         }
     }
 

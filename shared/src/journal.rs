@@ -116,6 +116,10 @@ pub struct Attempt {
     /// a secret header not read), as the attempt's log line says it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The first bytes of the answer's body (`journalAnswerBytes` of them at most; none by
+    /// an AWS resource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
     #[serde(flatten)]
     pub next: Next,
 }
@@ -183,6 +187,42 @@ impl Next {
     }
 }
 
+/// How many bytes of an answer's body an attempt entry may keep (`journalAnswerBytes`).
+pub const ANSWER_BYTES: std::ops::RangeInclusive<i64> = 0..=1024;
+/// What a subscription keeps unless told: enough for an error's first words, little enough
+/// that an attempt entry stays small and holds little of what an endpoint says.
+pub const DEFAULT_ANSWER_BYTES: u16 = 64;
+
+/// Checks a subscription's `journalAnswerBytes`.
+pub fn validate_answer_bytes(bytes: Option<i64>) -> Result<Option<u16>, crate::limits::LimitError> {
+    match bytes {
+        None => Ok(None),
+        Some(n) if ANSWER_BYTES.contains(&n) => Ok(u16::try_from(n).ok()),
+        Some(n) => Err(crate::limits::LimitError::new(
+            "journalAnswerBytes",
+            n,
+            format!(
+                "{} to {} (0 keeps none)",
+                ANSWER_BYTES.start(),
+                ANSWER_BYTES.end()
+            ),
+        )),
+    }
+}
+
+impl Subscription {
+    /// How many bytes of each answer's body its attempts' entries keep.
+    pub fn answer_bytes_kept(&self) -> usize {
+        usize::from(self.journal_answer_bytes.unwrap_or(DEFAULT_ANSWER_BYTES))
+    }
+}
+
+/// The first bytes of an answer's body as an entry keeps them: text (bytes that are not
+/// UTF-8 replaced), empty for none.
+pub fn answer_text(bytes: &[u8]) -> Option<String> {
+    (!bytes.is_empty()).then(|| String::from_utf8_lossy(bytes).into_owned())
+}
+
 /// What the journal records of one attempt, besides what came after it.
 #[derive(Debug)]
 pub struct AttemptFacts<'a> {
@@ -194,6 +234,8 @@ pub struct AttemptFacts<'a> {
     pub answered: DateTime<Utc>,
     pub result: &'a AttemptResult,
     pub retry_after: Option<std::time::Duration>,
+    /// The first bytes of the answer's body, as many as the subscription keeps.
+    pub answer: Option<String>,
 }
 
 /// The entry of an attempt of events with `ids`, and what came `next`.
@@ -225,6 +267,7 @@ pub fn attempt_entry(facts: AttemptFacts<'_>, ids: Vec<String>, next: Next) -> J
             outcome: DeliveryOutcome::of(facts.result),
             retry_after_s: facts.retry_after.map(|d| d.as_secs()),
             error,
+            answer: facts.answer,
             next,
         }),
     }
@@ -816,6 +859,7 @@ mod tests {
                 outcome: DeliveryOutcome::of_status(status),
                 retry_after_s: None,
                 error: None,
+                answer: None,
                 next,
             }),
         }

@@ -345,6 +345,10 @@ pub struct Subscription {
     /// (`--expiration-date`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expiration_time_utc: Option<DateTime<Utc>>,
+    /// How many bytes of each answer's body the delivery journal keeps (#35,
+    /// `--journal-answer-bytes`); unset: [`crate::journal::DEFAULT_ANSWER_BYTES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_answer_bytes: Option<u16>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -464,6 +468,8 @@ pub struct SubscriptionRequest {
     pub signing_secret: Option<SigningSecret>,
     pub labels: Vec<String>,
     pub expiration_time_utc: Option<DateTime<Utc>>,
+    /// Bytes of each answer's body the journal keeps (#35).
+    pub journal_answer_bytes: Option<i64>,
 }
 
 impl SubscriptionRequest {
@@ -555,6 +561,7 @@ impl SubscriptionRequest {
             endpoint_change: None,
             labels: self.labels.clone(),
             expiration_time_utc: self.expiration_time_utc,
+            journal_answer_bytes: crate::journal::validate_answer_bytes(self.journal_answer_bytes)?,
             created_at: now,
         })
     }
@@ -688,6 +695,7 @@ pub struct SubscriptionUpdate {
     pub labels: Option<Vec<String>>,
     /// `Some(None)` removes the expiration.
     pub expiration_time_utc: Option<Option<DateTime<Utc>>>,
+    pub journal_answer_bytes: Option<i64>,
 }
 
 /// A subscription as `update` leaves it, and the handshake it needs.
@@ -784,6 +792,9 @@ impl SubscriptionUpdate {
             expiration_time_utc: self
                 .expiration_time_utc
                 .unwrap_or(current.expiration_time_utc),
+            journal_answer_bytes: self
+                .journal_answer_bytes
+                .or(current.journal_answer_bytes.map(i64::from)),
         }
     }
 

@@ -890,6 +890,13 @@ async fn receive(
     // Counted out when answered, or when the client gave up and the answer was dropped.
     let _answering = Answering(state);
     match reply {
+        // A failure says what it is in its body, as endpoints do (the journal keeps its first
+        // bytes: #35).
+        Reply::Status(code) if code >= 400 => (
+            status_code(code),
+            format!("refused with {code} by the test subscriber"),
+        )
+            .into_response(),
         Reply::Status(code) => status_code(code).into_response(),
         Reply::Hang(d) => {
             tokio::time::sleep(d).await;

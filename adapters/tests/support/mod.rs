@@ -153,6 +153,7 @@ pub async fn burst(sender: &HttpEventSender, endpoint: &str, requests: usize) ->
     futures::stream::iter(0..requests)
         .map(|_| {
             sender.send(DeliveryRequest {
+                answer_bytes: 0,
                 endpoint: endpoint.to_string(),
                 content_type: "application/json",
                 body: "[]".into(),
@@ -171,6 +172,7 @@ pub async fn deliver_empty(
 ) -> gridrelay_shared::classify::AttemptResult {
     sender
         .send(DeliveryRequest {
+            answer_bytes: 0,
             endpoint: endpoint.to_string(),
             content_type: "application/json",
             body: "[]".into(),

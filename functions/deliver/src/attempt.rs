@@ -178,6 +178,7 @@ impl Deliver {
             result: sent.result,
             late,
             retry_after: sent.retry_after,
+            answer: sent.answer,
             per_event,
             called,
         })
@@ -324,6 +325,7 @@ impl Attempted {
             result: AttemptResult::Service(ServiceFailure::entry_too_large()),
             late: None,
             retry_after: None,
+            answer: Vec::new(),
             per_event: None,
             called: false,
         }
@@ -399,6 +401,7 @@ fn delivery_request(
         endpoint: sub.endpoint.clone(),
         content_type,
         body,
+        answer_bytes: sub.answer_bytes_kept(),
         headers: vec![
             ("aeg-event-type".into(), "Notification".to_string()),
             ("aeg-subscription-name".into(), sub.name.clone()),

@@ -42,7 +42,8 @@ use gridrelay_shared::delivery::{
 use gridrelay_shared::destination::AllowedDestinations;
 use gridrelay_shared::health::HealthPolicy;
 use gridrelay_shared::journal::{
-    AttemptFacts, JournalEntry, Next, attempt_entry, gave_up_entry, not_deliverable_entry,
+    AttemptFacts, JournalEntry, Next, answer_text, attempt_entry, gave_up_entry,
+    not_deliverable_entry,
 };
 use gridrelay_shared::message::ValidationTask;
 use gridrelay_shared::message::{
@@ -368,6 +369,8 @@ struct Attempted {
     late: Option<LateAnswer>,
     /// What the endpoint's `Retry-After` asked for.
     retry_after: Option<Duration>,
+    /// The answer's first body bytes the subscription keeps (#35).
+    answer: Vec<u8>,
     /// An AWS resource's call: what became of each event (in `events`' order), where the
     /// service said it per entry; `result` is then the first failure, or the success.
     per_event: Option<Vec<AttemptResult>>,
@@ -1028,6 +1031,7 @@ impl Deliver {
                 answered: a.answered,
                 result: &a.result,
                 retry_after: a.retry_after,
+                answer: answer_text(&a.answer),
             };
             plan.journal
                 .push(attempt_entry(facts, ids, Next::after(&settlement)));
@@ -1197,6 +1201,7 @@ fn split_by_entry(mut a: Attempted) -> Vec<(Counts, Attempted)> {
                 result,
                 late: None,
                 retry_after: None,
+                answer: Vec::new(),
                 per_event: None,
                 called: a.called,
             };
