@@ -865,6 +865,84 @@ mod tests {
         }
     }
 
+    /// Every field a journal line can hold is a column of the stacks' Athena table (SAM's
+    /// `JournalTable`, CDK's `JOURNAL_COLUMNS`), so a new field is never silently missing
+    /// from queries.
+    #[test]
+    fn every_field_the_journal_writes_is_a_column_of_its_athena_table() {
+        let attempt_with_all = JournalEntry {
+            step: Step::Attempt(Attempt {
+                status: Some(503),
+                retry_after_s: Some(30),
+                error: Some("e".into()),
+                answer: Some("a".into()),
+                ..match attempt(1, at(0), 503, Next::Retry { due: at(1) }).step {
+                    Step::Attempt(a) => a,
+                    _ => unreachable!(),
+                }
+            }),
+            ..attempt(1, at(0), 503, Next::Retry { due: at(1) })
+        };
+        let with = |step: Step| JournalEntry {
+            step,
+            ..attempt_with_all.clone()
+        };
+        let entries = [
+            attempt_with_all.clone(),
+            with(Step::Fanned {
+                event_type: "t".into(),
+                subject: "s".into(),
+                bytes: 1,
+            }),
+            with(Step::Held {
+                until: at(2),
+                reason: HeldReason::EndpointDelayed,
+            }),
+            with(Step::DeadLettered {
+                location: "s3://b/k".into(),
+            }),
+            with(Step::Dropped { reason: "r".into() }),
+            with(Step::LateSuccess { attempt: 1 }),
+            with(Step::GaveUp {
+                next: Next::DeadLetter { reason: "r".into() },
+            }),
+        ];
+        let mut fields = std::collections::BTreeSet::new();
+        for entry in &entries {
+            let value = serde_json::to_value(entry).unwrap();
+            fields.extend(value.as_object().unwrap().keys().cloned());
+        }
+        let template = include_str!("../../infra/template.yaml");
+        let table = &template[template.find("  JournalTable:").unwrap()..];
+        let table = &table[..table.find("\n  # ----").unwrap_or(table.len())];
+        let sam: std::collections::BTreeSet<String> = table
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("- { Name: "))
+            .map(|l| l.split(',').next().unwrap().to_string())
+            .collect();
+        let cdk_source = include_str!("../../infra/cdk/lib/gridrelay.ts");
+        let cdk_list = &cdk_source[cdk_source
+            .find("JOURNAL_COLUMNS: [string, string][] = [")
+            .unwrap()..];
+        let cdk_list = &cdk_list[..cdk_list.find("];").unwrap()];
+        let cdk: std::collections::BTreeSet<String> = cdk_list
+            .split("['")
+            .skip(1)
+            .map(|c| c.split('\'').next().unwrap().to_string())
+            .collect();
+        let missing_sam: Vec<_> = fields.difference(&sam).collect();
+        let missing_cdk: Vec<_> = fields.difference(&cdk).collect();
+        assert!(
+            missing_sam.is_empty(),
+            "not in SAM's JournalTable: {missing_sam:?}"
+        );
+        assert!(
+            missing_cdk.is_empty(),
+            "not in CDK's JOURNAL_COLUMNS: {missing_cdk:?}"
+        );
+        assert_eq!(sam, cdk, "SAM's and CDK's columns");
+    }
+
     #[test]
     fn a_typical_attempt_entry_stays_within_its_byte_budget() {
         let entry = attempt(3, at(1), 503, Next::Retry { due: at(31) });

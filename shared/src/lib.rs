@@ -39,6 +39,7 @@ pub mod queue_seal;
 pub mod queue_text;
 pub mod raw_json;
 pub mod readable;
+pub mod replay;
 pub mod sas;
 pub mod schedule;
 pub mod schema;
