@@ -1619,7 +1619,16 @@ async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
             .map(|e| e["event"]["id"].as_str().unwrap().to_string())
             .collect()
     };
-    let all = json(&list(&["kept", "--start-time", &time(start)]));
+    // Once the stream has written them (at once on moto; LocalStack's may take a moment).
+    let all = gridrelay_e2e::eventually(
+        Duration::from_secs(20),
+        "the three archived events listed",
+        || async {
+            let listed = json(&list(&["kept", "--start-time", &time(start)]));
+            (listed["count"] == 3).then_some(listed)
+        },
+    )
+    .await;
     assert_eq!(ids(&all), ["first-0", "first-1", "second-0"], "{all}");
     assert_eq!(all["count"], 3, "{all}");
     assert_eq!(all["retentionDays"], 7, "{all}");
