@@ -81,10 +81,11 @@ pub(super) async fn list_archived(
     });
     print_as(output, &value, || {
         let rows: Vec<Vec<String>> = shown.iter().map(event_row).collect();
+        let count = read.events.len();
         format!(
-            "{}\n\n{} events published from {} up to {}",
+            "{}\n\n{count} event{} published from {} up to {}",
             table(&["Published", "Id", "Type", "Subject", "Bytes"], &rows),
-            read.events.len(),
+            if count == 1 { "" } else { "s" },
             format_time(window.start),
             format_time(window.end)
         )

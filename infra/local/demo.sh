@@ -5,7 +5,8 @@
 # with three webhook subscriptions and one to an SQS queue; publishes one event; and shows it
 # delivered to the first, retried then delivered to the second, dead-lettered into S3 for the
 # third, and written to the queue as a message with routing attributes; ends with the event's life
-# as the delivery journal has it (`gridrelay event show`). Waits run 100 times
+# as the delivery journal has it (`gridrelay event show`), and what the topic archived
+# (`gridrelay archive list`). Waits run 100 times
 # faster than real (GRIDRELAY_TIME_SCALE=0.01): the 5-minute dead-letter delay takes 3 seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -45,8 +46,8 @@ for _ in $(seq 1 100); do [[ -s .run/local.json ]] && break; sleep 0.2; done
 cat .run/local.json
 
 topic="demo-$(date +%s)"
-step "gridrelay topic create --name $topic"
-"$gridrelay" topic create --name "$topic" | tee .run/topic.json
+step "gridrelay topic create --name $topic --retention-days 1"
+"$gridrelay" topic create --name "$topic" --retention-days 1 | tee .run/topic.json
 key=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["key1"])' .run/topic.json)
 
 step "Three event subscriptions: happy, flaky (503 once), broken (400, dead-lettered)"
@@ -139,6 +140,11 @@ done
 echo "$life"
 grep -q "dead-lettered to" <<<"$life" || { echo "the journal does not show the dead-letter write; see .run/local.log" >&2; exit 1; }
 
+step "What the topic archived, for replays (#35)"
+echo "$gridrelay archive list --topic-name $topic --start-time 1h -o table"
+"$gridrelay" archive list --topic-name "$topic" --start-time 1h -o table | tee .run/archive.txt
+grep -q "order-1" .run/archive.txt || { echo "the archive does not hold the event; see .run/local.log" >&2; exit 1; }
+
 sleep 1
 step "Summary"
 echo "happy:  delivered on the first attempt"
@@ -147,4 +153,5 @@ echo "broken: 400 is not retried; dead-lettered after the (scaled) 5-minute dela
 echo "        and the write announced on the system topic gridrelay-dead-letter-events"
 echo "to-queue: one SQS message per event, its type, subject and id as message attributes"
 echo "journal: every attempt and where each copy stands, from gridrelay event show"
+echo "archive: the topic keeps what it accepted for a day (--retention-days 1): gridrelay archive list"
 echo "Logs: .run/local.log   Stopping."
