@@ -47,6 +47,8 @@ pub struct ResourceNames {
     /// Topic archives (#35): the Firehose stream `ingest` writes accepted events to, into the
     /// journal's bucket under `archive/`.
     pub archive_stream: String,
+    /// Replays of topics' archives (#35), by topic and name.
+    pub replays_table: String,
 }
 
 impl ResourceNames {
@@ -66,6 +68,7 @@ impl ResourceNames {
             journal_stream: format!("{prefix}-journal"),
             journal_bucket: format!("{prefix}-journal"),
             archive_stream: format!("{prefix}-archive"),
+            replays_table: format!("{prefix}-replays"),
         }
     }
 
@@ -145,6 +148,12 @@ pub async fn provision(
         &dynamodb,
         &names.delivery_state_table,
         &[("pk", KeyType::Hash)],
+    )
+    .await?;
+    create_table(
+        &dynamodb,
+        &names.replays_table,
+        &[("topic", KeyType::Hash), ("name", KeyType::Range)],
     )
     .await?;
     // Records expire on their own (DynamoDB TTL on `expiresAt`).

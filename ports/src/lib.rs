@@ -536,6 +536,34 @@ pub trait JournalSource: Send + Sync {
     ) -> Result<JournalRead, RecordStreamError>;
 }
 
+/// Replays of topics' archives (#35, `gridrelay_shared::replay`): a DynamoDB table on AWS.
+#[async_trait]
+pub trait ReplayStore: Send + Sync {
+    /// Stores a new replay; [`StoreError::AlreadyExists`] if its topic has one of its name.
+    async fn create_replay(
+        &self,
+        replay: &gridrelay_shared::replay::Replay,
+    ) -> Result<(), StoreError>;
+    async fn get_replay(
+        &self,
+        topic: &str,
+        name: &str,
+    ) -> Result<Option<gridrelay_shared::replay::Replay>, StoreError>;
+    /// The topic's replays, newest first.
+    async fn list_replays(
+        &self,
+        topic: &str,
+    ) -> Result<Vec<gridrelay_shared::replay::Replay>, StoreError>;
+    /// Writes `replay` only over the record at `read_version` (the version it was read at;
+    /// `replay.version` is the one it is written with): [`StoreError::Conflict`] if the record
+    /// changed meanwhile, [`StoreError::NotFound`] if there is none.
+    async fn update_replay(
+        &self,
+        replay: &gridrelay_shared::replay::Replay,
+        read_version: u64,
+    ) -> Result<(), StoreError>;
+}
+
 /// What a read of a topic's archive found.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ArchiveRead {

@@ -621,6 +621,84 @@ impl crate::ArchiveSource for MemoryJournal {
     }
 }
 
+/// Replays in a map, by topic and name.
+#[derive(Debug, Default)]
+pub struct MemoryReplayStore {
+    replays: Mutex<BTreeMap<(String, String), gridrelay_shared::replay::Replay>>,
+    pub outage: Outage,
+}
+
+#[async_trait]
+impl crate::ReplayStore for MemoryReplayStore {
+    async fn create_replay(
+        &self,
+        replay: &gridrelay_shared::replay::Replay,
+    ) -> Result<(), StoreError> {
+        self.outage
+            .check("in-memory replays")
+            .map_err(StoreError::Unavailable)?;
+        let key = (replay.topic.clone(), replay.name.clone());
+        let mut replays = lock(&self.replays);
+        if replays.contains_key(&key) {
+            return Err(StoreError::AlreadyExists(format!(
+                "replay {} of topic {}",
+                replay.name, replay.topic
+            )));
+        }
+        replays.insert(key, replay.clone());
+        Ok(())
+    }
+
+    async fn get_replay(
+        &self,
+        topic: &str,
+        name: &str,
+    ) -> Result<Option<gridrelay_shared::replay::Replay>, StoreError> {
+        self.outage
+            .check("in-memory replays")
+            .map_err(StoreError::Unavailable)?;
+        Ok(lock(&self.replays)
+            .get(&(topic.to_string(), name.to_string()))
+            .cloned())
+    }
+
+    async fn list_replays(
+        &self,
+        topic: &str,
+    ) -> Result<Vec<gridrelay_shared::replay::Replay>, StoreError> {
+        self.outage
+            .check("in-memory replays")
+            .map_err(StoreError::Unavailable)?;
+        let mut replays: Vec<_> = lock(&self.replays)
+            .values()
+            .filter(|r| r.topic == topic)
+            .cloned()
+            .collect();
+        replays.sort_by_key(|r| std::cmp::Reverse(r.created_at));
+        Ok(replays)
+    }
+
+    async fn update_replay(
+        &self,
+        replay: &gridrelay_shared::replay::Replay,
+        read_version: u64,
+    ) -> Result<(), StoreError> {
+        self.outage
+            .check("in-memory replays")
+            .map_err(StoreError::Unavailable)?;
+        let what = format!("replay {} of topic {}", replay.name, replay.topic);
+        let mut replays = lock(&self.replays);
+        match replays.get_mut(&(replay.topic.clone(), replay.name.clone())) {
+            None => Err(StoreError::NotFound(what)),
+            Some(stored) if stored.version != read_version => Err(StoreError::Conflict(what)),
+            Some(stored) => {
+                *stored = replay.clone();
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Secrets in a map; a secret's id is its name.
 #[derive(Debug, Default)]
 pub struct MemorySecretStore {

@@ -23,11 +23,11 @@ pub struct DynamoSubscriptionStore {
 
 type Item = HashMap<String, AttributeValue>;
 
-fn s(v: &str) -> AttributeValue {
+pub(super) fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_string())
 }
 
-fn decode<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
+pub(super) fn decode<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> {
     let doc = item
         .get("doc")
         .and_then(|v| v.as_s().ok())
@@ -61,7 +61,7 @@ fn describe_subscription(sub: &Subscription) -> String {
     format!("event subscription {} on topic {}", sub.name, sub.topic)
 }
 
-fn encode<T: Serialize>(record: &T) -> Result<AttributeValue, StoreError> {
+pub(super) fn encode<T: Serialize>(record: &T) -> Result<AttributeValue, StoreError> {
     serde_json::to_string(record)
         .map(AttributeValue::S)
         .map_err(|e| StoreError::Corrupt(e.to_string()))

@@ -5,6 +5,7 @@
 mod delivery_state;
 mod dynamodb;
 mod journal;
+mod replays;
 mod resources;
 mod s3;
 mod secrets;
@@ -13,6 +14,7 @@ mod sqs;
 pub use delivery_state::DynamoDeliveryStateStore;
 pub use dynamodb::DynamoSubscriptionStore;
 pub use journal::{FirehoseStream, HourlyObjects, S3ArchiveSource, S3JournalSource};
+pub use replays::DynamoReplayStore;
 pub use resources::AwsResourceSender;
 pub use s3::S3ObjectStore;
 pub use secrets::{

@@ -20,6 +20,7 @@ mod late_success;
 mod notifications;
 mod outbound;
 mod provision;
+mod replays;
 mod resources;
 mod robustness;
 mod schemas;
