@@ -564,6 +564,22 @@ pub trait ReplayStore: Send + Sync {
     ) -> Result<(), StoreError>;
 }
 
+/// A replay's write moves it exactly one version on from the version read.
+pub fn one_version_on(
+    replay: &gridrelay_shared::replay::Replay,
+    read_version: u64,
+) -> Result<(), StoreError> {
+    if replay.version == read_version.saturating_add(1) {
+        Ok(())
+    } else {
+        Err(StoreError::Corrupt(format!(
+            "replay {} of topic {} written at version {} over version {read_version}: a write \
+             moves a replay one version on",
+            replay.name, replay.topic, replay.version
+        )))
+    }
+}
+
 /// What a read of a topic's archive found.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ArchiveRead {

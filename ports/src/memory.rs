@@ -686,6 +686,7 @@ impl crate::ReplayStore for MemoryReplayStore {
         self.outage
             .check("in-memory replays")
             .map_err(StoreError::Unavailable)?;
+        crate::one_version_on(replay, read_version)?;
         let what = format!("replay {} of topic {}", replay.name, replay.topic);
         let mut replays = lock(&self.replays);
         match replays.get_mut(&(replay.topic.clone(), replay.name.clone())) {

@@ -2,7 +2,9 @@
 //!
 //! `ingest` writes one line per accepted event of a topic whose `retentionDays` is above 0, after
 //! the events are durably fanned out, to the archive's Firehose stream, which keeps them in S3
-//! under its hour prefix (`archive/YYYY/MM/DD/HH/`, the hour the stream received them). A line
+//! under its hour prefix (`archive/YYYY/MM/DD/HH/`: the hour the stream received the oldest
+//! record of the object, so an object can hold events received up to its buffering interval
+//! later, in the next hour). A line
 //! holds the topic, the publish time, the topic's input schema and the event exactly as it was
 //! fanned out (stamped fields included), so a replay sends what the first delivery sent.
 
@@ -21,10 +23,16 @@ pub const ARCHIVE_PREFIX: &str = "archive/";
 /// keep events.
 pub const RETENTION_DAYS: std::ops::RangeInclusive<i64> = 0..=365;
 
-/// How much later than its publish time an event can reach its hour prefix: the stream's
-/// longest buffering interval (900 s) and the write's budget, with room to spare. A read of a
-/// time window reads the hours this much past its end.
-pub const ARRIVAL_SLACK: Duration = Duration::minutes(20);
+/// How much earlier than an event's arrival its object's hour prefix can be: Firehose names an
+/// object by the arrival of its oldest record, and gathers records for at most its longest
+/// buffering interval (900 s). A read of a window reads the hours from this much before its
+/// start.
+pub const BUFFER_SLACK: Duration = Duration::minutes(15);
+
+/// How much later than its publish time an event can reach the stream: `ingest` writes it
+/// after the fan-out, within its 15 s timeout, with room to spare. A read of a window reads the
+/// hours to this much past its end.
+pub const ARRIVAL_SLACK: Duration = Duration::minutes(2);
 
 /// Checks a topic's `retentionDays`.
 pub fn validate_retention_days(days: i64) -> Result<u16, LimitError> {
@@ -119,6 +127,8 @@ impl TimeWindow {
         end: DateTime<Utc>,
         field_end: &str,
     ) -> Result<Self, LimitError> {
+        // To the millisecond, as the archive keeps publish times.
+        let (start, end) = (to_millis(start), to_millis(end));
         if end <= start {
             return Err(LimitError::new(
                 field_end,
@@ -136,11 +146,17 @@ impl TimeWindow {
         self.start <= at && at < self.end
     }
 
-    /// The hours whose prefixes can hold events of the window: from the start's hour to
-    /// [`ARRIVAL_SLACK`] past the end.
+    /// The hours whose prefixes can hold events of the window: from [`BUFFER_SLACK`] before
+    /// its start to [`ARRIVAL_SLACK`] past its end.
     pub fn hours(&self) -> (DateTime<Utc>, DateTime<Utc>) {
-        (self.start, self.end + ARRIVAL_SLACK)
+        (self.start - BUFFER_SLACK, self.end + ARRIVAL_SLACK)
     }
+}
+
+/// `at` to the millisecond (what the archive and replays keep).
+fn to_millis(at: DateTime<Utc>) -> DateTime<Utc> {
+    use chrono::DurationRound;
+    at.duration_trunc(Duration::milliseconds(1)).unwrap_or(at)
 }
 
 /// The window of a topic's archive a reader (a listing, a replay) may ask for: from `start` up
@@ -179,6 +195,17 @@ pub fn archive_window(
             "endTime",
             format_time(end),
             format!("{} or earlier (now)", format_time(now)),
+        ));
+    }
+    if end <= created_at {
+        return Err(LimitError::new(
+            "endTime",
+            format_time(end),
+            format!(
+                "a time after {}, when the topic was created (again: what an older topic of its \
+                 name accepted is not its own)",
+                format_time(created_at)
+            ),
         ));
     }
     TimeWindow::new(start.max(created_at), end, "endTime")
@@ -244,10 +271,14 @@ mod tests {
         let e = archive_window(now - day, now - day * 2, now, 7, created).unwrap_err();
         assert_eq!(e.field, "endTime");
 
-        // A topic created again an hour ago: its window starts then.
+        // A topic created again an hour ago: its window starts then; one that ends before
+        // that says why.
         let recreated = now - Duration::hours(1);
         let w = archive_window(now - day, now, now, 7, recreated).unwrap();
         assert_eq!(w.start, recreated);
+        let e = archive_window(now - day, now - Duration::hours(2), now, 7, recreated).unwrap_err();
+        assert_eq!(e.field, "endTime");
+        assert!(e.allowed.contains("when the topic was created"), "{e}");
     }
 
     #[test]
@@ -305,6 +336,19 @@ mod tests {
         );
         let e = TimeWindow::new(at(20), at(20), "endTime").unwrap_err();
         assert_eq!(e.field, "endTime");
-        assert_eq!(window.hours(), (at(10), at(40)));
+        // From 15 minutes before the start (an object is named by its oldest record's arrival)
+        // to 2 minutes past the end.
+        assert_eq!(window.hours(), (at(10) - BUFFER_SLACK, at(22)));
+        // Kept to the millisecond, as publish times are.
+        let fine = TimeWindow::new(
+            at(10) + Duration::microseconds(1_500),
+            at(20) + Duration::microseconds(999),
+            "endTime",
+        )
+        .unwrap();
+        assert_eq!(
+            (fine.start, fine.end),
+            (at(10) + Duration::milliseconds(1), at(20))
+        );
     }
 }

@@ -2,21 +2,24 @@
 //!
 //! A replay is a record (its topic, name, window, chosen subscriptions, rate, state, where it
 //! is in the archive, what it sent) advanced by step messages on the control queue. A step
-//! message carries the record's version it was sent for; [`step_action`] says what a step
-//! does with the record as it finds it, so that a step that comes twice (SQS delivers at least
+//! message carries the record's version it was sent for; [`step_action`] says what a step does
+//! with the record as it finds it, so that a step that comes twice (SQS delivers at least
 //! once), or a crash between a step's work and its next message, neither sends a window's
-//! events twice nor stops the replay:
-//! - the record at the step's version: run it (send the next events from the cursor, then
-//!   move the record to the next version, written only over the version read, then send the
-//!   next step);
-//! - the record one version on: a step for this version ran and moved it, but its next step
-//!   may not have been sent (a crash in between): send it again (a second one finds the
-//!   record moved on and is dropped);
+//! events twice nor stops the replay, and copies of steps do not live on:
+//! - the record at the step's version: run it (send the next events from the cursor, move the
+//!   record to the next version with the time its next step is due, written only over the
+//!   version read, and only then send the next step: of two copies that both ran, the one whose
+//!   write was refused sends nothing);
+//! - the record one version on: this step ran and moved it. Usually its next step is on its
+//!   way and this is a copy; but a crash between the write and the send would have lost it. So
+//!   the step waits (goes back on the queue) until [`STEP_GRACE`] past the next step's due
+//!   time, and then, if the record has still not moved, sends the next step itself;
 //! - anything else (further on, or the replay no longer running): drop the step.
 //!
 //! Two copies of one step that both run send the same events: the deliveries they enqueue
 //! name the replay, the version and their part, and only the first copy of each is delivered
-//! ([`claim_key`]).
+//! ([`claim_key`]). A replay reads only windows whose objects are all written (its end at
+//! least the stream's buffering interval past), so both copies read the same objects.
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -37,6 +40,9 @@ pub const DEFAULT_REPLAY_RATE: u32 = 100;
 pub const STEP_SECONDS: u32 = 10;
 /// The longest an SQS message can be delayed, and so the longest pause between steps.
 pub const MAX_STEP_DELAY: Duration = Duration::from_secs(900);
+/// How long past its due time a step may be late (queued behind live traffic, retried after a
+/// failed invocation) before a copy of the step before it takes it for lost and sends it again.
+pub const STEP_GRACE: chrono::Duration = chrono::Duration::minutes(15);
 
 /// A replay's name: 1 to 64 letters, digits, `-` and `_`.
 pub fn validate_replay_name(name: &str) -> Result<(), LimitError> {
@@ -112,6 +118,9 @@ pub struct Replay {
     /// Archived events of the window sent so far (each to every chosen subscription whose
     /// filter takes it).
     pub events_sent: u64,
+    /// When the step for the current version is due (written with the version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_step_due: Option<DateTime<Utc>>,
     #[serde(with = "crate::journal::millis")]
     pub created_at: DateTime<Utc>,
     #[serde(with = "crate::journal::millis")]
@@ -139,28 +148,35 @@ impl Replay {
     }
 }
 
-/// What a step message sent for `step_version` does with the record as it finds it.
+/// What a step message sent for `step_version` does with the record as it finds it at `now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepAction {
     /// Send the next events and move the record on.
     Run,
-    /// The step for this version already moved the record; send the next step again.
+    /// Go back on the queue until then, and look again.
+    WaitUntil(DateTime<Utc>),
+    /// This step moved the record long ago and the next has not run: it was lost; send it.
     SendNext,
     /// Nothing: a later step has run, or the replay is not running.
     Drop,
 }
 
 /// See the module's documentation.
-pub fn step_action(replay: &Replay, step_version: u64) -> StepAction {
+pub fn step_action(replay: &Replay, step_version: u64, now: DateTime<Utc>) -> StepAction {
     if replay.state != ReplayState::Running {
         return StepAction::Drop;
     }
     if replay.version == step_version {
-        StepAction::Run
-    } else if replay.version == step_version.saturating_add(1) {
-        StepAction::SendNext
+        return StepAction::Run;
+    }
+    if replay.version != step_version.saturating_add(1) {
+        return StepAction::Drop;
+    }
+    let lost_after = replay.next_step_due.unwrap_or(replay.updated_at) + STEP_GRACE;
+    if now < lost_after {
+        StepAction::WaitUntil(lost_after)
     } else {
-        StepAction::Drop
+        StepAction::SendNext
     }
 }
 
@@ -207,23 +223,66 @@ mod tests {
             version,
             cursor: None,
             events_sent: 0,
+            next_step_due: Some(at),
             created_at: at,
             updated_at: at,
         }
     }
 
-    /// A step runs once for its version; a step whose version already ran sends the next step
-    /// again (it may have been lost), and every other step is dropped.
+    /// A step runs once for its version; a step whose version already ran waits until its
+    /// next step is overdue by the grace, then sends it (it was lost); every other step is
+    /// dropped.
     #[test]
-    fn a_step_runs_at_its_version_resends_the_next_one_after_and_drops_otherwise() {
+    fn a_step_runs_at_its_version_resends_an_overdue_next_one_and_drops_otherwise() {
         let running = replay(ReplayState::Running, 5);
-        assert_eq!(step_action(&running, 5), StepAction::Run);
-        assert_eq!(step_action(&running, 4), StepAction::SendNext);
-        assert_eq!(step_action(&running, 3), StepAction::Drop);
-        assert_eq!(step_action(&running, 6), StepAction::Drop);
+        let due = running.next_step_due.unwrap();
+        assert_eq!(step_action(&running, 5, due), StepAction::Run);
+        assert_eq!(
+            step_action(&running, 4, due),
+            StepAction::WaitUntil(due + STEP_GRACE)
+        );
+        assert_eq!(
+            step_action(&running, 4, due + STEP_GRACE),
+            StepAction::SendNext
+        );
+        assert_eq!(step_action(&running, 3, due), StepAction::Drop);
+        assert_eq!(step_action(&running, 6, due), StepAction::Drop);
         for state in [ReplayState::Cancelled, ReplayState::Completed] {
-            assert_eq!(step_action(&replay(state, 5), 5), StepAction::Drop);
+            assert_eq!(step_action(&replay(state, 5), 5, due), StepAction::Drop);
         }
+    }
+
+    /// The sequences SQS and crashes make, played on the record: a copy of a step dies out
+    /// instead of starting a chain of its own, and a lost step is sent again.
+    #[test]
+    fn copies_of_steps_die_out_and_a_lost_step_is_sent_again() {
+        let t0 = replay(ReplayState::Running, 0).created_at;
+        let pause = chrono::Duration::seconds(10);
+        // The record as a run at `version` at `at` leaves it.
+        let after_run = |version: u64, at: DateTime<Utc>| Replay {
+            version: version + 1,
+            next_step_due: Some(at + pause),
+            updated_at: at,
+            ..replay(ReplayState::Running, 0)
+        };
+        // Step 0 comes twice: the first runs (record at 1, step 1 sent); the copy waits, and
+        // when it looks again step 1 has run (record at 2): dropped, no chain of its own.
+        let record = after_run(0, t0);
+        let copy = step_action(&record, 0, t0 + chrono::Duration::seconds(1));
+        let StepAction::WaitUntil(again) = copy else {
+            panic!("{copy:?}")
+        };
+        let record = after_run(1, t0 + pause);
+        assert_eq!(step_action(&record, 0, again), StepAction::Drop);
+        // A crash between the write and the send: step 1 was never sent. The redelivered step
+        // 0 waits, then sends step 1, which runs.
+        let record = after_run(0, t0);
+        let redelivered = step_action(&record, 0, t0 + chrono::Duration::minutes(5));
+        let StepAction::WaitUntil(again) = redelivered else {
+            panic!("{redelivered:?}")
+        };
+        assert_eq!(step_action(&record, 0, again), StepAction::SendNext);
+        assert_eq!(step_action(&record, 1, again), StepAction::Run);
     }
 
     #[test]

@@ -22,8 +22,9 @@ const RECORDS_PER_CALL: usize = 500;
 const BYTES_PER_CALL: usize = 4 * 1024 * 1024;
 /// Objects read at once.
 const READS_AT_ONCE: usize = 16;
-/// The most hours one read covers (the longest retention, 365 days).
-pub const MAX_READ_HOURS: i64 = 365 * 24;
+/// The most hours one read covers: the longest retention, 365 days, and an hour for the
+/// slack an archive window is read with on either side.
+pub const MAX_READ_HOURS: i64 = 365 * 24 + 1;
 
 /// Journal records into a Firehose delivery stream.
 #[derive(Debug, Clone)]
@@ -153,8 +154,7 @@ impl HourlyObjects {
                 .list(&self.bucket, &prefix)
                 .await
                 .map_err(|e| RecordStreamError(e.to_string()))?;
-            // Firehose names objects `<stream>-<version>-<YYYY-MM-DD-HH-MM-SS>-<uuid>`.
-            hour_keys.sort();
+            hour_keys.sort_by(|a, b| by_time_written(a).cmp(&by_time_written(b)));
             keys.extend(hour_keys);
         }
         Ok(keys)
@@ -219,6 +219,33 @@ impl JournalSource for S3JournalSource {
     }
 }
 
+/// Where an object written by Firehose sorts: by the time in its name
+/// (`<stream>-<version>-<YYYY-MM-DD-HH-MM-SS>-<random>[.json.gz]`; a stream's version number
+/// growing past 9 would put names out of order as text), then by its whole key.
+fn by_time_written(key: &str) -> (&str, &str) {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    (written_time(name).unwrap_or_default(), key)
+}
+
+/// The `YYYY-MM-DD-HH-MM-SS` in an object's name: the last run of six numbers (4, 2, 2, 2, 2,
+/// 2 digits) between dashes.
+fn written_time(name: &str) -> Option<&str> {
+    const SHAPE: &[u8] = b"-dddd-dd-dd-dd-dd-dd-";
+    let bytes = name.as_bytes();
+    (0..bytes.len().checked_sub(SHAPE.len())? + 1)
+        .rev()
+        .find(|&at| {
+            SHAPE
+                .iter()
+                .zip(&bytes[at..])
+                .all(|(want, got)| match want {
+                    b'd' => got.is_ascii_digit(),
+                    other => other == got,
+                })
+        })
+        .and_then(|at| name.get(at + 1..at + SHAPE.len() - 1))
+}
+
 /// Topic archives' objects in S3 (under `archive/`), as the archive stream wrote them.
 #[derive(Debug, Clone)]
 pub struct S3ArchiveSource(HourlyObjects);
@@ -242,5 +269,39 @@ impl ArchiveSource for S3ArchiveSource {
             events: events_in_window(events, topic, window),
             skipped,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Objects are read in the order Firehose wrote them, whatever the stream's version.
+    #[test]
+    fn objects_sort_by_the_time_in_their_names() {
+        let key = |version: u32, time: &str| {
+            format!(
+                "archive/2026/11/27/12/s-archive-{version}-{time}-0b0e7c8e-1f2a-4b3c-9d4e-5f6a7b8c9d0e.json.gz"
+            )
+        };
+        let mut keys = vec![
+            key(10, "2026-11-27-12-05-00"),
+            key(9, "2026-11-27-12-01-00"),
+            key(10, "2026-11-27-12-03-00"),
+        ];
+        keys.sort_by(|a, b| by_time_written(a).cmp(&by_time_written(b)));
+        assert_eq!(
+            keys,
+            [
+                key(9, "2026-11-27-12-01-00"),
+                key(10, "2026-11-27-12-03-00"),
+                key(10, "2026-11-27-12-05-00")
+            ]
+        );
+        assert_eq!(
+            written_time("s-1-2026-11-27-12-05-59-0b0e7c8e-1f2a-4b3c-9d4e-5f6a7b8c9d0e"),
+            Some("2026-11-27-12-05-59")
+        );
+        assert_eq!(written_time("not-a-firehose-name"), None);
     }
 }

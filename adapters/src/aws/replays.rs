@@ -109,6 +109,7 @@ impl ReplayStore for DynamoReplayStore {
     }
 
     async fn update_replay(&self, replay: &Replay, read_version: u64) -> Result<(), StoreError> {
+        gridrelay_ports::one_version_on(replay, read_version)?;
         let result = self
             .client
             .put_item()

@@ -28,6 +28,7 @@ fn replay(name: &str, minutes_ago: i64) -> Replay {
         version: 0,
         cursor: None,
         events_sent: 0,
+        next_step_due: None,
         created_at: now,
         updated_at: now,
     }
@@ -86,10 +87,22 @@ async fn a_replay_moves_on_only_over_the_version_it_was_read_at() {
         store.get_replay("orders", "first").await.unwrap(),
         Some(moved)
     );
-    let missing = replay("missing", 0);
+    let missing = Replay {
+        version: 1,
+        ..replay("missing", 0)
+    };
     assert!(matches!(
         store.update_replay(&missing, 0).await,
         Err(StoreError::NotFound(_))
+    ));
+    // A write moves a replay exactly one version on.
+    let leap = Replay {
+        version: 3,
+        ..first.clone()
+    };
+    assert!(matches!(
+        store.update_replay(&leap, 1).await,
+        Err(StoreError::Corrupt(_))
     ));
     sys.shutdown().await;
 }
