@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make soak`: the long runs of the life-cycle checks (release builds; about 2 h 20 min on 2 cores
-# with moto, nearly all of it the chaos run: 550,000 deliveries owed at about 72 a second).
+# `make soak`: the long runs of the life-cycle checks (release builds). On moto the chaos run is
+# longer than a working session: moto slows as its state grows (docs/testing.md#the-long-runs).
 #   - chaos: 100,000 events to four subscriptions whose subscribers fail ~30 % of requests, with
 #     `gridrelay local` killed (SIGKILL) and restarted 5 times and 5 % of its AWS calls throttled;
 #     prints lost (must be 0), duplicates and the time it took
