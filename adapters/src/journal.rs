@@ -78,9 +78,9 @@ pub async fn write_entries(
         Budget::own(JOURNAL_WRITE_BUDGET)
     };
     let records = pack_records(entries, MAX_RECORD_BYTES);
-    let written = write_records(sink, records, budget, Stream::Journal).await;
+    let unwritten = write_records(sink, records, budget, Stream::Journal).await;
     // An entry split by its ids (a batch too large for one record) counts once.
-    written.min(entries.len())
+    unwritten.min(entries.len())
 }
 
 /// How long a write may take, and what set that.

@@ -1361,6 +1361,22 @@ async fn create_a_subscription_to_an_sqs_queue_s4() {
     sys.shutdown().await;
 }
 
+/// What `event show` (the command `show`) prints once `done` holds of it (`what`, within 10 s):
+/// a journal entry is written as its invocation ends.
+async fn life_once(
+    show: &[&str],
+    names: &ResourceNames,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    gridrelay_e2e::eventually(Duration::from_secs(10), what, || async {
+        let out = gridrelay(show, Some(names));
+        let life = out.status.success().then(|| json(&out))?;
+        done(&life).then_some(life)
+    })
+    .await
+}
+
 /// #35, L3, L4: a dead-lettered event's life ends with the object it went to: `event show`
 /// lists its one attempt (503, handed to dead-lettering), then the dead-letter function's
 /// write with the object's `s3://` address, and the event stands dead-lettered there.
@@ -1390,14 +1406,11 @@ async fn a_dead_lettered_event_shows_the_object_it_went_to_l3() {
         "d-0",
     ];
     // The write's entry goes out as the dead-letter invocation ends.
-    let life = gridrelay_e2e::eventually(
-        Duration::from_secs(10),
+    let life = life_once(
+        &show,
+        &sys.names,
         "the dead-letter write journaled",
-        || async {
-            let out = gridrelay(&show, Some(&sys.names));
-            let life = out.status.success().then(|| json(&out))?;
-            (life["subscriptions"][0]["standing"]["state"] == "deadLettered").then_some(life)
-        },
+        |life| life["subscriptions"][0]["standing"]["state"] == "deadLettered",
     )
     .await;
     let audit = &life["subscriptions"][0];
@@ -1448,16 +1461,11 @@ async fn the_journal_shows_each_attempt_of_an_event_and_where_it_stands_r1_s5() 
         "j-0",
     ];
     // The last attempt's entry is written as its invocation ends.
-    let life = gridrelay_e2e::eventually(
-        Duration::from_secs(10),
-        "three attempts journaled",
-        || async {
-            let out = gridrelay(&show, Some(&sys.names));
-            let life = out.status.success().then(|| json(&out))?;
-            let steps = life["subscriptions"][0]["steps"].as_array()?.clone();
-            (steps.iter().filter(|s| s["step"] == "attempt").count() == 3).then_some(life)
-        },
-    )
+    let life = life_once(&show, &sys.names, "three attempts journaled", |life| {
+        life["subscriptions"][0]["steps"]
+            .as_array()
+            .is_some_and(|steps| steps.iter().filter(|s| s["step"] == "attempt").count() == 3)
+    })
     .await;
     let billing = &life["subscriptions"][0];
     assert_eq!(billing["subscription"], "billing");

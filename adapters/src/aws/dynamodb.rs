@@ -35,6 +35,30 @@ pub(super) fn decode<T: DeserializeOwned>(item: &Item) -> Result<T, StoreError> 
     serde_json::from_str(doc).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
+/// Puts `item` under a condition on whether an item of its key exists (every table here has a
+/// `name` in its key); whether the condition held and it was written.
+pub(super) async fn put_where(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    item: Item,
+    exists: bool,
+) -> Result<bool, StoreError> {
+    let condition = if exists {
+        "attribute_exists(#n)"
+    } else {
+        "attribute_not_exists(#n)"
+    };
+    let result = client
+        .put_item()
+        .table_name(table)
+        .set_item(Some(item))
+        .condition_expression(condition)
+        .expression_attribute_names("#n", "name")
+        .send()
+        .await;
+    written(result)
+}
+
 /// Top-level copies of a subscription's id and version, for conditional writes.
 const ID_ATTRIBUTE: &str = "subscriptionId";
 const VERSION_ATTRIBUTE: &str = "version";
@@ -141,21 +165,7 @@ impl DynamoSubscriptionStore {
         conflict: StoreError,
     ) -> Result<(), StoreError> {
         item.insert("doc".to_string(), doc);
-        let condition = if exists {
-            "attribute_exists(#n)"
-        } else {
-            "attribute_not_exists(#n)"
-        };
-        let result = self
-            .client
-            .put_item()
-            .table_name(table)
-            .set_item(Some(item))
-            .condition_expression(condition)
-            .expression_attribute_names("#n", "name")
-            .send()
-            .await;
-        if written(result)? {
+        if put_where(&self.client, table, item, exists).await? {
             Ok(())
         } else {
             Err(conflict)

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use gridrelay_ports::{ReplayStore, StoreError};
 use gridrelay_shared::replay::Replay;
 
-use super::dynamodb::{decode, encode, s};
+use super::dynamodb::{decode, encode, put_where, s};
 use super::{unavailable, written};
 
 /// Where a replay's version is kept beside its record, for conditional writes.
@@ -50,16 +50,7 @@ fn what(replay: &Replay) -> String {
 #[async_trait]
 impl ReplayStore for DynamoReplayStore {
     async fn create_replay(&self, replay: &Replay) -> Result<(), StoreError> {
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(Self::item(replay)?))
-            .condition_expression("attribute_not_exists(#n)")
-            .expression_attribute_names("#n", "name")
-            .send()
-            .await;
-        if written(result)? {
+        if put_where(&self.client, &self.table, Self::item(replay)?, false).await? {
             Ok(())
         } else {
             Err(StoreError::AlreadyExists(what(replay)))
