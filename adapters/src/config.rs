@@ -33,6 +33,9 @@ pub const JOURNAL_STREAM_ENV: &str = "GRIDRELAY_JOURNAL_STREAM";
 /// writes to the journal's bucket, under `archive/`.
 pub const ARCHIVE_STREAM_ENV: &str = "GRIDRELAY_ARCHIVE_STREAM";
 
+/// Replays' DynamoDB table (#35), which `deliver` runs their steps against.
+pub const REPLAYS_TABLE_ENV: &str = "GRIDRELAY_REPLAYS_TABLE";
+
 /// The bucket the delivery journal's stream writes to, for the command line's questions.
 pub const JOURNAL_BUCKET_ENV: &str = "GRIDRELAY_JOURNAL_BUCKET";
 

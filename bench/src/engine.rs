@@ -141,6 +141,8 @@ pub async fn deliver_all(
             Some(memory) => memory.clone(),
             None => Arc::new(gridrelay_ports::NoRecordStream),
         },
+        replays: Arc::new(gridrelay_ports::NoReplays),
+        archive: Arc::new(gridrelay_ports::NoReplays),
     };
     let sender = Arc::new(settings.http_sender()?);
     let deliver = Deliver::new(ports, sender, settings);

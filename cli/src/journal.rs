@@ -5,7 +5,6 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use gridrelay_adapters::aws::{S3JournalSource, load_sdk_config, s3_client};
-use gridrelay_local::ResourceNames;
 use gridrelay_ports::{JournalRead, JournalSource};
 use gridrelay_shared::journal::{
     EventLife, JOURNAL_PREFIX, JournalEntry, Next, Standing, Step, format_time, latest_attempts,
@@ -56,19 +55,7 @@ pub(super) struct ListAttempts {
 /// Where the journal is: the bucket given, or the one beside a delivery queue named
 /// `<prefix>-delivery` (a local installation).
 pub(super) fn journal_bucket(given: Option<&str>, delivery_queue: &str) -> anyhow::Result<String> {
-    match given {
-        Some(bucket) => Ok(bucket.to_string()),
-        None => ResourceNames::beside_delivery_queue(delivery_queue)
-            .map(|names| names.journal_bucket)
-            .with_context(|| {
-                format!(
-                    "set --journal-bucket or {} to the stack's JournalBucket output (the \
-                     delivery queue {delivery_queue:?} is not named <prefix>-delivery, so the \
-                     journal beside it is unknown)",
-                    gridrelay_adapters::config::JOURNAL_BUCKET_ENV
-                )
-            }),
-    }
+    crate::beside_delivery_queue(given, delivery_queue, crate::Beside::JournalBucket)
 }
 
 /// Every entry written from `since` until now.
@@ -175,8 +162,13 @@ const STEP_COLUMNS: [&str; 9] = [
 /// milliseconds, what came next, error.
 fn step_row(e: &JournalEntry) -> Vec<String> {
     let (step, status, outcome, ms, next, error) = match &e.step {
-        Step::Fanned { event_type, .. } => (
-            "published".to_string(),
+        Step::Fanned {
+            event_type, replay, ..
+        } => (
+            match replay {
+                Some(name) => format!("replayed by {name}"),
+                None => "published".to_string(),
+            },
             String::new(),
             event_type.clone(),
             String::new(),

@@ -24,6 +24,7 @@ mod archive;
 mod journal;
 mod local;
 mod redrive;
+mod replay;
 mod subscription;
 mod topic;
 mod view;
@@ -109,6 +110,15 @@ struct Cli {
     /// delivery queue named `<prefix>-delivery` (a local installation).
     #[arg(long, global = true, env = config::JOURNAL_BUCKET_ENV)]
     journal_bucket: Option<String>,
+    /// The DynamoDB table of replays (the stack's ReplaysTableName output), for `replay`.
+    /// Default: `<prefix>-replays` beside a delivery queue named `<prefix>-delivery`.
+    #[arg(long, global = true, env = config::REPLAYS_TABLE_ENV)]
+    replays_table: Option<String>,
+    /// The topic archive's Firehose stream (the stack's ArchiveStreamName output): `replay
+    /// start` reads its buffering interval to know when a window is all written. Default:
+    /// `<prefix>-archive` beside a delivery queue named `<prefix>-delivery`.
+    #[arg(long, global = true, env = config::ARCHIVE_STREAM_ENV)]
+    archive_stream: Option<String>,
     /// Networks (comma-separated CIDRs) endpoints may be in although not public, where plain
     /// http:// is allowed too. Default for `local`: loopback. Default for `event-subscription
     /// create`: loopback when AWS_ENDPOINT_URL is on this machine (a local stack), else none;
@@ -148,6 +158,9 @@ enum Command {
     /// What topics with a retention archived, for replays.
     #[command(subcommand)]
     Archive(archive::ArchiveCommand),
+    /// Send a window of a topic's archive again: start, show, list and cancel replays.
+    #[command(subcommand)]
+    Replay(replay::ReplayCommand),
 }
 
 /// What `--output` prints.
@@ -193,6 +206,9 @@ fn flag_of(field: &str) -> &str {
         "retentionDays" => "--retention-days",
         "journalAnswerBytes" => "--journal-answer-bytes",
         "startTime" => "--start-time",
+        "replay name" => "--name",
+        "rate" => "--rate",
+        "subscription" => "--subscription",
         "endTime" => "--end-time",
         "gracePeriodHours" => "--grace-period-hours",
         gridrelay_shared::outbound::ALLOWED_NETWORKS_FIELD => "--allowed-networks",
@@ -327,6 +343,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 journal::journal_bucket(cli.journal_bucket.as_deref(), &cli.delivery_queue)?;
             journal::show_event(args, &bucket, cli.output).await
         }
+        Command::Replay(cmd) => {
+            let beside = |given: Option<&str>, what: Beside| {
+                beside_delivery_queue(given, &cli.delivery_queue, what)
+            };
+            let resources = replay::ReplayResources {
+                tables,
+                replays_table: beside(cli.replays_table.as_deref(), Beside::ReplaysTable)?,
+                archive_stream: beside(cli.archive_stream.as_deref(), Beside::ArchiveStream).ok(),
+                queues: own,
+            };
+            replay::run_replay(cmd, resources, cli.output).await
+        }
         Command::Archive(archive::ArchiveCommand::List(args)) => {
             let bucket =
                 journal::journal_bucket(cli.journal_bucket.as_deref(), &cli.delivery_queue)?;
@@ -350,6 +378,63 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             subscription::run_event_subscription(cmd, flags).await
         }
     }
+}
+
+/// A resource of the installation the command line can find beside its delivery queue.
+#[derive(Clone, Copy)]
+enum Beside {
+    JournalBucket,
+    ReplaysTable,
+    ArchiveStream,
+}
+
+impl Beside {
+    /// Its flag, its environment variable, the stack's output that names it, and its name
+    /// beside a delivery queue named `<prefix>-delivery`.
+    fn describe(
+        self,
+        names: Option<ResourceNames>,
+    ) -> (&'static str, &'static str, &'static str, Option<String>) {
+        match self {
+            Self::JournalBucket => (
+                "--journal-bucket",
+                config::JOURNAL_BUCKET_ENV,
+                "JournalBucket",
+                names.map(|n| n.journal_bucket),
+            ),
+            Self::ReplaysTable => (
+                "--replays-table",
+                config::REPLAYS_TABLE_ENV,
+                "ReplaysTableName",
+                names.map(|n| n.replays_table),
+            ),
+            Self::ArchiveStream => (
+                "--archive-stream",
+                config::ARCHIVE_STREAM_ENV,
+                "ArchiveStreamName",
+                names.map(|n| n.archive_stream),
+            ),
+        }
+    }
+}
+
+/// `given`, or `what` beside `delivery_queue` when that is named `<prefix>-delivery`.
+fn beside_delivery_queue(
+    given: Option<&str>,
+    delivery_queue: &str,
+    what: Beside,
+) -> anyhow::Result<String> {
+    if let Some(given) = given {
+        return Ok(given.to_string());
+    }
+    let (flag, env, output, found) =
+        what.describe(ResourceNames::beside_delivery_queue(delivery_queue));
+    found.with_context(|| {
+        format!(
+            "set {flag} or {env} to the stack's {output} output (the delivery queue \
+             {delivery_queue:?} is not named <prefix>-delivery, so the one beside it is unknown)"
+        )
+    })
 }
 
 /// The installation's delivery queue, as given, its control queue and the secret of the key

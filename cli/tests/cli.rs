@@ -1708,3 +1708,175 @@ async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
     assert_eq!(updated["eventRetentionInDays"], 1, "{updated}");
     sys.shutdown().await;
 }
+
+/// #35, a replay as an operator runs it: `replay start` of a window sends exactly the topic's
+/// archived events of that window again to the subscription, paced to its rate (1 a second:
+/// steps of 10, 10 s apart), each with the replay's `gridrelay-replay` header and journaled as
+/// the replay's; the runner is killed between steps and started again, and the replay goes on
+/// from where its record says and completes with its count (each event counted once: a step
+/// is recorded once, whatever SQS redelivers). `replay show`, `list` and `cancel` print it;
+/// a second replay of the same name, a rate out of range and a subscription the topic does not
+/// have are refused naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_sends_its_window_again_paced_and_survives_a_kill() {
+    let sys = TestSystem::start_with_own_journal(0.01).await;
+    let names = sys.names.clone();
+    let created = json(&gridrelay(
+        &[
+            "topic",
+            "create",
+            "--name",
+            "again",
+            "--retention-days",
+            "1",
+        ],
+        Some(&names),
+    ));
+    let key = created["key1"].as_str().unwrap().to_string();
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("again", "billing", &sub.url))
+        .await;
+    let time =
+        |at: chrono::DateTime<chrono::Utc>| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let publish = |body: Value| {
+        let (sys, key) = (&sys, key.clone());
+        async move {
+            let (status, answer) = sys
+                .publish_raw("again", Some(&key), body.to_string().into_bytes())
+                .await;
+            assert_eq!(status, 200, "{answer}");
+        }
+    };
+    publish(events("before", 2)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let start = chrono::Utc::now();
+    publish(events("w", 25)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let end = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    publish(events("after", 2)).await;
+    sub.wait_for_requests(29, Duration::from_secs(30)).await;
+
+    let replay = |args: &[&str]| {
+        let mut all = vec!["replay"];
+        all.extend_from_slice(args);
+        gridrelay(&all, Some(&names))
+    };
+    let window = [
+        "--topic-name",
+        "again",
+        "--start-time",
+        &time(start),
+        "--end-time",
+        &time(end),
+    ];
+    let mut start_args = vec!["start", "--name", "night", "--rate", "1"];
+    start_args.extend_from_slice(&window);
+    let started = json(&replay(&start_args));
+    assert_eq!(started["state"], "Running", "{started}");
+    assert_eq!(started["subscriptions"][0], "billing", "{started}");
+    assert_eq!(started["eventsSent"], 0, "{started}");
+    let out = replay(&start_args);
+    assert!(
+        !out.status.success() && stderr(&out).contains("already"),
+        "{}",
+        stderr(&out)
+    );
+    for (flags, field) in [
+        (vec!["--name", "x", "--rate", "0"], "rate"),
+        (
+            vec!["--name", "x", "--subscription", "nobody"],
+            "subscription",
+        ),
+        (vec!["--name", "bad name"], "--name"),
+    ] {
+        let mut args = vec!["start"];
+        args.extend_from_slice(&flags);
+        args.extend_from_slice(&window);
+        let out = replay(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(err.contains(field), "{err}");
+    }
+
+    let show = ["show", "--topic-name", "again", "--name", "night"];
+    // The window is sealed 20 s past its end (the local archive stream writes at once), then
+    // a step of 10 runs.
+    gridrelay_e2e::eventually(Duration::from_secs(60), "the first step", || async {
+        let shown = json(&replay(&show));
+        (shown["eventsSent"].as_u64() >= Some(10)).then_some(())
+    })
+    .await;
+    let sys = sys.killed_and_restarted().await;
+    let done = gridrelay_e2e::eventually(Duration::from_secs(90), "the replay done", || async {
+        let shown = json(&replay(&show));
+        (shown["state"] == "Completed").then_some(shown)
+    })
+    .await;
+    assert_eq!(done["eventsSent"], 25, "{done}");
+
+    let replayed: Vec<String> = sub
+        .received()
+        .iter()
+        .filter(|r| r.header("gridrelay-replay") == Some("night"))
+        .flat_map(|r| r.ids())
+        .collect();
+    let mut once: Vec<String> = replayed.clone();
+    once.sort();
+    once.dedup();
+    let mut window_ids: Vec<String> = (0..25).map(|i| format!("w-{i}")).collect();
+    window_ids.sort();
+    assert_eq!(once, window_ids, "exactly the window's events");
+    eprintln!(
+        "replay: {} deliveries of 25 events ({} redelivered after the kill)",
+        replayed.len(),
+        replayed.len() - 25
+    );
+    let life = life_once(
+        &[
+            "event",
+            "show",
+            "--topic-name",
+            "again",
+            "--event-id",
+            "w-3",
+        ],
+        &names,
+        "the replayed delivery journaled",
+        |life| {
+            life["subscriptions"][0]["steps"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["replay"] == "night"))
+        },
+    )
+    .await;
+    assert!(life.to_string().contains("\"night\""), "{life}");
+
+    let list = json(&replay(&["list", "--topic-name", "again"]));
+    assert_eq!(list[0]["name"], "night", "{list}");
+    assert_eq!(done["stalled"], false, "{done}");
+    let out = replay(&["resume", "--topic-name", "again", "--name", "night"]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("only a running replay"),
+        "{}",
+        stderr(&out)
+    );
+    let cancelled = json(&replay(&[
+        "cancel",
+        "--topic-name",
+        "again",
+        "--name",
+        "night",
+    ]));
+    assert_eq!(
+        cancelled["state"], "Completed",
+        "an ended replay stays as it ended"
+    );
+    let table = replay(&["list", "--topic-name", "again", "-o", "table"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("night") && text.contains("Completed"),
+        "{text}"
+    );
+    sys.shutdown().await;
+}

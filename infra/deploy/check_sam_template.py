@@ -45,9 +45,14 @@ EXPECTED = {
         "firehose:PutRecordBatch": [getatt("ArchiveStream")],
     },
     "DeliverFunction": {
-        "dynamodb:GetItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
-        "dynamodb:PutItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
+        # #35: replays' records (read, then written over the version read).
+        "dynamodb:GetItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable"), getatt("ReplaysTable")],
+        "dynamodb:PutItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable"), getatt("ReplaysTable")],
         "dynamodb:UpdateItem": [getatt("DeliveryStateTable")],
+        # #35: replays read the topic archives, listed (under archive/ only: checked below)
+        # and read under archive/ only.
+        "s3:ListBucket": [getatt("JournalBucket")],
+        "s3:GetObject": [{"Fn::Sub": "${JournalBucket.Arn}/archive/*"}],
         # #34 item 5: a subscription's slot items read at once.
         "dynamodb:BatchGetItem": [getatt("DeliveryStateTable")],
         "dynamodb:DeleteItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
@@ -238,6 +243,34 @@ def journal_problems(resources):
     return problems
 
 
+def replay_problems(resources):
+    """#35: deliver runs replays' steps against the replays' table and the archive in the
+    journal's bucket, named to it; it may list the bucket under archive/ only."""
+    problems = []
+    env = resources["DeliverFunction"]["Properties"].get("Environment", {}).get("Variables", {})
+    for name, value in [
+        ("GRIDRELAY_REPLAYS_TABLE", {"Ref": "ReplaysTable"}),
+        ("GRIDRELAY_JOURNAL_BUCKET", {"Ref": "JournalBucket"}),
+    ]:
+        if env.get(name) != value:
+            problems.append(f"DeliverFunction: {name} is {env.get(name)}, expected {value}")
+    # After the transform, the function's policies are its role's.
+    statements = [
+        s
+        for p in resources["DeliverFunctionRole"]["Properties"].get("Policies", [])
+        for s in p["PolicyDocument"]["Statement"]
+        if isinstance(s, dict)
+    ]
+    lists = [s for s in statements if s.get("Action") == "s3:ListBucket"]
+    condition = {"StringLike": {"s3:prefix": "archive/*"}}
+    if len(lists) != 1 or lists[0].get("Condition") != condition:
+        problems.append(f"DeliverFunction: s3:ListBucket must be limited to archive/: {lists}")
+    keys = [k["AttributeName"] for k in resources["ReplaysTable"]["Properties"]["KeySchema"]]
+    if keys != ["topic", "name"]:
+        problems.append(f"ReplaysTable: keys {keys}, expected topic and name")
+    return problems
+
+
 def main():
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "template.yaml"
@@ -284,6 +317,7 @@ def main():
     problems += queue_key_problems(resources)
     problems += control_queue_problems(resources)
     problems += journal_problems(resources)
+    problems += replay_problems(resources)
     if problems:
         print("SAM template check failed:\n" + "\n".join(problems), file=sys.stderr)
         sys.exit(1)

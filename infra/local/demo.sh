@@ -6,7 +6,7 @@
 # delivered to the first, retried then delivered to the second, dead-lettered into S3 for the
 # third, and written to the queue as a message with routing attributes; ends with the event's life
 # as the delivery journal has it (`gridrelay event show`), and what the topic archived
-# (`gridrelay archive list`). Waits run 100 times
+# (`gridrelay archive list`), sent again to one subscription (`gridrelay replay start`). Waits run 100 times
 # faster than real (GRIDRELAY_TIME_SCALE=0.01): the 5-minute dead-letter delay takes 3 seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -145,6 +145,24 @@ echo "$gridrelay archive list --topic-name $topic --start-time 1h -o table"
 "$gridrelay" archive list --topic-name "$topic" --start-time 1h -o table | tee .run/archive.txt
 grep -q "order-1" .run/archive.txt || { echo "the archive does not hold the event; see .run/local.log" >&2; exit 1; }
 
+step "Replaying the last hour to happy (#35): run in the stack, paced, marked gridrelay-replay"
+echo "$gridrelay replay start --topic-name $topic --name demo-replay --start-time 1h --subscription happy"
+"$gridrelay" replay start --topic-name "$topic" --name demo-replay --start-time 1h --subscription happy -o table
+# It starts once the window is surely all archived (20 s past its end here), then sends.
+for _ in $(seq 1 60); do
+  shown=$("$gridrelay" replay show --topic-name "$topic" --name demo-replay -o table)
+  grep -q Completed <<<"$shown" && break
+  sleep 1
+done
+echo "$shown"
+grep -q Completed <<<"$shown" || { echo "the replay did not complete; see .run/local.log" >&2; exit 1; }
+for _ in $(seq 1 50); do
+  life=$("$gridrelay" event show --topic-name "$topic" --event-id order-1 -o table 2>&1 || true)
+  grep -q "replayed by demo-replay" <<<"$life" && break
+  sleep 0.2
+done
+grep "replayed by demo-replay" -A1 <<<"$life" || { echo "the journal does not show the replay; see .run/local.log" >&2; exit 1; }
+
 sleep 1
 step "Summary"
 echo "happy:  delivered on the first attempt"
@@ -154,4 +172,5 @@ echo "        and the write announced on the system topic gridrelay-dead-letter-
 echo "to-queue: one SQS message per event, its type, subject and id as message attributes"
 echo "journal: every attempt and where each copy stands, from gridrelay event show"
 echo "archive: the topic keeps what it accepted for a day (--retention-days 1): gridrelay archive list"
+echo "replay:  the last hour sent again to happy, with a gridrelay-replay header: gridrelay replay start"
 echo "Logs: .run/local.log   Stopping."

@@ -68,6 +68,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.headers.get("x-demo"):
             secret = "present" if self.headers.get("authorization") else "missing"
             extra = f" (headers: X-Demo={self.headers.get('x-demo')}, Authorization {secret})"
+        if self.headers.get("gridrelay-replay"):
+            extra += f" replayed by {self.headers.get('gridrelay-replay')}"
         print(
             f"{time.strftime('%H:%M:%S')} subscriber {self.path:<7} "
             f"attempt {int(self.headers.get('aeg-delivery-count', '0')) + 1} "

@@ -26,8 +26,9 @@ use aws_config::SdkConfig;
 use aws_lambda_events::sqs::SqsEvent;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
-    AwsResourceSender, DynamoDeliveryStateStore, FirehoseStream, S3ObjectStore, SqsQueue,
-    delivery_state_store, queue_key, s3_client, sealed_records, secret_store, subscription_store,
+    AwsResourceSender, DynamoDeliveryStateStore, DynamoReplayStore, FirehoseStream,
+    S3ArchiveSource, S3ObjectStore, SqsQueue, delivery_state_store, queue_key, s3_client,
+    sealed_records, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_adapters::outbound::SystemResolver;
@@ -478,6 +479,12 @@ impl LocalSystem {
         self.stats.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
+    /// Stops everything at once, wherever it is, as a crash would: no handler in flight
+    /// finishes, deletes its messages or answers.
+    pub fn kill(&mut self) {
+        self.tasks.abort_all();
+    }
+
     /// Stops polling and serving, waits for handlers in flight to finish, and says what the
     /// handlers did in all, those included.
     pub async fn shutdown(mut self) -> RunnerStats {
@@ -516,6 +523,11 @@ fn deliver_ports(
             &names.delivery_state_table,
         )),
         journal: journal_sink(sdk, names, config),
+        replays: Arc::new(DynamoReplayStore::new(
+            aws_sdk_dynamodb::Client::new(sdk),
+            &names.replays_table,
+        )),
+        archive: Arc::new(S3ArchiveSource::new(s3_client(sdk), &names.journal_bucket)),
     }
 }
 

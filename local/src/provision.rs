@@ -13,8 +13,9 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_sqs::types::QueueAttributeName;
 use gridrelay_adapters::aws::{describe_error, local_queue_key, s3_client};
 use gridrelay_adapters::config::{
-    CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, JOURNAL_BUCKET_ENV,
-    QUEUE_KEY_SECRET_ENV, SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
+    ARCHIVE_STREAM_ENV, CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV,
+    JOURNAL_BUCKET_ENV, QUEUE_KEY_SECRET_ENV, REPLAYS_TABLE_ENV, SECRET_PREFIX_ENV,
+    SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
 };
 use gridrelay_shared::archive::ARCHIVE_PREFIX;
 use gridrelay_shared::journal::JOURNAL_PREFIX;
@@ -82,8 +83,8 @@ impl ResourceNames {
 
     /// The environment that points the `gridrelay` command line at these resources: its
     /// tables, its delivery and control queues (by name), its secret prefix, its queue key and
-    /// its journal's bucket.
-    pub fn cli_env(&self) -> [(&'static str, &str); 8] {
+    /// its journal's bucket, its replays' table and its archive's stream.
+    pub fn cli_env(&self) -> [(&'static str, &str); 10] {
         [
             (TOPICS_TABLE_ENV, &self.topics_table),
             (SUBSCRIPTIONS_TABLE_ENV, &self.subscriptions_table),
@@ -93,6 +94,8 @@ impl ResourceNames {
             (DELIVERY_STATE_TABLE_ENV, &self.delivery_state_table),
             (QUEUE_KEY_SECRET_ENV, &self.queue_key_secret),
             (JOURNAL_BUCKET_ENV, &self.journal_bucket),
+            (REPLAYS_TABLE_ENV, &self.replays_table),
+            (ARCHIVE_STREAM_ENV, &self.archive_stream),
         ]
     }
 }
@@ -212,13 +215,17 @@ pub async fn provision(
         &names.journal_stream,
         &names.journal_bucket,
         JOURNAL_PREFIX,
+        60,
     )
     .await?;
+    // The emulators write each batch as it comes: said so, a replay waits no buffering
+    // interval past its window's end (`replay start` reads it).
     create_stream(
         sdk,
         &names.archive_stream,
         &names.journal_bucket,
         ARCHIVE_PREFIX,
+        0,
     )
     .await?;
 
@@ -258,6 +265,7 @@ async fn create_stream(
     stream: &str,
     bucket: &str,
     prefix: &str,
+    buffer_seconds: i32,
 ) -> anyhow::Result<()> {
     use aws_sdk_firehose::types::{
         BufferingHints, CompressionFormat, DeliveryStreamType, ExtendedS3DestinationConfiguration,
@@ -272,7 +280,7 @@ async fn create_stream(
         .file_extension(".json.gz")
         .buffering_hints(
             BufferingHints::builder()
-                .interval_in_seconds(60)
+                .interval_in_seconds(buffer_seconds)
                 .size_in_mbs(64)
                 .build(),
         )

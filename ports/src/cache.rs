@@ -543,6 +543,15 @@ impl DeliveryStateStore for CachedDeliveryState {
         self.state.late_success(attempt).await
     }
 
+    async fn claim(
+        &self,
+        key: &str,
+        token: &str,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.state.claim(key, token, until).await
+    }
+
     fn forget(&self, endpoint: &str) {
         self.wrote(endpoint);
     }

@@ -65,7 +65,13 @@ pub async fn fan_out(
 ) -> Result<FanOut, FanOutError> {
     let subscriptions = receiving_subscriptions(store, topic, now).await?;
     let converted = delivery_forms(&subscriptions, input, events)?;
-    let plan = plan_shares(&subscriptions, &converted, input, events)?;
+    let (plan, bytes) = plan_shares(&subscriptions, &converted, input, events);
+    if bytes > MAX_FAN_OUT_BYTES {
+        return Err(FanOutError::TooLarge {
+            bytes,
+            subscriptions: plan.len(),
+        });
+    }
     let (enqueued, messages) = enqueue_shares(queue, plan, now).await?;
     Ok(FanOut {
         subscriptions: subscriptions.len(),
@@ -124,25 +130,77 @@ fn delivery_forms<'e>(
     Ok(converted)
 }
 
-/// Which events each subscription receives, and what that comes to, before anything is sent:
-/// a publish too large to enqueue in time is refused whole (#34 item 9).
+/// #35: what a replay's step sends of `events` (archived in the `input` schema) to one of its
+/// subscriptions (one the replay chose that still receives events).
+#[derive(Debug, Clone)]
+pub struct ReplayShare {
+    /// The events its filter takes, turned into its schema as fan-out turns them, in order,
+    /// as new deliveries published `now` (fresh attempts and time to live).
+    pub events: Vec<QueuedEvent>,
+    /// Events its schema cannot take (a custom-schema event without the fields a CloudEvent
+    /// needs, say): left out for it alone, and counted.
+    pub unconvertible: usize,
+}
+
+/// Each of `subscriptions`' share of a replay's step, in their order.
+pub fn replay_shares(
+    subscriptions: &[Subscription],
+    input: InputSchema,
+    events: &[Box<RawValue>],
+    now: DateTime<Utc>,
+) -> Vec<ReplayShare> {
+    let fields = input.filter_fields();
+    let parsed = parsed_for_filters(subscriptions, events);
+    subscriptions
+        .iter()
+        .map(|sub| {
+            let mut share = ReplayShare {
+                events: Vec::new(),
+                unconvertible: 0,
+            };
+            for (i, event) in events.iter().enumerate() {
+                let taken = sub.filter.is_empty()
+                    || parsed[i]
+                        .as_ref()
+                        .is_some_and(|v| sub.filter.matches(v, fields));
+                if !taken {
+                    continue;
+                }
+                match to_delivery_form(event, input, sub.event_delivery_schema) {
+                    Ok(form) => share.events.push(QueuedEvent::new(now, form.into_owned())),
+                    Err(_) => share.unconvertible += 1,
+                }
+            }
+            share
+        })
+        .collect()
+}
+
+/// The events as trees, for the subscriptions' filters: parsed only if some subscription
+/// filters on their fields (empty otherwise); one that does not parse is `None`.
+fn parsed_for_filters(
+    subscriptions: &[Subscription],
+    events: &[Box<RawValue>],
+) -> Vec<Option<serde_json::Value>> {
+    if subscriptions.iter().all(|s| s.filter.is_empty()) {
+        return Vec::new();
+    }
+    events
+        .iter()
+        .map(|e| serde_json::from_str(e.get()).ok())
+        .collect()
+}
+
+/// Which events each subscription receives, and the bytes that comes to (a publish too large
+/// to enqueue in time is refused whole before anything is sent: #34 item 9).
 fn plan_shares<'s, 'e>(
     subscriptions: &'s [Subscription],
     converted: &'s HashMap<DeliverySchema, Vec<Cow<'e, RawValue>>>,
     input: InputSchema,
     events: &[Box<RawValue>],
-) -> Result<Vec<Share<'s, 'e>>, FanOutError> {
+) -> (Vec<Share<'s, 'e>>, usize) {
     let fields = input.filter_fields();
-    // Events are parsed into trees only if some subscription filters on their fields.
-    let parsed: Vec<Option<serde_json::Value>> =
-        if subscriptions.iter().all(|s| s.filter.is_empty()) {
-            Vec::new()
-        } else {
-            events
-                .iter()
-                .map(|e| serde_json::from_str(e.get()).ok())
-                .collect()
-        };
+    let parsed = parsed_for_filters(subscriptions, events);
     let mut plan: Vec<Share<'_, '_>> = Vec::new();
     let mut bytes = 0;
     for sub in subscriptions {
@@ -169,13 +227,7 @@ fn plan_shares<'s, 'e>(
         };
         plan.push(Share { sub, forms, chosen });
     }
-    if bytes > MAX_FAN_OUT_BYTES {
-        return Err(FanOutError::TooLarge {
-            bytes,
-            subscriptions: plan.len(),
-        });
-    }
-    Ok(plan)
+    (plan, bytes)
 }
 
 /// Sends every share's delivery messages as they are built, about one publish request's bytes
@@ -191,17 +243,9 @@ async fn enqueue_shares(
     let mut sends = FuturesUnordered::new();
     let mut sent = Sent::default();
     let mut enqueued = 0;
-    for Share { sub, forms, chosen } in plan {
-        let queued: Vec<QueuedEvent> = match chosen {
-            None => forms
-                .iter()
-                .map(|e| QueuedEvent::new(now, e.clone().into_owned()))
-                .collect(),
-            Some(chosen) => chosen
-                .into_iter()
-                .map(|i| QueuedEvent::new(now, forms[i].clone().into_owned()))
-                .collect(),
-        };
+    for share in plan {
+        let sub = share.sub;
+        let queued = share.queued(now);
         enqueued += queued.len();
         for message in
             new_deliveries(sub, now, queued).map_err(|e| FanOutError::Encode(e.to_string()))?
@@ -237,6 +281,23 @@ struct Share<'s, 'e> {
     sub: &'s Subscription,
     forms: &'s [Cow<'e, RawValue>],
     chosen: Option<Vec<usize>>,
+}
+
+impl Share<'_, '_> {
+    /// Its events, as new deliveries published `now`.
+    fn queued(self, now: DateTime<Utc>) -> Vec<QueuedEvent> {
+        match self.chosen {
+            None => self
+                .forms
+                .iter()
+                .map(|e| QueuedEvent::new(now, e.clone().into_owned()))
+                .collect(),
+            Some(chosen) => chosen
+                .into_iter()
+                .map(|i| QueuedEvent::new(now, self.forms[i].clone().into_owned()))
+                .collect(),
+        }
+    }
 }
 
 /// The queue messages that deliver `events` to `sub` as new deliveries (no attempt made yet,
@@ -345,6 +406,55 @@ mod tests {
     use crate::memory::{ManualClock, MemoryQueue, MemorySubscriptionStore};
     use gridrelay_shared::subscription::SubscriptionRequest;
     use std::sync::Arc;
+
+    /// #35: a replay's step gives each subscription the archived events its filter takes, in
+    /// its schema; an event one subscription's schema cannot take is left out for it alone,
+    /// and counted, not the step's failure.
+    #[test]
+    fn a_replay_share_leaves_out_only_what_its_subscription_cannot_take() {
+        let now = Utc::now();
+        let store = MemorySubscriptionStore::default();
+        let sub = |name: &str, schema: &str| {
+            store.insert_validated(
+                SubscriptionRequest {
+                    topic: "custom".into(),
+                    name: name.into(),
+                    endpoint: format!("https://example.com/{name}"),
+                    event_delivery_schema: Some(schema.into()),
+                    ..SubscriptionRequest::default()
+                },
+                InputSchema::CustomEventSchema,
+                now,
+            )
+        };
+        let subscriptions = [
+            sub("as-is", "CustomInputSchema"),
+            sub("cloud", "CloudEventSchemaV1_0"),
+        ];
+        let raw = |text: &str| RawValue::from_string(text.to_string()).unwrap();
+        let events = [
+            raw(
+                r#"{"id":"1","topic":"/t","eventType":"t","eventTime":"2026-11-27T00:00:00Z","data":{}}"#,
+            ),
+            raw(r#"{"order":2}"#),
+        ];
+        let shares = replay_shares(&subscriptions, InputSchema::CustomEventSchema, &events, now);
+        assert_eq!(shares.len(), 2);
+        assert_eq!((shares[0].events.len(), shares[0].unconvertible), (2, 0));
+        assert_eq!((shares[1].events.len(), shares[1].unconvertible), (1, 1));
+        assert!(
+            shares[1].events[0]
+                .event
+                .get()
+                .contains(r#""specversion":"1.0""#)
+        );
+        assert!(
+            shares
+                .iter()
+                .flat_map(|s| &s.events)
+                .all(|e| e.publish_time == now)
+        );
+    }
 
     fn store_with(subscriptions: usize, now: DateTime<Utc>) -> MemorySubscriptionStore {
         let store = MemorySubscriptionStore::default();

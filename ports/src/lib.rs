@@ -142,6 +142,10 @@ pub trait DeliveryStateStore: Send + Sync {
     async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError>;
     /// R4: when that attempt was answered with success after all, if it was.
     async fn late_success(&self, attempt: &str) -> Result<Option<DateTime<Utc>>, StoreError>;
+    /// #35: claims `key` for `token` until `until` if no other token holds it; whether `token`
+    /// holds it now (claimed before by the same token counts).
+    async fn claim(&self, key: &str, token: &str, until: DateTime<Utc>)
+    -> Result<bool, StoreError>;
     /// Says that what was read of `endpoint`'s health may be out of date, so the next read
     /// goes to the store. Only a cache in front of the store
     /// ([`cache::CachedDeliveryState`]) has anything to forget.
@@ -564,6 +568,62 @@ pub trait ReplayStore: Send + Sync {
     ) -> Result<(), StoreError>;
 }
 
+/// No replays: a stack deployed without their table (or its archive's bucket). Every call
+/// says so, as an unavailable store does, so a step waits on its queue for the stack to be
+/// updated rather than being lost.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoReplays;
+
+const NO_REPLAYS: &str = "replays are not set up here (no GRIDRELAY_REPLAYS_TABLE or \
+                          GRIDRELAY_JOURNAL_BUCKET): update the stack";
+
+#[async_trait]
+impl ReplayStore for NoReplays {
+    async fn create_replay(&self, _: &gridrelay_shared::replay::Replay) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable(NO_REPLAYS.into()))
+    }
+    async fn get_replay(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<Option<gridrelay_shared::replay::Replay>, StoreError> {
+        Err(StoreError::Unavailable(NO_REPLAYS.into()))
+    }
+    async fn list_replays(
+        &self,
+        _: &str,
+    ) -> Result<Vec<gridrelay_shared::replay::Replay>, StoreError> {
+        Err(StoreError::Unavailable(NO_REPLAYS.into()))
+    }
+    async fn update_replay(
+        &self,
+        _: &gridrelay_shared::replay::Replay,
+        _: u64,
+    ) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable(NO_REPLAYS.into()))
+    }
+}
+
+#[async_trait]
+impl ArchiveSource for NoReplays {
+    async fn read_window(
+        &self,
+        _: &str,
+        _: &gridrelay_shared::archive::TimeWindow,
+    ) -> Result<ArchiveRead, RecordStreamError> {
+        Err(RecordStreamError(NO_REPLAYS.into()))
+    }
+    async fn read_step(
+        &self,
+        _: &str,
+        _: &gridrelay_shared::archive::TimeWindow,
+        _: Option<&gridrelay_shared::replay::ArchivePosition>,
+        _: gridrelay_shared::replay::StepBudget,
+    ) -> Result<ArchiveStep, RecordStreamError> {
+        Err(RecordStreamError(NO_REPLAYS.into()))
+    }
+}
+
 /// A replay's write moves it exactly one version on from the version read.
 pub fn one_version_on(
     replay: &gridrelay_shared::replay::Replay,
@@ -598,6 +658,67 @@ pub trait ArchiveSource: Send + Sync {
         topic: &str,
         window: &gridrelay_shared::archive::TimeWindow,
     ) -> Result<ArchiveRead, RecordStreamError>;
+
+    /// A replay's step (#35): the archived events of `topic` published in `window` that
+    /// `budget` allows, in the order they were archived (objects in the order written, lines
+    /// in order), from `from` on (none: the window's first object).
+    async fn read_step(
+        &self,
+        topic: &str,
+        window: &gridrelay_shared::archive::TimeWindow,
+        from: Option<&gridrelay_shared::replay::ArchivePosition>,
+        budget: gridrelay_shared::replay::StepBudget,
+    ) -> Result<ArchiveStep, RecordStreamError>;
+}
+
+/// What a replay's step read of a topic's archive.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ArchiveStep {
+    pub events: Vec<gridrelay_shared::archive::ArchivedEvent>,
+    /// Where the next step reads from; none when the window's objects are all read.
+    pub next: Option<gridrelay_shared::replay::ArchivePosition>,
+    /// Lines that were not archived events, and parts of objects that could not be unpacked.
+    pub skipped: usize,
+}
+
+impl ArchiveStep {
+    /// Takes what `object` (its key and unpacked lines) holds for the step, from `from`'s line
+    /// if it is that object, as far as `budget` allows; whether the step is full (`next` then
+    /// says where it stopped; otherwise, past this object).
+    pub fn take_from(
+        &mut self,
+        key: &str,
+        lines: &[u8],
+        from: Option<&gridrelay_shared::replay::ArchivePosition>,
+        (topic, window): (&str, &gridrelay_shared::archive::TimeWindow),
+        budget: gridrelay_shared::replay::StepBudget,
+    ) -> bool {
+        let first = from.filter(|p| p.key == key).map_or(0, |p| p.line);
+        let used: usize = self.events.iter().map(|e| e.event.get().len()).sum();
+        let taken = gridrelay_shared::archive::take_events(
+            lines,
+            first,
+            topic,
+            window,
+            (
+                budget.events.saturating_sub(self.events.len()),
+                budget.bytes.saturating_sub(used),
+                // At least one event a step: only the step's first may pass the budget.
+                self.events.is_empty(),
+            ),
+        );
+        self.skipped += taken.skipped;
+        let full = taken.next_line.is_some();
+        self.events.extend(taken.events);
+        self.next = Some(match taken.next_line {
+            Some(line) => gridrelay_shared::replay::ArchivePosition {
+                key: key.to_string(),
+                line,
+            },
+            None => gridrelay_shared::replay::ArchivePosition::past(key),
+        });
+        full
+    }
 }
 
 /// The time now. Injected so decisions can be tested at chosen times.

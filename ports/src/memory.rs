@@ -619,6 +619,43 @@ impl crate::ArchiveSource for MemoryJournal {
             skipped,
         })
     }
+
+    /// Each record written is an object of its own, named by its place (`memory/0000000007`);
+    /// the budget's objects count, its hours do not (there are none).
+    async fn read_step(
+        &self,
+        topic: &str,
+        window: &gridrelay_shared::archive::TimeWindow,
+        from: Option<&gridrelay_shared::replay::ArchivePosition>,
+        budget: gridrelay_shared::replay::StepBudget,
+    ) -> Result<crate::ArchiveStep, RecordStreamError> {
+        self.outage
+            .check("in-memory archive")
+            .map_err(RecordStreamError)?;
+        let records = lock(&self.records).clone();
+        let mut step = crate::ArchiveStep::default();
+        let mut objects = 0;
+        for (i, record) in records.iter().enumerate() {
+            let key = format!("memory/{i:010}");
+            if from.is_some_and(|p| key < p.key || p.is_past(&key)) {
+                continue;
+            }
+            if objects == budget.objects {
+                step.next = Some(gridrelay_shared::replay::ArchivePosition::resume(
+                    from, &key,
+                ));
+                return Ok(step);
+            }
+            objects += 1;
+            let (lines, damaged) = gridrelay_shared::journal::unpack_object(record);
+            step.skipped += damaged;
+            if step.take_from(&key, &lines, from, (topic, window), budget) {
+                return Ok(step);
+            }
+        }
+        step.next = None;
+        Ok(step)
+    }
 }
 
 /// Replays in a map, by topic and name.
@@ -756,6 +793,7 @@ impl SecretStore for MemorySecretStore {
 pub struct MemoryDeliveryStateStore {
     health: Mutex<HashMap<String, Versioned<EndpointHealth>>>,
     late: Mutex<HashMap<String, DateTime<Utc>>>,
+    claims: Mutex<HashMap<String, String>>,
     health_reads: AtomicUsize,
     pub outage: Outage,
     /// While on, every health write loses its race, as if another writer always got there
@@ -845,6 +883,20 @@ impl DeliveryStateStore for MemoryDeliveryStateStore {
     async fn late_success(&self, attempt: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.check()?;
         Ok(lock(&self.late).get(attempt).copied())
+    }
+
+    async fn claim(
+        &self,
+        key: &str,
+        token: &str,
+        _until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.check()?;
+        let mut claims = lock(&self.claims);
+        let holder = claims
+            .entry(key.to_string())
+            .or_insert_with(|| token.to_string());
+        Ok(holder == token)
     }
 }
 

@@ -98,6 +98,9 @@ fn describe(kind: QueueKind, body: &str) -> Option<((String, usize), bool)> {
                 (format!("{}/{} (validation)", t.topic, t.subscription), 0),
                 true,
             )),
+            DeliveryQueueMessage::Replay(step) => {
+                Some(((format!("{} (replay {})", step.topic, step.name), 0), true))
+            }
         },
         QueueKind::DeadLetter => DeadLetterMessage::from_body(body).ok().map(|m| {
             (

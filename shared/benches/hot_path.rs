@@ -112,6 +112,7 @@ fn main() {
         timed_out_attempt: None,
         rate_booked_at: None,
         probation: false,
+        replay: None,
     };
     let not_before = Utc::now();
     let per_sec = rate(|| {

@@ -154,7 +154,7 @@ impl TimeWindow {
 }
 
 /// `at` to the millisecond (what the archive and replays keep).
-fn to_millis(at: DateTime<Utc>) -> DateTime<Utc> {
+pub(crate) fn to_millis(at: DateTime<Utc>) -> DateTime<Utc> {
     use chrono::DurationRound;
     at.duration_trunc(Duration::milliseconds(1)).unwrap_or(at)
 }
@@ -224,6 +224,58 @@ pub fn events_in_window(
         .collect();
     chosen.sort_by_key(|e| e.time);
     chosen
+}
+
+/// What a replay's step took from one archive object ([`take_events`]).
+#[derive(Debug, Default)]
+pub struct Taken {
+    /// The topic's events of the window, in the object's order.
+    pub events: Vec<ArchivedEvent>,
+    /// The line to read next when the step stopped before the object's end (it had taken what
+    /// it may); none when it read to the end.
+    pub next_line: Option<usize>,
+    /// Lines that were not archived events.
+    pub skipped: usize,
+}
+
+/// Up to `max` events of `topic` published in `window`, of at most `max_bytes` together
+/// (the first may pass it if `first_may_pass`: a step takes at least one event), from an
+/// object's `lines` (unpacked), from line `from_line` on (lines count from 0, every line,
+/// blank or not, as written).
+pub fn take_events(
+    lines: &[u8],
+    from_line: usize,
+    topic: &str,
+    window: &TimeWindow,
+    (max, max_bytes, first_may_pass): (usize, usize, bool),
+) -> Taken {
+    let mut taken = Taken::default();
+    let mut bytes = 0;
+    let mut lines = lines.split(|b| *b == b'\n').enumerate().skip(from_line);
+    for (index, line) in lines.by_ref() {
+        if taken.events.len() >= max {
+            taken.next_line = Some(index);
+            return taken;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<ArchivedEvent>(line) {
+            Ok(event) if event.topic == topic && window.contains(event.time) => {
+                let size = event.event.get().len();
+                let may_pass = first_may_pass && taken.events.is_empty();
+                if !may_pass && bytes + size > max_bytes {
+                    taken.next_line = Some(index);
+                    return taken;
+                }
+                bytes += size;
+                taken.events.push(event)
+            }
+            Ok(_) => {}
+            Err(_) => taken.skipped += 1,
+        }
+    }
+    taken
 }
 
 #[cfg(test)]
@@ -302,6 +354,56 @@ mod tests {
         assert_eq!(read[0].schema, InputSchema::CloudEventSchemaV1_0);
         assert_eq!(read[0].time, at);
         assert_eq!(read[0].topic, "orders");
+    }
+
+    /// A replay's steps read an object from where the last one stopped, take only the topic's
+    /// events of the window, and say where to go on.
+    #[test]
+    fn steps_take_an_objects_events_from_a_line_on_up_to_their_share() {
+        let at = |m| Utc.with_ymd_and_hms(2026, 11, 27, 12, m, 0).unwrap();
+        let window = TimeWindow::new(at(10), at(20), "endTime").unwrap();
+        let line = |topic: &str, m: u32| {
+            archive_lines(
+                topic,
+                InputSchema::EventGridSchema,
+                at(m),
+                &[raw(&format!(r#"{{"id":"{topic}-{m}"}}"#))],
+            )
+            .remove(0)
+        };
+        let lines: Vec<u8> = [
+            line("orders", 11),
+            line("billing", 12),
+            b"not json\n".to_vec(),
+            line("orders", 9),
+            line("orders", 13),
+            line("orders", 14),
+        ]
+        .concat();
+        let ids = |t: &Taken| -> Vec<String> {
+            t.events.iter().map(|e| e.event.get().to_string()).collect()
+        };
+        let first = take_events(&lines, 0, "orders", &window, (2, usize::MAX, true));
+        assert_eq!(
+            ids(&first),
+            [r#"{"id":"orders-11"}"#, r#"{"id":"orders-13"}"#]
+        );
+        assert_eq!((first.next_line, first.skipped), (Some(5), 1));
+        let rest = take_events(&lines, 5, "orders", &window, (2, usize::MAX, true));
+        assert_eq!(ids(&rest), [r#"{"id":"orders-14"}"#]);
+        assert_eq!((rest.next_line, rest.skipped), (None, 0));
+        let past = take_events(&lines, 6, "orders", &window, (2, usize::MAX, true));
+        assert!(past.events.is_empty() && past.next_line.is_none());
+        // A byte budget stops a step before the event that would pass it, never before the
+        // first.
+        let one = r#"{"id":"orders-11"}"#.len();
+        let by_bytes = take_events(&lines, 0, "orders", &window, (10, one + 1, true));
+        assert_eq!(ids(&by_bytes), [r#"{"id":"orders-11"}"#]);
+        assert_eq!(by_bytes.next_line, Some(4));
+        let at_least_one = take_events(&lines, 0, "orders", &window, (10, 1, true));
+        assert_eq!(at_least_one.events.len(), 1);
+        let none_past = take_events(&lines, 0, "orders", &window, (10, 1, false));
+        assert_eq!((none_past.events.len(), none_past.next_line), (0, Some(0)));
     }
 
     #[test]

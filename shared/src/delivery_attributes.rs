@@ -30,6 +30,8 @@ const RESERVED: &[&str] = &[
     "webhook-id",
     "webhook-timestamp",
     "webhook-signature",
+    // #35: which replay sent a delivery.
+    crate::replay::REPLAY_HEADER,
 ];
 
 /// One delivery header of a subscription, as stored.
@@ -192,7 +194,7 @@ impl DeliveryAttributeRequest {
             return Err(LimitError::new(
                 "deliveryAttributeMapping",
                 format!("header name {:?}", self.name),
-                "a header gridrelay does not set itself (not aeg-*, content-type, host, webhook-request-*…)",
+                "a header gridrelay does not set itself (not aeg-*, content-type, host, webhook-*, gridrelay-replay…)",
             ));
         }
         if self.dynamic {
@@ -388,6 +390,8 @@ mod tests {
         for bad in [
             words(&["aeg-event-type", "static", "x"]),
             words(&["Content-Type", "static", "x"]),
+            // #35: a live delivery may not pass for a replay's.
+            words(&["Gridrelay-Replay", "dynamic", "data.x"]),
             words(&["bad name", "static", "x"]),
             words(&["X-A", "dynamic", "data..x"]),
             words(&["X-A", "dynamic", "data.x", "secret"]),

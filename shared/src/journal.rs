@@ -70,6 +70,10 @@ pub enum Step {
         subject: String,
         /// The event's size as delivered, in bytes.
         bytes: u64,
+        /// The replay that sent it again (#35): the attempts after this entry are the
+        /// replay's delivery, with numbers from 1 again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replay: Option<String>,
     },
     /// A request (or an AWS resource's call) was made, or failed to be made.
     Attempt(Attempt),
@@ -285,6 +289,7 @@ pub fn fanned_entry(
     subscription: &Subscription,
     event: &QueuedEvent,
     fields: RoutingFields,
+    replay: Option<&str>,
 ) -> JournalEntry {
     JournalEntry {
         topic: subscription.topic.clone(),
@@ -295,6 +300,7 @@ pub fn fanned_entry(
             event_type: clipped(fields.event_type),
             subject: clipped(fields.subject),
             bytes: event.event.get().len() as u64,
+            replay: replay.map(str::to_string),
         },
     }
 }
@@ -893,6 +899,7 @@ mod tests {
                 event_type: "t".into(),
                 subject: "s".into(),
                 bytes: 1,
+                replay: None,
             }),
             with(Step::Held {
                 until: at(2),
@@ -959,6 +966,7 @@ mod tests {
                 event_type: "Contoso.Orders.Created".into(),
                 subject: "/orders/1234".into(),
                 bytes: 420,
+                replay: None,
             },
             ..entry
         });
@@ -982,6 +990,7 @@ mod tests {
                     event_type: "Order.Created".into(),
                     subject: "/orders/7".into(),
                     bytes: 310,
+                    replay: None,
                 },
             },
             attempt(1, at(1), 500, Next::Retry { due: at(11) }),
@@ -1250,7 +1259,7 @@ mod tests {
             .unwrap(),
         );
         let fields = event_fields(&event, DeliverySchema::default());
-        let entry = fanned_entry(&subscription, &event, fields);
+        let entry = fanned_entry(&subscription, &event, fields, None);
         let Step::Fanned { subject, .. } = &entry.step else {
             panic!()
         };

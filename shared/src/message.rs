@@ -94,7 +94,32 @@ pub struct DeliveryMessage {
     /// live ends meanwhile is dead-lettered with `lastDeliveryOutcome: Probation` (L6).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub probation: bool,
+    /// #35: the replay that sent these events again (they are delivered apart from live
+    /// traffic, with a `Gridrelay-Replay` header).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayTag>,
     pub events: Vec<QueuedEvent>,
+}
+
+/// Which replay sent a delivery (#35), and, until its first attempt, the claim that keeps a
+/// second copy of the replay's step from delivering it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayTag {
+    /// The replay's name.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<ReplayClaim>,
+}
+
+/// A replay delivery's claim (`crate::replay::claim_key`): the first message to claim `key`
+/// with its `token` is delivered; another copy of the step, with another token, finds it taken
+/// and is dropped. A message handed on before its first attempt keeps its claim (and its token,
+/// so it finds the claim its own).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayClaim {
+    pub key: String,
+    /// Drawn once per run of a step.
+    pub token: String,
 }
 
 /// What the events of a delivery message share besides themselves: whom they are for and
@@ -115,6 +140,8 @@ pub struct DeliveryHistory {
     pub rate_booked_at: Option<DateTime<Utc>>,
     /// D1: the events wait for their endpoint's delay to end.
     pub probation: bool,
+    /// #35: the replay that sent them, if one did.
+    pub replay: Option<ReplayTag>,
 }
 
 impl DeliveryHistory {
@@ -130,6 +157,7 @@ impl DeliveryHistory {
             timed_out_attempt: None,
             rate_booked_at: None,
             probation: false,
+            replay: None,
         }
     }
 
@@ -143,6 +171,11 @@ impl DeliveryHistory {
             // The next attempt books its own share.
             rate_booked_at: None,
             probation: false,
+            // Claimed at this attempt: what is retried is this message's own.
+            replay: self.replay.as_ref().map(|tag| ReplayTag {
+                claim: None,
+                ..tag.clone()
+            }),
             ..self.clone()
         }
     }
@@ -167,6 +200,7 @@ impl DeliveryMessage {
             timed_out_attempt: history.timed_out_attempt.clone(),
             rate_booked_at: history.rate_booked_at,
             probation: history.probation,
+            replay: history.replay.clone(),
             events,
         };
         let base = DELIVERY_TAG_BYTES + json_len(&message(Vec::new()));
@@ -185,6 +219,7 @@ impl DeliveryMessage {
             timed_out_attempt: self.timed_out_attempt.clone(),
             rate_booked_at: self.rate_booked_at,
             probation: self.probation,
+            replay: self.replay.clone(),
         }
     }
 
@@ -203,6 +238,8 @@ pub enum DeliveryQueueMessage {
     Delivery(DeliveryMessage),
     /// A step of a subscription's validation handshake.
     Validation(ValidationTask),
+    /// #35: a step of a replay (on the control queue).
+    Replay(crate::replay::ReplayStep),
 }
 
 impl DeliveryQueueMessage {
@@ -220,6 +257,7 @@ impl DeliveryQueueMessage {
         match self {
             Self::Delivery(m) => m.to_body(),
             Self::Validation(t) => Self::body_of("validation", t),
+            Self::Replay(step) => Self::body_of("replay", step),
         }
     }
 
@@ -428,6 +466,20 @@ mod tests {
             timed_out_attempt: Some("0".repeat(36)),
             rate_booked_at: Some(Utc::now()),
             probation: true,
+            replay: Some(ReplayTag {
+                name: "r".repeat(64),
+                claim: Some(ReplayClaim {
+                    // With the part's digest, as deliver makes it.
+                    key: crate::replay::claim_key(
+                        &"t".repeat(50),
+                        &"r".repeat(64),
+                        u64::MAX,
+                        &"f".repeat(32),
+                        usize::MAX,
+                    ) + "/0123456789abcdef",
+                    token: "0".repeat(36),
+                }),
+            }),
             events: vec![],
         }
     }

@@ -40,6 +40,26 @@ pub const DEFAULT_REPLAY_RATE: u32 = 100;
 pub const STEP_SECONDS: u32 = 10;
 /// The longest an SQS message can be delayed, and so the longest pause between steps.
 pub const MAX_STEP_DELAY: Duration = Duration::from_secs(900);
+/// The header naming the replay that sent a delivery.
+pub const REPLAY_HEADER: &str = "gridrelay-replay";
+/// How long a replay delivery's claim is kept: longer than any copy of a step's message can
+/// live on a queue (SQS keeps a message at most 14 days).
+pub const CLAIM_LIFETIME: chrono::Duration = chrono::Duration::days(14);
+/// The most events one step sends, whatever the rate: what one `deliver` invocation reads
+/// from the archive and enqueues comfortably within its time (a higher rate takes shorter
+/// pauses instead).
+pub const MAX_STEP_EVENTS: usize = 1_000;
+/// The most bytes of archived events one step takes, shared by its subscriptions (each gets a
+/// copy): what a `deliver` invocation holds and enqueues at once stays bounded whatever the
+/// events' sizes and the subscriptions' number. A step always takes at least one event.
+pub const MAX_STEP_BYTES: usize = 8 * 1_048_576;
+/// The most archive objects one step reads, and the most hours it lists: a step over a window
+/// of sparse or busy hours ends in time and leaves the rest to the next.
+pub const MAX_STEP_OBJECTS: usize = 8;
+pub const MAX_STEP_HOURS: usize = 48;
+/// How long after its publish time an event is surely in the archive's stream: `ingest`
+/// writes it before it answers, and its function runs at most 15 s (then 5 s to spare).
+pub const ARCHIVE_ARRIVAL_BOUND: Duration = Duration::from_secs(20);
 /// How long past its due time a step may be late (queued behind live traffic, retried after a
 /// failed invocation) before a copy of the step before it takes it for lost and sends it again.
 pub const STEP_GRACE: chrono::Duration = chrono::Duration::minutes(15);
@@ -79,11 +99,46 @@ pub fn validate_rate(rate: i64) -> Result<u32, LimitError> {
 }
 
 /// Where a replay is in the archive: the next line to read of the object `key` (objects are
-/// read in key order; those before `key` are done).
+/// read in the order written; those before `key` are done).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ArchivePosition {
     pub key: String,
     pub line: usize,
+}
+
+impl ArchivePosition {
+    /// Past the object `key`: it was read to its end.
+    pub fn past(key: &str) -> Self {
+        Self {
+            key: key.to_string(),
+            line: usize::MAX,
+        }
+    }
+
+    /// Where a step that stops before reading object `key` leaves the next: at the line the
+    /// cursor `from` says if it is in that object, else at its start.
+    pub fn resume(from: Option<&ArchivePosition>, key: &str) -> Self {
+        from.filter(|p| p.key == key)
+            .cloned()
+            .unwrap_or_else(|| Self {
+                key: key.to_string(),
+                line: 0,
+            })
+    }
+
+    /// Whether the object `key` was read to its end.
+    pub fn is_past(&self, key: &str) -> bool {
+        self.key == key && self.line == usize::MAX
+    }
+}
+
+/// What one step may take: events, bytes of them, objects read and hours listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepBudget {
+    pub events: usize,
+    pub bytes: usize,
+    pub objects: usize,
+    pub hours: usize,
 }
 
 /// What a replay is doing.
@@ -127,6 +182,33 @@ pub struct Replay {
     pub updated_at: DateTime<Utc>,
 }
 
+/// A step message (on the control queue): run replay `name` of `topic` at `version`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayStep {
+    pub topic: String,
+    pub name: String,
+    pub version: u64,
+}
+
+impl ReplayStep {
+    /// The step for the record as it is.
+    pub fn of(replay: &Replay) -> Self {
+        Self {
+            topic: replay.topic.clone(),
+            name: replay.name.clone(),
+            version: replay.version,
+        }
+    }
+}
+
+/// When a replay of a window ending at `end` may read it: once every event published in it is
+/// surely in an object of the archive (arrived at the stream within [`ARCHIVE_ARRIVAL_BOUND`],
+/// written out within the stream's `buffer` interval), so every read of a step finds the same
+/// objects.
+pub fn sealed_at(end: DateTime<Utc>, buffer: Duration) -> DateTime<Utc> {
+    end + chrono::Duration::from_std(ARCHIVE_ARRIVAL_BOUND + buffer).unwrap_or(STEP_GRACE)
+}
+
 /// A subscription a replay sends to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplayTarget {
@@ -142,9 +224,92 @@ impl Replay {
         }
     }
 
-    /// The most events one step sends.
+    /// The most events one step sends: [`STEP_SECONDS`] of its rate, at most
+    /// [`MAX_STEP_EVENTS`].
     pub fn step_events(&self) -> usize {
-        usize::try_from(self.rate.saturating_mul(STEP_SECONDS)).unwrap_or(usize::MAX)
+        usize::try_from(self.rate.saturating_mul(STEP_SECONDS))
+            .unwrap_or(usize::MAX)
+            .min(MAX_STEP_EVENTS)
+    }
+
+    /// What a step that sends to `targets` subscriptions may take: [`Replay::step_events`]
+    /// events, [`MAX_STEP_BYTES`] shared by the targets, [`MAX_STEP_OBJECTS`] objects and
+    /// [`MAX_STEP_HOURS`] hours.
+    pub fn step_budget(&self, targets: usize) -> StepBudget {
+        StepBudget {
+            events: self.step_events(),
+            bytes: MAX_STEP_BYTES / targets.max(1),
+            objects: MAX_STEP_OBJECTS,
+            hours: MAX_STEP_HOURS,
+        }
+    }
+
+    /// A new replay, running, its first step due at `first_step_due` (times kept to the
+    /// millisecond, as stored).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        topic: &str,
+        name: &str,
+        window: TimeWindow,
+        subscriptions: Vec<ReplayTarget>,
+        rate: u32,
+        first_step_due: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        use crate::archive::to_millis;
+        let (first_step_due, now) = (to_millis(first_step_due), to_millis(now));
+        Self {
+            topic: topic.to_string(),
+            name: name.to_string(),
+            start_time: window.start,
+            end_time: window.end,
+            subscriptions,
+            rate,
+            state: ReplayState::Running,
+            version: 0,
+            cursor: None,
+            events_sent: 0,
+            next_step_due: Some(first_step_due),
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    /// The record after a step at `now` that sent `sent` events and stopped at `next` (none:
+    /// the window is done, and the replay completed), with its next step due after the pause
+    /// the rate asks for.
+    pub fn after_step(
+        &self,
+        sent: usize,
+        next: Option<ArchivePosition>,
+        now: DateTime<Utc>,
+    ) -> Replay {
+        let pause = chrono::Duration::from_std(pause_after(sent, self.rate))
+            .unwrap_or(chrono::Duration::zero());
+        Replay {
+            version: self.version + 1,
+            state: if next.is_some() {
+                ReplayState::Running
+            } else {
+                ReplayState::Completed
+            },
+            next_step_due: next.as_ref().map(|_| now + pause),
+            cursor: next,
+            events_sent: self.events_sent + sent as u64,
+            updated_at: now,
+            ..self.clone()
+        }
+    }
+
+    /// The record cancelled at `now` (its next step finds it so and stops).
+    pub fn cancelled(&self, now: DateTime<Utc>) -> Replay {
+        Replay {
+            version: self.version + 1,
+            state: ReplayState::Cancelled,
+            next_step_due: None,
+            updated_at: now,
+            ..self.clone()
+        }
     }
 }
 
@@ -167,7 +332,12 @@ pub fn step_action(replay: &Replay, step_version: u64, now: DateTime<Utc>) -> St
         return StepAction::Drop;
     }
     if replay.version == step_version {
-        return StepAction::Run;
+        // Early (its due time is past what a queue's delay reaches, or it is the first step
+        // of a window not yet sealed): it waits.
+        return match replay.next_step_due {
+            Some(due) if now + chrono::Duration::seconds(1) < due => StepAction::WaitUntil(due),
+            _ => StepAction::Run,
+        };
     }
     if replay.version != step_version.saturating_add(1) {
         return StepAction::Drop;
@@ -285,12 +455,66 @@ mod tests {
         assert_eq!(step_action(&record, 1, again), StepAction::Run);
     }
 
+    /// A step moves the record one version on with its count and cursor, due after the
+    /// pause its rate asks for; one that read to the window's end completes it. A step that
+    /// comes before its record's due time (a first step before its window is sealed, a
+    /// pause longer than a queue's delay) waits.
+    #[test]
+    fn a_step_moves_the_record_on_and_an_early_step_waits() {
+        let r = replay(ReplayState::Running, 0);
+        let now = r.created_at;
+        let at = ArchivePosition {
+            key: "k".into(),
+            line: 7,
+        };
+        let moved = r.after_step(1_000, Some(at.clone()), now);
+        assert_eq!(moved.version, 1);
+        assert_eq!(moved.state, ReplayState::Running);
+        assert_eq!(moved.cursor, Some(at));
+        assert_eq!(moved.events_sent, 1_000);
+        assert_eq!(
+            moved.next_step_due,
+            Some(now + chrono::Duration::seconds(10))
+        );
+        let done = moved.after_step(3, None, now);
+        assert_eq!(
+            (done.state, done.events_sent, done.version),
+            (ReplayState::Completed, 1_003, 2)
+        );
+        assert_eq!(step_action(&done, 2, now), StepAction::Drop);
+
+        let due = now + chrono::Duration::minutes(20);
+        let sealed_later = Replay {
+            next_step_due: Some(due),
+            ..r.clone()
+        };
+        assert_eq!(
+            step_action(&sealed_later, 0, now),
+            StepAction::WaitUntil(due)
+        );
+        assert_eq!(step_action(&sealed_later, 0, due), StepAction::Run);
+        assert_eq!(
+            sealed_at(now, Duration::from_secs(300)),
+            now + chrono::Duration::seconds(320)
+        );
+        let cancelled = r.cancelled(now);
+        assert_eq!(
+            (cancelled.state, cancelled.version),
+            (ReplayState::Cancelled, 1)
+        );
+    }
+
     #[test]
     fn steps_are_paced_to_the_rate_within_what_a_queue_can_delay() {
         assert_eq!(pause_after(1_000, 100), Duration::from_secs(10));
         assert_eq!(pause_after(0, 100), Duration::ZERO);
         assert_eq!(pause_after(1_000_000, 1), MAX_STEP_DELAY);
         assert_eq!(replay(ReplayState::Running, 0).step_events(), 1_000);
+        let fast = Replay {
+            rate: 10_000,
+            ..replay(ReplayState::Running, 0)
+        };
+        assert_eq!(fast.step_events(), MAX_STEP_EVENTS);
     }
 
     #[test]

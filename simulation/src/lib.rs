@@ -340,6 +340,14 @@ impl DeliveryStateStore for FaultyState {
     async fn late_success(&self, attempt: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.0.late_success(attempt).await
     }
+    async fn claim(
+        &self,
+        key: &str,
+        token: &str,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.0.claim(key, token, until).await
+    }
 }
 
 struct FaultyCaps(Arc<MemoryDeliveryCapStore>, Arc<Faults>);
@@ -646,6 +654,8 @@ impl World {
                 faults.clone(),
             )),
             journal: Arc::new(gridrelay_ports::memory::MemoryJournal::default()),
+            replays: Arc::new(gridrelay_ports::NoReplays),
+            archive: Arc::new(gridrelay_ports::NoReplays),
         };
         let deliver = Deliver::new(
             ports,

@@ -116,6 +116,9 @@ pub struct TestSystem {
     /// The AWS resources the command line admits here: every one (a local stack).
     pub allowed_destinations: AllowedDestinations,
     http: reqwest::Client,
+    /// What the runner was started with, to start it again.
+    config: RunnerConfig,
+    system_sdk: SdkConfig,
 }
 
 impl TestSystem {
@@ -236,7 +239,7 @@ impl TestSystem {
             policy: OutboundPolicy::new(config.allowed_networks.clone()),
             resolver: config.resolver.clone(),
         };
-        let system = LocalSystem::start(&system_sdk, &names, config)
+        let system = LocalSystem::start(&system_sdk, &names, config.clone())
             .await
             .expect("local system starts");
         let secrets = SecretsManagerStore::from_sdk(&sdk);
@@ -255,7 +258,20 @@ impl TestSystem {
             resources: AwsResourceSender::from_sdk(&sdk),
             allowed_destinations,
             http: reqwest::Client::new(),
+            config,
+            system_sdk,
         }
+    }
+
+    /// Kills the runner as a crash would (its tasks dropped wherever they are: no invocation
+    /// in flight finishes or deletes its messages), then starts another on the same resources
+    /// (on another port).
+    pub async fn killed_and_restarted(mut self) -> Self {
+        self.system.kill();
+        self.system = LocalSystem::start(&self.system_sdk, &self.names, self.config.clone())
+            .await
+            .expect("local system starts again");
+        self
     }
 
     /// Creates a topic with fresh keys.

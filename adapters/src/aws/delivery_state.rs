@@ -248,6 +248,37 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             .item
             .map(|item| time(&item, "at").unwrap_or_else(Utc::now)))
     }
+
+    /// One conditional put (`claim#KEY`, its token): written if there is none or it is this
+    /// token's; refused (taken by another) otherwise.
+    async fn claim(
+        &self,
+        key_of: &str,
+        token: &str,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut item = key(format!("claim#{key_of}"));
+        item.insert("token".into(), AttributeValue::S(token.to_string()));
+        item.insert(
+            "expiresAt".into(),
+            AttributeValue::N(until.timestamp().to_string()),
+        );
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk) OR #token = :token")
+            .expression_attribute_names("#token", "token")
+            .expression_attribute_values(":token", AttributeValue::S(token.to_string()))
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_failure(&e) => Ok(false),
+            Err(e) => Err(unavailable(e)),
+        }
+    }
 }
 
 /// The key of a subscription's cap item `item` of `kind` (`rate` or `slots`): the first keeps

@@ -9,11 +9,12 @@ use aws_sdk_firehose::types::Record;
 use chrono::{DateTime, Duration, Utc};
 use futures::StreamExt;
 use gridrelay_ports::{
-    ArchiveRead, ArchiveSource, JournalRead, JournalSource, ObjectStore, RecordStream,
+    ArchiveRead, ArchiveSource, ArchiveStep, JournalRead, JournalSource, ObjectStore, RecordStream,
     RecordStreamError,
 };
 use gridrelay_shared::archive::{ARCHIVE_PREFIX, TimeWindow, events_in_window, read_archive_lines};
 use gridrelay_shared::journal::{hour_prefix, hours_between, read_lines, unpack_object};
+use gridrelay_shared::replay::{ArchivePosition, StepBudget};
 
 use super::{S3ObjectStore, describe_error};
 
@@ -120,6 +121,28 @@ impl RecordStream for FirehoseStream {
     }
 }
 
+/// How long a Firehose stream gathers records before it writes them to S3 (its buffering
+/// interval), as the stream describes itself; `Ok(None)` when it does not say.
+pub async fn buffering_interval(
+    sdk: &aws_config::SdkConfig,
+    stream: &str,
+) -> Result<Option<std::time::Duration>, RecordStreamError> {
+    let out = aws_sdk_firehose::Client::new(sdk)
+        .describe_delivery_stream()
+        .delivery_stream_name(stream)
+        .send()
+        .await
+        .map_err(|e| RecordStreamError(describe_error(&e)))?;
+    Ok(out
+        .delivery_stream_description()
+        .and_then(|d| d.destinations().first())
+        .and_then(|d| d.extended_s3_destination_description())
+        .and_then(|s3| s3.buffering_hints())
+        .and_then(|h| h.interval_in_seconds())
+        .and_then(|s| u64::try_from(s).ok())
+        .map(std::time::Duration::from_secs))
+}
+
 /// A stream's objects in S3, as it wrote them under `<prefix>YYYY/MM/DD/HH/`: the delivery
 /// journal's (`journal/`) or the topic archive's (`archive/`).
 #[derive(Debug, Clone)]
@@ -148,15 +171,20 @@ impl HourlyObjects {
     ) -> Result<Vec<String>, RecordStreamError> {
         let mut keys = Vec::new();
         for hour in hours_between(from.max(to - Duration::hours(MAX_READ_HOURS)), to) {
-            let prefix = format!("{}{}", self.prefix, hour_prefix(hour));
-            let mut hour_keys = self
-                .objects
-                .list(&self.bucket, &prefix)
-                .await
-                .map_err(|e| RecordStreamError(e.to_string()))?;
-            hour_keys.sort_by(|a, b| by_time_written(a).cmp(&by_time_written(b)));
-            keys.extend(hour_keys);
+            keys.extend(self.hour_keys(hour).await?);
         }
+        Ok(keys)
+    }
+
+    /// The keys of the objects written in `hour`, in the order written.
+    pub async fn hour_keys(&self, hour: DateTime<Utc>) -> Result<Vec<String>, RecordStreamError> {
+        let prefix = format!("{}{}", self.prefix, hour_prefix(hour));
+        let mut keys = self
+            .objects
+            .list(&self.bucket, &prefix)
+            .await
+            .map_err(|e| RecordStreamError(e.to_string()))?;
+        keys.sort_by(|a, b| by_time_written(a).cmp(&by_time_written(b)));
         Ok(keys)
     }
 
@@ -270,11 +298,92 @@ impl ArchiveSource for S3ArchiveSource {
             skipped,
         })
     }
+
+    /// Lists the window's hours one at a time from the cursor's on, and reads their objects
+    /// one at a time from the cursor until the step has what its budget allows: an hour not
+    /// listed, or an object not read, for want of budget is where the next step starts.
+    async fn read_step(
+        &self,
+        topic: &str,
+        window: &TimeWindow,
+        from: Option<&ArchivePosition>,
+        budget: StepBudget,
+    ) -> Result<ArchiveStep, RecordStreamError> {
+        let (first_hour, last_hour) = window.hours();
+        let first_hour = from
+            .and_then(|p| hour_of(&p.key))
+            .map_or(first_hour, |h| h.max(first_hour));
+        let mut step = ArchiveStep::default();
+        let mut objects = 0;
+        for (listed, hour) in hours_between(first_hour, last_hour).into_iter().enumerate() {
+            if listed == budget.hours {
+                step.next = Some(ArchivePosition {
+                    key: format!("{ARCHIVE_PREFIX}{}", hour_prefix(hour)),
+                    line: 0,
+                });
+                return Ok(step);
+            }
+            for key in self.0.hour_keys(hour).await? {
+                if from
+                    .is_some_and(|p| archive_order(&key) < archive_order(&p.key) || p.is_past(&key))
+                {
+                    continue;
+                }
+                if objects == budget.objects {
+                    step.next = Some(ArchivePosition::resume(from, &key));
+                    return Ok(step);
+                }
+                objects += 1;
+                let (lines, damaged) = self.0.lines(key.clone()).await?;
+                step.skipped += damaged;
+                if step.take_from(&key, &lines, from, (topic, window), budget) {
+                    return Ok(step);
+                }
+            }
+        }
+        step.next = None;
+        Ok(step)
+    }
+}
+
+/// Where an archive object comes in a replay's reading: by its hour, then as
+/// [`by_time_written`].
+fn archive_order(key: &str) -> (&str, (&str, &str)) {
+    let hour = key.rsplit_once('/').map_or("", |(dir, _)| dir);
+    (hour, by_time_written(key))
+}
+
+/// The hour of an archive object's prefix (`archive/YYYY/MM/DD/HH/…`).
+fn hour_of(key: &str) -> Option<DateTime<Utc>> {
+    let hour = key.strip_prefix(ARCHIVE_PREFIX)?.get(..13)?;
+    chrono::NaiveDateTime::parse_from_str(&format!("{hour}/00"), "%Y/%m/%d/%H/%M")
+        .ok()
+        .map(|t| t.and_utc())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A replay's cursor names an object: its hour is where the next step's listing starts,
+    /// and objects sort by hour, then by the time they were written.
+    #[test]
+    fn a_cursors_object_gives_its_hour_and_place() {
+        let key = "archive/2026/11/27/13/s-archive-1-2026-11-27-13-59-00-0b0e.json.gz";
+        assert_eq!(
+            hour_of(key),
+            Some(
+                DateTime::parse_from_rfc3339("2026-11-27T13:00:00Z")
+                    .unwrap()
+                    .to_utc()
+            )
+        );
+        assert_eq!(hour_of("journal/2026/11/27/13/x"), None);
+        let next_hour = "archive/2026/11/27/14/s-archive-1-2026-11-27-13-59-30-0b0e.json.gz";
+        let later_same_hour = "archive/2026/11/27/13/s-archive-1-2026-11-27-14-00-00-0a.json.gz";
+        assert!(archive_order(key) < archive_order(later_same_hour));
+        assert!(archive_order(later_same_hour) < archive_order(next_hour));
+    }
 
     /// Objects are read in the order Firehose wrote them, whatever the stream's version.
     #[test]

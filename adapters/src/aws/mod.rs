@@ -13,7 +13,9 @@ mod sqs;
 
 pub use delivery_state::DynamoDeliveryStateStore;
 pub use dynamodb::DynamoSubscriptionStore;
-pub use journal::{FirehoseStream, HourlyObjects, S3ArchiveSource, S3JournalSource};
+pub use journal::{
+    FirehoseStream, HourlyObjects, S3ArchiveSource, S3JournalSource, buffering_interval,
+};
 pub use replays::DynamoReplayStore;
 pub use resources::AwsResourceSender;
 pub use s3::S3ObjectStore;

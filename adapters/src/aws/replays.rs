@@ -30,6 +30,36 @@ impl DynamoReplayStore {
         }
     }
 
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, table: &str) -> Self {
+        Self::new(aws_sdk_dynamodb::Client::new(sdk), table)
+    }
+
+    /// The replays and the archive a function runs replays' steps with: the table named by
+    /// [`REPLAYS_TABLE_ENV`](crate::config::REPLAYS_TABLE_ENV) and the archive in the bucket
+    /// named by [`JOURNAL_BUCKET_ENV`](crate::config::JOURNAL_BUCKET_ENV); neither where
+    /// either is unset or empty (a stack deployed without them).
+    pub fn with_archive_from_env(
+        sdk: &aws_config::SdkConfig,
+    ) -> (
+        std::sync::Arc<dyn ReplayStore>,
+        std::sync::Arc<dyn gridrelay_ports::ArchiveSource>,
+    ) {
+        let named = |var| std::env::var(var).ok().filter(|v: &String| !v.is_empty());
+        match (
+            named(crate::config::REPLAYS_TABLE_ENV),
+            named(crate::config::JOURNAL_BUCKET_ENV),
+        ) {
+            (Some(table), Some(bucket)) => (
+                std::sync::Arc::new(Self::new(aws_sdk_dynamodb::Client::new(sdk), &table)),
+                std::sync::Arc::new(super::S3ArchiveSource::new(super::s3_client(sdk), &bucket)),
+            ),
+            _ => (
+                std::sync::Arc::new(gridrelay_ports::NoReplays),
+                std::sync::Arc::new(gridrelay_ports::NoReplays),
+            ),
+        }
+    }
+
     fn item(replay: &Replay) -> Result<HashMap<String, AttributeValue>, StoreError> {
         Ok(HashMap::from([
             ("topic".to_string(), s(&replay.topic)),

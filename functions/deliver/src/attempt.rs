@@ -13,6 +13,7 @@ use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::concurrency::LoadSignal;
 use gridrelay_shared::delivery_attributes::dynamic_headers;
 use gridrelay_shared::destination::{CallLimits, ServiceFailure};
+use gridrelay_shared::replay::REPLAY_HEADER;
 use gridrelay_shared::schema::{batch_data_version, delivery_body};
 use gridrelay_shared::signing::{signature_header, webhook_id};
 
@@ -388,7 +389,15 @@ fn delivery_request(
     let (content_type, body) =
         delivery_body(events.iter().map(|p| &*p.event.event), group.history.schema);
     let signature = (!resolved.signing.is_empty()).then(|| {
-        let id = webhook_id(&sub.id, events.iter().map(|p| p.event.event.get()));
+        // A replay's delivery is a delivery of its own (#35): a receiver that drops a
+        // webhook-id it has seen takes it.
+        let id = match &group.history.replay {
+            None => webhook_id(&sub.id, events.iter().map(|p| p.event.event.get())),
+            Some(replay) => webhook_id(
+                &format!("{}/replay/{}", sub.id, replay.name),
+                events.iter().map(|p| p.event.event.get()),
+            ),
+        };
         let timestamp = now.timestamp();
         let signature = signature_header(&resolved.signing, &id, timestamp, body.as_bytes());
         [
@@ -422,6 +431,13 @@ fn delivery_request(
             events.iter().map(|p| &*p.event.event),
         ))
         .chain(signature.into_iter().flatten())
+        .chain(
+            group
+                .history
+                .replay
+                .as_ref()
+                .map(|r| (REPLAY_HEADER.to_string(), r.name.clone())),
+        )
         .collect(),
     }
 }

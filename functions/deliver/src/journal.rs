@@ -27,6 +27,7 @@ impl Deliver {
     ) -> Vec<String> {
         let schema = group.history.schema;
         let first = group.history.attempts == 0;
+        let replay = group.history.replay.as_ref().map(|r| r.name.as_str());
         events
             .iter()
             .map(|p| {
@@ -34,7 +35,7 @@ impl Deliver {
                 let id = fields.id.clone();
                 if first {
                     plan.journal
-                        .push(fanned_entry(&group.subscription, &p.event, fields));
+                        .push(fanned_entry(&group.subscription, &p.event, fields, replay));
                 }
                 id
             })

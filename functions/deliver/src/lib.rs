@@ -74,6 +74,7 @@ mod handshake;
 mod journal;
 mod late_answers;
 pub mod metrics;
+mod replay;
 mod resources;
 mod subscription_caps;
 
@@ -220,6 +221,10 @@ pub struct DeliverPorts {
     pub caps: Arc<dyn gridrelay_ports::DeliveryCapStore>,
     /// The delivery journal (#35): each invocation's steps, written in one call.
     pub journal: Arc<dyn gridrelay_ports::RecordStream>,
+    /// Replays' records (#35), which their steps move on.
+    pub replays: Arc<dyn gridrelay_ports::ReplayStore>,
+    /// Topics' archives, which replays' steps read.
+    pub archive: Arc<dyn gridrelay_ports::ArchiveSource>,
 }
 
 impl Deliver {
@@ -299,6 +304,9 @@ pub struct DeliveryReport {
     pub failed_messages: usize,
     /// Journal entries the journal did not take (delivery went on without them).
     pub journal_unwritten: usize,
+    /// #35: events of replay deliveries dropped because another copy of their replay's step
+    /// claimed them first.
+    pub replay_copies_dropped: usize,
 }
 
 impl DeliveryReport {
@@ -316,6 +324,7 @@ impl DeliveryReport {
         self.throttled += other.throttled;
         self.failed_messages += other.failed_messages;
         self.journal_unwritten += other.journal_unwritten;
+        self.replay_copies_dropped += other.replay_copies_dropped;
     }
 }
 
@@ -573,10 +582,12 @@ impl Deliver {
 
         let mut messages = Vec::new();
         let mut validations = Vec::new();
+        let mut replay_steps = Vec::new();
         for (i, record) in event.records.iter().enumerate() {
             match record.body.as_deref().map(DeliveryQueueMessage::from_body) {
                 Some(Ok(DeliveryQueueMessage::Delivery(m))) => messages.push((i, m)),
                 Some(Ok(DeliveryQueueMessage::Validation(task))) => validations.push((i, task)),
+                Some(Ok(DeliveryQueueMessage::Replay(step))) => replay_steps.push((i, step)),
                 Some(Err(e)) => {
                     error!(message_id = %ids[i], error = %e, "unreadable delivery queue message; leaving it to the redrive policy");
                     plan.failed.insert(i);
@@ -589,6 +600,13 @@ impl Deliver {
         }
 
         self.run_validations(&validations, &mut plan, deadline)
+            .await;
+        let mut steps: BTreeSet<usize> = validations.iter().map(|(i, _)| *i).collect();
+        steps.extend(replay_steps.iter().map(|(i, _)| *i));
+        self.run_replay_steps(replay_steps, &mut plan, deadline)
+            .await;
+        let messages = self
+            .claim_replay_deliveries(messages, &mut plan, deadline)
             .await;
         let messages = self
             .cancel_late_successes(messages, &mut plan, deadline)
@@ -608,7 +626,6 @@ impl Deliver {
         }
         self.settle(&groups, attempted, &mut plan);
         self.send(&mut plan, deadline).await;
-        let steps: BTreeSet<usize> = validations.iter().map(|(i, _)| *i).collect();
         self.back_off_failed(&event, &plan.failed, &steps, deadline)
             .await;
         let late_wait = self.settings.late_answer_wait.min(self.time_left(deadline));
@@ -634,6 +651,7 @@ impl Deliver {
                 throttled = report.throttled,
                 failed_messages = report.failed_messages,
                 journal_unwritten = report.journal_unwritten,
+                replay_copies_dropped = report.replay_copies_dropped,
                 prepare_ms = prepared.as_millis() as u64,
                 attempts_ms = (attempts_done - prepared).as_millis() as u64,
                 settle_ms = (started.elapsed() - attempts_done).as_millis() as u64,
@@ -864,8 +882,16 @@ impl Deliver {
         let rules = self.settings.rules();
         let mut groups: Vec<Group> = Vec::new();
         // Events booked in their subscription's events-per-second allowance go in batches of
-        // their own, which do not book again.
-        type GroupKey = (String, String, DeliverySchema, u32, Option<DateTime<Utc>>);
+        // their own, which do not book again; a replay's events (#35) go in batches of their
+        // own too, which carry its header (the parts of one replay may share one).
+        type GroupKey = (
+            String,
+            String,
+            DeliverySchema,
+            u32,
+            Option<DateTime<Utc>>,
+            Option<String>,
+        );
         let mut index: HashMap<GroupKey, usize> = HashMap::new();
         for (i, message) in messages {
             if plan.failed.contains(&i) {
@@ -929,6 +955,7 @@ impl Deliver {
                             history.schema,
                             history.attempts,
                             history.rate_booked_at,
+                            history.replay.as_ref().map(|r| r.name.clone()),
                         ))
                         .or_insert_with(|| {
                             groups.push(Group {

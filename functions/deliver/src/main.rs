@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    AwsResourceSender, DynamoDeliveryStateStore, FirehoseStream, SqsQueue, delivery_state_store,
-    function_queue_key, load_sdk_config, sealed_records, secret_store, subscription_store,
+    AwsResourceSender, DynamoDeliveryStateStore, DynamoReplayStore, FirehoseStream, SqsQueue,
+    delivery_state_store, function_queue_key, load_sdk_config, sealed_records, secret_store,
+    subscription_store,
 };
 use gridrelay_adapters::config::{
     CONTROL_QUEUE_URL_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV,
@@ -65,6 +66,7 @@ async fn run() -> Result<(), Error> {
         "the DynamoDB table of endpoint health (D1), late successes (R4) and delivery caps",
     )?;
     let key = function_queue_key(&sdk).await?;
+    let (replays, archive) = DynamoReplayStore::with_archive_from_env(&sdk);
     let ports = DeliverPorts {
         store: subscription_store(&sdk, TableNames::from_env(), keep),
         delivery_queue: Arc::new(SqsQueue::new(sqs.clone(), delivery_queue_url, key.clone())),
@@ -78,6 +80,8 @@ async fn run() -> Result<(), Error> {
         // Not cached: the caps' allowances are shared with every other instance as they are.
         caps: Arc::new(DynamoDeliveryStateStore::from_sdk(&sdk, &state_table)),
         journal: FirehoseStream::from_env(&sdk),
+        replays,
+        archive,
     };
     let sender = Arc::new(settings.http_sender()?);
     let deliver = Arc::new(Deliver::new(ports, sender, settings));

@@ -21,8 +21,8 @@ use gridrelay_ports::fan_out::fan_out;
 use gridrelay_ports::log_capture::CapturedLogs;
 use gridrelay_ports::memory::{
     FixedJitter, ManualClock, MemoryDeliveryCapStore, MemoryDeliveryStateStore, MemoryDestinations,
-    MemoryJournal, MemoryObjectStore, MemoryQueue, MemorySecretStore, MemorySubscriptionStore,
-    ScriptedSender,
+    MemoryJournal, MemoryObjectStore, MemoryQueue, MemoryReplayStore, MemorySecretStore,
+    MemorySubscriptionStore, ScriptedSender,
 };
 use gridrelay_ports::registration::Registry;
 use gridrelay_ports::{
@@ -66,6 +66,9 @@ struct World {
     secrets: Arc<MemorySecretStore>,
     caps: Arc<MemoryDeliveryCapStore>,
     journal: Arc<MemoryJournal>,
+    replays: Arc<MemoryReplayStore>,
+    /// Topics' archives, as `ingest` writes them.
+    archive: Arc<MemoryJournal>,
     deliver: Deliver,
 }
 
@@ -89,6 +92,8 @@ impl World {
         let secrets = Arc::new(MemorySecretStore::default());
         let caps = Arc::new(MemoryDeliveryCapStore::default());
         let journal = Arc::new(MemoryJournal::default());
+        let replays = Arc::new(MemoryReplayStore::default());
+        let archive = Arc::new(MemoryJournal::default());
         let resources = Arc::new(MemoryDestinations::default());
         let ports = DeliverPorts {
             store: store.clone(),
@@ -104,6 +109,8 @@ impl World {
             secrets: secrets.clone(),
             caps: caps.clone(),
             journal: journal.clone(),
+            replays: replays.clone(),
+            archive: archive.clone(),
         };
         let deliver = Deliver::new(
             ports,
@@ -121,6 +128,8 @@ impl World {
             secrets,
             caps,
             journal,
+            replays,
+            archive,
             deliver,
         }
     }
@@ -193,16 +202,7 @@ impl World {
 
     /// Publishes through `store` (a warm `ingest`'s cache in front of the store, say).
     async fn publish_through(&self, store: &dyn SubscriptionStore, ids: &[&str], padding: usize) {
-        let pad = "x".repeat(padding);
-        let events: Vec<Box<RawValue>> = ids
-            .iter()
-            .map(|id| {
-                RawValue::from_string(format!(
-                    r#"{{"id":"{id}","subject":"s","eventType":"t","eventTime":"2026-11-23T00:00:00Z","data":{{"pad":"{pad}"}},"dataVersion":"1","metadataVersion":"1","topic":"/t"}}"#
-                ))
-                .unwrap()
-            })
-            .collect();
+        let events: Vec<Box<RawValue>> = ids.iter().map(|id| grid_event(id, padding)).collect();
         fan_out(
             store,
             self.delivery.as_ref(),
@@ -317,6 +317,15 @@ fn busy_at(suffix: &'static str) -> ScriptedSender {
             AttemptResult::Status(200)
         }
     })
+}
+
+/// An Event Grid event with id `id` whose data holds a string of `padding` bytes.
+fn grid_event(id: &str, padding: usize) -> Box<RawValue> {
+    let pad = "x".repeat(padding);
+    RawValue::from_string(format!(
+        r#"{{"id":"{id}","subject":"s","eventType":"t","eventTime":"2026-11-23T00:00:00Z","data":{{"pad":"{pad}"}},"dataVersion":"1","metadataVersion":"1","topic":"/t"}}"#
+    ))
+    .unwrap()
 }
 
 fn request(name: &str) -> SubscriptionRequest {
@@ -1517,7 +1526,7 @@ fn delivery_messages_since(w: &World, from: usize) -> Vec<(DeliveryMessage, Dura
         .filter_map(
             |m| match DeliveryQueueMessage::from_body(&m.body).unwrap() {
                 DeliveryQueueMessage::Delivery(d) => Some((d, m.delay)),
-                DeliveryQueueMessage::Validation(_) => None,
+                DeliveryQueueMessage::Validation(_) | DeliveryQueueMessage::Replay(_) => None,
             },
         )
         .collect()
@@ -1539,6 +1548,8 @@ fn another_worker(w: &World) -> Deliver {
         secrets: w.secrets.clone(),
         caps: w.caps.clone(),
         journal: w.journal.clone(),
+        replays: w.replays.clone(),
+        archive: w.archive.clone(),
     };
     Deliver::new(
         ports,
@@ -2874,4 +2885,377 @@ async fn a_journal_that_hangs_costs_only_its_budget() {
         gridrelay_deliver::JOURNAL_WRITE_BUDGET,
         "the journal's budget, no more"
     );
+}
+
+/// #35: replays on in-memory ports: the archive as `ingest` writes it, the replay's record and
+/// its steps on the (one) queue, run by the real handler.
+mod replays {
+    use super::*;
+    use gridrelay_ports::{RecordStream, ReplayStore, StoreError};
+    use gridrelay_shared::archive::{TimeWindow, archive_lines};
+    use gridrelay_shared::journal::compress_record;
+    use gridrelay_shared::replay::{REPLAY_HEADER, Replay, ReplayState, ReplayStep, ReplayTarget};
+
+    /// Archives events of `topic` published at `at`, as `ingest` does (a compressed record per
+    /// event), into one object of the in-memory archive, as the stream gathers them.
+    async fn archive(w: &World, topic: &str, ids: &[&str], at: DateTime<Utc>) {
+        let events: Vec<Box<RawValue>> = ids.iter().map(|id| grid_event(id, 0)).collect();
+        let object: Vec<u8> = archive_lines(topic, InputSchema::EventGridSchema, at, &events)
+            .iter()
+            .flat_map(|line| compress_record(line))
+            .collect();
+        assert!(w.archive.put_records(&[object]).await.unwrap().is_empty());
+    }
+
+    /// Stores a replay of sub-1 at `rate` and sends its first step, due now.
+    async fn start(w: &World, name: &str, rate: u32, window: TimeWindow) -> Replay {
+        let sub = w.stored("sub-1").await;
+        let now = w.clock.now();
+        let replay = Replay::new(
+            TOPIC,
+            name,
+            window,
+            vec![ReplayTarget {
+                name: sub.name,
+                id: sub.id,
+            }],
+            rate,
+            now,
+            now,
+        );
+        w.replays.create_replay(&replay).await.unwrap();
+        send_step(w, &ReplayStep::of(&replay)).await;
+        replay
+    }
+
+    async fn send_step(w: &World, step: &ReplayStep) {
+        let body = DeliveryQueueMessage::Replay(step.clone())
+            .to_body()
+            .unwrap();
+        w.delivery
+            .send_all(&[OutgoingMessage {
+                body,
+                delay: Duration::ZERO,
+            }])
+            .await;
+    }
+
+    /// Runs invocations, moving the clock on as messages wait, until the queue is empty.
+    async fn run_all(w: &World) -> gridrelay_deliver::DeliveryReport {
+        let mut report = gridrelay_deliver::DeliveryReport::default();
+        while !w.delivery.is_empty() {
+            report.add(&w.run_next().await.report);
+        }
+        report
+    }
+
+    /// The ids of the events POSTed, in order, each with the replay header it carried.
+    fn posted(w: &World) -> Vec<(String, Option<String>)> {
+        w.sender
+            .requests()
+            .iter()
+            .flat_map(|r| {
+                let replay = r
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == REPLAY_HEADER)
+                    .map(|(_, v)| v.clone());
+                let events: Vec<serde_json::Value> = serde_json::from_str(&r.body).unwrap();
+                events
+                    .into_iter()
+                    .map(move |e| (e["id"].as_str().unwrap().to_string(), replay.clone()))
+            })
+            .collect()
+    }
+
+    fn window(from_minutes_ago: i64, to_minutes_ago: i64) -> TimeWindow {
+        TimeWindow::new(
+            t0() - chrono::Duration::minutes(from_minutes_ago),
+            t0() - chrono::Duration::minutes(to_minutes_ago),
+            "endTime",
+        )
+        .unwrap()
+    }
+
+    /// A replay sends exactly the topic's archived events of its window, as new deliveries
+    /// with the replay's header, journals them as replayed, and completes with its count.
+    #[tokio::test]
+    async fn a_replay_sends_exactly_its_windows_events_with_its_header() {
+        let w = World::new(ScriptedSender::status(200));
+        w.subscribe(request("sub-1")).await;
+        let minutes_ago = |m| t0() - chrono::Duration::minutes(m);
+        archive(&w, TOPIC, &["before"], minutes_ago(61)).await;
+        archive(&w, TOPIC, &["a", "b"], minutes_ago(50)).await;
+        archive(&w, "billing", &["other-topic"], minutes_ago(40)).await;
+        archive(&w, TOPIC, &["c"], minutes_ago(11)).await;
+        archive(&w, TOPIC, &["at-the-end"], minutes_ago(10)).await;
+
+        start(&w, "night", 100, window(60, 10)).await;
+        run_all(&w).await;
+
+        let night = Some("night".to_string());
+        assert_eq!(
+            posted(&w),
+            [
+                ("a".to_string(), night.clone()),
+                ("b".to_string(), night.clone()),
+                ("c".to_string(), night.clone())
+            ]
+        );
+        let record = w.replays.get_replay(TOPIC, "night").await.unwrap().unwrap();
+        assert_eq!(record.state, ReplayState::Completed);
+        assert_eq!(record.events_sent, 3);
+        let replayed = w
+            .journal
+            .entries()
+            .into_iter()
+            .filter(|e| matches!(&e.step, Step::Fanned { replay: Some(r), .. } if r == "night"))
+            .count();
+        assert_eq!(replayed, 3, "each replayed event journaled as the replay's");
+    }
+
+    /// A replay's steps take STEP_SECONDS of its rate each and wait for the rest of that
+    /// time before the next: 25 events at 1 a second go out in steps of 10, 10 and 5, 10 s
+    /// apart, and each event once.
+    #[tokio::test]
+    async fn a_replay_is_paced_to_its_rate() {
+        let w = World::new(ScriptedSender::status(200));
+        w.subscribe(request("sub-1")).await;
+        let ids: Vec<String> = (0..25).map(|i| format!("e{i:02}")).collect();
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        archive(&w, TOPIC, &refs, t0() - chrono::Duration::minutes(30)).await;
+        start(&w, "slow", 1, window(60, 10)).await;
+
+        w.run().await;
+        let step = w.delivery.sent().last().cloned().unwrap();
+        assert!(
+            matches!(DeliveryQueueMessage::from_body(&step.body).unwrap(), DeliveryQueueMessage::Replay(s) if s.version == 1)
+        );
+        assert_eq!(
+            step.delay,
+            Duration::from_secs(10),
+            "10 events at 1 a second"
+        );
+        let record = w.replays.get_replay(TOPIC, "slow").await.unwrap().unwrap();
+        assert_eq!((record.version, record.events_sent), (1, 10));
+
+        run_all(&w).await;
+        let record = w.replays.get_replay(TOPIC, "slow").await.unwrap().unwrap();
+        assert_eq!(record.state, ReplayState::Completed);
+        assert_eq!(record.events_sent, 25);
+        let mut got: Vec<String> = posted(&w).into_iter().map(|(id, _)| id).collect();
+        got.sort();
+        assert_eq!(got, ids);
+    }
+
+    /// What a [`FirstWrite`] store does with its first update.
+    #[derive(Clone, Copy)]
+    enum FirstWriteIs {
+        /// Refused, unmade: as if the process died between a step's sends and its write.
+        Lost,
+        /// Made, then answered as refused: as when the SDK sends a write again after it was
+        /// made and its condition then fails.
+        AnsweredConflict,
+    }
+
+    /// A replay store whose first update goes wrong as its mode says.
+    struct FirstWrite(Arc<MemoryReplayStore>, FirstWriteIs, AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl ReplayStore for FirstWrite {
+        async fn create_replay(&self, replay: &Replay) -> Result<(), StoreError> {
+            self.0.create_replay(replay).await
+        }
+        async fn get_replay(&self, topic: &str, name: &str) -> Result<Option<Replay>, StoreError> {
+            self.0.get_replay(topic, name).await
+        }
+        async fn list_replays(&self, topic: &str) -> Result<Vec<Replay>, StoreError> {
+            self.0.list_replays(topic).await
+        }
+        async fn update_replay(&self, replay: &Replay, read: u64) -> Result<(), StoreError> {
+            let first = self.2.fetch_add(1, Ordering::SeqCst) == 0;
+            match self.1 {
+                FirstWriteIs::Lost if first => Err(StoreError::Unavailable("lost".into())),
+                FirstWriteIs::AnsweredConflict if first => {
+                    self.0.update_replay(replay, read).await?;
+                    Err(StoreError::Conflict("written, then refused".into()))
+                }
+                _ => self.0.update_replay(replay, read).await,
+            }
+        }
+    }
+
+    /// A step that sent its deliveries but did not move the record runs again (SQS redelivers
+    /// it): its deliveries are sent twice, and the copies of each part claim it, so every
+    /// event is delivered once by the replay and the other copies are dropped and counted.
+    #[tokio::test]
+    async fn a_step_run_twice_delivers_each_event_once() {
+        let mut w = World::new(ScriptedSender::status(200));
+        w.subscribe(request("sub-1")).await;
+        archive(
+            &w,
+            TOPIC,
+            &["a", "b", "c"],
+            t0() - chrono::Duration::minutes(30),
+        )
+        .await;
+        w.deliver.ports.replays = Arc::new(FirstWrite(
+            w.replays.clone(),
+            FirstWriteIs::Lost,
+            AtomicUsize::new(0),
+        ));
+        start(&w, "twice", 100, window(60, 10)).await;
+
+        let first = w.run().await;
+        assert_eq!(first.failed_message_ids.len(), 1, "the step is left to SQS");
+        let report = run_all(&w).await;
+
+        let mut got: Vec<String> = posted(&w).into_iter().map(|(id, _)| id).collect();
+        got.sort();
+        assert_eq!(got, ["a", "b", "c"], "each event once");
+        assert_eq!(report.replay_copies_dropped, 3, "the other copies dropped");
+        let record = w.replays.get_replay(TOPIC, "twice").await.unwrap().unwrap();
+        assert_eq!(
+            (record.state, record.events_sent),
+            (ReplayState::Completed, 3)
+        );
+    }
+
+    /// A cancelled replay's next step does nothing; a step whose version another copy already
+    /// moved on waits, and then dies out (no chain of its own). Each event here is an object of
+    /// its own, so the first step stops at its budget of objects.
+    #[tokio::test]
+    async fn a_cancelled_replay_stops_and_a_stale_step_dies_out() {
+        let w = World::new(ScriptedSender::status(200));
+        w.subscribe(request("sub-1")).await;
+        for i in 0..15 {
+            archive(
+                &w,
+                TOPIC,
+                &[&format!("e{i}")],
+                t0() - chrono::Duration::minutes(30),
+            )
+            .await;
+        }
+        let replay = start(&w, "stop", 1, window(60, 10)).await;
+        w.run().await;
+        assert_eq!(posted(&w).len(), 0, "delivered on the next run");
+        // A copy of the first step, as SQS may deliver one.
+        send_step(&w, &ReplayStep::of(&replay)).await;
+        let record = w.replays.get_replay(TOPIC, "stop").await.unwrap().unwrap();
+        w.replays
+            .update_replay(&record.cancelled(w.clock.now()), record.version)
+            .await
+            .unwrap();
+        run_all(&w).await;
+
+        let first_step = gridrelay_shared::replay::MAX_STEP_OBJECTS;
+        assert_eq!(posted(&w).len(), first_step, "the first step's events only");
+        let record = w.replays.get_replay(TOPIC, "stop").await.unwrap().unwrap();
+        assert_eq!(
+            (record.state, record.events_sent),
+            (ReplayState::Cancelled, first_step as u64)
+        );
+    }
+
+    /// A replay's deliveries and live ones to the same batched subscription, received
+    /// together, go in batches of their own: only the replay's carry its header.
+    #[tokio::test]
+    async fn replayed_and_live_events_never_share_a_batch() {
+        let w = World::new(ScriptedSender::status(200));
+        w.subscribe(SubscriptionRequest {
+            max_events_per_batch: Some(100),
+            ..request("sub-1")
+        })
+        .await;
+        archive(
+            &w,
+            TOPIC,
+            &["r-1", "r-2"],
+            t0() - chrono::Duration::minutes(30),
+        )
+        .await;
+        start(&w, "apart", 100, window(60, 10)).await;
+        w.run().await;
+        w.publish(&["live-1", "live-2"]).await;
+        w.run().await;
+
+        let batches: Vec<(Vec<String>, Option<String>)> = w
+            .sender
+            .requests()
+            .iter()
+            .map(|r| {
+                let events: Vec<serde_json::Value> = serde_json::from_str(&r.body).unwrap();
+                let ids = events
+                    .iter()
+                    .map(|e| e["id"].as_str().unwrap().to_string())
+                    .collect();
+                let replay = r
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == REPLAY_HEADER)
+                    .map(|(_, v)| v.clone());
+                (ids, replay)
+            })
+            .collect();
+        assert_eq!(batches.len(), 2, "{batches:?}");
+        for (ids, replay) in &batches {
+            let replayed = ids.iter().all(|id| id.starts_with("r-"));
+            let live = ids.iter().all(|id| id.starts_with("live-"));
+            assert!(replayed || live, "mixed: {ids:?}");
+            assert_eq!(replay.is_some(), replayed, "{ids:?} {replay:?}");
+        }
+    }
+
+    /// A step whose own write is reported as a conflict does not end the replay: it looks
+    /// again, finds the record one version on and no next step run, and after the grace sends
+    /// it, so the replay completes with each event once.
+    #[tokio::test]
+    async fn a_write_reported_refused_after_it_was_made_does_not_stall_the_replay() {
+        let mut w = World::new(ScriptedSender::status(200));
+        w.subscribe(request("sub-1")).await;
+        let ids: Vec<String> = (0..15).map(|i| format!("e{i:02}")).collect();
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        archive(&w, TOPIC, &refs, t0() - chrono::Duration::minutes(30)).await;
+        w.deliver.ports.replays = Arc::new(FirstWrite(
+            w.replays.clone(),
+            FirstWriteIs::AnsweredConflict,
+            AtomicUsize::new(0),
+        ));
+        start(&w, "retried", 1, window(60, 10)).await;
+        run_all(&w).await;
+
+        let record = w
+            .replays
+            .get_replay(TOPIC, "retried")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (record.state, record.events_sent),
+            (ReplayState::Completed, 15)
+        );
+        let mut got: Vec<String> = posted(&w).into_iter().map(|(id, _)| id).collect();
+        got.sort();
+        assert_eq!(got, ids);
+    }
+
+    /// A subscription deleted and created again under the replay's subscription's name gets
+    /// nothing: the replay chose the old one; with none of its subscriptions left, the replay
+    /// completes without reading on.
+    #[tokio::test]
+    async fn a_subscription_created_again_gets_nothing_of_an_older_replay() {
+        let w = World::new(ScriptedSender::status(200));
+        w.subscribe(request("sub-1")).await;
+        archive(&w, TOPIC, &["a"], t0() - chrono::Duration::minutes(30)).await;
+        start(&w, "old", 100, window(60, 10)).await;
+        w.create_again(request("sub-1")).await;
+        run_all(&w).await;
+        assert!(posted(&w).is_empty());
+        let record = w.replays.get_replay(TOPIC, "old").await.unwrap().unwrap();
+        assert_eq!(
+            (record.state, record.events_sent),
+            (ReplayState::Completed, 0)
+        );
+    }
 }

@@ -109,6 +109,8 @@ export class Gridrelay extends Construct {
   public readonly topicsTable: dynamodb.Table;
   public readonly subscriptionsTable: dynamodb.Table;
   public readonly deliveryStateTable: dynamodb.Table;
+  /** #35: replays of topics' archives (partition key topic, sort key name). */
+  public readonly replaysTable: dynamodb.Table;
   public readonly deliveryQueue: sqs.Queue;
   /** Subscriptions' handshake and expiry steps (control work), apart from the deliveries so they
    * never wait behind a bulk backlog (#34 item 12); deliver consumes it too. */
@@ -259,6 +261,17 @@ export class Gridrelay extends Construct {
       removalPolicy,
     });
 
+    // #35: replays, moved on by their steps in deliver; started, read and cancelled by the
+    // command line.
+    this.replaysTable = new dynamodb.Table(this, 'ReplaysTable', {
+      partitionKey: { name: 'topic', type: dynamodb.AttributeType.STRING },
+      sortKey: { name: 'name', type: dynamodb.AttributeType.STRING },
+      billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
+      encryption: dynamodb.TableEncryption.AWS_MANAGED,
+      pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
+      removalPolicy,
+    });
+
     const secretPrefix = props.secretPrefix ?? 'gridrelay';
     // #34 item 2: the functions seal every message they write to their own queues with this
     // key and act only on sealed ones, so nobody else can make them deliver. Its name is
@@ -342,6 +355,15 @@ export class Gridrelay extends Construct {
     }
     // #35: topic archives, one PutRecordBatch per publish to a topic with a retention.
     allow(this.ingest, ['firehose:PutRecordBatch'], [this.archiveStream.attrArn]);
+    // #35: replays: their records (read, then written over the version read), and the topic
+    // archives they send again (listed and read under archive/ only).
+    allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:PutItem'], [this.replaysTable.tableArn]);
+    this.deliver.addToRolePolicy(new iam.PolicyStatement({
+      actions: ['s3:ListBucket'],
+      resources: [this.journalBucket.bucketArn],
+      conditions: { StringLike: { 's3:prefix': 'archive/*' } },
+    }));
+    allow(this.deliver, ['s3:GetObject'], [this.journalBucket.arnForObjects('archive/*')]);
     // S4: AWS resource destinations, only those named (none by default). Each action applies
     // to its own service's ARNs: SendMessageBatch is sqs:SendMessage, PublishBatch
     // sns:Publish, an asynchronous Invoke lambda:InvokeFunction.
@@ -402,6 +424,10 @@ export class Gridrelay extends Construct {
     // #35: every invocation's steps go to the delivery journal in one call.
     this.deliver.addEnvironment('GRIDRELAY_JOURNAL_STREAM', this.journalStream.ref);
     this.deadLetter.addEnvironment('GRIDRELAY_JOURNAL_STREAM', this.journalStream.ref);
+    // #35: replays' steps read the topic archives (in the journal's bucket) and move their
+    // records on.
+    this.deliver.addEnvironment('GRIDRELAY_REPLAYS_TABLE', this.replaysTable.tableName);
+    this.deliver.addEnvironment('GRIDRELAY_JOURNAL_BUCKET', this.journalBucket.bucketName);
     // #35: accepted events of topics with a retention go to their archive, one call per publish.
     this.ingest.addEnvironment('GRIDRELAY_ARCHIVE_STREAM', this.archiveStream.ref);
 
@@ -500,6 +526,7 @@ export class Gridrelay extends Construct {
     new CfnOutput(this, 'JournalBucketName', { value: this.journalBucket.bucketName, description: 'Set GRIDRELAY_JOURNAL_BUCKET to it (`gridrelay event show` reads the delivery journal there).' });
     new CfnOutput(this, 'JournalStreamName', { value: this.journalStream.ref });
     new CfnOutput(this, 'ArchiveStreamName', { value: this.archiveStream.ref, description: "The topic archives' stream (#35); they are kept in JournalBucketName under archive/." });
+    new CfnOutput(this, 'ReplaysTableName', { value: this.replaysTable.tableName, description: 'Set GRIDRELAY_REPLAYS_TABLE to it (`gridrelay replay` starts, reads and cancels replays there).' });
     new CfnOutput(this, 'JournalAthenaTable', { value: `${this.journalTable.databaseName}.journal`, description: 'The delivery journal as an Athena table (docs/journal.md has queries).' });
   }
 }
@@ -552,7 +579,7 @@ export const JOURNAL_COLUMNS: [string, string][] = [
   ['attempt', 'int'], ['ms', 'bigint'], ['endpoint', 'string'], ['status', 'int'],
   ['outcome', 'string'], ['retry_after_s', 'bigint'], ['error', 'string'], ['next', 'string'],
   ['due', 'string'], ['reason', 'string'], ['until', 'string'], ['location', 'string'],
-  ['answer', 'string'],
+  ['answer', 'string'], ['replay', 'string'],
 ];
 
 /** What the deliver function may do to the AWS resources it delivers to (S4). */

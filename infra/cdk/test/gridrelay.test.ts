@@ -244,11 +244,11 @@ test('delivery state table expires its records (D1, R4)', () => {
   });
 });
 
-test('tables: on-demand with point-in-time recovery', () => {
+test('tables: on-demand with point-in-time recovery (topics, subscriptions, replays)', () => {
   template.resourcePropertiesCountIs('AWS::DynamoDB::Table', {
     BillingMode: 'PAY_PER_REQUEST',
     PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true },
-  }, 2);
+  }, 3);
 });
 
 test('dead-letter bucket: encrypted, private, expiring', () => {
@@ -362,8 +362,9 @@ test('least privilege: deliver consumes its two queues and sends to the three qu
     assert.ok(resources.every((r) => r !== '*'), `${action} on every resource`);
   }
   const state = { 'Fn::GetAtt': [ref(construct.deliveryStateTable), 'Arn'] };
-  assert.deepEqual(g.get('dynamodb:GetItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
-  assert.deepEqual(g.get('dynamodb:PutItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
+  const replays = { 'Fn::GetAtt': [ref(construct.replaysTable), 'Arn'] };
+  assert.deepEqual(g.get('dynamodb:GetItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state, replays]);
+  assert.deepEqual(g.get('dynamodb:PutItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state, replays]);
   assert.deepEqual(g.get('dynamodb:UpdateItem'), [state]);
   assert.deepEqual(g.get('dynamodb:BatchGetItem'), [state]);
   assert.deepEqual(g.get('dynamodb:DeleteItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
@@ -383,6 +384,18 @@ test('least privilege: deliver consumes its two queues and sends to the three qu
   const deleted = JSON.stringify(g.get('secretsmanager:DeleteSecret'));
   assert.ok(deleted.includes(':secret:gridrelay/*'), `expired subscriptions' secrets only under the prefix: ${deleted}`);
   assert.ok(!g.has('s3:PutObject'), 'deliver never writes to S3');
+  // #35: replays read the topic archives only: listed and read under archive/.
+  assert.ok(JSON.stringify(g.get('s3:GetObject')).includes('/archive/*'), JSON.stringify(g.get('s3:GetObject')));
+  const deliverRole = ref(construct.deliver.role!);
+  const lists = Object.values(template.findResources('AWS::IAM::Policy'))
+    .filter((p) => (p.Properties.Roles as Array<{ Ref: string }>).some((r) => r.Ref === deliverRole))
+    .flatMap((p) => p.Properties.PolicyDocument.Statement)
+    .filter((s: { Action: string | string[] }) => [s.Action].flat().includes('s3:ListBucket'));
+  assert.deepEqual(lists.map((s: { Condition?: unknown }) => s.Condition), [{ StringLike: { 's3:prefix': 'archive/*' } }]);
+  template.hasResourceProperties('AWS::Lambda::Function', {
+    Role: { 'Fn::GetAtt': [stack.resolve((construct.deliver.role!.node.defaultChild as unknown as { logicalId: string }).logicalId), 'Arn'] },
+    Environment: { Variables: Match.objectLike({ GRIDRELAY_REPLAYS_TABLE: { Ref: ref(construct.replaysTable) } }) },
+  });
 });
 
 test('least privilege: dead-letter writes objects in its bucket and announces them (L7)', () => {

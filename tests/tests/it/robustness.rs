@@ -184,6 +184,8 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
         state: state(),
         caps: state(),
         journal: Arc::new(gridrelay_ports::NoRecordStream),
+        replays: Arc::new(gridrelay_ports::NoReplays),
+        archive: Arc::new(gridrelay_ports::NoReplays),
     };
     let sender = HttpEventSender::new(SenderConfig::new(
         Duration::from_secs(5),
