@@ -148,7 +148,7 @@ impl Runner {
         })
     }
 
-    fn cli(&self, args: &[&str]) -> anyhow::Result<Value> {
+    pub(crate) fn cli(&self, args: &[&str]) -> anyhow::Result<Value> {
         let out = Command::new(&self.binary)
             .args(args)
             .envs(ResourceNames::with_prefix(&self.prefix).cli_env())
@@ -173,29 +173,60 @@ impl Runner {
         max_in_flight: Option<u32>,
         max_events_per_batch: Option<u32>,
         hook: String,
+        retention_days: u16,
     ) -> anyhow::Result<(Self, String)> {
         let runner = Runner::start(binary, prefix, aws_endpoint, max_in_flight)?;
         let key = runner
-            .topic_with_subscription("bench", "sink", &hook, max_events_per_batch)
+            .topic_with_subscription(
+                ("bench", retention_days),
+                "sink",
+                &hook,
+                max_events_per_batch,
+            )
             .await?;
         Ok((runner, key))
     }
 
-    /// Creates `topic` and its subscription `name` to `hook` with the command line, and waits
-    /// for its handshake; answers the topic's key.
+    /// Creates `topic` (keeping its events for `retention_days`) and its subscription `name` to
+    /// `hook` with the command line, and waits for its handshake; answers the topic's key.
     pub(crate) async fn topic_with_subscription(
+        &self,
+        (topic, retention_days): (&str, u16),
+        name: &str,
+        hook: &str,
+        max_events_per_batch: Option<u32>,
+    ) -> anyhow::Result<String> {
+        let key = self.topic(topic, retention_days)?;
+        self.subscription(topic, name, hook, max_events_per_batch)
+            .await?;
+        Ok(key)
+    }
+
+    /// Creates `topic`, archived for `retention_days` (#35; 0: not archived); answers its key.
+    pub(crate) fn topic(&self, topic: &str, retention_days: u16) -> anyhow::Result<String> {
+        let days = retention_days.to_string();
+        let created = self.cli(&[
+            "topic",
+            "create",
+            "--name",
+            topic,
+            "--retention-days",
+            &days,
+        ])?;
+        Ok(created["key1"]
+            .as_str()
+            .context("topic create printed no key1")?
+            .to_string())
+    }
+
+    /// Creates `topic`'s subscription `name` to `hook` and waits for its handshake.
+    pub(crate) async fn subscription(
         &self,
         topic: &str,
         name: &str,
         hook: &str,
         max_events_per_batch: Option<u32>,
-    ) -> anyhow::Result<String> {
-        // Archived for 7 days (#35), as a topic that can be replayed.
-        let created = self.cli(&["topic", "create", "--name", topic, "--retention-days", "7"])?;
-        let key = created["key1"]
-            .as_str()
-            .context("topic create printed no key1")?
-            .to_string();
+    ) -> anyhow::Result<()> {
         let mut create = vec![
             "event-subscription".to_string(),
             "create".into(),
@@ -225,7 +256,7 @@ impl Runner {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        Ok(key)
+        Ok(())
     }
 
     /// Where topic `bench` is published to.
@@ -360,6 +391,8 @@ pub async fn run(
         case.max_in_flight,
         case.max_events_per_batch,
         hook,
+        // Archived for 7 days (#35): the cost table prices the archive.
+        crate::cost::ARCHIVE_RETENTION_DAYS as u16,
     )
     .await?;
 

@@ -14,7 +14,9 @@
 //! With `--held N` (#34 item 1: a sick endpoint never slows a healthy one), the same is
 //! measured twice in one run, after a first phase that warms up: alone, then while N events
 //! published to another topic are held for a delayed endpoint (a sink answering 503), and the
-//! ratios are printed.
+//! ratios are printed. With `--replay N` (#35: a replay never takes the delivery path from live
+//! traffic), the same, while a replay of N archived events of another topic runs at
+//! `--replay-rate` to a subscriber of its own.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -78,16 +80,24 @@ impl Phase {
     }
 }
 
-/// Runs `seconds` of publishing at `rate` events per second and prints the figures; with
-/// `held` > 0, then holds that many events for a sick endpoint of another topic and measures
-/// the same again beside them (#34 item 1).
+/// What the healthy subscription is measured beside, after it was measured alone.
+#[derive(Debug, Clone, Copy)]
+pub enum Neighbour {
+    /// This many events of another topic held for a delayed endpoint (#34 item 1).
+    Held(usize),
+    /// A replay of this many archived events of another topic, at `rate` a second (#35).
+    Replay { events: usize, rate: u32 },
+}
+
+/// Runs `seconds` of publishing at `rate` events per second and prints the figures; with a
+/// `neighbour`, measures the same again beside it.
 pub async fn run(
     binary: PathBuf,
     prefix: String,
     rate: usize,
     seconds: u64,
     aws_endpoint: &str,
-    held: usize,
+    neighbour: Option<Neighbour>,
 ) -> anyhow::Result<()> {
     if Duration::from_secs(seconds) <= WARM_UP {
         bail!(
@@ -97,7 +107,9 @@ pub async fn run(
     }
     let (hook, counts) = sink::serve("127.0.0.1:0".parse()?, Duration::ZERO).await?;
     let (runner, key) =
-        Runner::with_subscription(binary, prefix, aws_endpoint, None, None, hook).await?;
+        // Not archived: the latency measured is delivery's (an archived topic adds a Firehose
+        // call to each publish, which moto serves slowly; `e2e` prices it).
+        Runner::with_subscription(binary, prefix, aws_endpoint, None, None, hook, 0).await?;
     let publisher = Publisher {
         client: reqwest::Client::new(),
         url: runner.publish_url(),
@@ -105,24 +117,42 @@ pub async fn run(
         rate,
         seconds,
     };
-    if held > 0 {
+    if let Some(neighbour) = neighbour {
         // A first phase, not counted, warms the emulator's new queues and the connections; the
         // second and third are the same case twice, whose ratio is this run's noise.
         publisher.measure(&counts, 0).await?;
         let mut first = publisher.measure(&counts, 1).await?;
         let mut alone = publisher.measure(&counts, 2).await?;
-        let backlog = hold_backlog(&runner, &publisher.client, held).await?;
+        let (what, setting) = match neighbour {
+            Neighbour::Held(held) => {
+                let backlog = hold_backlog(&runner, &publisher.client, held).await?;
+                (
+                    "the backlog",
+                    format!(
+                        "{held} events of another topic are held for a delayed endpoint ({backlog})"
+                    ),
+                )
+            }
+            Neighbour::Replay { events, rate } => (
+                "the replay",
+                replay_beside(&runner, &publisher.client, events, rate).await?,
+            ),
+        };
         let mut beside = publisher.measure(&counts, 3).await?;
+        let after = match neighbour {
+            Neighbour::Replay { events, .. } => replay_progress(&runner, events)?,
+            Neighbour::Held(_) => String::new(),
+        };
         runner.stop()?;
         println!(
-            "neighbour of a held backlog: {rate} events/s for {seconds} s in arrays of {PER_PUBLISH} to a healthy unbatched subscriber, alone twice, then while {held} events of another topic are held for a delayed endpoint ({backlog}); the first {} s of each left out",
+            "neighbour of {what}: {rate} events/s for {seconds} s in arrays of {PER_PUBLISH} to a healthy unbatched subscriber, alone twice, then while {setting}; the first {} s of each left out{after}",
             WARM_UP.as_secs()
         );
         let first = first.print("alone");
         let alone = alone.print("alone again");
-        let beside = beside.print("beside the backlog");
+        let beside = beside.print(&format!("beside {what}"));
         println!(
-            "  alone again / alone (the noise): p50 {:.2}x, p99 {:.2}x; beside the backlog / alone again: p50 {:.2}x, p99 {:.2}x (goal <= 1.2x)",
+            "  alone again / alone (the noise): p50 {:.2}x, p99 {:.2}x; beside {what} / alone again: p50 {:.2}x, p99 {:.2}x (goal <= 1.2x)",
             alone.0 / first.0.max(f64::MIN_POSITIVE),
             alone.1 / first.1.max(f64::MIN_POSITIVE),
             beside.0 / alone.0.max(f64::MIN_POSITIVE),
@@ -238,6 +268,82 @@ impl Publisher {
 /// Events per publish to the sick topic (the largest array Event Grid takes is 1 MB; these are
 /// small).
 const HELD_PER_PUBLISH: usize = 100;
+
+/// The replayed topic and the replay's name.
+const REPLAYED: &str = "replayed";
+
+/// Archives `events` events of topic `replayed` (no subscription yet: nothing is delivered),
+/// subscribes a sink of its own, and starts a replay of them at `rate` a second; waits until
+/// it sends (its window sealed: 20 s locally). Answers what runs.
+async fn replay_beside(
+    runner: &Runner,
+    client: &reqwest::Client,
+    events: usize,
+    rate: u32,
+) -> anyhow::Result<String> {
+    let key = runner.topic(REPLAYED, 1)?;
+    let url = runner.topic_url(REPLAYED);
+    let start = chrono::Utc::now() - chrono::Duration::seconds(1);
+    publish_many(client, (&url, &key), "archived", events).await?;
+    let end = chrono::Utc::now();
+    let (hook, _replayed) = sink::serve("127.0.0.1:0".parse()?, Duration::ZERO).await?;
+    runner.subscription(REPLAYED, "sink", &hook, None).await?;
+    let time =
+        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let (start, end, rate_text) = (time(start), time(end), rate.to_string());
+    runner.cli(&[
+        "replay",
+        "start",
+        "--topic-name",
+        REPLAYED,
+        "--name",
+        REPLAYED,
+        "--start-time",
+        &start,
+        "--end-time",
+        &end,
+        "--rate",
+        &rate_text,
+    ])?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let shown = replay_shown(runner)?;
+        if shown["eventsSent"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the replay did not start within 2 minutes: {shown}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(format!(
+        "a replay of {events} archived events of another topic runs at {rate} events/s to a subscriber of its own"
+    ))
+}
+
+fn replay_shown(runner: &Runner) -> anyhow::Result<serde_json::Value> {
+    runner.cli(&[
+        "replay",
+        "show",
+        "--topic-name",
+        REPLAYED,
+        "--name",
+        REPLAYED,
+    ])
+}
+
+/// How far the replay got by the end of the measure; it must still have been running.
+fn replay_progress(runner: &Runner, events: usize) -> anyhow::Result<String> {
+    let sent = replay_shown(runner)?["eventsSent"].as_u64().unwrap_or(0);
+    if sent >= events as u64 {
+        bail!(
+            "the replay ended before the measure did ({sent} of {events} sent): give it more events"
+        );
+    }
+    Ok(format!(
+        " (the replay had sent {sent} of {events} when the measure ended)"
+    ))
+}
 /// The least wait before a 503 is retried (R2), and a little more: the sick endpoint's first
 /// failures are retried (and then held) after this.
 const FIRST_RETRY: Duration = Duration::from_secs(32);
@@ -263,7 +369,7 @@ async fn hold_backlog(
     )
     .await?;
     let key = runner
-        .topic_with_subscription("sick", "sick", &hook, None)
+        .topic_with_subscription(("sick", 0), "sick", &hook, None)
         .await?;
     let url = runner.topic_url("sick");
     let queue = DeliveryQueue::of(runner).await?;
@@ -275,19 +381,7 @@ async fn hold_backlog(
     queue.wait_until_quiet().await?;
     let failures = sick.requests.load(Ordering::Relaxed);
 
-    let bodies = (0..held.div_ceil(HELD_PER_PUBLISH)).map(|p| {
-        held_events(
-            &format!("held-{p}"),
-            HELD_PER_PUBLISH.min(held - p * HELD_PER_PUBLISH),
-        )
-    });
-    futures::stream::iter(bodies)
-        .map(|body| publish(client, &url, &key, body))
-        .buffer_unordered(8)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<anyhow::Result<Vec<()>>>()?;
+    publish_many(client, (&url, &key), "held", held).await?;
     let delayed = queue.wait_until_quiet().await?;
     let sent_since = sick.requests.load(Ordering::Relaxed) - failures;
     if sent_since > 0 {
@@ -296,6 +390,30 @@ async fn hold_backlog(
     Ok(format!(
         "{delayed} delayed messages on the delivery queue; {failures} requests failed before the endpoint was delayed, none since"
     ))
+}
+
+/// Publishes `events` small events to `url` in arrays of [`HELD_PER_PUBLISH`], eight
+/// publishes at a time, with ids starting `prefix`.
+async fn publish_many(
+    client: &reqwest::Client,
+    (url, key): (&str, &str),
+    prefix: &str,
+    events: usize,
+) -> anyhow::Result<()> {
+    let bodies = (0..events.div_ceil(HELD_PER_PUBLISH)).map(|p| {
+        held_events(
+            &format!("{prefix}-{p}"),
+            HELD_PER_PUBLISH.min(events - p * HELD_PER_PUBLISH),
+        )
+    });
+    futures::stream::iter(bodies)
+        .map(|body| publish(client, url, key, body))
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<()>>>()?;
+    Ok(())
 }
 
 /// `n` small events in one array, with ids starting `prefix`.

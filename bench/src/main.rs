@@ -80,6 +80,13 @@ enum Bench {
         /// topic, and print both and their ratio.
         #[arg(long, default_value_t = 0)]
         held: usize,
+        /// Measure again while a replay (#35) of this many archived events of another topic
+        /// runs at --replay-rate, and print both and their ratio.
+        #[arg(long, default_value_t = 0)]
+        replay: usize,
+        /// The replay's rate, events a second.
+        #[arg(long, default_value_t = 1_000)]
+        replay_rate: u32,
         /// The `gridrelay` binary (default: beside this one).
         #[arg(long)]
         gridrelay: Option<PathBuf>,
@@ -133,18 +140,29 @@ async fn main() -> anyhow::Result<()> {
             rate,
             seconds,
             held,
+            replay,
+            replay_rate,
             gridrelay,
         } => {
             let binary = gridrelay_binary(gridrelay)?;
             let aws_endpoint = aws_endpoint()?;
             let id = uuid::Uuid::new_v4().simple().to_string();
+            let neighbour = match (held, replay) {
+                (0, 0) => None,
+                (held, 0) => Some(latency::Neighbour::Held(held)),
+                (0, events) => Some(latency::Neighbour::Replay {
+                    events,
+                    rate: replay_rate,
+                }),
+                _ => anyhow::bail!("--held and --replay: measure one neighbour at a time"),
+            };
             latency::run(
                 binary,
                 format!("bench-lat-{}", &id[..8]),
                 rate,
                 seconds,
                 &aws_endpoint,
-                held,
+                neighbour,
             )
             .await
         }

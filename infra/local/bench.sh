@@ -11,8 +11,9 @@
 #   - cold start: each function's bootstrap (infra/deploy/build.sh) under an emulated Lambda
 #     Runtime API: init time beside a bare process start, size, deliver's memory for a full batch
 #   - latency: publish to first attempt at 1,000 events/s, with where the time goes; then the
-#     same beside 100,000 events held for a delayed endpoint, on LocalStack's SQS (installs it
-#     into .venv-localstack with infra/local/localstack.sh)
+#     same beside 100,000 events held for a delayed endpoint, and beside a replay (#35) of
+#     30,000 archived events at its default rate (100 a second), on LocalStack's SQS (installs
+#     it into .venv-localstack with infra/local/localstack.sh)
 #   - memory size: deliver's billed time per warm batch under the CPU share Lambda gives each
 #     memory size (a cgroup CPU quota; needs root), priced per million events
 #   - batch size: deliver's billed time per warm invocation of 1 to 1,000 messages at 256 MB's
@@ -66,9 +67,13 @@ if [[ "${AWS_ENDPOINT_URL:-}" == "http://127.0.0.1:$MOTO_PORT" ]]; then
     infra/local/localstack.sh start
     eval "$(infra/local/localstack.sh env)"
     target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --held 100000 --seconds 15
+    printf '\n== neighbour of a replay (#35; SQS on LocalStack, DynamoDB on moto)\n'
+    target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --replay 30000 --replay-rate 100
   )
 else
   target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --held 100000 --seconds 15
+  printf '\n== neighbour of a replay (#35)\n'
+  target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --replay 30000 --replay-rate 100
 fi
 
 printf '\n== end to end\n'

@@ -49,6 +49,14 @@ pub const CLAIM_LIFETIME: chrono::Duration = chrono::Duration::days(14);
 /// from the archive and enqueues comfortably within its time (a higher rate takes shorter
 /// pauses instead).
 pub const MAX_STEP_EVENTS: usize = 1_000;
+/// The most events of a replay one delivery message carries (at least one batch of its
+/// subscription's, at most 100): a step's deliveries spread over invocations as a publish's
+/// do, instead of one invocation taking a thousand events while live messages received with
+/// them wait for it.
+pub fn events_per_message(max_events_per_batch: u32) -> usize {
+    usize::try_from(max_events_per_batch.clamp(10, 100)).unwrap_or(10)
+}
+
 /// The most bytes of archived events one step takes, shared by its subscriptions (each gets a
 /// copy): what a `deliver` invocation holds and enqueues at once stays bounded whatever the
 /// events' sizes and the subscriptions' number. A step always takes at least one event.
@@ -515,6 +523,10 @@ mod tests {
             ..replay(ReplayState::Running, 0)
         };
         assert_eq!(fast.step_events(), MAX_STEP_EVENTS);
+        // A step's deliveries spread over messages of a batch or more, at most 100 events.
+        assert_eq!(events_per_message(1), 10);
+        assert_eq!(events_per_message(50), 50);
+        assert_eq!(events_per_message(5_000), 100);
     }
 
     #[test]

@@ -20,7 +20,8 @@ use gridrelay_shared::message::{
     DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, MAX_QUEUE_DELAY, ReplayClaim, ReplayTag,
 };
 use gridrelay_shared::replay::{
-    CLAIM_LIFETIME, Replay, ReplayState, ReplayStep, StepAction, claim_key, step_action,
+    CLAIM_LIFETIME, Replay, ReplayState, ReplayStep, StepAction, claim_key, events_per_message,
+    step_action,
 };
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::subscription::Subscription;
@@ -385,10 +386,11 @@ fn replay_messages(
             replay: Some(claim(sub, usize::MAX, &"0".repeat(16))),
             ..DeliveryHistory::new(sub)
         };
-        for (part, mut message) in DeliveryMessage::packed(&history, now, queued)
-            .into_iter()
-            .enumerate()
-        {
+        let per_message = events_per_message(sub.batching.max_events_per_batch);
+        let packed = queued
+            .chunks(per_message)
+            .flat_map(|chunk| DeliveryMessage::packed(&history, now, chunk.to_vec()));
+        for (part, mut message) in packed.enumerate() {
             message.replay = Some(claim(sub, part, &part_digest(&message)));
             let body = message
                 .to_body()
