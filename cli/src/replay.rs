@@ -13,10 +13,10 @@ use gridrelay_ports::{MessageQueue, OutgoingMessage, ReplayStore, StoreError};
 use gridrelay_shared::archive::archive_window;
 use gridrelay_shared::journal::{format_time, parse_past_time};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
-use gridrelay_shared::message::{DeliveryQueueMessage, MAX_QUEUE_DELAY};
+use gridrelay_shared::message::DeliveryQueueMessage;
 use gridrelay_shared::replay::{
     DEFAULT_REPLAY_RATE, Replay, ReplayState, ReplayStep, ReplayTarget, STEP_GRACE, sealed_at,
-    validate_rate, validate_replay_name,
+    step_delay, validate_rate, validate_replay_name,
 };
 use serde_json::{Value, json};
 
@@ -290,7 +290,7 @@ impl StepQueue {
             .map_or(chrono::Duration::zero(), |due| due - now);
         let message = OutgoingMessage {
             body: DeliveryQueueMessage::Replay(ReplayStep::of(replay)).to_body()?,
-            delay: wait.to_std().unwrap_or(Duration::ZERO).min(MAX_QUEUE_DELAY),
+            delay: step_delay(wait),
         };
         match self.0.send_all(&[message]).await.pop() {
             Some(Ok(())) => Ok(()),

@@ -1500,18 +1500,16 @@ async fn the_journal_shows_each_attempt_of_an_event_and_where_it_stands_r1_s5() 
             .starts_with("http://127.0.0.1:")
     );
 
-    let failed = json(&gridrelay(
-        &[
-            "event-subscription",
-            "attempts",
-            "--topic-name",
-            "journal",
-            "--name",
-            "billing",
-            "--failed",
-        ],
-        Some(&sys.names),
-    ));
+    let attempts_failed = [
+        "event-subscription",
+        "attempts",
+        "--topic-name",
+        "journal",
+        "--name",
+        "billing",
+        "--failed",
+    ];
+    let failed = json(&gridrelay(&attempts_failed, Some(&sys.names)));
     let statuses: Vec<u64> = failed
         .as_array()
         .unwrap()
@@ -1520,17 +1518,7 @@ async fn the_journal_shows_each_attempt_of_an_event_and_where_it_stands_r1_s5() 
         .collect();
     assert_eq!(statuses, [503, 500], "{failed}");
     let failed_table = gridrelay(
-        &[
-            "event-subscription",
-            "attempts",
-            "--topic-name",
-            "journal",
-            "--name",
-            "billing",
-            "--failed",
-            "-o",
-            "table",
-        ],
+        &[&attempts_failed[..], &["-o", "table"]].concat(),
         Some(&sys.names),
     );
     assert!(

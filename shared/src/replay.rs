@@ -358,6 +358,14 @@ pub fn step_action(replay: &Replay, step_version: u64, now: DateTime<Utc>) -> St
     }
 }
 
+/// The queue delay of a step message due after `wait`: none if it is due, at most the 15
+/// minutes a queue delays (a step due later comes early and waits again, [`step_action`]).
+pub fn step_delay(wait: chrono::Duration) -> Duration {
+    wait.to_std()
+        .unwrap_or(Duration::ZERO)
+        .min(crate::message::MAX_QUEUE_DELAY)
+}
+
 /// How long to wait before the next step after one that sent `events` at `rate` a second
 /// (at most [`MAX_STEP_DELAY`]).
 pub fn pause_after(events: usize, rate: u32) -> Duration {
@@ -517,6 +525,12 @@ mod tests {
         assert_eq!(pause_after(1_000, 100), Duration::from_secs(10));
         assert_eq!(pause_after(0, 100), Duration::ZERO);
         assert_eq!(pause_after(1_000_000, 1), MAX_STEP_DELAY);
+        assert_eq!(step_delay(chrono::Duration::seconds(-5)), Duration::ZERO);
+        assert_eq!(
+            step_delay(chrono::Duration::seconds(7)),
+            Duration::from_secs(7)
+        );
+        assert_eq!(step_delay(chrono::Duration::hours(2)), MAX_STEP_DELAY);
         assert_eq!(replay(ReplayState::Running, 0).step_events(), 1_000);
         let fast = Replay {
             rate: 10_000,

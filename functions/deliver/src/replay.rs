@@ -17,11 +17,11 @@ use gridrelay_ports::fan_out::replay_shares;
 use gridrelay_ports::{OutgoingMessage, StoreError};
 use gridrelay_shared::archive::ArchivedEvent;
 use gridrelay_shared::message::{
-    DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, MAX_QUEUE_DELAY, ReplayClaim, ReplayTag,
+    DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, ReplayClaim, ReplayTag,
 };
 use gridrelay_shared::replay::{
     CLAIM_LIFETIME, Replay, ReplayState, ReplayStep, StepAction, claim_key, events_per_message,
-    step_action,
+    step_action, step_delay,
 };
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::subscription::Subscription;
@@ -318,10 +318,7 @@ fn push_step(
     pause: chrono::Duration,
     records: &BTreeSet<usize>,
 ) {
-    let delay = pause
-        .to_std()
-        .unwrap_or(Duration::ZERO)
-        .min(MAX_QUEUE_DELAY);
+    let delay = step_delay(pause);
     push_encoded(
         &mut plan.to_control,
         &mut plan.failed,
