@@ -12,6 +12,10 @@ pub const DELIVERY_QUEUE_URL_ENV: &str = "GRIDRELAY_DELIVERY_QUEUE_URL";
 /// deliveries so they never wait behind a backlog: the stack's ControlQueueUrl output. The
 /// deliver function takes the delivery queue's place where it is not set (a stack made before it).
 pub const CONTROL_QUEUE_URL_ENV: &str = "GRIDRELAY_CONTROL_QUEUE_URL";
+/// The queue replays' deliveries and their retries go to (#35), apart from live deliveries so
+/// a replay's backlog never delays them: the stack's ReplayQueueUrl output. The deliver
+/// function takes the delivery queue's place where it is not set (a stack made before it).
+pub const REPLAY_QUEUE_URL_ENV: &str = "GRIDRELAY_REPLAY_QUEUE_URL";
 /// SQS queue of events waiting to be written to their dead-letter location.
 pub const DEAD_LETTER_QUEUE_URL_ENV: &str = "GRIDRELAY_DEAD_LETTER_QUEUE_URL";
 /// L7: the system topic dead-letter writes are announced on (default `gridrelay-dead-letter-events`).

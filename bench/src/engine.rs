@@ -130,6 +130,7 @@ pub async fn deliver_all(
         delivery_queue: delivery.clone(),
         // No handshakes in the benchmark.
         control_queue: delivery.clone(),
+        replay_queue: delivery.clone(),
         dead_letter_queue: Arc::new(MemoryQueue::new(Arc::clone(&clock))),
         resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
         clock: Arc::clone(&clock),

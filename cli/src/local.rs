@@ -51,6 +51,11 @@ pub(super) struct LocalArgs {
     /// `event-subscription attempts` then find nothing. For measuring what the journal costs.
     #[arg(long)]
     no_journal: bool,
+    /// `deliver` invocations on the replay queue at once (2 to 1000; the stack's
+    /// ReplayMaximumConcurrency): what replays may take of the delivery capacity, whatever
+    /// their rate.
+    #[arg(long, default_value_t = gridrelay_local::DEFAULT_REPLAY_CONCURRENCY as u16, value_parser = clap::value_parser!(u16).range(2..=1000))]
+    replay_concurrency: u16,
 }
 
 /// `gridrelay local`: the system started, where it answers printed, and what it did printed
@@ -81,6 +86,7 @@ pub(super) async fn run_local(
             .map_err(invalid)?,
         allowed_networks: allowed_networks.clone(),
         journal: !args.no_journal,
+        replay_concurrency: usize::from(args.replay_concurrency),
         ..RunnerConfig::default()
     };
     // The settings first: an error names what is wrong before anything is tried.
@@ -99,6 +105,7 @@ pub(super) async fn run_local(
         "subscriptionsTable": names.subscriptions_table,
         "deliveryQueue": system.resources.delivery_queue_url,
         "controlQueue": system.resources.control_queue_url,
+        "replayQueue": system.resources.replay_queue_url,
         "deadLetterQueue": system.resources.dead_letter_queue_url,
         "deadLetterBucket": names.dead_letter_bucket,
     }))?;

@@ -97,6 +97,11 @@ struct Cli {
     /// `<prefix>-delivery`.
     #[arg(long, global = true, env = config::CONTROL_QUEUE_URL_ENV)]
     control_queue: Option<String>,
+    /// The replay queue (a URL, or a queue name to look up), where `redrive queue` puts back
+    /// the parked deliveries of replays: the stack's ReplayQueueUrl output. Default:
+    /// `<prefix>-replay` beside a delivery queue named `<prefix>-delivery`.
+    #[arg(long, global = true, env = config::REPLAY_QUEUE_URL_ENV)]
+    replay_queue: Option<String>,
     /// The Secrets Manager secret (ARN or name) holding the key gridrelay seals its queue
     /// messages with: the stack's QueueKeySecret output. What the command line sends to the
     /// delivery queue (handshake steps, redriven messages) must carry its seal. Default:
@@ -332,6 +337,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let own = OwnQueues {
         delivery: &cli.delivery_queue,
         control: cli.control_queue.as_deref(),
+        replay: cli.replay_queue.as_deref(),
         key_secret: cli.queue_key_secret.as_deref(),
     };
     match cli.command {
@@ -386,6 +392,8 @@ enum Beside {
     JournalBucket,
     ReplaysTable,
     ArchiveStream,
+    ControlQueue,
+    ReplayQueue,
 }
 
 impl Beside {
@@ -414,6 +422,18 @@ impl Beside {
                 "ArchiveStreamName",
                 names.map(|n| n.archive_stream),
             ),
+            Self::ControlQueue => (
+                "--control-queue",
+                config::CONTROL_QUEUE_URL_ENV,
+                "ControlQueueUrl",
+                names.map(|n| n.control_queue),
+            ),
+            Self::ReplayQueue => (
+                "--replay-queue",
+                config::REPLAY_QUEUE_URL_ENV,
+                "ReplayQueueUrl",
+                names.map(|n| n.replay_queue),
+            ),
         }
     }
 }
@@ -437,12 +457,13 @@ fn beside_delivery_queue(
     })
 }
 
-/// The installation's delivery queue, as given, its control queue and the secret of the key
-/// their messages are sealed with, if given.
+/// The installation's delivery queue, as given, its control and replay queues and the secret
+/// of the key their messages are sealed with, if given.
 #[derive(Clone, Copy)]
 struct OwnQueues<'a> {
     delivery: &'a str,
     control: Option<&'a str>,
+    replay: Option<&'a str>,
     key_secret: Option<&'a str>,
 }
 
@@ -450,30 +471,30 @@ impl OwnQueues<'_> {
     /// The control queue's URL: given, or the one beside a delivery queue named
     /// `<prefix>-delivery`, looked up by name.
     async fn control_url(&self, sqs: &aws_sdk_sqs::Client) -> anyhow::Result<String> {
-        let queue = match self.control {
-            Some(queue) => queue.to_string(),
-            None => ResourceNames::beside_delivery_queue(self.delivery)
-                .map(|names| names.control_queue)
-                .with_context(|| {
-                    format!(
-                        "set --control-queue or {} to the stack's ControlQueueUrl output (the \
-                         delivery queue {:?} is not named <prefix>-delivery, so the control \
-                         queue beside it is unknown)",
-                        config::CONTROL_QUEUE_URL_ENV,
-                        self.delivery
-                    )
-                })?,
-        };
-        queue_url(sqs, &queue, "--control-queue")
+        self.url_beside(sqs, self.control, Beside::ControlQueue)
             .await
-            .with_context(|| {
-                format!(
-                    "set --control-queue or {} to the control queue's URL (the stack's \
-                     ControlQueueUrl output; a stack made before the control queue has none \
-                     until it is updated: give it the delivery queue's URL meanwhile)",
-                    config::CONTROL_QUEUE_URL_ENV
-                )
-            })
+    }
+
+    /// The replay queue's URL, as the control queue's.
+    async fn replay_url(&self, sqs: &aws_sdk_sqs::Client) -> anyhow::Result<String> {
+        self.url_beside(sqs, self.replay, Beside::ReplayQueue).await
+    }
+
+    async fn url_beside(
+        &self,
+        sqs: &aws_sdk_sqs::Client,
+        given: Option<&str>,
+        what: Beside,
+    ) -> anyhow::Result<String> {
+        let queue = beside_delivery_queue(given, self.delivery, what)?;
+        let (flag, env, output, _) = what.describe(None);
+        queue_url(sqs, &queue, flag).await.with_context(|| {
+            format!(
+                "set {flag} or {env} to the queue's URL (the stack's {output} output; a stack \
+                 made before the queue has none until it is updated: give it the delivery \
+                 queue's URL meanwhile)"
+            )
+        })
     }
 
     /// The key the installation seals its queue messages with (#34 item 2): given, or the one

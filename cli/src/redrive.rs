@@ -8,7 +8,7 @@ use gridrelay_adapters::aws::{
 use gridrelay_adapters::config::TableNames;
 use gridrelay_local::ResourceNames;
 use gridrelay_ports::redrive::{
-    DeadLetterSelection, QueueKind, redrive_dead_letters, redrive_queue,
+    DeadLetterSelection, QueueKind, RedriveTargets, redrive_dead_letters, redrive_queue,
 };
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use serde_json::json;
@@ -161,18 +161,25 @@ async fn redrive_queue_command(
         }
         (None, QueueKind::Delivery) => delivery_queue_url(&sqs, delivery_queue).await?,
     };
-    // Handshake and expiry steps parked with the deliveries go back to the control queue.
-    let steps_to = match kind {
-        QueueKind::Delivery => queues.control_url(&sqs).await?,
-        QueueKind::DeadLetter => to.clone(),
+    // Handshake, expiry and replay steps parked with the deliveries go back to the control
+    // queue, replays' deliveries to the replay queue.
+    let (control_url, replay_url) = match kind {
+        QueueKind::Delivery => (
+            queues.control_url(&sqs).await?,
+            queues.replay_url(&sqs).await?,
+        ),
+        QueueKind::DeadLetter => (to.clone(), to.clone()),
     };
     let key = queues.key(&sdk).await?;
+    let sealed = |url: &str| SqsQueue::new(sqs.clone(), url, key.clone());
+    let (delivery, control, replay) = (sealed(&to), sealed(&control_url), sealed(&replay_url));
     let report = redrive_queue(
-        &SqsQueue::new(sqs.clone(), &from, key.clone()),
-        (
-            &SqsQueue::new(sqs.clone(), &to, key.clone()),
-            &SqsQueue::new(sqs, &steps_to, key),
-        ),
+        &sealed(&from),
+        RedriveTargets {
+            delivery: &delivery,
+            control: &control,
+            replay: &replay,
+        },
         kind,
         args.dry_run,
         args.max_messages,

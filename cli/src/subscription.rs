@@ -891,6 +891,7 @@ fn create_delivery_destinations(
         own.extend(
             [
                 names.control_queue,
+                names.replay_queue,
                 names.dead_letter_queue,
                 names.delivery_redrive_queue,
                 names.dead_letter_redrive_queue,

@@ -58,7 +58,7 @@ EXPECTED = {
         "dynamodb:DeleteItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
         # #35: the delivery journal, one call per invocation.
         "firehose:PutRecordBatch": [getatt("JournalStream")],
-        "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("DeadLetterQueue"), DESTINATIONS],
+        "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue"), getatt("DeadLetterQueue"), DESTINATIONS],
         "sqs:GetQueueUrl": [DESTINATIONS],
         "sns:Publish": [DESTINATIONS],
         "events:PutEvents": [DESTINATIONS],
@@ -71,11 +71,12 @@ EXPECTED = {
         "secretsmanager:DeleteSecret": [
             {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}
         ],
-        # Its two event sources: the delivery queue and the control queue (#34 item 12).
-        "sqs:ReceiveMessage": [getatt("DeliveryQueue"), getatt("ControlQueue")],
-        "sqs:DeleteMessage": [getatt("DeliveryQueue"), getatt("ControlQueue")],
-        "sqs:GetQueueAttributes": [getatt("DeliveryQueue"), getatt("ControlQueue")],
-        "sqs:ChangeMessageVisibility": [getatt("DeliveryQueue"), getatt("ControlQueue")],
+        # Its three event sources: the delivery queue, the control queue (#34 item 12) and the
+        # replay queue (#35).
+        "sqs:ReceiveMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue")],
+        "sqs:DeleteMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue")],
+        "sqs:GetQueueAttributes": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue")],
+        "sqs:ChangeMessageVisibility": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue")],
     },
     "DeadLetterFunction": {
         "s3:PutObject": [{"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],
@@ -97,6 +98,7 @@ EXPECTED = {
 CAPPED_SOURCES = {
     "DeliveryQueue": ("DeliverFunction", "DeliverMaximumConcurrency"),
     "ControlQueue": ("DeliverFunction", 2),
+    "ReplayQueue": ("DeliverFunction", "ReplayMaximumConcurrency"),
     "DeadLetterQueue": ("DeadLetterFunction", "DeadLetterMaximumConcurrency"),
 }
 RESERVED = {"DeliverFunction": "DeliverReservedConcurrency", "IngestFunction": "IngestReservedConcurrency"}
@@ -174,20 +176,27 @@ def queue_key_problems(resources):
     return problems
 
 
-def control_queue_problems(resources):
-    """#34 item 12: the control queue is the delivery queue's twin (visibility, encryption,
-    redrive queue), deliver is told its URL, and it is one of the stack's own queues."""
+def lane_queue_problems(resources, outputs):
+    """#34 item 12, #35: the control and replay queues are the delivery queue's twins
+    (visibility, retention, encryption, redrive queue), deliver is told their URLs, they are
+    among the stack's own queues, and the stack outputs them for the command line."""
     problems = []
-    control = resources.get("ControlQueue", {}).get("Properties", {})
     delivery = resources["DeliveryQueue"]["Properties"]
-    for setting in ["VisibilityTimeout", "SqsManagedSseEnabled", "RedrivePolicy"]:
-        if control.get(setting) != delivery.get(setting):
-            problems.append(f"ControlQueue: {setting} is {control.get(setting)}, the delivery queue's is {delivery.get(setting)}")
     env = resources["DeliverFunction"]["Properties"].get("Environment", {}).get("Variables", {})
-    if env.get("GRIDRELAY_CONTROL_QUEUE_URL") != {"Ref": "ControlQueue"}:
-        problems.append(f"DeliverFunction: GRIDRELAY_CONTROL_QUEUE_URL is {env.get('GRIDRELAY_CONTROL_QUEUE_URL')}")
-    if getatt("ControlQueue") not in env.get("GRIDRELAY_OWN_QUEUES", {}).get("Fn::Join", ["", []])[1]:
-        problems.append(f"DeliverFunction: GRIDRELAY_OWN_QUEUES lacks the control queue: {env.get('GRIDRELAY_OWN_QUEUES')}")
+    for queue, variable, output in [
+        ("ControlQueue", "GRIDRELAY_CONTROL_QUEUE_URL", "ControlQueueUrl"),
+        ("ReplayQueue", "GRIDRELAY_REPLAY_QUEUE_URL", "ReplayQueueUrl"),
+    ]:
+        lane = resources.get(queue, {}).get("Properties", {})
+        for setting in ["VisibilityTimeout", "MessageRetentionPeriod", "SqsManagedSseEnabled", "RedrivePolicy"]:
+            if lane.get(setting) != delivery.get(setting):
+                problems.append(f"{queue}: {setting} is {lane.get(setting)}, the delivery queue's is {delivery.get(setting)}")
+        if env.get(variable) != {"Ref": queue}:
+            problems.append(f"DeliverFunction: {variable} is {env.get(variable)}")
+        if getatt(queue) not in env.get("GRIDRELAY_OWN_QUEUES", {}).get("Fn::Join", ["", []])[1]:
+            problems.append(f"DeliverFunction: GRIDRELAY_OWN_QUEUES lacks {queue}: {env.get('GRIDRELAY_OWN_QUEUES')}")
+        if outputs.get(output, {}).get("Value") != {"Ref": queue}:
+            problems.append(f"Outputs: {output} is {outputs.get(output)}")
     return problems
 
 
@@ -315,7 +324,7 @@ def main():
     problems += concurrency_problems(resources, defaults)
     problems += metric_problems(resources)
     problems += queue_key_problems(resources)
-    problems += control_queue_problems(resources)
+    problems += lane_queue_problems(resources, template.get("Outputs", {}))
     problems += journal_problems(resources)
     problems += replay_problems(resources)
     if problems:
@@ -323,7 +332,8 @@ def main():
         sys.exit(1)
     print(
         f"SAM roles hold exactly the expected permissions ({sum(map(len, EXPECTED.values()))} grants, 3 roles); "
-        f"deliver at most {defaults['DeliverMaximumConcurrency']} (control queue {CAPPED_SOURCES['ControlQueue'][1]}) and dead-letter at most "
+        f"deliver at most {defaults['DeliverMaximumConcurrency']} (control queue {CAPPED_SOURCES['ControlQueue'][1]}, "
+        f"replay queue {defaults['ReplayMaximumConcurrency']}) and dead-letter at most "
         f"{defaults['DeadLetterMaximumConcurrency']} invocations at once; {defaults['Architecture']}"
     )
 

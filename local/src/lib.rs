@@ -88,6 +88,10 @@ pub const DEFAULT_MAX_RECEIVE_COUNT: u32 = 10;
 /// MaximumConcurrency (the least SQS event sources allow).
 pub const CONTROL_CONCURRENCY: usize = 2;
 
+/// `deliver` invocations on the replay queue at once by default: the stacks'
+/// `ReplayMaximumConcurrency` default (the least SQS event sources allow).
+pub const DEFAULT_REPLAY_CONCURRENCY: usize = 2;
+
 /// How the runner behaves.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -99,8 +103,11 @@ pub struct RunnerConfig {
     pub visibility_timeout: Duration,
     /// Receives before SQS moves a message to its redrive queue.
     pub max_receive_count: u32,
-    /// Handler invocations in flight at once, per queue.
+    /// Handler invocations in flight at once, per queue (but the control and replay queues).
     pub concurrency: usize,
+    /// `deliver` invocations on the replay queue at once (#35): what replays may take of the
+    /// delivery capacity, whatever their rate (the stacks' `ReplayMaximumConcurrency`).
+    pub replay_concurrency: usize,
     /// How long one invocation may run (a Lambda function's timeout; SAM and CDK give
     /// `deliver` 300 s). Each handler is told its deadline, and one still running at it is
     /// stopped, its messages left to come back after the visibility timeout, as Lambda does.
@@ -189,6 +196,7 @@ impl Default for RunnerConfig {
             visibility_timeout: Duration::from_secs(DEFAULT_VISIBILITY_TIMEOUT_SECS),
             max_receive_count: DEFAULT_MAX_RECEIVE_COUNT,
             concurrency: 4,
+            replay_concurrency: DEFAULT_REPLAY_CONCURRENCY,
             function_timeout: Duration::from_secs(DEFAULT_FUNCTION_TIMEOUT_SECS),
             deadline_margin: gridrelay_deliver::DEADLINE_MARGIN,
             delivery_concurrency: ConcurrencySettings::default(),
@@ -327,6 +335,8 @@ pub struct LocalSystem {
     pub delivery_queue: Arc<dyn MessageQueue>,
     /// The control queue, where subscription registration asks for the handshake.
     pub control_queue: Arc<dyn MessageQueue>,
+    /// The replay queue, where replays' deliveries go (#35).
+    pub replay_queue: Arc<dyn MessageQueue>,
     /// The key the runner's queue messages are sealed with (#34 item 2).
     pub queue_key: QueueKey,
     stats: Arc<Mutex<RunnerStats>>,
@@ -354,8 +364,13 @@ impl LocalSystem {
             },
             config.config_cache,
         );
-        let (key, delivery_queue, control_queue, dead_letter_queue) =
-            sealed_queues(sdk, &sqs, names, &resources).await?;
+        let (key, queues) = sealed_queues(sdk, &sqs, &resources).await?;
+        let SealedQueues {
+            delivery: delivery_queue,
+            control: control_queue,
+            replay: replay_queue,
+            dead_letter: dead_letter_queue,
+        } = queues.clone();
         let clock = Arc::new(SystemClock);
 
         let ingest = Arc::new(Ingest {
@@ -369,30 +384,48 @@ impl LocalSystem {
             .await
             .with_context(|| format!("could not listen on {}", config.listen))?;
         let listen = listener.local_addr()?;
-        let ports = deliver_ports(
-            sdk,
-            names,
-            &config,
-            &store,
-            (&delivery_queue, &control_queue, &dead_letter_queue),
-            &clock,
-        );
+        let ports = deliver_ports(sdk, names, &config, &store, &queues, &clock);
         let settings = DeliverySettings {
             public_url: Some(format!("http://{listen}")),
             // #34 item 2: never into the runner's own queues.
             destinations: AllowedDestinations::any().refusing_own_queues(resources.queue_urls()),
             control_queue_name: Some(names.control_queue.clone()),
+            replay_queue_name: Some(names.replay_queue.clone()),
             ..config.delivery_settings()
         };
-        // Control work has instances and invocations of its own (as the stacks' second event
-        // source, at most two at once), so it never waits for a free one behind a backlog.
-        let control_config = RunnerConfig {
-            concurrency: CONTROL_CONCURRENCY,
+        // `deliver`'s queues, each with instances and invocations of its own, as the stacks'
+        // event sources: control work (at most two at once) never waits for a free one behind
+        // a backlog; replays' deliveries (#35) never delay live ones, and take at most
+        // `replay_concurrency` invocations.
+        let with_concurrency = |concurrency| RunnerConfig {
+            concurrency,
             ..config.clone()
         };
-        let control_instances =
-            deliver_instances(ports.clone(), settings.clone(), &control_config)?;
-        let instances = deliver_instances(ports, settings, &config)?;
+        let lanes = [
+            (
+                &resources.delivery_queue_url,
+                &resources.delivery_queue_arn,
+                config.clone(),
+            ),
+            (
+                &resources.control_queue_url,
+                &resources.control_queue_arn,
+                with_concurrency(CONTROL_CONCURRENCY),
+            ),
+            (
+                &resources.replay_queue_url,
+                &resources.replay_queue_arn,
+                with_concurrency(config.replay_concurrency),
+            ),
+        ];
+        let mut lane_instances = Vec::with_capacity(lanes.len());
+        for (_, _, lane_config) in &lanes {
+            lane_instances.push(deliver_instances(
+                ports.clone(),
+                settings.clone(),
+                lane_config,
+            )?);
+        }
         ensure_dead_letter_events_topic(store.as_ref()).await?;
         let writer = Arc::new(DeadLetterWriter {
             objects: Arc::new(S3ObjectStore::new(s3_client(sdk))),
@@ -415,30 +448,15 @@ impl LocalSystem {
         let region = sdk.region().map(|r| r.to_string()).unwrap_or_default();
         // A stopped invocation ran its whole timeout, and Lambda bills all of it.
         let timeout_ms = whole_ms(config.function_timeout);
-        tasks.spawn(poller::poll(
-            poller::Source::new(
-                sqs.clone(),
-                &resources.delivery_queue_url,
-                &resources.delivery_queue_arn,
-                &region,
-            ),
-            config.clone(),
-            stopped.clone(),
-            billing_stopped(&stats, timeout_ms, |b| &mut b.deliver_ms),
-            invoke_deliver(instances, Arc::clone(&stats), key.clone()),
-        ));
-        tasks.spawn(poller::poll(
-            poller::Source::new(
-                sqs.clone(),
-                &resources.control_queue_url,
-                &resources.control_queue_arn,
-                &region,
-            ),
-            control_config,
-            stopped.clone(),
-            billing_stopped(&stats, timeout_ms, |b| &mut b.deliver_ms),
-            invoke_deliver(control_instances, Arc::clone(&stats), key.clone()),
-        ));
+        for ((url, arn, lane_config), instances) in lanes.into_iter().zip(lane_instances) {
+            tasks.spawn(poller::poll(
+                poller::Source::new(sqs.clone(), url, arn, &region),
+                lane_config,
+                stopped.clone(),
+                billing_stopped(&stats, timeout_ms, |b| &mut b.deliver_ms),
+                invoke_deliver(instances, Arc::clone(&stats), key.clone()),
+            ));
+        }
         tasks.spawn(poller::poll(
             poller::Source::new(
                 sqs,
@@ -458,6 +476,7 @@ impl LocalSystem {
             store,
             delivery_queue,
             control_queue,
+            replay_queue,
             queue_key: key,
             stats,
             stop,
@@ -501,18 +520,15 @@ fn deliver_ports(
     names: &ResourceNames,
     config: &RunnerConfig,
     store: &Arc<dyn SubscriptionStore>,
-    (delivery_queue, control_queue, dead_letter_queue): (
-        &Arc<SqsQueue>,
-        &Arc<SqsQueue>,
-        &Arc<SqsQueue>,
-    ),
+    queues: &SealedQueues,
     clock: &Arc<SystemClock>,
 ) -> DeliverPorts {
     DeliverPorts {
         store: Arc::clone(store),
-        delivery_queue: delivery_queue.clone(),
-        control_queue: control_queue.clone(),
-        dead_letter_queue: dead_letter_queue.clone(),
+        delivery_queue: queues.delivery.clone(),
+        control_queue: queues.control.clone(),
+        replay_queue: queues.replay.clone(),
+        dead_letter_queue: queues.dead_letter.clone(),
         resources: Arc::new(AwsResourceSender::from_sdk(sdk)),
         clock: clock.clone(),
         jitter: Arc::new(RandomJitter),
@@ -556,23 +572,33 @@ fn dead_letter_notices(
     }
 }
 
-/// The runner's queue key and its delivery, control and dead-letter queues, whose messages
-/// are sealed with it (#34 item 2).
+/// The runner's queues, whose messages are sealed with its queue key (#34 item 2).
+#[derive(Clone)]
+struct SealedQueues {
+    delivery: Arc<SqsQueue>,
+    control: Arc<SqsQueue>,
+    replay: Arc<SqsQueue>,
+    dead_letter: Arc<SqsQueue>,
+}
+
+/// The runner's queue key and its queues, sealed with it.
 async fn sealed_queues(
     sdk: &SdkConfig,
     sqs: &aws_sdk_sqs::Client,
-    names: &ResourceNames,
     resources: &Resources,
-) -> anyhow::Result<(QueueKey, Arc<SqsQueue>, Arc<SqsQueue>, Arc<SqsQueue>)> {
+) -> anyhow::Result<(QueueKey, SealedQueues)> {
     // `provision` made it if it was missing.
-    let key = queue_key(sdk, &names.queue_key_secret, Duration::ZERO)
+    let key = queue_key(sdk, &resources.names.queue_key_secret, Duration::ZERO)
         .await
         .context("could not read the runner's queue key")?;
     let sealed_with = |url: &str| Arc::new(SqsQueue::new(sqs.clone(), url, key.clone()));
-    let delivery = sealed_with(&resources.delivery_queue_url);
-    let control = sealed_with(&resources.control_queue_url);
-    let dead_letter = sealed_with(&resources.dead_letter_queue_url);
-    Ok((key, delivery, control, dead_letter))
+    let queues = SealedQueues {
+        delivery: sealed_with(&resources.delivery_queue_url),
+        control: sealed_with(&resources.control_queue_url),
+        replay: sealed_with(&resources.replay_queue_url),
+        dead_letter: sealed_with(&resources.dead_letter_queue_url),
+    };
+    Ok((key, queues))
 }
 
 /// The runner's `deliver` instances: as many as invocations run at once, each with its own

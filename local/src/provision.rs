@@ -14,8 +14,8 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use gridrelay_adapters::aws::{describe_error, local_queue_key, s3_client};
 use gridrelay_adapters::config::{
     ARCHIVE_STREAM_ENV, CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV,
-    JOURNAL_BUCKET_ENV, QUEUE_KEY_SECRET_ENV, REPLAYS_TABLE_ENV, SECRET_PREFIX_ENV,
-    SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
+    JOURNAL_BUCKET_ENV, QUEUE_KEY_SECRET_ENV, REPLAY_QUEUE_URL_ENV, REPLAYS_TABLE_ENV,
+    SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
 };
 use gridrelay_shared::archive::ARCHIVE_PREFIX;
 use gridrelay_shared::journal::JOURNAL_PREFIX;
@@ -28,6 +28,8 @@ pub struct ResourceNames {
     pub delivery_queue: String,
     /// Subscriptions' handshake and expiry steps, apart from the deliveries (#34 item 12).
     pub control_queue: String,
+    /// Replays' deliveries and their retries, apart from live ones (#35).
+    pub replay_queue: String,
     pub dead_letter_queue: String,
     /// Where SQS moves delivery messages that keep failing (poison messages).
     pub delivery_redrive_queue: String,
@@ -59,6 +61,7 @@ impl ResourceNames {
             subscriptions_table: format!("{prefix}-subscriptions"),
             delivery_queue: format!("{prefix}-delivery"),
             control_queue: format!("{prefix}-control"),
+            replay_queue: format!("{prefix}-replay"),
             dead_letter_queue: format!("{prefix}-dead-letter"),
             delivery_redrive_queue: format!("{prefix}-delivery-redrive"),
             dead_letter_redrive_queue: format!("{prefix}-dead-letter-redrive"),
@@ -82,14 +85,15 @@ impl ResourceNames {
     }
 
     /// The environment that points the `gridrelay` command line at these resources: its
-    /// tables, its delivery and control queues (by name), its secret prefix, its queue key and
-    /// its journal's bucket, its replays' table and its archive's stream.
-    pub fn cli_env(&self) -> [(&'static str, &str); 10] {
+    /// tables, its delivery, control and replay queues (by name), its secret prefix, its queue
+    /// key and its journal's bucket, its replays' table and its archive's stream.
+    pub fn cli_env(&self) -> [(&'static str, &str); 11] {
         [
             (TOPICS_TABLE_ENV, &self.topics_table),
             (SUBSCRIPTIONS_TABLE_ENV, &self.subscriptions_table),
             (DELIVERY_QUEUE_URL_ENV, &self.delivery_queue),
             (CONTROL_QUEUE_URL_ENV, &self.control_queue),
+            (REPLAY_QUEUE_URL_ENV, &self.replay_queue),
             (SECRET_PREFIX_ENV, &self.secret_prefix),
             (DELIVERY_STATE_TABLE_ENV, &self.delivery_state_table),
             (QUEUE_KEY_SECRET_ENV, &self.queue_key_secret),
@@ -114,6 +118,8 @@ pub struct Resources {
     pub delivery_queue_arn: String,
     pub control_queue_url: String,
     pub control_queue_arn: String,
+    pub replay_queue_url: String,
+    pub replay_queue_arn: String,
     pub dead_letter_queue_url: String,
     pub dead_letter_queue_arn: String,
     pub delivery_redrive_queue_url: String,
@@ -122,10 +128,11 @@ pub struct Resources {
 
 impl Resources {
     /// The URLs of the installation's own queues, which no subscription may deliver to.
-    pub fn queue_urls(&self) -> [&str; 5] {
+    pub fn queue_urls(&self) -> [&str; 6] {
         [
             &self.delivery_queue_url,
             &self.control_queue_url,
+            &self.replay_queue_url,
             &self.dead_letter_queue_url,
             &self.delivery_redrive_queue_url,
             &self.dead_letter_redrive_queue_url,
@@ -195,6 +202,12 @@ pub async fn provision(
         Some((&delivery_redrive_arn, max_receive_count)),
     )
     .await?;
+    let (replay_queue_url, replay_queue_arn) = create_queue(
+        &sqs,
+        &names.replay_queue,
+        Some((&delivery_redrive_arn, max_receive_count)),
+    )
+    .await?;
     let (dead_letter_queue_url, dead_letter_queue_arn) = create_queue(
         &sqs,
         &names.dead_letter_queue,
@@ -235,6 +248,8 @@ pub async fn provision(
         delivery_queue_arn,
         control_queue_url,
         control_queue_arn,
+        replay_queue_url,
+        replay_queue_arn,
         dead_letter_queue_url,
         dead_letter_queue_arn,
         delivery_redrive_queue_url,

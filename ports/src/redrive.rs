@@ -25,7 +25,7 @@ use crate::{
 use gridrelay_shared::dead_letter::{
     FieldNaming, object_hour, object_is_for, read_record, render_object, subscription_folder,
 };
-use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage, QueuedEvent};
+use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage, Lane, QueuedEvent};
 use gridrelay_shared::subscription::Subscription;
 
 /// How long a message read by a redrive stays hidden while it runs; those it does not move are
@@ -84,40 +84,77 @@ pub enum QueueKind {
     DeadLetter,
 }
 
-/// What one message of `kind` is for (whose, how many events), and whether it is a
-/// subscription's handshake or expiry step (which goes to the control queue); `None` for a
-/// body that is not one.
-fn describe(kind: QueueKind, body: &str) -> Option<((String, usize), bool)> {
+/// The queues a redrive queue's messages go back to, by the lane each travels on: the
+/// delivery queue's redrive queue also holds the control and replay queues' poison messages.
+/// A dead-letter redrive queue's all go to `delivery` (the dead-letter queue, given there).
+#[derive(Clone, Copy)]
+pub struct RedriveTargets<'a> {
+    pub delivery: &'a dyn MessageQueue,
+    pub control: &'a dyn MessageQueue,
+    pub replay: &'a dyn MessageQueue,
+}
+
+impl<'a> RedriveTargets<'a> {
+    /// Every message back to `queue`.
+    pub fn one(queue: &'a dyn MessageQueue) -> Self {
+        Self {
+            delivery: queue,
+            control: queue,
+            replay: queue,
+        }
+    }
+
+    fn of(&self, lane: Lane) -> &'a dyn MessageQueue {
+        match lane {
+            Lane::Delivery => self.delivery,
+            Lane::Control => self.control,
+            Lane::Replay => self.replay,
+        }
+    }
+}
+
+/// What one message of `kind` is for (whose, how many events), and the lane it goes back to
+/// (a subscription's handshake or expiry step or a replay's step: control; a replay's
+/// delivery: replay); `None` for a body that is not one.
+fn describe(kind: QueueKind, body: &str) -> Option<((String, usize), Lane)> {
     match kind {
-        QueueKind::Delivery => match DeliveryQueueMessage::from_body(body).ok()? {
-            DeliveryQueueMessage::Delivery(m) => Some((
-                (format!("{}/{}", m.topic, m.subscription), m.events.len()),
-                false,
-            )),
-            DeliveryQueueMessage::Validation(t) => Some((
-                (format!("{}/{} (validation)", t.topic, t.subscription), 0),
-                true,
-            )),
-            DeliveryQueueMessage::Replay(step) => {
-                Some(((format!("{} (replay {})", step.topic, step.name), 0), true))
-            }
-        },
+        QueueKind::Delivery => {
+            let message = DeliveryQueueMessage::from_body(body).ok()?;
+            let whose = match &message {
+                DeliveryQueueMessage::Delivery(m) => {
+                    let replay = m
+                        .replay
+                        .as_ref()
+                        .map(|r| format!(" (replay {})", r.name))
+                        .unwrap_or_default();
+                    (
+                        format!("{}/{}{replay}", m.topic, m.subscription),
+                        m.events.len(),
+                    )
+                }
+                DeliveryQueueMessage::Validation(t) => {
+                    (format!("{}/{} (validation)", t.topic, t.subscription), 0)
+                }
+                DeliveryQueueMessage::Replay(step) => {
+                    (format!("{} (replay {})", step.topic, step.name), 0)
+                }
+            };
+            Some((whose, message.lane()))
+        }
         QueueKind::DeadLetter => DeadLetterMessage::from_body(body).ok().map(|m| {
             (
                 (format!("{}/{}", m.topic, m.subscription), m.entries.len()),
-                false,
+                Lane::Delivery,
             )
         }),
     }
 }
 
-/// Moves up to `max_messages` messages of `kind` from a redrive queue back to `to` (the queue
-/// they came from), subscriptions' handshake and expiry steps to `steps_to` (the control queue,
-/// whose poison messages are parked with the delivery queue's); bodies of another kind, or
-/// none, stay.
+/// Moves up to `max_messages` messages of `kind` from a redrive queue back to the queue each
+/// came from (`to`, by its lane); bodies of another kind, or none, stay.
 pub async fn redrive_queue(
     from: &dyn MessageQueue,
-    (to, steps_to): (&dyn MessageQueue, &dyn MessageQueue),
+    to: RedriveTargets<'_>,
     kind: QueueKind,
     dry_run: bool,
     max_messages: usize,
@@ -145,7 +182,7 @@ pub async fn redrive_queue(
                     continue;
                 }
                 match describe(kind, &message.body) {
-                    Some((about, step)) if !dry_run => movable.push((about, step, message)),
+                    Some((about, lane)) if !dry_run => movable.push((about, lane, message)),
                     Some((about, _)) => {
                         report.count(about);
                         left.push(message.receipt_handle);
@@ -158,23 +195,31 @@ pub async fn redrive_queue(
             }
             // One send for the batch (SQS: one SendMessageBatch) to each queue, then each
             // accepted message is deleted from the redrive queue.
-            let (steps, deliveries): (Vec<_>, Vec<_>) =
-                movable.into_iter().partition(|(_, step, _)| *step);
-            let (sent_deliveries, sent_steps) =
-                futures::join!(send_back(to, &deliveries), send_back(steps_to, &steps));
-            let moved = deliveries
+            let lanes = [Lane::Delivery, Lane::Control, Lane::Replay];
+            let by_lane: Vec<Vec<_>> = lanes
+                .iter()
+                .map(|lane| movable.iter().filter(|(_, l, _)| l == lane).collect())
+                .collect();
+            let sent = futures::future::join_all(
+                lanes
+                    .iter()
+                    .zip(&by_lane)
+                    .map(|(&lane, messages)| send_back(to.of(lane), messages)),
+            )
+            .await;
+            let moved = by_lane
                 .into_iter()
-                .zip(sent_deliveries)
-                .chain(steps.into_iter().zip(sent_steps));
+                .zip(sent)
+                .flat_map(|(m, s)| m.into_iter().zip(s));
             let mut refused = None;
             for ((about, _, message), result) in moved {
                 match result {
                     Ok(()) => {
                         from.delete_received(&message.receipt_handle).await?;
-                        report.count(about);
+                        report.count(about.clone());
                     }
                     Err(e) => {
-                        left.push(message.receipt_handle);
+                        left.push(message.receipt_handle.clone());
                         refused.get_or_insert(e);
                     }
                 }
@@ -196,7 +241,7 @@ pub async fn redrive_queue(
 /// Sends the bodies of `messages` to `queue` as they are, due at once.
 async fn send_back<T>(
     queue: &dyn MessageQueue,
-    messages: &[(T, bool, ReceivedMessage)],
+    messages: &[&(T, Lane, ReceivedMessage)],
 ) -> Vec<Result<(), QueueError>> {
     if messages.is_empty() {
         return Vec::new();
@@ -694,7 +739,7 @@ mod tests {
 
         let dry = block_on(redrive_queue(
             &parked,
-            (&delivery, &delivery),
+            RedriveTargets::one(&delivery),
             QueueKind::Delivery,
             true,
             100,
@@ -714,7 +759,7 @@ mod tests {
         // Delivery messages are not what a dead-letter queue takes: they stay.
         let wrong = block_on(redrive_queue(
             &parked,
-            (&delivery, &delivery),
+            RedriveTargets::one(&delivery),
             QueueKind::DeadLetter,
             false,
             100,
@@ -725,7 +770,7 @@ mod tests {
 
         let done = block_on(redrive_queue(
             &parked,
-            (&delivery, &delivery),
+            RedriveTargets::one(&delivery),
             QueueKind::Delivery,
             false,
             100,
@@ -738,34 +783,54 @@ mod tests {
         assert_eq!(left[0].body, "not a message");
     }
 
-    /// #34 item 12: a subscription's handshake or expiry step parked with the delivery queue's
-    /// messages goes back to the control queue, the deliveries to the delivery queue.
+    /// #34 item 12, #35: a subscription's handshake or expiry step parked with the delivery
+    /// queue's messages goes back to the control queue, a replay's delivery to the replay
+    /// queue, the other deliveries to the delivery queue.
     #[test]
-    fn a_parked_step_goes_back_to_the_control_queue() {
-        use gridrelay_shared::message::ValidationTask;
+    fn a_parked_message_goes_back_to_its_lanes_queue() {
+        use gridrelay_shared::message::{ReplayTag, ValidationTask};
         use gridrelay_shared::validation::ValidationStep;
         let clock = Arc::new(ManualClock::new(at(13)));
         let delivery = MemoryQueue::new(clock.clone());
         let control = MemoryQueue::new(clock.clone());
+        let replay = MemoryQueue::new(clock.clone());
         let w = world();
         let step =
             DeliveryQueueMessage::Validation(ValidationTask::new(&w.sub, ValidationStep::Expire));
-        let bodies = [one_delivery(&w), step.to_body().unwrap()];
+        let mut replayed = match DeliveryQueueMessage::from_body(&one_delivery(&w)).unwrap() {
+            DeliveryQueueMessage::Delivery(m) => m,
+            other => panic!("not a delivery: {other:?}"),
+        };
+        replayed.replay = Some(ReplayTag {
+            name: "night".to_string(),
+            claim: None,
+        });
+        let bodies = [
+            one_delivery(&w),
+            step.to_body().unwrap(),
+            replayed.to_body().unwrap(),
+        ];
         let parked = parked_with(clock, &bodies);
 
         let done = block_on(redrive_queue(
             &parked,
-            (&delivery, &control),
+            RedriveTargets {
+                delivery: &delivery,
+                control: &control,
+                replay: &replay,
+            },
             QueueKind::Delivery,
             false,
             100,
         ))
         .unwrap();
-        assert_eq!(done.messages(), 2);
-        assert_eq!(delivery.visible().len(), 1);
-        assert_eq!(delivery.visible()[0].body, bodies[0]);
-        assert_eq!(control.visible().len(), 1);
-        assert_eq!(control.visible()[0].body, bodies[1]);
+        assert_eq!(done.messages(), 3);
+        let bodies_of =
+            |q: &MemoryQueue| -> Vec<String> { q.visible().into_iter().map(|m| m.body).collect() };
+        assert_eq!(bodies_of(&delivery), [bodies[0].clone()]);
+        assert_eq!(bodies_of(&control), [bodies[1].clone()]);
+        assert_eq!(bodies_of(&replay), [bodies[2].clone()]);
+        assert!(done.moved.keys().any(|k| k.ends_with("(replay night)")));
         assert!(parked.visible().is_empty());
     }
 }

@@ -182,6 +182,15 @@ impl DeliveryHistory {
 }
 
 impl DeliveryMessage {
+    /// The queue it travels on: a replay's deliveries, retries included, on the replay lane.
+    pub fn lane(&self) -> Lane {
+        if self.replay.is_some() {
+            Lane::Replay
+        } else {
+            Lane::Delivery
+        }
+    }
+
     /// The only way delivery messages are made: `events` with their shared history, due at
     /// `not_before`, split into as many messages as the size limit needs.
     pub fn packed(
@@ -264,6 +273,28 @@ impl DeliveryQueueMessage {
     fn body_of(tag: &str, value: &impl Serialize) -> Result<String, serde_json::Error> {
         Ok(format!("{{\"{tag}\":{}}}", serde_json::to_string(value)?))
     }
+
+    /// The queue it travels on.
+    pub fn lane(&self) -> Lane {
+        match self {
+            Self::Delivery(m) => m.lane(),
+            Self::Validation(_) | Self::Replay(_) => Lane::Control,
+        }
+    }
+}
+
+/// Which of an installation's queues a message travels on, so one kind of work never waits
+/// behind a backlog of another, nor takes its share of `deliver`'s concurrency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Lane {
+    /// Live deliveries: what was published, its retries and delays.
+    Delivery,
+    /// Subscriptions' handshake and expiry steps and replays' steps (#34 item 12): light work
+    /// that must not wait behind a backlog of deliveries.
+    Control,
+    /// #35: what replays send again, and its retries: a replay's backlog never delays live
+    /// deliveries, and its invocations are capped apart from theirs.
+    Replay,
 }
 
 /// A handshake step for one subscription, carried on the delivery queue as

@@ -640,6 +640,8 @@ impl World {
             // One queue for deliveries and handshake steps here, as before the control queue:
             // what reads one reads both.
             control_queue: delivery_queue.clone(),
+            // No replays in the simulation.
+            replay_queue: delivery_queue.clone(),
             dead_letter_queue: dead_queue.clone(),
             resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
             clock: clock.clone(),

@@ -197,6 +197,7 @@ impl LambdaProcess {
                 &resources.delivery_queue_url,
             )
             .env("GRIDRELAY_CONTROL_QUEUE_URL", &resources.control_queue_url)
+            .env("GRIDRELAY_REPLAY_QUEUE_URL", &resources.replay_queue_url)
             .env(
                 "GRIDRELAY_DEAD_LETTER_QUEUE_URL",
                 &resources.dead_letter_queue_url,

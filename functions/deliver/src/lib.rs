@@ -47,7 +47,7 @@ use gridrelay_shared::journal::{
 };
 use gridrelay_shared::message::ValidationTask;
 use gridrelay_shared::message::{
-    DeadLetterMessage, DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, QueuedEvent,
+    DeadLetterMessage, DeliveryHistory, DeliveryMessage, DeliveryQueueMessage, Lane, QueuedEvent,
 };
 use gridrelay_shared::outbound::OutboundPolicy;
 use gridrelay_shared::schedule::RetrySchedule;
@@ -117,6 +117,9 @@ pub struct DeliverySettings {
     /// from. Without it (or a record without a source), the kind decides: steps came from the
     /// control queue, deliveries from the delivery queue.
     pub control_queue_name: Option<String>,
+    /// The replay queue's name (#35), as the control queue's: a failed replay delivery's wait
+    /// is shortened there.
+    pub replay_queue_name: Option<String>,
 }
 
 impl DeliverySettings {
@@ -136,6 +139,7 @@ impl DeliverySettings {
             outbound: OutboundPolicy::default(),
             destinations: AllowedDestinations::any(),
             control_queue_name: None,
+            replay_queue_name: None,
         }
     }
 
@@ -208,6 +212,10 @@ pub struct DeliverPorts {
     /// Where subscriptions' handshake and expiry steps go (#34 item 12: control work never
     /// waits behind a bulk backlog of deliveries); the delivery queue where there is none.
     pub control_queue: Arc<dyn MessageQueue>,
+    /// Where replays' deliveries and their retries go (#35: a replay's backlog never delays
+    /// live deliveries, and its own event source caps its invocations); the delivery queue
+    /// where there is none.
+    pub replay_queue: Arc<dyn MessageQueue>,
     pub dead_letter_queue: Arc<dyn MessageQueue>,
     /// AWS resource destinations (S4).
     pub resources: Arc<dyn ResourceSender>,
@@ -225,6 +233,17 @@ pub struct DeliverPorts {
     pub replays: Arc<dyn gridrelay_ports::ReplayStore>,
     /// Topics' archives, which replays' steps read.
     pub archive: Arc<dyn gridrelay_ports::ArchiveSource>,
+}
+
+impl DeliverPorts {
+    /// The queue of `lane`.
+    pub fn queue(&self, lane: Lane) -> &dyn MessageQueue {
+        match lane {
+            Lane::Delivery => self.delivery_queue.as_ref(),
+            Lane::Control => self.control_queue.as_ref(),
+            Lane::Replay => self.replay_queue.as_ref(),
+        }
+    }
 }
 
 impl Deliver {
@@ -402,6 +421,8 @@ struct Plan {
     to_delivery: Vec<Outgoing>,
     /// Handshake and expiry steps, for the control queue.
     to_control: Vec<Outgoing>,
+    /// Replays' deliveries, for the replay queue.
+    to_replay: Vec<Outgoing>,
     to_dead_letter: Vec<Outgoing>,
     /// What happened to each subscription's events; the invocation's report is their sum.
     by_subscription: MetricsBySubscription,
@@ -442,14 +463,19 @@ impl Plan {
         records: &BTreeSet<usize>,
         delay: Duration,
     ) {
-        let encoded = messages.iter().map(DeliveryMessage::to_body);
-        push_encoded(
-            &mut self.to_delivery,
-            &mut self.failed,
-            encoded,
-            records,
-            delay,
-        );
+        for message in messages {
+            let to = match message.lane() {
+                Lane::Replay => &mut self.to_replay,
+                Lane::Delivery | Lane::Control => &mut self.to_delivery,
+            };
+            push_encoded(
+                to,
+                &mut self.failed,
+                std::iter::once(message.to_body()),
+                records,
+                delay,
+            );
+        }
     }
 
     /// Enqueues packed delivery messages, each tagged with the records of its own events
@@ -583,8 +609,14 @@ impl Deliver {
         let mut messages = Vec::new();
         let mut validations = Vec::new();
         let mut replay_steps = Vec::new();
+        // Each record's lane, by what it is (an unreadable one: the delivery lane).
+        let mut lanes = vec![Lane::Delivery; event.records.len()];
         for (i, record) in event.records.iter().enumerate() {
-            match record.body.as_deref().map(DeliveryQueueMessage::from_body) {
+            let message = record.body.as_deref().map(DeliveryQueueMessage::from_body);
+            if let Some(Ok(m)) = &message {
+                lanes[i] = m.lane();
+            }
+            match message {
                 Some(Ok(DeliveryQueueMessage::Delivery(m))) => messages.push((i, m)),
                 Some(Ok(DeliveryQueueMessage::Validation(task))) => validations.push((i, task)),
                 Some(Ok(DeliveryQueueMessage::Replay(step))) => replay_steps.push((i, step)),
@@ -601,8 +633,6 @@ impl Deliver {
 
         self.run_validations(&validations, &mut plan, deadline)
             .await;
-        let mut steps: BTreeSet<usize> = validations.iter().map(|(i, _)| *i).collect();
-        steps.extend(replay_steps.iter().map(|(i, _)| *i));
         self.run_replay_steps(replay_steps, &mut plan, deadline)
             .await;
         let messages = self
@@ -626,7 +656,7 @@ impl Deliver {
         }
         self.settle(&groups, attempted, &mut plan);
         self.send(&mut plan, deadline).await;
-        self.back_off_failed(&event, &plan.failed, &steps, deadline)
+        self.back_off_failed(&event, &plan.failed, &lanes, deadline)
             .await;
         let late_wait = self.settings.late_answer_wait.min(self.time_left(deadline));
         let late = self.await_late_answers(std::mem::take(&mut plan.late), late_wait);
@@ -666,37 +696,46 @@ impl Deliver {
     }
 
     /// Failed records come back after their short wait, not the whole visibility timeout, each
-    /// from the queue it came from (by its source's name; where that is unknown, `steps`,
-    /// handshake and expiry steps, from the control queue and the rest from the delivery
-    /// queue). A step written to the delivery queue before the control queue existed is
-    /// received from the delivery queue, and its wait is shortened there.
+    /// from the queue it came from: by its source's name, or where that is unknown by its
+    /// `lanes` entry (what it is). A message written to the delivery queue before the control
+    /// or replay queue existed is received from the delivery queue, and its wait is shortened
+    /// there.
     async fn back_off_failed(
         &self,
         event: &SqsEvent,
         failed: &BTreeSet<usize>,
-        steps: &BTreeSet<usize>,
+        lanes: &[Lane],
         deadline: DateTime<Utc>,
     ) {
-        let from_control = |i: &&usize| {
-            let source = event.records[**i].event_source_arn.as_deref();
-            match (source, self.settings.control_queue_name.as_deref()) {
-                (Some(arn), Some(name)) => arn.rsplit(':').next() == Some(name),
-                _ => steps.contains(*i),
+        let came_from = |i: usize| {
+            let source = event.records[i].event_source_arn.as_deref();
+            match source.and_then(|arn| arn.rsplit(':').next()) {
+                Some(name) if self.settings.control_queue_name.as_deref() == Some(name) => {
+                    Lane::Control
+                }
+                Some(name) if self.settings.replay_queue_name.as_deref() == Some(name) => {
+                    Lane::Replay
+                }
+                Some(_) if self.settings.control_queue_name.is_some() => Lane::Delivery,
+                _ => lanes[i],
             }
         };
-        let (failed_steps, failed_deliveries): (Vec<usize>, Vec<usize>) =
-            failed.iter().partition(from_control);
-        let backed_off = futures::future::join(
+        let of_lane = |lane: Lane| {
+            let records: Vec<usize> = failed
+                .iter()
+                .copied()
+                .filter(|&i| came_from(i) == lane)
+                .collect();
             back_off(
-                self.ports.delivery_queue.as_ref(),
-                failed_receipts(event, failed_deliveries),
+                self.ports.queue(lane),
+                failed_receipts(event, records),
                 self.settings.scale,
-            ),
-            back_off(
-                self.ports.control_queue.as_ref(),
-                failed_receipts(event, failed_steps),
-                self.settings.scale,
-            ),
+            )
+        };
+        let backed_off = futures::future::join3(
+            of_lane(Lane::Delivery),
+            of_lane(Lane::Control),
+            of_lane(Lane::Replay),
         );
         if self.before_stop(deadline, backed_off).await.is_none() {
             warn!(
@@ -1122,15 +1161,18 @@ impl Deliver {
             plan.to_delivery.iter().map(|o| o.message.clone()).collect();
         let control: Vec<OutgoingMessage> =
             plan.to_control.iter().map(|o| o.message.clone()).collect();
+        let replay: Vec<OutgoingMessage> =
+            plan.to_replay.iter().map(|o| o.message.clone()).collect();
         let dead: Vec<OutgoingMessage> = plan
             .to_dead_letter
             .iter()
             .map(|o| o.message.clone())
             .collect();
         let journal = std::mem::take(&mut plan.journal);
-        let (sent_delivery, sent_control, sent_dead, unwritten) = futures::join!(
+        let (sent_delivery, sent_control, sent_replay, sent_dead, unwritten) = futures::join!(
             self.send_before_stop(self.ports.delivery_queue.as_ref(), &delivery, deadline),
             self.send_before_stop(self.ports.control_queue.as_ref(), &control, deadline),
+            self.send_before_stop(self.ports.replay_queue.as_ref(), &replay, deadline),
             self.send_before_stop(self.ports.dead_letter_queue.as_ref(), &dead, deadline),
             self.write_journal(journal, deadline)
         );
@@ -1140,6 +1182,7 @@ impl Deliver {
             .iter()
             .zip(sent_delivery)
             .chain(plan.to_control.iter().zip(sent_control))
+            .chain(plan.to_replay.iter().zip(sent_replay))
             .chain(plan.to_dead_letter.iter().zip(sent_dead));
         let mut failed = Vec::new();
         for (outgoing, result) in outcomes {

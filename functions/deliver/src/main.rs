@@ -13,7 +13,7 @@ use gridrelay_adapters::aws::{
 };
 use gridrelay_adapters::config::{
     CONTROL_QUEUE_URL_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV,
-    DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV, TableNames, WEBHOOK_ORIGIN_ENV,
+    DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV, REPLAY_QUEUE_URL_ENV, TableNames, WEBHOOK_ORIGIN_ENV,
     allowed_networks_from_env, config_cache_from_env, delivery_destinations_from_env, required,
 };
 use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverPorts, DeliverySettings, metrics};
@@ -41,10 +41,15 @@ async fn run() -> Result<(), Error> {
         DEAD_LETTER_QUEUE_URL_ENV,
         "the SQS queue of events to dead-letter",
     )?;
-    let control_queue_url = std::env::var(CONTROL_QUEUE_URL_ENV)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| delivery_queue_url.clone());
+    // A stack made before the control or replay queue has none: the delivery queue serves.
+    let or_delivery_queue = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| delivery_queue_url.clone())
+    };
+    let control_queue_url = or_delivery_queue(CONTROL_QUEUE_URL_ENV);
+    let replay_queue_url = or_delivery_queue(REPLAY_QUEUE_URL_ENV);
     let settings = DeliverySettings {
         public_url: std::env::var(PUBLIC_URL_ENV).ok().filter(|v| !v.is_empty()),
         webhook_origin: std::env::var(WEBHOOK_ORIGIN_ENV)
@@ -56,9 +61,11 @@ async fn run() -> Result<(), Error> {
         destinations: delivery_destinations_from_env(&[
             &delivery_queue_url,
             &control_queue_url,
+            &replay_queue_url,
             &dead_letter_queue_url,
         ])?,
         control_queue_name: queue_name(&control_queue_url),
+        replay_queue_name: queue_name(&replay_queue_url),
         ..DeliverySettings::new(scale)
     };
     let state_table = required(
@@ -71,6 +78,7 @@ async fn run() -> Result<(), Error> {
         store: subscription_store(&sdk, TableNames::from_env(), keep),
         delivery_queue: Arc::new(SqsQueue::new(sqs.clone(), delivery_queue_url, key.clone())),
         control_queue: Arc::new(SqsQueue::new(sqs.clone(), control_queue_url, key.clone())),
+        replay_queue: Arc::new(SqsQueue::new(sqs.clone(), replay_queue_url, key.clone())),
         dead_letter_queue: Arc::new(SqsQueue::new(sqs, dead_letter_queue_url, key.clone())),
         resources: Arc::new(AwsResourceSender::from_sdk(&sdk)),
         clock: Arc::new(SystemClock),

@@ -190,7 +190,7 @@ impl Deliver {
         }
         let messages = replay_messages(replay, &subscriptions, &read.events, now)?;
         let sent = self
-            .before_stop(deadline, self.ports.delivery_queue.send_all(&messages))
+            .before_stop(deadline, self.ports.replay_queue.send_all(&messages))
             .await
             .ok_or(StepError::Deadline)?;
         if let Some(Err(e)) = sent.iter().find(|r| r.is_err()) {

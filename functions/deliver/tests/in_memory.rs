@@ -98,9 +98,11 @@ impl World {
         let ports = DeliverPorts {
             store: store.clone(),
             delivery_queue: delivery.clone(),
-            // One queue for deliveries and handshake steps here, as before the control queue:
-            // what reads one reads both.
+            // One queue for deliveries, handshake and replay steps and replays' deliveries here,
+            // as before the control and replay queues: what reads one reads all
+            // (`replays::a_replays_deliveries_and_retries_keep_to_the_replay_queue` has three).
             control_queue: delivery.clone(),
+            replay_queue: delivery.clone(),
             dead_letter_queue: dead.clone(),
             resources: resources.clone(),
             clock: clock.clone(),
@@ -1540,6 +1542,7 @@ fn another_worker(w: &World) -> Deliver {
         delivery_queue: w.delivery.clone(),
         // One queue for deliveries and handshake steps here.
         control_queue: w.delivery.clone(),
+        replay_queue: w.delivery.clone(),
         dead_letter_queue: w.dead.clone(),
         resources: w.resources.clone(),
         clock: w.clock.clone(),
@@ -3256,6 +3259,137 @@ mod replays {
         assert_eq!(
             (record.state, record.events_sent),
             (ReplayState::Completed, 0)
+        );
+    }
+
+    /// One invocation over `queue`'s visible messages, received as from the queue named
+    /// `name` (their `eventSourceArn`), deleting those not reported as failed.
+    async fn run_from(deliver: &Deliver, queue: &MemoryQueue, name: &str) -> DeliverOutcome {
+        let received = queue.receive(10, VISIBILITY);
+        let mut event = sqs_event(&received);
+        for r in &mut event.records {
+            r.event_source_arn = Some(format!("arn:aws:sqs:us-east-1:123456789012:{name}"));
+        }
+        let outcome = deliver.handle(event).await;
+        for m in &received {
+            if !outcome.failed_message_ids.contains(&m.id) {
+                assert!(queue.delete(&m.id, m.receipt));
+            }
+        }
+        outcome
+    }
+
+    /// The delivery messages sent to `queue` so far: each one's event ids and replay name.
+    fn deliveries_sent(queue: &MemoryQueue) -> Vec<(Vec<String>, Option<String>)> {
+        queue
+            .sent()
+            .iter()
+            .filter_map(|m| match DeliveryQueueMessage::from_body(&m.body).ok()? {
+                DeliveryQueueMessage::Delivery(d) => Some((
+                    d.events
+                        .iter()
+                        .map(|e| {
+                            let event: serde_json::Value =
+                                serde_json::from_str(e.event.get()).unwrap();
+                            event["id"].as_str().unwrap().to_string()
+                        })
+                        .collect(),
+                    d.replay.map(|r| r.name),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A replay's deliveries, and their retries, travel on the replay queue and never on the
+    /// delivery queue, so a replay's backlog never delays a live event (and the stacks cap the
+    /// replay queue's invocations apart from the delivery queue's). A record received from the
+    /// replay queue that fails comes back from it after its short wait; a live event published
+    /// meanwhile keeps to the delivery queue.
+    #[tokio::test]
+    async fn a_replays_deliveries_and_retries_keep_to_the_replay_queue() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        // The replay's first request fails (R1: retried), every other succeeds.
+        let w = World::new(ScriptedSender::new(move |_| {
+            match seen.fetch_add(1, Ordering::SeqCst) {
+                0 => AttemptResult::Status(500),
+                _ => AttemptResult::Status(200),
+            }
+        }));
+        let replay_queue = Arc::new(MemoryQueue::new(w.clock.clone()));
+        let deliver = Deliver::new(
+            DeliverPorts {
+                replay_queue: replay_queue.clone(),
+                ..w.deliver.ports.clone()
+            },
+            w.sender.clone(),
+            DeliverySettings {
+                replay_queue_name: Some("t-replay".to_string()),
+                ..DeliverySettings::new(TimeScale::REAL)
+            },
+        );
+        w.subscribe(request("sub-1")).await;
+        archive(&w, TOPIC, &["a", "b"], t0() - chrono::Duration::minutes(50)).await;
+        start(&w, "night", 100, window(60, 10)).await;
+
+        // The step (on the delivery queue here, which serves as the control queue too).
+        run_from(&deliver, &w.delivery, "t-delivery").await;
+        let night = Some("night".to_string());
+        assert_eq!(
+            deliveries_sent(&replay_queue),
+            [(vec!["a".to_string(), "b".to_string()], night.clone())]
+        );
+        assert!(deliveries_sent(&w.delivery).is_empty());
+
+        // A live event, then the replay's delivery (a batch an event, the default): the first
+        // attempt fails.
+        w.publish(&["live"]).await;
+        let failed = run_from(&deliver, &replay_queue, "t-replay").await;
+        assert_eq!((failed.report.retried, failed.report.delivered), (1, 1));
+        assert_eq!(
+            deliveries_sent(&replay_queue)[1..],
+            [(vec!["a".to_string()], night.clone())],
+            "the retry is on the replay queue"
+        );
+        assert_eq!(
+            deliveries_sent(&w.delivery),
+            [(vec!["live".to_string()], None)],
+            "only the live event is on the delivery queue"
+        );
+
+        // A record from the replay queue that fails comes back from it early.
+        replay_queue
+            .send_all(&[OutgoingMessage {
+                body: "not a message".to_string(),
+                delay: Duration::ZERO,
+            }])
+            .await;
+        let unreadable = run_from(&deliver, &replay_queue, "t-replay").await;
+        assert_eq!(unreadable.failed_message_ids.len(), 1);
+        let back_at = replay_queue
+            .next_visible_at()
+            .expect("still on the replay queue");
+        assert!(
+            back_at < t0() + chrono::Duration::minutes(5),
+            "back at {back_at}, not after the visibility timeout"
+        );
+
+        // Both queues drained: the live event once, plain; the replayed ones once, tagged.
+        run_from(&deliver, &w.delivery, "t-delivery").await;
+        w.clock.advance(Duration::from_secs(60));
+        run_from(&deliver, &replay_queue, "t-replay").await;
+        let mut got = posted(&w);
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("a".to_string(), night.clone()),
+                ("a".to_string(), night.clone()),
+                ("b".to_string(), night.clone()),
+                ("live".to_string(), None),
+            ],
+            "a twice (failed, then delivered), b and the live event once"
         );
     }
 }

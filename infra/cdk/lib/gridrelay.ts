@@ -45,9 +45,13 @@ export interface GridrelayProps {
    * has up to 768 requests in flight; endpoints that hang hold at most this much of the
    * account's concurrency. Default 50. docs/deploying.md, "Concurrency and the account". */
   readonly deliverMaxConcurrency?: number;
+  /** Most deliver invocations at once on the replay queue (its event source's maximum
+   * concurrency, 2-1000): what replays' deliveries may take of the account's concurrency,
+   * whatever their rate (#35). Default 2. docs/replay.md. */
+  readonly replayMaxConcurrency?: number;
   /** Concurrency reserved for deliver, from the account's unreserved pool. At least
-   * deliverMaxConcurrency plus 2 (the control queue's event source), or the event sources are
-   * throttled. Default: none reserved. */
+   * deliverMaxConcurrency plus 2 (the control queue's event source) plus replayMaxConcurrency,
+   * or the event sources are throttled. Default: none reserved. */
   readonly deliverReservedConcurrency?: number;
   /** Concurrency reserved for ingest, so other functions can never throttle publishing.
    * Default: none reserved. */
@@ -115,6 +119,10 @@ export class Gridrelay extends Construct {
   /** Subscriptions' handshake and expiry steps (control work), apart from the deliveries so they
    * never wait behind a bulk backlog (#34 item 12); deliver consumes it too. */
   public readonly controlQueue: sqs.Queue;
+  /** Replays' deliveries and their retries (#35), apart from live ones so a replay's backlog
+   * never delays them; deliver consumes it with an event source of its own, capped at
+   * replayMaxConcurrency. */
+  public readonly replayQueue: sqs.Queue;
   public readonly deliveryRedriveQueue: sqs.Queue;
   public readonly deadLetterQueue: sqs.Queue;
   public readonly deadLetterRedriveQueue: sqs.Queue;
@@ -176,6 +184,8 @@ export class Gridrelay extends Construct {
     this.deliveryQueue = consumed('DeliveryQueue');
     // #34 item 12: handshake and expiry steps, apart from the deliveries.
     this.controlQueue = consumed('ControlQueue');
+    // #35: replays' deliveries, apart from live ones.
+    this.replayQueue = consumed('ReplayQueue');
     this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
       maxMessageSizeBytes: MAX_MESSAGE_SIZE_BYTES,
       // L4: five minutes between the last attempt and the write.
@@ -347,7 +357,7 @@ export class Gridrelay extends Construct {
       }),
     ]);
     allow(this.deliver, ['sqs:SendMessage'],
-      [this.deliveryQueue.queueArn, this.controlQueue.queueArn, this.deadLetterQueue.queueArn]);
+      [this.deliveryQueue.queueArn, this.controlQueue.queueArn, this.replayQueue.queueArn, this.deadLetterQueue.queueArn]);
     // #35: the delivery journal, one PutRecordBatch per invocation (deliver's attempts,
     // dead-letter's writes and drops).
     for (const f of [this.deliver, this.deadLetter]) {
@@ -391,6 +401,13 @@ export class Gridrelay extends Construct {
       maxConcurrency: CONTROL_MAX_CONCURRENCY,
       reportBatchItemFailures: true,
     }));
+    // #35: replays' deliveries take at most replayMaxConcurrency invocations, whatever their rate.
+    this.deliver.addEventSource(new SqsEventSource(this.replayQueue, {
+      batchSize: props.deliveryBatchSize ?? 10,
+      maxBatchingWindow: props.deliveryBatchingWindow,
+      maxConcurrency: limits.replayMax,
+      reportBatchItemFailures: true,
+    }));
     this.deadLetter.addEventSource(new SqsEventSource(this.deadLetterQueue, {
       batchSize: props.deadLetterBatchSize ?? 10,
       maxBatchingWindow: props.deadLetterBatchingWindow ?? Duration.seconds(30),
@@ -421,6 +438,8 @@ export class Gridrelay extends Construct {
     this.deliver.addEnvironment('GRIDRELAY_OWN_QUEUES', this.ownQueueArns());
     // #34 item 12: subscriptions' handshake and expiry steps, apart from the deliveries.
     this.deliver.addEnvironment('GRIDRELAY_CONTROL_QUEUE_URL', this.controlQueue.queueUrl);
+    // #35: replays' deliveries and their retries, apart from live ones.
+    this.deliver.addEnvironment('GRIDRELAY_REPLAY_QUEUE_URL', this.replayQueue.queueUrl);
     // #35: every invocation's steps go to the delivery journal in one call.
     this.deliver.addEnvironment('GRIDRELAY_JOURNAL_STREAM', this.journalStream.ref);
     this.deadLetter.addEnvironment('GRIDRELAY_JOURNAL_STREAM', this.journalStream.ref);
@@ -509,7 +528,7 @@ export class Gridrelay extends Construct {
 
   /** The ARNs of the stack's own queues, comma-separated: no subscription may deliver to them. */
   public ownQueueArns(): string {
-    return [this.deliveryQueue, this.controlQueue, this.deadLetterQueue, this.deliveryRedriveQueue, this.deadLetterRedriveQueue]
+    return [this.deliveryQueue, this.controlQueue, this.replayQueue, this.deadLetterQueue, this.deliveryRedriveQueue, this.deadLetterRedriveQueue]
       .map((q) => q.queueArn)
       .join(',');
   }
@@ -519,6 +538,7 @@ export class Gridrelay extends Construct {
     new CfnOutput(this, 'QueueKeySecret', { value: this.queueKey.secretArn, description: 'Set GRIDRELAY_QUEUE_KEY_SECRET to it (the command line seals what it sends to the delivery queue with its key).' });
     new CfnOutput(this, 'OwnQueues', { value: this.ownQueueArns(), description: 'Set GRIDRELAY_OWN_QUEUES to it (the command line then refuses them as destinations).' });
     new CfnOutput(this, 'ControlQueueUrl', { value: this.controlQueue.queueUrl, description: "Set GRIDRELAY_CONTROL_QUEUE_URL to it (the command line sends subscriptions' handshake and expiry steps to it)." });
+    new CfnOutput(this, 'ReplayQueueUrl', { value: this.replayQueue.queueUrl, description: "Set GRIDRELAY_REPLAY_QUEUE_URL to it (`gridrelay redrive queue` puts replays' parked deliveries back on it)." });
     new CfnOutput(this, 'PublishUrl', { value: this.publishUrl, description: 'Set GRIDRELAY_PUBLISH_URL to it.' });
     new CfnOutput(this, 'TopicsTableName', { value: this.topicsTable.tableName, description: 'Set GRIDRELAY_TOPICS_TABLE to it.' });
     new CfnOutput(this, 'SubscriptionsTableName', { value: this.subscriptionsTable.tableName, description: 'Set GRIDRELAY_SUBSCRIPTIONS_TABLE to it.' });
@@ -541,11 +561,12 @@ export function checkedSettings(props: GridrelayProps) {
   };
   const deliverMax = whole('deliverMaxConcurrency', props.deliverMaxConcurrency, 2, 1000) ?? 50;
   const deadLetterMax = whole('deadLetterMaxConcurrency', props.deadLetterMaxConcurrency, 2, 1000) ?? 5;
+  const replayMax = whole('replayMaxConcurrency', props.replayMaxConcurrency, 2, 1000) ?? 2;
   // Lambda wants reserved concurrency to cover every SQS event source's maximum together: the
-  // delivery queue's and the control queue's 2.
+  // delivery queue's, the control queue's 2 and the replay queue's.
   const deliverReserved = whole('deliverReservedConcurrency', props.deliverReservedConcurrency,
-    deliverMax + CONTROL_MAX_CONCURRENCY, 10000,
-    ` (deliverMaxConcurrency plus the control queue's ${CONTROL_MAX_CONCURRENCY}: less would throttle the event sources)`);
+    deliverMax + CONTROL_MAX_CONCURRENCY + replayMax, 10000,
+    ` (deliverMaxConcurrency plus the control queue's ${CONTROL_MAX_CONCURRENCY} plus replayMaxConcurrency: less would throttle the event sources)`);
   const ingestReserved = whole('ingestReservedConcurrency', props.ingestReservedConcurrency, 1, 10000);
   const configCacheSeconds = whole('configCacheSeconds', props.configCacheSeconds, 0, 300) ?? 10;
   const journalDays = whole('journalRetention (days)', props.journalRetention?.toDays({ integral: false }), 1, 365) ?? 7;
@@ -567,7 +588,7 @@ export function checkedSettings(props: GridrelayProps) {
     }
   }
   return {
-    deliverMax, deadLetterMax, deliverReserved, ingestReserved, configCacheSeconds, allowedNetworks, deliveryDestinationArns,
+    deliverMax, deadLetterMax, replayMax, deliverReserved, ingestReserved, configCacheSeconds, allowedNetworks, deliveryDestinationArns,
     journalDays, journalBufferSeconds,
   };
 }

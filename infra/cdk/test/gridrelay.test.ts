@@ -52,13 +52,18 @@ test('event sources cap their invocations; nothing is reserved unless asked for'
     EventSourceArn: { 'Fn::GetAtt': [ref(construct.controlQueue), 'Arn'] },
     ScalingConfig: { MaximumConcurrency: 2 },
   });
+  // #35: replays' deliveries take replayMaxConcurrency, 2 by default.
+  template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+    EventSourceArn: { 'Fn::GetAtt': [ref(construct.replayQueue), 'Arn'] },
+    ScalingConfig: { MaximumConcurrency: 2 },
+  });
   for (const fn of Object.values(template.findResources('AWS::Lambda::Function'))) {
     assert.equal(fn.Properties.ReservedConcurrentExecutions, undefined);
   }
   const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
   const reserved = new Stack(app, 'Reserved');
   const g = new Gridrelay(reserved, 'Gridrelay', {
-    deliverMaxConcurrency: 20, deliverReservedConcurrency: 22, ingestReservedConcurrency: 10,
+    deliverMaxConcurrency: 20, replayMaxConcurrency: 5, deliverReservedConcurrency: 27, ingestReservedConcurrency: 10,
   });
   const t = Template.fromStack(reserved);
   t.hasResourceProperties('AWS::Lambda::EventSourceMapping', { ScalingConfig: { MaximumConcurrency: 20 } });
@@ -66,10 +71,14 @@ test('event sources cap their invocations; nothing is reserved unless asked for'
     EventSourceArn: { 'Fn::GetAtt': [reserved.resolve((g.controlQueue.node.defaultChild as unknown as { logicalId: string }).logicalId), 'Arn'] },
     ScalingConfig: { MaximumConcurrency: 2 },
   });
+  t.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+    EventSourceArn: { 'Fn::GetAtt': [reserved.resolve((g.replayQueue.node.defaultChild as unknown as { logicalId: string }).logicalId), 'Arn'] },
+    ScalingConfig: { MaximumConcurrency: 5 },
+  });
   const reservedOf = (f: { node: { defaultChild?: unknown } }) =>
     t.findResources('AWS::Lambda::Function')[reserved.resolve((f.node.defaultChild as { logicalId: string }).logicalId)]
       .Properties.ReservedConcurrentExecutions;
-  assert.equal(reservedOf(g.deliver), 22);
+  assert.equal(reservedOf(g.deliver), 27);
   assert.equal(reservedOf(g.ingest), 10);
   assert.equal(reservedOf(g.deadLetter), undefined);
 });
@@ -82,10 +91,11 @@ test('concurrency props out of range are refused, naming the prop, its value and
   assert.throws(() => build({ deliverMaxConcurrency: 1 }), /deliverMaxConcurrency is 1; it must be a whole number from 2 to 1000/);
   assert.throws(() => build({ deadLetterMaxConcurrency: 1001 }), /deadLetterMaxConcurrency is 1001; .* from 2 to 1000/);
   assert.throws(() => build({ deliverMaxConcurrency: 100, deliverReservedConcurrency: 40 }),
-    /deliverReservedConcurrency is 40; it must be a whole number from 102 \(deliverMaxConcurrency plus the control queue's 2/);
-  // Both event sources' maxima together: the delivery queue's alone is not enough.
-  assert.throws(() => build({ deliverMaxConcurrency: 20, deliverReservedConcurrency: 20 }),
-    /deliverReservedConcurrency is 20; it must be a whole number from 22/);
+    /deliverReservedConcurrency is 40; it must be a whole number from 104 \(deliverMaxConcurrency plus the control queue's 2 plus replayMaxConcurrency/);
+  // Every event source's maxima together: the delivery queue's alone is not enough.
+  assert.throws(() => build({ deliverMaxConcurrency: 20, deliverReservedConcurrency: 22 }),
+    /deliverReservedConcurrency is 22; it must be a whole number from 24/);
+  assert.throws(() => build({ replayMaxConcurrency: 1 }), /replayMaxConcurrency is 1; it must be a whole number from 2 to 1000/);
   assert.throws(() => build({ ingestReservedConcurrency: 2.5 }), /ingestReservedConcurrency is 2.5/);
   assert.throws(() => build({ configCacheSeconds: 301 }), /configCacheSeconds is 301; it must be a whole number from 0 to 300/);
   assert.throws(() => build({ allowedNetworks: ['10.0.0.0/8', 'intranet'] }), /allowedNetworks has "intranet"; each must be an IPv4 or IPv6 CIDR/);
@@ -175,7 +185,7 @@ test('publish route and validation URL route on an HTTP API', () => {
 });
 
 test('event-source mappings report batch item failures', () => {
-  template.resourceCountIs('AWS::Lambda::EventSourceMapping', 3);
+  template.resourceCountIs('AWS::Lambda::EventSourceMapping', 4);
   template.allResourcesProperties('AWS::Lambda::EventSourceMapping', {
     FunctionResponseTypes: ['ReportBatchItemFailures'],
     BatchSize: 10,
@@ -197,6 +207,11 @@ test('event-source mappings report batch item failures', () => {
   const mapping = Object.values(control)[0].Properties;
   assert.deepEqual(mapping.FunctionName, { Ref: ref(construct.deliver) });
   assert.equal(mapping.MaximumBatchingWindowInSeconds, undefined);
+  // #35: and the replay queue, as it consumes the delivery queue.
+  template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+    EventSourceArn: { 'Fn::GetAtt': [ref(construct.replayQueue), 'Arn'] },
+    FunctionName: { Ref: ref(construct.deliver) },
+  });
 });
 
 test('queues: redrive for poison messages, five-minute dead-letter delay (L4)', () => {
@@ -205,37 +220,42 @@ test('queues: redrive for poison messages, five-minute dead-letter delay (L4)', 
     RedrivePolicy: { deadLetterTargetArn: Match.anyValue(), maxReceiveCount: 10 },
   });
   template.hasResourceProperties('AWS::SQS::Queue', { VisibilityTimeout: 1800, RedrivePolicy: Match.anyValue() });
-  template.resourceCountIs('AWS::SQS::Queue', 5);
+  template.resourceCountIs('AWS::SQS::Queue', 6);
   // Events up to 1 MB (#11 item 6): every queue takes SQS's largest message.
-  template.resourcePropertiesCountIs('AWS::SQS::Queue', { MaximumMessageSize: 1048576 }, 5);
+  template.resourcePropertiesCountIs('AWS::SQS::Queue', { MaximumMessageSize: 1048576 }, 6);
 });
 
-test('#34 item 12: the control queue is the delivery queue\'s twin, parked in the same redrive queue', () => {
-  const queues = template.findResources('AWS::SQS::Queue');
-  const control = queues[ref(construct.controlQueue)].Properties;
-  const delivery = queues[ref(construct.deliveryQueue)].Properties;
-  for (const setting of ['VisibilityTimeout', 'SqsManagedSseEnabled', 'MessageRetentionPeriod', 'RedrivePolicy']) {
-    assert.deepEqual(control[setting], delivery[setting], setting);
-  }
-  assert.deepEqual(control.RedrivePolicy, {
-    deadLetterTargetArn: { 'Fn::GetAtt': [ref(construct.deliveryRedriveQueue), 'Arn'] },
-    maxReceiveCount: 10,
+for (const [lane, variable, outputId] of [
+  ['controlQueue', 'GRIDRELAY_CONTROL_QUEUE_URL', 'ControlQueueUrl'],
+  ['replayQueue', 'GRIDRELAY_REPLAY_QUEUE_URL', 'ReplayQueueUrl'],
+] as const) {
+  test(`#34 item 12, #35: the ${lane} is the delivery queue's twin, parked in the same redrive queue`, () => {
+    const queues = template.findResources('AWS::SQS::Queue');
+    const twin = queues[ref(construct[lane])].Properties;
+    const delivery = queues[ref(construct.deliveryQueue)].Properties;
+    for (const setting of ['VisibilityTimeout', 'SqsManagedSseEnabled', 'MessageRetentionPeriod', 'RedrivePolicy']) {
+      assert.deepEqual(twin[setting], delivery[setting], setting);
+    }
+    assert.deepEqual(twin.RedrivePolicy, {
+      deadLetterTargetArn: { 'Fn::GetAtt': [ref(construct.deliveryRedriveQueue), 'Arn'] },
+      maxReceiveCount: 10,
+    });
+    // Only deliver is told of it.
+    const url = { Ref: ref(construct[lane]) };
+    const told = template.findResources('AWS::Lambda::Function', {
+      Properties: { Environment: { Variables: { [variable]: url } } },
+    });
+    assert.deepEqual(Object.keys(told), [ref(construct.deliver)]);
+    // What the command line needs: the queue's URL, and the queue among the stack's own.
+    const outputs = template.findOutputs('*');
+    const output = Object.entries(outputs).filter(([id]) => id.includes(outputId));
+    assert.equal(output.length, 1);
+    assert.deepEqual(output[0][1].Value, url);
+    assert.match(output[0][1].Description, new RegExp(`^Set ${variable} to it`));
+    const own = Object.entries(outputs).filter(([id]) => id.includes('OwnQueues'));
+    assert.match(JSON.stringify(own[0][1].Value), new RegExp(`"${ref(construct[lane])}","Arn"`));
   });
-  // Only deliver is told of it.
-  const url = { Ref: ref(construct.controlQueue) };
-  const told = template.findResources('AWS::Lambda::Function', {
-    Properties: { Environment: { Variables: { GRIDRELAY_CONTROL_QUEUE_URL: url } } },
-  });
-  assert.deepEqual(Object.keys(told), [ref(construct.deliver)]);
-  // What the command line needs: the queue's URL, and the queue among the stack's own.
-  const outputs = template.findOutputs('*');
-  const output = Object.entries(outputs).filter(([id]) => id.includes('ControlQueueUrl'));
-  assert.equal(output.length, 1);
-  assert.deepEqual(output[0][1].Value, url);
-  assert.match(output[0][1].Description, /^Set GRIDRELAY_CONTROL_QUEUE_URL to it/);
-  const own = Object.entries(outputs).filter(([id]) => id.includes('OwnQueues'));
-  assert.match(JSON.stringify(own[0][1].Value), new RegExp(`"${ref(construct.controlQueue)}","Arn"`));
-});
+}
 
 test('delivery state table expires its records (D1, R4)', () => {
   template.hasResourceProperties('AWS::DynamoDB::Table', {
@@ -292,9 +312,9 @@ test('deliver writes to no AWS resource unless deliveryDestinationArns names it 
   };
   const none = deliverOf({});
   assert.equal(none.env.GRIDRELAY_DELIVERY_DESTINATIONS, '');
-  // #34 item 2: the stack's five queues, refused as destinations whatever the list allows.
+  // #34 item 2: the stack's six queues, refused as destinations whatever the list allows.
   const own = JSON.stringify(none.env.GRIDRELAY_OWN_QUEUES);
-  for (const queue of ['DeliveryQueue', 'ControlQueue', 'DeadLetterQueue', 'DeliveryRedriveQueue', 'DeadLetterRedriveQueue']) {
+  for (const queue of ['DeliveryQueue', 'ControlQueue', 'ReplayQueue', 'DeadLetterQueue', 'DeliveryRedriveQueue', 'DeadLetterRedriveQueue']) {
     assert.match(own, new RegExp(`"[A-Za-z0-9]*${queue}[0-9A-F]{8}","Arn"`), `GRIDRELAY_OWN_QUEUES names ${queue}: ${own}`);
   }
   assert.ok(!JSON.stringify(none.statements).includes('sns:Publish'), 'no destination actions without destinations');
@@ -370,14 +390,17 @@ test('least privilege: deliver consumes its two queues and sends to the three qu
   assert.deepEqual(g.get('dynamodb:DeleteItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state]);
   const deliveryQueue = { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] };
   const controlQueue = { 'Fn::GetAtt': [ref(construct.controlQueue), 'Arn'] };
+  const replayQueue = { 'Fn::GetAtt': [ref(construct.replayQueue), 'Arn'] };
   assert.deepEqual(g.get('sqs:SendMessage'), [
     deliveryQueue,
     controlQueue,
+    replayQueue,
     { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
   ]);
-  // Its event sources (#34 item 12): the same on the control queue as on the delivery queue.
+  // Its event sources (#34 item 12, #35): the same on the control and replay queues as on the
+  // delivery queue.
   for (const action of ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:ChangeMessageVisibility', 'sqs:GetQueueUrl']) {
-    assert.deepEqual(g.get(action), [deliveryQueue, controlQueue], action);
+    assert.deepEqual(g.get(action), [deliveryQueue, controlQueue, replayQueue], action);
   }
   const secrets = JSON.stringify(g.get('secretsmanager:GetSecretValue'));
   assert.ok(secrets.includes(':secret:gridrelay/*'), `secrets only under the prefix: ${secrets}`);
@@ -413,10 +436,12 @@ test('least privilege: dead-letter writes objects in its bucket and announces th
   ]);
 });
 
-test('#34 item 12: only deliver may touch the control queue', () => {
-  const control = JSON.stringify({ 'Fn::GetAtt': [ref(construct.controlQueue), 'Arn'] });
-  for (const fn of [construct.ingest, construct.deadLetter]) {
-    const g = JSON.stringify([...grants(fn)]);
-    assert.ok(!g.includes(control), `${fn.node.id} is granted something on the control queue: ${g}`);
+test('#34 item 12, #35: only deliver may touch the control and replay queues', () => {
+  for (const queue of [construct.controlQueue, construct.replayQueue]) {
+    const arn = JSON.stringify({ 'Fn::GetAtt': [ref(queue), 'Arn'] });
+    for (const fn of [construct.ingest, construct.deadLetter]) {
+      const g = JSON.stringify([...grants(fn)]);
+      assert.ok(!g.includes(arn), `${fn.node.id} is granted something on ${queue.node.id}: ${g}`);
+    }
   }
 });

@@ -224,3 +224,111 @@ async fn steps_read_exactly_the_windows_events_once_within_their_budgets() {
     }
     sys.shutdown().await;
 }
+
+/// #35: a replay's backlog never delays a live event. The replay's deliveries (30 messages of
+/// 10 events, to a subscriber that holds every request) travel on the replay queue, whose two
+/// invocations they fill; an event published meanwhile to a healthy subscription is delivered
+/// at once by the delivery queue's own invocations, while the replay's backlog is still there.
+/// (On one queue, the live event waited behind the held requests: the attempt timeout, 30 s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replays_backlog_never_delays_a_live_event() {
+    use gridrelay_e2e::{Reply, Subscriber, events, subscription};
+    use gridrelay_ports::OutgoingMessage;
+    use gridrelay_shared::archive::TimeWindow;
+    use gridrelay_shared::message::DeliveryQueueMessage;
+    use gridrelay_shared::replay::ReplayStep;
+    use gridrelay_shared::subscription::Topic;
+
+    // The real attempt timeout (30 s); two invocations for each of the two queues.
+    let sys = gridrelay_e2e::TestSystem::start_with_own_journal_and(1.0, |c| {
+        c.concurrency = 2;
+        c.replay_concurrency = 2;
+    })
+    .await;
+    let topic = Topic {
+        retention_days: 1,
+        ..Topic::with_new_keys("backlog", Utc::now())
+    };
+    sys.system.store.create_topic(&topic).await.unwrap();
+    let healthy = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("backlog", "healthy", &healthy.url))
+        .await;
+    let start = Utc::now();
+    sys.publish(&topic, &events("archived", 300)).await;
+    let end = Utc::now();
+    healthy
+        .wait_for_requests(300, std::time::Duration::from_secs(60))
+        .await;
+
+    // The replay's subscriber holds every request longer than the attempt timeout.
+    let held = Subscriber::start(vec![], Reply::Hang(std::time::Duration::from_secs(120))).await;
+    let target = sys
+        .subscribe(gridrelay_shared::subscription::SubscriptionRequest {
+            max_events_per_batch: Some(10),
+            ..subscription("backlog", "held", &held.url)
+        })
+        .await;
+    let store = DynamoReplayStore::new(
+        aws_sdk_dynamodb::Client::new(&sys.sdk),
+        &sys.names.replays_table,
+    );
+    // Due at once: the window's events were archived as their publish was accepted.
+    let replay = Replay::new(
+        "backlog",
+        "all-at-once",
+        TimeWindow::new(start, end, "endTime").unwrap(),
+        vec![ReplayTarget {
+            name: target.name.clone(),
+            id: target.id.clone(),
+        }],
+        10_000,
+        Utc::now(),
+        Utc::now(),
+    );
+    store.create_replay(&replay).await.unwrap();
+    let step = DeliveryQueueMessage::Replay(ReplayStep::of(&replay));
+    let sent = sys
+        .system
+        .control_queue
+        .send_all(&[OutgoingMessage {
+            body: step.to_body().unwrap(),
+            delay: std::time::Duration::ZERO,
+        }])
+        .await;
+    assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+    let first = held
+        .wait_for_requests(1, std::time::Duration::from_secs(60))
+        .await;
+    assert_eq!(first[0].header("gridrelay-replay"), Some("all-at-once"));
+    // Its replayed requests so far (it is subscribed, so it is sent the live event too).
+    let replayed = || {
+        held.received()
+            .iter()
+            .filter(|r| r.header("gridrelay-replay") == Some("all-at-once"))
+            .count()
+    };
+
+    sys.publish(&topic, &events("live", 1)).await;
+    let delivered = gridrelay_e2e::eventually(
+        std::time::Duration::from_secs(15),
+        "the live event delivered while the replay's requests are held",
+        || async {
+            healthy
+                .received()
+                .iter()
+                .any(|r| r.ids() == ["live-0"])
+                .then(replayed)
+        },
+    )
+    .await;
+    assert!(
+        delivered < 30,
+        "the replay's backlog was still there: {delivered} of its 30 requests made"
+    );
+    let backlog = sys
+        .queue_depth(&sys.system.resources.replay_queue_url)
+        .await;
+    eprintln!(
+        "live event delivered with {delivered} of the replay's 30 requests made, {backlog} messages on the replay queue"
+    );
+}

@@ -170,6 +170,11 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
             &sys.system.resources.control_queue_url,
             sys.system.queue_key.clone(),
         )),
+        replay_queue: Arc::new(SqsQueue::new(
+            sqs.clone(),
+            &sys.system.resources.replay_queue_url,
+            sys.system.queue_key.clone(),
+        )),
         dead_letter_queue: Arc::new(SqsQueue::new(
             sqs,
             &sys.system.resources.dead_letter_queue_url,
