@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark, in one run, each figure beside its baseline from the same run
-# (these machines are noisy: only ratios carry from one run to another). About 11 minutes on 2
+# (these machines are noisy: only ratios carry from one run to another). About 13 minutes on 2
 # cores with incremental release builds; docs/performance.md quotes a run.
 #   - hot path: per-event CPU work of publish parsing, batching and rendering, without I/O
 #   - engine: the deliver handler over in-memory ports against a loopback sink, beside wrk's
@@ -12,8 +12,9 @@
 #     Runtime API: init time beside a bare process start, size, deliver's memory for a full batch
 #   - latency: publish to first attempt at 1,000 events/s, with where the time goes; then the
 #     same beside 100,000 events held for a delayed endpoint, and beside a replay (#35) of
-#     30,000 archived events at its default rate (100 a second), on LocalStack's SQS (installs
-#     it into .venv-localstack with infra/local/localstack.sh)
+#     30,000 archived events at its default rate (100 a second) and of 100,000 at 1,000 a
+#     second, on LocalStack's SQS (installs it into .venv-localstack with
+#     infra/local/localstack.sh)
 #   - memory size: deliver's billed time per warm batch under the CPU share Lambda gives each
 #     memory size (a cgroup CPU quota; needs root), priced per million events
 #   - batch size: deliver's billed time per warm invocation of 1 to 1,000 messages at 256 MB's
@@ -69,6 +70,8 @@ if [[ "${AWS_ENDPOINT_URL:-}" == "http://127.0.0.1:$MOTO_PORT" ]]; then
     target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --held 100000 --seconds 15
     printf '\n== neighbour of a replay (#35; SQS on LocalStack, DynamoDB on moto)\n'
     target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --replay 30000 --replay-rate 100
+    printf '\n== neighbour of a fast replay, on the replay queue (#35)\n'
+    target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --replay 100000 --replay-rate 1000
   )
 else
   target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --held 100000 --seconds 15
