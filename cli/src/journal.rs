@@ -163,11 +163,15 @@ const STEP_COLUMNS: [&str; 9] = [
 fn step_row(e: &JournalEntry) -> Vec<String> {
     let (step, status, outcome, ms, next, error) = match &e.step {
         Step::Fanned {
-            event_type, replay, ..
+            event_type,
+            replay,
+            redrive,
+            ..
         } => (
-            match replay {
-                Some(name) => format!("replayed by {name}"),
-                None => "published".to_string(),
+            match (replay, redrive) {
+                (Some(name), _) => format!("replayed by {name}"),
+                (None, Some(from)) => format!("redriven from {from}"),
+                (None, None) => "published".to_string(),
             },
             String::new(),
             event_type.clone(),

@@ -1377,11 +1377,22 @@ async fn life_once(
     .await
 }
 
+/// The names of the steps of a subscription's life, as `event show` prints it.
+fn step_names(life: &Value) -> Vec<&str> {
+    life["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect()
+}
+
 /// #35, L3, L4: a dead-lettered event's life ends with the object it went to: `event show`
 /// lists its one attempt (503, handed to dead-lettering), then the dead-letter function's
-/// write with the object's `s3://` address, and the event stands dead-lettered there.
+/// write with the object's `s3://` address, and the event stands dead-lettered there. Redriven
+/// from it (L2), its life goes on: sent again from that object, delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_lettered_event_shows_the_object_it_went_to_l3() {
+async fn a_dead_lettered_event_shows_the_object_it_went_to_and_its_redrive_l2_l3() {
     let sys = TestSystem::start_with_own_journal(0.01).await;
     let topic = sys.topic("lastrites").await;
     let sub = Subscriber::start(vec![], Reply::Status(503)).await;
@@ -1414,12 +1425,7 @@ async fn a_dead_lettered_event_shows_the_object_it_went_to_l3() {
     )
     .await;
     let audit = &life["subscriptions"][0];
-    let steps: Vec<&str> = audit["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["step"].as_str().unwrap())
-        .collect();
+    let steps = step_names(audit);
     assert_eq!(steps, ["fanned", "attempt", "dead_lettered"], "{life}");
     assert_eq!(audit["steps"][1]["status"], 503, "{life}");
     assert_eq!(audit["steps"][1]["next"], "dead_letter", "{life}");
@@ -1429,6 +1435,41 @@ async fn a_dead_lettered_event_shows_the_object_it_went_to_l3() {
     );
     assert_eq!(audit["steps"][2]["location"], location.as_str(), "{life}");
     assert_eq!(audit["standing"]["location"], location.as_str(), "{life}");
+
+    // #35: redriven once the subscriber is fixed, the event's life goes on from the object it
+    // came back from: a `fanned` entry naming it, the redrive's attempt numbered 1 again, and
+    // it stands delivered.
+    sub.answer_path("/hook", Reply::Status(200));
+    let redriven = json(&gridrelay(
+        &["redrive", "dead-letters", "--topic-name", "lastrites"],
+        Some(&sys.names),
+    ));
+    assert_eq!(redriven["events"], 1, "{redriven}");
+    let life = life_once(
+        &show,
+        &sys.names,
+        "the redriven delivery journaled",
+        |life| life["subscriptions"][0]["standing"]["state"] == "delivered",
+    )
+    .await;
+    let audit = &life["subscriptions"][0];
+    let steps = step_names(audit);
+    assert_eq!(
+        steps,
+        ["fanned", "attempt", "dead_lettered", "fanned", "attempt"],
+        "{life}"
+    );
+    assert_eq!(audit["steps"][3]["redrive"], location.as_str(), "{life}");
+    assert_eq!(audit["steps"][4]["attempt"], 1, "{life}");
+    assert_eq!(audit["steps"][4]["status"], 200, "{life}");
+    let mut table_args = show.to_vec();
+    table_args.extend(["-o", "table"]);
+    let table =
+        String::from_utf8_lossy(&gridrelay(&table_args, Some(&sys.names)).stdout).to_string();
+    assert!(
+        table.contains(&format!("redriven from {location}")),
+        "{table}"
+    );
     sys.shutdown().await;
 }
 

@@ -247,8 +247,8 @@ async fn enqueue_shares(
         let sub = share.sub;
         let queued = share.queued(now);
         enqueued += queued.len();
-        for message in
-            new_deliveries(sub, now, queued).map_err(|e| FanOutError::Encode(e.to_string()))?
+        for message in new_deliveries(&DeliveryHistory::new(sub), now, queued)
+            .map_err(|e| FanOutError::Encode(e.to_string()))?
         {
             outbox.push(message);
         }
@@ -303,11 +303,11 @@ impl Share<'_, '_> {
 /// The queue messages that deliver `events` to `sub` as new deliveries (no attempt made yet,
 /// due now), packed under the message size limit. Fan-out and redrive enqueue these.
 pub(crate) fn new_deliveries(
-    sub: &Subscription,
+    history: &DeliveryHistory,
     now: DateTime<Utc>,
     events: Vec<QueuedEvent>,
 ) -> Result<Vec<OutgoingMessage>, serde_json::Error> {
-    DeliveryMessage::packed(&DeliveryHistory::new(sub), now, events)
+    DeliveryMessage::packed(history, now, events)
         .into_iter()
         .map(|message| {
             Ok(OutgoingMessage {

@@ -25,7 +25,9 @@ use crate::{
 use gridrelay_shared::dead_letter::{
     FieldNaming, object_hour, object_is_for, read_record, render_object, subscription_folder,
 };
-use gridrelay_shared::message::{DeadLetterMessage, DeliveryQueueMessage, Lane, QueuedEvent};
+use gridrelay_shared::message::{
+    DeadLetterMessage, DeliveryHistory, DeliveryQueueMessage, Lane, QueuedEvent,
+};
 use gridrelay_shared::subscription::Subscription;
 
 /// How long a message read by a redrive stays hidden while it runs; those it does not move are
@@ -420,7 +422,8 @@ async fn redrive_subscription(
         if dry_run || moving.is_empty() {
             continue;
         }
-        enqueue(delivery_queue, sub, moving, now).await?;
+        let from = format!("s3://{}/{key}", destination.bucket);
+        enqueue(delivery_queue, sub, &from, moving, now).await?;
         if keep.is_empty() {
             objects.delete(&destination.bucket, &key).await?;
             done.objects_deleted += 1;
@@ -438,10 +441,16 @@ async fn redrive_subscription(
 async fn enqueue(
     queue: &dyn MessageQueue,
     sub: &Subscription,
+    from: &str,
     events: Vec<QueuedEvent>,
     now: DateTime<Utc>,
 ) -> Result<(), RedriveError> {
-    let outgoing = new_deliveries(sub, now, events)
+    // New deliveries, whose first attempt journals where they came back from (#35).
+    let history = DeliveryHistory {
+        redriven_from: Some(from.to_string()),
+        ..DeliveryHistory::new(sub)
+    };
+    let outgoing = new_deliveries(&history, now, events)
         .map_err(|e| QueueError(format!("could not encode a delivery message: {e}")))?;
     for result in queue.send_all(&outgoing).await {
         result?;
@@ -581,6 +590,23 @@ mod tests {
                     DeliveryQueueMessage::Delivery(d) => {
                         assert_eq!(d.subscription_id, w.sub.id);
                         assert_eq!((d.attempts, d.not_before), (0, at(13)));
+                        // #35: its first attempt journals the object it came back from.
+                        let hour = if d.events[0].event.get().contains(r#""id":"c""#) {
+                            12
+                        } else {
+                            10
+                        };
+                        let object = object_key(
+                            &w.sub.dead_letter_destination.clone().unwrap(),
+                            "orders",
+                            "audit",
+                            at(hour),
+                            &gridrelay_shared::dead_letter::object_name(&w.sub.id, "x"),
+                        );
+                        assert_eq!(
+                            d.redriven_from.as_deref(),
+                            Some(format!("s3://dead/{object}").as_str())
+                        );
                         d.events
                             .iter()
                             .map(|e| {

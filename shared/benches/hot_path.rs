@@ -113,6 +113,7 @@ fn main() {
         rate_booked_at: None,
         probation: false,
         replay: None,
+        redriven_from: None,
     };
     let not_before = Utc::now();
     let per_sec = rate(|| {

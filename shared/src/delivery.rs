@@ -247,8 +247,9 @@ pub enum Settlement {
     Delivered {
         events: usize,
     },
-    /// Re-enqueued for the next attempt (R1, R2, S5).
-    Retry(Retry),
+    /// Re-enqueued for the next attempt (R1, R2, S5). Boxed: a history is far larger than
+    /// the other outcomes.
+    Retry(Box<Retry>),
     GaveUp(GiveUp),
 }
 
@@ -408,7 +409,7 @@ pub fn settle_attempt(
         AfterAttempt::Delivered => Settlement::Delivered {
             events: events.len(),
         },
-        AfterAttempt::RetryAt(at) => Settlement::Retry(Retry {
+        AfterAttempt::RetryAt(at) => Settlement::Retry(Box::new(Retry {
             history: attempt
                 .history
                 .after_attempt(record, attempt.timed_out_attempt),
@@ -421,7 +422,7 @@ pub fn settle_attempt(
                     ..e
                 })
                 .collect(),
-        }),
+        })),
         AfterAttempt::GiveUp(reason) => {
             let entries = events
                 .into_iter()
@@ -799,7 +800,7 @@ mod tests {
             t0(),
             0.0,
         ) {
-            Settlement::Retry(r) => r,
+            Settlement::Retry(r) => *r,
             other => panic!("expected a retry, got {other:?}"),
         }
     }

@@ -74,6 +74,11 @@ pub enum Step {
         /// replay's delivery, with numbers from 1 again.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         replay: Option<String>,
+        /// Where a redrive took it back from (#35; a dead-letter object, `s3://bucket/key`):
+        /// the attempts after this entry are the redriven delivery's, with numbers from 1
+        /// again, and the entry's time is the redrive's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        redrive: Option<String>,
     },
     /// A request (or an AWS resource's call) was made, or failed to be made.
     Attempt(Attempt),
@@ -283,13 +288,21 @@ pub fn event_fields(event: &QueuedEvent, schema: DeliverySchema) -> RoutingField
     RoutingFields::of(&event.event, schema)
 }
 
+/// Who sent a delivery of an event, besides its publish: a replay (its name), or a redrive
+/// (where it took the event back from).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SentBy<'a> {
+    pub replay: Option<&'a str>,
+    pub redrive: Option<&'a str>,
+}
+
 /// The entry saying `event` (with its `fields`) was published and fanned out to
-/// `subscription`.
+/// `subscription` (or, as `sent_by` says, sent again by a replay or a redrive).
 pub fn fanned_entry(
     subscription: &Subscription,
     event: &QueuedEvent,
     fields: RoutingFields,
-    replay: Option<&str>,
+    sent_by: SentBy<'_>,
 ) -> JournalEntry {
     JournalEntry {
         topic: subscription.topic.clone(),
@@ -300,7 +313,8 @@ pub fn fanned_entry(
             event_type: clipped(fields.event_type),
             subject: clipped(fields.subject),
             bytes: event.event.get().len() as u64,
-            replay: replay.map(str::to_string),
+            replay: sent_by.replay.map(str::to_string),
+            redrive: sent_by.redrive.map(str::to_string),
         },
     }
 }
@@ -409,9 +423,14 @@ impl EventLife {
                         ..e.clone()
                     })
                     .collect();
+                // Where the latest delivery (its publish's, a replay's or a redrive's) stands.
+                let latest = steps
+                    .iter()
+                    .rposition(|e| matches!(e.step, Step::Fanned { .. }))
+                    .unwrap_or(0);
                 SubscriptionLife {
                     subscription: subscription.to_string(),
-                    standing: standing(&steps),
+                    standing: standing(&steps[latest..]),
                     steps,
                 }
             })
@@ -899,7 +918,8 @@ mod tests {
                 event_type: "t".into(),
                 subject: "s".into(),
                 bytes: 1,
-                replay: None,
+                replay: Some("r".into()),
+                redrive: Some("s3://b/k".into()),
             }),
             with(Step::Held {
                 until: at(2),
@@ -967,6 +987,7 @@ mod tests {
                 subject: "/orders/1234".into(),
                 bytes: 420,
                 replay: None,
+                redrive: None,
             },
             ..entry
         });
@@ -991,6 +1012,7 @@ mod tests {
                     subject: "/orders/7".into(),
                     bytes: 310,
                     replay: None,
+                    redrive: None,
                 },
             },
             attempt(1, at(1), 500, Next::Retry { due: at(11) }),
@@ -1164,6 +1186,76 @@ mod tests {
         );
     }
 
+    /// #35: an event sent again (by a redrive or a replay) stands where its latest delivery
+    /// does: a dead-lettered event redriven and retrying is due for its retry, not dead-lettered;
+    /// a delivered event replayed is delivered again only once the replay's attempt succeeds.
+    #[test]
+    fn an_event_sent_again_stands_where_its_latest_delivery_does() {
+        let id = "9b2f3c4e-5d6a-4b7c-8d9e-0f1a2b3c4d5e";
+        let standing_after = |entries: &[JournalEntry]| {
+            EventLife::of("orders", id, entries).subscriptions[0]
+                .standing
+                .clone()
+        };
+        let fanned = |time, replay: Option<&str>, redrive: Option<&str>| JournalEntry {
+            time,
+            step: Step::Fanned {
+                event_type: "Order.Created".into(),
+                subject: String::new(),
+                bytes: 100,
+                replay: replay.map(str::to_string),
+                redrive: redrive.map(str::to_string),
+            },
+            ..attempt(1, time, 200, Next::Delivered)
+        };
+        let written = JournalEntry {
+            time: at(12),
+            step: Step::DeadLettered {
+                location: "s3://dead/k".into(),
+            },
+            ..attempt(1, at(12), 200, Next::Delivered)
+        };
+        let dead_lettered = [
+            fanned(at(0), None, None),
+            attempt(
+                1,
+                at(1),
+                400,
+                Next::DeadLetter {
+                    reason: "DeliveryFailed".into(),
+                },
+            ),
+            written,
+        ];
+        let mut redriven = dead_lettered.to_vec();
+        redriven.push(fanned(at(100), None, Some("s3://dead/k")));
+        assert_eq!(standing_after(&redriven), Standing::Waiting);
+        redriven.push(attempt(1, at(101), 503, Next::Retry { due: at(111) }));
+        assert_eq!(
+            standing_after(&redriven),
+            Standing::RetryDue { at: at(111) }
+        );
+        redriven.push(attempt(2, at(111), 200, Next::Delivered));
+        assert_eq!(
+            standing_after(&redriven),
+            Standing::Delivered { at: at(111) }
+        );
+        // The whole life is still shown, in order.
+        let life = EventLife::of("orders", id, &redriven);
+        assert_eq!(life.subscriptions[0].steps.len(), 6);
+
+        let replayed = [
+            fanned(at(0), None, None),
+            attempt(1, at(1), 200, Next::Delivered),
+            fanned(at(200), Some("night"), None),
+            attempt(1, at(201), 500, Next::Retry { due: at(211) }),
+        ];
+        assert_eq!(
+            standing_after(&replayed),
+            Standing::RetryDue { at: at(211) }
+        );
+    }
+
     #[test]
     fn latest_attempts_are_newest_first_and_failed_ones_only_if_asked() {
         let mut other = attempt(1, at(5), 500, Next::Retry { due: at(9) });
@@ -1259,7 +1351,7 @@ mod tests {
             .unwrap(),
         );
         let fields = event_fields(&event, DeliverySchema::default());
-        let entry = fanned_entry(&subscription, &event, fields, None);
+        let entry = fanned_entry(&subscription, &event, fields, SentBy::default());
         let Step::Fanned { subject, .. } = &entry.step else {
             panic!()
         };

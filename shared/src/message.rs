@@ -98,6 +98,10 @@ pub struct DeliveryMessage {
     /// traffic, with a `Gridrelay-Replay` header).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayTag>,
+    /// #35: where a redrive took these events back from (a dead-letter object,
+    /// `s3://bucket/key`), until their first attempt journals it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redriven_from: Option<String>,
     pub events: Vec<QueuedEvent>,
 }
 
@@ -142,6 +146,8 @@ pub struct DeliveryHistory {
     pub probation: bool,
     /// #35: the replay that sent them, if one did.
     pub replay: Option<ReplayTag>,
+    /// #35: where a redrive took them back from, until their first attempt.
+    pub redriven_from: Option<String>,
 }
 
 impl DeliveryHistory {
@@ -158,6 +164,7 @@ impl DeliveryHistory {
             rate_booked_at: None,
             probation: false,
             replay: None,
+            redriven_from: None,
         }
     }
 
@@ -176,6 +183,8 @@ impl DeliveryHistory {
                 claim: None,
                 ..tag.clone()
             }),
+            // Journaled with the first attempt.
+            redriven_from: None,
             ..self.clone()
         }
     }
@@ -210,6 +219,7 @@ impl DeliveryMessage {
             rate_booked_at: history.rate_booked_at,
             probation: history.probation,
             replay: history.replay.clone(),
+            redriven_from: history.redriven_from.clone(),
             events,
         };
         let base = DELIVERY_TAG_BYTES + json_len(&message(Vec::new()));
@@ -229,6 +239,7 @@ impl DeliveryMessage {
             rate_booked_at: self.rate_booked_at,
             probation: self.probation,
             replay: self.replay.clone(),
+            redriven_from: self.redriven_from.clone(),
         }
     }
 
@@ -511,6 +522,8 @@ mod tests {
                     token: "0".repeat(36),
                 }),
             }),
+            // The longest dead-letter location: a bucket's 63 characters and S3's longest key.
+            redriven_from: Some(format!("s3://{}/{}", "b".repeat(63), "k".repeat(1024))),
             events: vec![],
         }
     }

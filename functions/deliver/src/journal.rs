@@ -12,7 +12,7 @@
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::journal::write_entries;
 use gridrelay_shared::deadline::reply_margin;
-use gridrelay_shared::journal::{JournalEntry, event_fields, fanned_entry};
+use gridrelay_shared::journal::{JournalEntry, SentBy, event_fields, fanned_entry};
 
 use crate::{Deliver, Group, Pending, Plan};
 
@@ -27,7 +27,10 @@ impl Deliver {
     ) -> Vec<String> {
         let schema = group.history.schema;
         let first = group.history.attempts == 0;
-        let replay = group.history.replay.as_ref().map(|r| r.name.as_str());
+        let sent_by = SentBy {
+            replay: group.history.replay.as_ref().map(|r| r.name.as_str()),
+            redrive: group.history.redriven_from.as_deref(),
+        };
         events
             .iter()
             .map(|p| {
@@ -35,7 +38,7 @@ impl Deliver {
                 let id = fields.id.clone();
                 if first {
                     plan.journal
-                        .push(fanned_entry(&group.subscription, &p.event, fields, replay));
+                        .push(fanned_entry(&group.subscription, &p.event, fields, sent_by));
                 }
                 id
             })

@@ -922,14 +922,15 @@ impl Deliver {
         let mut groups: Vec<Group> = Vec::new();
         // Events booked in their subscription's events-per-second allowance go in batches of
         // their own, which do not book again; a replay's events (#35) go in batches of their
-        // own too, which carry its header (the parts of one replay may share one).
+        // own too, which carry its header (the parts of one replay may share one), and so do
+        // a redrive's, whose first attempt journals where they came back from.
         type GroupKey = (
             String,
             String,
             DeliverySchema,
             u32,
             Option<DateTime<Utc>>,
-            Option<String>,
+            (Option<String>, Option<String>),
         );
         let mut index: HashMap<GroupKey, usize> = HashMap::new();
         for (i, message) in messages {
@@ -994,7 +995,10 @@ impl Deliver {
                             history.schema,
                             history.attempts,
                             history.rate_booked_at,
-                            history.replay.as_ref().map(|r| r.name.clone()),
+                            (
+                                history.replay.as_ref().map(|r| r.name.clone()),
+                                history.redriven_from.clone(),
+                            ),
                         ))
                         .or_insert_with(|| {
                             groups.push(Group {
