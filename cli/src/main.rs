@@ -343,7 +343,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Local(args) => local::run_local(args, cli.allowed_networks.as_deref()).await,
         Command::Redrive(cmd) => redrive::redrive_command(cmd, tables, own).await,
-        Command::Topic(cmd) => topic::run_topic(cmd, tables, &cli.publish_url, cli.output).await,
+        Command::Topic(cmd) => {
+            let journal_bucket =
+                journal::journal_bucket(cli.journal_bucket.as_deref(), &cli.delivery_queue).ok();
+            topic::run_topic(cmd, tables, &cli.publish_url, cli.output, journal_bucket).await
+        }
         Command::Event(journal::EventCommand::Show(args)) => {
             let bucket =
                 journal::journal_bucket(cli.journal_bucket.as_deref(), &cli.delivery_queue)?;

@@ -1609,7 +1609,8 @@ async fn the_journal_shows_each_attempt_of_an_event_and_where_it_stands_r1_s5() 
 /// it, and `archive list` finds exactly its accepted events of a window, oldest first and as
 /// they were fanned out (none of another topic's, none outside the window); a topic without a
 /// retention has no archive to list, and a retention, window start or end outside what is
-/// allowed is refused naming the flag's field, the value and the range.
+/// allowed is refused naming the flag's field, the value and the range (a retention longer
+/// than the installation keeps archives too: 7 days, its journal bucket's rule).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
     let sys = TestSystem::start_with_own_journal(0.01).await;
@@ -1730,6 +1731,29 @@ async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
         err.contains("retentionDays") && err.contains("366") && err.contains("0 to 365"),
         "{err}"
     );
+    // Longer than the installation keeps archives (its journal bucket's rule: 7 days, the
+    // stacks' ArchiveRetentionDays default): refused on update and on create alike.
+    for args in [
+        vec!["topic", "update", "--name", "kept", "--retention-days", "8"],
+        vec![
+            "topic",
+            "create",
+            "--name",
+            "longer",
+            "--retention-days",
+            "30",
+        ],
+    ] {
+        let out = gridrelay(&args, names);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("retentionDays")
+                && err.contains("0 to 7")
+                && err.contains("ArchiveRetentionDays"),
+            "{err}"
+        );
+    }
     let updated = json(&gridrelay(
         &["topic", "update", "--name", "kept", "--retention-days", "1"],
         names,

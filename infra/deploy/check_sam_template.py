@@ -239,7 +239,8 @@ def stream_problems(resources, stream, prefix, writers, env_name):
 
 def journal_problems(resources):
     """#35: the journal's and the archive's streams (stream_problems); the journal's objects
-    expire after JournalRetentionDays, the archive's after the longest retention a topic has."""
+    expire after JournalRetentionDays, the archive's after ArchiveRetentionDays (the longest a
+    topic's retention may be)."""
     problems = stream_problems(
         resources, "JournalStream", "journal/", ["DeliverFunction", "DeadLetterFunction"], "GRIDRELAY_JOURNAL_STREAM"
     )
@@ -247,8 +248,8 @@ def journal_problems(resources):
     rules = resources["JournalBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
     if not any(r.get("ExpirationInDays") == {"Ref": "JournalRetentionDays"} and r.get("Prefix") == "journal/" for r in rules):
         problems.append(f"JournalBucket: no rule expiring journal/ after JournalRetentionDays: {rules}")
-    if not any(r.get("ExpirationInDays") == 366 and r.get("Prefix") == "archive/" for r in rules):
-        problems.append(f"JournalBucket: no rule expiring archive/ after 366 days: {rules}")
+    if not any(r.get("ExpirationInDays") == {"Ref": "ArchiveRetentionDays"} and r.get("Prefix") == "archive/" for r in rules):
+        problems.append(f"JournalBucket: no rule expiring archive/ after ArchiveRetentionDays: {rules}")
     return problems
 
 

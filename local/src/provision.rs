@@ -11,13 +11,13 @@ use aws_sdk_dynamodb::types::{
     TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
-use gridrelay_adapters::aws::{describe_error, local_queue_key, s3_client};
+use gridrelay_adapters::aws::{S3ObjectStore, describe_error, local_queue_key, s3_client};
 use gridrelay_adapters::config::{
     ARCHIVE_STREAM_ENV, CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV,
     JOURNAL_BUCKET_ENV, QUEUE_KEY_SECRET_ENV, REPLAY_QUEUE_URL_ENV, REPLAYS_TABLE_ENV,
     SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
 };
-use gridrelay_shared::archive::ARCHIVE_PREFIX;
+use gridrelay_shared::archive::{ARCHIVE_PREFIX, DEFAULT_ARCHIVE_EXPIRY_DAYS};
 use gridrelay_shared::journal::JOURNAL_PREFIX;
 
 /// Names of every resource, all derived from one prefix.
@@ -223,6 +223,18 @@ pub async fn provision(
     let s3 = s3_client(sdk);
     create_bucket(&s3, &names.dead_letter_bucket).await?;
     create_bucket(&s3, &names.journal_bucket).await?;
+    // As the stacks' rules, at their defaults: the journal kept 7 days, the archives
+    // `ArchiveRetentionDays` (which `topic create --retention-days` is checked against).
+    S3ObjectStore::new(s3.clone())
+        .set_expirations(
+            &names.journal_bucket,
+            &[
+                ("ExpireJournal", JOURNAL_PREFIX, 7),
+                ("ExpireArchive", ARCHIVE_PREFIX, DEFAULT_ARCHIVE_EXPIRY_DAYS),
+            ],
+        )
+        .await
+        .with_context(|| format!("could not set bucket {}'s lifecycle", names.journal_bucket))?;
     create_stream(
         sdk,
         &names.journal_stream,

@@ -52,6 +52,27 @@ pub fn validate_retention_days(days: i64) -> Result<u16, LimitError> {
     }
 }
 
+/// The archives' expiry a local installation's journal bucket gets (`gridrelay local`), as the
+/// stacks' `ArchiveRetentionDays` default.
+pub const DEFAULT_ARCHIVE_EXPIRY_DAYS: u16 = 7;
+
+/// Checks a topic's retention of `days` (already within 0 to 365) against the installation's
+/// archive expiry (`expiry_days`, the journal bucket's rule for `archive/`: the stacks'
+/// `ArchiveRetentionDays`): a topic may not keep its events longer than they are kept.
+pub fn validate_retention_within(days: u16, expiry_days: u16) -> Result<(), LimitError> {
+    if days <= expiry_days {
+        return Ok(());
+    }
+    Err(LimitError::new(
+        "retentionDays",
+        days,
+        format!(
+            "0 to {expiry_days}: this installation keeps archives {expiry_days} days (the stack's \
+             ArchiveRetentionDays, CDK archiveRetention; raise it first)"
+        ),
+    ))
+}
+
 /// One archived event, as a line of the archive.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ArchivedEvent {
@@ -283,6 +304,18 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+
+    /// A topic's retention may reach the installation's archive expiry, not past it; the
+    /// refusal names the field, the value and the range.
+    #[test]
+    fn a_retention_longer_than_the_archive_is_kept_is_refused() {
+        assert!(validate_retention_within(0, 7).is_ok());
+        assert!(validate_retention_within(7, 7).is_ok());
+        let e = validate_retention_within(8, 7).unwrap_err();
+        assert_eq!((e.field.as_str(), e.value.as_str()), ("retentionDays", "8"));
+        assert!(e.allowed.contains("0 to 7"), "{e}");
+        assert!(e.allowed.contains("ArchiveRetentionDays"), "{e}");
+    }
     use crate::journal::{compress_record, unpack_object};
 
     fn raw(text: &str) -> Box<RawValue> {

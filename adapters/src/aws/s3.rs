@@ -46,6 +46,89 @@ impl S3ObjectStore {
             .into_bytes()
             .to_vec())
     }
+
+    /// The days after which the objects under `prefix` in `bucket` expire, as the bucket's
+    /// lifecycle configuration says in an enabled rule for exactly that prefix; `None` when it
+    /// has no such rule (or no configuration).
+    pub async fn expiration_days(
+        &self,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<Option<u16>, ObjectStoreError> {
+        let out = match self
+            .client
+            .get_bucket_lifecycle_configuration()
+            .bucket(bucket)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e)
+                if e.as_service_error()
+                    .and_then(aws_sdk_s3::error::ProvideErrorMetadata::code)
+                    == Some("NoSuchLifecycleConfiguration") =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(object_store_error(&e)),
+        };
+        // A rule names its prefix in its filter, or (as older configurations do) on itself.
+        #[allow(deprecated)]
+        let prefix_of = |r: &aws_sdk_s3::types::LifecycleRule| {
+            r.filter()
+                .and_then(|f| f.prefix())
+                .or_else(|| r.prefix())
+                .map(str::to_string)
+        };
+        Ok(out
+            .rules()
+            .iter()
+            .filter(|r| *r.status() == aws_sdk_s3::types::ExpirationStatus::Enabled)
+            .filter(|r| prefix_of(r).as_deref() == Some(prefix))
+            .find_map(|r| r.expiration()?.days())
+            .and_then(|days| u16::try_from(days).ok()))
+    }
+
+    /// Sets `bucket`'s lifecycle configuration to expire each of `rules`' prefixes after its
+    /// days (replacing what it had), as the stacks' rules do.
+    pub async fn set_expirations(
+        &self,
+        bucket: &str,
+        rules: &[(&str, &str, u16)],
+    ) -> Result<(), ObjectStoreError> {
+        use aws_sdk_s3::types::{
+            BucketLifecycleConfiguration, ExpirationStatus, LifecycleExpiration, LifecycleRule,
+            LifecycleRuleFilter,
+        };
+        let rules = rules
+            .iter()
+            .map(|(id, prefix, days)| {
+                LifecycleRule::builder()
+                    .id(*id)
+                    .status(ExpirationStatus::Enabled)
+                    .filter(LifecycleRuleFilter::builder().prefix(*prefix).build())
+                    .expiration(
+                        LifecycleExpiration::builder()
+                            .days(i32::from(*days))
+                            .build(),
+                    )
+                    .build()
+                    .map_err(|e| ObjectStoreError::new(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let configuration = BucketLifecycleConfiguration::builder()
+            .set_rules(Some(rules))
+            .build()
+            .map_err(|e| ObjectStoreError::new(e.to_string()))?;
+        self.client
+            .put_bucket_lifecycle_configuration()
+            .bucket(bucket)
+            .lifecycle_configuration(configuration)
+            .send()
+            .await
+            .map_err(|e| object_store_error(&e))?;
+        Ok(())
+    }
 }
 
 #[async_trait]

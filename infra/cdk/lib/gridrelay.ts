@@ -90,6 +90,10 @@ export interface GridrelayProps {
   /** How long the delivery journal (every attempt of every event, docs/journal.md) is kept,
    * in whole days from 1 to 365. Default 7 days. */
   readonly journalRetention?: Duration;
+  /** How long the topic archives are kept (#35), every topic's alike, in whole days from 1 to
+   * 365: a topic's `--retention-days` may be at most this (the command line reads it from the
+   * journal bucket's rule). Default 7 days. docs/archive.md. */
+  readonly archiveRetention?: Duration;
   /** How long the journal's stream gathers entries before writing them (0 to 900 s): an attempt
    * can be read by `gridrelay event show` this long after it was made. Default 60 s. */
   readonly journalBufferInterval?: Duration;
@@ -215,9 +219,9 @@ export class Gridrelay extends Construct {
       enforceSSL: true,
       lifecycleRules: [
         { id: 'ExpireJournal', prefix: 'journal/', expiration: Duration.days(limits.journalDays) },
-        // A topic's replays reach back its own retention (0 to 365 days): this expires what no
-        // retention can reach any more.
-        { id: 'ExpireArchive', prefix: 'archive/', expiration: Duration.days(366) },
+        // Topic archives: kept archiveRetention, the longest a topic's retention may be (the
+        // command line reads this rule); a topic's replays reach back its own.
+        { id: 'ExpireArchive', prefix: 'archive/', expiration: Duration.days(limits.archiveDays) },
         { id: 'AbortIncompleteUploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
       ],
       removalPolicy,
@@ -570,6 +574,7 @@ export function checkedSettings(props: GridrelayProps) {
   const ingestReserved = whole('ingestReservedConcurrency', props.ingestReservedConcurrency, 1, 10000);
   const configCacheSeconds = whole('configCacheSeconds', props.configCacheSeconds, 0, 300) ?? 10;
   const journalDays = whole('journalRetention (days)', props.journalRetention?.toDays({ integral: false }), 1, 365) ?? 7;
+  const archiveDays = whole('archiveRetention (days)', props.archiveRetention?.toDays({ integral: false }), 1, 365) ?? 7;
   const journalBufferSeconds = whole('journalBufferInterval (seconds)', props.journalBufferInterval?.toSeconds({ integral: false }), 0, 900) ?? 60;
   const allowedNetworks = props.allowedNetworks ?? [];
   for (const net of allowedNetworks) {
@@ -589,7 +594,7 @@ export function checkedSettings(props: GridrelayProps) {
   }
   return {
     deliverMax, deadLetterMax, replayMax, deliverReserved, ingestReserved, configCacheSeconds, allowedNetworks, deliveryDestinationArns,
-    journalDays, journalBufferSeconds,
+    journalDays, archiveDays, journalBufferSeconds,
   };
 }
 

@@ -103,6 +103,7 @@ test('concurrency props out of range are refused, naming the prop, its value and
   assert.throws(() => build({ allowedNetworks: ['1.2.3'] }), /allowedNetworks has "1.2.3"/);
   assert.doesNotThrow(() => build({ allowedNetworks: ['fd00::/8', '192.0.2.7', '::1/128'] }));
   assert.throws(() => build({ journalRetention: Duration.days(366) }), /journalRetention \(days\) is 366; it must be a whole number from 1 to 365/);
+  assert.throws(() => build({ archiveRetention: Duration.days(366) }), /archiveRetention \(days\) is 366; it must be a whole number from 1 to 365/);
   assert.throws(() => build({ journalRetention: Duration.hours(12) }), /journalRetention \(days\) is 0.5/);
   assert.throws(() => build({ journalBufferInterval: Duration.minutes(16) }), /journalBufferInterval \(seconds\) is 960; it must be a whole number from 0 to 900/);
 });
@@ -151,7 +152,7 @@ test('#35: the delivery journal: deliver and dead-letter put to its stream only;
   const archiveWrites = writes.filter((s: { Resource: unknown }) => JSON.stringify(s.Resource).includes('archive/*'));
   assert.equal(archiveWrites.length, 1, JSON.stringify(writes));
   template.hasResourceProperties('AWS::S3::Bucket', {
-    LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Prefix: 'archive/', ExpirationInDays: 366 })]) },
+    LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Prefix: 'archive/', ExpirationInDays: 7 })]) },
   });
   template.hasResourceProperties('AWS::Glue::Table', {
     TableInput: Match.objectLike({
