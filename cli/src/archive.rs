@@ -4,10 +4,10 @@
 use anyhow::Context;
 use chrono::Utc;
 use clap::{Args, Subcommand};
-use gridrelay_adapters::aws::{S3ArchiveSource, load_sdk_config, s3_client};
+use gridrelay_adapters::aws::{S3ArchiveSource, S3ObjectStore, load_sdk_config, s3_client};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_ports::ArchiveSource;
-use gridrelay_shared::archive::{ArchivedEvent, archive_window};
+use gridrelay_shared::archive::{ARCHIVE_PREFIX, ArchivedEvent, kept_archive_window};
 use gridrelay_shared::journal::{format_time, parse_past_time};
 use gridrelay_shared::limits::validate_topic_name;
 use serde_json::{Value, json};
@@ -38,6 +38,35 @@ pub(super) struct ListArchived {
     top: u64,
 }
 
+/// How many days the installation keeps archives: the rule for `archive/` of its journal's
+/// `bucket` (the stacks' `ArchiveRetentionDays`). `None` where the bucket has no such rule, or
+/// (said on stderr) where the bucket is unknown or its rules cannot be read.
+pub(super) async fn archive_expiry(
+    sdk: &aws_config::SdkConfig,
+    bucket: Option<&str>,
+) -> Option<u16> {
+    let not_checked = "warning: not checked against how long the archives are kept";
+    let Some(bucket) = bucket else {
+        eprintln!(
+            "{not_checked}: set --journal-bucket or GRIDRELAY_JOURNAL_BUCKET to the stack's \
+             JournalBucketName output"
+        );
+        return None;
+    };
+    match S3ObjectStore::new(s3_client(sdk))
+        .expiration_days(bucket, ARCHIVE_PREFIX)
+        .await
+    {
+        Ok(days) => days,
+        Err(e) => {
+            eprintln!(
+                "{not_checked}: the lifecycle rules of bucket {bucket} could not be read: {e}"
+            );
+            None
+        }
+    }
+}
+
 /// `gridrelay archive list`.
 pub(super) async fn list_archived(
     args: ListArchived,
@@ -54,9 +83,16 @@ pub(super) async fn list_archived(
     };
     let store = open_store(tables).await;
     let topic = existing_topic(store.as_ref(), &args.topic_name).await?;
-    let window =
-        archive_window(start, end, now, topic.retention_days, topic.created_at).map_err(invalid)?;
     let sdk = load_sdk_config().await;
+    let kept = archive_expiry(&sdk, Some(bucket)).await;
+    let window = kept_archive_window(
+        (start, end),
+        now,
+        topic.retention_days,
+        topic.created_at,
+        kept,
+    )
+    .map_err(invalid)?;
     let read = S3ArchiveSource::new(s3_client(&sdk), bucket)
         .read_window(&topic.name, &window)
         .await

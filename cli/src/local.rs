@@ -56,6 +56,10 @@ pub(super) struct LocalArgs {
     /// their rate.
     #[arg(long, default_value_t = gridrelay_local::DEFAULT_REPLAY_CONCURRENCY as u16, value_parser = clap::value_parser!(u16).range(2..=1000))]
     replay_concurrency: u16,
+    /// Days the journal's bucket keeps topic archives (1 to 365; the stack's
+    /// ArchiveRetentionDays): the longest a topic's --retention-days may be.
+    #[arg(long, default_value_t = gridrelay_shared::archive::DEFAULT_ARCHIVE_EXPIRY_DAYS, value_parser = clap::value_parser!(u16).range(1..=365))]
+    archive_retention_days: u16,
 }
 
 /// `gridrelay local`: the system started, where it answers printed, and what it did printed
@@ -86,6 +90,7 @@ pub(super) async fn run_local(
             .map_err(invalid)?,
         allowed_networks: allowed_networks.clone(),
         journal: !args.no_journal,
+        archive_expiry_days: args.archive_retention_days,
         replay_concurrency: usize::from(args.replay_concurrency),
         ..RunnerConfig::default()
     };

@@ -361,6 +361,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 tables,
                 replays_table: beside(cli.replays_table.as_deref(), Beside::ReplaysTable)?,
                 archive_stream: beside(cli.archive_stream.as_deref(), Beside::ArchiveStream).ok(),
+                journal_bucket: beside(cli.journal_bucket.as_deref(), Beside::JournalBucket).ok(),
                 queues: own,
             };
             replay::run_replay(cmd, resources, cli.output).await

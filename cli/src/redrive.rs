@@ -164,10 +164,21 @@ async fn redrive_queue_command(
     // Handshake, expiry and replay steps parked with the deliveries go back to the control
     // queue, replays' deliveries to the replay queue.
     let (control_url, replay_url) = match kind {
-        QueueKind::Delivery => (
-            queues.control_url(&sqs).await?,
-            queues.replay_url(&sqs).await?,
-        ),
+        QueueKind::Delivery => {
+            // A stack made before the replay queue has none: its replays' deliveries travel
+            // on the delivery queue, as its deliver function sends them.
+            let replay_url = match queues.replay_url(&sqs).await {
+                Ok(url) => url,
+                Err(e) => {
+                    eprintln!(
+                        "note: replays' deliveries go back to the delivery queue: no replay \
+                         queue found ({e:#})"
+                    );
+                    to.clone()
+                }
+            };
+            (queues.control_url(&sqs).await?, replay_url)
+        }
         QueueKind::DeadLetter => (to.clone(), to.clone()),
     };
     let key = queues.key(&sdk).await?;

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use gridrelay_adapters::aws::{DynamoReplayStore, SqsQueue, buffering_interval, load_sdk_config};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_ports::{MessageQueue, OutgoingMessage, ReplayStore, StoreError};
-use gridrelay_shared::archive::archive_window;
+use gridrelay_shared::archive::kept_archive_window;
 use gridrelay_shared::journal::{format_time, parse_past_time};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use gridrelay_shared::message::DeliveryQueueMessage;
@@ -87,6 +87,8 @@ pub(super) struct ReplayResources<'a> {
     /// None where neither given nor found beside the delivery queue: `start` then waits the
     /// longest buffering interval.
     pub archive_stream: Option<String>,
+    /// The journal's bucket, where the archives' expiry is read; None where unknown.
+    pub journal_bucket: Option<String>,
     pub queues: OwnQueues<'a>,
 }
 
@@ -154,8 +156,15 @@ async fn start(
     };
     let store = open_store(resources.tables.clone()).await;
     let topic = existing_topic(store.as_ref(), &args.topic_name).await?;
-    let window =
-        archive_window(start, end, now, topic.retention_days, topic.created_at).map_err(invalid)?;
+    let kept = crate::archive::archive_expiry(sdk, resources.journal_bucket.as_deref()).await;
+    let window = kept_archive_window(
+        (start, end),
+        now,
+        topic.retention_days,
+        topic.created_at,
+        kept,
+    )
+    .map_err(invalid)?;
     let subscriptions = store
         .list_subscriptions(&topic.name)
         .await

@@ -4,12 +4,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use gridrelay_adapters::aws::{DynamoSubscriptionStore, S3ObjectStore, load_sdk_config, s3_client};
+use gridrelay_adapters::aws::{DynamoSubscriptionStore, load_sdk_config};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_ports::SubscriptionStore;
-use gridrelay_shared::archive::{
-    ARCHIVE_PREFIX, validate_retention_days, validate_retention_within,
-};
+use gridrelay_shared::archive::{validate_retention_days, validate_retention_within};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{Topic, parse_tags};
@@ -175,36 +173,16 @@ pub(super) async fn run_topic(
     topic_command(store.as_ref(), publish_url, output, cmd, new_topic).await
 }
 
-/// A topic's retention of `days` against how long the installation keeps archives: the rule
-/// for `archive/` of its journal's bucket (the stack's `ArchiveRetentionDays`). Unchecked,
-/// with a warning, when the bucket is unknown or its rules cannot be read; a bucket without
-/// the rule keeps archives for ever.
+/// A topic's retention of `days` against how long the installation keeps archives
+/// ([`crate::archive::archive_expiry`]); unchecked where that is unknown.
 async fn check_archive_expiry(days: u16, bucket: Option<&str>) -> anyhow::Result<()> {
     if days == 0 {
         return Ok(());
     }
-    let Some(bucket) = bucket else {
-        eprintln!(
-            "warning: the retention was not checked against how long the archives are kept: \
-             set --journal-bucket or GRIDRELAY_JOURNAL_BUCKET to the stack's JournalBucketName \
-             output"
-        );
-        return Ok(());
-    };
     let sdk = load_sdk_config().await;
-    match S3ObjectStore::new(s3_client(&sdk))
-        .expiration_days(bucket, ARCHIVE_PREFIX)
-        .await
-    {
-        Ok(Some(expiry)) => validate_retention_within(days, expiry).map_err(invalid),
-        Ok(None) => Ok(()),
-        Err(e) => {
-            eprintln!(
-                "warning: the retention was not checked against how long the archives are \
-                 kept: the lifecycle rules of bucket {bucket} could not be read: {e}"
-            );
-            Ok(())
-        }
+    match crate::archive::archive_expiry(&sdk, bucket).await {
+        Some(expiry) => validate_retention_within(days, expiry).map_err(invalid),
+        None => Ok(()),
     }
 }
 

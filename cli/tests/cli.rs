@@ -1610,10 +1610,12 @@ async fn the_journal_shows_each_attempt_of_an_event_and_where_it_stands_r1_s5() 
 /// they were fanned out (none of another topic's, none outside the window); a topic without a
 /// retention has no archive to list, and a retention, window start or end outside what is
 /// allowed is refused naming the flag's field, the value and the range (a retention longer
-/// than the installation keeps archives too: 7 days, its journal bucket's rule).
+/// than the installation keeps archives too: 7 days, its journal bucket's rule; and a window
+/// older than that rule, lowered below the topic's retention).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
-    let sys = TestSystem::start_with_own_journal(0.01).await;
+    // Archives kept 7 days, as a stack whose ArchiveRetentionDays is 7.
+    let sys = TestSystem::start_with_own_journal_and(0.01, |c| c.archive_expiry_days = 7).await;
     let names = Some(&sys.names);
     let created = json(&gridrelay(
         &["topic", "create", "--name", "kept", "--retention-days", "7"],
@@ -1754,6 +1756,22 @@ async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
             "{err}"
         );
     }
+    // The archives' expiry lowered below the topic's retention (a stack update): a window
+    // older than it is refused naming it, its objects being deleted.
+    gridrelay_adapters::aws::S3ObjectStore::new(gridrelay_adapters::aws::s3_client(&sys.sdk))
+        .set_expirations(
+            &sys.names.journal_bucket,
+            &[("ExpireArchive", "archive/", 3)],
+        )
+        .await
+        .expect("rule set");
+    let out = list(&["kept", "--start-time", "5d"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("startTime") && err.contains("keeps archives 3 days"),
+        "{err}"
+    );
     let updated = json(&gridrelay(
         &["topic", "update", "--name", "kept", "--retention-days", "1"],
         names,

@@ -54,7 +54,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::warn;
 
-pub use provision::{ResourceNames, Resources, provision};
+pub use provision::{ResourceNames, Resources, provision, provision_keeping};
 
 /// Descriptors kept beyond the instances' connections: the AWS clients, the listener, DNS.
 const SPARE_DESCRIPTORS: u64 = 256;
@@ -127,6 +127,9 @@ pub struct RunnerConfig {
     pub resolver: Arc<dyn AddressResolver>,
     /// Whether `deliver` writes the delivery journal (#35) to its stream, as the stack's does.
     pub journal: bool,
+    /// Days the journal's bucket keeps topic archives (its rule for `archive/`, the stacks'
+    /// `ArchiveRetentionDays`): the longest a topic's retention may be.
+    pub archive_expiry_days: u16,
 }
 
 impl RunnerConfig {
@@ -204,6 +207,7 @@ impl Default for RunnerConfig {
             allowed_networks: AllowedNetworks::loopback(),
             resolver: Arc::new(SystemResolver),
             journal: true,
+            archive_expiry_days: gridrelay_shared::archive::DEFAULT_ARCHIVE_EXPIRY_DAYS,
         }
     }
 }
@@ -352,9 +356,14 @@ impl LocalSystem {
         config: RunnerConfig,
     ) -> anyhow::Result<Self> {
         config.check()?;
-        let resources = provision(sdk, names, config.max_receive_count)
-            .await
-            .context("could not create or find the runner's queues, tables and bucket")?;
+        let resources = provision_keeping(
+            sdk,
+            names,
+            config.max_receive_count,
+            config.archive_expiry_days,
+        )
+        .await
+        .context("could not create or find the runner's queues, tables and bucket")?;
         let sqs = aws_sdk_sqs::Client::new(sdk);
         let store: Arc<dyn SubscriptionStore> = subscription_store(
             sdk,

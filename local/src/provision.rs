@@ -140,11 +140,23 @@ impl Resources {
     }
 }
 
-/// Creates whatever is missing; leaves what exists alone.
+/// Creates whatever is missing; leaves what exists alone. The journal's bucket keeps archives
+/// the stacks' default `ArchiveRetentionDays`.
 pub async fn provision(
     sdk: &SdkConfig,
     names: &ResourceNames,
     max_receive_count: u32,
+) -> anyhow::Result<Resources> {
+    provision_keeping(sdk, names, max_receive_count, DEFAULT_ARCHIVE_EXPIRY_DAYS).await
+}
+
+/// [`provision`], the journal's bucket keeping archives `archive_expiry_days` (its rule for
+/// `archive/`, set each time, as a stack update sets `ArchiveRetentionDays`).
+pub async fn provision_keeping(
+    sdk: &SdkConfig,
+    names: &ResourceNames,
+    max_receive_count: u32,
+    archive_expiry_days: u16,
 ) -> anyhow::Result<Resources> {
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     create_table(&dynamodb, &names.topics_table, &[("name", KeyType::Hash)]).await?;
@@ -223,14 +235,14 @@ pub async fn provision(
     let s3 = s3_client(sdk);
     create_bucket(&s3, &names.dead_letter_bucket).await?;
     create_bucket(&s3, &names.journal_bucket).await?;
-    // As the stacks' rules, at their defaults: the journal kept 7 days, the archives
-    // `ArchiveRetentionDays` (which `topic create --retention-days` is checked against).
+    // As the stacks' rules: the journal kept 7 days (their default), the archives
+    // `archive_expiry_days` (which `topic create --retention-days` is checked against).
     S3ObjectStore::new(s3.clone())
         .set_expirations(
             &names.journal_bucket,
             &[
                 ("ExpireJournal", JOURNAL_PREFIX, 7),
-                ("ExpireArchive", ARCHIVE_PREFIX, DEFAULT_ARCHIVE_EXPIRY_DAYS),
+                ("ExpireArchive", ARCHIVE_PREFIX, archive_expiry_days),
             ],
         )
         .await

@@ -52,9 +52,10 @@ pub fn validate_retention_days(days: i64) -> Result<u16, LimitError> {
     }
 }
 
-/// The archives' expiry a local installation's journal bucket gets (`gridrelay local`), as the
-/// stacks' `ArchiveRetentionDays` default.
-pub const DEFAULT_ARCHIVE_EXPIRY_DAYS: u16 = 7;
+/// The archives' expiry: the stacks' `ArchiveRetentionDays` default and `gridrelay local`'s.
+/// The longest retention, so a stack updated from before the setting loses nothing; lower it
+/// to what the topics need to store less.
+pub const DEFAULT_ARCHIVE_EXPIRY_DAYS: u16 = 365;
 
 /// Checks a topic's retention of `days` (already within 0 to 365) against the installation's
 /// archive expiry (`expiry_days`, the journal bucket's rule for `archive/`: the stacks'
@@ -232,6 +233,36 @@ pub fn archive_window(
     TimeWindow::new(start.max(created_at), end, "endTime")
 }
 
+/// [`archive_window`], within what the installation still keeps: where its archives' expiry
+/// (`kept_days`, the journal bucket's rule: the stacks' `ArchiveRetentionDays`) is shorter
+/// than the topic's retention (a retention set before the expiry was lowered), a start older
+/// than the expiry is refused naming it: those events' objects are deleted.
+pub fn kept_archive_window(
+    (start, end): (DateTime<Utc>, DateTime<Utc>),
+    now: DateTime<Utc>,
+    retention_days: u16,
+    created_at: DateTime<Utc>,
+    kept_days: Option<u16>,
+) -> Result<TimeWindow, LimitError> {
+    use crate::journal::format_time;
+    let window = archive_window(start, end, now, retention_days, created_at)?;
+    if let Some(kept) = kept_days.filter(|&kept| kept < retention_days) {
+        let earliest = now - Duration::days(i64::from(kept));
+        if start < earliest {
+            return Err(LimitError::new(
+                "startTime",
+                format_time(start),
+                format!(
+                    "{} or later (the topic keeps {retention_days} days, but this installation \
+                     keeps archives {kept} days: the stack's ArchiveRetentionDays)",
+                    format_time(earliest)
+                ),
+            ));
+        }
+    }
+    Ok(window)
+}
+
 /// The events of `topic` in `window`, in publish order (the order they were read in, for
 /// equal times), from events read from the window's hours.
 pub fn events_in_window(
@@ -364,6 +395,22 @@ mod tests {
         let e = archive_window(now - day, now - Duration::hours(2), now, 7, recreated).unwrap_err();
         assert_eq!(e.field, "endTime");
         assert!(e.allowed.contains("when the topic was created"), "{e}");
+
+        // Archives kept 3 days (the expiry lowered after the topic's 7 were set): a start 4 days
+        // back is refused naming the expiry; 2 days back is read; an expiry longer than the
+        // retention changes nothing.
+        let kept = |from, kept_days| {
+            kept_archive_window((now - day * from, now), now, 7, created, kept_days)
+        };
+        let e = kept(4, Some(3)).unwrap_err();
+        assert_eq!(e.field, "startTime");
+        assert!(e.allowed.contains("keeps archives 3 days"), "{e}");
+        assert!(kept(2, Some(3)).is_ok());
+        assert!(kept(7, Some(365)).is_ok());
+        assert!(kept(7, None).is_ok());
+        let e = kept(8, Some(365)).unwrap_err();
+        assert_eq!(e.field, "startTime");
+        assert!(e.allowed.contains("the topic keeps 7 days"), "{e}");
     }
 
     #[test]

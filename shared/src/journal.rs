@@ -1187,8 +1187,9 @@ mod tests {
     }
 
     /// #35: an event sent again (by a redrive or a replay) stands where its latest delivery
-    /// does: a dead-lettered event redriven and retrying is due for its retry, not dead-lettered;
-    /// a delivered event replayed is delivered again only once the replay's attempt succeeds.
+    /// does: a dead-lettered event redriven and retrying is due for its retry, not dead-lettered,
+    /// then delivered once the redrive's attempt succeeds; a delivered event replayed and
+    /// retrying is due for the replay's retry, not delivered.
     #[test]
     fn an_event_sent_again_stands_where_its_latest_delivery_does() {
         let id = "9b2f3c4e-5d6a-4b7c-8d9e-0f1a2b3c4d5e";

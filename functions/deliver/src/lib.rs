@@ -716,7 +716,12 @@ impl Deliver {
                 Some(name) if self.settings.replay_queue_name.as_deref() == Some(name) => {
                     Lane::Replay
                 }
-                Some(_) if self.settings.control_queue_name.is_some() => Lane::Delivery,
+                Some(_)
+                    if self.settings.control_queue_name.is_some()
+                        || self.settings.replay_queue_name.is_some() =>
+                {
+                    Lane::Delivery
+                }
                 _ => lanes[i],
             }
         };

@@ -92,7 +92,8 @@ export interface GridrelayProps {
   readonly journalRetention?: Duration;
   /** How long the topic archives are kept (#35), every topic's alike, in whole days from 1 to
    * 365: a topic's `--retention-days` may be at most this (the command line reads it from the
-   * journal bucket's rule). Default 7 days. docs/archive.md. */
+   * journal bucket's rule). Default 365 days (lower it to the longest retention your topics
+   * need, to store less). docs/archive.md. */
   readonly archiveRetention?: Duration;
   /** How long the journal's stream gathers entries before writing them (0 to 900 s): an attempt
    * can be read by `gridrelay event show` this long after it was made. Default 60 s. */
@@ -574,7 +575,7 @@ export function checkedSettings(props: GridrelayProps) {
   const ingestReserved = whole('ingestReservedConcurrency', props.ingestReservedConcurrency, 1, 10000);
   const configCacheSeconds = whole('configCacheSeconds', props.configCacheSeconds, 0, 300) ?? 10;
   const journalDays = whole('journalRetention (days)', props.journalRetention?.toDays({ integral: false }), 1, 365) ?? 7;
-  const archiveDays = whole('archiveRetention (days)', props.archiveRetention?.toDays({ integral: false }), 1, 365) ?? 7;
+  const archiveDays = whole('archiveRetention (days)', props.archiveRetention?.toDays({ integral: false }), 1, 365) ?? 365;
   const journalBufferSeconds = whole('journalBufferInterval (seconds)', props.journalBufferInterval?.toSeconds({ integral: false }), 0, 900) ?? 60;
   const allowedNetworks = props.allowedNetworks ?? [];
   for (const net of allowedNetworks) {

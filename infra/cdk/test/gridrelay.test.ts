@@ -152,7 +152,7 @@ test('#35: the delivery journal: deliver and dead-letter put to its stream only;
   const archiveWrites = writes.filter((s: { Resource: unknown }) => JSON.stringify(s.Resource).includes('archive/*'));
   assert.equal(archiveWrites.length, 1, JSON.stringify(writes));
   template.hasResourceProperties('AWS::S3::Bucket', {
-    LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Prefix: 'archive/', ExpirationInDays: 7 })]) },
+    LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Prefix: 'archive/', ExpirationInDays: 365 })]) },
   });
   template.hasResourceProperties('AWS::Glue::Table', {
     TableInput: Match.objectLike({

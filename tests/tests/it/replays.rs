@@ -321,14 +321,19 @@ async fn a_replays_backlog_never_delays_a_live_event() {
         },
     )
     .await;
-    assert!(
-        delivered < 30,
-        "the replay's backlog was still there: {delivered} of its 30 requests made"
-    );
-    let backlog = sys
-        .queue_depth(&sys.system.resources.replay_queue_url)
-        .await;
+    // Its backlog was still there: messages not yet received, which on one queue the live
+    // event would have waited behind.
+    let backlog = gridrelay_e2e::queue_counts(
+        &aws_sdk_sqs::Client::new(&sys.sdk),
+        &sys.system.resources.replay_queue_url,
+    )
+    .await
+    .expect("queue attributes");
+    assert!(backlog.visible > 0, "{backlog:?}");
     eprintln!(
-        "live event delivered with {delivered} of the replay's 30 requests made, {backlog} messages on the replay queue"
+        "live event delivered with {delivered} of the replay's 30 requests made, {} of its messages waiting",
+        backlog.visible
     );
+    // Not shut down: that would wait out the held requests' 30 s timeout and late answers (R4);
+    // the test's runtime ends the runner.
 }
