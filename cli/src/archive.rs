@@ -2,14 +2,15 @@
 //! read from the objects its stream wrote to S3: the events a replay of that window sends.
 
 use anyhow::Context;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use gridrelay_adapters::aws::{S3ArchiveSource, S3ObjectStore, load_sdk_config, s3_client};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_ports::ArchiveSource;
-use gridrelay_shared::archive::{ARCHIVE_PREFIX, ArchivedEvent, kept_archive_window};
+use gridrelay_shared::archive::{ARCHIVE_PREFIX, ArchivedEvent, TimeWindow, kept_archive_window};
 use gridrelay_shared::journal::{format_time, parse_past_time};
 use gridrelay_shared::limits::validate_topic_name;
+use gridrelay_shared::subscription::Topic;
 use serde_json::{Value, json};
 
 use crate::topic::{existing_topic, open_store};
@@ -67,6 +68,26 @@ pub(super) async fn archive_expiry(
     }
 }
 
+/// The window of `topic`'s archive asked for (`start` to `end`), checked against its retention,
+/// its creation and how long the installation keeps archives (read from `bucket`'s rule).
+pub(super) async fn topic_window(
+    sdk: &aws_config::SdkConfig,
+    bucket: Option<&str>,
+    topic: &Topic,
+    (start, end): (DateTime<Utc>, DateTime<Utc>),
+    now: DateTime<Utc>,
+) -> anyhow::Result<TimeWindow> {
+    let kept = archive_expiry(sdk, bucket).await;
+    kept_archive_window(
+        (start, end),
+        now,
+        topic.retention_days,
+        topic.created_at,
+        kept,
+    )
+    .map_err(invalid)
+}
+
 /// `gridrelay archive list`.
 pub(super) async fn list_archived(
     args: ListArchived,
@@ -84,15 +105,7 @@ pub(super) async fn list_archived(
     let store = open_store(tables).await;
     let topic = existing_topic(store.as_ref(), &args.topic_name).await?;
     let sdk = load_sdk_config().await;
-    let kept = archive_expiry(&sdk, Some(bucket)).await;
-    let window = kept_archive_window(
-        (start, end),
-        now,
-        topic.retention_days,
-        topic.created_at,
-        kept,
-    )
-    .map_err(invalid)?;
+    let window = topic_window(&sdk, Some(bucket), &topic, (start, end), now).await?;
     let read = S3ArchiveSource::new(s3_client(&sdk), bucket)
         .read_window(&topic.name, &window)
         .await

@@ -10,7 +10,6 @@ use clap::{Args, Subcommand};
 use gridrelay_adapters::aws::{DynamoReplayStore, SqsQueue, buffering_interval, load_sdk_config};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_ports::{MessageQueue, OutgoingMessage, ReplayStore, StoreError};
-use gridrelay_shared::archive::kept_archive_window;
 use gridrelay_shared::journal::{format_time, parse_past_time};
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use gridrelay_shared::message::DeliveryQueueMessage;
@@ -156,15 +155,8 @@ async fn start(
     };
     let store = open_store(resources.tables.clone()).await;
     let topic = existing_topic(store.as_ref(), &args.topic_name).await?;
-    let kept = crate::archive::archive_expiry(sdk, resources.journal_bucket.as_deref()).await;
-    let window = kept_archive_window(
-        (start, end),
-        now,
-        topic.retention_days,
-        topic.created_at,
-        kept,
-    )
-    .map_err(invalid)?;
+    let bucket = resources.journal_bucket.as_deref();
+    let window = crate::archive::topic_window(sdk, bucket, &topic, (start, end), now).await?;
     let subscriptions = store
         .list_subscriptions(&topic.name)
         .await
