@@ -146,7 +146,7 @@ fn life_table(life: &EventLife) -> String {
 }
 
 /// The columns of a step's row ([`step_row`]).
-const STEP_COLUMNS: [&str; 9] = [
+pub(crate) const STEP_COLUMNS: [&str; 9] = [
     "Subscription",
     "Time",
     "Step",
@@ -160,7 +160,7 @@ const STEP_COLUMNS: [&str; 9] = [
 
 /// A step as a row: subscription, time, step (an attempt's number), events, status, outcome,
 /// milliseconds, what came next, error.
-fn step_row(e: &JournalEntry) -> Vec<String> {
+pub(crate) fn step_row(e: &JournalEntry) -> Vec<String> {
     let (step, status, outcome, ms, next, error) = match &e.step {
         Step::Fanned {
             event_type,
@@ -258,8 +258,9 @@ fn next_text(next: &Next) -> String {
     }
 }
 
-fn standing_row(subscription: &str, standing: &Standing) -> Vec<String> {
-    let now = match standing {
+/// Where an event stands, for people.
+pub(crate) fn standing_text(standing: &Standing) -> String {
+    match standing {
         Standing::Waiting => "waiting for its first attempt".to_string(),
         Standing::Delivered { at } => format!("delivered at {}", format_time(*at)),
         Standing::RetryDue { at } => format!("retry due at {}", format_time(*at)),
@@ -269,7 +270,11 @@ fn standing_row(subscription: &str, standing: &Standing) -> Vec<String> {
         Standing::DeadLettering { reason } => format!("being dead-lettered ({reason})"),
         Standing::DeadLettered { location } => format!("dead-lettered to {location}"),
         Standing::Dropped { reason } => format!("dropped ({reason})"),
-    };
+    }
+}
+
+fn standing_row(subscription: &str, standing: &Standing) -> Vec<String> {
+    let now = standing_text(standing);
     vec![
         subscription.to_string(),
         String::new(),

@@ -60,6 +60,13 @@ pub(super) struct LocalArgs {
     /// ArchiveRetentionDays): the longest a topic's --retention-days may be.
     #[arg(long, default_value_t = gridrelay_shared::archive::DEFAULT_ARCHIVE_EXPIRY_DAYS, value_parser = clap::value_parser!(u16).range(1..=365))]
     archive_retention_days: u16,
+    /// Address of the operator console (#36; `gridrelay console` on this system): a loopback
+    /// address, port 0 for a free one. Its URL, with this run's token, is printed.
+    #[arg(long, default_value = "127.0.0.1:7072")]
+    console_listen: SocketAddr,
+    /// Start no console.
+    #[arg(long)]
+    no_console: bool,
 }
 
 /// `gridrelay local`: the system started, where it answers printed, and what it did printed
@@ -96,12 +103,19 @@ pub(super) async fn run_local(
     };
     // The settings first: an error names what is wrong before anything is tried.
     config.check().map_err(invalid)?;
+    crate::console::check_listen(args.console_listen)?;
     let config_cache = config.config_cache;
     let system = LocalSystem::start(&sdk, &names, config)
         .await
         .map_err(|e| not_started(e, sdk.endpoint_url()))?;
+    let console = if args.no_console {
+        None
+    } else {
+        console_on(&system, &names, args.console_listen).await
+    };
     print(&json!({
         "publishEndpoint": system.publish_endpoint("{topic}"),
+        "console": console.as_ref().map(|c| &c.url),
         "awsEndpoint": sdk.endpoint_url(),
         "timeScale": scale.factor(),
         "configCacheSeconds": config_cache.as_secs(),
@@ -116,8 +130,39 @@ pub(super) async fn run_local(
     }))?;
     wait_for_stop_signal().await;
     tracing::info!("stopping");
+    if let Some(console) = console {
+        console.served.abort();
+    }
     let stats = system.shutdown().await;
     print(&json!({ "stopped": stop_report(&stats) }))
+}
+
+/// The console over the local system; `None`, said on stderr, where it could not start (its
+/// port taken, say): the system runs without it.
+async fn console_on(
+    system: &LocalSystem,
+    names: &ResourceNames,
+    listen: SocketAddr,
+) -> Option<crate::console::Started> {
+    let resources = crate::console::ConsoleResources {
+        tables: gridrelay_adapters::config::TableNames {
+            topics: names.topics_table.clone(),
+            subscriptions: names.subscriptions_table.clone(),
+        },
+        delivery_state_table: names.delivery_state_table.clone(),
+        delivery_queue: system.resources.delivery_queue_url.clone(),
+        queue_key_secret: Some(names.queue_key_secret.clone()),
+        journal_bucket: names.journal_bucket.clone(),
+    };
+    match crate::console::start(listen, resources).await {
+        Ok(started) => Some(started),
+        Err(e) => {
+            eprintln!(
+                "note: the console did not start ({e:#}); give --console-listen another address"
+            );
+            None
+        }
+    }
 }
 
 /// Why `gridrelay local` did not start, first; where it is known that the AWS API did not
@@ -186,7 +231,7 @@ fn percentiles(h: &hdrhistogram::Histogram<u64>, counted: &str) -> serde_json::V
     })
 }
 
-async fn wait_for_stop_signal() {
+pub(crate) async fn wait_for_stop_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

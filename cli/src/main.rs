@@ -21,6 +21,7 @@ use gridrelay_shared::limits::LimitError;
 use gridrelay_shared::queue_seal::QueueKey;
 
 mod archive;
+mod console;
 mod journal;
 mod local;
 mod redrive;
@@ -166,6 +167,10 @@ enum Command {
     /// Send a window of a topic's archive again: start, show, list and cancel replays.
     #[command(subcommand)]
     Replay(replay::ReplayCommand),
+    /// Serve the operator console on 127.0.0.1: subscriptions at a glance, their attempts and
+    /// dead letters, and events' lives, in a browser. Prints the URL to open (it holds this
+    /// run's token).
+    Console(console::ConsoleArgs),
 }
 
 /// What `--output` prints.
@@ -341,6 +346,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         key_secret: cli.queue_key_secret.as_deref(),
     };
     match cli.command {
+        Command::Console(args) => {
+            let resources = console::ConsoleResources {
+                tables,
+                delivery_state_table: cli.delivery_state_table.clone(),
+                delivery_queue: cli.delivery_queue.clone(),
+                queue_key_secret: cli.queue_key_secret.clone(),
+                journal_bucket: journal::journal_bucket(
+                    cli.journal_bucket.as_deref(),
+                    &cli.delivery_queue,
+                )?,
+            };
+            console::run_console(args, resources).await
+        }
         Command::Local(args) => local::run_local(args, cli.allowed_networks.as_deref()).await,
         Command::Redrive(cmd) => redrive::redrive_command(cmd, tables, own).await,
         Command::Topic(cmd) => {

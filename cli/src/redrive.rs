@@ -67,6 +67,9 @@ pub(super) struct RedriveDeadLettersArgs {
     /// more.
     #[arg(long)]
     reason: Vec<String>,
+    /// Only the event with this `id`; repeat for more.
+    #[arg(long)]
+    event_id: Vec<String>,
     /// Report what would move; change nothing.
     #[arg(long)]
     dry_run: bool,
@@ -108,6 +111,7 @@ impl RedriveDeadLettersArgs {
             since,
             until,
             reasons: self.reason.clone(),
+            ids: self.event_id.clone(),
         })
     }
 }
@@ -247,6 +251,11 @@ async fn redrive_dead_letters_command(
             "moved": s.moved,
             "recordsLeft": s.left,
             "objectsOfOtherSubscriptions": s.objects_of_other_subscriptions,
+            "events": s.events.iter().map(|e| json!({
+                "id": e.id,
+                "deadLetterReason": e.reason,
+                "location": e.location,
+            })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     }))
 }

@@ -504,7 +504,7 @@ async fn command_queues(
 }
 
 /// The control queue of the commands that send nothing to it: a send is a bug, refused.
-struct NoControlQueue;
+pub(crate) struct NoControlQueue;
 
 #[async_trait::async_trait]
 impl MessageQueue for NoControlQueue {
@@ -533,17 +533,20 @@ impl NoControlQueue {
 }
 
 /// Where `show` reads how delivery goes: endpoint health and the delivery queue.
-struct StatusSources<'a> {
-    health: &'a dyn DeliveryStateStore,
-    sqs: &'a aws_sdk_sqs::Client,
-    delivery_queue: &'a str,
+pub(crate) struct StatusSources<'a> {
+    pub(crate) health: &'a dyn DeliveryStateStore,
+    pub(crate) sqs: &'a aws_sdk_sqs::Client,
+    pub(crate) delivery_queue: &'a str,
 }
 
 /// What `show` says of delivery to a subscription (#11 item 14): its endpoint's health (failures
 /// since the last success, delayed until, the last failure), its host's (#34 item 8) and the events in the delivery
 /// queue (for every subscription: per-subscription counts are not kept). What cannot be read
 /// is `null`, with a note on stderr; `show` still prints the subscription.
-async fn delivery_status(sources: &StatusSources<'_>, sub: &Subscription) -> serde_json::Value {
+pub(crate) async fn delivery_status(
+    sources: &StatusSources<'_>,
+    sub: &Subscription,
+) -> serde_json::Value {
     let health = match sources.health.endpoint_health(&sub.endpoint).await {
         Ok(h) => Some(h.value),
         Err(e) => {
@@ -579,7 +582,10 @@ async fn delivery_status(sources: &StatusSources<'_>, sub: &Subscription) -> ser
 }
 
 /// SQS's approximate counts of a queue's messages: waiting, delayed and being handled.
-async fn queue_counts(sqs: &aws_sdk_sqs::Client, queue: &str) -> anyhow::Result<view::QueueCounts> {
+pub(crate) async fn queue_counts(
+    sqs: &aws_sdk_sqs::Client,
+    queue: &str,
+) -> anyhow::Result<view::QueueCounts> {
     use aws_sdk_sqs::types::QueueAttributeName as A;
     let out = sqs
         .get_queue_attributes()

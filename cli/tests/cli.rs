@@ -14,6 +14,8 @@ use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
 use gridrelay_shared::subscription::SubscriptionRequest;
 use serde_json::Value;
 
+mod console;
+
 /// The command line; with `resources`, pointed at them as an operator's environment would.
 fn gridrelay(args: &[&str], resources: Option<&ResourceNames>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridrelay"));

@@ -6,7 +6,8 @@
 # delivered to the first, retried then delivered to the second, dead-lettered into S3 for the
 # third, and written to the queue as a message with routing attributes; ends with the event's life
 # as the delivery journal has it (`gridrelay event show`), and what the topic archived
-# (`gridrelay archive list`), sent again to one subscription (`gridrelay replay start`). Waits run 100 times
+# (`gridrelay archive list`), sent again to one subscription (`gridrelay replay start`), and the
+# operator console's overview showing the third failing (DEMO_HOLD=1 keeps it all running). Waits run 100 times
 # faster than real (GRIDRELAY_TIME_SCALE=0.01): the 5-minute dead-letter delay takes 3 seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -163,6 +164,31 @@ for _ in $(seq 1 50); do
 done
 grep "replayed by demo-replay" -A1 <<<"$life" || { echo "the journal does not show the replay; see .run/local.log" >&2; exit 1; }
 
+step "The operator console (#36): what the overview shows of broken"
+console=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["console"] or "")' .run/local.json)
+if [[ -n "$console" ]]; then
+  echo "open $console"
+  # The URL's token is exchanged for the console's cookie, as a browser does.
+  curl -sf -c .run/console.cookies -o /dev/null "$console"
+  base=${console%%/\?token=*}
+  for _ in $(seq 1 50); do
+    curl -sf -b .run/console.cookies "$base/" >.run/console.html || true
+    python3 - .run/console.html <<'PY' && break
+import re, sys
+page = open(sys.argv[1]).read()
+row = re.search(r'>broken</a>.*?</tr>', page, re.S)
+sys.exit(0 if row and 'Failing' in row.group(0) and '<strong>400</strong>' in row.group(0) else 1)
+PY
+    sleep 0.2
+  done
+  grep -q '<strong>400</strong>' .run/console.html || { echo "the console does not show broken failing; see .run/console.html" >&2; exit 1; }
+  echo "the overview shows broken as Failing, its last answer 400 (.run/console.html)"
+fi
+if [[ -n "${DEMO_HOLD:-}" ]]; then
+  echo "DEMO_HOLD is set: the system and its console run until you press Ctrl-C"
+  while sleep 3600; do :; done
+fi
+
 sleep 1
 step "Summary"
 echo "happy:  delivered on the first attempt"
@@ -173,4 +199,6 @@ echo "to-queue: one SQS message per event, its type, subject and id as message a
 echo "journal: every attempt and where each copy stands, from gridrelay event show"
 echo "archive: the topic keeps what it accepted for a day (--retention-days 1): gridrelay archive list"
 echo "replay:  the last hour sent again to happy, with a gridrelay-replay header: gridrelay replay start"
+echo "console: every subscription at a glance, attempts, dead letters and events in a browser;"
+echo "         DEMO_HOLD=1 make demo keeps it running to look at"
 echo "Logs: .run/local.log   Stopping."

@@ -38,6 +38,8 @@ infra/local/moto.sh start
 infra/local/localstack.sh start
 section "the Lambda bootstraps the bootstrap tests run (infra/deploy/build.sh)"
 BUILD_PROFILE=dev infra/deploy/build.sh
+section "the console's browser test parts (infra/local/browser.sh)"
+infra/local/browser.sh
 
 skip_args=()
 printf '\nskipped on LocalStack:\n' >&2

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make test`: installs what the tests need from the project's own files, then runs every check:
 #   - moto (the AWS emulator) and azure-eventgrid into .venv, started on a port of its own
+#   - Debian's Chromium and ChromeDriver, and axe-core, for the console's browser tests
 #   - format and lint (cargo fmt, cargo clippy -D warnings), and no I/O crate in the rules
 #     crate's or the ports crate's dependencies
 #   - the deployable functions (cargo lambda build, dev profile; tools into .venv-deploy)
@@ -50,6 +51,9 @@ section "deployment definitions"
 # Bundled for x86_64 in the dev profile: the builds just made (arm64's cross build in the release
 # profile is `make soak`'s).
 CDK_ARCHITECTURE=x86_64 CDK_BUILD_PROFILE=dev infra/deploy/check.sh
+
+section "browser test parts (Chromium, ChromeDriver, axe-core)"
+infra/local/browser.sh
 
 section "tests (unit, property, end-to-end)"
 # The end-to-end tests mostly wait (on scaled timers, moto, subscribers): six at a time instead

@@ -23,7 +23,8 @@ use crate::{
     StoreError, SubscriptionStore,
 };
 use gridrelay_shared::dead_letter::{
-    FieldNaming, object_hour, object_is_for, read_record, render_object, subscription_folder,
+    FieldNaming, ReadBack, object_hour, object_is_for, read_record, render_object,
+    subscription_folder,
 };
 use gridrelay_shared::message::{
     DeadLetterMessage, DeliveryHistory, DeliveryQueueMessage, Lane, QueuedEvent,
@@ -270,6 +271,20 @@ pub struct DeadLetterSelection {
     pub until: Option<DateTime<Utc>>,
     /// `deadLetterReason`s to take; empty: every reason.
     pub reasons: Vec<String>,
+    /// Only the events with these ids (#36: the ones picked in the console); empty: every
+    /// event.
+    pub ids: Vec<String>,
+}
+
+/// One dead-lettered event a redrive moves (in a dry run: would move).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetteredEvent {
+    /// Its `id`, where it has one.
+    pub id: Option<String>,
+    /// Its `deadLetterReason`.
+    pub reason: String,
+    /// The object it is in, `s3://bucket/key`.
+    pub location: String,
 }
 
 /// What a dead-letter redrive did for one subscription.
@@ -283,6 +298,8 @@ pub struct SubscriptionRedrive {
     pub objects_rewritten: usize,
     /// Events moved (in a dry run: that would move), per reason.
     pub moved: BTreeMap<String, usize>,
+    /// The events moved (in a dry run: that would move), each.
+    pub events: Vec<DeadLetteredEvent>,
     /// Records left in their objects: another reason, or unreadable.
     pub left: usize,
     /// Objects in the folder written for another subscription of the same name (or before
@@ -401,18 +418,18 @@ async fn redrive_subscription(
             done.left += 1;
             continue;
         };
+        let from = format!("s3://{}/{key}", destination.bucket);
         let mut moving = Vec::new();
         let mut keep = Vec::new();
         for record in records {
             match read_record(&record, naming) {
-                Ok(back)
-                    if selection.reasons.is_empty()
-                        || selection
-                            .reasons
-                            .iter()
-                            .any(|r| r.eq_ignore_ascii_case(&back.reason)) =>
-                {
-                    *done.moved.entry(back.reason).or_default() += 1;
+                Ok(back) if selection.takes(&back) => {
+                    *done.moved.entry(back.reason.clone()).or_default() += 1;
+                    done.events.push(DeadLetteredEvent {
+                        id: event_id(&back.event),
+                        reason: back.reason,
+                        location: from.clone(),
+                    });
                     moving.push(QueuedEvent::new(now, back.event));
                 }
                 _ => keep.push(record),
@@ -422,7 +439,6 @@ async fn redrive_subscription(
         if dry_run || moving.is_empty() {
             continue;
         }
-        let from = format!("s3://{}/{key}", destination.bucket);
         enqueue(delivery_queue, sub, &from, moving, now).await?;
         if keep.is_empty() {
             objects.delete(&destination.bucket, &key).await?;
@@ -435,6 +451,31 @@ async fn redrive_subscription(
         }
     }
     Ok(done)
+}
+
+impl DeadLetterSelection {
+    /// Whether a record read back is selected: its reason, and its id where ids are given.
+    fn takes(&self, back: &ReadBack) -> bool {
+        let reason = self.reasons.is_empty()
+            || self
+                .reasons
+                .iter()
+                .any(|r| r.eq_ignore_ascii_case(&back.reason));
+        let id =
+            self.ids.is_empty() || event_id(&back.event).is_some_and(|id| self.ids.contains(&id));
+        reason && id
+    }
+}
+
+/// An event's `id` (Event Grid's and CloudEvents' field), where it is a string.
+fn event_id(event: &RawValue) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: Option<String>,
+    }
+    serde_json::from_str::<Id>(event.get())
+        .ok()
+        .and_then(|e| e.id)
 }
 
 /// Enqueues events as new deliveries of `sub` (attempts and TTL start again).
@@ -644,6 +685,53 @@ mod tests {
         assert_eq!(sub.objects_of_other_subscriptions, 1);
         assert_eq!(w.objects.objects(), before);
         assert!(w.queue.sent().is_empty());
+    }
+
+    /// #36, L2: a redrive of the events picked by id moves those and leaves the rest of their
+    /// object; the dry run lists each event it would move, with its reason and object.
+    #[test]
+    fn a_redrive_by_id_moves_only_the_picked_events() {
+        let w = world();
+        let listed = redrive(&w, DeadLetterSelection::default(), true);
+        let mut ids: Vec<_> = listed.subscriptions[0]
+            .events
+            .iter()
+            .map(|e| {
+                (
+                    e.id.clone().unwrap(),
+                    e.reason.clone(),
+                    e.location.starts_with("s3://dead/dl/orders/audit/"),
+                )
+            })
+            .collect();
+        ids.sort();
+        assert_eq!(
+            ids,
+            [
+                ("a".into(), "MaxDeliveryAttemptsExceeded".into(), true),
+                ("b".into(), "TimeToLiveExceeded".into(), true),
+                ("c".into(), "MaxDeliveryAttemptsExceeded".into(), true),
+            ]
+        );
+        let report = redrive(
+            &w,
+            DeadLetterSelection {
+                ids: vec!["b".into()],
+                ..DeadLetterSelection::default()
+            },
+            false,
+        );
+        assert_eq!(report.events(), 1);
+        assert_eq!(queued_ids(&w), ["b"]);
+        // a stays in its object, c in its own.
+        let left = redrive(&w, DeadLetterSelection::default(), true);
+        let mut left: Vec<_> = left.subscriptions[0]
+            .events
+            .iter()
+            .filter_map(|e| e.id.clone())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["a", "c"]);
     }
 
     /// A subscription whose dead-letter bucket no longer exists is skipped, saying so; the

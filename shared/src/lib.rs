@@ -16,6 +16,7 @@
 //!
 //! Requirement IDs such as `R1` or `S3` are defined in `docs/delivery-rules.md`.
 
+pub mod activity;
 pub mod archive;
 pub mod batching;
 pub mod caps;

@@ -488,8 +488,24 @@ impl TestSystem {
         .await
     }
 
+    /// Stops the runner; a system with a journal of its own deletes its journal's and
+    /// archive's streams (what they wrote stays in the bucket), so the account's 50 streams
+    /// (moto's limit, as AWS's by default) last a whole test run.
     pub async fn shutdown(self) {
         self.system.shutdown().await;
+        if self.names.journal_stream != SHARED_JOURNAL {
+            let firehose = aws_sdk_firehose::Client::new(&self.sdk);
+            for stream in [&self.names.journal_stream, &self.names.archive_stream] {
+                if let Err(e) = firehose
+                    .delete_delivery_stream()
+                    .delivery_stream_name(stream)
+                    .send()
+                    .await
+                {
+                    eprintln!("note: stream {stream} was not deleted: {e:?}");
+                }
+            }
+        }
     }
 }
 

@@ -552,6 +552,7 @@ export class Gridrelay extends Construct {
     new CfnOutput(this, 'JournalStreamName', { value: this.journalStream.ref });
     new CfnOutput(this, 'ArchiveStreamName', { value: this.archiveStream.ref, description: "The topic archives' stream (#35); they are kept in JournalBucketName under archive/." });
     new CfnOutput(this, 'ReplaysTableName', { value: this.replaysTable.tableName, description: 'Set GRIDRELAY_REPLAYS_TABLE to it (`gridrelay replay` starts, reads and cancels replays there).' });
+    new CfnOutput(this, 'DeliveryStateTableName', { value: this.deliveryStateTable.tableName, description: 'Set GRIDRELAY_DELIVERY_STATE_TABLE to it (`event-subscription show` and `gridrelay console` read endpoint health there).' });
     new CfnOutput(this, 'JournalAthenaTable', { value: `${this.journalTable.databaseName}.journal`, description: 'The delivery journal as an Athena table (docs/journal.md has queries).' });
   }
 }

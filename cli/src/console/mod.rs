@@ -1,0 +1,331 @@
+//! `gridrelay console` (#36): an operator console on 127.0.0.1, served by this binary with the
+//! operator's own AWS credentials, against a deployed stack or `gridrelay local`.
+//!
+//! Pages: the overview (every topic's subscriptions, their state, counts, latency and last
+//! failure over the last hour), one subscription (its attempts, its dead letters with a redrive
+//! of the picked ones, its settings) and one event (found by id, its life as `event show`
+//! tells it). What the pages read and do goes through the command line's own code
+//! ([`sources`]); who may use them is [`guard`]'s to say.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::{Path, Query, RawForm, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use chrono::Utc;
+use clap::Args;
+use gridrelay_shared::journal::parse_since;
+use gridrelay_shared::limits::{validate_subscription_name, validate_topic_name};
+use serde::Deserialize;
+
+mod guard;
+mod pages;
+mod sources;
+
+pub(super) use sources::ConsoleResources;
+use sources::Sources;
+
+#[derive(Args)]
+pub(super) struct ConsoleArgs {
+    /// Address the console answers at: a loopback address (it acts with your AWS
+    /// credentials); port 0 picks a free one.
+    #[arg(long, default_value = "127.0.0.1:7072")]
+    pub(super) listen: SocketAddr,
+}
+
+/// What every handler shares.
+struct Console {
+    sources: Sources,
+    guard: guard::Guard,
+}
+
+type Shared = State<Arc<Console>>;
+
+/// A console started: its address and the URL that opens it (with the run's token).
+pub(super) struct Started {
+    pub(super) url: String,
+    pub(super) served: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the console on `listen` (loopback only) over `resources`.
+pub(super) async fn start(
+    listen: SocketAddr,
+    resources: ConsoleResources,
+) -> anyhow::Result<Started> {
+    check_listen(listen)?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("could not listen at {listen}"))?;
+    let addr = listener.local_addr()?;
+    let token = guard::Guard::new_token();
+    let guard = guard::Guard::new(&token, addr.port());
+    let console = Arc::new(Console {
+        sources: Sources::new(resources).await,
+        guard: guard.clone(),
+    });
+    let app = Router::new()
+        .route("/", get(overview))
+        .route(pages::STYLE_PATH, get(style))
+        .route("/subscriptions/{topic}/{name}", get(subscription))
+        .route(
+            "/subscriptions/{topic}/{name}/redrive",
+            axum::routing::post(redrive),
+        )
+        .route("/events", get(event))
+        .with_state(console)
+        .layer(axum::middleware::from_fn_with_state(guard, guard::guard));
+    let served = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the console stopped");
+        }
+    });
+    Ok(Started {
+        url: format!("http://127.0.0.1:{}/?token={token}", addr.port()),
+        served,
+    })
+}
+
+/// The console listens on loopback only: it acts with the operator's AWS credentials.
+pub(super) fn check_listen(listen: SocketAddr) -> anyhow::Result<()> {
+    if listen.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(crate::invalid(gridrelay_shared::limits::LimitError::new(
+        "listen",
+        listen.to_string(),
+        "a loopback address (127.0.0.1 or ::1): the console acts with your AWS credentials",
+    )))
+}
+
+/// `gridrelay console`: started, its URL printed, served until stopped.
+pub(super) async fn run_console(
+    args: ConsoleArgs,
+    resources: ConsoleResources,
+) -> anyhow::Result<()> {
+    let started = start(args.listen, resources).await?;
+    crate::print(&serde_json::json!({ "console": started.url }))?;
+    eprintln!("open {} (stop with Ctrl-C)", started.url);
+    tokio::select! {
+        _ = crate::local::wait_for_stop_signal() => {}
+        _ = started.served => {}
+    }
+    Ok(())
+}
+
+async fn style() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        pages::STYLE,
+    )
+        .into_response()
+}
+
+fn failed(status: StatusCode, title: &str, e: &anyhow::Error) -> Response {
+    (status, pages::failed(title, &format!("{e:#}"))).into_response()
+}
+
+async fn overview(State(console): Shared) -> Response {
+    match console.sources.overview(Utc::now()).await {
+        Ok(o) => pages::overview(&o).into_response(),
+        Err(e) => failed(StatusCode::BAD_GATEWAY, "Topics and subscriptions", &e),
+    }
+}
+
+#[derive(Deserialize)]
+struct AttemptQuery {
+    outcome: Option<String>,
+    since: Option<String>,
+}
+
+/// Attempts listed on a subscription's page at most.
+const ATTEMPTS_SHOWN: usize = 100;
+
+async fn subscription(
+    State(console): Shared,
+    Path((topic, name)): Path<(String, String)>,
+    Query(q): Query<AttemptQuery>,
+) -> Response {
+    let now = Utc::now();
+    let sub = match existing(&console, &topic, &name).await {
+        Ok(sub) => sub,
+        Err(response) => return response,
+    };
+    let filter = pages::AttemptFilter {
+        outcome: q.outcome.unwrap_or_else(|| "all".into()),
+        since: q.since.unwrap_or_else(|| "1h".into()),
+    };
+    let attempts = match parse_since(&filter.since, now) {
+        Err(e) => Err(format!("Since: {e}")),
+        Ok(since) => {
+            let (failed, succeeded) = (filter.outcome == "failed", filter.outcome == "succeeded");
+            console
+                .sources
+                .attempts(&topic, &name, since, failed, usize::MAX, now)
+                .await
+                .map(|all| {
+                    all.into_iter()
+                        .filter(|e| !succeeded || is_success(e))
+                        .take(ATTEMPTS_SHOWN)
+                        .collect::<Vec<_>>()
+                })
+                .map_err(|e| format!("{e:#}"))
+        }
+    };
+    let dead_letters = match console
+        .sources
+        .redrive(&topic, &name, Vec::new(), true)
+        .await
+    {
+        Ok(report) => Ok(report
+            .subscriptions
+            .into_iter()
+            .flat_map(|s| match s.skipped {
+                Some(why) if s.events.is_empty() => vec![Err(why)],
+                _ => s.events.into_iter().map(Ok).collect(),
+            })
+            .collect::<Result<Vec<_>, _>>()),
+        Err(e) => Err(format!("The dead letters could not be read: {e:#}")),
+    }
+    .and_then(|r| r.map_err(|why| format!("No redrive: {why}.")));
+    let mut settings = crate::view::subscription_view(&sub);
+    settings["deliveryStatus"] = console.sources.delivery_status(&sub).await;
+    let state = console.sources.state_of(&sub, now).await;
+    pages::subscription(&pages::SubscriptionPage {
+        sub: &sub,
+        state: &state,
+        settings: &settings,
+        filter: &filter,
+        attempts: attempts.as_deref().map_err(Clone::clone),
+        dead_letters: dead_letters.as_deref().map_err(Clone::clone),
+        token: console.guard.token(),
+    })
+    .into_response()
+}
+
+fn is_success(e: &gridrelay_shared::journal::JournalEntry) -> bool {
+    matches!(&e.step, gridrelay_shared::journal::Step::Attempt(a)
+        if a.outcome == gridrelay_shared::classify::DeliveryOutcome::Succeeded)
+}
+
+/// The subscription named in a page's path, or the page that says why not.
+async fn existing(
+    console: &Console,
+    topic: &str,
+    name: &str,
+) -> Result<gridrelay_shared::subscription::Subscription, Response> {
+    let title = "Subscription";
+    if let Err(e) = validate_topic_name(topic).and_then(|()| validate_subscription_name(name)) {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            pages::failed(title, &e.to_string()),
+        )
+            .into_response());
+    }
+    match console.sources.subscription(topic, name).await {
+        Ok(Some(sub)) => Ok(sub),
+        Ok(None) => Err((
+            StatusCode::NOT_FOUND,
+            pages::failed(
+                title,
+                &format!("Event subscription {name} on topic {topic} does not exist."),
+            ),
+        )
+            .into_response()),
+        Err(e) => Err(failed(StatusCode::BAD_GATEWAY, title, &e)),
+    }
+}
+
+/// `POST /subscriptions/{topic}/{name}/redrive`: the picked events (`id`), asked about first;
+/// redriven once `confirm=yes` comes with them.
+async fn redrive(
+    State(console): Shared,
+    Path((topic, name)): Path<(String, String)>,
+    RawForm(form): RawForm,
+) -> Response {
+    let mut token = None;
+    let mut ids = Vec::new();
+    let mut confirmed = false;
+    for (field, value) in url::form_urlencoded::parse(&form) {
+        match field.as_ref() {
+            "token" => token = Some(value.into_owned()),
+            "id" => ids.push(value.into_owned()),
+            "confirm" => confirmed = value == "yes",
+            _ => {}
+        }
+    }
+    // The cookie came with it (the guard checked); the form must carry the token too.
+    if !token.is_some_and(|t| console.guard.token_matches(&t)) {
+        return (
+            StatusCode::FORBIDDEN,
+            pages::refused(
+                StatusCode::FORBIDDEN,
+                "A change must carry this run's token in its form.",
+            ),
+        )
+            .into_response();
+    }
+    let sub = match existing(&console, &topic, &name).await {
+        Ok(sub) => sub,
+        Err(response) => return response,
+    };
+    if ids.is_empty() {
+        return pages::confirm_redrive(&sub, &[], console.guard.token()).into_response();
+    }
+    let title = "Redrive";
+    match console
+        .sources
+        .redrive(&topic, &name, ids, !confirmed)
+        .await
+    {
+        Ok(report) if !confirmed => {
+            let events: Vec<_> = report
+                .subscriptions
+                .into_iter()
+                .flat_map(|s| s.events)
+                .collect();
+            pages::confirm_redrive(&sub, &events, console.guard.token()).into_response()
+        }
+        Ok(report) => pages::redrive_done(&sub, &report).into_response(),
+        Err(e) => failed(StatusCode::BAD_GATEWAY, title, &e),
+    }
+}
+
+#[derive(Deserialize)]
+struct EventForm {
+    topic: Option<String>,
+    id: Option<String>,
+    since: Option<String>,
+}
+
+async fn event(State(console): Shared, Query(q): Query<EventForm>) -> Response {
+    let now = Utc::now();
+    let topics = match console.sources.topic_names().await {
+        Ok(t) => t,
+        Err(e) => return failed(StatusCode::BAD_GATEWAY, "Find an event", &e),
+    };
+    let query = pages::EventQuery {
+        topic: q
+            .topic
+            .or_else(|| topics.first().cloned())
+            .unwrap_or_default(),
+        id: q.id.unwrap_or_default(),
+        since: q.since.unwrap_or_else(|| "24h".into()),
+    };
+    let life = if query.id.is_empty() {
+        None
+    } else {
+        Some(match parse_since(&query.since, now) {
+            Err(e) => Err(format!("Since: {e}")),
+            Ok(since) => console
+                .sources
+                .event_life(&query.topic, &query.id, since, now)
+                .await
+                .map_err(|e| format!("{e:#}")),
+        })
+    };
+    pages::event(&query, &topics, life).into_response()
+}

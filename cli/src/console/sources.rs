@@ -1,0 +1,372 @@
+//! What the console reads and does, through the same code as the command line: the stores
+//! `event-subscription show` reads, the journal `event show` and `attempts` read, and the
+//! redrive `redrive dead-letters` runs.
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use gridrelay_adapters::aws::{
+    DynamoDeliveryStateStore, DynamoSubscriptionStore, S3JournalSource, S3ObjectStore, SqsQueue,
+    load_sdk_config, s3_client,
+};
+use gridrelay_adapters::config::TableNames;
+use gridrelay_ports::redrive::{
+    DeadLetterRedriveReport, DeadLetterSelection, redrive_dead_letters,
+};
+use gridrelay_ports::{DeliveryStateStore, JournalRead, JournalSource, SubscriptionStore};
+use gridrelay_shared::activity::{Activity, Window, activity};
+use gridrelay_shared::health::EndpointHealth;
+use gridrelay_shared::journal::{EventLife, JOURNAL_PREFIX, JournalEntry, latest_attempts};
+use gridrelay_shared::subscription::{Subscription, Topic};
+
+use crate::view::QueueCounts;
+use crate::{OwnQueues, delivery_queue_url, store_error};
+
+/// The installation the console looks at, as the global flags name it.
+pub(crate) struct ConsoleResources {
+    pub(crate) tables: TableNames,
+    pub(crate) delivery_state_table: String,
+    pub(crate) delivery_queue: String,
+    pub(crate) queue_key_secret: Option<String>,
+    pub(crate) journal_bucket: String,
+}
+
+/// The clients the console's pages read with.
+pub(in crate::console) struct Sources {
+    sdk: aws_config::SdkConfig,
+    store: DynamoSubscriptionStore,
+    health: DynamoDeliveryStateStore,
+    sqs: aws_sdk_sqs::Client,
+    journal: S3JournalSource,
+    objects: S3ObjectStore,
+    delivery_queue: String,
+    queue_key_secret: Option<String>,
+}
+
+/// Health records read at once for the overview.
+const HEALTH_READS_AT_ONCE: usize = 16;
+
+/// How delivery to a subscription goes, as the overview says it.
+#[derive(Debug, Clone, PartialEq)]
+pub(in crate::console) enum DeliveryState {
+    /// Its handshake has not succeeded: the provisioning state, and why.
+    NotProvisioned {
+        state: String,
+        detail: Option<String>,
+    },
+    Healthy,
+    /// Attempts have failed since the last success.
+    Failing {
+        failures: u32,
+    },
+    /// Deliveries wait until then (D1).
+    Delayed {
+        until: DateTime<Utc>,
+    },
+    /// The health record could not be read.
+    Unknown,
+}
+
+impl DeliveryState {
+    /// The state of a subscription whose health records (its endpoint's, its host's) are
+    /// these, at `now`: as `event-subscription show` says it.
+    pub(in crate::console) fn of(
+        sub: &Subscription,
+        endpoint: Option<&EndpointHealth>,
+        host: Option<&EndpointHealth>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        if !sub.delivers() {
+            return Self::NotProvisioned {
+                state: format!("{:?}", sub.provisioning.state),
+                detail: sub.provisioning.detail.clone(),
+            };
+        }
+        let Some(endpoint) = endpoint else {
+            return Self::Unknown;
+        };
+        // A host found hung holds every URL of it.
+        let until = [endpoint, host.unwrap_or(endpoint)]
+            .iter()
+            .filter_map(|h| h.delayed_until)
+            .filter(|t| *t > now)
+            .max();
+        match until {
+            Some(until) => Self::Delayed { until },
+            None if endpoint.is_healthy() => Self::Healthy,
+            None => Self::Failing {
+                failures: endpoint.consecutive_failures,
+            },
+        }
+    }
+
+    pub(in crate::console) fn label(&self) -> &'static str {
+        match self {
+            Self::NotProvisioned { .. } => "Not provisioned",
+            Self::Healthy => "Healthy",
+            Self::Failing { .. } => "Failing",
+            Self::Delayed { .. } => "Delayed",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+/// One subscription as the overview draws it.
+pub(in crate::console) struct SubscriptionRow {
+    pub(in crate::console) sub: Subscription,
+    pub(in crate::console) state: DeliveryState,
+    pub(in crate::console) health: Option<EndpointHealth>,
+    pub(in crate::console) activity: Activity,
+}
+
+/// Every topic with its subscriptions, and what the overview says of them.
+pub(in crate::console) struct Overview {
+    pub(in crate::console) window: Window,
+    pub(in crate::console) topics: Vec<(Topic, Vec<SubscriptionRow>)>,
+    pub(in crate::console) queue: Option<QueueCounts>,
+    /// Why the journal could not be read, if it could not.
+    pub(in crate::console) journal_error: Option<String>,
+    pub(in crate::console) skipped_lines: usize,
+}
+
+impl Sources {
+    pub(in crate::console) async fn new(resources: ConsoleResources) -> Self {
+        let sdk = load_sdk_config().await;
+        Self {
+            store: DynamoSubscriptionStore::from_sdk(&sdk, resources.tables),
+            health: DynamoDeliveryStateStore::from_sdk(&sdk, resources.delivery_state_table),
+            sqs: aws_sdk_sqs::Client::new(&sdk),
+            journal: S3JournalSource::new(
+                s3_client(&sdk),
+                &resources.journal_bucket,
+                JOURNAL_PREFIX,
+            ),
+            objects: S3ObjectStore::new(s3_client(&sdk)),
+            delivery_queue: resources.delivery_queue,
+            queue_key_secret: resources.queue_key_secret,
+            sdk,
+        }
+    }
+
+    /// What the journal holds from `since` to `now`.
+    pub(in crate::console) async fn journal(
+        &self,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<JournalRead> {
+        self.journal
+            .read_hours(since, now)
+            .await
+            .context("could not read the delivery journal")
+    }
+
+    /// The overview: every topic's subscriptions, their state and their last hour.
+    pub(in crate::console) async fn overview(
+        &self,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<Overview> {
+        let window = Window {
+            from: now - chrono::Duration::hours(1),
+            to: now,
+            slices: 12,
+        };
+        let mut topics = self.store.list_topics().await.map_err(store_error)?;
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        let (read, journal_error) = match self.journal(window.from, now).await {
+            Ok(read) => (read, None),
+            Err(e) => (JournalRead::default(), Some(format!("{e:#}"))),
+        };
+        let mut activities = activity(&read.entries, window);
+        let mut out = Vec::new();
+        for topic in topics {
+            let mut subs = self
+                .store
+                .list_subscriptions(&topic.name)
+                .await
+                .map_err(store_error)?;
+            subs.sort_by(|a, b| a.name.cmp(&b.name));
+            let endpoints: Vec<String> = subs.iter().map(|s| s.endpoint.clone()).collect();
+            let healths: Vec<_> = futures::stream::iter(endpoints)
+                .map(|endpoint| self.health_of(endpoint))
+                .buffered(HEALTH_READS_AT_ONCE)
+                .collect()
+                .await;
+            let rows = subs
+                .into_iter()
+                .zip(healths)
+                .map(|(sub, (endpoint, host))| {
+                    let activity = activities
+                        .remove(&(sub.topic.clone(), sub.name.clone()))
+                        .unwrap_or_else(|| Activity {
+                            slices: vec![Default::default(); window.slices],
+                            ..Activity::default()
+                        });
+                    SubscriptionRow {
+                        state: DeliveryState::of(&sub, endpoint.as_ref(), host.as_ref(), now),
+                        health: endpoint,
+                        sub,
+                        activity,
+                    }
+                })
+                .collect();
+            out.push((topic, rows));
+        }
+        let queue = crate::subscription::queue_counts(&self.sqs, &self.delivery_queue)
+            .await
+            .ok();
+        Ok(Overview {
+            window,
+            topics: out,
+            queue,
+            journal_error,
+            skipped_lines: read.skipped,
+        })
+    }
+
+    /// Every topic's name, in order.
+    pub(in crate::console) async fn topic_names(&self) -> anyhow::Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .store
+            .list_topics()
+            .await
+            .map_err(store_error)?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// The health records of a subscription's endpoint and of its host.
+    async fn health_of(
+        &self,
+        endpoint: String,
+    ) -> (Option<EndpointHealth>, Option<EndpointHealth>) {
+        let host = match gridrelay_shared::health::origin_health_key(&endpoint) {
+            Some(origin) => self.health.endpoint_health(&origin).await.ok(),
+            None => None,
+        };
+        let endpoint = self.health.endpoint_health(&endpoint).await.ok();
+        (endpoint.map(|h| h.value), host.map(|h| h.value))
+    }
+
+    /// One subscription, or `None` if it does not exist.
+    pub(in crate::console) async fn subscription(
+        &self,
+        topic: &str,
+        name: &str,
+    ) -> anyhow::Result<Option<Subscription>> {
+        self.store
+            .get_subscription(topic, name)
+            .await
+            .map_err(store_error)
+    }
+
+    /// `show`'s `deliveryStatus` of a subscription.
+    pub(in crate::console) async fn delivery_status(
+        &self,
+        sub: &Subscription,
+    ) -> serde_json::Value {
+        let status = crate::subscription::StatusSources {
+            health: &self.health,
+            sqs: &self.sqs,
+            delivery_queue: &self.delivery_queue,
+        };
+        crate::subscription::delivery_status(&status, sub).await
+    }
+
+    /// The health records behind a subscription's state.
+    pub(in crate::console) async fn state_of(
+        &self,
+        sub: &Subscription,
+        now: DateTime<Utc>,
+    ) -> DeliveryState {
+        let (endpoint, host) = self.health_of(sub.endpoint.clone()).await;
+        DeliveryState::of(sub, endpoint.as_ref(), host.as_ref(), now)
+    }
+
+    /// A subscription's attempts since `since`, newest first, as `event-subscription
+    /// attempts` lists them.
+    pub(in crate::console) async fn attempts(
+        &self,
+        topic: &str,
+        name: &str,
+        since: DateTime<Utc>,
+        failed: bool,
+        top: usize,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<Vec<JournalEntry>> {
+        let read = self.journal(since, now).await?;
+        Ok(
+            latest_attempts(&read.entries, topic, name, failed, usize::MAX)
+                .into_iter()
+                .filter(|e| e.time >= since)
+                .take(top)
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// An event's life, as `event show` tells it.
+    pub(in crate::console) async fn event_life(
+        &self,
+        topic: &str,
+        id: &str,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<EventLife> {
+        let read = self.journal(since, now).await?;
+        Ok(EventLife::of(topic, id, &read.entries))
+    }
+
+    /// `redrive dead-letters` of one subscription (`ids`: only those events; a dry run lists
+    /// what is there).
+    pub(in crate::console) async fn redrive(
+        &self,
+        topic: &str,
+        name: &str,
+        ids: Vec<String>,
+        dry_run: bool,
+    ) -> anyhow::Result<DeadLetterRedriveReport> {
+        let selection = DeadLetterSelection {
+            topic: topic.to_string(),
+            subscription: Some(name.to_string()),
+            ids,
+            ..DeadLetterSelection::default()
+        };
+        let queues = OwnQueues {
+            delivery: &self.delivery_queue,
+            control: None,
+            replay: None,
+            key_secret: self.queue_key_secret.as_deref(),
+        };
+        // A dry run sends nothing: no key is needed for it.
+        let report = if dry_run {
+            redrive_dead_letters(
+                &self.store,
+                &self.objects,
+                &crate::subscription::NoControlQueue,
+                &selection,
+                true,
+                Utc::now(),
+            )
+            .await?
+        } else {
+            let queue = SqsQueue::new(
+                self.sqs.clone(),
+                delivery_queue_url(&self.sqs, &self.delivery_queue).await?,
+                queues.key(&self.sdk).await?,
+            );
+            redrive_dead_letters(
+                &self.store,
+                &self.objects,
+                &queue,
+                &selection,
+                false,
+                Utc::now(),
+            )
+            .await?
+        };
+        Ok(report)
+    }
+}

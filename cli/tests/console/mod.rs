@@ -1,0 +1,391 @@
+//! `gridrelay console` (#36) over HTTP, as a browser uses it: the binary run against a local
+//! system on the emulator, its pages fetched with the cookie its URL's token is exchanged for.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
+
+mod browser;
+use gridrelay_local::ResourceNames;
+use gridrelay_shared::subscription::SubscriptionRequest;
+use reqwest::StatusCode;
+use reqwest::header::{COOKIE, HOST, LOCATION, ORIGIN, SET_COOKIE};
+
+/// A console started with `gridrelay console --listen 127.0.0.1:0`, stopped when dropped.
+pub struct Console {
+    child: Child,
+    /// The URL it printed, with its token.
+    pub url: String,
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    pub token: String,
+    client: reqwest::Client,
+}
+
+impl Console {
+    pub fn start(names: &ResourceNames) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gridrelay"))
+            .args(["console", "--listen", "127.0.0.1:0"])
+            .envs(names.cli_env())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("gridrelay console runs");
+        let stdout = child.stdout.take().expect("its stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let url = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let (_, rest) = line.split_once(r#""console": ""#)?;
+                Some(rest.trim_end_matches('"').to_string())
+            })
+            .expect("it prints its URL");
+        // The rest of what it prints is read too: a closed pipe would end it.
+        std::thread::spawn(move || lines.for_each(drop));
+        let (base, token) = url.split_once("/?token=").expect("a URL with a token");
+        Self {
+            base: base.to_string(),
+            token: token.to_string(),
+            url: url.clone(),
+            child,
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// The cookie its URL's token is exchanged for.
+    pub async fn sign_in(&self) -> String {
+        let r = self.client.get(&self.url).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        assert_eq!(r.headers()[LOCATION], "/");
+        let cookie = r.headers()[SET_COOKIE].to_str().unwrap().to_string();
+        assert!(cookie.contains("HttpOnly"), "{cookie}");
+        assert!(cookie.contains("SameSite=Strict"), "{cookie}");
+        cookie.split(';').next().unwrap().to_string()
+    }
+
+    /// GET `path` with `cookie`: status and body.
+    pub async fn get(&self, path: &str, cookie: Option<&str>) -> (StatusCode, String) {
+        let mut request = self.client.get(format!("{}{path}", self.base));
+        if let Some(cookie) = cookie {
+            request = request.header(COOKIE, cookie);
+        }
+        let r = request.send().await.unwrap();
+        (r.status(), r.text().await.unwrap())
+    }
+
+    /// POST a form to `path` with `cookie` and the extra headers.
+    pub async fn post(
+        &self,
+        path: &str,
+        cookie: Option<&str>,
+        headers: &[(reqwest::header::HeaderName, &str)],
+        form: &[(&str, &str)],
+    ) -> (StatusCode, String) {
+        let body = form
+            .iter()
+            .map(|(k, v)| format!("{k}={}", url_encode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        if let Some(cookie) = cookie {
+            request = request.header(COOKIE, cookie);
+        }
+        for (name, value) in headers {
+            request = request.header(name, *value);
+        }
+        let r = request.send().await.unwrap();
+        (r.status(), r.text().await.unwrap())
+    }
+}
+
+fn url_encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// #36, L2, L3, D1: the console, as an operator uses it. Without the token printed in its URL
+/// nothing is shown (401), and a request naming another host is refused (403: DNS rebinding);
+/// the token is exchanged for an HttpOnly cookie. The overview shows a subscription whose
+/// endpoint answers 503 as Failing with that status, beside a healthy one, with their counts.
+/// The failing subscription's page lists its attempt and its dead-lettered event; a redrive of
+/// it without the form's token, or from another origin, is refused and moves nothing; with
+/// them it asks first (nothing moves), and once confirmed the event reaches the endpoint,
+/// which now answers 200. The event is found by id, its life showing the dead letter and the
+/// redrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_letters_l2_l3() {
+    let sys = TestSystem::start_with_own_journal(0.01).await;
+    let (failing, _healthy) = failing_and_healthy(&sys).await;
+
+    let console = Console::start(&sys.names);
+    // Nothing without the token; nothing for another host, whatever it carries.
+    assert_eq!(console.get("/", None).await.0, StatusCode::UNAUTHORIZED);
+    let cookie = console.sign_in().await;
+    let rebound = console
+        .client
+        .get(format!("{}/", console.base))
+        .header(HOST, "attacker.example:80")
+        .header(COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), StatusCode::FORBIDDEN);
+
+    // The overview: audit Failing with its 503, ledger Healthy; the journal's counts.
+    let page = eventually(
+        Duration::from_secs(15),
+        "both dead letters journaled",
+        || async {
+            let (status, page) = console.get("/", Some(&cookie)).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            (row(&page, "audit").contains(COUNTS_0_2_2) && row(&page, "ledger").contains("Healthy"))
+                .then_some(page)
+        },
+    )
+    .await;
+    let audit = row(&page, "audit");
+    assert!(audit.contains("Failing"), "{audit}");
+    assert!(audit.contains("<strong>503</strong> Busy"), "{audit}");
+    assert!(audit.contains("0 delivered and 2 failed"), "{audit}");
+    let ledger = row(&page, "ledger");
+    assert!(ledger.contains("2 delivered and 0 failed"), "{ledger}");
+    assert!(!ledger.contains("Failing"), "{ledger}");
+
+    // The subscription's page: its attempt (503) and its dead letters.
+    let path = "/subscriptions/consoled/audit";
+    let (status, page) = console.get(path, Some(&cookie)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("<td>503</td>"), "{page}");
+    assert!(page.contains(r#"name="id" value="c-0""#), "{page}");
+    assert!(page.contains(r#"name="id" value="c-1""#), "{page}");
+    let (_, failed_only) = console
+        .get(&format!("{path}?outcome=succeeded&since=1h"), Some(&cookie))
+        .await;
+    assert!(
+        failed_only.contains("No attempts in this window."),
+        "{failed_only}"
+    );
+
+    // A change without the form's token, without the cookie, or from another origin: refused.
+    let redrive = format!("{path}/redrive");
+    let pick = [("id", "c-0"), ("confirm", "yes")];
+    let with_token = [
+        ("token", console.token.as_str()),
+        ("id", "c-0"),
+        ("confirm", "yes"),
+    ];
+    assert_eq!(
+        console.post(&redrive, Some(&cookie), &[], &pick).await.0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        console.post(&redrive, None, &[], &with_token).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        console
+            .post(
+                &redrive,
+                Some(&cookie),
+                &[(ORIGIN, "https://attacker.example")],
+                &with_token
+            )
+            .await
+            .0,
+        StatusCode::FORBIDDEN
+    );
+    // Asked first: nothing moves.
+    failing.answer_path("/hook", Reply::Status(200));
+    let (status, ask) = console
+        .post(
+            &redrive,
+            Some(&cookie),
+            &[(ORIGIN, &console.base)],
+            &[("token", &console.token), ("id", "c-0")],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{ask}");
+    assert!(ask.contains("Yes, redrive 1 events"), "{ask}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(failing.event_count(), 2, "asking moved nothing");
+
+    // Confirmed: c-0, and only it, reaches the endpoint.
+    let (status, done) = console
+        .post(
+            &redrive,
+            Some(&cookie),
+            &[(ORIGIN, &console.base)],
+            &with_token,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(done.contains("1 events went back into delivery."), "{done}");
+    let received = failing.wait_for_requests(3, Duration::from_secs(15)).await;
+    let ids = received.last().unwrap().ids();
+    assert_eq!(ids, ["c-0"]);
+    let (_, page) = console.get(path, Some(&cookie)).await;
+    assert!(!page.contains(r#"value="c-0""#), "{page}");
+    assert!(page.contains(r#"value="c-1""#), "{page}");
+
+    // The event, found by id: dead-lettered, then redriven and delivered.
+    let found = eventually(Duration::from_secs(15), "the redrive journaled", || async {
+        let (status, page) = console
+            .get("/events?topic=consoled&id=c-0&since=1h", Some(&cookie))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        page.contains("delivered at").then_some(page)
+    })
+    .await;
+    assert!(found.contains("dead-lettered"), "{found}");
+    assert!(found.contains("redriven from s3://"), "{found}");
+    let (_, unknown) = console
+        .get("/events?topic=consoled&id=nope&since=1h", Some(&cookie))
+        .await;
+    assert!(unknown.contains("No journal entry of event"), "{unknown}");
+    drop(console);
+    sys.shutdown().await;
+}
+
+/// Topic `consoled` with subscription `audit`, whose endpoint answers 503 (one attempt, then
+/// dead-lettered: L3), and `ledger`, whose endpoint answers 200; events c-0 and c-1 published
+/// to both, dead-lettered for audit and delivered to ledger.
+async fn failing_and_healthy(sys: &TestSystem) -> (Subscriber, Subscriber) {
+    let topic = sys.topic("consoled").await;
+    let failing = Subscriber::start(vec![], Reply::Status(503)).await;
+    let healthy = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(SubscriptionRequest {
+        dead_letter_destination: Some(sys.dead_letter_url("consoled")),
+        max_delivery_attempts: Some(1),
+        ..subscription("consoled", "audit", &failing.url)
+    })
+    .await;
+    sys.subscribe(subscription("consoled", "ledger", &healthy.url))
+        .await;
+    sys.publish(&topic, &events("c", 2)).await;
+    sys.wait_for_dead_letters("consoled/", Duration::from_secs(30))
+        .await;
+    healthy.wait_for_requests(1, Duration::from_secs(10)).await;
+    (failing, healthy)
+}
+
+/// #36, L2, L3: the console in Chromium, as an operator clicks through it, each page passing
+/// axe-core's WCAG 2.1 AA checks and kept as a screenshot: the overview shows audit Failing
+/// with its 503; the first Tab reaches the skip link; audit's page lists its attempt; the
+/// dead-lettered c-0, ticked and redriven (asked first), reaches the endpoint; c-0, searched
+/// for with the keyboard, shows its life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l3() {
+    use fantoccini::key::Key;
+    let sys = TestSystem::start_with_own_journal(0.01).await;
+    let (failing, _healthy) = failing_and_healthy(&sys).await;
+    let console = Console::start(&sys.names);
+    let browser = browser::Browser::start().await;
+
+    // The printed URL signs the browser in and lands on the overview.
+    browser.open(&console.url).await;
+    assert_eq!(browser.client.current_url().await.unwrap().path(), "/");
+    let overview = eventually(Duration::from_secs(15), "audit's row complete", || async {
+        browser.open(&format!("{}/", console.base)).await;
+        let page = browser.client.source().await.unwrap();
+        row(&page, "audit").contains(COUNTS_0_2_2).then_some(page)
+    })
+    .await;
+    let audit = row(&overview, "audit");
+    assert!(
+        audit.contains("Failing") && audit.contains("<strong>503</strong>"),
+        "{audit}"
+    );
+    browser.check_page("overview").await;
+    assert_eq!(browser.press(Key::Tab, 1).await, "Skip to the content");
+
+    browser
+        .click(r#"a[href="/subscriptions/consoled/audit"]"#)
+        .await;
+    let text = browser.text().await;
+    assert!(
+        text.contains("Subscription audit of topic consoled"),
+        "{text}"
+    );
+    assert!(text.contains("503"), "{text}");
+    browser.check_page("subscription").await;
+
+    // Tick c-0, ask, confirm.
+    browser.click(r#"input[name="id"][value="c-0"]"#).await;
+    browser
+        .click(r#"form[action$="/redrive"] button[type="submit"]"#)
+        .await;
+    let text = browser.text().await;
+    assert!(text.contains("Yes, redrive 1 events"), "{text}");
+    browser.check_page("redrive-confirm").await;
+    failing.answer_path("/hook", Reply::Status(200));
+    browser
+        .click(r#"form[action$="/redrive"] button[type="submit"]"#)
+        .await;
+    let text = browser.text().await;
+    assert!(text.contains("1 events went back into delivery."), "{text}");
+    browser.check_page("redrive-done").await;
+    let received = failing.wait_for_requests(3, Duration::from_secs(15)).await;
+    assert_eq!(received.last().unwrap().ids(), ["c-0"]);
+
+    // Find c-0 with the keyboard: its id typed, Enter.
+    let life = eventually(Duration::from_secs(15), "c-0 delivered again", || async {
+        browser.click(r#"nav a[href="/events"]"#).await;
+        let id = browser
+            .client
+            .find(fantoccini::Locator::Id("id"))
+            .await
+            .unwrap();
+        id.click().await.unwrap();
+        id.send_keys("c-0").await.unwrap();
+        browser.press(Key::Enter, 1).await;
+        browser
+            .client
+            .wait()
+            .for_element(fantoccini::Locator::Css("main"))
+            .await
+            .unwrap();
+        let text = browser.text().await;
+        text.contains("delivered at").then_some(text)
+    })
+    .await;
+    assert!(life.contains("redriven from s3://"), "{life}");
+    browser.check_page("event").await;
+    browser.end().await;
+    drop(console);
+    sys.shutdown().await;
+}
+
+/// Delivered 0, failed 2, dead-lettered 2, as the overview's cells.
+const COUNTS_0_2_2: &str = r#"<td class="num">0</td><td class="num">2</td><td class="num">2</td>"#;
+
+/// The overview's row of subscription `name`.
+fn row<'a>(page: &'a str, name: &str) -> &'a str {
+    let start = page
+        .find(&format!(">{name}</a>"))
+        .unwrap_or_else(|| panic!("no row of {name}: {page}"));
+    let end = page[start..]
+        .find("</tr>")
+        .map_or(page.len(), |e| start + e);
+    &page[start..end]
+}

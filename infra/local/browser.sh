@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# What the console's browser tests (cli/tests/console/browser.rs) drive and load, installed from
+# the project's own files: Debian's Chromium and ChromeDriver (apt, where missing) and axe-core,
+# the accessibility checker (npm, pinned in tests/browser/package-lock.json).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo=sudo
+  echo "installing Debian's chromium and chromium-driver" >&2
+  # A fresh machine may have no package lists yet: read them once if the install cannot start.
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null \
+    || { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+fi
+npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
