@@ -108,6 +108,7 @@ impl Runner {
         let mut cmd = Command::new(&binary);
         cmd.args([
             "local",
+            "--no-console",
             "--listen",
             &listen.to_string(),
             "--prefix",

@@ -12,6 +12,8 @@
 //! - `memory-size` and `batch-size`: `deliver`'s billed time per warm invocation under the CPU
 //!   share Lambda gives a memory size, for each size and for each event-source batch size: what
 //!   the template's defaults were chosen by.
+//! - `console`: the operator console's overview with 1 and with 500 subscriptions (goal:
+//!   under a second).
 //! - `sink`: the subscriber they use, in a process of its own.
 //!
 //! Figures are printed beside their baselines from the same run: these machines are noisy, so
@@ -27,6 +29,7 @@ use serde_json::value::RawValue;
 mod aws_calls;
 mod batch_size;
 mod cold_start;
+mod console;
 mod cost;
 mod e2e;
 mod engine;
@@ -107,6 +110,16 @@ enum Bench {
     /// messages under a 256 MB function's CPU share (needs root, cgroup v1, AWS_ENDPOINT_URL and
     /// infra/deploy/build.sh).
     BatchSize,
+    /// The operator console's overview (#36): its time with one subscription and with
+    /// `--subscriptions`, each with an hour of journal (needs AWS_ENDPOINT_URL and a built
+    /// `gridrelay`).
+    Console {
+        #[arg(long, default_value_t = 500)]
+        subscriptions: usize,
+        /// The `gridrelay` binary (default: beside this one).
+        #[arg(long)]
+        gridrelay: Option<PathBuf>,
+    },
     /// A counting subscriber; prints its hook URL, then serves until killed.
     Sink {
         #[arg(long, default_value_t = 0)]
@@ -136,6 +149,10 @@ async fn main() -> anyhow::Result<()> {
         Bench::ColdStart { events } => cold_start::run(events).await,
         Bench::MemorySize { events } => memory_size::run(events).await,
         Bench::BatchSize => batch_size::run().await,
+        Bench::Console {
+            subscriptions,
+            gridrelay,
+        } => console::run(&gridrelay_binary(gridrelay)?, subscriptions).await,
         Bench::Latency {
             rate,
             seconds,

@@ -103,7 +103,7 @@ pub(super) async fn run_local(
     };
     // The settings first: an error names what is wrong before anything is tried.
     config.check().map_err(invalid)?;
-    crate::console::check_listen(args.console_listen)?;
+    crate::console::check_listen(args.console_listen, "--console-listen")?;
     let config_cache = config.config_cache;
     let system = LocalSystem::start(&sdk, &names, config)
         .await

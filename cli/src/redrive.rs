@@ -112,6 +112,7 @@ impl RedriveDeadLettersArgs {
             until,
             reasons: self.reason.clone(),
             ids: self.event_id.clone(),
+            records: Vec::new(),
         })
     }
 }

@@ -472,6 +472,7 @@ impl LocalProcess {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridrelay"));
         cmd.args([
             "local",
+            "--no-console",
             "--listen",
             &self.listen.to_string(),
             "--prefix",

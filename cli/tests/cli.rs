@@ -533,6 +533,7 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
 /// `gridrelay local` stopped with SIGTERM (as `kill` or a service manager stops it) shuts down
 /// and prints what it did: each function's invocations and the milliseconds Lambda would bill
 /// for them (each invocation rounded up to a whole millisecond, so never fewer than one each).
+/// Started, it printed the URL of the console it runs (#36).
 #[test]
 fn local_prints_invocations_and_billed_time_when_it_stops() {
     use std::io::Read;
@@ -550,6 +551,8 @@ fn local_prints_invocations_and_billed_time_when_it_stops() {
             &listen.to_string(),
             "--prefix",
             &prefix,
+            "--console-listen",
+            "127.0.0.1:0",
         ])
         .envs(ResourceNames::with_prefix(&prefix).cli_env())
         .env("RUST_LOG", "warn")
@@ -592,9 +595,21 @@ fn local_prints_invocations_and_billed_time_when_it_stops() {
         .expect("stdout")
         .read_to_string(&mut out)
         .expect("stdout read");
-    let report = serde_json::Deserializer::from_str(&out)
+    let printed: Vec<Value> = serde_json::Deserializer::from_str(&out)
         .into_iter::<Value>()
         .filter_map(Result::ok)
+        .collect();
+    // #36: it started a console and printed the URL that opens it.
+    let console = printed
+        .iter()
+        .find_map(|v| v.get("console").and_then(Value::as_str))
+        .unwrap_or_else(|| panic!("no console URL in {out}"));
+    assert!(
+        console.starts_with("http://127.0.0.1:") && console.contains("/?token="),
+        "{console}"
+    );
+    let report = printed
+        .iter()
         .find_map(|v| v.get("stopped").cloned())
         .unwrap_or_else(|| panic!("no stop report in {out}"));
     assert_eq!(report["ingest"]["invocations"], 3, "{report}");

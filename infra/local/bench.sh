@@ -17,6 +17,8 @@
 #     infra/local/localstack.sh)
 #   - memory size: deliver's billed time per warm batch under the CPU share Lambda gives each
 #     memory size (a cgroup CPU quota; needs root), priced per million events
+#   - console: the operator console's overview (#36) with 1 and with 500 subscriptions, each
+#     with an hour of journal, on moto
 #   - batch size: deliver's billed time per warm invocation of 1 to 1,000 messages at 256 MB's
 #     CPU share, priced per million events (why the event source hands 10 with no window)
 # Sizes: BENCH_ENGINE_EVENTS, BENCH_E2E_EVENTS, BENCH_COST_EVENTS (environment).
@@ -78,6 +80,10 @@ else
   printf '\n== neighbour of a replay (#35)\n'
   target/release/gridrelay-bench latency --gridrelay target/release/gridrelay --replay 30000 --replay-rate 100
 fi
+
+# #36: the console's overview with 1 and with 500 subscriptions, an hour of journal each.
+printf '\n== console\n'
+target/release/gridrelay-bench console --gridrelay target/release/gridrelay
 
 printf '\n== end to end\n'
 target/release/gridrelay-bench e2e --events "$e2e_events" --cost-events "$cost_events" \

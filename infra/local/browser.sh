@@ -7,6 +7,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  command -v apt-get >/dev/null || {
+    echo "the console's browser tests need chromium and chromedriver on PATH; this script installs Debian's packages with apt, which is not here: install them another way" >&2
+    exit 1
+  }
   sudo=""
   [[ $(id -u) -eq 0 ]] || sudo=sudo
   echo "installing Debian's chromium and chromium-driver" >&2

@@ -117,6 +117,18 @@ pub trait DeliveryStateStore: Send + Sync {
         &self,
         endpoint: &str,
     ) -> Result<Versioned<EndpointHealth>, StoreError>;
+    /// The records of many endpoints (or hosts' keys) at once, in their order, each healthy
+    /// if there is none: what the console's overview reads for every subscription (#36).
+    async fn endpoint_healths(
+        &self,
+        endpoints: &[String],
+    ) -> Result<Vec<EndpointHealth>, StoreError> {
+        let mut out = Vec::with_capacity(endpoints.len());
+        for endpoint in endpoints {
+            out.push(self.endpoint_health(endpoint).await?.value);
+        }
+        Ok(out)
+    }
     /// Writes the record over the one read at `version` (0: none), with the next version (a
     /// healthy record too: deleting it would start its versions again, and a writer that read
     /// before could then write over a newer record of the same version).

@@ -271,9 +271,12 @@ pub struct DeadLetterSelection {
     pub until: Option<DateTime<Utc>>,
     /// `deadLetterReason`s to take; empty: every reason.
     pub reasons: Vec<String>,
-    /// Only the events with these ids (#36: the ones picked in the console); empty: every
-    /// event.
+    /// Only the events with these ids; empty: every event.
     pub ids: Vec<String>,
+    /// Only these records, each named by its object (`s3://bucket/key`) and its event's id
+    /// (#36: the rows picked in the console, which a record of the same id written elsewhere
+    /// since is not); empty: every record.
+    pub records: Vec<(String, String)>,
 }
 
 /// One dead-lettered event a redrive moves (in a dry run: would move).
@@ -423,7 +426,7 @@ async fn redrive_subscription(
         let mut keep = Vec::new();
         for record in records {
             match read_record(&record, naming) {
-                Ok(back) if selection.takes(&back) => {
+                Ok(back) if selection.takes(&back, &from) => {
                     *done.moved.entry(back.reason.clone()).or_default() += 1;
                     done.events.push(DeadLetteredEvent {
                         id: event_id(&back.event),
@@ -454,16 +457,19 @@ async fn redrive_subscription(
 }
 
 impl DeadLetterSelection {
-    /// Whether a record read back is selected: its reason, and its id where ids are given.
-    fn takes(&self, back: &ReadBack) -> bool {
+    /// Whether a record read back from object `from` is selected: its reason, its id where
+    /// ids are given, and its object and id where records are.
+    fn takes(&self, back: &ReadBack, from: &str) -> bool {
         let reason = self.reasons.is_empty()
             || self
                 .reasons
                 .iter()
                 .any(|r| r.eq_ignore_ascii_case(&back.reason));
-        let id =
-            self.ids.is_empty() || event_id(&back.event).is_some_and(|id| self.ids.contains(&id));
-        reason && id
+        let id = event_id(&back.event);
+        let by_id = self.ids.is_empty() || id.as_ref().is_some_and(|id| self.ids.contains(id));
+        let by_record = self.records.is_empty()
+            || id.is_some_and(|id| self.records.iter().any(|(o, i)| o == from && *i == id));
+        reason && by_id && by_record
     }
 }
 
@@ -688,7 +694,8 @@ mod tests {
     }
 
     /// #36, L2: a redrive of the events picked by id moves those and leaves the rest of their
-    /// object; the dry run lists each event it would move, with its reason and object.
+    /// object; one by object and id takes no record of another object or another reason; the
+    /// dry run lists each event it would move, with its reason and object.
     #[test]
     fn a_redrive_by_id_moves_only_the_picked_events() {
         let w = world();
@@ -723,6 +730,32 @@ mod tests {
         );
         assert_eq!(report.events(), 1);
         assert_eq!(queued_ids(&w), ["b"]);
+        // A record picked by object and id: not one of the same id in another object, nor
+        // one whose reason is not asked for.
+        let c = listed.subscriptions[0]
+            .events
+            .iter()
+            .find(|e| e.id.as_deref() == Some("c"))
+            .unwrap();
+        let none = redrive(
+            &w,
+            DeadLetterSelection {
+                records: vec![(c.location.clone(), "a".into())],
+                ..DeadLetterSelection::default()
+            },
+            true,
+        );
+        assert_eq!(none.events(), 0, "a is not in c's object");
+        let none = redrive(
+            &w,
+            DeadLetterSelection {
+                records: vec![(c.location.clone(), "c".into())],
+                reasons: vec!["TimeToLiveExceeded".into()],
+                ..DeadLetterSelection::default()
+            },
+            true,
+        );
+        assert_eq!(none.events(), 0, "c's reason is not asked for");
         // a stays in its object, c in its own.
         let left = redrive(&w, DeadLetterSelection::default(), true);
         let mut left: Vec<_> = left.subscriptions[0]

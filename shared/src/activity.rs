@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::classify::DeliveryOutcome;
-use crate::journal::{JournalEntry, Step, line_of};
+use crate::journal::{JournalEntry, Step, line_of, step_order};
 
 /// One slice of the window: events delivered and events in failed attempts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -88,7 +88,8 @@ pub fn activity<'a>(
         .into_iter()
         .filter(|e| seen.insert(line_of(e)))
         .collect();
-    entries.sort_by_key(|e| e.time);
+    // In the order they happened; a sending before its attempt in the same millisecond.
+    entries.sort_by_key(|e| (e.time, step_order(&e.step)));
     // When each event was last sent to each subscription, as the entries go by in time order.
     let mut sent: HashMap<(&str, &str, &str), DateTime<Utc>> = HashMap::new();
     let mut latencies: HashMap<(&str, &str), Vec<u64>> = HashMap::new();
@@ -313,8 +314,9 @@ mod tests {
         );
     }
 
-    /// #36: latency runs from the event's sending (its `fanned` entry) to the answer; a
-    /// delivery whose sending is not in the entries has none, and entries outside the window
+    /// #36: latency runs from the event's sending (its `fanned` entry) to the answer, also
+    /// for a sending before the window or in the same millisecond as its answer; a delivery
+    /// whose sending is not in the entries has none, and entries before or after the window
     /// are not counted.
     #[test]
     fn latency_runs_from_sending_to_answer_over_the_window() {
@@ -332,6 +334,35 @@ mod tests {
             answered.time += chrono::Duration::seconds(i);
             entries.push(answered);
         }
+        // Sent and answered in the same millisecond, written in the other order: 0 ms.
+        entries.push(entry(
+            "audit",
+            &["tie"],
+            20,
+            attempt(Some(200), DeliveryOutcome::Succeeded, 0, Next::Delivered),
+        ));
+        entries.push(entry("audit", &["tie"], 20, fanned()));
+        // Before the window: not counted, but the sending a delivery in it is measured from.
+        entries.push(entry("audit", &["early"], -10, fanned()));
+        entries.push(entry(
+            "audit",
+            &["early"],
+            -5,
+            attempt(
+                Some(500),
+                DeliveryOutcome::GenericError,
+                0,
+                Next::Retry { due: at(5) },
+            ),
+        ));
+        let mut early = entry(
+            "audit",
+            &["early"],
+            5,
+            attempt(Some(200), DeliveryOutcome::Succeeded, 0, Next::Delivered),
+        );
+        early.time += chrono::Duration::milliseconds(500);
+        entries.push(early);
         // Sent before the entries begin: delivered, but no latency.
         entries.push(entry(
             "audit",
@@ -348,14 +379,18 @@ mod tests {
         ));
         let all = activity(&entries, window());
         let audit = &all[&("orders".to_string(), "audit".to_string())];
-        assert_eq!(audit.delivered, 101);
-        assert_eq!(audit.failed, 0);
+        assert_eq!(audit.delivered, 103);
+        assert_eq!(
+            audit.failed, 0,
+            "the failure before the window is not counted"
+        );
+        // 100 of 1..=100 s, 0 ms (tie) and 15 min 0.5 s (early): the median is the 51st of 102.
         assert_eq!(
             audit.latency,
             Some(Latency {
                 p50_ms: 50_000,
-                p99_ms: 99_000,
-                samples: 100
+                p99_ms: 100_000,
+                samples: 102
             })
         );
         assert!(audit.last_failure.is_none());

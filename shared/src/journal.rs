@@ -486,7 +486,7 @@ pub fn hours_between(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc
 }
 
 /// Steps at the same millisecond in the order they happen.
-fn step_order(step: &Step) -> u8 {
+pub(crate) fn step_order(step: &Step) -> u8 {
     match step {
         Step::Fanned { .. } => 0,
         Step::Held { .. } => 1,

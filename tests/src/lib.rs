@@ -509,6 +509,20 @@ impl TestSystem {
     }
 }
 
+/// The URL a `gridrelay console` (or `gridrelay local`) child prints as `"console"`, read
+/// from its piped stdout; the rest of what it prints is read and dropped, as a closed pipe
+/// would end it. `None` if it ends without printing one.
+pub fn printed_console_url(child: &mut std::process::Child) -> Option<String> {
+    use std::io::{BufRead, BufReader};
+    let mut lines = BufReader::new(child.stdout.take()?).lines();
+    let url = lines.by_ref().map_while(Result::ok).find_map(|line| {
+        let (_, rest) = line.split_once(r#""console": ""#)?;
+        Some(rest.trim_end_matches(['"', ',']).to_string())
+    })?;
+    std::thread::spawn(move || lines.for_each(drop));
+    Some(url)
+}
+
 /// A queue's messages as SQS counts them (approximately).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueCounts {

@@ -93,8 +93,62 @@ impl DynamoDeliveryStateStore {
     }
 }
 
+/// An endpoint's record read back from its item.
+fn health_of_item(item: &HashMap<String, AttributeValue>) -> Versioned<EndpointHealth> {
+    let number = |name: &str| {
+        item.get(name)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    Versioned {
+        value: EndpointHealth {
+            consecutive_failures: number("failures")
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(0),
+            delayed_until: time(item, "delayedUntil"),
+            probe_until: time(item, "probeUntil"),
+            last_failure: time(item, "lastFailureAt").and_then(|at| {
+                let outcome = item.get("lastFailureOutcome")?.as_s().ok()?;
+                Some(LastFailure {
+                    at,
+                    outcome: serde_json::from_value(serde_json::Value::String(outcome.clone()))
+                        .ok()?,
+                    status: number("lastFailureStatus").and_then(|n| u16::try_from(n).ok()),
+                })
+            }),
+        },
+        // Records written before versions existed read as version 0.
+        version: number(VERSION).unwrap_or(0),
+    }
+}
+
 #[async_trait]
 impl DeliveryStateStore for DynamoDeliveryStateStore {
+    async fn endpoint_healths(
+        &self,
+        endpoints: &[String],
+    ) -> Result<Vec<EndpointHealth>, StoreError> {
+        let pk = |endpoint: &str| {
+            endpoint_key(endpoint)
+                .remove("pk")
+                .and_then(|v| v.as_s().ok().cloned())
+                .unwrap_or_default()
+        };
+        let mut unique: Vec<String> = endpoints.iter().map(|e| pk(e)).collect();
+        unique.sort();
+        unique.dedup();
+        let items = self.read_items(unique).await?;
+        Ok(endpoints
+            .iter()
+            .map(|e| {
+                items
+                    .get(&pk(e))
+                    .map(|item| health_of_item(item).value)
+                    .unwrap_or_default()
+            })
+            .collect())
+    }
+
     async fn endpoint_health(
         &self,
         endpoint: &str,
@@ -108,34 +162,7 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             .send()
             .await
             .map_err(unavailable)?;
-        let Some(item) = out.item else {
-            return Ok(Versioned::default());
-        };
-        let number = |name: &str| {
-            item.get(name)
-                .and_then(|v| v.as_n().ok())
-                .and_then(|n| n.parse::<u64>().ok())
-        };
-        Ok(Versioned {
-            value: EndpointHealth {
-                consecutive_failures: number("failures")
-                    .and_then(|n| u32::try_from(n).ok())
-                    .unwrap_or(0),
-                delayed_until: time(&item, "delayedUntil"),
-                probe_until: time(&item, "probeUntil"),
-                last_failure: time(&item, "lastFailureAt").and_then(|at| {
-                    let outcome = item.get("lastFailureOutcome")?.as_s().ok()?;
-                    Some(LastFailure {
-                        at,
-                        outcome: serde_json::from_value(serde_json::Value::String(outcome.clone()))
-                            .ok()?,
-                        status: number("lastFailureStatus").and_then(|n| u16::try_from(n).ok()),
-                    })
-                }),
-            },
-            // Records written before versions existed read as version 0.
-            version: number(VERSION).unwrap_or(0),
-        })
+        Ok(out.item.as_ref().map(health_of_item).unwrap_or_default())
     }
 
     async fn put_endpoint_health(

@@ -5,13 +5,15 @@
 //!   `Host` must be the console's own address, else 403;
 //! - any other local program or page without the run's token: the token printed in the URL
 //!   `gridrelay console` opens is exchanged on first load for an HttpOnly, SameSite=Strict
-//!   cookie; a request without it is refused (401);
+//!   cookie named after the console's port (browsers keep cookies by host, not port: two
+//!   consoles must not overwrite each other's); a request without it is refused (401);
 //! - cross-site requests that would change something (CSRF): a POST must also carry the token
 //!   in its form, and come from the console's own origin where the browser says where it comes
 //!   from (`Origin`, `Sec-Fetch-Site`).
 //!
 //! The token is compared in constant time.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -20,15 +22,15 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use subtle::ConstantTimeEq;
 
-/// The cookie the token is kept in.
-pub(super) const COOKIE: &str = "gridrelay_console";
-
 /// The console's run: its token and the addresses it answers as.
 #[derive(Clone)]
 pub(super) struct Guard {
     token: Arc<str>,
-    /// `Host` values requests may carry: `127.0.0.1:<port>` and `localhost:<port>`.
+    /// `Host` values requests may carry: its address (`127.0.0.1:<port>` or `[::1]:<port>`)
+    /// and `localhost:<port>`; the first is the one its URL names.
     hosts: Arc<[String]>,
+    /// The cookie the token is kept in: `gridrelay_console_<port>`.
+    cookie: Arc<str>,
 }
 
 /// Why a request is refused.
@@ -43,11 +45,19 @@ pub(super) enum Refusal {
 }
 
 impl Guard {
-    pub(super) fn new(token: &str, port: u16) -> Self {
+    /// The guard of a console listening at `addr` (127.0.0.1 or ::1).
+    pub(super) fn new(token: &str, addr: SocketAddr) -> Self {
+        let port = addr.port();
         Self {
             token: token.into(),
-            hosts: vec![format!("127.0.0.1:{port}"), format!("localhost:{port}")].into(),
+            hosts: vec![addr.to_string(), format!("localhost:{port}")].into(),
+            cookie: format!("gridrelay_console_{port}").into(),
         }
+    }
+
+    /// The URL that opens the console, with the run's token.
+    pub(super) fn url(&self) -> String {
+        format!("http://{}/?token={}", self.hosts[0], self.token)
     }
 
     /// A new run's token: 32 random bytes, as hex.
@@ -83,25 +93,22 @@ impl Guard {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|pair| pair.trim().split_once('='))
-            .any(|(name, value)| name == COOKIE && self.token_matches(value))
+            .any(|(name, value)| name == &*self.cookie && self.token_matches(value))
     }
 
     /// Whether a request that changes something comes from the console's own pages, as far
     /// as the browser says: `Sec-Fetch-Site` (where sent) is same-origin, and `Origin` (where
-    /// sent) is the console's. The pages send no referrer, so a browser sends their forms
-    /// with `Origin: null`: taken only where `Sec-Fetch-Site`, which no page can set, says
-    /// same-origin.
+    /// sent) is the console's (its pages' referrer policy, same-origin, has the browser send
+    /// their forms' real origin).
     fn same_origin(&self, headers: &HeaderMap) -> bool {
-        let site = headers.get("sec-fetch-site").map(HeaderValue::as_bytes);
-        let same_site = site == Some(b"same-origin".as_slice());
-        let site_ok = site.is_none_or(|s| same_site || s == b"none");
+        let site_ok = headers
+            .get("sec-fetch-site")
+            .is_none_or(|s| s.as_bytes() == b"same-origin" || s.as_bytes() == b"none");
         let origin_ok = headers.get(header::ORIGIN).is_none_or(|o| {
             o.to_str().is_ok_and(|o| {
-                (o == "null" && same_site)
-                    || self
-                        .hosts
-                        .iter()
-                        .any(|h| o.strip_prefix("http://") == Some(h.as_str()))
+                self.hosts
+                    .iter()
+                    .any(|h| o.strip_prefix("http://") == Some(h.as_str()))
             })
         });
         origin_ok && site_ok
@@ -134,13 +141,18 @@ impl Guard {
                     return Err(Refusal::Token);
                 }
                 let rest = rest.finish();
+                // Only ever to a path of the console (never `//elsewhere`).
+                let path = format!("/{}", path.trim_start_matches('/'));
                 let to = if rest.is_empty() {
-                    path.to_string()
+                    path
                 } else {
                     format!("{path}?{rest}")
                 };
                 let mut response = Redirect::to(&to).into_response();
-                let cookie = format!("{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/", self.token);
+                let cookie = format!(
+                    "{}={}; HttpOnly; SameSite=Strict; Path=/",
+                    self.cookie, self.token
+                );
                 if let Ok(value) = HeaderValue::from_str(&cookie) {
                     response.headers_mut().insert(header::SET_COOKIE, value);
                 }
@@ -174,7 +186,9 @@ pub(super) async fn guard(State(guard): State<Guard>, request: Request, next: Ne
             "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; \
              frame-ancestors 'none'; base-uri 'none'",
         ),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // Never the token's URL to another site (it is gone from the URL after the first
+        // load anyway); the console's own forms carry their origin.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::CACHE_CONTROL, "no-store"),
@@ -216,10 +230,10 @@ mod tests {
     }
 
     fn guard() -> Guard {
-        Guard::new("abc123", 7072)
+        Guard::new("abc123", "127.0.0.1:7072".parse().unwrap())
     }
 
-    const COOKIE_OK: &str = "other=1; gridrelay_console=abc123";
+    const COOKIE_OK: &str = "other=1; gridrelay_console_7072=abc123";
 
     /// #36: a request whose Host is not the console's is refused, whatever it carries (DNS
     /// rebinding).
@@ -250,7 +264,13 @@ mod tests {
             g.check(&Method::GET, &headers(&[host]), "/", None).err(),
             Some(Refusal::Token)
         );
-        let wrong = headers(&[host, ("cookie", "gridrelay_console=abc124")]);
+        let wrong = headers(&[host, ("cookie", "gridrelay_console_7072=abc124")]);
+        assert_eq!(
+            g.check(&Method::GET, &wrong, "/", None).err(),
+            Some(Refusal::Token)
+        );
+        // Another console's cookie (another port) is not this one's.
+        let wrong = headers(&[host, ("cookie", "gridrelay_console_7073=abc123")]);
         assert_eq!(
             g.check(&Method::GET, &wrong, "/", None).err(),
             Some(Refusal::Token)
@@ -272,8 +292,33 @@ mod tests {
         assert_eq!(response.status(), StatusCode::SEE_OTHER);
         assert_eq!(response.headers()[header::LOCATION], "/events?id=e1");
         let cookie = response.headers()[header::SET_COOKIE].to_str().unwrap();
-        assert!(cookie.starts_with("gridrelay_console=abc123;"), "{cookie}");
+        assert!(
+            cookie.starts_with("gridrelay_console_7072=abc123;"),
+            "{cookie}"
+        );
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+        // Never sent on to another host, whatever the path asked.
+        let response = g
+            .check(
+                &Method::GET,
+                &headers(&[host]),
+                "//evil.example",
+                Some("token=abc123"),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(response.headers()[header::LOCATION], "/evil.example");
+        // The token in a change's URL is refused.
+        assert_eq!(
+            g.check(&Method::POST, &headers(&[host]), "/", Some("token=abc123"))
+                .err(),
+            Some(Refusal::Token)
+        );
+        assert_eq!(g.url(), "http://127.0.0.1:7072/?token=abc123");
+        let v6 = Guard::new("abc123", "[::1]:7072".parse().unwrap());
+        assert_eq!(v6.url(), "http://[::1]:7072/?token=abc123");
+        let h = headers(&[("host", "[::1]:7072"), ("cookie", COOKIE_OK)]);
+        assert!(matches!(v6.check(&Method::GET, &h, "/", None), Ok(None)));
     }
 
     /// #36: a change asked for from another origin is refused even with the cookie (CSRF).
@@ -302,14 +347,17 @@ mod tests {
             post(&[("sec-fetch-site", "cross-site")]).err(),
             Some(Refusal::CrossSite)
         );
-        // A form of the console's own pages (no referrer: `Origin: null`), and no other.
-        assert!(matches!(
-            post(&[("origin", "null"), ("sec-fetch-site", "same-origin")]),
-            Ok(None)
-        ));
-        assert_eq!(post(&[("origin", "null")]).err(), Some(Refusal::CrossSite));
+        // Another page on this machine (another port) is another site; so is `null`.
         assert_eq!(
-            post(&[("origin", "null"), ("sec-fetch-site", "cross-site")]).err(),
+            post(&[
+                ("origin", "http://127.0.0.1:3000"),
+                ("sec-fetch-site", "same-site")
+            ])
+            .err(),
+            Some(Refusal::CrossSite)
+        );
+        assert_eq!(
+            post(&[("origin", "null"), ("sec-fetch-site", "same-origin")]).err(),
             Some(Refusal::CrossSite)
         );
         // Reads are let through (the cookie is SameSite=Strict: a cross-site page's request

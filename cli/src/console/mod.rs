@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use chrono::Utc;
 use clap::Args;
+use gridrelay_ports::redrive::DeadLetterSelection;
 use gridrelay_shared::journal::parse_since;
 use gridrelay_shared::limits::{validate_subscription_name, validate_topic_name};
 use serde::Deserialize;
@@ -56,13 +57,12 @@ pub(super) async fn start(
     listen: SocketAddr,
     resources: ConsoleResources,
 ) -> anyhow::Result<Started> {
-    check_listen(listen)?;
+    check_listen(listen, "--listen")?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("could not listen at {listen}"))?;
     let addr = listener.local_addr()?;
-    let token = guard::Guard::new_token();
-    let guard = guard::Guard::new(&token, addr.port());
+    let guard = guard::Guard::new(&guard::Guard::new_token(), addr);
     let console = Arc::new(Console {
         sources: Sources::new(resources).await,
         guard: guard.clone(),
@@ -77,27 +77,36 @@ pub(super) async fn start(
         )
         .route("/events", get(event))
         .with_state(console)
-        .layer(axum::middleware::from_fn_with_state(guard, guard::guard));
+        .layer(axum::middleware::from_fn_with_state(
+            guard.clone(),
+            guard::guard,
+        ));
     let served = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "the console stopped");
         }
     });
     Ok(Started {
-        url: format!("http://127.0.0.1:{}/?token={token}", addr.port()),
+        url: guard.url(),
         served,
     })
 }
 
-/// The console listens on loopback only: it acts with the operator's AWS credentials.
-pub(super) fn check_listen(listen: SocketAddr) -> anyhow::Result<()> {
-    if listen.ip().is_loopback() {
+/// The console listens on 127.0.0.1 or ::1 only: it acts with the operator's AWS
+/// credentials, and answers only requests naming its address or `localhost`.
+/// (`flag`: the flag it was given with).
+pub(super) fn check_listen(listen: SocketAddr, flag: &str) -> anyhow::Result<()> {
+    let loopback: [std::net::IpAddr; 2] = [
+        std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::Ipv6Addr::LOCALHOST.into(),
+    ];
+    if loopback.contains(&listen.ip()) {
         return Ok(());
     }
     Err(crate::invalid(gridrelay_shared::limits::LimitError::new(
-        "listen",
+        flag,
         listen.to_string(),
-        "a loopback address (127.0.0.1 or ::1): the console acts with your AWS credentials",
+        "127.0.0.1:<port> or [::1]:<port>: the console acts with your AWS credentials",
     )))
 }
 
@@ -110,10 +119,9 @@ pub(super) async fn run_console(
     crate::print(&serde_json::json!({ "console": started.url }))?;
     eprintln!("open {} (stop with Ctrl-C)", started.url);
     tokio::select! {
-        _ = crate::local::wait_for_stop_signal() => {}
-        _ = started.served => {}
+        _ = crate::local::wait_for_stop_signal() => Ok(()),
+        _ = started.served => anyhow::bail!("the console stopped serving (see the log above)"),
     }
-    Ok(())
 }
 
 async fn style() -> Response {
@@ -139,10 +147,15 @@ async fn overview(State(console): Shared) -> Response {
 struct AttemptQuery {
     outcome: Option<String>,
     since: Option<String>,
+    dead_since: Option<String>,
 }
 
 /// Attempts listed on a subscription's page at most.
 const ATTEMPTS_SHOWN: usize = 100;
+/// Dead-lettered events listed on a subscription's page at most.
+const DEAD_LETTERS_SHOWN: usize = 200;
+/// The outcomes the attempts can be filtered by.
+const OUTCOMES: [&str; 3] = ["all", "failed", "succeeded"];
 
 async fn subscription(
     State(console): Shared,
@@ -157,9 +170,15 @@ async fn subscription(
     let filter = pages::AttemptFilter {
         outcome: q.outcome.unwrap_or_else(|| "all".into()),
         since: q.since.unwrap_or_else(|| "1h".into()),
+        dead_since: q.dead_since.unwrap_or_else(|| "7d".into()),
     };
     let attempts = match parse_since(&filter.since, now) {
         Err(e) => Err(format!("Since: {e}")),
+        Ok(_) if !OUTCOMES.contains(&filter.outcome.as_str()) => Err(format!(
+            "Outcome: {:?} is not one of {}",
+            filter.outcome,
+            OUTCOMES.join(", ")
+        )),
         Ok(since) => {
             let (failed, succeeded) = (filter.outcome == "failed", filter.outcome == "succeeded");
             console
@@ -175,22 +194,7 @@ async fn subscription(
                 .map_err(|e| format!("{e:#}"))
         }
     };
-    let dead_letters = match console
-        .sources
-        .redrive(&topic, &name, Vec::new(), true)
-        .await
-    {
-        Ok(report) => Ok(report
-            .subscriptions
-            .into_iter()
-            .flat_map(|s| match s.skipped {
-                Some(why) if s.events.is_empty() => vec![Err(why)],
-                _ => s.events.into_iter().map(Ok).collect(),
-            })
-            .collect::<Result<Vec<_>, _>>()),
-        Err(e) => Err(format!("The dead letters could not be read: {e:#}")),
-    }
-    .and_then(|r| r.map_err(|why| format!("No redrive: {why}.")));
+    let dead_letters = dead_letters(&console, &sub, &filter.dead_since, now).await;
     let mut settings = crate::view::subscription_view(&sub);
     settings["deliveryStatus"] = console.sources.delivery_status(&sub).await;
     let state = console.sources.state_of(&sub, now).await;
@@ -200,10 +204,42 @@ async fn subscription(
         settings: &settings,
         filter: &filter,
         attempts: attempts.as_deref().map_err(Clone::clone),
-        dead_letters: dead_letters.as_deref().map_err(Clone::clone),
+        dead_letters: dead_letters.as_ref().map_err(Clone::clone),
         token: console.guard.token(),
     })
     .into_response()
+}
+
+/// The subscription's dead-lettered events in objects of the hours since `since`, as a dry
+/// run of `redrive dead-letters` lists them (at most [`DEAD_LETTERS_SHOWN`]).
+async fn dead_letters(
+    console: &Console,
+    sub: &gridrelay_shared::subscription::Subscription,
+    since: &str,
+    now: chrono::DateTime<Utc>,
+) -> Result<pages::DeadLetters, String> {
+    let since = parse_since(since, now).map_err(|e| format!("Since: {e}"))?;
+    let selection = DeadLetterSelection {
+        topic: sub.topic.clone(),
+        subscription: Some(sub.name.clone()),
+        since: Some(since),
+        ..DeadLetterSelection::default()
+    };
+    let report = console
+        .sources
+        .redrive(&selection, true)
+        .await
+        .map_err(|e| format!("The dead letters could not be read: {e:#}"))?;
+    let mut found = report.subscriptions.into_iter().next().unwrap_or_default();
+    let more = found.events.len().saturating_sub(DEAD_LETTERS_SHOWN);
+    found.events.truncate(DEAD_LETTERS_SHOWN);
+    Ok(pages::DeadLetters {
+        more,
+        left: found.left,
+        others: found.objects_of_other_subscriptions,
+        skipped: found.skipped,
+        events: found.events,
+    })
 }
 
 fn is_success(e: &gridrelay_shared::journal::JournalEntry) -> bool {
@@ -239,20 +275,21 @@ async fn existing(
     }
 }
 
-/// `POST /subscriptions/{topic}/{name}/redrive`: the picked events (`id`), asked about first;
-/// redriven once `confirm=yes` comes with them.
+/// `POST /subscriptions/{topic}/{name}/redrive`: the picked records (`pick`: each its
+/// event's id and its object, [`pages::pick_value`]), asked about first; redriven once
+/// `confirm=yes` comes with them.
 async fn redrive(
     State(console): Shared,
     Path((topic, name)): Path<(String, String)>,
     RawForm(form): RawForm,
 ) -> Response {
     let mut token = None;
-    let mut ids = Vec::new();
+    let mut records = Vec::new();
     let mut confirmed = false;
     for (field, value) in url::form_urlencoded::parse(&form) {
         match field.as_ref() {
             "token" => token = Some(value.into_owned()),
-            "id" => ids.push(value.into_owned()),
+            "pick" => records.extend(pages::parse_pick(&value)),
             "confirm" => confirmed = value == "yes",
             _ => {}
         }
@@ -272,15 +309,16 @@ async fn redrive(
         Ok(sub) => sub,
         Err(response) => return response,
     };
-    if ids.is_empty() {
+    if records.is_empty() {
         return pages::confirm_redrive(&sub, &[], console.guard.token()).into_response();
     }
-    let title = "Redrive";
-    match console
-        .sources
-        .redrive(&topic, &name, ids, !confirmed)
-        .await
-    {
+    let selection = DeadLetterSelection {
+        topic: topic.clone(),
+        subscription: Some(name.clone()),
+        records,
+        ..DeadLetterSelection::default()
+    };
+    match console.sources.redrive(&selection, !confirmed).await {
         Ok(report) if !confirmed => {
             let events: Vec<_> = report
                 .subscriptions
@@ -290,7 +328,7 @@ async fn redrive(
             pages::confirm_redrive(&sub, &events, console.guard.token()).into_response()
         }
         Ok(report) => pages::redrive_done(&sub, &report).into_response(),
-        Err(e) => failed(StatusCode::BAD_GATEWAY, title, &e),
+        Err(e) => failed(StatusCode::BAD_GATEWAY, "Redrive", &e),
     }
 }
 

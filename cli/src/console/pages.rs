@@ -9,6 +9,7 @@ use gridrelay_shared::journal::{EventLife, JournalEntry, format_time};
 use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::subscription::Subscription;
 use maud::{DOCTYPE, Markup, html};
+use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
 use super::sources::{DeliveryState, Overview, SubscriptionRow};
 use crate::journal::{STEP_COLUMNS, standing_text, step_row};
@@ -17,9 +18,43 @@ use crate::journal::{STEP_COLUMNS, standing_text, step_row};
 pub(super) const STYLE: &str = include_str!("console.css");
 pub(super) const STYLE_PATH: &str = "/console.css";
 
-/// A value for a URL's path segment or query.
+/// A value for a URL's path segment or query: everything but letters and digits
+/// percent-encoded.
 pub(super) fn enc(value: &str) -> String {
-    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
+    utf8_percent_encode(value, NON_ALPHANUMERIC).to_string()
+}
+
+/// A dead-lettered record as a form's value: its event's id (encoded: no space in it), a
+/// space, its object. `None` for a record whose event has no id.
+pub(super) fn pick_value(e: &DeadLetteredEvent) -> Option<String> {
+    e.id.as_ref()
+        .map(|id| format!("{} {}", enc(id), e.location))
+}
+
+/// A record picked in a form ([`pick_value`]): its object and its event's id.
+pub(super) fn parse_pick(value: &str) -> Option<(String, String)> {
+    let (id, location) = value.split_once(' ')?;
+    let id = percent_decode_str(id).decode_utf8().ok()?;
+    Some((location.to_string(), id.into_owned()))
+}
+
+/// A subscription's endpoint as `show` prints it: a URL redacted, an AWS resource's ARN as
+/// it is.
+fn endpoint_text(sub: &Subscription) -> String {
+    if sub.endpoint_type.is_resource() {
+        sub.endpoint.clone()
+    } else {
+        redact_endpoint(&sub.endpoint)
+    }
+}
+
+/// `n` and `what`, singular or plural (`what` takes an s).
+fn counted(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }
 
 /// A subscription's page.
@@ -39,7 +74,7 @@ fn layout(title: &str, body: Markup) -> Markup {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="referrer" content="no-referrer";
+                meta name="referrer" content="same-origin";
                 title { (title) " · gridrelay console" }
                 link rel="stylesheet" href=(STYLE_PATH);
             }
@@ -88,6 +123,10 @@ fn state_badge(state: &DeliveryState) -> Markup {
                     .unwrap_or_default()
             ),
         ),
+        DeliveryState::Expired { at } => (
+            "warn",
+            format!(" at {}: it receives nothing", format_time(*at)),
+        ),
         DeliveryState::Unknown => ("warn", " (its health could not be read)".to_string()),
     };
     html! { span class={"state " (class)} { (state.label()) (extra) } }
@@ -125,8 +164,8 @@ fn chart(slices: &[Slice], minutes_each: i64) -> Markup {
             @for (i, s) in slices.iter().enumerate() {
                 @let d = bar(s.delivered);
                 @let f = bar(s.failed);
-                rect class="delivered" x=(i * 8) y=(height - d) width="7" height=(d) {}
-                rect class="failed" x=(i * 8) y=(height - d - f) width="7" height=(f) {}
+                @if d > 0.0 { rect class="delivered" x=(i * 8) y=(height - d) width="7" height=(d) {} }
+                @if f > 0.0 { rect class="failed" x=(i * 8) y=(height - d - f) width="7" height=(f) {} }
             }
         }
     }
@@ -182,7 +221,10 @@ pub(super) fn overview(o: &Overview) -> Markup {
         html! {
             p class="lede" {
                 "The last hour, from " (format_time(o.window.from)) " to " (format_time(o.window.to))
-                ", from the delivery journal."
+                ", from the delivery journal. Last hour: a bar per " (minutes_each) " minutes, events \
+                delivered from the bottom (green) and events in failed attempts stacked on top (red). \
+                Latency: from an event's sending (publish, replay or redrive) to its answer, over \
+                the events sent and delivered within the journal hours read."
             }
             @if let Some(e) = &o.journal_error {
                 p class="error" role="alert" { "The journal could not be read: " (e) }
@@ -193,11 +235,11 @@ pub(super) fn overview(o: &Overview) -> Markup {
             p {
                 "Delivery queue (all subscriptions): "
                 @match &o.queue {
-                    Some(q) => {
+                    Ok(q) => {
                         (count(q.visible)) " waiting, " (count(q.delayed)) " delayed, "
                         (count(q.in_flight)) " in flight"
                     }
-                    None => { "could not be read" }
+                    Err(e) => { "could not be read (" (e) ")" }
                 }
             }
             @if o.topics.is_empty() {
@@ -220,7 +262,7 @@ pub(super) fn overview(o: &Overview) -> Markup {
                                         th scope="row" {
                                             a href=(subscription_href(&row.sub.topic, &row.sub.name)) { (row.sub.name) }
                                         }
-                                        td class="endpoint" { (redact_endpoint(&row.sub.endpoint)) }
+                                        td class="endpoint" { (endpoint_text(&row.sub)) }
                                         td { (state_badge(&row.state)) }
                                         td class="num" { (row.activity.delivered) }
                                         td class="num" { (row.activity.failed) }
@@ -252,10 +294,26 @@ fn count(n: Option<u64>) -> String {
     n.map(|n| n.to_string()).unwrap_or_else(|| "?".into())
 }
 
-/// The attempts filter a subscription's page shows.
+/// The filters a subscription's page shows: its attempts' outcome and span, and its dead
+/// letters' span.
 pub(super) struct AttemptFilter {
     pub(super) outcome: String,
     pub(super) since: String,
+    pub(super) dead_since: String,
+}
+
+/// A subscription's dead letters, as a dry-run redrive found them.
+pub(super) struct DeadLetters {
+    /// Those listed (at most the page's limit), in the order read.
+    pub(super) events: Vec<DeadLetteredEvent>,
+    /// How many more there are.
+    pub(super) more: usize,
+    /// Records left in their objects: unreadable, or another schema's.
+    pub(super) left: usize,
+    /// Objects of an earlier subscription of the same name: never redriven to this one.
+    pub(super) others: usize,
+    /// Why none can be redriven to it (no dead-letter destination, not provisioned).
+    pub(super) skipped: Option<String>,
 }
 
 /// What a subscription's page shows.
@@ -266,7 +324,7 @@ pub(super) struct SubscriptionPage<'a> {
     pub(super) settings: &'a serde_json::Value,
     pub(super) filter: &'a AttemptFilter,
     pub(super) attempts: Result<&'a [JournalEntry], String>,
-    pub(super) dead_letters: Result<&'a [DeadLetteredEvent], String>,
+    pub(super) dead_letters: Result<&'a DeadLetters, String>,
     pub(super) token: &'a str,
 }
 
@@ -277,7 +335,7 @@ pub(super) fn subscription(p: &SubscriptionPage<'_>) -> Markup {
     layout(
         &format!("Subscription {} of topic {}", sub.name, sub.topic),
         html! {
-            p { "Endpoint " code { (redact_endpoint(&sub.endpoint)) } ". State: " (state_badge(p.state)) }
+            p { "Endpoint " code { (endpoint_text(sub)) } ". State: " (state_badge(p.state)) }
             section aria-labelledby="attempts" {
                 h2 id="attempts" { "Attempts" }
                 form method="get" action=(href) class="filter" {
@@ -299,48 +357,71 @@ pub(super) fn subscription(p: &SubscriptionPage<'_>) -> Markup {
             }
             section aria-labelledby="dead-letters" {
                 h2 id="dead-letters" { "Dead letters" }
+                form method="get" action={(href) "#dead-letters"} class="filter" {
+                    input type="hidden" name="outcome" value=(p.filter.outcome);
+                    input type="hidden" name="since" value=(p.filter.since);
+                    label for="dead_since" { "In objects since (a span such as 6h, 7d, or an RFC 3339 time)" }
+                    input id="dead_since" name="dead_since" value=(p.filter.dead_since);
+                    button type="submit" { "Show" }
+                }
                 @match &p.dead_letters {
-                    Err(e) => { p { (e) } }
-                    Ok([]) => { p { "None: nothing of this subscription is dead-lettered." } }
-                    Ok(events) => {
-                        form method="post" action={(href) "/redrive"} {
-                            input type="hidden" name="token" value=(p.token);
-                            table {
-                                caption { "Dead-lettered events: pick those to deliver again" }
-                                (head(&["Redrive", "Event", "Reason", "Object"], &[]))
-                                tbody {
-                                    @for e in *events {
-                                        tr {
-                                            td {
-                                                @if let Some(id) = &e.id {
-                                                    input type="checkbox" name="id" value=(id)
-                                                        id={"dl-" (id)} aria-label={"Redrive event " (id)};
-                                                }
-                                            }
-                                            td { @match &e.id {
-                                                Some(id) => { a href=(event_href(&sub.topic, id)) { (id) } }
-                                                None => { "(no id)" }
-                                            } }
-                                            td { (e.reason) }
-                                            td class="endpoint" { (e.location) }
-                                        }
-                                    }
-                                }
-                            }
-                            button type="submit" { "Redrive selected…" }
-                        }
-                    }
+                    Err(e) => { p class="error" role="alert" { (e) } }
+                    Ok(d) => { (dead_letters(sub, d, p.token)) }
                 }
             }
             section aria-labelledby="settings" {
                 h2 id="settings" { "Settings" }
                 p { "As " code { "gridrelay event-subscription show" } " prints them." }
-                pre class="json" tabindex="0" aria-label="The subscription's settings, as JSON" {
+                pre class="json" tabindex="0" role="region" aria-label="The subscription's settings, as JSON" {
                     (serde_json::to_string_pretty(p.settings).unwrap_or_default())
                 }
             }
         },
     )
+}
+
+/// The dead letters' table, each with a box to pick it for a redrive.
+fn dead_letters(sub: &Subscription, d: &DeadLetters, token: &str) -> Markup {
+    let href = subscription_href(&sub.topic, &sub.name);
+    html! {
+        @if let Some(why) = &d.skipped {
+            p { "None can be redriven: " (why) "." }
+        } @else if d.events.is_empty() {
+            p { "None in this window." }
+        } @else {
+            form method="post" action={(href) "/redrive"} {
+                input type="hidden" name="token" value=(token);
+                table {
+                    caption { "Dead-lettered events: pick those to deliver again" }
+                    (head(&["Redrive", "Event", "Reason", "Object"], &[]))
+                    tbody {
+                        @for e in &d.events {
+                            tr {
+                                td {
+                                    @if let (Some(id), Some(value)) = (&e.id, pick_value(e)) {
+                                        input type="checkbox" name="pick" value=(value)
+                                            aria-label={"Redrive event " (id)};
+                                    }
+                                }
+                                td { @match &e.id {
+                                    Some(id) => { a href=(event_href(&sub.topic, id)) { (id) } }
+                                    None => { "(no id: redrive it with gridrelay redrive dead-letters)" }
+                                } }
+                                td { (e.reason) }
+                                td class="endpoint" { (e.location) }
+                            }
+                        }
+                    }
+                }
+                button type="submit" { "Redrive selected…" }
+            }
+        }
+        @if d.more > 0 { p { (counted(d.more, "more event")) " not listed: narrow the window." } }
+        @if d.left > 0 { p { (counted(d.left, "record")) " in these objects could not be read as this subscription's." } }
+        @if d.others > 0 {
+            p { (counted(d.others, "object")) " of an earlier subscription of the same name: never redriven to this one." }
+        }
+    }
 }
 
 fn attempts_table(topic: &str, attempts: &[JournalEntry]) -> Markup {
@@ -395,7 +476,7 @@ pub(super) fn event(
                 }
                 label for="id" { "Event id" }
                 input id="id" name="id" value=(q.id) required;
-                label for="since" { "Since" }
+                label for="since" { "Since (a span such as 90m, 6h, 7d, or an RFC 3339 time)" }
                 input id="since" name="since" value=(q.since);
                 button type="submit" { "Find" }
             }
@@ -422,7 +503,9 @@ pub(super) fn event(
                                 (head(&STEP_COLUMNS[1..], &["Ms"]))
                                 tbody {
                                     @for step in &s.steps {
-                                        tr { @for cell in &step_row(step)[1..] { td { (first_chars(cell, 200)) } } }
+                                        tr { @for (i, cell) in step_row(step)[1..].iter().enumerate() {
+                                            td class=[(STEP_COLUMNS[i + 1] == "Ms").then_some("num")] { (first_chars(cell, 200)) }
+                                        } }
                                     }
                                 }
                             }
@@ -449,16 +532,16 @@ pub(super) fn confirm_redrive(
                 p { a href=(href) { "Back to the subscription" } }
             } @else {
                 p {
-                    "These " (events.len()) " events will be delivered again to "
-                    code { (redact_endpoint(&sub.endpoint)) } " as new deliveries (attempts and time to \
+                    "Picked: " (counted(events.len(), "event")) ". Each will be delivered again to "
+                    code { (endpoint_text(sub)) } " as new deliveries (attempts and time to \
                     live start again), and taken out of their dead-letter objects:"
                 }
                 ul { @for e in events { li { (e.id.as_deref().unwrap_or("(no id)")) " (" (e.reason) ")" } } }
                 form method="post" action={(href) "/redrive"} {
                     input type="hidden" name="token" value=(token);
                     input type="hidden" name="confirm" value="yes";
-                    @for e in events { @if let Some(id) = &e.id { input type="hidden" name="id" value=(id); } }
-                    button type="submit" { "Yes, redrive " (events.len()) " events" }
+                    @for e in events { @if let Some(value) = pick_value(e) { input type="hidden" name="pick" value=(value); } }
+                    button type="submit" { "Yes, redrive " (counted(events.len(), "event")) }
                     " "
                     a href=(href) { "Cancel" }
                 }
@@ -473,7 +556,7 @@ pub(super) fn redrive_done(sub: &Subscription, report: &DeadLetterRedriveReport)
     layout(
         "Redrive done",
         html! {
-            p role="status" { (report.events()) " events went back into delivery." }
+            p role="status" { (counted(report.events(), "event")) " went back into delivery." }
             @for s in &report.subscriptions {
                 @if let Some(why) = &s.skipped { p { "Not redriven: " (why) } }
                 ul { @for e in &s.events { li {
@@ -552,7 +635,7 @@ mod tests {
                     activity,
                 }],
             )],
-            queue: None,
+            queue: Err("not read in this test".into()),
             journal_error: None,
             skipped_lines: 0,
         })
@@ -572,6 +655,31 @@ mod tests {
         assert!(page.contains("Failing (3 failed in a row)"), "{page}");
         assert!(page.contains("<strong>500</strong> GenericError"), "{page}");
         assert!(page.contains("12 delivered and 36 failed, in 12 slices of 5 minutes"));
+    }
+
+    /// #36: a value in a link is one value, whatever it holds; a picked record's form value
+    /// reads back as its object and id.
+    #[test]
+    fn links_and_picks_keep_their_values_apart() {
+        assert_eq!(
+            event_href("orders", "x&topic=other #1"),
+            "/events?topic=orders&id=x%26topic%3Dother%20%231"
+        );
+        assert_eq!(
+            subscription_href("a-b", "c/d"),
+            "/subscriptions/a%2Db/c%2Fd"
+        );
+        let e = DeadLetteredEvent {
+            id: Some("a b/c".into()),
+            reason: "TimeToLiveExceeded".into(),
+            location: "s3://bucket/dl/2026/11/28/00/x y.json".into(),
+        };
+        let value = pick_value(&e).unwrap();
+        assert_eq!(
+            parse_pick(&value),
+            Some((e.location.clone(), "a b/c".to_string()))
+        );
+        assert_eq!(parse_pick("no-space-here"), None);
     }
 
     /// #36: an endpoint's secrets (user info, query string) are not shown, as `show` redacts

@@ -4,7 +4,6 @@
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use gridrelay_adapters::aws::{
     DynamoDeliveryStateStore, DynamoSubscriptionStore, S3JournalSource, S3ObjectStore, SqsQueue,
     load_sdk_config, s3_client,
@@ -43,9 +42,6 @@ pub(in crate::console) struct Sources {
     queue_key_secret: Option<String>,
 }
 
-/// Health records read at once for the overview.
-const HEALTH_READS_AT_ONCE: usize = 16;
-
 /// How delivery to a subscription goes, as the overview says it.
 #[derive(Debug, Clone, PartialEq)]
 pub(in crate::console) enum DeliveryState {
@@ -63,13 +59,18 @@ pub(in crate::console) enum DeliveryState {
     Delayed {
         until: DateTime<Utc>,
     },
-    /// The health record could not be read.
+    /// Its expiration time has passed: it receives nothing.
+    Expired {
+        at: DateTime<Utc>,
+    },
+    /// A health record could not be read.
     Unknown,
 }
 
 impl DeliveryState {
     /// The state of a subscription whose health records (its endpoint's, its host's) are
     /// these, at `now`: as `event-subscription show` says it.
+    /// (`None`: a record that could not be read; an AWS resource has no host record).
     pub(in crate::console) fn of(
         sub: &Subscription,
         endpoint: Option<&EndpointHealth>,
@@ -81,6 +82,9 @@ impl DeliveryState {
                 state: format!("{:?}", sub.provisioning.state),
                 detail: sub.provisioning.detail.clone(),
             };
+        }
+        if let Some(at) = sub.expiration_time_utc.filter(|_| sub.is_expired(now)) {
+            return Self::Expired { at };
         }
         let Some(endpoint) = endpoint else {
             return Self::Unknown;
@@ -106,6 +110,7 @@ impl DeliveryState {
             Self::Healthy => "Healthy",
             Self::Failing { .. } => "Failing",
             Self::Delayed { .. } => "Delayed",
+            Self::Expired { .. } => "Expired",
             Self::Unknown => "Unknown",
         }
     }
@@ -123,7 +128,8 @@ pub(in crate::console) struct SubscriptionRow {
 pub(in crate::console) struct Overview {
     pub(in crate::console) window: Window,
     pub(in crate::console) topics: Vec<(Topic, Vec<SubscriptionRow>)>,
-    pub(in crate::console) queue: Option<QueueCounts>,
+    /// The delivery queue's counts, or why they could not be read.
+    pub(in crate::console) queue: Result<QueueCounts, String>,
     /// Why the journal could not be read, if it could not.
     pub(in crate::console) journal_error: Option<String>,
     pub(in crate::console) skipped_lines: usize,
@@ -185,12 +191,7 @@ impl Sources {
                 .await
                 .map_err(store_error)?;
             subs.sort_by(|a, b| a.name.cmp(&b.name));
-            let endpoints: Vec<String> = subs.iter().map(|s| s.endpoint.clone()).collect();
-            let healths: Vec<_> = futures::stream::iter(endpoints)
-                .map(|endpoint| self.health_of(endpoint))
-                .buffered(HEALTH_READS_AT_ONCE)
-                .collect()
-                .await;
+            let healths = self.healths_of(&subs).await;
             let rows = subs
                 .into_iter()
                 .zip(healths)
@@ -213,7 +214,7 @@ impl Sources {
         }
         let queue = crate::subscription::queue_counts(&self.sqs, &self.delivery_queue)
             .await
-            .ok();
+            .map_err(|e| format!("{e:#}"));
         Ok(Overview {
             window,
             topics: out,
@@ -237,17 +238,55 @@ impl Sources {
         Ok(names)
     }
 
-    /// The health records of a subscription's endpoint and of its host.
+    /// The health records of each subscription's endpoint and of its host, read together
+    /// (`None` for both where they could not be read).
+    async fn healths_of(
+        &self,
+        subs: &[Subscription],
+    ) -> Vec<(Option<EndpointHealth>, Option<EndpointHealth>)> {
+        let hosts: Vec<Option<String>> = subs
+            .iter()
+            .map(|s| gridrelay_shared::health::origin_health_key(&s.endpoint))
+            .collect();
+        let keys: Vec<String> = subs
+            .iter()
+            .map(|s| s.endpoint.clone())
+            .chain(hosts.iter().flatten().cloned())
+            .collect();
+        let Ok(read) = self.health.endpoint_healths(&keys).await else {
+            return vec![(None, None); subs.len()];
+        };
+        let (endpoints, mut host_records) = read.split_at(subs.len());
+        endpoints
+            .iter()
+            .zip(&hosts)
+            .map(|(endpoint, host)| {
+                let host = host.as_ref().and_then(|_| {
+                    let (first, rest) = host_records.split_first()?;
+                    host_records = rest;
+                    Some(*first)
+                });
+                (Some(*endpoint), host)
+            })
+            .collect()
+    }
+
+    /// The health records of a subscription's endpoint and of its host (`None` for both
+    /// where either could not be read).
     async fn health_of(
         &self,
         endpoint: String,
     ) -> (Option<EndpointHealth>, Option<EndpointHealth>) {
         let host = match gridrelay_shared::health::origin_health_key(&endpoint) {
-            Some(origin) => self.health.endpoint_health(&origin).await.ok(),
+            Some(origin) => match self.health.endpoint_health(&origin).await {
+                Ok(h) => Some(h.value),
+                // Not known: the state says Unknown rather than what the endpoint's says.
+                Err(_) => return (None, None),
+            },
             None => None,
         };
         let endpoint = self.health.endpoint_health(&endpoint).await.ok();
-        (endpoint.map(|h| h.value), host.map(|h| h.value))
+        (endpoint.map(|h| h.value), host)
     }
 
     /// One subscription, or `None` if it does not exist.
@@ -319,54 +358,37 @@ impl Sources {
         Ok(EventLife::of(topic, id, &read.entries))
     }
 
-    /// `redrive dead-letters` of one subscription (`ids`: only those events; a dry run lists
-    /// what is there).
+    /// `redrive dead-letters` of what `selection` picks (a dry run lists it).
     pub(in crate::console) async fn redrive(
         &self,
-        topic: &str,
-        name: &str,
-        ids: Vec<String>,
+        selection: &DeadLetterSelection,
         dry_run: bool,
     ) -> anyhow::Result<DeadLetterRedriveReport> {
-        let selection = DeadLetterSelection {
-            topic: topic.to_string(),
-            subscription: Some(name.to_string()),
-            ids,
-            ..DeadLetterSelection::default()
-        };
+        let now = Utc::now();
+        // A dry run sends nothing: no key is needed for it.
+        if dry_run {
+            let queue = crate::subscription::NoControlQueue;
+            return Ok(redrive_dead_letters(
+                &self.store,
+                &self.objects,
+                &queue,
+                selection,
+                true,
+                now,
+            )
+            .await?);
+        }
         let queues = OwnQueues {
             delivery: &self.delivery_queue,
             control: None,
             replay: None,
             key_secret: self.queue_key_secret.as_deref(),
         };
-        // A dry run sends nothing: no key is needed for it.
-        let report = if dry_run {
-            redrive_dead_letters(
-                &self.store,
-                &self.objects,
-                &crate::subscription::NoControlQueue,
-                &selection,
-                true,
-                Utc::now(),
-            )
-            .await?
-        } else {
-            let queue = SqsQueue::new(
-                self.sqs.clone(),
-                delivery_queue_url(&self.sqs, &self.delivery_queue).await?,
-                queues.key(&self.sdk).await?,
-            );
-            redrive_dead_letters(
-                &self.store,
-                &self.objects,
-                &queue,
-                &selection,
-                false,
-                Utc::now(),
-            )
-            .await?
-        };
-        Ok(report)
+        let queue = SqsQueue::new(
+            self.sqs.clone(),
+            delivery_queue_url(&self.sqs, &self.delivery_queue).await?,
+            queues.key(&self.sdk).await?,
+        );
+        Ok(redrive_dead_letters(&self.store, &self.objects, &queue, selection, false, now).await?)
     }
 }

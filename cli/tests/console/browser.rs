@@ -13,29 +13,43 @@ use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// A program on PATH (Debian's packages put both in /usr/bin).
+fn on_path(name: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(name))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| {
+            panic!("{name} is not on PATH: run infra/local/browser.sh (make test does)")
+        })
+}
 
-/// A headless Chromium session, ended (and its driver stopped) when dropped.
+/// A headless Chromium session: ended by [`Browser::end`]; its driver (and with it
+/// Chromium) stopped and its profile removed when dropped, also when a test fails.
 pub struct Browser {
     pub client: Client,
     driver: Child,
     profile: PathBuf,
 }
 
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
 impl Browser {
     pub async fn start() -> Self {
-        for path in [CHROMIUM, CHROMEDRIVER] {
-            assert!(
-                std::path::Path::new(path).exists(),
-                "{path} is missing: run infra/local/browser.sh (make test does)"
-            );
-        }
+        let (chromium, chromedriver) = (on_path("chromium"), on_path("chromedriver"));
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .unwrap()
             .port();
-        let driver = Command::new(CHROMEDRIVER)
+        let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -63,7 +77,7 @@ impl Browser {
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".into(),
-            json!({ "binary": CHROMIUM, "args": args }),
+            json!({ "binary": chromium, "args": args }),
         );
         let url = format!("http://127.0.0.1:{port}");
         let client =
@@ -109,18 +123,56 @@ impl Browser {
 
     /// Clicks what `css` finds, and waits for the page it leads to.
     pub async fn click(&self, css: &str) {
-        self.client
+        let target = self
+            .client
             .find(Locator::Css(css))
             .await
-            .unwrap_or_else(|e| panic!("no {css}: {e}"))
-            .click()
+            .unwrap_or_else(|e| panic!("no {css}: {e}"));
+        let leaves = target
+            .tag_name()
             .await
-            .unwrap();
+            .is_ok_and(|tag| tag == "a" || tag == "button");
+        if leaves {
+            self.mark_page().await;
+        }
+        target.click().await.unwrap();
+        if leaves {
+            self.wait_for_new_page().await;
+        }
+    }
+
+    /// Marks the page shown, so that [`Browser::wait_for_new_page`] can tell the next one.
+    pub async fn mark_page(&self) {
         self.client
-            .wait()
-            .for_element(Locator::Css("main"))
+            .execute("document.documentElement.dataset.left = 'yes';", vec![])
             .await
             .unwrap();
+    }
+
+    /// Waits until a page other than the one marked has loaded.
+    pub async fn wait_for_new_page(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let loaded = self
+                .client
+                .execute(
+                    "return document.documentElement.dataset.left === undefined \
+                     && document.readyState === 'complete';",
+                    vec![],
+                )
+                .await
+                .ok()
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false);
+            if loaded {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no new page within 15 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Keeps a screenshot of the page as `name.png`, and checks it with axe-core (WCAG 2.1 A
@@ -166,9 +218,8 @@ impl Browser {
         }
     }
 
-    /// Presses `key` `times` times, as a keyboard does: the focused element's text then, or
-    /// its tag.
-    pub async fn press(&self, key: Key, times: usize) -> String {
+    /// Presses `key` `times` times, as a keyboard does.
+    pub async fn press(&self, key: Key, times: usize) {
         let mut keys = KeyActions::new("keyboard".into());
         for _ in 0..times {
             keys = keys
@@ -176,6 +227,10 @@ impl Browser {
                 .then(KeyAction::Up { value: key.into() });
         }
         self.client.perform_actions(keys).await.unwrap();
+    }
+
+    /// The focused element's text, or its tag if it has none.
+    pub async fn focused(&self) -> String {
         let focused = self.client.active_element().await.unwrap();
         let text = focused.text().await.unwrap();
         if text.is_empty() {
@@ -185,15 +240,8 @@ impl Browser {
         }
     }
 
+    /// Ends the session; dropped, the driver stops.
     pub async fn end(self) {
-        let Self {
-            client,
-            mut driver,
-            profile,
-        } = self;
-        let _ = client.close().await;
-        let _ = driver.kill();
-        let _ = driver.wait();
-        let _ = std::fs::remove_dir_all(profile);
+        let _ = self.client.clone().close().await;
     }
 }

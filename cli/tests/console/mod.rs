@@ -1,7 +1,6 @@
 //! `gridrelay console` (#36) over HTTP, as a browser uses it: the binary run against a local
 //! system on the emulator, its pages fetched with the cookie its URL's token is exchanged for.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -33,18 +32,7 @@ impl Console {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("gridrelay console runs");
-        let stdout = child.stdout.take().expect("its stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let url = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                let (_, rest) = line.split_once(r#""console": ""#)?;
-                Some(rest.trim_end_matches('"').to_string())
-            })
-            .expect("it prints its URL");
-        // The rest of what it prints is read too: a closed pipe would end it.
-        std::thread::spawn(move || lines.for_each(drop));
+        let url = gridrelay_e2e::printed_console_url(&mut child).expect("it prints its URL");
         let (base, token) = url.split_once("/?token=").expect("a URL with a token");
         Self {
             base: base.to_string(),
@@ -177,22 +165,41 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
     let (status, page) = console.get(path, Some(&cookie)).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains("<td>503</td>"), "{page}");
-    assert!(page.contains(r#"name="id" value="c-0""#), "{page}");
-    assert!(page.contains(r#"name="id" value="c-1""#), "{page}");
-    let (_, failed_only) = console
+    // Each dead letter is picked by its event's id and its object.
+    let c0 = pick_of(&page, "c-0");
+    assert!(c0.starts_with("c%2D0 s3://"), "{c0}");
+    pick_of(&page, "c-1");
+    let (_, succeeded_only) = console
         .get(&format!("{path}?outcome=succeeded&since=1h"), Some(&cookie))
         .await;
     assert!(
-        failed_only.contains("No attempts in this window."),
-        "{failed_only}"
+        succeeded_only.contains("No attempts in this window."),
+        "{succeeded_only}"
+    );
+    let (_, ledger_failed) = console
+        .get(
+            "/subscriptions/consoled/ledger?outcome=failed&since=1h",
+            Some(&cookie),
+        )
+        .await;
+    assert!(
+        ledger_failed.contains("No attempts in this window."),
+        "{ledger_failed}"
+    );
+    let (_, bad) = console
+        .get(&format!("{path}?outcome=sometimes"), Some(&cookie))
+        .await;
+    assert!(
+        bad.contains("is not one of all, failed, succeeded"),
+        "{bad}"
     );
 
     // A change without the form's token, without the cookie, or from another origin: refused.
     let redrive = format!("{path}/redrive");
-    let pick = [("id", "c-0"), ("confirm", "yes")];
+    let pick = [("pick", c0.as_str()), ("confirm", "yes")];
     let with_token = [
         ("token", console.token.as_str()),
-        ("id", "c-0"),
+        ("pick", c0.as_str()),
         ("confirm", "yes"),
     ];
     assert_eq!(
@@ -222,13 +229,14 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
             &redrive,
             Some(&cookie),
             &[(ORIGIN, &console.base)],
-            &[("token", &console.token), ("id", "c-0")],
+            &[("token", &console.token), ("pick", &c0)],
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{ask}");
-    assert!(ask.contains("Yes, redrive 1 events"), "{ask}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(failing.event_count(), 2, "asking moved nothing");
+    assert!(ask.contains("Yes, redrive 1 event<"), "{ask}");
+    // Asking moved nothing: c-0 is still listed.
+    let (_, page) = console.get(path, Some(&cookie)).await;
+    assert_eq!(pick_of(&page, "c-0"), c0);
 
     // Confirmed: c-0, and only it, reaches the endpoint.
     let (status, done) = console
@@ -240,13 +248,14 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{done}");
-    assert!(done.contains("1 events went back into delivery."), "{done}");
+    assert!(done.contains("1 event went back into delivery."), "{done}");
     let received = failing.wait_for_requests(3, Duration::from_secs(15)).await;
     let ids = received.last().unwrap().ids();
     assert_eq!(ids, ["c-0"]);
+    assert_eq!(failing.event_count(), 3, "c-0 once more, and nothing else");
     let (_, page) = console.get(path, Some(&cookie)).await;
-    assert!(!page.contains(r#"value="c-0""#), "{page}");
-    assert!(page.contains(r#"value="c-1""#), "{page}");
+    assert!(!page.contains(r#"value="c%2D0 "#), "{page}");
+    pick_of(&page, "c-1");
 
     // The event, found by id: dead-lettered, then redriven and delivered.
     let found = eventually(Duration::from_secs(15), "the redrive journaled", || async {
@@ -317,7 +326,8 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
         "{audit}"
     );
     browser.check_page("overview").await;
-    assert_eq!(browser.press(Key::Tab, 1).await, "Skip to the content");
+    browser.press(Key::Tab, 1).await;
+    assert_eq!(browser.focused().await, "Skip to the content");
 
     browser
         .click(r#"a[href="/subscriptions/consoled/audit"]"#)
@@ -331,19 +341,21 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
     browser.check_page("subscription").await;
 
     // Tick c-0, ask, confirm.
-    browser.click(r#"input[name="id"][value="c-0"]"#).await;
+    browser
+        .click(r#"input[name="pick"][value^="c%2D0 "]"#)
+        .await;
     browser
         .click(r#"form[action$="/redrive"] button[type="submit"]"#)
         .await;
     let text = browser.text().await;
-    assert!(text.contains("Yes, redrive 1 events"), "{text}");
+    assert!(text.contains("Yes, redrive 1 event"), "{text}");
     browser.check_page("redrive-confirm").await;
     failing.answer_path("/hook", Reply::Status(200));
     browser
         .click(r#"form[action$="/redrive"] button[type="submit"]"#)
         .await;
     let text = browser.text().await;
-    assert!(text.contains("1 events went back into delivery."), "{text}");
+    assert!(text.contains("1 event went back into delivery."), "{text}");
     browser.check_page("redrive-done").await;
     let received = failing.wait_for_requests(3, Duration::from_secs(15)).await;
     assert_eq!(received.last().unwrap().ids(), ["c-0"]);
@@ -358,7 +370,9 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
             .unwrap();
         id.click().await.unwrap();
         id.send_keys("c-0").await.unwrap();
+        browser.mark_page().await;
         browser.press(Key::Enter, 1).await;
+        browser.wait_for_new_page().await;
         browser
             .client
             .wait()
@@ -378,6 +392,17 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
 
 /// Delivered 0, failed 2, dead-lettered 2, as the overview's cells.
 const COUNTS_0_2_2: &str = r#"<td class="num">0</td><td class="num">2</td><td class="num">2</td>"#;
+
+/// The value of the box that picks dead-lettered event `id` on a subscription's page.
+fn pick_of(page: &str, id: &str) -> String {
+    let encoded = id.replace('-', "%2D");
+    let start = page
+        .find(&format!(r#"name="pick" value="{encoded} "#))
+        .unwrap_or_else(|| panic!("no box for {id}: {page}"))
+        + r#"name="pick" value=""#.len();
+    let end = start + page[start..].find('"').unwrap();
+    page[start..end].to_string()
+}
 
 /// The overview's row of subscription `name`.
 fn row<'a>(page: &'a str, name: &str) -> &'a str {
