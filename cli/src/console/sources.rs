@@ -271,24 +271,6 @@ impl Sources {
             .collect()
     }
 
-    /// The health records of a subscription's endpoint and of its host (`None` for both
-    /// where either could not be read).
-    async fn health_of(
-        &self,
-        endpoint: String,
-    ) -> (Option<EndpointHealth>, Option<EndpointHealth>) {
-        let host = match gridrelay_shared::health::origin_health_key(&endpoint) {
-            Some(origin) => match self.health.endpoint_health(&origin).await {
-                Ok(h) => Some(h.value),
-                // Not known: the state says Unknown rather than what the endpoint's says.
-                Err(_) => return (None, None),
-            },
-            None => None,
-        };
-        let endpoint = self.health.endpoint_health(&endpoint).await.ok();
-        (endpoint.map(|h| h.value), host)
-    }
-
     /// One subscription, or `None` if it does not exist.
     pub(in crate::console) async fn subscription(
         &self,
@@ -320,7 +302,8 @@ impl Sources {
         sub: &Subscription,
         now: DateTime<Utc>,
     ) -> DeliveryState {
-        let (endpoint, host) = self.health_of(sub.endpoint.clone()).await;
+        let read = self.healths_of(std::slice::from_ref(sub)).await;
+        let (endpoint, host) = read.first().copied().unwrap_or_default();
         DeliveryState::of(sub, endpoint.as_ref(), host.as_ref(), now)
     }
 
