@@ -153,6 +153,7 @@ async fn console_on(
         delivery_queue: system.resources.delivery_queue_url.clone(),
         queue_key_secret: Some(names.queue_key_secret.clone()),
         journal_bucket: names.journal_bucket.clone(),
+        journal_stream: Some(names.journal_stream.clone()),
     };
     match crate::console::start(listen, resources).await {
         Ok(started) => Some(started),

@@ -125,6 +125,11 @@ struct Cli {
     /// `<prefix>-archive` beside a delivery queue named `<prefix>-delivery`.
     #[arg(long, global = true, env = config::ARCHIVE_STREAM_ENV)]
     archive_stream: Option<String>,
+    /// The delivery journal's Firehose stream (the stack's JournalStreamName output): the
+    /// console reads its buffering interval to say how far behind the journal can be.
+    /// Default: `<prefix>-journal` beside a delivery queue named `<prefix>-delivery`.
+    #[arg(long, global = true, env = config::JOURNAL_STREAM_ENV)]
+    journal_stream: Option<String>,
     /// Networks (comma-separated CIDRs) endpoints may be in although not public, where plain
     /// http:// is allowed too. Default for `local`: loopback. Default for `event-subscription
     /// create`: loopback when AWS_ENDPOINT_URL is on this machine (a local stack), else none;
@@ -356,6 +361,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     cli.journal_bucket.as_deref(),
                     &cli.delivery_queue,
                 )?,
+                journal_stream: beside_delivery_queue(
+                    cli.journal_stream.as_deref(),
+                    &cli.delivery_queue,
+                    Beside::JournalStream,
+                )
+                .ok(),
             };
             console::run_console(args, resources).await
         }
@@ -415,6 +426,7 @@ enum Beside {
     JournalBucket,
     ReplaysTable,
     ArchiveStream,
+    JournalStream,
     ControlQueue,
     ReplayQueue,
 }
@@ -444,6 +456,12 @@ impl Beside {
                 config::ARCHIVE_STREAM_ENV,
                 "ArchiveStreamName",
                 names.map(|n| n.archive_stream),
+            ),
+            Self::JournalStream => (
+                "--journal-stream",
+                config::JOURNAL_STREAM_ENV,
+                "JournalStreamName",
+                names.map(|n| n.journal_stream),
             ),
             Self::ControlQueue => (
                 "--control-queue",

@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use aws_sdk_firehose::primitives::Blob;
 use aws_sdk_firehose::types::Record;
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, Timelike, Utc};
 use futures::StreamExt;
 use gridrelay_ports::{
     ArchiveRead, ArchiveSource, ArchiveStep, JournalRead, JournalSource, ObjectStore, RecordStream,
@@ -229,9 +229,61 @@ impl HourlyObjects {
 #[derive(Debug, Clone)]
 pub struct S3JournalSource(HourlyObjects);
 
+/// One journal object and what it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalObject {
+    pub key: String,
+    /// When its name says it was written (to the second); `None` for a name without a time.
+    pub written: Option<DateTime<Utc>>,
+    pub entries: Vec<gridrelay_shared::journal::JournalEntry>,
+    /// Parts and lines that could not be read.
+    pub skipped: usize,
+}
+
 impl S3JournalSource {
     pub fn new(client: aws_sdk_s3::Client, bucket: &str, prefix: &str) -> Self {
         Self(HourlyObjects::new(client, bucket, prefix))
+    }
+
+    /// The objects whose names say they were written at `since` or later (a name without a
+    /// time is read too), of the hours from `since`'s to `to`'s, in the order written: how
+    /// the console's live page follows the journal. A stream names an object when it starts
+    /// to gather it and writes it up to its buffering interval later, so a follower reads again
+    /// from that far back and knows objects by key.
+    pub async fn objects_written_since(
+        &self,
+        since: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<JournalObject>, RecordStreamError> {
+        let since_second = since.with_nanosecond(0).unwrap_or(since);
+        let keys: Vec<(String, Option<DateTime<Utc>>)> = self
+            .0
+            .keys(since, to)
+            .await?
+            .into_iter()
+            .map(|key| {
+                let written = written_at(&key);
+                (key, written)
+            })
+            .filter(|(_, written)| written.is_none_or(|w| w >= since_second))
+            .collect();
+        let mut objects =
+            futures::stream::iter(keys.into_iter().map(|(key, written)| async move {
+                let (lines, damaged) = self.0.lines(key.clone()).await?;
+                let (entries, unread) = read_lines(&lines);
+                Ok::<_, RecordStreamError>(JournalObject {
+                    key,
+                    written,
+                    entries,
+                    skipped: unread + damaged,
+                })
+            }))
+            .buffered(READS_AT_ONCE);
+        let mut out = Vec::new();
+        while let Some(object) = objects.next().await {
+            out.push(object?);
+        }
+        Ok(out)
     }
 }
 
@@ -272,6 +324,14 @@ fn written_time(name: &str) -> Option<&str> {
                 })
         })
         .and_then(|at| name.get(at + 1..at + SHAPE.len() - 1))
+}
+
+/// When an object's name says it was written (UTC, to the second).
+fn written_at(key: &str) -> Option<DateTime<Utc>> {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    chrono::NaiveDateTime::parse_from_str(written_time(name)?, "%Y-%m-%d-%H-%M-%S")
+        .ok()
+        .map(|t| t.and_utc())
 }
 
 /// Topic archives' objects in S3 (under `archive/`), as the archive stream wrote them.
@@ -412,5 +472,14 @@ mod tests {
             Some("2026-11-27-12-05-59")
         );
         assert_eq!(written_time("not-a-firehose-name"), None);
+        assert_eq!(
+            written_at("journal/2026/11/27/12/s-1-2026-11-27-12-05-59-0b0e7c8e.json.gz"),
+            Some(
+                DateTime::parse_from_rfc3339("2026-11-27T12:05:59Z")
+                    .unwrap()
+                    .to_utc()
+            )
+        );
+        assert_eq!(written_at("journal/2026/11/27/12/plain"), None);
     }
 }

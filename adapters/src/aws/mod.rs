@@ -14,7 +14,8 @@ mod sqs;
 pub use delivery_state::DynamoDeliveryStateStore;
 pub use dynamodb::DynamoSubscriptionStore;
 pub use journal::{
-    FirehoseStream, HourlyObjects, S3ArchiveSource, S3JournalSource, buffering_interval,
+    FirehoseStream, HourlyObjects, JournalObject, S3ArchiveSource, S3JournalSource,
+    buffering_interval,
 };
 pub use replays::DynamoReplayStore;
 pub use resources::AwsResourceSender;

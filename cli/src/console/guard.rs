@@ -183,8 +183,10 @@ pub(super) async fn guard(State(guard): State<Guard>, request: Request, next: Ne
     for (name, value) in [
         (
             header::CONTENT_SECURITY_POLICY,
-            "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; \
-             frame-ancestors 'none'; base-uri 'none'",
+            // Scripts: the console's own file only (the live page's), which reads from the
+            // console only; no inline script runs.
+            "default-src 'none'; style-src 'self'; img-src 'self' data:; script-src 'self'; \
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
         // Never the token's URL to another site (it is gone from the URL after the first
         // load anyway); the console's own forms carry their origin.

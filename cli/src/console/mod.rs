@@ -4,7 +4,8 @@
 //! Pages: the overview (every topic's subscriptions, their state, counts, latency and last
 //! failure over the last hour), one subscription (its attempts, its dead letters with a redrive
 //! of the picked ones, its settings) and one event (found by id, its life as `event show`
-//! tells it). What the pages read and do goes through the command line's own code
+//! tells it), and the live page ([`live`]: the journal's entries as they are written). What
+//! the pages read and do goes through the command line's own code
 //! ([`sources`]); who may use them is [`guard`]'s to say.
 
 use std::net::SocketAddr;
@@ -24,6 +25,7 @@ use gridrelay_shared::limits::{validate_subscription_name, validate_topic_name};
 use serde::Deserialize;
 
 mod guard;
+mod live;
 mod pages;
 mod sources;
 
@@ -76,6 +78,9 @@ pub(super) async fn start(
             axum::routing::post(redrive),
         )
         .route("/events", get(event))
+        .route("/live", get(live::page))
+        .route("/live/entries", get(live::entries))
+        .route(pages::SCRIPT_PATH, get(script))
         .with_state(console)
         .layer(axum::middleware::from_fn_with_state(
             guard.clone(),
@@ -128,6 +133,14 @@ async fn style() -> Response {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
         pages::STYLE,
+    )
+        .into_response()
+}
+
+async fn script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        pages::SCRIPT,
     )
         .into_response()
 }

@@ -1,6 +1,7 @@
 //! The console's pages, rendered on the server from what [`super::sources`] read: plain HTML
 //! (maud escapes every value, so an endpoint's answer shown on a page is text, never markup),
-//! one style sheet embedded in the binary, no script.
+//! one style sheet embedded in the binary, and one script, the live page's, which makes every
+//! cell as text too.
 
 use axum::http::StatusCode;
 use gridrelay_ports::redrive::{DeadLetterRedriveReport, DeadLetteredEvent};
@@ -13,6 +14,10 @@ use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode
 
 use super::sources::{DeliveryState, Overview, SubscriptionRow};
 use crate::journal::{STEP_COLUMNS, standing_text, step_row};
+
+/// The live page's script, served at [`SCRIPT_PATH`].
+pub(super) const SCRIPT: &str = include_str!("console.js");
+pub(super) const SCRIPT_PATH: &str = "/console.js";
 
 /// The style sheet, served at [`STYLE_PATH`].
 pub(super) const STYLE: &str = include_str!("console.css");
@@ -62,12 +67,17 @@ pub(super) fn subscription_href(topic: &str, name: &str) -> String {
     format!("/subscriptions/{}/{}", enc(topic), enc(name))
 }
 
-fn event_href(topic: &str, id: &str) -> String {
+pub(super) fn event_href(topic: &str, id: &str) -> String {
     format!("/events?topic={}&id={}", enc(topic), enc(id))
 }
 
 /// Every page: its title, the navigation and `body`.
 fn layout(title: &str, body: Markup) -> Markup {
+    layout_with_script(title, body, None)
+}
+
+/// A page with a script of the console's own (served at `script`).
+fn layout_with_script(title: &str, body: Markup, script: Option<&str>) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -77,6 +87,7 @@ fn layout(title: &str, body: Markup) -> Markup {
                 meta name="referrer" content="same-origin";
                 title { (title) " · gridrelay console" }
                 link rel="stylesheet" href=(STYLE_PATH);
+                @if let Some(src) = script { script src=(src) defer {} }
             }
             body {
                 a class="skip" href="#main" { "Skip to the content" }
@@ -84,6 +95,7 @@ fn layout(title: &str, body: Markup) -> Markup {
                     nav aria-label="Console" {
                         a href="/" { "Overview" }
                         a href="/events" { "Find an event" }
+                        a href="/live" { "Live" }
                     }
                 }
                 main id="main" {
@@ -191,7 +203,7 @@ fn last_failure(row: &SubscriptionRow) -> Markup {
 }
 
 /// At most `n` characters of `text`, on one line.
-fn first_chars(text: &str, n: usize) -> String {
+pub(super) fn first_chars(text: &str, n: usize) -> String {
     let mut out: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
@@ -451,6 +463,96 @@ fn attempts_table(topic: &str, attempts: &[JournalEntry]) -> Markup {
             }
         }
     }
+}
+
+/// What the live page shows.
+pub(super) struct LivePage<'a> {
+    pub(super) topics: &'a [String],
+    pub(super) filter: &'a super::live::LiveFilter,
+    pub(super) look: Result<&'a super::live::LiveLook, String>,
+    /// The journal's stream, and how long it gathers entries (or why that is not known).
+    pub(super) stream: Option<&'a str>,
+    pub(super) buffer: &'a Result<Option<std::time::Duration>, String>,
+}
+
+/// The live page: the entries written lately, newest first, which its script keeps adding to.
+pub(super) fn live(p: &LivePage<'_>) -> Markup {
+    let lag = match (p.stream, p.buffer) {
+        (Some(stream), Ok(Some(buffer))) => format!(
+            "The journal's stream {stream} gathers entries for up to {} s before it writes them \
+             (its buffering interval): a step shows here up to that long after it happens.",
+            buffer.as_secs()
+        ),
+        (_, Ok(_)) => "The journal's stream does not say how long it gathers entries.".into(),
+        (_, Err(why)) => format!("How far behind the journal is cannot be said: {why}."),
+    };
+    layout_with_script(
+        "Live",
+        html! {
+            p class="lede" {
+                "The journal's entries as they are written: attempts, holds, dead letters and drops. "
+                "The page looks again every 3 seconds (without scripts, reload it)."
+            }
+            p { (lag) }
+            form method="get" action="/live" class="filter" {
+                label for="topic" { "Topic" }
+                select id="topic" name="topic" {
+                    option value="" { "All topics" }
+                    @for t in p.topics {
+                        option value=(t) selected[p.filter.topic.as_deref() == Some(t.as_str())] { (t) }
+                    }
+                }
+                label for="subscription" { "Subscription" }
+                input id="subscription" name="subscription"
+                    value=(p.filter.subscription.as_deref().unwrap_or_default());
+                button type="submit" { "Show" }
+            }
+            @match &p.look {
+                Err(e) => { p class="error" role="alert" { (e) } }
+                Ok(look) => {
+                    div class="live-controls" {
+                        button type="button" id="live-pause" aria-pressed="false" hidden { "Pause" }
+                        p id="live-status" role="status" aria-live="polite" {}
+                    }
+                    p id="live-newest" data-newest=[&look.newest] {
+                        @match &look.newest {
+                            Some(t) => { "Newest entry read: " (t) "." }
+                            None => { "Nothing written in the last 15 minutes." }
+                        }
+                    }
+                    @if look.skipped > 0 { p { (counted(look.skipped, "line")) " could not be read." } }
+                    table class="live" {
+                        caption { "Journal entries, newest first" }
+                        // `event show`'s columns, which `console.js` makes too.
+                        (head(&STEP_COLUMNS, &["Ms"]))
+                        tbody id="live-rows" data-next=(look.next) data-filter=(p.filter.query())
+                            data-kept=(super::live::ROWS_KEPT)
+                            data-objects=(serde_json::to_string(&super::live::objects_of(&look.rows)).unwrap_or_default()) {
+                            @for r in look.rows.iter().rev().take(super::live::ROWS_KEPT) {
+                                tr data-id=(r.id) {
+                                    td { a href=(r.subscription_href) { (r.topic) " / " (r.subscription) } }
+                                    td { (r.time) }
+                                    td { (r.step) }
+                                    td {
+                                        @if let (Some(id), Some(href)) = (&r.event, &r.event_href) {
+                                            a href=(href) { (id) }
+                                            @if r.more_events > 0 { " and " (r.more_events) " more" }
+                                        }
+                                    }
+                                    td { (r.status) }
+                                    td { (r.outcome) }
+                                    td class="num" { (r.ms) }
+                                    td class="where" { (r.next) }
+                                    td class="answer" { (r.detail) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+        Some(SCRIPT_PATH),
+    )
 }
 
 /// The event search's fields.

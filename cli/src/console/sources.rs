@@ -5,8 +5,8 @@
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, DynamoSubscriptionStore, S3JournalSource, S3ObjectStore, SqsQueue,
-    load_sdk_config, s3_client,
+    DynamoDeliveryStateStore, DynamoSubscriptionStore, JournalObject, S3JournalSource,
+    S3ObjectStore, SqsQueue, buffering_interval, load_sdk_config, s3_client,
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_ports::redrive::{
@@ -28,6 +28,9 @@ pub(crate) struct ConsoleResources {
     pub(crate) delivery_queue: String,
     pub(crate) queue_key_secret: Option<String>,
     pub(crate) journal_bucket: String,
+    /// The journal's Firehose stream, whose buffering interval says how far behind the
+    /// journal can be (`None`: not known).
+    pub(crate) journal_stream: Option<String>,
 }
 
 /// The clients the console's pages read with.
@@ -40,6 +43,10 @@ pub(in crate::console) struct Sources {
     objects: S3ObjectStore,
     delivery_queue: String,
     queue_key_secret: Option<String>,
+    journal_stream: Option<String>,
+    /// How long the journal's stream gathers entries before it writes them, as it says
+    /// (`Ok(None)`: it does not say), or why that could not be read.
+    journal_buffer: Result<Option<std::time::Duration>, String>,
 }
 
 /// How delivery to a subscription goes, as the overview says it.
@@ -138,6 +145,16 @@ pub(in crate::console) struct Overview {
 impl Sources {
     pub(in crate::console) async fn new(resources: ConsoleResources) -> Self {
         let sdk = load_sdk_config().await;
+        let journal_buffer = match &resources.journal_stream {
+            None => Err(
+                "the journal's stream is not known (give --journal-stream, or set \
+                 GRIDRELAY_JOURNAL_STREAM to the stack's JournalStreamName output)"
+                    .to_string(),
+            ),
+            Some(stream) => buffering_interval(&sdk, stream)
+                .await
+                .map_err(|e| format!("the journal's stream {stream} could not be read: {e}")),
+        };
         Self {
             store: DynamoSubscriptionStore::from_sdk(&sdk, resources.tables),
             health: DynamoDeliveryStateStore::from_sdk(&sdk, resources.delivery_state_table),
@@ -150,6 +167,8 @@ impl Sources {
             objects: S3ObjectStore::new(s3_client(&sdk)),
             delivery_queue: resources.delivery_queue,
             queue_key_secret: resources.queue_key_secret,
+            journal_stream: resources.journal_stream,
+            journal_buffer,
             sdk,
         }
     }
@@ -164,6 +183,27 @@ impl Sources {
             .read_hours(since, now)
             .await
             .context("could not read the delivery journal")
+    }
+
+    /// The journal's objects written since `since` (as their names say), in the order
+    /// written: what the live page follows.
+    pub(in crate::console) async fn journal_written_since(
+        &self,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<Vec<JournalObject>> {
+        self.journal
+            .objects_written_since(since, now)
+            .await
+            .context("could not read the delivery journal")
+    }
+
+    /// The journal's stream, if known, and how long it gathers entries before it writes
+    /// them (its buffering interval), or why that is not known.
+    pub(in crate::console) fn journal_buffer(
+        &self,
+    ) -> (Option<&str>, &Result<Option<std::time::Duration>, String>) {
+        (self.journal_stream.as_deref(), &self.journal_buffer)
     }
 
     /// The overview: every topic's subscriptions, their state and their last hour.

@@ -149,6 +149,19 @@ impl Browser {
             .unwrap();
     }
 
+    /// Whether the page marked is still the one shown.
+    pub async fn still_marked(&self) -> bool {
+        self.client
+            .execute(
+                "return document.documentElement.dataset.left === 'yes';",
+                vec![],
+            )
+            .await
+            .ok()
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    }
+
     /// Waits until a page other than the one marked has loaded.
     pub async fn wait_for_new_page(&self) {
         let deadline = std::time::Instant::now() + Duration::from_secs(15);

@@ -124,7 +124,7 @@ impl Drop for Console {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_letters_l2_l3() {
     let sys = TestSystem::start_with_own_journal(0.01).await;
-    let (failing, _healthy) = failing_and_healthy(&sys).await;
+    let (_, failing, _healthy) = failing_and_healthy(&sys).await;
 
     let console = Console::start(&sys.names);
     // Nothing without the token; nothing for another host, whatever it carries.
@@ -272,6 +272,31 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
         .get("/events?topic=consoled&id=nope&since=1h", Some(&cookie))
         .await;
     assert!(unknown.contains("No journal entry of event"), "{unknown}");
+
+    // The live page's feed: the journal's entries since a time, each named by its object and
+    // line; a bad `since` named; nothing without the cookie.
+    let since = (chrono::Utc::now() - chrono::TimeDelta::minutes(10)).timestamp_millis();
+    let feed = format!("/live/entries?topic=consoled&since={since}");
+    assert_eq!(console.get(&feed, None).await.0, StatusCode::UNAUTHORIZED);
+    let (status, body) = console.get(&feed, Some(&cookie)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let look: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let rows = look["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r["subscription"] == "audit" && r["status"] == "503"),
+        "{body}"
+    );
+    assert!(rows.iter().all(|r| r["topic"] == "consoled"), "{body}");
+    assert!(look["next"].as_i64().unwrap() >= since, "{body}");
+    let (status, body) = console
+        .get("/live/entries?since=yesterday", Some(&cookie))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("since") && body.contains("yesterday"),
+        "{body}"
+    );
     drop(console);
     sys.shutdown().await;
 }
@@ -279,7 +304,13 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
 /// Topic `consoled` with subscription `audit`, whose endpoint answers 503 (one attempt, then
 /// dead-lettered: L3), and `ledger`, whose endpoint answers 200; events c-0 and c-1 published
 /// to both, dead-lettered for audit and delivered to ledger.
-async fn failing_and_healthy(sys: &TestSystem) -> (Subscriber, Subscriber) {
+async fn failing_and_healthy(
+    sys: &TestSystem,
+) -> (
+    gridrelay_shared::subscription::Topic,
+    Subscriber,
+    Subscriber,
+) {
     let topic = sys.topic("consoled").await;
     let failing = Subscriber::start(vec![], Reply::Status(503)).await;
     let healthy = Subscriber::start(vec![], Reply::Status(200)).await;
@@ -295,7 +326,7 @@ async fn failing_and_healthy(sys: &TestSystem) -> (Subscriber, Subscriber) {
     sys.wait_for_dead_letters("consoled/", Duration::from_secs(30))
         .await;
     healthy.wait_for_requests(1, Duration::from_secs(10)).await;
-    (failing, healthy)
+    (topic, failing, healthy)
 }
 
 /// #36, L2, L3: the console in Chromium, as an operator clicks through it, each page passing
@@ -307,7 +338,7 @@ async fn failing_and_healthy(sys: &TestSystem) -> (Subscriber, Subscriber) {
 async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l3() {
     use fantoccini::key::Key;
     let sys = TestSystem::start_with_own_journal(0.01).await;
-    let (failing, _healthy) = failing_and_healthy(&sys).await;
+    let (topic, failing, _healthy) = failing_and_healthy(&sys).await;
     let console = Console::start(&sys.names);
     let browser = browser::Browser::start().await;
 
@@ -385,9 +416,60 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
     .await;
     assert!(life.contains("redriven from s3://"), "{life}");
     browser.check_page("event").await;
+
+    // The live page shows an attempt made after it opened, without a reload.
+    browser.click(r#"nav a[href="/live"]"#).await;
+    browser.mark_page().await;
+    sys.publish(&topic, &events("l", 1)).await;
+    let delivered = |rows: &[String], sub: &str| {
+        rows.iter()
+            .filter(|r| r.contains(&format!("consoled / {sub}")) && r.contains("Succeeded"))
+            .count()
+    };
+    eventually(Duration::from_secs(20), "l-0's attempts shown", || async {
+        let rows = live_rows(&browser, "l-0").await;
+        (delivered(&rows, "audit") > 0 && delivered(&rows, "ledger") > 0).then_some(())
+    })
+    .await;
+    // Each look reads the last minute's objects again: each attempt is still shown once.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let rows = live_rows(&browser, "l-0").await;
+    assert_eq!(
+        (delivered(&rows, "audit"), delivered(&rows, "ledger")),
+        (1, 1),
+        "{rows:?}"
+    );
+    assert!(browser.still_marked().await, "the live page was reloaded");
+    assert!(browser.text().await.contains("new entr"), "announced");
+    let pause = browser
+        .client
+        .find(fantoccini::Locator::Id("live-pause"))
+        .await
+        .unwrap();
+    pause.click().await.unwrap();
+    assert_eq!(
+        pause.attr("aria-pressed").await.unwrap().as_deref(),
+        Some("true")
+    );
+    assert!(browser.text().await.contains("Paused"), "pausing is said");
+    browser.check_page("live").await;
     browser.end().await;
     drop(console);
     sys.shutdown().await;
+}
+
+/// The text of the live page's rows that name `text`.
+async fn live_rows(browser: &browser::Browser, text: &str) -> Vec<String> {
+    let rows = browser
+        .client
+        .execute(
+            "return Array.from(document.querySelectorAll('#live-rows tr'), tr => tr.innerText)
+               .filter(t => t.includes(arguments[0]));",
+            vec![serde_json::json!(text)],
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(rows).unwrap()
 }
 
 /// Delivered 0, failed 2, dead-lettered 2, as the overview's cells.
