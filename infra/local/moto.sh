@@ -38,7 +38,10 @@ start() {
     echo "moto already running on 127.0.0.1:$port" >&2
     return
   fi
-  nohup "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$run/moto-$port.log" 2>&1 &
+  # moto's server with DynamoDB's requests one at a time, as DynamoDB keeps writes to an item
+  # atomic (infra/local/moto_server.py says why).
+  nohup "$venv/bin/python" "$root/infra/local/moto_server.py" -H 127.0.0.1 -p "$port" \
+    >"$run/moto-$port.log" 2>&1 &
   echo $! >"$pidfile"
   for _ in $(seq 1 100); do
     if ready; then
