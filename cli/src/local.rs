@@ -154,6 +154,13 @@ async fn console_on(
         queue_key_secret: Some(names.queue_key_secret.clone()),
         journal_bucket: names.journal_bucket.clone(),
         journal_stream: Some(names.journal_stream.clone()),
+        secret_prefix: names.secret_prefix.clone(),
+        replays: crate::console::ReplayPlaces {
+            table: Some(names.replays_table.clone()),
+            archive_stream: Some(names.archive_stream.clone()),
+            control_queue: Some(names.control_queue.clone()),
+            replay_queue: Some(names.replay_queue.clone()),
+        },
     };
     match crate::console::start(listen, resources).await {
         Ok(started) => Some(started),

@@ -352,6 +352,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     match cli.command {
         Command::Console(args) => {
+            let beside = |given: Option<&str>, what: Beside| {
+                beside_delivery_queue(given, &cli.delivery_queue, what)
+            };
             let resources = console::ConsoleResources {
                 tables,
                 delivery_state_table: cli.delivery_state_table.clone(),
@@ -367,6 +370,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     Beside::JournalStream,
                 )
                 .ok(),
+                secret_prefix: cli.secret_prefix.clone(),
+                replays: console::ReplayPlaces {
+                    table: beside(cli.replays_table.as_deref(), Beside::ReplaysTable).ok(),
+                    archive_stream: beside(cli.archive_stream.as_deref(), Beside::ArchiveStream)
+                        .ok(),
+                    control_queue: cli.control_queue.clone(),
+                    replay_queue: cli.replay_queue.clone(),
+                },
             };
             console::run_console(args, resources).await
         }

@@ -80,7 +80,7 @@ pub(super) struct TopicReplays {
 
 /// Where replays are: their table, the archive's stream (whose buffering says when a window is
 /// all written) and the queue their steps go to.
-pub(super) struct ReplayResources<'a> {
+pub(crate) struct ReplayResources<'a> {
     pub tables: TableNames,
     pub replays_table: String,
     /// None where neither given nor found beside the delivery queue: `start` then waits the
@@ -137,24 +137,38 @@ pub(super) async fn run_replay(
     }
 }
 
-async fn start(
-    args: StartReplay,
+/// A replay asked for, as the command line's flags (and the console's form) give it.
+pub(crate) struct ReplayRequest<'a> {
+    pub topic_name: &'a str,
+    pub name: &'a str,
+    /// A span back from now (90m, 6h, 7d) or an RFC 3339 time.
+    pub start_time: &'a str,
+    /// As `start_time`; `None`: now.
+    pub end_time: Option<&'a str>,
+    /// None: every subscription of the topic that receives events now.
+    pub subscriptions: &'a [String],
+    pub rate: i64,
+}
+
+/// The replay `request` asks for, every setting checked (the window against the topic's
+/// retention, its creation and the archives' expiry; the subscriptions against the topic's),
+/// its first step due once the archive's stream has written the window. Nothing is stored.
+pub(crate) async fn plan_replay(
+    request: &ReplayRequest<'_>,
     resources: &ReplayResources<'_>,
     sdk: &aws_config::SdkConfig,
-    replays: &DynamoReplayStore,
-    output: OutputFormat,
-) -> anyhow::Result<()> {
-    validate_topic_name(&args.topic_name).map_err(invalid)?;
-    validate_replay_name(&args.name).map_err(invalid)?;
-    let rate = validate_rate(args.rate).map_err(invalid)?;
-    let now = Utc::now();
-    let start = parse_past_time("startTime", &args.start_time, now).map_err(invalid)?;
-    let end = match &args.end_time {
+    now: DateTime<Utc>,
+) -> anyhow::Result<Replay> {
+    validate_topic_name(request.topic_name).map_err(invalid)?;
+    validate_replay_name(request.name).map_err(invalid)?;
+    let rate = validate_rate(request.rate).map_err(invalid)?;
+    let start = parse_past_time("startTime", request.start_time, now).map_err(invalid)?;
+    let end = match request.end_time {
         Some(text) => parse_past_time("endTime", text, now).map_err(invalid)?,
         None => now,
     };
     let store = open_store(resources.tables.clone()).await;
-    let topic = existing_topic(store.as_ref(), &args.topic_name).await?;
+    let topic = existing_topic(store.as_ref(), request.topic_name).await?;
     let bucket = resources.journal_bucket.as_deref();
     let window = crate::archive::topic_window(sdk, bucket, &topic, (start, end), now).await?;
     let subscriptions = store
@@ -162,22 +176,32 @@ async fn start(
         .await
         .map_err(store_error)?;
     let targets =
-        choose_targets(&topic.name, &subscriptions, &args.subscriptions, now).map_err(invalid)?;
-    // What the first step needs, before anything is stored: a replay stored and not started
-    // would keep its name.
-    let queue = StepQueue::open(sdk, resources.queues).await?;
+        choose_targets(&topic.name, &subscriptions, request.subscriptions, now).map_err(invalid)?;
     let buffer = archive_buffer(sdk, resources.archive_stream.as_deref()).await;
     let first_step_due = sealed_at(window.end, buffer).max(now);
-    let replay = Replay::new(
+    Ok(Replay::new(
         &topic.name,
-        &args.name,
+        request.name,
         window,
         targets,
         rate,
         first_step_due,
         now,
-    );
-    match replays.create_replay(&replay).await {
+    ))
+}
+
+/// Stores a planned replay ([`plan_replay`]) and sends its first step.
+pub(crate) async fn start_replay(
+    replay: &Replay,
+    resources: &ReplayResources<'_>,
+    sdk: &aws_config::SdkConfig,
+    replays: &dyn ReplayStore,
+    now: DateTime<Utc>,
+) -> anyhow::Result<()> {
+    // What the first step needs, before anything is stored: a replay stored and not started
+    // would keep its name.
+    let queue = StepQueue::open(sdk, resources.queues).await?;
+    match replays.create_replay(replay).await {
         Ok(()) => {}
         // A put the SDK made again after it had been written finds its own record.
         Err(StoreError::AlreadyExists(_))
@@ -186,24 +210,44 @@ async fn start(
                 .await
                 .ok()
                 .flatten()
-                .is_some_and(|stored| stored == replay) => {}
+                .is_some_and(|stored| &stored == replay) => {}
         Err(StoreError::AlreadyExists(_)) => bail!(
             "topic {} has a replay named {} already (replay show --topic-name {} --name {}); \
              choose another name",
-            topic.name,
-            args.name,
-            topic.name,
-            args.name
+            replay.topic,
+            replay.name,
+            replay.topic,
+            replay.name
         ),
         Err(other) => return Err(replay_store_error(other)),
     }
-    queue.send(&replay, now).await.with_context(|| {
+    queue.send(replay, now).await.with_context(|| {
         format!(
             "replay {} is stored but its first step was not sent: run `gridrelay replay resume \
              --topic-name {} --name {}`",
             replay.name, replay.topic, replay.name
         )
-    })?;
+    })
+}
+
+async fn start(
+    args: StartReplay,
+    resources: &ReplayResources<'_>,
+    sdk: &aws_config::SdkConfig,
+    replays: &DynamoReplayStore,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    let request = ReplayRequest {
+        topic_name: &args.topic_name,
+        name: &args.name,
+        start_time: &args.start_time,
+        end_time: args.end_time.as_deref(),
+        subscriptions: &args.subscriptions,
+        rate: args.rate,
+    };
+    let now = Utc::now();
+    let replay = plan_replay(&request, resources, sdk, now).await?;
+    start_replay(&replay, resources, sdk, replays, now).await?;
     print_as(output, &replay_view(&replay), || replay_rows(&[replay]))
 }
 
@@ -357,7 +401,7 @@ fn stalled(r: &Replay) -> bool {
 }
 
 /// A replay as printed.
-fn replay_view(r: &Replay) -> Value {
+pub(crate) fn replay_view(r: &Replay) -> Value {
     json!({
         "stalled": stalled(r),
         "topic": r.topic,

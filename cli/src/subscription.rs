@@ -852,7 +852,7 @@ fn handshake_failure(sub: &Subscription, which: Handshake) -> Option<String> {
     }
 }
 
-fn registration_error(e: RegistrationError) -> anyhow::Error {
+pub(crate) fn registration_error(e: RegistrationError) -> anyhow::Error {
     match e {
         RegistrationError::Invalid(e) => invalid(e),
         RegistrationError::Store(e) => store_error(e),

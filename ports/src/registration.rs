@@ -377,9 +377,7 @@ impl Registry<'_> {
         Ok(self.store.delete_subscription(topic, name).await?)
     }
 
-    /// Signs the subscription's deliveries with `secret` from now on (signing starts if it did
-    /// not), its current secret signing beside it for `grace`. A secret no longer in use is
-    /// deleted from the secret store. The record as written.
+    /// [`rotate_signing_secret`] in this installation's store and secrets.
     pub async fn rotate_signing_secret(
         &self,
         topic: &str,
@@ -388,36 +386,61 @@ impl Registry<'_> {
         grace: std::time::Duration,
         now: DateTime<Utc>,
     ) -> Result<Subscription, RegistrationError> {
-        let missing =
-            || StoreError::NotFound(format!("event subscription {name} on topic {topic}"));
-        let sub = self
-            .store
-            .get_subscription(topic, name)
-            .await?
-            .ok_or_else(missing)?;
-        let id = store_signing_secret(&sub, secret, self.secrets, self.secret_prefix, now).await?;
-        let before = secret_ids(&sub)
-            .into_iter()
-            .map(str::to_string)
-            .collect::<Vec<_>>();
-        let update = update_subscription(self.store, sub, |s| {
-            s.signing = Some(match &s.signing {
-                Some(signing) => signing.rotated(id.clone(), now, grace),
-                None => Signing::new(id.clone()),
-            });
-            Ok::<(), ()>(())
-        })
-        .await?;
-        let Update::Written(sub) = update else {
-            self.secrets.delete(&id).await?;
-            return Err(missing().into());
+        let keys = SigningKeys {
+            store: self.store,
+            secrets: self.secrets,
+            secret_prefix: self.secret_prefix,
         };
-        let kept = secret_ids(&sub);
-        for dropped in before.iter().filter(|id| !kept.contains(&id.as_str())) {
-            self.secrets.delete(dropped).await?;
-        }
-        Ok(*sub)
+        rotate_signing_secret(&keys, (topic, name), secret, grace, now).await
     }
+}
+
+/// Where subscriptions' signing secrets are kept: the subscription store, and the secret
+/// store with the installation's prefix. All a rotation needs (the console rotates with it).
+pub struct SigningKeys<'a> {
+    pub store: &'a dyn SubscriptionStore,
+    pub secrets: &'a dyn SecretStore,
+    pub secret_prefix: &'a str,
+}
+
+/// Signs the deliveries of subscription `(topic, name)` with `secret` from now on (signing
+/// starts if it did not), its current secret signing beside it for `grace`. A secret no longer
+/// in use is deleted from the secret store. The record as written.
+pub async fn rotate_signing_secret(
+    keys: &SigningKeys<'_>,
+    (topic, name): (&str, &str),
+    secret: &SigningSecret,
+    grace: std::time::Duration,
+    now: DateTime<Utc>,
+) -> Result<Subscription, RegistrationError> {
+    let missing = || StoreError::NotFound(format!("event subscription {name} on topic {topic}"));
+    let sub = keys
+        .store
+        .get_subscription(topic, name)
+        .await?
+        .ok_or_else(missing)?;
+    let id = store_signing_secret(&sub, secret, keys.secrets, keys.secret_prefix, now).await?;
+    let before = secret_ids(&sub)
+        .into_iter()
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    let update = update_subscription(keys.store, sub, |s| {
+        s.signing = Some(match &s.signing {
+            Some(signing) => signing.rotated(id.clone(), now, grace),
+            None => Signing::new(id.clone()),
+        });
+        Ok::<(), ()>(())
+    })
+    .await?;
+    let Update::Written(sub) = update else {
+        keys.secrets.delete(&id).await?;
+        return Err(missing().into());
+    };
+    let kept = secret_ids(&sub);
+    for dropped in before.iter().filter(|id| !kept.contains(&id.as_str())) {
+        keys.secrets.delete(dropped).await?;
+    }
+    Ok(*sub)
 }
 
 #[cfg(test)]

@@ -27,10 +27,12 @@ use serde::Deserialize;
 mod guard;
 mod live;
 mod pages;
+mod replay;
+mod signing;
 mod sources;
 
-pub(super) use sources::ConsoleResources;
 use sources::Sources;
+pub(super) use sources::{ConsoleResources, ReplayPlaces};
 
 #[derive(Args)]
 pub(super) struct ConsoleArgs {
@@ -78,6 +80,14 @@ pub(super) async fn start(
             axum::routing::post(redrive),
         )
         .route("/events", get(event))
+        .route(
+            "/subscriptions/{topic}/{name}/signing-secret",
+            axum::routing::post(signing::rotate),
+        )
+        .route(
+            "/subscriptions/{topic}/{name}/replay",
+            axum::routing::post(replay::replay),
+        )
         .route("/live", get(live::page))
         .route("/live/entries", get(live::entries))
         .route(pages::SCRIPT_PATH, get(script))
@@ -288,6 +298,22 @@ async fn existing(
     }
 }
 
+/// The answer to a change whose form does not carry this run's token (the cookie came with
+/// it: the guard checked), or `None` when it does.
+fn without_token(console: &Console, token: Option<&str>) -> Option<Response> {
+    if token.is_some_and(|t| console.guard.token_matches(t)) {
+        return None;
+    }
+    let why = "A change must carry this run's token in its form.";
+    Some(
+        (
+            StatusCode::FORBIDDEN,
+            pages::refused(StatusCode::FORBIDDEN, why),
+        )
+            .into_response(),
+    )
+}
+
 /// `POST /subscriptions/{topic}/{name}/redrive`: the picked records (`pick`: each its
 /// event's id and its object, [`pages::pick_value`]), asked about first; redriven once
 /// `confirm=yes` comes with them.
@@ -307,16 +333,8 @@ async fn redrive(
             _ => {}
         }
     }
-    // The cookie came with it (the guard checked); the form must carry the token too.
-    if !token.is_some_and(|t| console.guard.token_matches(&t)) {
-        return (
-            StatusCode::FORBIDDEN,
-            pages::refused(
-                StatusCode::FORBIDDEN,
-                "A change must carry this run's token in its form.",
-            ),
-        )
-            .into_response();
+    if let Some(refused) = without_token(&console, token.as_deref()) {
+        return refused;
     }
     let sub = match existing(&console, &topic, &name).await {
         Ok(sub) => sub,

@@ -72,7 +72,7 @@ pub(super) fn event_href(topic: &str, id: &str) -> String {
 }
 
 /// Every page: its title, the navigation and `body`.
-fn layout(title: &str, body: Markup) -> Markup {
+pub(super) fn layout(title: &str, body: Markup) -> Markup {
     layout_with_script(title, body, None)
 }
 
@@ -381,6 +381,8 @@ pub(super) fn subscription(p: &SubscriptionPage<'_>) -> Markup {
                     Ok(d) => { (dead_letters(sub, d, p.token)) }
                 }
             }
+            (super::replay::section(sub, p.token, chrono::Utc::now()))
+            (super::signing::section(sub, p.token))
             section aria-labelledby="settings" {
                 h2 id="settings" { "Settings" }
                 p { "As " code { "gridrelay event-subscription show" } " prints them." }

@@ -5,17 +5,23 @@
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, DynamoSubscriptionStore, JournalObject, S3JournalSource,
-    S3ObjectStore, SqsQueue, buffering_interval, load_sdk_config, s3_client,
+    DynamoDeliveryStateStore, DynamoReplayStore, DynamoSubscriptionStore, JournalObject,
+    S3JournalSource, S3ObjectStore, SecretsManagerStore, SqsQueue, buffering_interval,
+    load_sdk_config, s3_client,
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_ports::redrive::{
     DeadLetterRedriveReport, DeadLetterSelection, redrive_dead_letters,
 };
+use gridrelay_ports::registration::{SigningKeys, rotate_signing_secret};
 use gridrelay_ports::{DeliveryStateStore, JournalRead, JournalSource, SubscriptionStore};
 use gridrelay_shared::activity::{Activity, Window, activity};
 use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::journal::{EventLife, JOURNAL_PREFIX, JournalEntry, latest_attempts};
+use gridrelay_shared::replay::Replay;
+
+use crate::replay::{ReplayRequest, ReplayResources, plan_replay, start_replay};
+use gridrelay_shared::signing::SigningSecret;
 use gridrelay_shared::subscription::{Subscription, Topic};
 
 use crate::view::QueueCounts;
@@ -31,6 +37,20 @@ pub(crate) struct ConsoleResources {
     /// The journal's Firehose stream, whose buffering interval says how far behind the
     /// journal can be (`None`: not known).
     pub(crate) journal_stream: Option<String>,
+    /// The name prefix of the installation's secrets (signing secrets among them).
+    pub(crate) secret_prefix: String,
+    /// Where replays are kept and sent from, as `replay start` finds them.
+    pub(crate) replays: ReplayPlaces,
+}
+
+/// The replays' table (`None`: not known), the archive's stream, and the queues their steps
+/// and deliveries go to (`None`: beside the delivery queue).
+#[derive(Default)]
+pub(crate) struct ReplayPlaces {
+    pub(crate) table: Option<String>,
+    pub(crate) archive_stream: Option<String>,
+    pub(crate) control_queue: Option<String>,
+    pub(crate) replay_queue: Option<String>,
 }
 
 /// The clients the console's pages read with.
@@ -44,6 +64,11 @@ pub(in crate::console) struct Sources {
     delivery_queue: String,
     queue_key_secret: Option<String>,
     journal_stream: Option<String>,
+    secrets: SecretsManagerStore,
+    secret_prefix: String,
+    tables: TableNames,
+    journal_bucket: String,
+    replays: ReplayPlaces,
     /// How long the journal's stream gathers entries before it writes them, as it says
     /// (`Ok(None)`: it does not say), or why that could not be read.
     journal_buffer: Result<Option<std::time::Duration>, String>,
@@ -156,7 +181,7 @@ impl Sources {
                 .map_err(|e| format!("the journal's stream {stream} could not be read: {e}")),
         };
         Self {
-            store: DynamoSubscriptionStore::from_sdk(&sdk, resources.tables),
+            store: DynamoSubscriptionStore::from_sdk(&sdk, resources.tables.clone()),
             health: DynamoDeliveryStateStore::from_sdk(&sdk, resources.delivery_state_table),
             sqs: aws_sdk_sqs::Client::new(&sdk),
             journal: S3JournalSource::new(
@@ -169,6 +194,11 @@ impl Sources {
             queue_key_secret: resources.queue_key_secret,
             journal_stream: resources.journal_stream,
             journal_buffer,
+            secrets: SecretsManagerStore::from_sdk(&sdk),
+            secret_prefix: resources.secret_prefix,
+            tables: resources.tables.clone(),
+            journal_bucket: resources.journal_bucket.clone(),
+            replays: resources.replays,
             sdk,
         }
     }
@@ -379,6 +409,67 @@ impl Sources {
     ) -> anyhow::Result<EventLife> {
         let read = self.journal(since, now).await?;
         Ok(EventLife::of(topic, id, &read.entries))
+    }
+
+    /// `event-subscription signing-secret rotate` with a new random secret: the subscription
+    /// as written and the secret (shown once; the console keeps it nowhere).
+    pub(in crate::console) async fn rotate_signing_secret(
+        &self,
+        sub: &Subscription,
+        grace: std::time::Duration,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<(Subscription, SigningSecret)> {
+        let secret = SigningSecret::generate();
+        let keys = SigningKeys {
+            store: &self.store,
+            secrets: &self.secrets,
+            secret_prefix: &self.secret_prefix,
+        };
+        let sub = rotate_signing_secret(&keys, (&sub.topic, &sub.name), &secret, grace, now)
+            .await
+            .map_err(crate::subscription::registration_error)?;
+        Ok((sub, secret))
+    }
+
+    /// Where `replay start` finds what it needs, or why replays cannot be started.
+    fn replay_resources(&self) -> anyhow::Result<ReplayResources<'_>> {
+        let table = self.replays.table.clone().context(
+            "the replays' table is not known: give --replays-table (or set \
+             GRIDRELAY_REPLAYS_TABLE) to the stack's ReplaysTableName output",
+        )?;
+        Ok(ReplayResources {
+            tables: self.tables.clone(),
+            replays_table: table,
+            archive_stream: self.replays.archive_stream.clone(),
+            journal_bucket: Some(self.journal_bucket.clone()),
+            queues: OwnQueues {
+                delivery: &self.delivery_queue,
+                control: self.replays.control_queue.as_deref(),
+                replay: self.replays.replay_queue.as_deref(),
+                key_secret: self.queue_key_secret.as_deref(),
+            },
+        })
+    }
+
+    /// `replay start`'s checks of `request`: the replay it would start (nothing stored).
+    pub(in crate::console) async fn plan_replay(
+        &self,
+        request: &ReplayRequest<'_>,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<Replay> {
+        let resources = self.replay_resources()?;
+        plan_replay(request, &resources, &self.sdk, now).await
+    }
+
+    /// `replay start` of a planned replay: stored, its first step sent.
+    pub(in crate::console) async fn start_replay(
+        &self,
+        replay: &Replay,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<()> {
+        let resources = self.replay_resources()?;
+        let replays = DynamoReplayStore::from_sdk(&self.sdk, &resources.replays_table);
+        start_replay(replay, &resources, &self.sdk, &replays, now).await
     }
 
     /// `redrive dead-letters` of what `selection` picks (a dry run lists it).

@@ -8,7 +8,8 @@ use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscript
 
 mod browser;
 use gridrelay_local::ResourceNames;
-use gridrelay_shared::subscription::SubscriptionRequest;
+use gridrelay_shared::signing::SigningSecret;
+use gridrelay_shared::subscription::{SubscriptionRequest, Topic};
 use reqwest::StatusCode;
 use reqwest::header::{COOKIE, HOST, LOCATION, ORIGIN, SET_COOKIE};
 
@@ -123,8 +124,10 @@ impl Drop for Console {
 /// redrive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_letters_l2_l3() {
-    let sys = TestSystem::start_with_own_journal(0.01).await;
-    let (_, failing, _healthy) = failing_and_healthy(&sys).await;
+    // Changes take effect at once (the signing secret's rotation is checked on a delivery).
+    let sys =
+        TestSystem::start_with_own_journal_and(0.01, |c| c.config_cache = Duration::ZERO).await;
+    let (topic, failing, healthy) = failing_and_healthy(&sys).await;
 
     let console = Console::start(&sys.names);
     // Nothing without the token; nothing for another host, whatever it carries.
@@ -297,6 +300,147 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
         body.contains("since") && body.contains("yesterday"),
         "{body}"
     );
+
+    // ledger's signing secret, rotated: refused without the form's token, a grace period out
+    // of range named; asked first (nothing changes); then a new secret, shown once, signs
+    // ledger's next delivery.
+    let rotate = "/subscriptions/consoled/ledger/signing-secret";
+    let same_origin = [(ORIGIN, console.base.as_str())];
+    let without_token = [("grace_period_hours", "0")];
+    assert_eq!(
+        console
+            .post(rotate, Some(&cookie), &same_origin, &without_token)
+            .await
+            .0,
+        StatusCode::FORBIDDEN
+    );
+    let too_long = [
+        ("token", console.token.as_str()),
+        ("grace_period_hours", "169"),
+    ];
+    let (status, body) = console
+        .post(rotate, Some(&cookie), &same_origin, &too_long)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("gracePeriodHours") && body.contains("169"),
+        "{body}"
+    );
+    let ask = [
+        ("token", console.token.as_str()),
+        ("grace_period_hours", "0"),
+    ];
+    let (status, body) = console
+        .post(rotate, Some(&cookie), &same_origin, &ask)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("Yes, rotate the signing secret"), "{body}");
+    let (_, page) = console
+        .get("/subscriptions/consoled/ledger", Some(&cookie))
+        .await;
+    assert!(
+        page.contains("Deliveries are not signed"),
+        "asking changed nothing"
+    );
+    let confirmed = [
+        ("token", console.token.as_str()),
+        ("grace_period_hours", "0"),
+        ("confirm", "yes"),
+    ];
+    let (status, body) = console
+        .post(rotate, Some(&cookie), &same_origin, &confirmed)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let shown = body
+        .split_once(r#"id="new-secret""#)
+        .and_then(|(_, rest)| rest.split_once('>'))
+        .and_then(|(_, rest)| rest.split_once("</pre>"))
+        .map(|(secret, _)| secret.trim().to_string())
+        .unwrap_or_else(|| panic!("no secret shown: {body}"));
+    let secret = SigningSecret::parse(&shown).unwrap();
+    sys.publish(&topic, &events("s", 1)).await;
+    let signed = eventually(
+        Duration::from_secs(15),
+        "s-0 delivered to ledger",
+        || async { healthy.received().into_iter().find(|r| r.ids() == ["s-0"]) },
+    )
+    .await;
+    let (id, at) = (
+        signed.header("webhook-id").unwrap(),
+        signed.header("webhook-timestamp").unwrap(),
+    );
+    let expected = secret.sign(id, at.parse().unwrap(), signed.body.as_bytes());
+    assert_eq!(signed.header("webhook-signature"), Some(expected.as_str()));
+    let (_, page) = console
+        .get("/subscriptions/consoled/ledger", Some(&cookie))
+        .await;
+    assert!(page.contains("Deliveries are signed"), "{page}");
+    assert!(!page.contains(&shown), "the secret is shown once");
+
+    // A replay to one subscription of a topic with an archive: a rate out of range named;
+    // asked first (nothing starts); then started, and the event reaches the endpoint again
+    // with the replay's header.
+    let kept = Topic {
+        retention_days: 1,
+        ..Topic::with_new_keys("kept", chrono::Utc::now())
+    };
+    sys.system.store.create_topic(&kept).await.unwrap();
+    let copy = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("kept", "copy", &copy.url)).await;
+    sys.publish(&kept, &events("k", 1)).await;
+    copy.wait_for_requests(1, Duration::from_secs(15)).await;
+    let replay = "/subscriptions/kept/copy/replay";
+    let asked = |rate: &str| {
+        vec![
+            ("token", console.token.clone()),
+            ("name", "again".to_string()),
+            ("start_time", "10m".to_string()),
+            ("end_time", String::new()),
+            ("rate", rate.to_string()),
+        ]
+    };
+    let post = |fields: Vec<(&'static str, String)>| {
+        let console = &console;
+        let cookie = cookie.clone();
+        async move {
+            let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            console
+                .post(
+                    replay,
+                    Some(&cookie),
+                    &[(ORIGIN, console.base.as_str())],
+                    &fields,
+                )
+                .await
+        }
+    };
+    let (status, body) = post(asked("0")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("rate") && body.contains("10000"), "{body}");
+    let (status, ask) = post(asked("10")).await;
+    assert_eq!(status, StatusCode::OK, "{ask}");
+    assert!(ask.contains("Yes, start replay again"), "{ask}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(copy.event_count(), 1, "asking sent nothing");
+    let hidden = |name: &str| {
+        let at = format!(r#"name="{name}" value=""#);
+        let start = ask.find(&at).unwrap_or_else(|| panic!("no {name}: {ask}")) + at.len();
+        ask[start..start + ask[start..].find('"').unwrap()].to_string()
+    };
+    let confirmed = vec![
+        ("token", console.token.clone()),
+        ("name", hidden("name")),
+        ("start_time", hidden("start_time")),
+        ("end_time", hidden("end_time")),
+        ("rate", hidden("rate")),
+        ("confirm", "yes".to_string()),
+    ];
+    let (status, done) = post(confirmed).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(done.contains("Replay started"), "{done}");
+    let again = &copy.wait_for_requests(2, Duration::from_secs(20)).await[1];
+    assert_eq!(again.ids(), ["k-0"]);
+    assert_eq!(again.header("gridrelay-replay"), Some("again"));
     drop(console);
     sys.shutdown().await;
 }
