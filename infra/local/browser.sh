@@ -18,10 +18,5 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null \
     || { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 fi
-# npm 11 fetches through Node's TLS, which reads extra CAs from NODE_EXTRA_CA_CERTS only: where
-# npm is configured with a CA file (a registry behind a proxy) and that is unset, use it.
-if [[ -z "${NODE_EXTRA_CA_CERTS:-}" ]]; then
-  cafile=$(npm config get cafile 2>/dev/null || true)
-  if [[ -f "$cafile" ]]; then export NODE_EXTRA_CA_CERTS="$cafile"; fi
-fi
+source "$root/infra/local/node_ca.sh"
 npm ci --prefer-offline --prefix tests/browser --no-audit --no-fund --loglevel=error

@@ -67,6 +67,7 @@ start() {
   # On the host (not in a container: everything it writes, and the Kinesis emulator it installs
   # from the npm registry at its first Kinesis call, under .run), no DNS server, no persistence.
   # Extra settings pass through the environment (KINESIS_ERROR_PROBABILITY, for one).
+  source "$root/infra/local/node_ca.sh"
   OVERRIDE_IN_DOCKER=0 FILESYSTEM_ROOT="$run/localstack-$port" GATEWAY_LISTEN="127.0.0.1:$port" \
     SERVICES="$services" DNS_ADDRESS=0 PERSISTENCE=0 SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 \
     nohup "$venv/bin/python" -m localstack.runtime.main >"$run/localstack-$port.log" 2>&1 &
