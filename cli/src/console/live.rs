@@ -207,6 +207,7 @@ async fn look(
         console
             .sources
             .journal_buffer()
+            .await
             .1
             .as_ref()
             .ok()
@@ -241,7 +242,7 @@ pub(super) async fn page(
         }
     };
     let looked = look(&console, Utc::now() - FIRST_LOOK, &filter).await;
-    let (stream, buffer) = console.sources.journal_buffer();
+    let (stream, buffer) = console.sources.journal_buffer().await;
     pages::live(&pages::LivePage {
         topics: &topics,
         filter: &filter,

@@ -71,7 +71,8 @@ pub(in crate::console) struct Sources {
     replays: ReplayPlaces,
     /// How long the journal's stream gathers entries before it writes them, as it says
     /// (`Ok(None)`: it does not say), or why that could not be read.
-    journal_buffer: Result<Option<std::time::Duration>, String>,
+    /// Read at the live page's first look, not at start (a start reads nothing it need not).
+    journal_buffer: tokio::sync::OnceCell<Result<Option<std::time::Duration>, String>>,
 }
 
 /// How delivery to a subscription goes, as the overview says it.
@@ -170,16 +171,6 @@ pub(in crate::console) struct Overview {
 impl Sources {
     pub(in crate::console) async fn new(resources: ConsoleResources) -> Self {
         let sdk = load_sdk_config().await;
-        let journal_buffer = match &resources.journal_stream {
-            None => Err(
-                "the journal's stream is not known (give --journal-stream, or set \
-                 GRIDRELAY_JOURNAL_STREAM to the stack's JournalStreamName output)"
-                    .to_string(),
-            ),
-            Some(stream) => buffering_interval(&sdk, stream)
-                .await
-                .map_err(|e| format!("the journal's stream {stream} could not be read: {e}")),
-        };
         Self {
             store: DynamoSubscriptionStore::from_sdk(&sdk, resources.tables.clone()),
             health: DynamoDeliveryStateStore::from_sdk(&sdk, resources.delivery_state_table),
@@ -193,7 +184,7 @@ impl Sources {
             delivery_queue: resources.delivery_queue,
             queue_key_secret: resources.queue_key_secret,
             journal_stream: resources.journal_stream,
-            journal_buffer,
+            journal_buffer: tokio::sync::OnceCell::new(),
             secrets: SecretsManagerStore::from_sdk(&sdk),
             secret_prefix: resources.secret_prefix,
             tables: resources.tables.clone(),
@@ -230,10 +221,26 @@ impl Sources {
 
     /// The journal's stream, if known, and how long it gathers entries before it writes
     /// them (its buffering interval), or why that is not known.
-    pub(in crate::console) fn journal_buffer(
+    pub(in crate::console) async fn journal_buffer(
         &self,
     ) -> (Option<&str>, &Result<Option<std::time::Duration>, String>) {
-        (self.journal_stream.as_deref(), &self.journal_buffer)
+        let stream = self.journal_stream.as_deref();
+        let buffer = self
+            .journal_buffer
+            .get_or_init(|| async {
+                match stream {
+                    None => Err(
+                        "the journal's stream is not known (give --journal-stream, or \
+                         set GRIDRELAY_JOURNAL_STREAM to the stack's JournalStreamName output)"
+                            .to_string(),
+                    ),
+                    Some(stream) => buffering_interval(&self.sdk, stream).await.map_err(|e| {
+                        format!("the journal's stream {stream} could not be read: {e}")
+                    }),
+                }
+            })
+            .await;
+        (stream, buffer)
     }
 
     /// The overview: every topic's subscriptions, their state and their last hour.
