@@ -43,16 +43,7 @@ pub async fn run(binary: &Path, subscriptions: usize) -> anyhow::Result<()> {
     );
     let now = Utc::now();
     store
-        .create_topic(&Topic {
-            name: "bench".into(),
-            key1: "k1".into(),
-            key2: "k2".into(),
-            input_schema: InputSchema::EventGridSchema,
-            input_mapping: None,
-            tags: Default::default(),
-            retention_days: 0,
-            created_at: now,
-        })
+        .create_topic(&Topic::with_new_keys("bench", now))
         .await?;
     let journal = FirehoseStream::from_sdk(&sdk, &names.journal_stream);
     let console = ConsoleProcess::start(binary, &names)?;

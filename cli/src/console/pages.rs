@@ -714,16 +714,7 @@ mod tests {
             }),
             ..Activity::default()
         };
-        let topic = Topic {
-            name: "orders".into(),
-            key1: "k1".into(),
-            key2: "k2".into(),
-            input_schema: InputSchema::EventGridSchema,
-            input_mapping: None,
-            tags: Default::default(),
-            retention_days: 0,
-            created_at: now,
-        };
+        let topic = Topic::with_new_keys("orders", now);
         overview(&Overview {
             window: Window {
                 from: now - chrono::Duration::hours(1),
