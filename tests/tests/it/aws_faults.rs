@@ -150,6 +150,12 @@ async fn a_stack_whose_aws_calls_are_throttled_or_fail_loses_no_event_g1() {
         // end inside an invocation, so a refused write is handled, not cut at the deadline.
         c.visibility_timeout = Duration::from_secs(8);
         c.function_timeout = Duration::from_secs(8);
+        // The stack's receive count before a message is parked: with a fifth of all calls
+        // refused, a message whose invocations fail a few times (a re-enqueue refused, a
+        // deadline reached on a loaded machine) is parked in the redrive queue, which keeps it
+        // but does not deliver it. A CI run of tests/it, six at a time, with the test system's
+        // 2 then, had f-0-0 not dead-lettered after 120 s, as a parked message would be.
+        c.max_receive_count = gridrelay_local::DEFAULT_MAX_RECEIVE_COUNT;
     })
     .await;
     let topic = sys.topic("orders").await;
@@ -266,14 +272,19 @@ async fn a_stack_whose_aws_calls_are_throttled_or_fail_loses_no_event_g1() {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let mut dead = dead_lettered().await;
     while !refused.is_subset(&dead) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not dead-lettered: {:?}\n{:?}\n{:?}\n{}",
-            refused.difference(&dead).collect::<Vec<_>>(),
-            sys.system.stats().deliver,
-            sys.system.stats().dead_letter,
-            proxy.report()
-        );
+        if std::time::Instant::now() >= deadline {
+            let resources = &sys.system.resources;
+            panic!(
+                "not dead-lettered: {:?}\nparked: {} delivery, {} dead-letter messages\n{:?}\n{:?}\n{}",
+                refused.difference(&dead).collect::<Vec<_>>(),
+                sys.queue_depth(&resources.delivery_redrive_queue_url).await,
+                sys.queue_depth(&resources.dead_letter_redrive_queue_url)
+                    .await,
+                sys.system.stats().deliver,
+                sys.system.stats().dead_letter,
+                proxy.report()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
         dead = dead_lettered().await;
     }

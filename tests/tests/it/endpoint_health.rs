@@ -202,7 +202,8 @@ async fn health_writes_are_conditional_on_the_version_read_d1() {
 /// two probes fail, the third succeeds; each event is held at least 3 times on average.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_events_never_count_towards_the_redrive_receive_count_d1() {
-    let sys = TestSystem::start(0.02).await;
+    // Fewer receives than the holds: held events counted would be parked.
+    let sys = TestSystem::start_with(0.02, |c| c.max_receive_count = 2).await;
     let topic = sys.topic("held").await;
     let sick = Subscriber::start(vec![Reply::Status(503); 12], Reply::Status(200)).await;
     sys.subscribe(subscription("held", "sick", &sick.url)).await;

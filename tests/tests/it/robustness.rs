@@ -95,7 +95,8 @@ async fn refused_publish_requests_enqueue_nothing() {
 /// same invocation are delivered and deleted, and SQS's redrive policy moves the poison aside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_message_blocks_nothing_and_is_moved_aside() {
-    let sys = TestSystem::start(0.01).await;
+    // Moved aside after its second receive.
+    let sys = TestSystem::start_with(0.01, |c| c.max_receive_count = 2).await;
     let topic = sys.topic("mixed").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
     sys.subscribe(subscription("mixed", "sub-1", &sub.url))
