@@ -132,6 +132,9 @@ pub const OWN_QUEUES_ENV: &str = "GRIDRELAY_OWN_QUEUES";
 /// The Secrets Manager secret (ARN or name) holding the key every message on the
 /// installation's own queues is sealed with (#34 item 2).
 pub const QUEUE_KEY_SECRET_ENV: &str = "GRIDRELAY_QUEUE_KEY_SECRET";
+/// The Secrets Manager secret (ARN or name) holding the key subscribers' portal links are
+/// signed with (#36): the portal and `event-subscription portal-link` read it.
+pub const PORTAL_KEY_SECRET_ENV: &str = "GRIDRELAY_PORTAL_KEY_SECRET";
 
 /// The allowed destinations from the environment (none when unset; refused naming the value),
 /// refusing the installation's own queues: `GRIDRELAY_OWN_QUEUES` and `known` (queue URLs or

@@ -24,6 +24,7 @@ mod archive;
 mod console;
 mod journal;
 mod local;
+mod portal;
 mod redrive;
 mod replay;
 mod subscription;
@@ -130,6 +131,11 @@ struct Cli {
     /// Default: `<prefix>-journal` beside a delivery queue named `<prefix>-delivery`.
     #[arg(long, global = true, env = config::JOURNAL_STREAM_ENV)]
     journal_stream: Option<String>,
+    /// The Secrets Manager secret (ARN or name) holding the key subscribers' portal links are
+    /// signed with: the stack's PortalKeySecret output. Default: `<prefix>-portal-key` beside
+    /// a delivery queue named `<prefix>-delivery` (a local installation).
+    #[arg(long, global = true, env = config::PORTAL_KEY_SECRET_ENV)]
+    portal_key_secret: Option<String>,
     /// Networks (comma-separated CIDRs) endpoints may be in although not public, where plain
     /// http:// is allowed too. Default for `local`: loopback. Default for `event-subscription
     /// create`: loopback when AWS_ENDPOINT_URL is on this machine (a local stack), else none;
@@ -176,6 +182,9 @@ enum Command {
     /// dead letters, and events' lives, in a browser. Prints the URL to open (it holds this
     /// run's token).
     Console(console::ConsoleArgs),
+    /// The key subscribers' portal links are signed with.
+    #[command(subcommand, name = "portal-key")]
+    PortalKey(portal::PortalKeyCommand),
 }
 
 /// What `--output` prints.
@@ -411,6 +420,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 journal::journal_bucket(cli.journal_bucket.as_deref(), &cli.delivery_queue)?;
             archive::list_archived(args, tables, &bucket, cli.output).await
         }
+        Command::EventSubscription(SubscriptionCommand::PortalLink(args)) => {
+            let key_secret = beside_delivery_queue(
+                cli.portal_key_secret.as_deref(),
+                &cli.delivery_queue,
+                Beside::PortalKeySecret,
+            )?;
+            let places = portal::PortalPlaces {
+                tables,
+                publish_url: &cli.publish_url,
+                key_secret: &key_secret,
+            };
+            portal::portal_link(&args, &places, cli.output).await
+        }
+        Command::PortalKey(portal::PortalKeyCommand::Rotate) => {
+            let key_secret = beside_delivery_queue(
+                cli.portal_key_secret.as_deref(),
+                &cli.delivery_queue,
+                Beside::PortalKeySecret,
+            )?;
+            portal::rotate_key(&key_secret, cli.output).await
+        }
         Command::EventSubscription(SubscriptionCommand::Attempts(args)) => {
             let bucket =
                 journal::journal_bucket(cli.journal_bucket.as_deref(), &cli.delivery_queue)?;
@@ -440,6 +470,7 @@ enum Beside {
     JournalStream,
     ControlQueue,
     ReplayQueue,
+    PortalKeySecret,
 }
 
 impl Beside {
@@ -485,6 +516,12 @@ impl Beside {
                 config::REPLAY_QUEUE_URL_ENV,
                 "ReplayQueueUrl",
                 names.map(|n| n.replay_queue),
+            ),
+            Self::PortalKeySecret => (
+                "--portal-key-secret",
+                config::PORTAL_KEY_SECRET_ENV,
+                "PortalKeySecret",
+                names.map(|n| n.portal_key_secret),
             ),
         }
     }

@@ -57,6 +57,9 @@ pub(super) enum SubscriptionCommand {
     /// The subscription's latest delivery attempts from the delivery journal, newest first:
     /// status, duration and what came next.
     Attempts(crate::journal::ListAttempts),
+    /// A link for the subscriber: a page of this subscription's deliveries and attempts, with
+    /// no AWS account, until it expires (signed with the stack's portal key). Prints the URL.
+    PortalLink(crate::portal::PortalLink),
 }
 
 #[derive(Args)]
@@ -637,6 +640,7 @@ async fn subscription_command(
         (SubscriptionCommand::Create(_), None) => bail!("subscription was not validated"),
         // Answered from the journal before any store is opened (`main`).
         (SubscriptionCommand::Attempts(_), _) => bail!("attempts are read from the journal"),
+        (SubscriptionCommand::PortalLink(_), _) => bail!("portal links are made in main"),
     }
 }
 

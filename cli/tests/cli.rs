@@ -15,6 +15,7 @@ use gridrelay_shared::subscription::SubscriptionRequest;
 use serde_json::Value;
 
 mod console;
+mod portal;
 
 /// The command line; with `resources`, pointed at them as an operator's environment would.
 fn gridrelay(args: &[&str], resources: Option<&ResourceNames>) -> Output {

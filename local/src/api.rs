@@ -1,4 +1,4 @@
-//! The local stand-in for API Gateway in front of `ingest`.
+//! The local stand-in for API Gateway in front of `ingest` and the subscribers' portal.
 
 use std::sync::{Arc, Mutex};
 
@@ -29,15 +29,19 @@ struct Publish {
     stats: Arc<Mutex<RunnerStats>>,
 }
 
+/// Serves the publish API, and the subscribers' portal (#36) on its own path beside it, as
+/// the stacks' front door does.
 pub(crate) async fn serve(
     listener: TcpListener,
     ingest: Arc<Ingest>,
+    portal: Arc<gridrelay_portal::Portal>,
     stats: Arc<Mutex<RunnerStats>>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let app = Router::new()
         .fallback(forward)
-        .with_state(Publish { ingest, stats });
+        .with_state(Publish { ingest, stats })
+        .merge(gridrelay_portal::router(portal));
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "publish API listening");
     }

@@ -27,8 +27,8 @@ use aws_lambda_events::sqs::SqsEvent;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
     AwsResourceSender, DynamoDeliveryStateStore, DynamoReplayStore, FirehoseStream,
-    S3ArchiveSource, S3ObjectStore, SqsQueue, delivery_state_store, queue_key, s3_client,
-    sealed_records, secret_store, subscription_store,
+    S3ArchiveSource, S3JournalSource, S3ObjectStore, SecretsManagerPortalKey, SqsQueue,
+    delivery_state_store, queue_key, s3_client, sealed_records, secret_store, subscription_store,
 };
 use gridrelay_adapters::config::TableNames;
 use gridrelay_adapters::outbound::SystemResolver;
@@ -43,6 +43,7 @@ use gridrelay_ports::endpoints::AddressResolver;
 use gridrelay_ports::{MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock};
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::destination::AllowedDestinations;
+use gridrelay_shared::journal::JOURNAL_PREFIX;
 use gridrelay_shared::limits::LimitError;
 use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy};
 use gridrelay_shared::queue_seal::QueueKey;
@@ -439,7 +440,7 @@ impl LocalSystem {
         let writer = Arc::new(DeadLetterWriter {
             objects: Arc::new(S3ObjectStore::new(s3_client(sdk))),
             dead_letter_queue,
-            clock,
+            clock: clock.clone(),
             scale: config.scale,
             notices: Some(dead_letter_notices(&store, &delivery_queue)),
             journal: journal_sink(sdk, names, &config),
@@ -448,9 +449,26 @@ impl LocalSystem {
         let (stop, stopped) = watch::channel(false);
         let stats = Arc::new(Mutex::new(RunnerStats::default()));
         let mut tasks = JoinSet::new();
+        let portal = Arc::new(gridrelay_portal::Portal {
+            store: Arc::clone(&store),
+            health: Arc::clone(&ports.state),
+            journal: Arc::new(S3JournalSource::new(
+                s3_client(sdk),
+                &names.journal_bucket,
+                JOURNAL_PREFIX,
+            )),
+            keys: Arc::new(SecretsManagerPortalKey::new(
+                sdk,
+                &names.portal_key_secret,
+                config.config_cache,
+            )),
+            clock,
+            secure_cookies: false,
+        });
         tasks.spawn(api::serve(
             listener,
             ingest,
+            portal,
             Arc::clone(&stats),
             stopped.clone(),
         ));

@@ -11,11 +11,13 @@ use aws_sdk_dynamodb::types::{
     TimeToLiveSpecification,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
-use gridrelay_adapters::aws::{S3ObjectStore, describe_error, local_queue_key, s3_client};
+use gridrelay_adapters::aws::{
+    S3ObjectStore, describe_error, ensure_local_key, local_queue_key, s3_client,
+};
 use gridrelay_adapters::config::{
     ARCHIVE_STREAM_ENV, CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV,
-    JOURNAL_BUCKET_ENV, QUEUE_KEY_SECRET_ENV, REPLAY_QUEUE_URL_ENV, REPLAYS_TABLE_ENV,
-    SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
+    JOURNAL_BUCKET_ENV, PORTAL_KEY_SECRET_ENV, QUEUE_KEY_SECRET_ENV, REPLAY_QUEUE_URL_ENV,
+    REPLAYS_TABLE_ENV, SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
 };
 use gridrelay_shared::archive::{ARCHIVE_PREFIX, DEFAULT_ARCHIVE_EXPIRY_DAYS};
 use gridrelay_shared::journal::JOURNAL_PREFIX;
@@ -43,6 +45,9 @@ pub struct ResourceNames {
     /// The secret holding the key queue messages are sealed with (#34 item 2); outside the
     /// secret prefix, so no subscription's header can name it.
     pub queue_key_secret: String,
+    /// The secret holding the key subscribers' portal links are signed with (#36); outside
+    /// the secret prefix too.
+    pub portal_key_secret: String,
     /// The delivery journal (#35): the Firehose stream `deliver` writes to, and the bucket it
     /// writes into (under `journal/`).
     pub journal_stream: String,
@@ -69,6 +74,7 @@ impl ResourceNames {
             secret_prefix: prefix.to_string(),
             delivery_state_table: format!("{prefix}-delivery-state"),
             queue_key_secret: format!("{prefix}-queue-key"),
+            portal_key_secret: format!("{prefix}-portal-key"),
             journal_stream: format!("{prefix}-journal"),
             journal_bucket: format!("{prefix}-journal"),
             archive_stream: format!("{prefix}-archive"),
@@ -86,8 +92,9 @@ impl ResourceNames {
 
     /// The environment that points the `gridrelay` command line at these resources: its
     /// tables, its delivery, control and replay queues (by name), its secret prefix, its queue
-    /// key and its journal's bucket, its replays' table and its archive's stream.
-    pub fn cli_env(&self) -> [(&'static str, &str); 11] {
+    /// key and its portal key, its journal's bucket, its replays' table and its archive's
+    /// stream.
+    pub fn cli_env(&self) -> [(&'static str, &str); 12] {
         [
             (TOPICS_TABLE_ENV, &self.topics_table),
             (SUBSCRIPTIONS_TABLE_ENV, &self.subscriptions_table),
@@ -97,6 +104,7 @@ impl ResourceNames {
             (SECRET_PREFIX_ENV, &self.secret_prefix),
             (DELIVERY_STATE_TABLE_ENV, &self.delivery_state_table),
             (QUEUE_KEY_SECRET_ENV, &self.queue_key_secret),
+            (PORTAL_KEY_SECRET_ENV, &self.portal_key_secret),
             (JOURNAL_BUCKET_ENV, &self.journal_bucket),
             (REPLAYS_TABLE_ENV, &self.replays_table),
             (ARCHIVE_STREAM_ENV, &self.archive_stream),
@@ -231,6 +239,14 @@ pub async fn provision_keeping(
     local_queue_key(sdk, &names.queue_key_secret)
         .await
         .context("could not make or read the queue key")?;
+    // #36: the key subscribers' portal links are signed with.
+    ensure_local_key(
+        sdk,
+        &names.portal_key_secret,
+        "gridrelay: the key subscribers' portal links are signed with",
+    )
+    .await
+    .context("could not make the portal key")?;
 
     let s3 = s3_client(sdk);
     create_bucket(&s3, &names.dead_letter_bucket).await?;

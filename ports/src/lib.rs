@@ -733,6 +733,31 @@ impl ArchiveStep {
     }
 }
 
+/// How delivery to `sub` goes at `now` (#36), from its endpoint's health record and its
+/// host's: what the console and the subscribers' portal show.
+pub async fn delivery_state(
+    store: &dyn DeliveryStateStore,
+    sub: &Subscription,
+    now: DateTime<Utc>,
+) -> gridrelay_shared::health::DeliveryState {
+    use gridrelay_shared::health::{DeliveryState, origin_health_key};
+    let keys: Vec<String> = std::iter::once(sub.endpoint.clone())
+        .chain(origin_health_key(&sub.endpoint))
+        .collect();
+    match store.endpoint_healths(&keys).await {
+        Ok(read) => DeliveryState::of(sub, read.first(), read.get(1), now),
+        Err(_) => DeliveryState::of(sub, None, None, now),
+    }
+}
+
+/// The key subscribers' portal links are signed with (#36; a Secrets Manager secret the stack
+/// generates on AWS). Rotating it revokes every link made before.
+#[async_trait]
+pub trait PortalKeySource: Send + Sync {
+    /// The key now; a source may keep it a while, so a rotation takes effect within that.
+    async fn portal_key(&self) -> Result<gridrelay_shared::portal::PortalKey, SecretError>;
+}
+
 /// The time now. Injected so decisions can be tested at chosen times.
 pub trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;

@@ -241,6 +241,81 @@ fn chrono_duration(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
+/// How delivery to a subscription goes, as the console and the subscribers' portal say it
+/// (#36).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeliveryState {
+    /// Its handshake has not succeeded: the provisioning state, and why.
+    NotProvisioned {
+        state: String,
+        detail: Option<String>,
+    },
+    Healthy,
+    /// Attempts have failed since the last success.
+    Failing {
+        failures: u32,
+    },
+    /// Deliveries wait until then (D1).
+    Delayed {
+        until: DateTime<Utc>,
+    },
+    /// Its expiration time has passed: it receives nothing.
+    Expired {
+        at: DateTime<Utc>,
+    },
+    /// A health record could not be read.
+    Unknown,
+}
+
+impl DeliveryState {
+    /// The state of a subscription whose health records (its endpoint's, its host's) are
+    /// these, at `now`: as `event-subscription show` says it.
+    /// (`None`: a record that could not be read; an AWS resource has no host record).
+    pub fn of(
+        sub: &crate::subscription::Subscription,
+        endpoint: Option<&EndpointHealth>,
+        host: Option<&EndpointHealth>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        if !sub.delivers() {
+            return Self::NotProvisioned {
+                state: format!("{:?}", sub.provisioning.state),
+                detail: sub.provisioning.detail.clone(),
+            };
+        }
+        if let Some(at) = sub.expiration_time_utc.filter(|_| sub.is_expired(now)) {
+            return Self::Expired { at };
+        }
+        let Some(endpoint) = endpoint else {
+            return Self::Unknown;
+        };
+        // A host found hung holds every URL of it.
+        let until = [endpoint, host.unwrap_or(endpoint)]
+            .iter()
+            .filter_map(|h| h.delayed_until)
+            .filter(|t| *t > now)
+            .max();
+        match until {
+            Some(until) => Self::Delayed { until },
+            None if endpoint.is_healthy() => Self::Healthy,
+            None => Self::Failing {
+                failures: endpoint.consecutive_failures,
+            },
+        }
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::NotProvisioned { .. } => "Not provisioned",
+            Self::Healthy => "Healthy",
+            Self::Failing { .. } => "Failing",
+            Self::Delayed { .. } => "Delayed",
+            Self::Expired { .. } => "Expired",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

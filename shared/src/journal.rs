@@ -830,24 +830,27 @@ pub fn parse_past_time(
     let at = if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         t.with_timezone(&Utc)
     } else {
-        let unit = text.chars().last().ok_or_else(refuse)?;
-        let n: i64 = text[..text.len() - unit.len_utf8()]
-            .parse()
-            .map_err(|_| refuse())?;
-        let span = match unit {
-            'm' => chrono::Duration::try_minutes(n),
-            'h' => chrono::Duration::try_hours(n),
-            'd' => chrono::Duration::try_days(n),
-            _ => None,
-        }
-        .filter(|d| *d > chrono::Duration::zero())
-        .ok_or_else(refuse)?;
+        let span = parse_span(text).ok_or_else(refuse)?;
         now.checked_sub_signed(span).ok_or_else(refuse)?
     };
     if at < earliest || at > now {
         return Err(refuse());
     }
     Ok(at)
+}
+
+/// A span as the command line takes it: a positive whole number of minutes, hours or days
+/// (`90m`, `6h`, `7d`).
+pub(crate) fn parse_span(text: &str) -> Option<chrono::Duration> {
+    let unit = text.chars().last()?;
+    let n: i64 = text[..text.len() - unit.len_utf8()].parse().ok()?;
+    match unit {
+        'm' => chrono::Duration::try_minutes(n),
+        'h' => chrono::Duration::try_hours(n),
+        'd' => chrono::Duration::try_days(n),
+        _ => None,
+    }
+    .filter(|d| *d > chrono::Duration::zero())
 }
 
 /// The journal's object key prefix for the hour `at` is in, below the journal's own prefix:

@@ -35,6 +35,7 @@ pub mod journal;
 pub mod limits;
 pub mod message;
 pub mod outbound;
+pub mod portal;
 pub mod publish;
 pub mod queue_seal;
 pub mod queue_text;

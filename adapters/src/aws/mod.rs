@@ -21,7 +21,8 @@ pub use replays::DynamoReplayStore;
 pub use resources::AwsResourceSender;
 pub use s3::S3ObjectStore;
 pub use secrets::{
-    QueueKeyError, SecretsManagerStore, function_queue_key, local_queue_key, queue_key,
+    QueueKeyError, SecretsManagerPortalKey, SecretsManagerStore, ensure_local_key,
+    function_queue_key, local_queue_key, portal_key, queue_key, rotate_portal_key,
 };
 pub use sqs::{
     SqsQueue, UNSEALED_METRIC, failed_receipts, seal_records, sealed_records, sqs_event,

@@ -3,8 +3,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::describe_error;
-use gridrelay_ports::{SecretError, SecretStore};
+use gridrelay_ports::{PortalKeySource, SecretError, SecretStore};
 use gridrelay_shared::delivery_attributes::SecretValue;
+use gridrelay_shared::portal::PortalKey;
 use gridrelay_shared::queue_seal::QueueKey;
 
 /// Secret delivery header values in AWS Secrets Manager, one secret each.
@@ -148,26 +149,17 @@ pub async fn local_queue_key(
     sdk: &aws_config::SdkConfig,
     name: &str,
 ) -> Result<QueueKey, QueueKeyError> {
+    ensure_local_key(
+        sdk,
+        name,
+        "gridrelay: the key its functions seal their queue messages with",
+    )
+    .await
+    .map_err(|e| QueueKeyError::Unreadable {
+        secret: name.to_string(),
+        reason: e.to_string(),
+    })?;
     let client = aws_sdk_secretsmanager::Client::new(sdk);
-    let created = client
-        .create_secret()
-        .name(name)
-        .description("gridrelay: the key its functions seal their queue messages with")
-        .secret_string(QueueKey::generate_text())
-        .send()
-        .await;
-    match created {
-        Ok(_) => {}
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_exists_exception()) => {}
-        Err(e) => {
-            return Err(QueueKeyError::Unreadable {
-                secret: name.to_string(),
-                reason: describe_error(&e),
-            });
-        }
-    }
     read_queue_key(&client, name, Duration::ZERO).await
 }
 
@@ -204,4 +196,113 @@ async fn read_queue_key(
         secret: secret.to_string(),
         source,
     })
+}
+
+/// The key subscribers' portal links are signed with (#36), read from the secret the stack
+/// generated and kept for `keep`: a rotation revokes every link within that.
+pub struct SecretsManagerPortalKey {
+    client: aws_sdk_secretsmanager::Client,
+    secret: String,
+    keep: Duration,
+    kept: tokio::sync::Mutex<Option<(std::time::Instant, PortalKey)>>,
+}
+
+impl SecretsManagerPortalKey {
+    pub fn new(sdk: &aws_config::SdkConfig, secret: &str, keep: Duration) -> Self {
+        Self {
+            client: aws_sdk_secretsmanager::Client::new(sdk),
+            secret: secret.to_string(),
+            keep,
+            kept: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+#[async_trait]
+impl PortalKeySource for SecretsManagerPortalKey {
+    async fn portal_key(&self) -> Result<PortalKey, SecretError> {
+        let mut kept = self.kept.lock().await;
+        if let Some((read_at, key)) = kept.as_ref()
+            && read_at.elapsed() < self.keep
+        {
+            return Ok(key.clone());
+        }
+        let key = read_portal_key(&self.client, &self.secret).await?;
+        *kept = Some((std::time::Instant::now(), key.clone()));
+        Ok(key)
+    }
+}
+
+async fn read_portal_key(
+    client: &aws_sdk_secretsmanager::Client,
+    secret: &str,
+) -> Result<PortalKey, SecretError> {
+    let out = client
+        .get_secret_value()
+        .secret_id(secret)
+        .send()
+        .await
+        .map_err(|e| {
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception())
+            {
+                SecretError::NotFound(secret.to_string())
+            } else {
+                SecretError::Unavailable(describe_error(&e))
+            }
+        })?;
+    let text = out
+        .secret_string()
+        .ok_or_else(|| SecretError::Invalid(format!("{secret} holds no string")))?;
+    PortalKey::new(text).map_err(|e| SecretError::Invalid(format!("{secret}: {e}")))
+}
+
+/// Makes the secret `name` with a new random key (64 characters) if it is not there: the
+/// local installation's keys (`gridrelay local`, the tests), as the stack generates its own.
+pub async fn ensure_local_key(
+    sdk: &aws_config::SdkConfig,
+    name: &str,
+    description: &str,
+) -> Result<(), SecretError> {
+    let created = aws_sdk_secretsmanager::Client::new(sdk)
+        .create_secret()
+        .name(name)
+        .description(description)
+        .secret_string(PortalKey::generate_text())
+        .send()
+        .await;
+    match created {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_exists_exception()) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(SecretError::Unavailable(describe_error(&e))),
+    }
+}
+
+/// Puts a new random key in the portal key's secret (`gridrelay portal rotate-key`): every
+/// link made before is refused once the portal reads it.
+pub async fn rotate_portal_key(
+    sdk: &aws_config::SdkConfig,
+    secret: &str,
+) -> Result<(), SecretError> {
+    aws_sdk_secretsmanager::Client::new(sdk)
+        .put_secret_value()
+        .secret_id(secret)
+        .secret_string(PortalKey::generate_text())
+        .send()
+        .await
+        .map_err(|e| SecretError::Unavailable(describe_error(&e)))?;
+    Ok(())
+}
+
+/// The portal key now, read past any keeping: what `event-subscription portal-link` signs with.
+pub async fn portal_key(
+    sdk: &aws_config::SdkConfig,
+    secret: &str,
+) -> Result<PortalKey, SecretError> {
+    read_portal_key(&aws_sdk_secretsmanager::Client::new(sdk), secret).await
 }

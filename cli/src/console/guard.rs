@@ -87,13 +87,9 @@ impl Guard {
 
     /// Whether the request's cookie holds the token.
     fn cookie_matches(&self, headers: &HeaderMap) -> bool {
-        headers
-            .get_all(header::COOKIE)
+        gridrelay_portal::cookies(headers, &self.cookie)
             .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .any(|(name, value)| name == &*self.cookie && self.token_matches(value))
+            .any(|value| self.token_matches(value))
     }
 
     /// Whether a request that changes something comes from the console's own pages, as far

@@ -6,13 +6,16 @@
 use axum::http::StatusCode;
 use gridrelay_ports::redrive::{DeadLetterRedriveReport, DeadLetteredEvent};
 use gridrelay_shared::activity::{Activity, Slice};
+use gridrelay_shared::health::DeliveryState;
 use gridrelay_shared::journal::{EventLife, JournalEntry, format_time};
 use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::subscription::Subscription;
 use maud::{DOCTYPE, Markup, html};
 use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
-use super::sources::{DeliveryState, Overview, SubscriptionRow};
+pub(super) use gridrelay_portal::page::{first_chars, state_badge};
+
+use super::sources::{Overview, SubscriptionRow};
 use crate::journal::{STEP_COLUMNS, standing_text, step_row};
 
 /// The live page's script, served at [`SCRIPT_PATH`].
@@ -20,7 +23,7 @@ pub(super) const SCRIPT: &str = include_str!("console.js");
 pub(super) const SCRIPT_PATH: &str = "/console.js";
 
 /// The style sheet, served at [`STYLE_PATH`].
-pub(super) const STYLE: &str = include_str!("console.css");
+pub(super) const STYLE: &str = gridrelay_portal::STYLE;
 pub(super) const STYLE_PATH: &str = "/console.css";
 
 /// A value for a URL's path segment or query: everything but letters and digits
@@ -120,30 +123,6 @@ pub(super) fn failed(title: &str, why: &str) -> Markup {
     layout(title, html! { p class="error" role="alert" { (why) } })
 }
 
-fn state_badge(state: &DeliveryState) -> Markup {
-    let (class, extra) = match state {
-        DeliveryState::Healthy => ("ok", String::new()),
-        DeliveryState::Failing { failures } => ("bad", format!(" ({failures} failed in a row)")),
-        DeliveryState::Delayed { until } => ("warn", format!(" until {}", format_time(*until))),
-        DeliveryState::NotProvisioned { state, detail } => (
-            "warn",
-            format!(
-                ": {state}{}",
-                detail
-                    .as_deref()
-                    .map(|d| format!(" ({d})"))
-                    .unwrap_or_default()
-            ),
-        ),
-        DeliveryState::Expired { at } => (
-            "warn",
-            format!(" at {}: it receives nothing", format_time(*at)),
-        ),
-        DeliveryState::Unknown => ("warn", " (its health could not be read)".to_string()),
-    };
-    html! { span class={"state " (class)} { (state.label()) (extra) } }
-}
-
 /// Milliseconds, for people.
 fn duration(ms: u64) -> String {
     match ms {
@@ -200,19 +179,6 @@ fn last_failure(row: &SubscriptionRow) -> Markup {
             "none"
         }
     }
-}
-
-/// At most `n` characters of `text`, on one line.
-pub(super) fn first_chars(text: &str, n: usize) -> String {
-    let mut out: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(n)
-        .collect();
-    if text.chars().count() > n {
-        out.push('…');
-    }
-    out
 }
 
 fn latency(a: &Activity) -> Markup {

@@ -16,6 +16,7 @@ use gridrelay_ports::redrive::{
 use gridrelay_ports::registration::{SigningKeys, rotate_signing_secret};
 use gridrelay_ports::{DeliveryStateStore, JournalRead, JournalSource, SubscriptionStore};
 use gridrelay_shared::activity::{Activity, Window, activity};
+pub(in crate::console) use gridrelay_shared::health::DeliveryState;
 use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::journal::{EventLife, JOURNAL_PREFIX, JournalEntry, latest_attempts};
 use gridrelay_shared::replay::Replay;
@@ -73,80 +74,6 @@ pub(in crate::console) struct Sources {
     /// (`Ok(None)`: it does not say), or why that could not be read.
     /// Read at the live page's first look, not at start (a start reads nothing it need not).
     journal_buffer: tokio::sync::OnceCell<Result<Option<std::time::Duration>, String>>,
-}
-
-/// How delivery to a subscription goes, as the overview says it.
-#[derive(Debug, Clone, PartialEq)]
-pub(in crate::console) enum DeliveryState {
-    /// Its handshake has not succeeded: the provisioning state, and why.
-    NotProvisioned {
-        state: String,
-        detail: Option<String>,
-    },
-    Healthy,
-    /// Attempts have failed since the last success.
-    Failing {
-        failures: u32,
-    },
-    /// Deliveries wait until then (D1).
-    Delayed {
-        until: DateTime<Utc>,
-    },
-    /// Its expiration time has passed: it receives nothing.
-    Expired {
-        at: DateTime<Utc>,
-    },
-    /// A health record could not be read.
-    Unknown,
-}
-
-impl DeliveryState {
-    /// The state of a subscription whose health records (its endpoint's, its host's) are
-    /// these, at `now`: as `event-subscription show` says it.
-    /// (`None`: a record that could not be read; an AWS resource has no host record).
-    pub(in crate::console) fn of(
-        sub: &Subscription,
-        endpoint: Option<&EndpointHealth>,
-        host: Option<&EndpointHealth>,
-        now: DateTime<Utc>,
-    ) -> Self {
-        if !sub.delivers() {
-            return Self::NotProvisioned {
-                state: format!("{:?}", sub.provisioning.state),
-                detail: sub.provisioning.detail.clone(),
-            };
-        }
-        if let Some(at) = sub.expiration_time_utc.filter(|_| sub.is_expired(now)) {
-            return Self::Expired { at };
-        }
-        let Some(endpoint) = endpoint else {
-            return Self::Unknown;
-        };
-        // A host found hung holds every URL of it.
-        let until = [endpoint, host.unwrap_or(endpoint)]
-            .iter()
-            .filter_map(|h| h.delayed_until)
-            .filter(|t| *t > now)
-            .max();
-        match until {
-            Some(until) => Self::Delayed { until },
-            None if endpoint.is_healthy() => Self::Healthy,
-            None => Self::Failing {
-                failures: endpoint.consecutive_failures,
-            },
-        }
-    }
-
-    pub(in crate::console) fn label(&self) -> &'static str {
-        match self {
-            Self::NotProvisioned { .. } => "Not provisioned",
-            Self::Healthy => "Healthy",
-            Self::Failing { .. } => "Failing",
-            Self::Delayed { .. } => "Delayed",
-            Self::Expired { .. } => "Expired",
-            Self::Unknown => "Unknown",
-        }
-    }
 }
 
 /// One subscription as the overview draws it.
@@ -379,9 +306,7 @@ impl Sources {
         sub: &Subscription,
         now: DateTime<Utc>,
     ) -> DeliveryState {
-        let read = self.healths_of(std::slice::from_ref(sub)).await;
-        let (endpoint, host) = read.first().copied().unwrap_or_default();
-        DeliveryState::of(sub, endpoint.as_ref(), host.as_ref(), now)
+        gridrelay_ports::delivery_state(&self.health, sub, now).await
     }
 
     /// A subscription's attempts since `since`, newest first, as `event-subscription

@@ -448,7 +448,7 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
 /// Topic `consoled` with subscription `audit`, whose endpoint answers 503 (one attempt, then
 /// dead-lettered: L3), and `ledger`, whose endpoint answers 200; events c-0 and c-1 published
 /// to both, dead-lettered for audit and delivered to ledger.
-async fn failing_and_healthy(
+pub(crate) async fn failing_and_healthy(
     sys: &TestSystem,
 ) -> (
     gridrelay_shared::subscription::Topic,
@@ -477,7 +477,9 @@ async fn failing_and_healthy(
 /// axe-core's WCAG 2.1 AA checks and kept as a screenshot: the overview shows audit Failing
 /// with its 503; the first Tab reaches the skip link; audit's page lists its attempt; the
 /// dead-lettered c-0, ticked and redriven (asked first), reaches the endpoint; c-0, searched
-/// for with the keyboard, shows its life.
+/// for with the keyboard, shows its life; the live page shows a new attempt. Then the
+/// subscribers' portal: audit's link lands on its page (the token gone from the address),
+/// and ledger's page refuses the browser that holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l3() {
     use fantoccini::key::Key;
@@ -597,6 +599,30 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
     );
     assert!(browser.text().await.contains("Paused"), "pausing is said");
     browser.check_page("live").await;
+
+    // The subscribers' portal: audit's link lands on its page; ledger's page refuses it.
+    let base = format!("http://{}", sys.system.listen);
+    browser
+        .open(&super::portal::link(&sys, "audit", "1h"))
+        .await;
+    let landed = browser.client.current_url().await.unwrap();
+    assert_eq!(landed.path(), "/portal/consoled/audit");
+    assert_eq!(landed.query(), None, "the token left the address bar");
+    let text = browser.text().await;
+    assert!(
+        text.contains("Deliveries to audit") && text.contains("503"),
+        "{text}"
+    );
+    browser.check_page("portal").await;
+    browser
+        .open(&format!("{base}/portal/consoled/ledger"))
+        .await;
+    let text = browser.text().await;
+    assert!(
+        text.contains("Open this page with the link you were given"),
+        "{text}"
+    );
+    browser.check_page("portal-refused").await;
     browser.end().await;
     drop(console);
     sys.shutdown().await;

@@ -1,0 +1,110 @@
+//! The subscribers' portal (#36) from the command line: `event-subscription portal-link`
+//! makes a link that shows one subscription's deliveries, and `portal-key rotate` revokes
+//! every link made before.
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use gridrelay_adapters::aws::{
+    DynamoSubscriptionStore, load_sdk_config, portal_key, rotate_portal_key,
+};
+use gridrelay_adapters::config::TableNames;
+use gridrelay_ports::SubscriptionStore;
+use gridrelay_shared::journal::format_time;
+use gridrelay_shared::portal::{PortalGrant, parse_link_lifetime};
+use serde_json::json;
+
+use crate::{OutputFormat, invalid, print_as, store_error};
+
+#[derive(Args)]
+pub(crate) struct PortalLink {
+    #[arg(long)]
+    topic_name: String,
+    #[arg(long)]
+    name: String,
+    /// How long the link works: minutes, hours or days (30m, 24h, 7d), from 5 minutes to 30
+    /// days. Rotating the portal key (`gridrelay portal-key rotate`) ends every link sooner.
+    #[arg(long, default_value = "24h")]
+    expires_in: String,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum PortalKeyCommand {
+    /// Put a new random key in the portal key's secret: every portal link made before is
+    /// refused once the portal reads it (within the configuration cache's time).
+    Rotate,
+}
+
+/// Where the portal's links point and what signs them.
+pub(crate) struct PortalPlaces<'a> {
+    pub(crate) tables: TableNames,
+    /// The front door's base URL (`--publish-url`): the portal is on its `/portal` path.
+    pub(crate) publish_url: &'a str,
+    pub(crate) key_secret: &'a str,
+}
+
+/// `event-subscription portal-link`: a link to the subscription's portal page, signed, until
+/// `--expires-in` from now.
+pub(crate) async fn portal_link(
+    args: &PortalLink,
+    places: &PortalPlaces<'_>,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    let lifetime = parse_link_lifetime(&args.expires_in, "--expires-in").map_err(invalid)?;
+    let now = chrono::Utc::now();
+    let grant = PortalGrant::new(&args.topic_name, &args.name, now, lifetime, "--expires-in")
+        .map_err(invalid)?;
+    let sdk = load_sdk_config().await;
+    let store = DynamoSubscriptionStore::from_sdk(&sdk, places.tables.clone());
+    store
+        .get_subscription(&args.topic_name, &args.name)
+        .await
+        .map_err(store_error)?
+        .with_context(|| {
+            format!(
+                "event subscription {} on topic {} does not exist",
+                args.name, args.topic_name
+            )
+        })?;
+    let key = portal_key(&sdk, places.key_secret).await.with_context(|| {
+        format!(
+            "could not read the portal key secret {} (--portal-key-secret, the stack's \
+             PortalKeySecret output)",
+            places.key_secret
+        )
+    })?;
+    let url = format!(
+        "{}{}?token={}",
+        places.publish_url.trim_end_matches('/'),
+        gridrelay_portal::page_path(&grant.topic, &grant.subscription),
+        grant.token(&key)
+    );
+    let view = json!({
+        "url": url,
+        "topic": grant.topic,
+        "subscription": grant.subscription,
+        "expiresAt": format_time(grant.expires_at),
+    });
+    print_as(output, &view, || {
+        format!(
+            "{url}\n\nworks until {} for subscription {} of topic {} only",
+            format_time(grant.expires_at),
+            grant.subscription,
+            grant.topic
+        )
+    })
+}
+
+/// `portal-key rotate`.
+pub(crate) async fn rotate_key(key_secret: &str, output: OutputFormat) -> anyhow::Result<()> {
+    let sdk = load_sdk_config().await;
+    rotate_portal_key(&sdk, key_secret)
+        .await
+        .with_context(|| format!("could not rotate the portal key secret {key_secret}"))?;
+    let view = json!({
+        "rotated": key_secret,
+        "rotatedAt": format_time(chrono::Utc::now()),
+    });
+    print_as(output, &view, || {
+        format!("rotated {key_secret}: every portal link made before is refused from now on")
+    })
+}

@@ -1,0 +1,227 @@
+//! The subscribers' portal (#36) over HTTP, as a subscriber's browser uses it: a link made with
+//! `gridrelay event-subscription portal-link` against a local system on the emulator, served
+//! by `gridrelay local`'s front door.
+
+use std::time::Duration;
+
+use gridrelay_e2e::{TestSystem, eventually};
+use gridrelay_shared::portal::PortalGrant;
+use reqwest::StatusCode;
+use reqwest::header::{COOKIE, LOCATION, REFERRER_POLICY, SET_COOKIE};
+
+use super::{gridrelay, json, stderr};
+
+/// A subscriber's browser, without its cookie jar: each request says what it carries.
+struct Visitor {
+    client: reqwest::Client,
+    base: String,
+}
+
+impl Visitor {
+    fn new(sys: &TestSystem) -> Self {
+        Self {
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+            base: format!("http://{}", sys.system.listen),
+        }
+    }
+
+    /// GET `path_or_url` with `cookie`: the answer.
+    async fn get(&self, path_or_url: &str, cookie: Option<&str>) -> reqwest::Response {
+        let url = if path_or_url.starts_with("http") {
+            path_or_url.to_string()
+        } else {
+            format!("{}{path_or_url}", self.base)
+        };
+        let mut request = self.client.get(url);
+        if let Some(cookie) = cookie {
+            request = request.header(COOKIE, cookie);
+        }
+        request.send().await.unwrap()
+    }
+
+    /// GET: the status and the page.
+    async fn page(&self, path_or_url: &str, cookie: Option<&str>) -> (StatusCode, String) {
+        let r = self.get(path_or_url, cookie).await;
+        (r.status(), r.text().await.unwrap())
+    }
+}
+
+/// `event-subscription portal-link` for `name` of topic consoled, with `extra` flags.
+pub(crate) fn portal_link(sys: &TestSystem, name: &str, extra: &[&str]) -> std::process::Output {
+    let base = format!("http://{}", sys.system.listen);
+    let args = [
+        "event-subscription",
+        "portal-link",
+        "--topic-name",
+        "consoled",
+        "--name",
+        name,
+        "--publish-url",
+        &base,
+    ];
+    gridrelay(&[&args[..], extra].concat(), Some(&sys.names))
+}
+
+/// The link `portal-link` prints for `name` of topic consoled.
+pub(crate) fn link(sys: &TestSystem, name: &str, expires_in: &str) -> String {
+    let view = json(&portal_link(sys, name, &["--expires-in", expires_in]));
+    assert_eq!(view["subscription"], name);
+    view["url"].as_str().unwrap().to_string()
+}
+
+/// #36: a portal link, as a subscriber opens it. Its token is exchanged for an HttpOnly
+/// cookie scoped to the subscription's path, and the browser sent on without it; every answer
+/// sends no referrer. The page shows that subscription's attempts (the endpoint's 503) and
+/// nothing of another subscription or of the stack (no bucket, no secret). Refused with 403:
+/// the link on another subscription's path, its cookie sent there, a grant altered to another
+/// subscription under the original signature, an expired link signed with the real key, no
+/// link at all, and every link once the portal key is rotated. A link's life outside 5
+/// minutes to 30 days is refused when it is made, naming the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_revoked() {
+    // The portal key is read at each request, so a rotation shows at once.
+    let sys =
+        TestSystem::start_with_own_journal_and(0.01, |c| c.config_cache = Duration::ZERO).await;
+    let (_topic, _failing, _healthy) = super::console::failing_and_healthy(&sys).await;
+    let visitor = Visitor::new(&sys);
+    let url = link(&sys, "audit", "1h");
+    let path = "/portal/consoled/audit";
+    assert!(
+        url.starts_with(&format!("{}{path}?token=v1.", visitor.base)),
+        "{url}"
+    );
+
+    // The first load: the token into a cookie for this path only, and on without it.
+    let first = visitor.get(&url, None).await;
+    assert_eq!(first.status(), StatusCode::SEE_OTHER);
+    assert_eq!(first.headers()[LOCATION], path);
+    assert_eq!(first.headers()[REFERRER_POLICY], "no-referrer");
+    let set = first.headers()[SET_COOKIE].to_str().unwrap().to_string();
+    for part in [
+        "HttpOnly",
+        "SameSite=Lax",
+        &format!("Path={path}"),
+        "Max-Age=",
+    ] {
+        assert!(set.contains(part), "{set} lacks {part}");
+    }
+    let cookie = set.split(';').next().unwrap().to_string();
+
+    // The page: its attempts, the 503 among them, and nothing else's.
+    let page = eventually(
+        Duration::from_secs(20),
+        "audit's attempts shown",
+        || async {
+            let (status, page) = visitor.page(path, Some(&cookie)).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            page.contains(r#"<td class="num">503</td>"#).then_some(page)
+        },
+    )
+    .await;
+    assert!(page.contains("Deliveries to audit"), "{page}");
+    assert!(page.contains("c-0") || page.contains("c-1"), "{page}");
+    for foreign in [
+        "ledger",
+        sys.names.journal_bucket.as_str(),
+        sys.names.dead_letter_bucket.as_str(),
+        sys.names.portal_key_secret.as_str(),
+        sys.names.subscriptions_table.as_str(),
+    ] {
+        assert!(!page.contains(foreign), "the page shows {foreign}: {page}");
+    }
+    let (status, failed_only) = visitor
+        .page(&format!("{path}?since=6h&outcome=failed"), Some(&cookie))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(failed_only.contains("503"), "{failed_only}");
+    let (status, bad) = visitor
+        .page(&format!("{path}?since=7d"), Some(&cookie))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(bad.contains("since") && bad.contains("7d"), "{bad}");
+
+    // Another subscription: not with this link, not with its cookie.
+    let token = url.split_once("?token=").unwrap().1.to_string();
+    let ledger = "/portal/consoled/ledger";
+    let (status, refused) = visitor.page(&format!("{ledger}?token={token}"), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    assert!(refused.contains("cannot be used here"), "{refused}");
+    assert_eq!(
+        visitor.get(ledger, Some(&cookie)).await.status(),
+        StatusCode::FORBIDDEN
+    );
+    // ledger's own grant under audit's signature.
+    let ledger_url = link(&sys, "ledger", "1h");
+    let ledger_token = ledger_url.split_once("?token=").unwrap().1;
+    let ledger_grant = ledger_token.split('.').nth(1).unwrap().to_string();
+    let parts: Vec<&str> = token.split('.').collect();
+    let spliced = format!("v1.{ledger_grant}.{}", parts[2]);
+    assert_ne!(spliced, token);
+    assert_eq!(
+        visitor
+            .get(&format!("{ledger}?token={spliced}"), None)
+            .await
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+    // One character of the signature changed.
+    let mut tampered = token.clone().into_bytes();
+    let last = tampered.len() - 2;
+    tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    assert_eq!(
+        visitor
+            .get(&format!("{path}?token={tampered}"), None)
+            .await
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+    // Signed with the real key, but expired a minute ago.
+    let key = gridrelay_adapters::aws::portal_key(&sys.sdk, &sys.names.portal_key_secret)
+        .await
+        .unwrap();
+    let expired = PortalGrant {
+        topic: "consoled".into(),
+        subscription: "audit".into(),
+        expires_at: chrono::Utc::now() - chrono::TimeDelta::minutes(1),
+    }
+    .token(&key);
+    let (status, page) = visitor.page(&format!("{path}?token={expired}"), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    assert!(page.contains("expired"), "{page}");
+    // No link at all.
+    assert_eq!(
+        visitor.get(path, None).await.status(),
+        StatusCode::FORBIDDEN
+    );
+
+    // The link's life is checked where it is made.
+    let out = portal_link(&sys, "audit", &["--expires-in", "31d"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--expires-in") && err.contains("31d") && err.contains("5 minutes to 30 days"),
+        "{err}"
+    );
+    let out = portal_link(&sys, "nobody", &[]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+
+    // Rotating the key revokes every link: the cookie held is refused from then on.
+    assert_eq!(
+        visitor.get(path, Some(&cookie)).await.status(),
+        StatusCode::OK
+    );
+    json(&gridrelay(&["portal-key", "rotate"], Some(&sys.names)));
+    let (status, page) = visitor.page(path, Some(&cookie)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    let fresh = link(&sys, "audit", "30m");
+    assert_eq!(
+        visitor.get(&fresh, None).await.status(),
+        StatusCode::SEE_OTHER
+    );
+    sys.shutdown().await;
+}

@@ -1,0 +1,420 @@
+//! The subscribers' portal (#36): one subscription's deliveries, for whoever holds a link the
+//! operator made for it (`gridrelay event-subscription portal-link`), with no AWS account.
+//!
+//! A link is `/portal/<topic>/<subscription>?token=<token>` ([`gridrelay_shared::portal`]:
+//! signed with the stack's portal key, expiring). Its first load exchanges the token for an
+//! HttpOnly cookie scoped to that subscription's path and sends the browser on to the same
+//! path without the token (so it stays out of the history, and of any `Referer`: no page
+//! sends one). Every request is checked again: the token must be signed by the key now in use
+//! (a rotation revokes every link), not expired, and for the subscription the path names; if
+//! not, 403, saying no more than that. The pages show that subscription only, and nothing of the
+//! stack: not its settings, its resources' names, nor why a store could not be read (that goes
+//! to the log).
+//!
+//! The same [`router`] is served by `gridrelay local` beside its publish API, and on AWS by
+//! the stack's front door on `/portal`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use chrono::{DateTime, TimeDelta, Utc};
+use gridrelay_ports::{
+    Clock, DeliveryStateStore, JournalSource, PortalKeySource, SubscriptionStore,
+};
+use gridrelay_shared::journal::{JournalEntry, latest_attempts};
+use gridrelay_shared::portal::{LinkRefusal, PortalGrant, PortalKey, read_token};
+use serde::Deserialize;
+
+pub mod page;
+
+/// The style sheet (the console's too), served at [`STYLE_PATH`].
+pub const STYLE: &str = include_str!("gridrelay.css");
+/// Where the portal's pages are.
+pub const PORTAL_PATH: &str = "/portal";
+pub const STYLE_PATH: &str = "/portal/gridrelay.css";
+/// The cookie a link's token is kept in, scoped to its subscription's path.
+pub const COOKIE: &str = "gridrelay_portal";
+/// The most attempts a page lists.
+pub const MAX_LISTED: usize = 100;
+
+/// What the portal reads.
+pub struct Portal {
+    pub store: Arc<dyn SubscriptionStore>,
+    pub health: Arc<dyn DeliveryStateStore>,
+    pub journal: Arc<dyn JournalSource>,
+    pub keys: Arc<dyn PortalKeySource>,
+    pub clock: Arc<dyn Clock>,
+    /// Whether its cookie is sent over HTTPS only: on AWS, whose front door is HTTPS; not on
+    /// `gridrelay local`'s `http://127.0.0.1`.
+    pub secure_cookies: bool,
+}
+
+/// The portal's routes, under [`PORTAL_PATH`].
+pub fn router(portal: Arc<Portal>) -> Router {
+    Router::new()
+        .route(STYLE_PATH, get(style))
+        .route("/portal/{topic}/{name}", get(subscription))
+        .with_state(portal)
+        .layer(axum::middleware::map_response(guarded))
+}
+
+/// Every answer: no referrer, nothing from elsewhere, never framed, never cached.
+async fn guarded(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::REFERRER_POLICY, "no-referrer"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; \
+             base-uri 'none'",
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+async fn style() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+}
+
+/// Why a request was refused: never more than this is said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A token that is not one, is forged or revoked, or has expired.
+    Link(LinkRefusal),
+    /// A valid token for another subscription.
+    OtherSubscription,
+    /// No token in the URL nor in a cookie.
+    NoPass,
+}
+
+impl Refusal {
+    /// What the refusal page says.
+    pub fn text(&self) -> String {
+        match self {
+            Refusal::Link(LinkRefusal::Expired { at }) => format!(
+                "This link expired at {}. Ask whoever sent it for a new one.",
+                gridrelay_shared::journal::format_time(*at)
+            ),
+            Refusal::Link(_) | Refusal::OtherSubscription => {
+                "This link cannot be used here. Open the link you were given, or ask whoever \
+                 sent it for a new one."
+                    .to_string()
+            }
+            Refusal::NoPass => "Open this page with the link you were given.".to_string(),
+        }
+    }
+}
+
+/// The grant of `token` if `key` signed it, it has not expired at `now`, and it is for
+/// `subscription` of `topic`.
+pub fn admit(
+    token: &str,
+    key: &PortalKey,
+    (topic, subscription): (&str, &str),
+    now: DateTime<Utc>,
+) -> Result<PortalGrant, Refusal> {
+    let grant = read_token(token, key, now).map_err(Refusal::Link)?;
+    if !grant.covers(topic, subscription) {
+        return Err(Refusal::OtherSubscription);
+    }
+    Ok(grant)
+}
+
+/// What a path segment keeps as it is: names are letters, digits and `-`, so a page's path is
+/// the one a person would type, and its cookie's `Path` (compared as written) matches it.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-');
+
+/// The path of a subscription's portal page.
+pub fn page_path(topic: &str, subscription: &str) -> String {
+    use percent_encoding::utf8_percent_encode;
+    format!(
+        "{PORTAL_PATH}/{}/{}",
+        utf8_percent_encode(topic, SEGMENT),
+        utf8_percent_encode(subscription, SEGMENT)
+    )
+}
+
+/// What a page's form asks for.
+#[derive(Debug, Default, Deserialize)]
+pub struct PageQuery {
+    /// A link's token, on its first load.
+    pub token: Option<String>,
+    /// How far back: `1h`, `6h` or `24h`.
+    pub since: Option<String>,
+    /// `all` or `failed`.
+    pub outcome: Option<String>,
+}
+
+/// The spans a page looks back over, and the attempts' outcomes it filters by.
+pub const SPANS: [(&str, &str, i64); 3] = [
+    ("1h", "The last hour", 1),
+    ("6h", "The last 6 hours", 6),
+    ("24h", "The last 24 hours", 24),
+];
+pub const OUTCOMES: [(&str, &str); 2] = [("all", "All"), ("failed", "Failed only")];
+
+/// A page's filter, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    pub since: &'static str,
+    pub hours: i64,
+    pub failed: bool,
+}
+
+impl Filter {
+    /// The filter `query` asks for; the error names the field, the value and what it takes.
+    pub fn of(query: &PageQuery) -> Result<Self, String> {
+        let since = query.since.as_deref().unwrap_or("1h");
+        let Some(&(since, _, hours)) = SPANS.iter().find(|(v, _, _)| *v == since) else {
+            return Err(format!("since: {since:?} is not one of 1h, 6h, 24h"));
+        };
+        let failed = match query.outcome.as_deref().unwrap_or("all") {
+            "all" => false,
+            "failed" => true,
+            other => return Err(format!("outcome: {other:?} is not one of all, failed")),
+        };
+        Ok(Self {
+            since,
+            hours,
+            failed,
+        })
+    }
+}
+
+async fn subscription(
+    State(portal): State<Arc<Portal>>,
+    Path((topic, name)): Path<(String, String)>,
+    Query(query): Query<PageQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let now = portal.clock.now();
+    let key = match portal.keys.portal_key().await {
+        Ok(key) => key,
+        Err(e) => {
+            tracing::error!(error = %e, "the portal key could not be read");
+            return unavailable();
+        }
+    };
+    if let Some(token) = query.token.as_deref() {
+        return match admit(token, &key, (&topic, &name), now) {
+            Ok(grant) => exchange(token, &grant, now, portal.secure_cookies),
+            Err(refusal) => refused(&refusal),
+        };
+    }
+    let passes = cookies(&headers, COOKIE);
+    let grant = passes
+        .iter()
+        .map(|token| admit(token, &key, (&topic, &name), now))
+        .reduce(|a, b| a.or(b))
+        .unwrap_or(Err(Refusal::NoPass));
+    let grant = match grant {
+        Ok(grant) => grant,
+        Err(refusal) => return refused(&refusal),
+    };
+    let filter = match Filter::of(&query) {
+        Ok(filter) => filter,
+        Err(why) => {
+            return (StatusCode::BAD_REQUEST, page::failed("Not a filter", &why)).into_response();
+        }
+    };
+    let sub = match portal.store.get_subscription(&topic, &name).await {
+        Ok(Some(sub)) => sub,
+        Ok(None) => {
+            return (
+                StatusCode::NOT_FOUND,
+                page::failed(
+                    "No such subscription",
+                    "This subscription no longer exists.",
+                ),
+            )
+                .into_response();
+        }
+        Err(e) => {
+            tracing::error!(error = %e, %topic, %name, "the portal could not read a subscription");
+            return unavailable();
+        }
+    };
+    let state = gridrelay_ports::delivery_state(portal.health.as_ref(), &sub, now).await;
+    let attempts = attempts(&portal, &sub, &filter, now).await;
+    page::subscription(&page::SubscriptionPage {
+        sub: &sub,
+        state: &state,
+        filter: &filter,
+        attempts: attempts.as_deref(),
+        expires_at: grant.expires_at,
+    })
+    .into_response()
+}
+
+/// The subscription's attempts in the filter's span, newest first, at most [`MAX_LISTED`];
+/// `Err(())` if the journal could not be read (why is logged, not shown).
+async fn attempts(
+    portal: &Portal,
+    sub: &gridrelay_shared::subscription::Subscription,
+    filter: &Filter,
+    now: DateTime<Utc>,
+) -> Result<Vec<JournalEntry>, ()> {
+    let since = now - TimeDelta::hours(filter.hours);
+    let read = portal.journal.read_hours(since, now).await.map_err(|e| {
+        tracing::error!(error = %e, "the portal could not read the delivery journal");
+    })?;
+    Ok(latest_attempts(
+        &read.entries,
+        &sub.topic,
+        &sub.name,
+        filter.failed,
+        usize::MAX,
+    )
+    .into_iter()
+    .filter(|e| e.time >= since)
+    .take(MAX_LISTED)
+    .cloned()
+    .collect())
+}
+
+/// A link's first load: its token into a cookie for its subscription's path only, until it
+/// expires, and on to the page without the token.
+fn exchange(token: &str, grant: &PortalGrant, now: DateTime<Utc>, secure: bool) -> Response {
+    let path = page_path(&grant.topic, &grant.subscription);
+    let max_age = (grant.expires_at - now).num_seconds().max(0);
+    // Lax, not Strict: a link opened from a mail or a chat is a navigation from another site,
+    // and the page it is sent on to must get the cookie. Nothing a GET does changes anything.
+    let cookie = format!(
+        "{COOKIE}={token}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Lax{}",
+        if secure { "; Secure" } else { "" }
+    );
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, path)]).into_response();
+    match HeaderValue::from_str(&cookie) {
+        Ok(value) => {
+            response.headers_mut().insert(header::SET_COOKIE, value);
+            response
+        }
+        // A token read and checked is base64url and dots: this cannot happen.
+        Err(_) => refused(&Refusal::Link(LinkRefusal::Malformed)),
+    }
+}
+
+/// The values of the cookies named `name` (a browser sends each path's of the same name).
+pub fn cookies(headers: &HeaderMap, name: &str) -> Vec<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .filter(|(n, _)| *n == name)
+        .map(|(_, v)| v.to_string())
+        .collect()
+}
+
+fn refused(refusal: &Refusal) -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        page::failed("This link cannot be used", &refusal.text()),
+    )
+        .into_response()
+}
+
+fn unavailable() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        page::failed(
+            "Not available",
+            "The portal cannot show this now. Try again in a minute.",
+        ),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> PortalKey {
+        PortalKey::new(&"k".repeat(64)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_token_is_admitted_for_its_own_subscription_only() {
+        let now = Utc::now();
+        let grant = PortalGrant::new("orders", "billing", now, TimeDelta::hours(1), "f")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let token = grant.token(&key());
+        assert_eq!(admit(&token, &key(), ("orders", "billing"), now), Ok(grant));
+        assert_eq!(
+            admit(&token, &key(), ("orders", "shipping"), now),
+            Err(Refusal::OtherSubscription)
+        );
+        assert!(matches!(
+            admit(
+                &token,
+                &key(),
+                ("orders", "billing"),
+                now + TimeDelta::hours(2)
+            ),
+            Err(Refusal::Link(LinkRefusal::Expired { .. }))
+        ));
+    }
+
+    #[test]
+    fn filters_outside_the_choices_are_named() {
+        let q = |since: &str, outcome: &str| PageQuery {
+            token: None,
+            since: Some(since.into()),
+            outcome: Some(outcome.into()),
+        };
+        assert_eq!(
+            Filter::of(&q("6h", "failed")),
+            Ok(Filter {
+                since: "6h",
+                hours: 6,
+                failed: true
+            })
+        );
+        assert_eq!(
+            Filter::of(&PageQuery::default()).map(|f| (f.hours, f.failed)),
+            Ok((1, false))
+        );
+        let e = Filter::of(&q("7d", "all")).err().unwrap_or_default();
+        assert!(
+            e.contains("since") && e.contains("7d") && e.contains("24h"),
+            "{e}"
+        );
+        let e = Filter::of(&q("1h", "ok")).err().unwrap_or_default();
+        assert!(
+            e.contains("outcome") && e.contains("\"ok\"") && e.contains("failed"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_pages_path_keeps_names_as_they_are_written() {
+        assert_eq!(
+            page_path("order-events", "billing-v2"),
+            "/portal/order-events/billing-v2"
+        );
+        assert_eq!(page_path("a/b", "c d"), "/portal/a%2Fb/c%20d");
+    }
+
+    #[test]
+    fn cookies_of_a_name_are_read_from_every_header() {
+        let mut headers = HeaderMap::new();
+        headers.append(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; gridrelay_portal=x"),
+        );
+        headers.append(
+            header::COOKIE,
+            HeaderValue::from_static("gridrelay_portal=y"),
+        );
+        assert_eq!(cookies(&headers, COOKIE), vec!["x", "y"]);
+    }
+}

@@ -1,0 +1,353 @@
+//! Portal links (#36): how a subscriber sees one subscription's deliveries without an AWS
+//! account.
+//!
+//! The operator hands the subscriber a link whose token grants one subscription until a time.
+//! The token is `v1.<grant>.<tag>`: the grant is the base64url (unpadded) JSON of the topic,
+//! the subscription and the expiry (Unix seconds); the tag is the base64url HMAC-SHA256 of
+//! `gridrelay-portal-link.v1.<grant>` under the portal key, a secret the stack generates and
+//! only the portal and the operator's command line read. A token is read only after its tag
+//! checks (compared in constant time), so a forged grant is never parsed; it is refused after
+//! its expiry, and every link ever made is refused once the key is rotated. Nothing in the
+//! token is secret (the subscription's names and the expiry are readable): what it proves is
+//! that whoever holds the key made it.
+
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use crate::limits::LimitError;
+
+/// The fewest characters the portal key's text may have (the stack generates 64).
+pub const MIN_KEY_CHARS: usize = 32;
+/// The shortest life a link may be given.
+pub const MIN_LINK_LIFETIME: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+/// The longest life a link may be given: a link in a mailbox is a standing pass, and rotating
+/// the key (which revokes every link) should rarely be needed to end one.
+pub const MAX_LINK_LIFETIME: chrono::TimeDelta = chrono::TimeDelta::days(30);
+/// The most characters a token read from a request may have (real ones have about 200): longer
+/// ones are refused before anything is decoded.
+pub const MAX_TOKEN_CHARS: usize = 1024;
+
+const VERSION: &str = "v1";
+const TAG_CONTEXT: &str = "gridrelay-portal-link";
+const BASE64URL: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+/// The key links are signed with.
+#[derive(Clone)]
+pub struct PortalKey {
+    key: Vec<u8>,
+}
+
+impl std::fmt::Debug for PortalKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PortalKey(<redacted>)")
+    }
+}
+
+/// A key's text that cannot be one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the portal key has {chars} characters; at least {MIN_KEY_CHARS} are needed (the stack generates 64)"
+)]
+pub struct PortalKeyTooShort {
+    pub chars: usize,
+}
+
+impl PortalKey {
+    /// A key from its secret text.
+    pub fn new(text: &str) -> Result<Self, PortalKeyTooShort> {
+        let chars = text.chars().count();
+        if chars < MIN_KEY_CHARS {
+            return Err(PortalKeyTooShort { chars });
+        }
+        Ok(Self {
+            key: text.as_bytes().to_vec(),
+        })
+    }
+
+    /// A new random key's text (64 alphanumeric characters), as the stack generates one.
+    pub fn generate_text() -> String {
+        crate::queue_seal::QueueKey::generate_text()
+    }
+
+    fn mac(&self, grant: &str) -> Hmac<Sha256> {
+        // HMAC takes a key of any length.
+        let mut mac =
+            <Hmac<Sha256>>::new_from_slice(&self.key).expect("HMAC accepts every key length");
+        mac.update(format!("{TAG_CONTEXT}.{VERSION}.{grant}").as_bytes());
+        mac
+    }
+}
+
+/// What a link lets its holder see: one subscription, until a time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortalGrant {
+    #[serde(rename = "t")]
+    pub topic: String,
+    #[serde(rename = "s")]
+    pub subscription: String,
+    #[serde(rename = "e", with = "chrono::serde::ts_seconds")]
+    pub expires_at: DateTime<Utc>,
+}
+
+impl PortalGrant {
+    /// A grant of `subscription` of `topic` for `lifetime` from `now` (whole seconds), which must
+    /// be within [`MIN_LINK_LIFETIME`] and [`MAX_LINK_LIFETIME`]; `field` names it in the error.
+    pub fn new(
+        topic: &str,
+        subscription: &str,
+        now: DateTime<Utc>,
+        lifetime: chrono::TimeDelta,
+        field: &str,
+    ) -> Result<Self, LimitError> {
+        if !(MIN_LINK_LIFETIME..=MAX_LINK_LIFETIME).contains(&lifetime) {
+            return Err(LimitError::new(
+                field,
+                format!("{} s", lifetime.num_seconds()),
+                format!(
+                    "{} to {} days",
+                    lifetime_text(MIN_LINK_LIFETIME),
+                    MAX_LINK_LIFETIME.num_days()
+                ),
+            ));
+        }
+        let expires_at = DateTime::from_timestamp((now + lifetime).timestamp(), 0)
+            .ok_or_else(|| LimitError::new(field, format!("{lifetime}"), "a time after now"))?;
+        Ok(Self {
+            topic: topic.to_string(),
+            subscription: subscription.to_string(),
+            expires_at,
+        })
+    }
+
+    /// The token that carries this grant, signed with `key`.
+    pub fn token(&self, key: &PortalKey) -> String {
+        // A struct of strings and a time always serializes.
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        let grant = BASE64URL.encode(json);
+        let tag = BASE64URL.encode(key.mac(&grant).finalize().into_bytes());
+        format!("{VERSION}.{grant}.{tag}")
+    }
+
+    /// Whether it grants `subscription` of `topic`.
+    pub fn covers(&self, topic: &str, subscription: &str) -> bool {
+        self.topic == topic && self.subscription == subscription
+    }
+}
+
+/// Why a token was refused. What a refusal page says: never more than that the link cannot be
+/// used (or has expired), so a guesser learns nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkRefusal {
+    /// Not a token of this form (or longer than [`MAX_TOKEN_CHARS`]).
+    #[error("this is not a portal link")]
+    Malformed,
+    /// Its tag does not check under the current key: altered, made with another key, or made
+    /// before the key was rotated.
+    #[error("this portal link is not valid (altered, or revoked)")]
+    Forged,
+    /// Signed, but past its expiry.
+    #[error("this portal link expired at {at}")]
+    Expired { at: DateTime<Utc> },
+}
+
+/// The grant a token carries, if `key` signed it and it has not expired at `now`.
+pub fn read_token(
+    token: &str,
+    key: &PortalKey,
+    now: DateTime<Utc>,
+) -> Result<PortalGrant, LinkRefusal> {
+    if token.len() > MAX_TOKEN_CHARS {
+        return Err(LinkRefusal::Malformed);
+    }
+    let mut parts = token.split('.');
+    let (Some(VERSION), Some(grant), Some(tag), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(LinkRefusal::Malformed);
+    };
+    let tag = BASE64URL.decode(tag).map_err(|_| LinkRefusal::Malformed)?;
+    // An HMAC-SHA256 tag is 32 bytes.
+    if tag.len() != 32 {
+        return Err(LinkRefusal::Malformed);
+    }
+    // `verify_slice` compares in constant time.
+    key.mac(grant)
+        .verify_slice(&tag)
+        .map_err(|_| LinkRefusal::Forged)?;
+    // Signed by the key: only gridrelay wrote this, so it parses; if not, it is still refused.
+    let json = BASE64URL
+        .decode(grant)
+        .map_err(|_| LinkRefusal::Malformed)?;
+    let grant: PortalGrant = serde_json::from_slice(&json).map_err(|_| LinkRefusal::Malformed)?;
+    if now >= grant.expires_at {
+        return Err(LinkRefusal::Expired {
+            at: grant.expires_at,
+        });
+    }
+    Ok(grant)
+}
+
+/// A link's life as `--expires-in` takes it: a whole number of minutes, hours or days (`30m`,
+/// `24h`, `7d`), within [`MIN_LINK_LIFETIME`] and [`MAX_LINK_LIFETIME`].
+pub fn parse_link_lifetime(text: &str, field: &str) -> Result<chrono::TimeDelta, LimitError> {
+    let refuse = || {
+        LimitError::new(
+            field,
+            format!("{text:?}"),
+            format!(
+                "a whole number of minutes, hours or days, such as 30m, 24h or 7d, from {} to \
+                 {} days",
+                lifetime_text(MIN_LINK_LIFETIME),
+                MAX_LINK_LIFETIME.num_days()
+            ),
+        )
+    };
+    let span = crate::journal::parse_span(text).ok_or_else(refuse)?;
+    if !(MIN_LINK_LIFETIME..=MAX_LINK_LIFETIME).contains(&span) {
+        return Err(refuse());
+    }
+    Ok(span)
+}
+
+fn lifetime_text(d: chrono::TimeDelta) -> String {
+    format!("{} minutes", d.num_minutes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(c: char) -> PortalKey {
+        PortalKey::new(&c.to_string().repeat(64)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
+    }
+
+    fn grant() -> PortalGrant {
+        PortalGrant::new(
+            "orders",
+            "billing",
+            now(),
+            chrono::TimeDelta::hours(24),
+            "f",
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_token_reads_back_as_its_grant_until_it_expires() {
+        let (k, g) = (key('a'), grant());
+        let token = g.token(&k);
+        assert_eq!(read_token(&token, &k, now()), Ok(g.clone()));
+        let last = g.expires_at - chrono::TimeDelta::seconds(1);
+        assert_eq!(read_token(&token, &k, last), Ok(g.clone()));
+        assert_eq!(
+            read_token(&token, &k, g.expires_at),
+            Err(LinkRefusal::Expired { at: g.expires_at })
+        );
+        assert!(g.covers("orders", "billing"));
+        assert!(!g.covers("orders", "shipping") && !g.covers("refunds", "billing"));
+    }
+
+    #[test]
+    fn a_token_under_another_key_is_refused_as_after_a_rotation() {
+        let token = grant().token(&key('a'));
+        assert_eq!(
+            read_token(&token, &key('b'), now()),
+            Err(LinkRefusal::Forged)
+        );
+    }
+
+    #[test]
+    fn a_grant_altered_in_any_part_is_refused() {
+        let k = key('a');
+        let token = grant().token(&k);
+        let parts: Vec<&str> = token.split('.').collect();
+        // Another subscription, or a later expiry, with the original tag.
+        let other = PortalGrant {
+            subscription: "shipping".into(),
+            ..grant()
+        };
+        let later = PortalGrant {
+            expires_at: grant().expires_at + chrono::TimeDelta::days(365),
+            ..grant()
+        };
+        for forged in [other, later] {
+            let theirs = forged.token(&k);
+            let grant_part = theirs.split('.').nth(1).unwrap_or_default();
+            let spliced = format!("v1.{grant_part}.{}", parts[2]);
+            assert_eq!(read_token(&spliced, &k, now()), Err(LinkRefusal::Forged));
+        }
+        // Every single character changed, one at a time.
+        for i in 0..token.len() {
+            let mut bytes = token.clone().into_bytes();
+            bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+            let changed = String::from_utf8(bytes).unwrap_or_default();
+            if changed != token {
+                assert!(read_token(&changed, &k, now()).is_err(), "{changed}");
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_token_is_refused_as_malformed() {
+        let k = key('a');
+        let token = grant().token(&k);
+        let too_long = format!("{token}{}", "A".repeat(MAX_TOKEN_CHARS));
+        for text in [
+            "",
+            "v1",
+            "v1..",
+            "v2.abc.def",
+            "v1.abc.def.ghi",
+            "v1.abc.!!!",
+            too_long.as_str(),
+        ] {
+            assert_eq!(
+                read_token(text, &k, now()),
+                Err(LinkRefusal::Malformed),
+                "{text}"
+            );
+        }
+        let unversioned = token.replacen("v1.", "v2.", 1);
+        assert_eq!(
+            read_token(&unversioned, &k, now()),
+            Err(LinkRefusal::Malformed)
+        );
+    }
+
+    #[test]
+    fn a_short_key_is_refused() {
+        assert_eq!(
+            PortalKey::new("short").err(),
+            Some(PortalKeyTooShort { chars: 5 })
+        );
+        assert!(PortalKey::new(&PortalKey::generate_text()).is_ok());
+    }
+
+    #[test]
+    fn lifetimes_outside_five_minutes_to_thirty_days_are_named_and_refused() {
+        assert_eq!(
+            parse_link_lifetime("24h", "--expires-in"),
+            Ok(chrono::TimeDelta::hours(24))
+        );
+        assert_eq!(
+            parse_link_lifetime("30d", "--expires-in"),
+            Ok(chrono::TimeDelta::days(30))
+        );
+        for text in ["4m", "31d", "0h", "-1h", "24", "1w", "h", "1.5h"] {
+            let e = parse_link_lifetime(text, "--expires-in").err();
+            let e = e.unwrap_or_else(|| panic!("{text} accepted"));
+            assert_eq!(e.field, "--expires-in");
+            assert!(e.value.contains(text), "{e}");
+            assert!(e.allowed.contains("5 minutes to 30 days"), "{e}");
+        }
+        let e = PortalGrant::new("t", "s", now(), chrono::TimeDelta::days(31), "--expires-in");
+        assert!(e.is_err());
+    }
+}
