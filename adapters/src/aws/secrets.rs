@@ -201,7 +201,7 @@ async fn read_queue_key(
 /// The key subscribers' portal links are signed with (#36), read from the secret the stack
 /// generated and kept for `keep`: a rotation revokes every link within that.
 pub struct SecretsManagerPortalKey {
-    client: aws_sdk_secretsmanager::Client,
+    store: SecretsManagerStore,
     secret: String,
     keep: Duration,
     kept: tokio::sync::Mutex<Option<(std::time::Instant, PortalKey)>>,
@@ -210,7 +210,7 @@ pub struct SecretsManagerPortalKey {
 impl SecretsManagerPortalKey {
     pub fn new(sdk: &aws_config::SdkConfig, secret: &str, keep: Duration) -> Self {
         Self {
-            client: aws_sdk_secretsmanager::Client::new(sdk),
+            store: SecretsManagerStore::from_sdk(sdk),
             secret: secret.to_string(),
             keep,
             kept: tokio::sync::Mutex::new(None),
@@ -227,34 +227,19 @@ impl PortalKeySource for SecretsManagerPortalKey {
         {
             return Ok(key.clone());
         }
-        let key = read_portal_key(&self.client, &self.secret).await?;
+        let key = read_portal_key(&self.store, &self.secret).await?;
         *kept = Some((std::time::Instant::now(), key.clone()));
         Ok(key)
     }
 }
 
+/// The portal key in `secret`, read as every secret is ([`SecretsManagerStore`]'s `get`).
 async fn read_portal_key(
-    client: &aws_sdk_secretsmanager::Client,
+    store: &SecretsManagerStore,
     secret: &str,
 ) -> Result<PortalKey, SecretError> {
-    let out = client
-        .get_secret_value()
-        .secret_id(secret)
-        .send()
-        .await
-        .map_err(|e| {
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_not_found_exception())
-            {
-                SecretError::NotFound(secret.to_string())
-            } else {
-                SecretError::Unavailable(describe_error(&e))
-            }
-        })?;
-    let text = out
-        .secret_string()
-        .ok_or_else(|| SecretError::Invalid(format!("{secret} holds no string")))?;
-    PortalKey::new(text).map_err(|e| SecretError::Invalid(format!("{secret}: {e}")))
+    let value = store.get(secret).await?;
+    PortalKey::new(value.expose()).map_err(|e| SecretError::Invalid(format!("{secret}: {e}")))
 }
 
 /// Makes the secret `name` with a new random key (64 characters) if it is not there: the
@@ -304,5 +289,5 @@ pub async fn portal_key(
     sdk: &aws_config::SdkConfig,
     secret: &str,
 ) -> Result<PortalKey, SecretError> {
-    read_portal_key(&aws_sdk_secretsmanager::Client::new(sdk), secret).await
+    read_portal_key(&SecretsManagerStore::from_sdk(sdk), secret).await
 }

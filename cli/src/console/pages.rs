@@ -8,12 +8,11 @@ use gridrelay_ports::redrive::{DeadLetterRedriveReport, DeadLetteredEvent};
 use gridrelay_shared::activity::{Activity, Slice};
 use gridrelay_shared::health::DeliveryState;
 use gridrelay_shared::journal::{EventLife, JournalEntry, format_time};
-use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::subscription::Subscription;
 use maud::{DOCTYPE, Markup, html};
 use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
-pub(super) use gridrelay_portal::page::{first_chars, state_badge};
+pub(super) use gridrelay_portal::page::{endpoint_text, first_chars, state_badge};
 
 use super::sources::{Overview, SubscriptionRow};
 use crate::journal::{STEP_COLUMNS, standing_text, step_row};
@@ -44,16 +43,6 @@ pub(super) fn parse_pick(value: &str) -> Option<(String, String)> {
     let (id, location) = value.split_once(' ')?;
     let id = percent_decode_str(id).decode_utf8().ok()?;
     Some((location.to_string(), id.into_owned()))
-}
-
-/// A subscription's endpoint as `show` prints it: a URL redacted, an AWS resource's ARN as
-/// it is.
-fn endpoint_text(sub: &Subscription) -> String {
-    if sub.endpoint_type.is_resource() {
-        sub.endpoint.clone()
-    } else {
-        redact_endpoint(&sub.endpoint)
-    }
 }
 
 /// `n` and `what`, singular or plural (`what` takes an s).

@@ -133,9 +133,9 @@ pub fn subscription(p: &SubscriptionPage<'_>) -> Markup {
     )
 }
 
-/// An HTTP endpoint redacted as everywhere (no query, no credentials); an AWS resource's ARN
-/// as it is.
-fn endpoint_text(sub: &Subscription) -> String {
+/// A subscription's endpoint as `show` prints it: an HTTP endpoint redacted as everywhere (no
+/// query, no credentials); an AWS resource's ARN as it is.
+pub fn endpoint_text(sub: &Subscription) -> String {
     if sub.endpoint_type.is_resource() {
         sub.endpoint.clone()
     } else {
