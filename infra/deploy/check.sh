@@ -36,7 +36,7 @@ echo "== cdk synth for $architecture, profile $profile (bundles the functions wi
 for f in $(cd infra/cdk/cdk.out && ls -d asset.*/ 2>/dev/null); do
   [[ -x "infra/cdk/cdk.out/$f/bootstrap" ]] && echo "bundled: infra/cdk/cdk.out/${f}bootstrap" >&2
 done
-test "$(ls infra/cdk/cdk.out/asset.*/bootstrap 2>/dev/null | wc -l)" -ge 3 || { echo "cdk synth did not bundle three bootstrap binaries" >&2; exit 1; }
+test "$(ls infra/cdk/cdk.out/asset.*/bootstrap 2>/dev/null | wc -l)" -ge 4 || { echo "cdk synth did not bundle four bootstrap binaries" >&2; exit 1; }
 # The bundles must be ELF binaries of that architecture (e_machine 0xb7 aarch64, 0x3e x86-64).
 python3 - "$architecture" "$machine" infra/cdk/cdk.out/asset.*/bootstrap <<'EOF'
 import sys

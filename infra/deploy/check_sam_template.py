@@ -32,6 +32,7 @@ DESTINATIONS = {"Ref": "DeliveryDestinationArns"}
 DESTINATIONS_CONDITION = "HasDeliveryDestinations"
 
 QUEUE_KEY = {"Ref": "QueueKey"}
+PORTAL_KEY = {"Ref": "PortalKey"}
 
 EXPECTED = {
     "IngestFunction": {
@@ -90,6 +91,15 @@ EXPECTED = {
         # #35: where each message's events went, one call per invocation.
         "firehose:PutRecordBatch": [getatt("JournalStream")],
     },
+    # #36: read-only, one subscription's page: it, its endpoint's and host's health (one
+    # BatchGetItem), the journal (listed under journal/ only: checked below) and its key.
+    "PortalFunction": {
+        "dynamodb:GetItem": [getatt("SubscriptionsTable")],
+        "dynamodb:BatchGetItem": [getatt("DeliveryStateTable")],
+        "s3:ListBucket": [getatt("JournalBucket")],
+        "s3:GetObject": [{"Fn::Sub": "${JournalBucket.Arn}/journal/*"}],
+        "secretsmanager:GetSecretValue": [PORTAL_KEY],
+    },
 }
 
 
@@ -133,7 +143,7 @@ def concurrency_problems(resources, defaults):
             problems.append(f"{parameter}: default {defaults.get(parameter)}, expected 0 (none reserved)")
     if defaults.get("Architecture") != "arm64":
         problems.append(f"Architecture: default {defaults.get('Architecture')}, expected arm64")
-    for function in ["IngestFunction", "DeliverFunction", "DeadLetterFunction"]:
+    for function in EXPECTED:
         architectures = resources[function]["Properties"].get("Architectures")
         if architectures != [{"Ref": "Architecture"}]:
             problems.append(f"{function}: Architectures {architectures}, expected the Architecture parameter")
@@ -163,12 +173,17 @@ def metric_problems(resources):
     return problems
 
 
+def generated_key_problems(resources, secret):
+    """A secret the stack generates: 64 letters and digits."""
+    generated = resources.get(secret, {}).get("Properties", {}).get("GenerateSecretString")
+    if generated != {"PasswordLength": 64, "ExcludePunctuation": True}:
+        return [f"{secret}: expected a generated 64-character key, got {generated}"]
+    return []
+
+
 def queue_key_problems(resources):
     """#34 item 2: a generated key (64 letters and digits) that every function is told of."""
-    problems = []
-    generated = resources.get("QueueKey", {}).get("Properties", {}).get("GenerateSecretString")
-    if generated != {"PasswordLength": 64, "ExcludePunctuation": True}:
-        problems.append(f"QueueKey: expected a generated 64-character key, got {generated}")
+    problems = generated_key_problems(resources, "QueueKey")
     for function in ["IngestFunction", "DeliverFunction", "DeadLetterFunction"]:
         env = resources[function]["Properties"].get("Environment", {}).get("Variables", {})
         if env.get("GRIDRELAY_QUEUE_KEY_SECRET") != QUEUE_KEY:
@@ -264,20 +279,58 @@ def replay_problems(resources):
     ]:
         if env.get(name) != value:
             problems.append(f"DeliverFunction: {name} is {env.get(name)}, expected {value}")
+    problems += listing_problems(resources, "DeliverFunction", "archive/")
+    keys = [k["AttributeName"] for k in resources["ReplaysTable"]["Properties"]["KeySchema"]]
+    if keys != ["topic", "name"]:
+        problems.append(f"ReplaysTable: keys {keys}, expected topic and name")
+    return problems
+
+
+def listing_problems(resources, function, prefix):
+    """`function` may list the journal's bucket under `prefix` only."""
     # After the transform, the function's policies are its role's.
     statements = [
         s
-        for p in resources["DeliverFunctionRole"]["Properties"].get("Policies", [])
+        for p in resources[function + "Role"]["Properties"].get("Policies", [])
         for s in p["PolicyDocument"]["Statement"]
         if isinstance(s, dict)
     ]
     lists = [s for s in statements if s.get("Action") == "s3:ListBucket"]
-    condition = {"StringLike": {"s3:prefix": "archive/*"}}
+    condition = {"StringLike": {"s3:prefix": prefix + "*"}}
     if len(lists) != 1 or lists[0].get("Condition") != condition:
-        problems.append(f"DeliverFunction: s3:ListBucket must be limited to archive/: {lists}")
-    keys = [k["AttributeName"] for k in resources["ReplaysTable"]["Properties"]["KeySchema"]]
-    if keys != ["topic", "name"]:
-        problems.append(f"ReplaysTable: keys {keys}, expected topic and name")
+        return [f"{function}: s3:ListBucket must be limited to {prefix}: {lists}"]
+    return []
+
+
+# #36: the portal's routes on the front door, to the portal function, and no others to it.
+PORTAL_ROUTES = {"/portal/{topic}/{name}", "/portal/gridrelay.css"}
+
+
+def portal_problems(resources, outputs):
+    """#36: the portal is told of its generated key and the journal's bucket, lists the bucket
+    under journal/ only, answers GET on its two routes of the front door, and the stack names
+    its key's secret and its pages' URL."""
+    problems = generated_key_problems(resources, "PortalKey")
+    env = resources["PortalFunction"]["Properties"].get("Environment", {}).get("Variables", {})
+    for name, value in [
+        ("GRIDRELAY_PORTAL_KEY_SECRET", PORTAL_KEY),
+        ("GRIDRELAY_JOURNAL_BUCKET", {"Ref": "JournalBucket"}),
+    ]:
+        if env.get(name) != value:
+            problems.append(f"PortalFunction: {name} is {env.get(name)}, expected {value}")
+    problems += listing_problems(resources, "PortalFunction", "journal/")
+    paths = resources["PublishApi"]["Properties"]["Body"]["paths"]
+    routed = {
+        path: sorted(methods)
+        for path, methods in paths.items()
+        if any("${PortalFunction.Arn}" in str(m) for m in methods.values())
+    }
+    if routed != {path: ["get"] for path in PORTAL_ROUTES}:
+        problems.append(f"PublishApi: routes to PortalFunction are {routed}, expected GET on {sorted(PORTAL_ROUTES)}")
+    if outputs.get("PortalKeySecret", {}).get("Value") != PORTAL_KEY:
+        problems.append(f"Outputs: PortalKeySecret is {outputs.get('PortalKeySecret')}")
+    if "/portal" not in str(outputs.get("PortalUrl", {}).get("Value")):
+        problems.append(f"Outputs: PortalUrl is {outputs.get('PortalUrl')}")
     return problems
 
 
@@ -328,11 +381,12 @@ def main():
     problems += lane_queue_problems(resources, template.get("Outputs", {}))
     problems += journal_problems(resources)
     problems += replay_problems(resources)
+    problems += portal_problems(resources, template.get("Outputs", {}))
     if problems:
         print("SAM template check failed:\n" + "\n".join(problems), file=sys.stderr)
         sys.exit(1)
     print(
-        f"SAM roles hold exactly the expected permissions ({sum(map(len, EXPECTED.values()))} grants, 3 roles); "
+        f"SAM roles hold exactly the expected permissions ({sum(map(len, EXPECTED.values()))} grants, {len(EXPECTED)} roles); "
         f"deliver at most {defaults['DeliverMaximumConcurrency']} (control queue {CAPPED_SOURCES['ControlQueue'][1]}, "
         f"replay queue {defaults['ReplayMaximumConcurrency']}) and dead-letter at most "
         f"{defaults['DeadLetterMaximumConcurrency']} invocations at once; {defaults['Architecture']}"

@@ -144,9 +144,13 @@ export class Gridrelay extends Construct {
   public readonly journalTable: glue.CfnTable;
   /** The key every message on the construct's own queues is sealed with (#34 item 2). */
   public readonly queueKey: secretsmanager.Secret;
+  /** The key subscribers' portal links are signed with (#36); rotating it revokes them all. */
+  public readonly portalKey: secretsmanager.Secret;
   public readonly ingest: lambda.Function;
   public readonly deliver: lambda.Function;
   public readonly deadLetter: lambda.Function;
+  /** The subscribers' portal (#36): GET /portal/{topic}/{name} on the publish API. */
+  public readonly portal: lambda.Function;
 
   constructor(scope: Construct, id: string, props: GridrelayProps = {}) {
     super(scope, id);
@@ -295,6 +299,12 @@ export class Gridrelay extends Construct {
       description: 'gridrelay seals its queue messages with this key; only its functions read it.',
       generateSecretString: { passwordLength: 64, excludePunctuation: true },
     });
+    // #36: portal links are signed with this key; `gridrelay portal-key rotate` replaces it,
+    // which revokes every link. Outside the secret prefix, as the queue key is.
+    this.portalKey = new secretsmanager.Secret(this, 'PortalKey', {
+      description: "gridrelay signs subscribers' portal links with this key; rotating it revokes them all.",
+      generateSecretString: { passwordLength: 64, excludePunctuation: true },
+    });
     const environment = {
       GRIDRELAY_TOPICS_TABLE: this.topicsTable.tableName,
       GRIDRELAY_SUBSCRIPTIONS_TABLE: this.subscriptionsTable.tableName,
@@ -334,6 +344,10 @@ export class Gridrelay extends Construct {
       limits.deliverReserved);
     this.deadLetter = fn('DeadLetter', 'gridrelay-dead-letter', Duration.seconds(60),
       "Writes undeliverable events to S3 in Event Grid's dead-letter format.");
+    this.portal = fn('Portal', 'gridrelay-portal', Duration.seconds(15),
+      "The subscribers' portal, GET /portal/{topic}/{name} behind a signed, expiring link.");
+    this.portal.addEnvironment('GRIDRELAY_JOURNAL_BUCKET', this.journalBucket.bucketName);
+    this.portal.addEnvironment('GRIDRELAY_PORTAL_KEY_SECRET', this.portalKey.secretArn);
 
     // Least privilege: each function gets only the actions it calls, on only its resources.
     const allow = (f: lambda.Function, actions: string[], resources: string[]) =>
@@ -392,6 +406,17 @@ export class Gridrelay extends Construct {
     for (const f of [this.ingest, this.deliver, this.deadLetter]) {
       allow(f, ['secretsmanager:GetSecretValue'], [this.queueKey.secretArn]);
     }
+    // #36: the portal reads one subscription, its endpoint's and host's health (one
+    // BatchGetItem), the delivery journal (listed and read under journal/ only) and its key.
+    allow(this.portal, ['dynamodb:GetItem'], [this.subscriptionsTable.tableArn]);
+    allow(this.portal, ['dynamodb:BatchGetItem'], [this.deliveryStateTable.tableArn]);
+    this.portal.addToRolePolicy(new iam.PolicyStatement({
+      actions: ['s3:ListBucket'],
+      resources: [this.journalBucket.bucketArn],
+      conditions: { StringLike: { 's3:prefix': 'journal/*' } },
+    }));
+    allow(this.portal, ['s3:GetObject'], [this.journalBucket.arnForObjects('journal/*')]);
+    allow(this.portal, ['secretsmanager:GetSecretValue'], [this.portalKey.secretArn]);
 
     // Event sources: ReportBatchItemFailures, so one bad message never fails its batch.
     this.deliver.addEventSource(new SqsEventSource(this.deliveryQueue, {
@@ -421,7 +446,8 @@ export class Gridrelay extends Construct {
     }));
 
     this.api = new apigw.HttpApi(this, 'PublishApi', {
-      description: "Event Grid's publish protocol, POST /topics/{topic}/api/events, and the manual validation URL",
+      description: "Event Grid's publish protocol, POST /topics/{topic}/api/events, the manual validation URL, "
+        + "and the subscribers' portal, GET /portal/{topic}/{name}",
     });
     const ingestIntegration = new HttpLambdaIntegration('IngestIntegration', this.ingest);
     this.api.addRoutes({
@@ -434,6 +460,10 @@ export class Gridrelay extends Construct {
       methods: [apigw.HttpMethod.GET],
       integration: ingestIntegration,
     });
+    const portalIntegration = new HttpLambdaIntegration('PortalIntegration', this.portal);
+    for (const path of ['/portal/{topic}/{name}', '/portal/gridrelay.css']) {
+      this.api.addRoutes({ path, methods: [apigw.HttpMethod.GET], integration: portalIntegration });
+    }
     this.publishUrl = this.api.apiEndpoint;
     // Validation URLs sent in the handshake point at the publish API.
     this.deliver.addEnvironment('GRIDRELAY_PUBLIC_URL', this.api.apiEndpoint);
@@ -541,6 +571,8 @@ export class Gridrelay extends Construct {
   /** Stack outputs a user needs to point the gridrelay command line at this deployment. */
   public addOutputs() {
     new CfnOutput(this, 'QueueKeySecret', { value: this.queueKey.secretArn, description: 'Set GRIDRELAY_QUEUE_KEY_SECRET to it (the command line seals what it sends to the delivery queue with its key).' });
+    new CfnOutput(this, 'PortalKeySecret', { value: this.portalKey.secretArn, description: 'Set GRIDRELAY_PORTAL_KEY_SECRET to it (`event-subscription portal-link` signs links with its key; `portal-key rotate` replaces it).' });
+    new CfnOutput(this, 'PortalUrl', { value: `${this.api.apiEndpoint}/portal`, description: 'Subscribers\' portal pages are PortalUrl/TOPIC/SUBSCRIPTION, opened with a link from `gridrelay event-subscription portal-link`.' });
     new CfnOutput(this, 'OwnQueues', { value: this.ownQueueArns(), description: 'Set GRIDRELAY_OWN_QUEUES to it (the command line then refuses them as destinations).' });
     new CfnOutput(this, 'ControlQueueUrl', { value: this.controlQueue.queueUrl, description: "Set GRIDRELAY_CONTROL_QUEUE_URL to it (the command line sends subscriptions' handshake and expiry steps to it)." });
     new CfnOutput(this, 'ReplayQueueUrl', { value: this.replayQueue.queueUrl, description: "Set GRIDRELAY_REPLAY_QUEUE_URL to it (`gridrelay redrive queue` puts replays' parked deliveries back on it)." });

@@ -21,8 +21,8 @@ function synth(): { template: Template; construct: Gridrelay; stack: Stack } {
 const { template, construct, stack } = synth();
 const ref = (c: { node: { defaultChild?: unknown } }) => stack.resolve((c.node.defaultChild as { logicalId: string }).logicalId);
 
-test('three Rust functions on provided.al2023', () => {
-  template.resourcePropertiesCountIs('AWS::Lambda::Function', { Runtime: 'provided.al2023', Handler: 'bootstrap' }, 3);
+test('four Rust functions on provided.al2023', () => {
+  template.resourcePropertiesCountIs('AWS::Lambda::Function', { Runtime: 'provided.al2023', Handler: 'bootstrap' }, 4);
   template.hasResourceProperties('AWS::Lambda::Function', {
     Timeout: 300,
     LoggingConfig: Match.objectLike({ LogFormat: 'JSON' }),
@@ -31,11 +31,11 @@ test('three Rust functions on provided.al2023', () => {
 });
 
 test('the functions run on arm64 unless told otherwise', () => {
-  template.resourcePropertiesCountIs('AWS::Lambda::Function', { Architectures: ['arm64'] }, 3);
+  template.resourcePropertiesCountIs('AWS::Lambda::Function', { Architectures: ['arm64'] }, 4);
   const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
   const x86 = new Stack(app, 'X86');
   new Gridrelay(x86, 'Gridrelay', { architecture: Architecture.X86_64 });
-  Template.fromStack(x86).resourcePropertiesCountIs('AWS::Lambda::Function', { Architectures: ['x86_64'] }, 3);
+  Template.fromStack(x86).resourcePropertiesCountIs('AWS::Lambda::Function', { Architectures: ['x86_64'] }, 4);
 });
 
 test('event sources cap their invocations; nothing is reserved unless asked for', () => {
@@ -346,6 +346,16 @@ function grants(fn: { role?: { node: { defaultChild?: unknown } } }): Map<string
   return out;
 }
 
+/** The conditions of `fn`'s s3:ListBucket statements (which prefixes it may list). */
+function listConditions(fn: { role?: { node: { defaultChild?: unknown } } }): unknown[] {
+  const role = ref(fn.role!);
+  return Object.values(template.findResources('AWS::IAM::Policy'))
+    .filter((p) => (p.Properties.Roles as Array<{ Ref: string }>).some((r) => r.Ref === role))
+    .flatMap((p) => p.Properties.PolicyDocument.Statement)
+    .filter((s: { Action: string | string[] }) => [s.Action].flat().includes('s3:ListBucket'))
+    .map((s: { Condition?: unknown }) => s.Condition);
+}
+
 test('least privilege: ingest reads topics and subscriptions, sends to the delivery queue and puts to the archive stream only', () => {
   const g = grants(construct.ingest);
   assert.deepEqual([...g.keys()].sort(), ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query', 'firehose:PutRecordBatch', 'secretsmanager:GetSecretValue', 'sqs:SendMessage']);
@@ -366,9 +376,10 @@ test('#34 item 2: each function reads the generated queue key, and only that sec
   template.hasResourceProperties('AWS::Lambda::Function', {
     Environment: { Variables: Match.objectLike({ GRIDRELAY_QUEUE_KEY_SECRET: key }) },
   });
+  // Every function is told of it (the portal too: one environment), but the portal may not read it.
   assert.equal(Object.keys(template.findResources('AWS::Lambda::Function', {
     Properties: { Environment: { Variables: { GRIDRELAY_QUEUE_KEY_SECRET: key } } },
-  })).length, 3);
+  })).length, 4);
   assert.deepEqual(grants(construct.ingest).get('secretsmanager:GetSecretValue'), [key]);
   assert.deepEqual(grants(construct.deadLetter).get('secretsmanager:GetSecretValue'), [key]);
   const deliver = grants(construct.deliver).get('secretsmanager:GetSecretValue') ?? [];
@@ -410,12 +421,7 @@ test('least privilege: deliver consumes its two queues and sends to the three qu
   assert.ok(!g.has('s3:PutObject'), 'deliver never writes to S3');
   // #35: replays read the topic archives only: listed and read under archive/.
   assert.ok(JSON.stringify(g.get('s3:GetObject')).includes('/archive/*'), JSON.stringify(g.get('s3:GetObject')));
-  const deliverRole = ref(construct.deliver.role!);
-  const lists = Object.values(template.findResources('AWS::IAM::Policy'))
-    .filter((p) => (p.Properties.Roles as Array<{ Ref: string }>).some((r) => r.Ref === deliverRole))
-    .flatMap((p) => p.Properties.PolicyDocument.Statement)
-    .filter((s: { Action: string | string[] }) => [s.Action].flat().includes('s3:ListBucket'));
-  assert.deepEqual(lists.map((s: { Condition?: unknown }) => s.Condition), [{ StringLike: { 's3:prefix': 'archive/*' } }]);
+  assert.deepEqual(listConditions(construct.deliver), [{ StringLike: { 's3:prefix': 'archive/*' } }]);
   template.hasResourceProperties('AWS::Lambda::Function', {
     Role: { 'Fn::GetAtt': [stack.resolve((construct.deliver.role!.node.defaultChild as unknown as { logicalId: string }).logicalId), 'Arn'] },
     Environment: { Variables: Match.objectLike({ GRIDRELAY_REPLAYS_TABLE: { Ref: ref(construct.replaysTable) } }) },
@@ -440,9 +446,48 @@ test('least privilege: dead-letter writes objects in its bucket and announces th
 test('#34 item 12, #35: only deliver may touch the control and replay queues', () => {
   for (const queue of [construct.controlQueue, construct.replayQueue]) {
     const arn = JSON.stringify({ 'Fn::GetAtt': [ref(queue), 'Arn'] });
-    for (const fn of [construct.ingest, construct.deadLetter]) {
+    for (const fn of [construct.ingest, construct.deadLetter, construct.portal]) {
       const g = JSON.stringify([...grants(fn)]);
       assert.ok(!g.includes(arn), `${fn.node.id} is granted something on ${queue.node.id}: ${g}`);
     }
   }
+});
+
+test('#36: the portal answers GET on its two routes of the publish API and reads only what its page shows', () => {
+  const integrations = template.findResources('AWS::ApiGatewayV2::Integration');
+  const portalArn = JSON.stringify({ 'Fn::GetAtt': [ref(construct.portal), 'Arn'] });
+  const portalIntegrations = Object.entries(integrations)
+    .filter(([, i]) => JSON.stringify(i.Properties.IntegrationUri) === portalArn)
+    .map(([id]) => id);
+  assert.equal(portalIntegrations.length, 1);
+  const routes = Object.values(template.findResources('AWS::ApiGatewayV2::Route'))
+    .filter((r) => JSON.stringify(r.Properties.Target).includes(portalIntegrations[0]))
+    .map((r) => r.Properties.RouteKey)
+    .sort();
+  assert.deepEqual(routes, ['GET /portal/gridrelay.css', 'GET /portal/{topic}/{name}']);
+
+  const key = { Ref: ref(construct.portalKey) };
+  template.resourcePropertiesCountIs('AWS::SecretsManager::Secret', {
+    GenerateSecretString: { PasswordLength: 64, ExcludePunctuation: true },
+  }, 2);
+  template.hasResourceProperties('AWS::Lambda::Function', {
+    Environment: { Variables: Match.objectLike({
+      GRIDRELAY_PORTAL_KEY_SECRET: key,
+      GRIDRELAY_JOURNAL_BUCKET: { Ref: ref(construct.journalBucket) },
+    }) },
+  });
+  const g = grants(construct.portal);
+  const state = { 'Fn::GetAtt': [ref(construct.deliveryStateTable), 'Arn'] };
+  const bucket = { 'Fn::GetAtt': [ref(construct.journalBucket), 'Arn'] };
+  assert.deepEqual(Object.fromEntries(g), {
+    'dynamodb:GetItem': [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }],
+    'dynamodb:BatchGetItem': [state],
+    's3:ListBucket': [bucket],
+    's3:GetObject': [{ 'Fn::Join': ['', [bucket, '/journal/*']] }],
+    'secretsmanager:GetSecretValue': [key],
+  });
+  assert.deepEqual(listConditions(construct.portal), [{ StringLike: { 's3:prefix': 'journal/*' } }]);
+  const outputs = template.findOutputs('*');
+  assert.deepEqual(Object.values(outputs).filter((o) => JSON.stringify(o.Value) === JSON.stringify(key)).length, 1);
+  assert.ok(Object.keys(outputs).some((id) => id.includes('PortalUrl')), Object.keys(outputs).join(', '));
 });

@@ -237,6 +237,200 @@ async fn deliver_bootstrap_reports_batch_item_failures() {
     );
 }
 
+/// An API Gateway v2 event of `GET path?query` carrying `cookies` as API Gateway does: in
+/// their own field, not a header.
+fn get_event(path: &str, query: &str, cookies: &[String]) -> Value {
+    let route = if path.ends_with(".css") {
+        "GET /portal/gridrelay.css"
+    } else {
+        "GET /portal/{topic}/{name}"
+    };
+    json!({
+        "version": "2.0",
+        "routeKey": route,
+        "rawPath": path,
+        "rawQueryString": query,
+        "cookies": cookies,
+        "headers": {"host": "abc.execute-api.us-east-1.amazonaws.com", "accept": "text/html"},
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "abc",
+            "domainName": "abc.execute-api.us-east-1.amazonaws.com",
+            "domainPrefix": "abc",
+            "http": {"method": "GET", "path": path, "protocol": "HTTP/1.1",
+                     "sourceIp": "127.0.0.1", "userAgent": "test"},
+            "requestId": "req-portal",
+            "routeKey": route,
+            "stage": "$default",
+            "time": "28/Nov/2026:08:00:00 +0000",
+            "timeEpoch": 1795852800000i64
+        },
+        "isBase64Encoded": false
+    })
+}
+
+/// A Lambda proxy answer's body as text, whether or not it came base64-encoded.
+fn body_text(answer: &Value) -> String {
+    use base64::Engine;
+    let body = answer["body"].as_str().unwrap_or_default();
+    if answer["isBase64Encoded"] == true {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .expect("base64 body");
+        String::from_utf8_lossy(&bytes).into_owned()
+    } else {
+        body.to_string()
+    }
+}
+
+/// #36: the portal bootstrap serves a subscription's page behind API Gateway. A link's token
+/// is exchanged for a `Secure` cookie handed back in the proxy answer's `cookies` (where API
+/// Gateway v2 takes them from) and a 303 to the page; the page, asked with that cookie as API
+/// Gateway passes it, shows the attempt the deliver bootstrap journaled (a 503, read from the
+/// journal's bucket); another subscription's link is refused; the style sheet is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_bootstrap_serves_a_subscriptions_page_behind_api_gateway() {
+    use gridrelay_shared::portal::PortalGrant;
+    let s = setup().await;
+    let subscriber = Subscriber::start(vec![], Reply::Status(503)).await;
+    let sub = s.subscribe(&subscriber.url).await;
+    let message = json!({
+        "topic": "boot", "subscription": "sub-1", "subscription_id": sub.id,
+        "attempts": 0, "not_before": Utc::now(),
+        "events": [{"publish_time": Utc::now(), "event": {"id": "p-1", "data": {}}}]
+    });
+    let names = &s.resources.names;
+    let mut deliver = LambdaProcess::start(
+        "gridrelay-deliver",
+        &s.resources,
+        &[
+            ("GRIDRELAY_ALLOWED_NETWORKS", "127.0.0.0/8"),
+            ("GRIDRELAY_JOURNAL_STREAM", &names.journal_stream),
+        ],
+    )
+    .await;
+    let answer = deliver
+        .invoke(sqs_event(&[("m1", message.to_string(), Some(&s.key))]))
+        .await;
+    assert_eq!(
+        answer,
+        json!({"batchItemFailures": []}),
+        "retried, not failed"
+    );
+    deliver.stop().await;
+    assert_eq!(subscriber.received().len(), 1, "one attempt, answered 503");
+
+    let mut portal = LambdaProcess::start(
+        "gridrelay-portal",
+        &s.resources,
+        &[
+            ("GRIDRELAY_JOURNAL_BUCKET", &names.journal_bucket),
+            ("GRIDRELAY_PORTAL_KEY_SECRET", &names.portal_key_secret),
+        ],
+    )
+    .await;
+    let key = gridrelay_adapters::aws::portal_key(&s.sdk, &names.portal_key_secret)
+        .await
+        .expect("the portal key");
+    let link = |subscription: &str| {
+        PortalGrant::new(
+            "boot",
+            subscription,
+            Utc::now(),
+            chrono::TimeDelta::hours(1),
+            "--expires-in",
+        )
+        .expect("a grant")
+        .token(&key)
+    };
+    let token = link("sub-1");
+    let first = portal
+        .invoke(get_event(
+            "/portal/boot/sub-1",
+            &format!("token={token}"),
+            &[],
+        ))
+        .await;
+    assert_eq!(first["statusCode"], 303, "{first}");
+    assert_eq!(
+        first["headers"]["location"], "/portal/boot/sub-1",
+        "{first}"
+    );
+    let cookies: Vec<&str> = first["cookies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let [cookie] = cookies[..] else {
+        panic!("one cookie in the answer's cookies, got {first}")
+    };
+    for attribute in [
+        "HttpOnly",
+        "Secure",
+        "SameSite=Lax",
+        "Path=/portal/boot/sub-1",
+    ] {
+        assert!(cookie.contains(attribute), "{attribute} in {cookie}");
+    }
+    let pair = cookie.split(';').next().expect("name=value").to_string();
+    assert_eq!(pair, format!("gridrelay_portal={token}"));
+
+    // The journal's object is written as the stream takes the record: moto's at once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let page = loop {
+        let page = portal
+            .invoke(get_event(
+                "/portal/boot/sub-1",
+                "",
+                std::slice::from_ref(&pair),
+            ))
+            .await;
+        // The attempt's row: its event and status, from the journal (not the health badge).
+        if page["statusCode"] == 200 && body_text(&page).contains("<code>p-1</code>") {
+            break page;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the journaled attempt on the page within 20 s: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let html = body_text(&page);
+    assert!(html.contains("Deliveries to sub-1"), "{html}");
+    assert!(html.contains(r#"<td class="num">503</td>"#), "{html}");
+    assert!(
+        !html.contains(&names.journal_bucket),
+        "the stack's names stay out: {html}"
+    );
+    assert_eq!(page["headers"]["referrer-policy"], "no-referrer", "{page}");
+
+    let other = portal
+        .invoke(get_event(
+            "/portal/boot/sub-1",
+            &format!("token={}", link("sub-2")),
+            &[],
+        ))
+        .await;
+    assert_eq!(other["statusCode"], 403, "{other}");
+    assert!(
+        other["cookies"].as_array().is_none_or(Vec::is_empty),
+        "{other}"
+    );
+
+    let style = portal
+        .invoke(get_event("/portal/gridrelay.css", "", &[]))
+        .await;
+    assert_eq!(style["statusCode"], 200, "{style}");
+    assert!(
+        style["headers"]["content-type"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("text/css")),
+        "{style}"
+    );
+    portal.stop().await;
+}
+
 /// The dead-letter bootstrap writes the records of an SQS event to S3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letter_bootstrap_writes_to_s3() {

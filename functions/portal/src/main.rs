@@ -1,0 +1,55 @@
+//! Lambda entry point of the subscribers' portal (#36): the stack's front door sends
+//! `GET /portal/...` here, and the same [`router`](gridrelay_portal::router) `gridrelay local`
+//! serves answers it. Its cookies are `Secure`: the front door is HTTPS.
+
+use std::sync::Arc;
+
+use gridrelay_adapters::aws::{
+    DynamoDeliveryStateStore, S3JournalSource, SecretsManagerPortalKey, load_sdk_config, s3_client,
+    subscription_store,
+};
+use gridrelay_adapters::config::{
+    DELIVERY_STATE_TABLE_ENV, JOURNAL_BUCKET_ENV, PORTAL_KEY_SECRET_ENV, TableNames,
+    config_cache_from_env, required,
+};
+use gridrelay_portal::Portal;
+use gridrelay_ports::SystemClock;
+use gridrelay_shared::journal::JOURNAL_PREFIX;
+use lambda_http::Error;
+
+fn main() -> Result<(), Error> {
+    gridrelay_adapters::runtime::function_runtime()?.block_on(run())
+}
+
+async fn run() -> Result<(), Error> {
+    lambda_http::tracing::init_default_subscriber();
+    let sdk = load_sdk_config().await;
+    let keep = config_cache_from_env()?;
+    let state_table = required(
+        DELIVERY_STATE_TABLE_ENV,
+        "the DynamoDB table of endpoint health the page shows",
+    )?;
+    let journal_bucket = required(
+        JOURNAL_BUCKET_ENV,
+        "the S3 bucket of the delivery journal the page lists attempts from",
+    )?;
+    let key_secret = required(
+        PORTAL_KEY_SECRET_ENV,
+        "the Secrets Manager secret portal links are signed with",
+    )?;
+    let portal = Arc::new(Portal {
+        store: subscription_store(&sdk, TableNames::from_env(), keep),
+        // Read as it is (one BatchGetItem), not through the functions' cache: a person reads
+        // the page to see the endpoint's state now.
+        health: Arc::new(DynamoDeliveryStateStore::from_sdk(&sdk, state_table)),
+        journal: Arc::new(S3JournalSource::new(
+            s3_client(&sdk),
+            &journal_bucket,
+            JOURNAL_PREFIX,
+        )),
+        keys: Arc::new(SecretsManagerPortalKey::new(&sdk, &key_secret, keep)),
+        clock: Arc::new(SystemClock),
+        secure_cookies: true,
+    });
+    lambda_http::run(gridrelay_portal::router(portal)).await
+}
