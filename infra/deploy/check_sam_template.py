@@ -91,14 +91,19 @@ EXPECTED = {
         # #35: where each message's events went, one call per invocation.
         "firehose:PutRecordBatch": [getatt("JournalStream")],
     },
-    # #36: read-only, one subscription's page: it, its endpoint's and host's health (one
-    # BatchGetItem), the journal (listed under journal/ only: checked below) and its key.
+    # #36: one subscription's page: it, its endpoint's and host's health (one BatchGetItem),
+    # the journal (listed under journal/ only: checked below) and its key; test events and
+    # dead-lettered events sent again into the delivery queue (sealed), from the dead-letter
+    # bucket's objects, rewritten or deleted as their events leave.
     "PortalFunction": {
         "dynamodb:GetItem": [getatt("SubscriptionsTable")],
         "dynamodb:BatchGetItem": [getatt("DeliveryStateTable")],
-        "s3:ListBucket": [getatt("JournalBucket")],
-        "s3:GetObject": [{"Fn::Sub": "${JournalBucket.Arn}/journal/*"}],
-        "secretsmanager:GetSecretValue": [PORTAL_KEY],
+        "s3:ListBucket": [getatt("JournalBucket"), getatt("DeadLetterBucket")],
+        "s3:GetObject": [{"Fn::Sub": "${JournalBucket.Arn}/journal/*"}, {"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],
+        "s3:PutObject": [{"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],
+        "s3:DeleteObject": [{"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],
+        "secretsmanager:GetSecretValue": [PORTAL_KEY, QUEUE_KEY],
+        "sqs:SendMessage": [getatt("DeliveryQueue")],
     },
 }
 
@@ -295,21 +300,26 @@ def listing_problems(resources, function, prefix):
         for s in p["PolicyDocument"]["Statement"]
         if isinstance(s, dict)
     ]
-    lists = [s for s in statements if s.get("Action") == "s3:ListBucket"]
+    lists = [s for s in statements if s.get("Action") == "s3:ListBucket" and s.get("Resource") == getatt("JournalBucket")]
     condition = {"StringLike": {"s3:prefix": prefix + "*"}}
     if len(lists) != 1 or lists[0].get("Condition") != condition:
-        return [f"{function}: s3:ListBucket must be limited to {prefix}: {lists}"]
+        return [f"{function}: s3:ListBucket on the journal's bucket must be limited to {prefix}: {lists}"]
     return []
 
 
 # #36: the portal's routes on the front door, to the portal function, and no others to it.
-PORTAL_ROUTES = {"/portal/{topic}/{name}", "/portal/gridrelay.css"}
+PORTAL_ROUTES = {
+    "/portal/{topic}/{name}": ["get"],
+    "/portal/gridrelay.css": ["get"],
+    "/portal/{topic}/{name}/test-event": ["post"],
+    "/portal/{topic}/{name}/send-again": ["post"],
+}
 
 
 def portal_problems(resources, outputs):
-    """#36: the portal is told of its generated key and the journal's bucket, lists the bucket
-    under journal/ only, answers GET on its two routes of the front door, and the stack names
-    its key's secret and its pages' URL."""
+    """#36: the portal is told of its generated key and the journal's bucket, lists that bucket
+    under journal/ only, answers its four routes of the front door (GET its pages, POST their
+    forms), and the stack names its key's secret and its pages' URL."""
     problems = generated_key_problems(resources, "PortalKey")
     env = resources["PortalFunction"]["Properties"].get("Environment", {}).get("Variables", {})
     for name, value in [
@@ -325,8 +335,8 @@ def portal_problems(resources, outputs):
         for path, methods in paths.items()
         if any("${PortalFunction.Arn}" in str(m) for m in methods.values())
     }
-    if routed != {path: ["get"] for path in PORTAL_ROUTES}:
-        problems.append(f"PublishApi: routes to PortalFunction are {routed}, expected GET on {sorted(PORTAL_ROUTES)}")
+    if routed != PORTAL_ROUTES:
+        problems.append(f"PublishApi: routes to PortalFunction are {routed}, expected {PORTAL_ROUTES}")
     if outputs.get("PortalKeySecret", {}).get("Value") != PORTAL_KEY:
         problems.append(f"Outputs: PortalKeySecret is {outputs.get('PortalKeySecret')}")
     if "/portal" not in str(outputs.get("PortalUrl", {}).get("Value")):

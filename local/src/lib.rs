@@ -462,6 +462,8 @@ impl LocalSystem {
                 &names.portal_key_secret,
                 config.config_cache,
             )),
+            objects: Arc::new(S3ObjectStore::new(s3_client(sdk))),
+            delivery_queue: delivery_queue.clone(),
             clock,
             secure_cookies: false,
         });

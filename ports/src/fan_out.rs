@@ -80,6 +80,32 @@ pub async fn fan_out(
     })
 }
 
+/// #36: `event` (in the Event Grid schema) for `sub` alone, whatever its filter, turned into
+/// its delivery schema: the portal's test event, then delivered, retried, journaled and
+/// dead-lettered as any other.
+pub async fn send_to_subscription(
+    queue: &dyn MessageQueue,
+    sub: &Subscription,
+    event: &RawValue,
+    now: DateTime<Utc>,
+) -> Result<(), FanOutError> {
+    let form = to_delivery_form(
+        event,
+        InputSchema::EventGridSchema,
+        sub.event_delivery_schema,
+    )
+    .map_err(|e| FanOutError::Unconvertible {
+        index: 0,
+        reason: e.to_string(),
+    })?;
+    let queued = vec![QueuedEvent::new(now, form.into_owned())];
+    let messages = new_deliveries(&DeliveryHistory::new(sub), now, queued)
+        .map_err(|e| FanOutError::Encode(e.to_string()))?;
+    let mut sent = Sent::default();
+    sent.add(send_messages(queue, messages).await);
+    sent.result()
+}
+
 /// The subscriptions of `topic` that receive events at `now`.
 async fn receiving_subscriptions(
     store: &dyn SubscriptionStore,
@@ -453,6 +479,55 @@ mod tests {
                 .iter()
                 .flat_map(|s| &s.events)
                 .all(|e| e.publish_time == now)
+        );
+    }
+
+    /// #36: the portal's test event goes to its one subscription, in its delivery schema,
+    /// even when its filter would not take it.
+    #[test]
+    fn an_event_sent_to_one_subscription_skips_its_filter_and_takes_its_schema() {
+        let now = Utc::now();
+        let store = MemorySubscriptionStore::default();
+        let sub = store.insert_validated(
+            SubscriptionRequest {
+                topic: "orders".into(),
+                name: "cloud".into(),
+                endpoint: "https://example.com/cloud".into(),
+                event_delivery_schema: Some("CloudEventSchemaV1_0".into()),
+                filter: gridrelay_shared::filter::EventFilter {
+                    included_event_types: Some(vec!["Orders.Created".into()]),
+                    ..Default::default()
+                },
+                ..SubscriptionRequest::default()
+            },
+            InputSchema::EventGridSchema,
+            now,
+        );
+        let queue = MemoryQueue::new(Arc::new(ManualClock::new(now)));
+        assert!(
+            !sub.filter.is_empty(),
+            "a filter the test event does not pass"
+        );
+        let event = gridrelay_shared::portal::test_event("orders", "cloud", "t-1", now);
+        futures::executor::block_on(send_to_subscription(&queue, &sub, &event, now))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let sent = queue.sent();
+        assert_eq!(sent.len(), 1);
+        let Ok(gridrelay_shared::message::DeliveryQueueMessage::Delivery(message)) =
+            gridrelay_shared::message::DeliveryQueueMessage::from_body(&sent[0].body)
+        else {
+            panic!("a delivery message: {}", sent[0].body)
+        };
+        assert_eq!(
+            (message.topic.as_str(), message.subscription.as_str()),
+            ("orders", "cloud")
+        );
+        assert_eq!(message.attempts, 0);
+        let delivered = message.events[0].event.get();
+        assert!(delivered.contains(r#""specversion":"1.0""#), "{delivered}");
+        assert!(
+            delivered.contains(gridrelay_shared::portal::TEST_EVENT_TYPE),
+            "{delivered}"
         );
     }
 

@@ -362,7 +362,9 @@ pub async fn redrive_dead_letters(
     Ok(report)
 }
 
-async fn redrive_subscription(
+/// [`redrive_dead_letters`] of one subscription, read already: what the subscribers' portal
+/// sends again (#36), with nothing of the topic's other subscriptions listed or read.
+pub async fn redrive_subscription(
     objects: &dyn ObjectStore,
     delivery_queue: &dyn MessageQueue,
     sub: &Subscription,

@@ -32,6 +32,9 @@ pub const MAX_TOKEN_CHARS: usize = 1024;
 
 const VERSION: &str = "v1";
 const TAG_CONTEXT: &str = "gridrelay-portal-link";
+const FORM_CONTEXT: &str = "gridrelay-portal-form";
+/// The event type of the test events a subscriber sends itself from the portal.
+pub const TEST_EVENT_TYPE: &str = "Gridrelay.Portal.TestEvent";
 const BASE64URL: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 /// The key links are signed with.
@@ -73,12 +76,59 @@ impl PortalKey {
     }
 
     fn mac(&self, grant: &str) -> Hmac<Sha256> {
+        self.mac_in(TAG_CONTEXT, grant)
+    }
+
+    /// The HMAC of `text` under the key, in `context` (so a tag made for one use is never
+    /// taken for another).
+    fn mac_in(&self, context: &str, text: &str) -> Hmac<Sha256> {
         // HMAC takes a key of any length.
         let mut mac =
             <Hmac<Sha256>>::new_from_slice(&self.key).expect("HMAC accepts every key length");
-        mac.update(format!("{TAG_CONTEXT}.{VERSION}.{grant}").as_bytes());
+        mac.update(format!("{context}.{VERSION}.{text}").as_bytes());
         mac
     }
+
+    /// The token the forms of a page carry for `pass` (the link's token its browser holds in
+    /// the cookie): a page of another site can send the cookie's holder's browser to post a
+    /// form, but cannot know this. It dies with the pass, and with the key.
+    pub fn form_token(&self, pass: &str) -> String {
+        BASE64URL.encode(self.mac_in(FORM_CONTEXT, pass).finalize().into_bytes())
+    }
+
+    /// Whether `given` is [`PortalKey::form_token`] of `pass` (compared in constant time).
+    pub fn form_token_matches(&self, pass: &str, given: &str) -> bool {
+        BASE64URL
+            .decode(given)
+            .is_ok_and(|tag| self.mac_in(FORM_CONTEXT, pass).verify_slice(&tag).is_ok())
+    }
+}
+
+/// The test event a subscriber sends itself from the portal, in the Event Grid schema (each
+/// subscription gets it in its own delivery schema): type [`TEST_EVENT_TYPE`], subject
+/// `/portal/<topic>/<subscription>`.
+pub fn test_event(
+    topic: &str,
+    subscription: &str,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Box<serde_json::value::RawValue> {
+    let event = serde_json::json!({
+        "id": id,
+        "topic": crate::subscription::topic_resource_id(topic),
+        "subject": format!("/portal/{topic}/{subscription}"),
+        "eventType": TEST_EVENT_TYPE,
+        "eventTime": crate::dead_letter::timestamp(now),
+        "dataVersion": "1",
+        "metadataVersion": "1",
+        "data": {
+            "message": "A test event, sent from gridrelay's subscribers' portal.",
+            "topic": topic,
+            "subscription": subscription,
+        }
+    });
+    // A tree of strings always serializes to valid JSON.
+    serde_json::value::to_raw_value(&event).expect("a JSON tree serializes")
 }
 
 /// What a link lets its holder see: one subscription, until a time.
@@ -349,5 +399,49 @@ mod tests {
         }
         let e = PortalGrant::new("t", "s", now(), chrono::TimeDelta::days(31), "--expires-in");
         assert!(e.is_err());
+    }
+
+    #[test]
+    fn a_form_token_holds_for_its_pass_under_its_key_only() {
+        let (k, token) = (key('a'), grant().token(&key('a')));
+        let form = k.form_token(&token);
+        assert!(k.form_token_matches(&token, &form));
+        assert!(
+            !key('b').form_token_matches(&token, &form),
+            "another key (a rotation)"
+        );
+        let other = PortalGrant::new("orders", "audit", now(), chrono::TimeDelta::hours(1), "f")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .token(&k);
+        assert!(!k.form_token_matches(&other, &form), "another link's pass");
+        // The link's own tag is made in another context: it is no form token.
+        let tag = token.rsplit('.').next().unwrap_or_default();
+        assert!(!k.form_token_matches(&token, tag));
+        for given in ["", "not base64!", &form[1..], &format!("{form}A")] {
+            assert!(!k.form_token_matches(&token, given), "{given:?}");
+        }
+    }
+
+    #[test]
+    fn a_test_event_is_an_event_grid_event_every_schema_takes() {
+        use crate::schema::{DeliverySchema, InputSchema, to_delivery_form};
+        let event = test_event("orders", "billing", "t-1", now());
+        let v: serde_json::Value =
+            serde_json::from_str(event.get()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["eventType"], TEST_EVENT_TYPE);
+        assert_eq!(v["subject"], "/portal/orders/billing");
+        assert_eq!(v["id"], "t-1");
+        let cloud = to_delivery_form(
+            &event,
+            InputSchema::EventGridSchema,
+            DeliverySchema::CloudEventSchemaV1_0,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let c: serde_json::Value =
+            serde_json::from_str(cloud.get()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (c["type"].as_str(), c["id"].as_str()),
+            (Some(TEST_EVENT_TYPE), Some("t-1"))
+        );
     }
 }

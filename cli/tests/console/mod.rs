@@ -478,8 +478,9 @@ pub(crate) async fn failing_and_healthy(
 /// with its 503; the first Tab reaches the skip link; audit's page lists its attempt; the
 /// dead-lettered c-0, ticked and redriven (asked first), reaches the endpoint; c-0, searched
 /// for with the keyboard, shows its life; the live page shows a new attempt. Then the
-/// subscribers' portal: audit's link lands on its page (the token gone from the address),
-/// and ledger's page refuses the browser that holds it.
+/// subscribers' portal: audit's link lands on its page (the token gone from the address), its
+/// test event and its dead-lettered c-1, sent again from its forms, reach its endpoint, and
+/// ledger's page refuses the browser that holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l3() {
     use fantoccini::key::Key;
@@ -614,6 +615,53 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
         "{text}"
     );
     browser.check_page("portal").await;
+    // From the page: a test event, as Chromium posts the form (its own Origin and
+    // Sec-Fetch-Site), reaches audit's endpoint; then c-1, ticked, is sent again.
+    browser.click(r#"form[action$="/test-event"] button"#).await;
+    let text = browser.text().await;
+    assert!(text.contains("Test event sent"), "{text}");
+    browser.check_page("portal-test-event").await;
+    eventually(
+        Duration::from_secs(20),
+        "the test event at audit's endpoint",
+        || async {
+            failing
+                .received()
+                .iter()
+                .any(|r| r.body.contains("Gridrelay.Portal.TestEvent"))
+                .then_some(())
+        },
+    )
+    .await;
+    let c1_before = failing
+        .received()
+        .iter()
+        .filter(|r| r.ids().contains(&"c-1".to_string()))
+        .count();
+    browser.open(&format!("{base}/portal/consoled/audit")).await;
+    browser
+        .click(r#"input[name="pick"][value^="c%2D1 "]"#)
+        .await;
+    browser.click(r#"form[action$="/send-again"] button"#).await;
+    let text = browser.text().await;
+    assert!(
+        text.contains("on their way again") && text.contains("c-1"),
+        "{text}"
+    );
+    browser.check_page("portal-sent-again").await;
+    eventually(
+        Duration::from_secs(20),
+        "c-1 at audit's endpoint again",
+        || async {
+            let now = failing
+                .received()
+                .iter()
+                .filter(|r| r.ids().contains(&"c-1".to_string()))
+                .count();
+            (now > c1_before).then_some(())
+        },
+    )
+    .await;
     browser
         .open(&format!("{base}/portal/consoled/ledger"))
         .await;

@@ -47,6 +47,55 @@ impl Visitor {
         let r = self.get(path_or_url, cookie).await;
         (r.status(), r.text().await.unwrap())
     }
+
+    /// The cookie a link's first load sets (`name=value`).
+    async fn cookie_of(&self, link: &str) -> String {
+        let first = self.get(link, None).await;
+        assert_eq!(first.status(), StatusCode::SEE_OTHER);
+        let set = first.headers()[SET_COOKIE].to_str().unwrap();
+        set.split(';').next().unwrap().to_string()
+    }
+
+    /// POST `form` (pairs, form-encoded) to `path` with `cookie` and `headers`, as a page's
+    /// form: the status and the page.
+    async fn post(
+        &self,
+        path: &str,
+        cookie: &str,
+        headers: &[(&str, &str)],
+        form: &[(&str, &str)],
+    ) -> (StatusCode, String) {
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header(COOKIE, cookie)
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(
+                url::form_urlencoded::Serializer::new(String::new())
+                    .extend_pairs(form)
+                    .finish(),
+            );
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let r = request.send().await.unwrap();
+        (r.status(), r.text().await.unwrap())
+    }
+}
+
+/// The values of the `name` inputs of `page` (`name="…" value="…"`, as maud writes them).
+fn input_values(page: &str, name: &str) -> Vec<String> {
+    page.split("<input ")
+        .skip(1)
+        .filter(|tag| tag.contains(&format!(r#"name="{name}""#)))
+        .filter_map(|tag| {
+            let value = tag.split_once(r#"value=""#)?.1;
+            Some(value.split_once('"')?.0.replace("&amp;", "&"))
+        })
+        .collect()
 }
 
 /// `event-subscription portal-link` for `name` of topic consoled, with `extra` flags.
@@ -223,5 +272,174 @@ async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_re
         visitor.get(&fresh, None).await.status(),
         StatusCode::SEE_OTHER
     );
+    sys.shutdown().await;
+}
+
+/// #36: from its page, a subscriber sends itself a test event, which reaches its endpoint (in
+/// its schema, whatever its filter) and no other subscription's; and sends a dead-lettered
+/// event again, which reaches the endpoint again. A change is refused (403) without the page's
+/// form token, with another page's, from another site (`Sec-Fetch-Site: cross-site`, another
+/// `Origin`), and with no pass; a pick naming a record outside the subscription's
+/// dead-letter folder sends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_its_portal_a_subscriber_sends_a_test_event_and_dead_lettered_events_again() {
+    let sys = TestSystem::start_with_own_journal(0.01).await;
+    let (_topic, failing, healthy) = super::console::failing_and_healthy(&sys).await;
+    let visitor = Visitor::new(&sys);
+    let cookie = visitor.cookie_of(&link(&sys, "audit", "1h")).await;
+    let path = "/portal/consoled/audit";
+
+    // The page lists audit's dead-lettered c-0 and c-1, to pick, and carries its form token.
+    let page = eventually(
+        Duration::from_secs(20),
+        "audit's dead-lettered events listed",
+        || async {
+            let (status, page) = visitor.page(path, Some(&cookie)).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            (input_values(&page, "pick").len() == 2).then_some(page)
+        },
+    )
+    .await;
+    let form_token = input_values(&page, "form_token")[0].clone();
+    let picks = input_values(&page, "pick");
+    assert!(
+        !picks
+            .iter()
+            .any(|p| p.contains(&sys.names.dead_letter_bucket)),
+        "a pick names no bucket: {picks:?}"
+    );
+    let c0 = picks
+        .iter()
+        .find(|p| p.starts_with("c%2D0 ") || p.starts_with("c-0 "))
+        .unwrap_or_else(|| panic!("c-0 among {picks:?}"))
+        .clone();
+
+    // Refused: no form token, a wrong one, another page's, another site, no pass.
+    let ledger_cookie = visitor.cookie_of(&link(&sys, "ledger", "1h")).await;
+    let (_, ledger_page) = visitor
+        .page("/portal/consoled/ledger", Some(&ledger_cookie))
+        .await;
+    let ledger_token = input_values(&ledger_page, "form_token")[0].clone();
+    assert_ne!(ledger_token, form_token);
+    let test_event = format!("{path}/test-event");
+    let token_field = [("form_token", form_token.as_str())];
+    for (why, cookie, headers, form) in [
+        ("no form token", cookie.as_str(), vec![], vec![]),
+        (
+            "a wrong form token",
+            &cookie,
+            vec![],
+            vec![("form_token", "AAAA")],
+        ),
+        (
+            "ledger's form token",
+            &cookie,
+            vec![],
+            vec![("form_token", ledger_token.as_str())],
+        ),
+        (
+            "from another site",
+            &cookie,
+            vec![("sec-fetch-site", "cross-site")],
+            token_field.to_vec(),
+        ),
+        (
+            "another origin",
+            &cookie,
+            vec![("origin", "https://evil.example")],
+            token_field.to_vec(),
+        ),
+        (
+            "ledger's pass",
+            &ledger_cookie,
+            vec![],
+            token_field.to_vec(),
+        ),
+    ] {
+        let (status, page) = visitor.post(&test_event, cookie, &headers, &form).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{why}: {page}");
+    }
+    assert!(
+        !failing
+            .received()
+            .iter()
+            .any(|r| r.body.contains("Gridrelay.Portal.TestEvent")),
+        "a refused form sent nothing"
+    );
+
+    // A test event, from the page as a browser sends its form.
+    let browser = [("sec-fetch-site", "same-origin"), ("origin", "null")];
+    let (status, sent) = visitor
+        .post(&test_event, &cookie, &browser, &token_field)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{sent}");
+    assert!(sent.contains("Test event sent"), "{sent}");
+    let tested = eventually(
+        Duration::from_secs(20),
+        "the test event at audit's endpoint",
+        || async {
+            failing
+                .received()
+                .into_iter()
+                .find(|r| r.body.contains("Gridrelay.Portal.TestEvent"))
+        },
+    )
+    .await;
+    assert!(
+        tested.body.contains("/portal/consoled/audit"),
+        "{}",
+        tested.body
+    );
+    assert!(
+        !healthy
+            .received()
+            .iter()
+            .any(|r| r.body.contains("Gridrelay.Portal.TestEvent")),
+        "ledger gets no test event of audit's"
+    );
+
+    // c-0 sent again: it reaches the endpoint a second time.
+    let c0_requests = || {
+        failing
+            .received()
+            .iter()
+            .filter(|r| r.ids().contains(&"c-0".to_string()))
+            .count()
+    };
+    assert_eq!(c0_requests(), 1);
+    let send_again = format!("{path}/send-again");
+    let (status, done) = visitor
+        .post(
+            &send_again,
+            &cookie,
+            &browser,
+            &[("form_token", &form_token), ("pick", &c0)],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(
+        done.contains("on their way again") && done.contains("c-0"),
+        "{done}"
+    );
+    eventually(
+        Duration::from_secs(20),
+        "c-0 at the endpoint again",
+        || async { (c0_requests() == 2).then_some(()) },
+    )
+    .await;
+
+    // A pick outside audit's folder names no record of audit's: nothing is sent.
+    let (id, _) = c0.split_once(' ').unwrap();
+    let outside = format!("{id} ../ledger/2026/11/28/08/x.json");
+    let (status, done) = visitor
+        .post(
+            &send_again,
+            &cookie,
+            &browser,
+            &[("form_token", &form_token), ("pick", &outside)],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(done.contains("nothing was sent"), "{done}");
     sys.shutdown().await;
 }

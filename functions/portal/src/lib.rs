@@ -20,15 +20,19 @@ use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use chrono::{DateTime, TimeDelta, Utc};
+use gridrelay_ports::redrive::{DeadLetterSelection, DeadLetteredEvent, redrive_subscription};
 use gridrelay_ports::{
-    Clock, DeliveryStateStore, JournalSource, PortalKeySource, SubscriptionStore,
+    Clock, DeliveryStateStore, JournalSource, MessageQueue, ObjectStore, PortalKeySource,
+    SubscriptionStore,
 };
 use gridrelay_shared::journal::{JournalEntry, latest_attempts};
 use gridrelay_shared::portal::{LinkRefusal, PortalGrant, PortalKey, read_token};
+use gridrelay_shared::subscription::Subscription;
 use serde::Deserialize;
 
+mod actions;
 pub mod page;
 
 /// The style sheet (the console's too), served at [`STYLE_PATH`].
@@ -47,6 +51,10 @@ pub struct Portal {
     pub health: Arc<dyn DeliveryStateStore>,
     pub journal: Arc<dyn JournalSource>,
     pub keys: Arc<dyn PortalKeySource>,
+    /// Where subscriptions' dead-lettered events are, read and sent again from.
+    pub objects: Arc<dyn ObjectStore>,
+    /// Where test events and events sent again go: the stack's delivery queue (sealed).
+    pub delivery_queue: Arc<dyn MessageQueue>,
     pub clock: Arc<dyn Clock>,
     /// Whether its cookie is sent over HTTPS only: on AWS, whose front door is HTTPS; not on
     /// `gridrelay local`'s `http://127.0.0.1`.
@@ -58,6 +66,14 @@ pub fn router(portal: Arc<Portal>) -> Router {
     Router::new()
         .route(STYLE_PATH, get(style))
         .route("/portal/{topic}/{name}", get(subscription))
+        .route(
+            "/portal/{topic}/{name}/test-event",
+            post(actions::test_event),
+        )
+        .route(
+            "/portal/{topic}/{name}/send-again",
+            post(actions::send_again),
+        )
         .with_state(portal)
         .layer(axum::middleware::map_response(guarded))
 }
@@ -93,6 +109,8 @@ pub enum Refusal {
     OtherSubscription,
     /// No token in the URL nor in a cookie.
     NoPass,
+    /// A change asked for without the page's form token, or from another site.
+    Form,
 }
 
 impl Refusal {
@@ -109,6 +127,9 @@ impl Refusal {
                     .to_string()
             }
             Refusal::NoPass => "Open this page with the link you were given.".to_string(),
+            Refusal::Form => "This form cannot be sent from here. Open the page again from the \
+                              link you were given, and use its buttons."
+                .to_string(),
         }
     }
 }
@@ -189,6 +210,61 @@ impl Filter {
     }
 }
 
+/// A request let in: the key now, and the grant and the pass (its token) that let it in.
+pub(crate) struct Admitted {
+    pub(crate) key: PortalKey,
+    pub(crate) grant: PortalGrant,
+    pub(crate) pass: String,
+}
+
+/// The portal key now; if it cannot be read, the answer to give.
+async fn current_key(portal: &Portal) -> Result<PortalKey, Response> {
+    portal.keys.portal_key().await.map_err(|e| {
+        tracing::error!(error = %e, "the portal key could not be read");
+        unavailable()
+    })
+}
+
+/// The request in, by a pass for `(topic, name)` in its cookies; if not, why not (the last
+/// cookie's refusal).
+pub(crate) fn admit_by_cookie(
+    key: PortalKey,
+    (topic, name): (&str, &str),
+    headers: &HeaderMap,
+    now: DateTime<Utc>,
+) -> Result<Admitted, Refusal> {
+    let mut refusal = Refusal::NoPass;
+    for pass in cookies(headers, COOKIE) {
+        match admit(&pass, &key, (topic, name), now) {
+            Ok(grant) => return Ok(Admitted { key, grant, pass }),
+            Err(why) => refusal = why,
+        }
+    }
+    Err(refusal)
+}
+
+/// The subscription `(topic, name)`; if it is gone or cannot be read, the answer to give.
+pub(crate) async fn read_subscription(
+    portal: &Portal,
+    (topic, name): (&str, &str),
+) -> Result<Subscription, Response> {
+    match portal.store.get_subscription(topic, name).await {
+        Ok(Some(sub)) => Ok(sub),
+        Ok(None) => Err((
+            StatusCode::NOT_FOUND,
+            page::failed(
+                "No such subscription",
+                "This subscription no longer exists.",
+            ),
+        )
+            .into_response()),
+        Err(e) => {
+            tracing::error!(error = %e, %topic, %name, "the portal could not read a subscription");
+            Err(unavailable())
+        }
+    }
+}
+
 async fn subscription(
     State(portal): State<Arc<Portal>>,
     Path((topic, name)): Path<(String, String)>,
@@ -196,12 +272,9 @@ async fn subscription(
     headers: HeaderMap,
 ) -> Response {
     let now = portal.clock.now();
-    let key = match portal.keys.portal_key().await {
+    let key = match current_key(&portal).await {
         Ok(key) => key,
-        Err(e) => {
-            tracing::error!(error = %e, "the portal key could not be read");
-            return unavailable();
-        }
+        Err(response) => return response,
     };
     if let Some(token) = query.token.as_deref() {
         return match admit(token, &key, (&topic, &name), now) {
@@ -209,14 +282,8 @@ async fn subscription(
             Err(refusal) => refused(&refusal),
         };
     }
-    let passes = cookies(&headers, COOKIE);
-    let grant = passes
-        .iter()
-        .map(|token| admit(token, &key, (&topic, &name), now))
-        .reduce(|a, b| a.or(b))
-        .unwrap_or(Err(Refusal::NoPass));
-    let grant = match grant {
-        Ok(grant) => grant,
+    let admitted = match admit_by_cookie(key, (&topic, &name), &headers, now) {
+        Ok(admitted) => admitted,
         Err(refusal) => return refused(&refusal),
     };
     let filter = match Filter::of(&query) {
@@ -225,33 +292,76 @@ async fn subscription(
             return (StatusCode::BAD_REQUEST, page::failed("Not a filter", &why)).into_response();
         }
     };
-    let sub = match portal.store.get_subscription(&topic, &name).await {
-        Ok(Some(sub)) => sub,
-        Ok(None) => {
-            return (
-                StatusCode::NOT_FOUND,
-                page::failed(
-                    "No such subscription",
-                    "This subscription no longer exists.",
-                ),
-            )
-                .into_response();
-        }
-        Err(e) => {
-            tracing::error!(error = %e, %topic, %name, "the portal could not read a subscription");
-            return unavailable();
-        }
+    let sub = match read_subscription(&portal, (&topic, &name)).await {
+        Ok(sub) => sub,
+        Err(response) => return response,
     };
     let state = gridrelay_ports::delivery_state(portal.health.as_ref(), &sub, now).await;
     let attempts = attempts(&portal, &sub, &filter, now).await;
+    let dead_letters = dead_letters(&portal, &sub, &filter, now).await;
     page::subscription(&page::SubscriptionPage {
         sub: &sub,
         state: &state,
         filter: &filter,
         attempts: attempts.as_deref(),
-        expires_at: grant.expires_at,
+        dead_letters: &dead_letters,
+        form_token: &admitted.key.form_token(&admitted.pass),
+        expires_at: admitted.grant.expires_at,
     })
     .into_response()
+}
+
+/// A subscription's dead-lettered events, as its page lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetters {
+    /// It has no dead-letter destination: what cannot be delivered is dropped.
+    NotKept,
+    /// They cannot be read or sent again now (why is logged, not shown).
+    Unavailable,
+    /// Those of the span's hours, at most [`MAX_LISTED`], and how many there are in all.
+    Listed {
+        events: Vec<DeadLetteredEvent>,
+        total: usize,
+    },
+}
+
+/// The dead-lettered events of `sub` in the filter's span (its objects' hours), read as a
+/// redrive's dry run reads them: exactly what "send again" can send.
+async fn dead_letters(
+    portal: &Portal,
+    sub: &Subscription,
+    filter: &Filter,
+    now: DateTime<Utc>,
+) -> DeadLetters {
+    if sub.dead_letter_destination.is_none() {
+        return DeadLetters::NotKept;
+    }
+    let selection = DeadLetterSelection {
+        topic: sub.topic.clone(),
+        subscription: Some(sub.name.clone()),
+        since: Some(now - TimeDelta::hours(filter.hours)),
+        ..DeadLetterSelection::default()
+    };
+    // A dry run sends nothing.
+    let queue = portal.delivery_queue.as_ref();
+    match redrive_subscription(portal.objects.as_ref(), queue, sub, &selection, true, now).await {
+        Ok(done) if done.skipped.is_none() => {
+            let total = done.events.len();
+            let mut events = done.events;
+            events.truncate(MAX_LISTED);
+            DeadLetters::Listed { events, total }
+        }
+        Ok(done) => {
+            tracing::warn!(why = ?done.skipped, topic = %sub.topic, name = %sub.name,
+                "the portal lists no dead-lettered events");
+            DeadLetters::Unavailable
+        }
+        Err(e) => {
+            tracing::error!(error = %e, topic = %sub.topic, name = %sub.name,
+                "the portal could not read dead-lettered events");
+            DeadLetters::Unavailable
+        }
+    }
 }
 
 /// The subscription's attempts in the filter's span, newest first, at most [`MAX_LISTED`];
@@ -315,7 +425,7 @@ pub fn cookies(headers: &HeaderMap, name: &str) -> Vec<String> {
         .collect()
 }
 
-fn refused(refusal: &Refusal) -> Response {
+pub(crate) fn refused(refusal: &Refusal) -> Response {
     (
         StatusCode::FORBIDDEN,
         page::failed("This link cannot be used", &refusal.text()),
@@ -323,7 +433,7 @@ fn refused(refusal: &Refusal) -> Response {
         .into_response()
 }
 
-fn unavailable() -> Response {
+pub(crate) fn unavailable() -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
         page::failed(

@@ -1,16 +1,16 @@
 //! Lambda entry point of the subscribers' portal (#36): the stack's front door sends
-//! `GET /portal/...` here, and the same [`router`](gridrelay_portal::router) `gridrelay local`
+//! `/portal/...` here, and the same [`router`](gridrelay_portal::router) `gridrelay local`
 //! serves answers it. Its cookies are `Secure`: the front door is HTTPS.
 
 use std::sync::Arc;
 
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, S3JournalSource, SecretsManagerPortalKey, load_sdk_config, s3_client,
-    subscription_store,
+    DynamoDeliveryStateStore, S3JournalSource, S3ObjectStore, SecretsManagerPortalKey, SqsQueue,
+    function_queue_key, load_sdk_config, s3_client, subscription_store,
 };
 use gridrelay_adapters::config::{
-    DELIVERY_STATE_TABLE_ENV, JOURNAL_BUCKET_ENV, PORTAL_KEY_SECRET_ENV, TableNames,
-    config_cache_from_env, required,
+    DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, JOURNAL_BUCKET_ENV, PORTAL_KEY_SECRET_ENV,
+    TableNames, config_cache_from_env, required,
 };
 use gridrelay_portal::Portal;
 use gridrelay_ports::SystemClock;
@@ -37,6 +37,11 @@ async fn run() -> Result<(), Error> {
         PORTAL_KEY_SECRET_ENV,
         "the Secrets Manager secret portal links are signed with",
     )?;
+    let delivery_queue_url = required(
+        DELIVERY_QUEUE_URL_ENV,
+        "the SQS queue test events and events sent again go to",
+    )?;
+    let queue_key = function_queue_key(&sdk).await?;
     let portal = Arc::new(Portal {
         store: subscription_store(&sdk, TableNames::from_env(), keep),
         // Read as it is (one BatchGetItem), not through the functions' cache: a person reads
@@ -48,6 +53,12 @@ async fn run() -> Result<(), Error> {
             JOURNAL_PREFIX,
         )),
         keys: Arc::new(SecretsManagerPortalKey::new(&sdk, &key_secret, keep)),
+        objects: Arc::new(S3ObjectStore::new(s3_client(&sdk))),
+        delivery_queue: Arc::new(SqsQueue::new(
+            aws_sdk_sqs::Client::new(&sdk),
+            delivery_queue_url,
+            queue_key,
+        )),
         clock: Arc::new(SystemClock),
         secure_cookies: true,
     });

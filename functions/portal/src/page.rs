@@ -8,7 +8,9 @@ use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::subscription::Subscription;
 use maud::{DOCTYPE, Markup, html};
 
-use crate::{Filter, OUTCOMES, SPANS, STYLE_PATH, page_path};
+use crate::actions::pick_value;
+use crate::{DeadLetters, Filter, OUTCOMES, SPANS, STYLE_PATH, page_path};
+use gridrelay_ports::redrive::DeadLetteredEvent;
 
 /// At most `n` characters of `text`, on one line.
 pub fn first_chars(text: &str, n: usize) -> String {
@@ -84,6 +86,10 @@ pub struct SubscriptionPage<'a> {
     pub filter: &'a Filter,
     /// `Err`: the journal could not be read.
     pub attempts: Result<&'a [JournalEntry], &'a ()>,
+    /// Its dead-lettered events in the span.
+    pub dead_letters: &'a DeadLetters,
+    /// What its forms carry ([`PortalKey::form_token`](gridrelay_shared::portal::PortalKey::form_token)).
+    pub form_token: &'a str,
     /// When the link that opened it expires.
     pub expires_at: DateTime<Utc>,
 }
@@ -125,10 +131,121 @@ pub fn subscription(p: &SubscriptionPage<'_>) -> Markup {
                     Ok(attempts) => { (attempts_table(attempts)) }
                 }
             }
+            section aria-labelledby="dead-letters" {
+                h2 id="dead-letters" { "Dead-lettered events" }
+                (dead_letters(p))
+            }
+            section aria-labelledby="test-event" {
+                h2 id="test-event" { "Test event" }
+                p {
+                    "Sends one event of type " code { (gridrelay_shared::portal::TEST_EVENT_TYPE) }
+                    " to the endpoint now. It is delivered, retried and listed above like any other."
+                }
+                form method="post" action={(page_path(&sub.topic, &sub.name)) "/test-event"} {
+                    input type="hidden" name="form_token" value=(p.form_token);
+                    button type="submit" { "Send a test event" }
+                }
+            }
             p class="lede" {
                 "This page shows this subscription only. The link that opened it works until "
                 (format_time(p.expires_at)) "."
             }
+        },
+    )
+}
+
+/// The dead-lettered events of a page's span, each to be picked and sent again.
+fn dead_letters(p: &SubscriptionPage<'_>) -> Markup {
+    let sub = p.sub;
+    html! {
+        @match p.dead_letters {
+            DeadLetters::NotKept => {
+                p { "This subscription keeps no dead-lettered events: what cannot be delivered is dropped." }
+            }
+            DeadLetters::Unavailable => {
+                p class="error" role="alert" {
+                    "The dead-lettered events cannot be read or sent again now. Try again in a minute."
+                }
+            }
+            DeadLetters::Listed { events, .. } if events.is_empty() => {
+                p { "None in this span." }
+            }
+            DeadLetters::Listed { events, total } => {
+                form method="post" action={(page_path(&sub.topic, &sub.name)) "/send-again"} {
+                    input type="hidden" name="form_token" value=(p.form_token);
+                    table {
+                        caption { "Dead-lettered events: pick those to deliver again" }
+                        thead { tr {
+                            @for c in ["Send again", "Event", "Reason"] { th scope="col" { (c) } }
+                        } }
+                        tbody {
+                            @for (i, e) in events.iter().enumerate() {
+                                @let pick = pick_value(sub, e);
+                                tr {
+                                    td {
+                                        @if let Some(value) = &pick {
+                                            input type="checkbox" name="pick" value=(value)
+                                                id={"pick-" (i)};
+                                        }
+                                    }
+                                    td {
+                                        @if pick.is_some() {
+                                            label for={"pick-" (i)} { code { (e.id.as_deref().unwrap_or_default()) } }
+                                        } @else {
+                                            "(no id: cannot be picked)"
+                                        }
+                                    }
+                                    td { (e.reason) }
+                                }
+                            }
+                        }
+                    }
+                    @if *total > events.len() {
+                        p { "The first " (events.len()) " of " (total) " are listed." }
+                    }
+                    button type="submit" { "Send the picked events again" }
+                }
+            }
+        }
+    }
+}
+
+/// After a test event was sent.
+pub fn test_event_sent(sub: &Subscription, id: &str) -> Markup {
+    layout(
+        "Test event sent",
+        html! {
+            p role="status" {
+                "A test event, id " code { (id) } ", is on its way to " code { (endpoint_text(sub)) }
+                ". Its attempts show on the page within a minute."
+            }
+            p { a href=(page_path(&sub.topic, &sub.name)) { "Back to the deliveries" } }
+        },
+    )
+}
+
+/// After dead-lettered events were sent again: those that were.
+pub fn sent_again(sub: &Subscription, events: &[DeadLetteredEvent]) -> Markup {
+    layout(
+        "Sent again",
+        html! {
+            @if events.is_empty() {
+                p role="status" {
+                    "None of the picked events is dead-lettered any more (sent again already, or expired): nothing was sent."
+                }
+            } @else {
+                p role="status" {
+                    (events.len()) " dead-lettered "
+                    (if events.len() == 1 { "event is" } else { "events are" })
+                    " on their way again. Their attempts show on the page as they are delivered."
+                }
+                ul {
+                    @for e in events {
+                        li { code { (e.id.as_deref().unwrap_or_default()) } }
+                    }
+                }
+            }
+            p { a href=(page_path(&sub.topic, &sub.name)) { "Back to the deliveries" } }
         },
     )
 }

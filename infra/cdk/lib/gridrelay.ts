@@ -345,7 +345,7 @@ export class Gridrelay extends Construct {
     this.deadLetter = fn('DeadLetter', 'gridrelay-dead-letter', Duration.seconds(60),
       "Writes undeliverable events to S3 in Event Grid's dead-letter format.");
     this.portal = fn('Portal', 'gridrelay-portal', Duration.seconds(15),
-      "The subscribers' portal, GET /portal/{topic}/{name} behind a signed, expiring link.");
+      "The subscribers' portal, /portal/{topic}/{name} behind a signed, expiring link.");
     this.portal.addEnvironment('GRIDRELAY_JOURNAL_BUCKET', this.journalBucket.bucketName);
     this.portal.addEnvironment('GRIDRELAY_PORTAL_KEY_SECRET', this.portalKey.secretArn);
 
@@ -407,7 +407,7 @@ export class Gridrelay extends Construct {
       allow(f, ['secretsmanager:GetSecretValue'], [this.queueKey.secretArn]);
     }
     // #36: the portal reads one subscription, its endpoint's and host's health (one
-    // BatchGetItem), the delivery journal (listed and read under journal/ only) and its key.
+    // BatchGetItem) and the delivery journal (listed and read under journal/ only).
     allow(this.portal, ['dynamodb:GetItem'], [this.subscriptionsTable.tableArn]);
     allow(this.portal, ['dynamodb:BatchGetItem'], [this.deliveryStateTable.tableArn]);
     this.portal.addToRolePolicy(new iam.PolicyStatement({
@@ -416,7 +416,14 @@ export class Gridrelay extends Construct {
       conditions: { StringLike: { 's3:prefix': 'journal/*' } },
     }));
     allow(this.portal, ['s3:GetObject'], [this.journalBucket.arnForObjects('journal/*')]);
-    allow(this.portal, ['secretsmanager:GetSecretValue'], [this.portalKey.secretArn]);
+    // Its key, and the queue key test events and events sent again are sealed with.
+    allow(this.portal, ['secretsmanager:GetSecretValue'], [this.portalKey.secretArn, this.queueKey.secretArn]);
+    // Test events and dead-lettered events sent again: into the delivery queue, from a
+    // subscription's dead-letter objects, rewritten or deleted as their events leave (the
+    // portal keeps to the subscription's folder).
+    allow(this.portal, ['sqs:SendMessage'], [this.deliveryQueue.queueArn]);
+    allow(this.portal, ['s3:ListBucket'], [this.deadLetterBucket.bucketArn]);
+    allow(this.portal, ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'], [this.deadLetterBucket.arnForObjects('*')]);
 
     // Event sources: ReportBatchItemFailures, so one bad message never fails its batch.
     this.deliver.addEventSource(new SqsEventSource(this.deliveryQueue, {
@@ -463,6 +470,10 @@ export class Gridrelay extends Construct {
     const portalIntegration = new HttpLambdaIntegration('PortalIntegration', this.portal);
     for (const path of ['/portal/{topic}/{name}', '/portal/gridrelay.css']) {
       this.api.addRoutes({ path, methods: [apigw.HttpMethod.GET], integration: portalIntegration });
+    }
+    // Its pages' forms: a test event, and dead-lettered events sent again.
+    for (const path of ['/portal/{topic}/{name}/test-event', '/portal/{topic}/{name}/send-again']) {
+      this.api.addRoutes({ path, methods: [apigw.HttpMethod.POST], integration: portalIntegration });
     }
     this.publishUrl = this.api.apiEndpoint;
     // Validation URLs sent in the handshake point at the publish API.

@@ -453,7 +453,7 @@ test('#34 item 12, #35: only deliver may touch the control and replay queues', (
   }
 });
 
-test('#36: the portal answers GET on its two routes of the publish API and reads only what its page shows', () => {
+test('#36: the portal answers its four routes of the publish API and touches only what its page shows and sends', () => {
   const integrations = template.findResources('AWS::ApiGatewayV2::Integration');
   const portalArn = JSON.stringify({ 'Fn::GetAtt': [ref(construct.portal), 'Arn'] });
   const portalIntegrations = Object.entries(integrations)
@@ -464,7 +464,12 @@ test('#36: the portal answers GET on its two routes of the publish API and reads
     .filter((r) => JSON.stringify(r.Properties.Target).includes(portalIntegrations[0]))
     .map((r) => r.Properties.RouteKey)
     .sort();
-  assert.deepEqual(routes, ['GET /portal/gridrelay.css', 'GET /portal/{topic}/{name}']);
+  assert.deepEqual(routes, [
+    'GET /portal/gridrelay.css',
+    'GET /portal/{topic}/{name}',
+    'POST /portal/{topic}/{name}/send-again',
+    'POST /portal/{topic}/{name}/test-event',
+  ]);
 
   const key = { Ref: ref(construct.portalKey) };
   template.resourcePropertiesCountIs('AWS::SecretsManager::Secret', {
@@ -479,14 +484,21 @@ test('#36: the portal answers GET on its two routes of the publish API and reads
   const g = grants(construct.portal);
   const state = { 'Fn::GetAtt': [ref(construct.deliveryStateTable), 'Arn'] };
   const bucket = { 'Fn::GetAtt': [ref(construct.journalBucket), 'Arn'] };
+  const deadLetters = { 'Fn::GetAtt': [ref(construct.deadLetterBucket), 'Arn'] };
+  const deadLetterObjects = { 'Fn::Join': ['', [deadLetters, '/*']] };
   assert.deepEqual(Object.fromEntries(g), {
     'dynamodb:GetItem': [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }],
     'dynamodb:BatchGetItem': [state],
-    's3:ListBucket': [bucket],
-    's3:GetObject': [{ 'Fn::Join': ['', [bucket, '/journal/*']] }],
-    'secretsmanager:GetSecretValue': [key],
+    's3:ListBucket': [bucket, deadLetters],
+    's3:GetObject': [{ 'Fn::Join': ['', [bucket, '/journal/*']] }, deadLetterObjects],
+    's3:PutObject': [deadLetterObjects],
+    's3:DeleteObject': [deadLetterObjects],
+    'secretsmanager:GetSecretValue': [key, { Ref: ref(construct.queueKey) }],
+    'sqs:SendMessage': [{ 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] }],
   });
-  assert.deepEqual(listConditions(construct.portal), [{ StringLike: { 's3:prefix': 'journal/*' } }]);
+  // The journal's bucket under journal/ only; the dead-letter bucket whole (its subscriptions'
+  // folders are the portal's to keep to).
+  assert.deepEqual(listConditions(construct.portal), [{ StringLike: { 's3:prefix': 'journal/*' } }, undefined]);
   const outputs = template.findOutputs('*');
   assert.deepEqual(Object.values(outputs).filter((o) => JSON.stringify(o.Value) === JSON.stringify(key)).length, 1);
   assert.ok(Object.keys(outputs).some((id) => id.includes('PortalUrl')), Object.keys(outputs).join(', '));

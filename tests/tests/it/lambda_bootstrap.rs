@@ -245,6 +245,24 @@ fn get_event(path: &str, query: &str, cookies: &[String]) -> Value {
     } else {
         "GET /portal/{topic}/{name}"
     };
+    portal_event(route, path, query, cookies)
+}
+
+/// An API Gateway v2 event of a form `POST path` (its body base64-encoded, as API Gateway
+/// passes form bodies) from a page of the same site, carrying `cookies`.
+fn post_event(route: &str, path: &str, cookies: &[String], form: &str) -> Value {
+    use base64::Engine;
+    let mut event = portal_event(route, path, "", cookies);
+    event["requestContext"]["http"]["method"] = json!("POST");
+    event["headers"]["content-type"] = json!("application/x-www-form-urlencoded");
+    event["headers"]["origin"] = json!("null");
+    event["headers"]["sec-fetch-site"] = json!("same-origin");
+    event["body"] = json!(base64::engine::general_purpose::STANDARD.encode(form));
+    event["isBase64Encoded"] = json!(true);
+    event
+}
+
+fn portal_event(route: &str, path: &str, query: &str, cookies: &[String]) -> Value {
     json!({
         "version": "2.0",
         "routeKey": route,
@@ -417,6 +435,55 @@ async fn portal_bootstrap_serves_a_subscriptions_page_behind_api_gateway() {
         other["cookies"].as_array().is_none_or(Vec::is_empty),
         "{other}"
     );
+
+    // The page's form sends a test event into the delivery queue (sealed, as every message).
+    let form_token = html
+        .split(r#"name="form_token" value=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page's form token")
+        .to_string();
+    let sent = portal
+        .invoke(post_event(
+            "POST /portal/{topic}/{name}/test-event",
+            "/portal/boot/sub-1/test-event",
+            std::slice::from_ref(&pair),
+            &format!("form_token={form_token}"),
+        ))
+        .await;
+    assert_eq!(sent["statusCode"], 200, "{sent}");
+    assert!(body_text(&sent).contains("Test event sent"), "{sent}");
+    let sqs = aws_sdk_sqs::Client::new(&s.sdk);
+    let queued = eventually(Duration::from_secs(20), "the test event queued", || async {
+        let out = sqs
+            .receive_message()
+            .queue_url(&s.resources.delivery_queue_url)
+            .max_number_of_messages(10)
+            .message_attribute_names("All")
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .ok()?;
+        out.messages()
+            .iter()
+            .find(|m| {
+                m.body()
+                    .is_some_and(|b| b.contains("Gridrelay.Portal.TestEvent"))
+            })
+            .cloned()
+    })
+    .await;
+    let body = queued.body().unwrap_or_default();
+    let seal = queued
+        .message_attributes()
+        .and_then(|a| a.get(SEAL_ATTRIBUTE))
+        .and_then(|v| v.string_value())
+        .expect("a sealed message");
+    assert_eq!(seal, s.key.seal(body));
+    let Ok(DeliveryQueueMessage::Delivery(message)) = DeliveryQueueMessage::from_body(body) else {
+        panic!("a delivery message: {body}")
+    };
+    assert_eq!(message.subscription, "sub-1");
 
     let style = portal
         .invoke(get_event("/portal/gridrelay.css", "", &[]))

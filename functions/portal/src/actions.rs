@@ -1,0 +1,302 @@
+//! What a subscriber may do from its page (#36): send itself a test event, and send
+//! dead-lettered events again. Each is a POST of a form of the page, let in only with:
+//!
+//! - the pass (the link's token, in the cookie scoped to the subscription's path) checked as
+//!   a page's is: signed with the key now in use, not expired, for this subscription;
+//! - the page's form token, an HMAC of the pass under the portal key
+//!   ([`PortalKey::form_token`](gridrelay_shared::portal::PortalKey::form_token)), which a
+//!   page of another site cannot know;
+//! - where the browser says where the form comes from, this site: `Sec-Fetch-Site` (where
+//!   sent) `same-origin`, `Origin` (where sent) this host's or `null` (what a page with
+//!   `Referrer-Policy: no-referrer` sends for its own forms).
+//!
+//! The cookie is `SameSite=Lax` besides, so a browser does not send it with another site's
+//! POST at all. What the subscriber may act on is the subscription its pass grants: the path
+//! names it, and the pass is checked against the path.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, RawForm, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use gridrelay_ports::fan_out::send_to_subscription;
+use gridrelay_ports::redrive::{DeadLetterSelection, DeadLetteredEvent, redrive_subscription};
+use gridrelay_shared::dead_letter::subscription_folder;
+use gridrelay_shared::portal::test_event as portal_test_event;
+use gridrelay_shared::subscription::Subscription;
+use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+
+use crate::{Portal, Refusal, admit_by_cookie, page, read_subscription, refused};
+
+/// The most dead-lettered events one "send again" takes (a page lists at most this many).
+pub const MAX_PICKED: usize = crate::MAX_LISTED;
+
+/// A form's fields, as a POST sends them.
+#[derive(Debug, Default)]
+struct Form {
+    token: Option<String>,
+    picks: Vec<String>,
+}
+
+impl Form {
+    fn parse(body: &[u8]) -> Self {
+        let mut form = Form::default();
+        for (field, value) in url::form_urlencoded::parse(body) {
+            match field.as_ref() {
+                "form_token" => form.token = Some(value.into_owned()),
+                "pick" => form.picks.push(value.into_owned()),
+                _ => {}
+            }
+        }
+        form
+    }
+}
+
+/// Whether the browser, where it says so, sends the form from this site.
+fn from_this_site(headers: &HeaderMap) -> bool {
+    let site_ok = headers
+        .get("sec-fetch-site")
+        .is_none_or(|s| s.as_bytes() == b"same-origin");
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let origin_ok = headers.get(header::ORIGIN).is_none_or(|o| {
+        let o = o.as_bytes();
+        o == b"null"
+            || host.is_some_and(|h| {
+                [format!("https://{h}"), format!("http://{h}")]
+                    .iter()
+                    .any(|own| own.as_bytes() == o)
+            })
+    });
+    site_ok && origin_ok
+}
+
+/// A change let in: its pass (as a page's), its form token and where it comes from checked;
+/// its form, and the subscription it acts on; if not, the answer to give.
+async fn change_admitted(
+    portal: &Portal,
+    (topic, name): (&str, &str),
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Form, Subscription), Response> {
+    let form = Form::parse(body);
+    let now = portal.clock.now();
+    let key = crate::current_key(portal).await?;
+    let admitted = admit_by_cookie(key, (topic, name), headers, now).map_err(|r| refused(&r))?;
+    let token_ok = form
+        .token
+        .as_deref()
+        .is_some_and(|t| admitted.key.form_token_matches(&admitted.pass, t));
+    if !token_ok || !from_this_site(headers) {
+        return Err(refused(&Refusal::Form));
+    }
+    let sub = read_subscription(portal, (topic, name)).await?;
+    Ok((form, sub))
+}
+
+/// `POST /portal/{topic}/{name}/test-event`: one test event to the subscription's endpoint,
+/// delivered (and retried, journaled, dead-lettered) as any other.
+pub(crate) async fn test_event(
+    State(portal): State<Arc<Portal>>,
+    Path((topic, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    RawForm(body): RawForm,
+) -> Response {
+    let (_, sub) = match change_admitted(&portal, (&topic, &name), &headers, &body).await {
+        Ok(admitted) => admitted,
+        Err(response) => return response,
+    };
+    let now = portal.clock.now();
+    if !sub.receives(now) {
+        return (
+            StatusCode::CONFLICT,
+            page::failed(
+                "No test event sent",
+                "This subscription does not receive events now (its state is on its page), so \
+                 a test event would not be delivered.",
+            ),
+        )
+            .into_response();
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    let event = portal_test_event(&sub.topic, &sub.name, &id, now);
+    match send_to_subscription(portal.delivery_queue.as_ref(), &sub, &event, now).await {
+        Ok(()) => {
+            tracing::info!(%topic, %name, %id, "a test event was sent from the portal");
+            page::test_event_sent(&sub, &id).into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, %topic, %name, "the portal could not send a test event");
+            crate::unavailable()
+        }
+    }
+}
+
+/// `POST /portal/{topic}/{name}/send-again`: the picked dead-lettered events (`pick`, each
+/// [`pick_value`]) back into delivery, through the redrive of the subscription's own
+/// dead-letter objects: only records still there, of this subscription, are sent.
+pub(crate) async fn send_again(
+    State(portal): State<Arc<Portal>>,
+    Path((topic, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    RawForm(body): RawForm,
+) -> Response {
+    let (form, sub) = match change_admitted(&portal, (&topic, &name), &headers, &body).await {
+        Ok(admitted) => admitted,
+        Err(response) => return response,
+    };
+    if form.picks.len() > MAX_PICKED {
+        let why = format!(
+            "pick: {} events were picked; at most {MAX_PICKED} are sent again at once",
+            form.picks.len()
+        );
+        return (StatusCode::BAD_REQUEST, page::failed("Nothing sent", &why)).into_response();
+    }
+    let records: Vec<(String, String)> = form
+        .picks
+        .iter()
+        .filter_map(|value| parse_pick(&sub, value))
+        .collect();
+    if records.is_empty() {
+        let why = "No dead-lettered event was picked: tick those to send again.";
+        return (StatusCode::BAD_REQUEST, page::failed("Nothing sent", why)).into_response();
+    }
+    let selection = DeadLetterSelection {
+        topic: sub.topic.clone(),
+        subscription: Some(sub.name.clone()),
+        records,
+        ..DeadLetterSelection::default()
+    };
+    let now = portal.clock.now();
+    let queue = portal.delivery_queue.as_ref();
+    match redrive_subscription(portal.objects.as_ref(), queue, &sub, &selection, false, now).await {
+        Ok(done) if done.skipped.is_none() => {
+            tracing::info!(%topic, %name, events = done.events.len(),
+                "dead-lettered events were sent again from the portal");
+            page::sent_again(&sub, &done.events).into_response()
+        }
+        Ok(done) => {
+            tracing::warn!(why = ?done.skipped, %topic, %name,
+                "the portal sent no dead-lettered event again");
+            (
+                StatusCode::CONFLICT,
+                page::failed(
+                    "Nothing sent",
+                    "Dead-lettered events cannot be sent again while this subscription does \
+                     not receive events (its state is on its page).",
+                ),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, %topic, %name,
+                "the portal could not send dead-lettered events again");
+            crate::unavailable()
+        }
+    }
+}
+
+/// A dead-lettered event as a form picks it: its id (percent-encoded) and its object's key
+/// under the subscription's dead-letter folder, so the page names no bucket; `None` for an
+/// event without an id (it cannot be picked, as in the console).
+pub fn pick_value(sub: &Subscription, event: &DeadLetteredEvent) -> Option<String> {
+    let id = event.id.as_deref()?;
+    let rest = event.location.strip_prefix(&folder_location(sub)?)?;
+    Some(format!(
+        "{} {rest}",
+        utf8_percent_encode(id, NON_ALPHANUMERIC)
+    ))
+}
+
+/// The record a [`pick_value`] names: its object (`s3://bucket/key`) and its event's id.
+/// Anything else names no record of the subscription, and a redrive finds none.
+fn parse_pick(sub: &Subscription, value: &str) -> Option<(String, String)> {
+    let (id, rest) = value.split_once(' ')?;
+    let id = percent_decode_str(id).decode_utf8().ok()?;
+    Some((format!("{}{rest}", folder_location(sub)?), id.into_owned()))
+}
+
+/// `s3://bucket/<folder>` of the subscription's dead-letter objects.
+fn folder_location(sub: &Subscription) -> Option<String> {
+    let destination = sub.dead_letter_destination.as_ref()?;
+    Some(format!(
+        "s3://{}/{}",
+        destination.bucket,
+        subscription_folder(destination, &sub.topic, &sub.name)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("portal.example"));
+        for (name, value) in pairs {
+            h.insert(
+                *name,
+                HeaderValue::from_str(value).unwrap_or_else(|e| panic!("{e}")),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn a_form_counts_as_from_this_site_only_where_the_browser_does_not_say_otherwise() {
+        for ok in [
+            vec![],
+            vec![("sec-fetch-site", "same-origin")],
+            vec![("origin", "null"), ("sec-fetch-site", "same-origin")],
+            vec![("origin", "https://portal.example")],
+            vec![("origin", "http://portal.example")],
+        ] {
+            assert!(from_this_site(&headers(&ok)), "{ok:?}");
+        }
+        for refused in [
+            vec![("sec-fetch-site", "cross-site")],
+            vec![("sec-fetch-site", "same-site")],
+            vec![("sec-fetch-site", "none")],
+            vec![("origin", "https://evil.example")],
+            vec![("origin", "https://portal.example.evil.example")],
+            vec![("origin", "null"), ("sec-fetch-site", "cross-site")],
+        ] {
+            assert!(!from_this_site(&headers(&refused)), "{refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_pick_names_its_record_without_the_bucket_and_reads_back() {
+        use gridrelay_shared::subscription::{DeadLetterDestination, SubscriptionRequest};
+        let mut sub = SubscriptionRequest {
+            topic: "orders".into(),
+            name: "billing".into(),
+            endpoint: "https://example.com/hook".into(),
+            ..SubscriptionRequest::default()
+        }
+        .validate(Default::default(), chrono::Utc::now())
+        .unwrap_or_else(|e| panic!("{e}"));
+        let location = "s3://dead-letters/dl/orders/billing/2026/11/28/08/abc.json".to_string();
+        let event = DeadLetteredEvent {
+            id: Some("id 1/ü".into()),
+            reason: "MaxDeliveryAttemptsExceeded".into(),
+            location: location.clone(),
+        };
+        assert_eq!(
+            pick_value(&sub, &event),
+            None,
+            "no destination: nothing to pick"
+        );
+        sub.dead_letter_destination = Some(DeadLetterDestination {
+            bucket: "dead-letters".into(),
+            prefix: "dl".into(),
+        });
+        let value = pick_value(&sub, &event).unwrap_or_default();
+        assert!(!value.contains("dead-letters"), "{value}");
+        assert_eq!(
+            parse_pick(&sub, &value),
+            Some((location, "id 1/ü".to_string()))
+        );
+        assert_eq!(parse_pick(&sub, "no-space"), None);
+    }
+}
