@@ -27,6 +27,15 @@ fn gridrelay(args: &[&str], resources: Option<&ResourceNames>) -> Output {
     cmd.output().expect("gridrelay runs")
 }
 
+/// The signing secret a rotation's answer (the console's or the portal's) shows once.
+fn shown_secret(page: &str) -> String {
+    page.split_once(r#"id="new-secret""#)
+        .and_then(|(_, rest)| rest.split_once('>'))
+        .and_then(|(_, rest)| rest.split_once("</pre>"))
+        .map(|(secret, _)| secret.trim().to_string())
+        .unwrap_or_else(|| panic!("no secret shown: {page}"))
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }

@@ -32,6 +32,7 @@ DESTINATIONS = {"Ref": "DeliveryDestinationArns"}
 DESTINATIONS_CONDITION = "HasDeliveryDestinations"
 
 QUEUE_KEY = {"Ref": "QueueKey"}
+SECRETS_UNDER_PREFIX = {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}
 PORTAL_KEY = {"Ref": "PortalKey"}
 
 EXPECTED = {
@@ -97,6 +98,12 @@ EXPECTED = {
     # bucket's objects, rewritten or deleted as their events leave.
     "PortalFunction": {
         "dynamodb:GetItem": [getatt("SubscriptionsTable")],
+        # A signing-secret rotation: the subscription written over the version read, its new
+        # secret kept under the prefix, the one it retires deleted.
+        "dynamodb:PutItem": [getatt("SubscriptionsTable")],
+        "secretsmanager:CreateSecret": [SECRETS_UNDER_PREFIX],
+        "secretsmanager:PutSecretValue": [SECRETS_UNDER_PREFIX],
+        "secretsmanager:DeleteSecret": [SECRETS_UNDER_PREFIX],
         "dynamodb:BatchGetItem": [getatt("DeliveryStateTable")],
         "s3:ListBucket": [getatt("JournalBucket"), getatt("DeadLetterBucket")],
         "s3:GetObject": [{"Fn::Sub": "${JournalBucket.Arn}/journal/*"}, {"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],
@@ -313,12 +320,13 @@ PORTAL_ROUTES = {
     "/portal/gridrelay.css": ["get"],
     "/portal/{topic}/{name}/test-event": ["post"],
     "/portal/{topic}/{name}/send-again": ["post"],
+    "/portal/{topic}/{name}/signing-secret": ["post"],
 }
 
 
 def portal_problems(resources, outputs):
     """#36: the portal is told of its generated key and the journal's bucket, lists that bucket
-    under journal/ only, answers its four routes of the front door (GET its pages, POST their
+    under journal/ only, answers its five routes of the front door (GET its pages, POST their
     forms), and the stack names its key's secret and its pages' URL."""
     problems = generated_key_problems(resources, "PortalKey")
     env = resources["PortalFunction"]["Properties"].get("Environment", {}).get("Variables", {})

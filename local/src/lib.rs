@@ -464,6 +464,8 @@ impl LocalSystem {
             )),
             objects: Arc::new(S3ObjectStore::new(s3_client(sdk))),
             delivery_queue: delivery_queue.clone(),
+            secrets: Arc::clone(&ports.secrets),
+            secret_prefix: names.secret_prefix.clone(),
             clock,
             secure_cookies: false,
         });

@@ -211,6 +211,21 @@ pub fn signing_secret_name(
     )
 }
 
+/// A grace period as a form gives it (`text`, whole hours, 0 to [`MAX_GRACE_HOURS`]): its
+/// hours and its length, or the error naming `field`, the value and the range.
+pub fn grace_of_text(text: &str, field: &str) -> Result<(u64, Duration), LimitError> {
+    let hours = text.trim().parse::<u64>().map_err(|_| {
+        LimitError::new(
+            field,
+            text,
+            format!("a whole number of hours, 0 to {MAX_GRACE_HOURS}"),
+        )
+    })?;
+    let grace = grace_hours(hours)
+        .map_err(|_| LimitError::new(field, text, format!("0 to {MAX_GRACE_HOURS} hours")))?;
+    Ok((hours, grace))
+}
+
 /// A grace period given in hours, 0 to [`MAX_GRACE_HOURS`].
 pub fn grace_hours(hours: u64) -> Result<Duration, LimitError> {
     if hours > MAX_GRACE_HOURS {

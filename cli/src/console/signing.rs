@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use gridrelay_shared::limits::LimitError;
-use gridrelay_shared::signing::{MAX_GRACE_HOURS, SigningSecret, grace_hours};
+use gridrelay_shared::signing::{MAX_GRACE_HOURS, SigningSecret};
 use gridrelay_shared::subscription::Subscription;
 use maud::{Markup, html};
 
@@ -21,14 +21,7 @@ pub(super) const DEFAULT_GRACE_HOURS: u64 = 24;
 
 /// The grace period a form gives (`gracePeriodHours`, 0 to 168), or what is wrong with it.
 fn grace_of(text: &str) -> Result<(u64, std::time::Duration), LimitError> {
-    let hours = text.trim().parse::<u64>().map_err(|_| {
-        LimitError::new(
-            "gracePeriodHours",
-            text,
-            format!("a whole number of hours, 0 to {MAX_GRACE_HOURS}"),
-        )
-    })?;
-    Ok((hours, grace_hours(hours)?))
+    gridrelay_shared::signing::grace_of_text(text, "gracePeriodHours")
 }
 
 /// `POST /subscriptions/{topic}/{name}/signing-secret`: asked about first; rotated once
@@ -81,17 +74,7 @@ pub(super) fn section(sub: &Subscription, token: &str) -> Markup {
     html! {
         section aria-labelledby="signing" {
             h2 id="signing" { "Signing secret" }
-            @match &sub.signing {
-                Some(s) => p {
-                    "Deliveries are signed (Standard Webhooks headers)"
-                    @if let Some(previous) = &s.previous {
-                        ", with the previous secret beside the current one until "
-                        (gridrelay_shared::journal::format_time(previous.until))
-                    }
-                    "."
-                },
-                None => p { "Deliveries are not signed: a rotation starts signing them." },
-            }
+            (gridrelay_portal::page::signing_state(sub))
             form method="post" action={(href) "/signing-secret"} class="filter" {
                 input type="hidden" name="token" value=(token);
                 label for="grace_period_hours" {
@@ -108,14 +91,7 @@ pub(super) fn section(sub: &Subscription, token: &str) -> Markup {
 /// Asks before rotating.
 fn confirm(sub: &Subscription, hours: u64, token: &str) -> Markup {
     let href = pages::subscription_href(&sub.topic, &sub.name);
-    let beside = match (&sub.signing, hours) {
-        (None, _) => "Deliveries are not signed now: they will be from now on.".to_string(),
-        (Some(_), 0) => "The current secret stops signing at once.".to_string(),
-        (Some(_), h) => format!(
-            "The current secret keeps signing beside the new one for {h} hours, so the \
-             subscriber can switch without missing a delivery."
-        ),
-    };
+    let beside = gridrelay_portal::page::rotation_effect(sub, hours);
     pages::layout(
         "Rotate the signing secret?",
         html! {

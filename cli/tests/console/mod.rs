@@ -351,12 +351,7 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
         .post(rotate, Some(&cookie), &same_origin, &confirmed)
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let shown = body
-        .split_once(r#"id="new-secret""#)
-        .and_then(|(_, rest)| rest.split_once('>'))
-        .and_then(|(_, rest)| rest.split_once("</pre>"))
-        .map(|(secret, _)| secret.trim().to_string())
-        .unwrap_or_else(|| panic!("no secret shown: {body}"));
+    let shown = super::shown_secret(&body);
     let secret = SigningSecret::parse(&shown).unwrap();
     sys.publish(&topic, &events("s", 1)).await;
     let signed = eventually(
@@ -479,7 +474,8 @@ pub(crate) async fn failing_and_healthy(
 /// dead-lettered c-0, ticked and redriven (asked first), reaches the endpoint; c-0, searched
 /// for with the keyboard, shows its life; the live page shows a new attempt. Then the
 /// subscribers' portal: audit's link lands on its page (the token gone from the address), its
-/// test event and its dead-lettered c-1, sent again from its forms, reach its endpoint, and
+/// signing secret is rotated (asked, then shown once), its test event and its dead-lettered
+/// c-1, sent again from its forms, reach its endpoint, and
 /// ledger's page refuses the browser that holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l3() {
@@ -615,6 +611,16 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
         "{text}"
     );
     browser.check_page("portal").await;
+    // The signing secret rotated from the page: asked, then shown once.
+    browser
+        .click(r#"form[action$="/signing-secret"] button"#)
+        .await;
+    assert!(browser.text().await.contains("Rotate the signing secret?"));
+    browser.click(r#"button[type="submit"]"#).await;
+    let text = browser.text().await;
+    assert!(text.contains("It is shown once"), "{text}");
+    browser.check_page("portal-rotated").await;
+    browser.open(&format!("{base}/portal/consoled/audit")).await;
     // From the page: a test event, as Chromium posts the form (its own Origin and
     // Sec-Fetch-Site), reaches audit's endpoint; then c-1, ticked, is sent again.
     browser.click(r#"form[action$="/test-event"] button"#).await;

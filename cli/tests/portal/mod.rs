@@ -275,14 +275,16 @@ async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_re
     sys.shutdown().await;
 }
 
-/// #36: from its page, a subscriber sends itself a test event, which reaches its endpoint (in
-/// its schema, whatever its filter) and no other subscription's; and sends a dead-lettered
-/// event again, which reaches the endpoint again. A change is refused (403) without the page's
+/// #36: from its page, a subscriber rotates its signing secret (asked first, shown once, a
+/// grace period out of range named), and sends itself a test event, which reaches its
+/// endpoint signed with the new secret and no other subscription's endpoint; and sends a
+/// dead-lettered event again, which reaches the endpoint again. A change is refused (403) without the page's
 /// form token, with another page's, from another site (`Sec-Fetch-Site: cross-site`, another
 /// `Origin`), and with no pass; a pick naming a record outside the subscription's
 /// dead-letter folder sends nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn from_its_portal_a_subscriber_sends_a_test_event_and_dead_lettered_events_again() {
+async fn from_its_portal_a_subscriber_rotates_its_signing_secret_sends_a_test_event_and_dead_letters_again()
+ {
     let sys = TestSystem::start_with_own_journal(0.01).await;
     let (_topic, failing, healthy) = super::console::failing_and_healthy(&sys).await;
     let visitor = Visitor::new(&sys);
@@ -367,8 +369,60 @@ async fn from_its_portal_a_subscriber_sends_a_test_event_and_dead_lettered_event
         "a refused form sent nothing"
     );
 
-    // A test event, from the page as a browser sends its form.
+    // The signing secret, rotated from the page: a grace period out of range named; asked
+    // first (nothing changes); then a new secret, shown once, signs what audit gets next.
     let browser = [("sec-fetch-site", "same-origin"), ("origin", "null")];
+    let rotate = format!("{path}/signing-secret");
+    let (status, body) = visitor
+        .post(
+            &rotate,
+            &cookie,
+            &browser,
+            &[("form_token", &form_token), ("grace_period_hours", "169")],
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("grace_period_hours") && body.contains("169"),
+        "{body}"
+    );
+    let (status, body) = visitor
+        .post(
+            &rotate,
+            &cookie,
+            &browser,
+            &[("form_token", &form_token), ("grace_period_hours", "0")],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("Yes, rotate the signing secret"), "{body}");
+    let (_, page) = visitor.page(path, Some(&cookie)).await;
+    assert!(
+        page.contains("Deliveries are not signed"),
+        "asking changed nothing: {page}"
+    );
+    let confirmed = [
+        ("form_token", form_token.as_str()),
+        ("grace_period_hours", "0"),
+        ("confirm", "yes"),
+    ];
+    let (status, body) = visitor
+        .post(&rotate, &ledger_cookie, &browser, &confirmed)
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "not with ledger's pass: {body}"
+    );
+    let (status, body) = visitor.post(&rotate, &cookie, &browser, &confirmed).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let shown = super::shown_secret(&body);
+    let secret = gridrelay_shared::signing::SigningSecret::parse(&shown).unwrap();
+    let (_, page) = visitor.page(path, Some(&cookie)).await;
+    assert!(page.contains("Deliveries are signed"), "{page}");
+    assert!(!page.contains(&shown), "the secret is shown once");
+
+    // A test event, from the page as a browser sends its form: signed with the new secret.
     let (status, sent) = visitor
         .post(&test_event, &cookie, &browser, &token_field)
         .await;
@@ -390,6 +444,12 @@ async fn from_its_portal_a_subscriber_sends_a_test_event_and_dead_lettered_event
         "{}",
         tested.body
     );
+    let (id, at) = (
+        tested.header("webhook-id").unwrap(),
+        tested.header("webhook-timestamp").unwrap(),
+    );
+    let expected = secret.sign(id, at.parse().unwrap(), tested.body.as_bytes());
+    assert_eq!(tested.header("webhook-signature"), Some(expected.as_str()));
     assert!(
         !healthy
             .received()

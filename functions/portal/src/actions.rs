@@ -1,5 +1,6 @@
-//! What a subscriber may do from its page (#36): send itself a test event, and send
-//! dead-lettered events again. Each is a POST of a form of the page, let in only with:
+//! What a subscriber may do from its page (#36): send itself a test event, send
+//! dead-lettered events again, and rotate the subscription's signing secret (the new one shown
+//! once). Each is a POST of a form of the page, let in only with:
 //!
 //! - the pass (the link's token, in the cookie scoped to the subscription's path) checked as
 //!   a page's is: signed with the key now in use, not expired, for this subscription;
@@ -21,8 +22,10 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use gridrelay_ports::fan_out::send_to_subscription;
 use gridrelay_ports::redrive::{DeadLetterSelection, DeadLetteredEvent, redrive_subscription};
+use gridrelay_ports::registration::{SigningKeys, rotate_signing_secret};
 use gridrelay_shared::dead_letter::subscription_folder;
 use gridrelay_shared::portal::test_event as portal_test_event;
+use gridrelay_shared::signing::{SigningSecret, grace_of_text};
 use gridrelay_shared::subscription::Subscription;
 use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
@@ -36,6 +39,8 @@ pub const MAX_PICKED: usize = crate::MAX_LISTED;
 struct Form {
     token: Option<String>,
     picks: Vec<String>,
+    grace_period_hours: Option<String>,
+    confirmed: bool,
 }
 
 impl Form {
@@ -45,6 +50,8 @@ impl Form {
             match field.as_ref() {
                 "form_token" => form.token = Some(value.into_owned()),
                 "pick" => form.picks.push(value.into_owned()),
+                "grace_period_hours" => form.grace_period_hours = Some(value.into_owned()),
+                "confirm" => form.confirmed = value == "yes",
                 _ => {}
             }
         }
@@ -194,6 +201,59 @@ pub(crate) async fn send_again(
         }
     }
 }
+
+/// `POST /portal/{topic}/{name}/signing-secret`: asked about first; then the subscription's
+/// deliveries are signed with a new random secret, the current one signing beside it for the
+/// grace period (`grace_period_hours`, 0 to 168), through the same rotation as the command
+/// line's and the console's. The answer shows the new secret once (no answer is cached); the
+/// portal keeps it nowhere.
+pub(crate) async fn signing_secret(
+    State(portal): State<Arc<Portal>>,
+    Path((topic, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    RawForm(body): RawForm,
+) -> Response {
+    let (form, sub) = match change_admitted(&portal, (&topic, &name), &headers, &body).await {
+        Ok(admitted) => admitted,
+        Err(response) => return response,
+    };
+    let text = form
+        .grace_period_hours
+        .clone()
+        .unwrap_or_else(|| DEFAULT_GRACE_HOURS.to_string());
+    let (hours, grace) = match grace_of_text(&text, "grace_period_hours") {
+        Ok(grace) => grace,
+        Err(e) => {
+            let page = page::failed("Not rotated", &e.to_string());
+            return (StatusCode::BAD_REQUEST, page).into_response();
+        }
+    };
+    let form_token = form.token.as_deref().unwrap_or_default();
+    if !form.confirmed {
+        return page::confirm_rotation(&sub, hours, form_token).into_response();
+    }
+    let secret = SigningSecret::generate();
+    let keys = SigningKeys {
+        store: portal.store.as_ref(),
+        secrets: portal.secrets.as_ref(),
+        secret_prefix: &portal.secret_prefix,
+    };
+    let now = portal.clock.now();
+    match rotate_signing_secret(&keys, (&topic, &name), &secret, grace, now).await {
+        Ok(sub) => {
+            tracing::info!(%topic, %name, hours, "a signing secret was rotated from the portal");
+            page::rotated(&sub, hours, &secret).into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, %topic, %name,
+                "the portal could not rotate a signing secret");
+            crate::unavailable()
+        }
+    }
+}
+
+/// The grace period the rotation's form offers, in hours (the command line's default).
+pub const DEFAULT_GRACE_HOURS: u64 = 24;
 
 /// A dead-lettered event as a form picks it: its id (percent-encoded) and its object's key
 /// under the subscription's dead-letter folder, so the page names no bucket; `None` for an

@@ -25,7 +25,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use gridrelay_ports::redrive::{DeadLetterSelection, DeadLetteredEvent, redrive_subscription};
 use gridrelay_ports::{
     Clock, DeliveryStateStore, JournalSource, MessageQueue, ObjectStore, PortalKeySource,
-    SubscriptionStore,
+    SecretStore, SubscriptionStore,
 };
 use gridrelay_shared::journal::{JournalEntry, latest_attempts};
 use gridrelay_shared::portal::{LinkRefusal, PortalGrant, PortalKey, read_token};
@@ -55,6 +55,10 @@ pub struct Portal {
     pub objects: Arc<dyn ObjectStore>,
     /// Where test events and events sent again go: the stack's delivery queue (sealed).
     pub delivery_queue: Arc<dyn MessageQueue>,
+    /// Where a rotation keeps the subscription's new signing secret, and the installation's
+    /// prefix of such secrets' names.
+    pub secrets: Arc<dyn SecretStore>,
+    pub secret_prefix: String,
     pub clock: Arc<dyn Clock>,
     /// Whether its cookie is sent over HTTPS only: on AWS, whose front door is HTTPS; not on
     /// `gridrelay local`'s `http://127.0.0.1`.
@@ -73,6 +77,10 @@ pub fn router(portal: Arc<Portal>) -> Router {
         .route(
             "/portal/{topic}/{name}/send-again",
             post(actions::send_again),
+        )
+        .route(
+            "/portal/{topic}/{name}/signing-secret",
+            post(actions::signing_secret),
         )
         .with_state(portal)
         .layer(axum::middleware::map_response(guarded))

@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, S3JournalSource, S3ObjectStore, SecretsManagerPortalKey, SqsQueue,
-    function_queue_key, load_sdk_config, s3_client, subscription_store,
+    DynamoDeliveryStateStore, S3JournalSource, S3ObjectStore, SecretsManagerPortalKey,
+    SecretsManagerStore, SqsQueue, function_queue_key, load_sdk_config, s3_client,
+    subscription_store,
 };
 use gridrelay_adapters::config::{
-    DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, JOURNAL_BUCKET_ENV, PORTAL_KEY_SECRET_ENV,
-    TableNames, config_cache_from_env, required,
+    DEFAULT_SECRET_PREFIX, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, JOURNAL_BUCKET_ENV,
+    PORTAL_KEY_SECRET_ENV, SECRET_PREFIX_ENV, TableNames, config_cache_from_env, required,
 };
 use gridrelay_portal::Portal;
 use gridrelay_ports::SystemClock;
@@ -54,6 +55,12 @@ async fn run() -> Result<(), Error> {
         )),
         keys: Arc::new(SecretsManagerPortalKey::new(&sdk, &key_secret, keep)),
         objects: Arc::new(S3ObjectStore::new(s3_client(&sdk))),
+        // Not cached: the portal writes secrets (a rotation), it never reads one.
+        secrets: Arc::new(SecretsManagerStore::from_sdk(&sdk)),
+        secret_prefix: std::env::var(SECRET_PREFIX_ENV)
+            .ok()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| DEFAULT_SECRET_PREFIX.to_string()),
         delivery_queue: Arc::new(SqsQueue::new(
             aws_sdk_sqs::Client::new(&sdk),
             delivery_queue_url,

@@ -8,9 +8,10 @@ use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::subscription::Subscription;
 use maud::{DOCTYPE, Markup, html};
 
-use crate::actions::pick_value;
+use crate::actions::{DEFAULT_GRACE_HOURS, pick_value};
 use crate::{DeadLetters, Filter, OUTCOMES, SPANS, STYLE_PATH, page_path};
 use gridrelay_ports::redrive::DeadLetteredEvent;
+use gridrelay_shared::signing::{MAX_GRACE_HOURS, SigningSecret};
 
 /// At most `n` characters of `text`, on one line.
 pub fn first_chars(text: &str, n: usize) -> String {
@@ -135,6 +136,20 @@ pub fn subscription(p: &SubscriptionPage<'_>) -> Markup {
                 h2 id="dead-letters" { "Dead-lettered events" }
                 (dead_letters(p))
             }
+            section aria-labelledby="signing" {
+                h2 id="signing" { "Signing secret" }
+                (signing_state(sub))
+                form method="post" action={(page_path(&sub.topic, &sub.name)) "/signing-secret"} class="filter" {
+                    input type="hidden" name="form_token" value=(p.form_token);
+                    label for="grace_period_hours" {
+                        "Hours the current secret keeps signing beside the new one (0 to "
+                        (MAX_GRACE_HOURS) ")"
+                    }
+                    input id="grace_period_hours" name="grace_period_hours" inputmode="numeric"
+                        value=(DEFAULT_GRACE_HOURS);
+                    button type="submit" { "Rotate the signing secret…" }
+                }
+            }
             section aria-labelledby="test-event" {
                 h2 id="test-event" { "Test event" }
                 p {
@@ -208,6 +223,85 @@ fn dead_letters(p: &SubscriptionPage<'_>) -> Markup {
             }
         }
     }
+}
+
+/// Whether a subscription's deliveries are signed, and with a previous secret until when (the
+/// console says it the same way).
+pub fn signing_state(sub: &Subscription) -> Markup {
+    html! {
+        @match &sub.signing {
+            Some(s) => p {
+                "Deliveries are signed (Standard Webhooks headers)"
+                @if let Some(previous) = &s.previous {
+                    ", with the previous secret beside the current one until "
+                    (format_time(previous.until))
+                }
+                "."
+            },
+            None => p { "Deliveries are not signed: a rotation starts signing them." },
+        }
+    }
+}
+
+/// What a rotation with `hours` of grace does to the secret signing now (the console asks the
+/// same way).
+pub fn rotation_effect(sub: &Subscription, hours: u64) -> String {
+    match (&sub.signing, hours) {
+        (None, _) => "Deliveries are not signed now: they will be from now on.".to_string(),
+        (Some(_), 0) => "The current secret stops signing at once.".to_string(),
+        (Some(_), h) => format!(
+            "The current secret keeps signing beside the new one for {h} hours, so the \
+             endpoint can switch without missing a delivery."
+        ),
+    }
+}
+
+/// Asks before rotating the signing secret.
+pub fn confirm_rotation(sub: &Subscription, hours: u64, form_token: &str) -> Markup {
+    let path = page_path(&sub.topic, &sub.name);
+    let beside = rotation_effect(sub, hours);
+    layout(
+        "Rotate the signing secret?",
+        html! {
+            p {
+                "Deliveries to " code { (endpoint_text(sub)) } " will be signed with a new random secret. "
+                (beside) " The new secret is shown once, on the next page."
+            }
+            form method="post" action={(path) "/signing-secret"} {
+                input type="hidden" name="form_token" value=(form_token);
+                input type="hidden" name="grace_period_hours" value=(hours);
+                input type="hidden" name="confirm" value="yes";
+                button type="submit" { "Yes, rotate the signing secret" }
+                " "
+                a href=(path) { "Cancel" }
+            }
+        },
+    )
+}
+
+/// The new signing secret, shown once.
+pub fn rotated(sub: &Subscription, hours: u64, secret: &SigningSecret) -> Markup {
+    layout(
+        "New signing secret",
+        html! {
+            p role="status" {
+                "Deliveries are signed with this secret from now on"
+                @if hours > 0 && sub.signing.as_ref().is_some_and(|s| s.previous.is_some()) {
+                    " (and with the previous one for " (hours) " more hours)"
+                }
+                ":"
+            }
+            pre id="new-secret" tabindex="0" role="region" aria-label="The new signing secret" {
+                (secret.to_text())
+            }
+            p {
+                strong { "It is shown once:" } " keep it where your endpoint reads it now. "
+                "This page is not kept by your browser, and the secret is shown nowhere else; a lost "
+                "secret is replaced by another rotation."
+            }
+            p { a href=(page_path(&sub.topic, &sub.name)) { "Back to the deliveries" } }
+        },
+    )
 }
 
 /// After a test event was sent.

@@ -367,14 +367,13 @@ export class Gridrelay extends Construct {
       [this.deliveryStateTable.tableArn]);
     // H1: secret delivery header values, only under the prefix (deleted with an expired
     // subscription).
-    allow(this.deliver, ['secretsmanager:GetSecretValue', 'secretsmanager:DeleteSecret'], [
-      Stack.of(this).formatArn({
-        service: 'secretsmanager',
-        resource: 'secret',
-        resourceName: `${secretPrefix}/*`,
-        arnFormat: ArnFormat.COLON_RESOURCE_NAME,
-      }),
-    ]);
+    const secretsUnderPrefix = Stack.of(this).formatArn({
+      service: 'secretsmanager',
+      resource: 'secret',
+      resourceName: `${secretPrefix}/*`,
+      arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+    });
+    allow(this.deliver, ['secretsmanager:GetSecretValue', 'secretsmanager:DeleteSecret'], [secretsUnderPrefix]);
     allow(this.deliver, ['sqs:SendMessage'],
       [this.deliveryQueue.queueArn, this.controlQueue.queueArn, this.replayQueue.queueArn, this.deadLetterQueue.queueArn]);
     // #35: the delivery journal, one PutRecordBatch per invocation (deliver's attempts,
@@ -409,6 +408,10 @@ export class Gridrelay extends Construct {
     // #36: the portal reads one subscription, its endpoint's and host's health (one
     // BatchGetItem) and the delivery journal (listed and read under journal/ only).
     allow(this.portal, ['dynamodb:GetItem'], [this.subscriptionsTable.tableArn]);
+    // A signing-secret rotation: the subscription written over the version read, its new
+    // secret kept under the prefix, the one it retires deleted.
+    allow(this.portal, ['dynamodb:PutItem'], [this.subscriptionsTable.tableArn]);
+    allow(this.portal, ['secretsmanager:CreateSecret', 'secretsmanager:PutSecretValue', 'secretsmanager:DeleteSecret'], [secretsUnderPrefix]);
     allow(this.portal, ['dynamodb:BatchGetItem'], [this.deliveryStateTable.tableArn]);
     this.portal.addToRolePolicy(new iam.PolicyStatement({
       actions: ['s3:ListBucket'],
@@ -471,8 +474,8 @@ export class Gridrelay extends Construct {
     for (const path of ['/portal/{topic}/{name}', '/portal/gridrelay.css']) {
       this.api.addRoutes({ path, methods: [apigw.HttpMethod.GET], integration: portalIntegration });
     }
-    // Its pages' forms: a test event, and dead-lettered events sent again.
-    for (const path of ['/portal/{topic}/{name}/test-event', '/portal/{topic}/{name}/send-again']) {
+    // Its pages' forms: a test event, dead-lettered events sent again, a signing-secret rotation.
+    for (const path of ['/portal/{topic}/{name}/test-event', '/portal/{topic}/{name}/send-again', '/portal/{topic}/{name}/signing-secret']) {
       this.api.addRoutes({ path, methods: [apigw.HttpMethod.POST], integration: portalIntegration });
     }
     this.publishUrl = this.api.apiEndpoint;

@@ -453,7 +453,7 @@ test('#34 item 12, #35: only deliver may touch the control and replay queues', (
   }
 });
 
-test('#36: the portal answers its four routes of the publish API and touches only what its page shows and sends', () => {
+test('#36: the portal answers its five routes of the publish API and touches only what its page shows and sends', () => {
   const integrations = template.findResources('AWS::ApiGatewayV2::Integration');
   const portalArn = JSON.stringify({ 'Fn::GetAtt': [ref(construct.portal), 'Arn'] });
   const portalIntegrations = Object.entries(integrations)
@@ -468,6 +468,7 @@ test('#36: the portal answers its four routes of the publish API and touches onl
     'GET /portal/gridrelay.css',
     'GET /portal/{topic}/{name}',
     'POST /portal/{topic}/{name}/send-again',
+    'POST /portal/{topic}/{name}/signing-secret',
     'POST /portal/{topic}/{name}/test-event',
   ]);
 
@@ -486,8 +487,15 @@ test('#36: the portal answers its four routes of the publish API and touches onl
   const bucket = { 'Fn::GetAtt': [ref(construct.journalBucket), 'Arn'] };
   const deadLetters = { 'Fn::GetAtt': [ref(construct.deadLetterBucket), 'Arn'] };
   const deadLetterObjects = { 'Fn::Join': ['', [deadLetters, '/*']] };
+  const secrets = JSON.stringify(g.get('secretsmanager:CreateSecret'));
+  assert.ok(secrets.includes(':secret:gridrelay/*'), `a rotation's secrets only under the prefix: ${secrets}`);
+  const underPrefix = g.get('secretsmanager:CreateSecret');
   assert.deepEqual(Object.fromEntries(g), {
     'dynamodb:GetItem': [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }],
+    'dynamodb:PutItem': [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }],
+    'secretsmanager:CreateSecret': underPrefix,
+    'secretsmanager:PutSecretValue': underPrefix,
+    'secretsmanager:DeleteSecret': underPrefix,
     'dynamodb:BatchGetItem': [state],
     's3:ListBucket': [bucket, deadLetters],
     's3:GetObject': [{ 'Fn::Join': ['', [bucket, '/journal/*']] }, deadLetterObjects],
