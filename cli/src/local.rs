@@ -161,6 +161,10 @@ async fn console_on(
             control_queue: Some(names.control_queue.clone()),
             replay_queue: Some(names.replay_queue.clone()),
         },
+        portal: Some(crate::console::PortalLinks {
+            publish_url: format!("http://{}", system.listen),
+            key_secret: names.portal_key_secret.clone(),
+        }),
     };
     match crate::console::start(listen, resources).await {
         Ok(started) => Some(started),

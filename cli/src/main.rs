@@ -387,6 +387,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     control_queue: cli.control_queue.clone(),
                     replay_queue: cli.replay_queue.clone(),
                 },
+                portal: beside(cli.portal_key_secret.as_deref(), Beside::PortalKeySecret)
+                    .ok()
+                    .map(|key_secret| console::PortalLinks {
+                        publish_url: cli.publish_url.clone(),
+                        key_secret,
+                    }),
             };
             console::run_console(args, resources).await
         }

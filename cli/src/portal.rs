@@ -55,29 +55,7 @@ pub(crate) async fn portal_link(
         .map_err(invalid)?;
     let sdk = load_sdk_config().await;
     let store = DynamoSubscriptionStore::from_sdk(&sdk, places.tables.clone());
-    store
-        .get_subscription(&args.topic_name, &args.name)
-        .await
-        .map_err(store_error)?
-        .with_context(|| {
-            format!(
-                "event subscription {} on topic {} does not exist",
-                args.name, args.topic_name
-            )
-        })?;
-    let key = portal_key(&sdk, places.key_secret).await.with_context(|| {
-        format!(
-            "could not read the portal key secret {} (--portal-key-secret, the stack's \
-             PortalKeySecret output)",
-            places.key_secret
-        )
-    })?;
-    let url = format!(
-        "{}{}?token={}",
-        places.publish_url.trim_end_matches('/'),
-        gridrelay_portal::page_path(&grant.topic, &grant.subscription),
-        grant.token(&key)
-    );
+    let url = signed_link(&sdk, &store, places.publish_url, places.key_secret, &grant).await?;
     let view = json!({
         "url": url,
         "topic": grant.topic,
@@ -92,6 +70,39 @@ pub(crate) async fn portal_link(
             grant.topic
         )
     })
+}
+
+/// The link to `grant`'s page on the front door at `publish_url`, signed with the key in
+/// `key_secret`, if its subscription exists (`portal-link`'s, and the console's).
+pub(crate) async fn signed_link(
+    sdk: &aws_config::SdkConfig,
+    store: &dyn SubscriptionStore,
+    publish_url: &str,
+    key_secret: &str,
+    grant: &PortalGrant,
+) -> anyhow::Result<String> {
+    store
+        .get_subscription(&grant.topic, &grant.subscription)
+        .await
+        .map_err(store_error)?
+        .with_context(|| {
+            format!(
+                "event subscription {} on topic {} does not exist",
+                grant.subscription, grant.topic
+            )
+        })?;
+    let key = portal_key(sdk, key_secret).await.with_context(|| {
+        format!(
+            "could not read the portal key secret {key_secret} (--portal-key-secret, the \
+             stack's PortalKeySecret output)"
+        )
+    })?;
+    Ok(format!(
+        "{}{}?token={}",
+        publish_url.trim_end_matches('/'),
+        gridrelay_portal::page_path(&grant.topic, &grant.subscription),
+        grant.token(&key)
+    ))
 }
 
 /// `portal-key rotate`.

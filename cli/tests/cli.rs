@@ -27,13 +27,13 @@ fn gridrelay(args: &[&str], resources: Option<&ResourceNames>) -> Output {
     cmd.output().expect("gridrelay runs")
 }
 
-/// The signing secret a rotation's answer (the console's or the portal's) shows once.
-fn shown_secret(page: &str) -> String {
-    page.split_once(r#"id="new-secret""#)
+/// What `page` shows in its `<pre id="{id}">` (a rotation's new secret, a portal link).
+fn shown(page: &str, id: &str) -> String {
+    page.split_once(&format!(r#"id="{id}""#))
         .and_then(|(_, rest)| rest.split_once('>'))
         .and_then(|(_, rest)| rest.split_once("</pre>"))
         .map(|(secret, _)| secret.trim().to_string())
-        .unwrap_or_else(|| panic!("no secret shown: {page}"))
+        .unwrap_or_else(|| panic!("no #{id} shown: {page}"))
 }
 
 fn stderr(o: &Output) -> String {

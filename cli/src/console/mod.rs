@@ -27,12 +27,13 @@ use serde::Deserialize;
 mod guard;
 mod live;
 mod pages;
+mod portal_link;
 mod replay;
 mod signing;
 mod sources;
 
 use sources::Sources;
-pub(super) use sources::{ConsoleResources, ReplayPlaces};
+pub(super) use sources::{ConsoleResources, PortalLinks, ReplayPlaces};
 
 #[derive(Args)]
 pub(super) struct ConsoleArgs {
@@ -87,6 +88,10 @@ pub(super) async fn start(
         .route(
             "/subscriptions/{topic}/{name}/replay",
             axum::routing::post(replay::replay),
+        )
+        .route(
+            "/subscriptions/{topic}/{name}/portal-link",
+            axum::routing::post(portal_link::make),
         )
         .route("/live", get(live::page))
         .route("/live/entries", get(live::entries))
@@ -229,6 +234,7 @@ async fn subscription(
         attempts: attempts.as_deref().map_err(Clone::clone),
         dead_letters: dead_letters.as_ref().map_err(Clone::clone),
         token: console.guard.token(),
+        makes_portal_links: console.sources.makes_portal_links(),
     })
     .into_response()
 }

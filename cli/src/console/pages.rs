@@ -293,6 +293,8 @@ pub(super) struct SubscriptionPage<'a> {
     pub(super) attempts: Result<&'a [JournalEntry], String>,
     pub(super) dead_letters: Result<&'a DeadLetters, String>,
     pub(super) token: &'a str,
+    /// Whether a subscribers' portal link can be made (the portal key's secret is known).
+    pub(super) makes_portal_links: bool,
 }
 
 /// One subscription: its state and settings, its attempts and its dead letters.
@@ -338,6 +340,7 @@ pub(super) fn subscription(p: &SubscriptionPage<'_>) -> Markup {
             }
             (super::replay::section(sub, p.token, chrono::Utc::now()))
             (super::signing::section(sub, p.token))
+            (super::portal_link::section(sub, p.token, p.makes_portal_links))
             section aria-labelledby="settings" {
                 h2 id="settings" { "Settings" }
                 p { "As " code { "gridrelay event-subscription show" } " prints them." }

@@ -42,6 +42,14 @@ pub(crate) struct ConsoleResources {
     pub(crate) secret_prefix: String,
     /// Where replays are kept and sent from, as `replay start` finds them.
     pub(crate) replays: ReplayPlaces,
+    /// Where subscribers' portal links point and what signs them (`None`: not known).
+    pub(crate) portal: Option<PortalLinks>,
+}
+
+/// The front door subscribers' portal links point at, and the secret whose key signs them.
+pub(crate) struct PortalLinks {
+    pub(crate) publish_url: String,
+    pub(crate) key_secret: String,
 }
 
 /// The replays' table (`None`: not known), the archive's stream, and the queues their steps
@@ -70,6 +78,7 @@ pub(in crate::console) struct Sources {
     tables: TableNames,
     journal_bucket: String,
     replays: ReplayPlaces,
+    portal: Option<PortalLinks>,
     /// How long the journal's stream gathers entries before it writes them, as it says
     /// (`Ok(None)`: it does not say), or why that could not be read.
     /// Read at the live page's first look, not at start (a start reads nothing it need not).
@@ -117,6 +126,7 @@ impl Sources {
             tables: resources.tables.clone(),
             journal_bucket: resources.journal_bucket.clone(),
             replays: resources.replays,
+            portal: resources.portal,
             sdk,
         }
     }
@@ -361,6 +371,30 @@ impl Sources {
             .await
             .map_err(crate::subscription::registration_error)?;
         Ok((sub, secret))
+    }
+
+    /// Whether portal links can be made (the portal key's secret is known).
+    pub(in crate::console) fn makes_portal_links(&self) -> bool {
+        self.portal.is_some()
+    }
+
+    /// `event-subscription portal-link` for `grant`: the signed link.
+    pub(in crate::console) async fn portal_link(
+        &self,
+        grant: &gridrelay_shared::portal::PortalGrant,
+    ) -> anyhow::Result<String> {
+        let places = self.portal.as_ref().context(
+            "the portal key's secret is not known: give --portal-key-secret (or set \
+             GRIDRELAY_PORTAL_KEY_SECRET) to the stack's PortalKeySecret output",
+        )?;
+        crate::portal::signed_link(
+            &self.sdk,
+            &self.store,
+            &places.publish_url,
+            &places.key_secret,
+            grant,
+        )
+        .await
     }
 
     /// Where `replay start` finds what it needs, or why replays cannot be started.

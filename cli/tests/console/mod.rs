@@ -7,7 +7,6 @@ use std::time::Duration;
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
 
 mod browser;
-use gridrelay_local::ResourceNames;
 use gridrelay_shared::signing::SigningSecret;
 use gridrelay_shared::subscription::{SubscriptionRequest, Topic};
 use reqwest::StatusCode;
@@ -25,10 +24,15 @@ pub struct Console {
 }
 
 impl Console {
-    pub fn start(names: &ResourceNames) -> Self {
+    /// `gridrelay console` over `sys`, its portal links pointing at `sys`'s front door.
+    pub fn start(sys: &TestSystem) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gridrelay"))
             .args(["console", "--listen", "127.0.0.1:0"])
-            .envs(names.cli_env())
+            .envs(sys.names.cli_env())
+            .env(
+                "GRIDRELAY_PUBLISH_URL",
+                format!("http://{}", sys.system.listen),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -129,7 +133,7 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
         TestSystem::start_with_own_journal_and(0.01, |c| c.config_cache = Duration::ZERO).await;
     let (topic, failing, healthy) = failing_and_healthy(&sys).await;
 
-    let console = Console::start(&sys.names);
+    let console = Console::start(&sys);
     // Nothing without the token; nothing for another host, whatever it carries.
     assert_eq!(console.get("/", None).await.0, StatusCode::UNAUTHORIZED);
     let cookie = console.sign_in().await;
@@ -351,7 +355,7 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
         .post(rotate, Some(&cookie), &same_origin, &confirmed)
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let shown = super::shown_secret(&body);
+    let shown = super::shown(&body, "new-secret");
     let secret = SigningSecret::parse(&shown).unwrap();
     sys.publish(&topic, &events("s", 1)).await;
     let signed = eventually(
@@ -371,6 +375,40 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
         .await;
     assert!(page.contains("Deliveries are signed"), "{page}");
     assert!(!page.contains(&shown), "the secret is shown once");
+
+    // A portal link for ledger's subscriber: refused without the token; a life out of range
+    // named; made, it opens ledger's portal page.
+    let make = "/subscriptions/consoled/ledger/portal-link";
+    let (status, _) = console
+        .post(make, Some(&cookie), &same_origin, &[("expires_in", "1h")])
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, body) = console
+        .post(
+            make,
+            Some(&cookie),
+            &same_origin,
+            &[("token", console.token.as_str()), ("expires_in", "31d")],
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("expires_in") && body.contains("31d"),
+        "{body}"
+    );
+    let (status, body) = console
+        .post(
+            make,
+            Some(&cookie),
+            &same_origin,
+            &[("token", console.token.as_str()), ("expires_in", "1h")],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let link = super::shown(&body, "portal-link").replace("&amp;", "&");
+    let opened = console.client.get(&link).send().await.unwrap();
+    assert_eq!(opened.status(), StatusCode::SEE_OTHER, "{link}");
+    assert_eq!(opened.headers()[LOCATION], "/portal/consoled/ledger");
 
     // A replay to one subscription of a topic with an archive: a rate out of range named;
     // asked first (nothing starts); then started, and the event reaches the endpoint again
@@ -473,16 +511,17 @@ pub(crate) async fn failing_and_healthy(
 /// with its 503; the first Tab reaches the skip link; audit's page lists its attempt; the
 /// dead-lettered c-0, ticked and redriven (asked first), reaches the endpoint; c-0, searched
 /// for with the keyboard, shows its life; the live page shows a new attempt. Then the
-/// subscribers' portal: audit's link lands on its page (the token gone from the address), its
+/// subscribers' portal: audit's link, made on its console page, lands on its page (the token
+/// gone from the address), its
 /// signing secret is rotated (asked, then shown once), its test event and its dead-lettered
-/// c-1, sent again from its forms, reach its endpoint, and
-/// ledger's page refuses the browser that holds it.
+/// c-1, sent again from its forms, reach its endpoint; ledger's page refuses the browser that
+/// holds it, and an expired link and a tampered one are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l3() {
     use fantoccini::key::Key;
     let sys = TestSystem::start_with_own_journal(0.01).await;
     let (topic, failing, _healthy) = failing_and_healthy(&sys).await;
-    let console = Console::start(&sys.names);
+    let console = Console::start(&sys);
     let browser = browser::Browser::start().await;
 
     // The printed URL signs the browser in and lands on the overview.
@@ -598,10 +637,30 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
     browser.check_page("live").await;
 
     // The subscribers' portal: audit's link lands on its page; ledger's page refuses it.
+    // The link is made on audit's console page.
     let base = format!("http://{}", sys.system.listen);
     browser
-        .open(&super::portal::link(&sys, "audit", "1h"))
+        .open(&format!("{}/subscriptions/consoled/audit", console.base))
         .await;
+    browser
+        .click(r#"form[action$="/portal-link"] button"#)
+        .await;
+    let made = browser.text().await;
+    assert!(made.contains("Send it to the subscriber"), "{made}");
+    browser.check_page("portal-link").await;
+    let link = browser
+        .client
+        .find(fantoccini::Locator::Css("#portal-link"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        link.starts_with(&format!("{base}/portal/consoled/audit?token=")),
+        "{link}"
+    );
+    browser.open(link.trim()).await;
     let landed = browser.client.current_url().await.unwrap();
     assert_eq!(landed.path(), "/portal/consoled/audit");
     assert_eq!(landed.query(), None, "the token left the address bar");
@@ -677,6 +736,29 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
         "{text}"
     );
     browser.check_page("portal-refused").await;
+    // A link signed with the real key that expired a minute ago, and one with a changed
+    // signature: refused, saying so.
+    let key = gridrelay_adapters::aws::portal_key(&sys.sdk, &sys.names.portal_key_secret)
+        .await
+        .unwrap();
+    let expired = gridrelay_shared::portal::PortalGrant {
+        topic: "consoled".into(),
+        subscription: "audit".into(),
+        expires_at: chrono::Utc::now() - chrono::TimeDelta::minutes(1),
+    }
+    .token(&key);
+    browser
+        .open(&format!("{base}/portal/consoled/audit?token={expired}"))
+        .await;
+    let text = browser.text().await;
+    assert!(text.contains("This link expired at"), "{text}");
+    let link = super::portal::link(&sys, "audit", "1h");
+    let last = link.len() - 2;
+    let changed = if &link[last..=last] == "A" { "B" } else { "A" };
+    let tampered = format!("{}{changed}{}", &link[..last], &link[last + 1..]);
+    browser.open(&tampered).await;
+    let text = browser.text().await;
+    assert!(text.contains("This link cannot be used here"), "{text}");
     browser.end().await;
     drop(console);
     sys.shutdown().await;

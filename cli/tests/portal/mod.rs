@@ -416,7 +416,7 @@ async fn from_its_portal_a_subscriber_rotates_its_signing_secret_sends_a_test_ev
     );
     let (status, body) = visitor.post(&rotate, &cookie, &browser, &confirmed).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let shown = super::shown_secret(&body);
+    let shown = super::shown(&body, "new-secret");
     let secret = gridrelay_shared::signing::SigningSecret::parse(&shown).unwrap();
     let (_, page) = visitor.page(path, Some(&cookie)).await;
     assert!(page.contains("Deliveries are signed"), "{page}");

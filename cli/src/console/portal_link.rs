@@ -1,0 +1,109 @@
+//! A subscribers' portal link made from the console (#36), as `event-subscription
+//! portal-link` makes it ([`crate::portal::signed_link`]): a POST with the run's token (it
+//! hands out a credential), answered with the link to copy and until when it works.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, RawForm, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use gridrelay_shared::journal::format_time;
+use gridrelay_shared::portal::{PortalGrant, parse_link_lifetime};
+use gridrelay_shared::subscription::Subscription;
+use maud::{Markup, html};
+
+use super::{Console, pages};
+
+/// The life the form offers a link (the command line's default).
+const DEFAULT_EXPIRES_IN: &str = "24h";
+
+/// `POST /subscriptions/{topic}/{name}/portal-link`: a link for the subscription's subscriber,
+/// working for `expires_in` (5 minutes to 30 days).
+pub(super) async fn make(
+    State(console): State<Arc<Console>>,
+    Path((topic, name)): Path<(String, String)>,
+    RawForm(form): RawForm,
+) -> Response {
+    let (mut token, mut expires_in) = (None, None);
+    for (field, value) in url::form_urlencoded::parse(&form) {
+        match field.as_ref() {
+            "token" => token = Some(value.into_owned()),
+            "expires_in" => expires_in = Some(value.into_owned()),
+            _ => {}
+        }
+    }
+    if let Some(refused) = super::without_token(&console, token.as_deref()) {
+        return refused;
+    }
+    let sub = match super::existing(&console, &topic, &name).await {
+        Ok(sub) => sub,
+        Err(response) => return response,
+    };
+    let title = "Portal link";
+    let text = expires_in.unwrap_or_else(|| DEFAULT_EXPIRES_IN.to_string());
+    let grant = parse_link_lifetime(&text, "expires_in")
+        .and_then(|life| PortalGrant::new(&topic, &name, Utc::now(), life, "expires_in"));
+    let grant = match grant {
+        Ok(grant) => grant,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                pages::failed(title, &e.to_string()),
+            )
+                .into_response();
+        }
+    };
+    match console.sources.portal_link(&grant).await {
+        Ok(url) => made(&sub, &grant, &url).into_response(),
+        Err(e) => super::failed(StatusCode::BAD_GATEWAY, title, &e),
+    }
+}
+
+/// The subscription page's section: the form that makes a link, or why none can be made.
+pub(super) fn section(sub: &Subscription, token: &str, makes_links: bool) -> Markup {
+    let href = pages::subscription_href(&sub.topic, &sub.name);
+    html! {
+        section aria-labelledby="portal" {
+            h2 id="portal" { "Subscriber's portal" }
+            p {
+                "A link for this subscription's subscriber: its deliveries, a test event, its "
+                "dead-lettered events sent again and its signing secret's rotation, and nothing else."
+            }
+            @if makes_links {
+                form method="post" action={(href) "/portal-link"} class="filter" {
+                    input type="hidden" name="token" value=(token);
+                    label for="expires_in" { "Works for (5m to 30d, such as 30m, 24h, 7d)" }
+                    input id="expires_in" name="expires_in" value=(DEFAULT_EXPIRES_IN);
+                    button type="submit" { "Make a portal link" }
+                }
+            } @else {
+                p {
+                    "No link can be made: give " code { "--portal-key-secret" }
+                    " (the stack's PortalKeySecret output)."
+                }
+            }
+        }
+    }
+}
+
+/// The link made.
+fn made(sub: &Subscription, grant: &PortalGrant, url: &str) -> Markup {
+    let href = pages::subscription_href(&sub.topic, &sub.name);
+    pages::layout(
+        "Portal link",
+        html! {
+            p role="status" {
+                "The link to " strong { (sub.name) } "'s page works until "
+                (format_time(grant.expires_at)) ". Send it to the subscriber:"
+            }
+            pre id="portal-link" tabindex="0" role="region" aria-label="The portal link" { (url) }
+            p {
+                "Whoever holds it sees this subscription's deliveries, and can send it a test "
+                "event, send its dead-lettered events again and rotate its signing secret. "
+                code { "gridrelay portal-key rotate" } " revokes every link."
+            }
+            p { a href=(href) { "Back to the subscription" } }
+        },
+    )
+}
