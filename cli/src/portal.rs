@@ -50,12 +50,16 @@ pub(crate) async fn portal_link(
     output: OutputFormat,
 ) -> anyhow::Result<()> {
     let lifetime = parse_link_lifetime(&args.expires_in, "--expires-in").map_err(invalid)?;
-    let now = chrono::Utc::now();
-    let grant = PortalGrant::new(&args.topic_name, &args.name, now, lifetime, "--expires-in")
-        .map_err(invalid)?;
     let sdk = load_sdk_config().await;
     let store = DynamoSubscriptionStore::from_sdk(&sdk, places.tables.clone());
-    let url = signed_link(&sdk, &store, places.publish_url, places.key_secret, &grant).await?;
+    let (url, grant) = signed_link(
+        &sdk,
+        &store,
+        (places.publish_url, places.key_secret),
+        (&args.topic_name, &args.name),
+        lifetime,
+    )
+    .await?;
     let view = json!({
         "url": url,
         "topic": grant.topic,
@@ -72,37 +76,36 @@ pub(crate) async fn portal_link(
     })
 }
 
-/// The link to `grant`'s page on the front door at `publish_url`, signed with the key in
-/// `key_secret`, if its subscription exists (`portal-link`'s, and the console's).
+/// The link to subscription `(topic, name)`'s page (it, by its id) for `lifetime` (checked
+/// already) on the front door at `publish_url`, signed with the key in `key_secret`, if the
+/// subscription exists; and its grant (`portal-link`'s, and the console's).
 pub(crate) async fn signed_link(
     sdk: &aws_config::SdkConfig,
     store: &dyn SubscriptionStore,
-    publish_url: &str,
-    key_secret: &str,
-    grant: &PortalGrant,
-) -> anyhow::Result<String> {
-    store
-        .get_subscription(&grant.topic, &grant.subscription)
+    (publish_url, key_secret): (&str, &str),
+    (topic, name): (&str, &str),
+    lifetime: chrono::TimeDelta,
+) -> anyhow::Result<(String, PortalGrant)> {
+    let sub = store
+        .get_subscription(topic, name)
         .await
         .map_err(store_error)?
-        .with_context(|| {
-            format!(
-                "event subscription {} on topic {} does not exist",
-                grant.subscription, grant.topic
-            )
-        })?;
+        .with_context(|| format!("event subscription {name} on topic {topic} does not exist"))?;
+    let grant =
+        PortalGrant::new(&sub, chrono::Utc::now(), lifetime, "--expires-in").map_err(invalid)?;
     let key = portal_key(sdk, key_secret).await.with_context(|| {
         format!(
             "could not read the portal key secret {key_secret} (--portal-key-secret, the \
              stack's PortalKeySecret output)"
         )
     })?;
-    Ok(format!(
+    let url = format!(
         "{}{}?token={}",
         publish_url.trim_end_matches('/'),
         gridrelay_portal::page_path(&grant.topic, &grant.subscription),
         grant.token(&key)
-    ))
+    );
+    Ok((url, grant))
 }
 
 /// `portal-key rotate`.

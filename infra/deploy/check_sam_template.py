@@ -32,7 +32,8 @@ DESTINATIONS = {"Ref": "DeliveryDestinationArns"}
 DESTINATIONS_CONDITION = "HasDeliveryDestinations"
 
 QUEUE_KEY = {"Ref": "QueueKey"}
-SECRETS_UNDER_PREFIX = {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}
+# #36: signing secrets only (PREFIX/TOPIC/SUBSCRIPTION/signing/...), not delivery headers'.
+SIGNING_SECRETS = {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*/signing/*"}
 PORTAL_KEY = {"Ref": "PortalKey"}
 
 EXPECTED = {
@@ -99,11 +100,11 @@ EXPECTED = {
     "PortalFunction": {
         "dynamodb:GetItem": [getatt("SubscriptionsTable")],
         # A signing-secret rotation: the subscription written over the version read, its new
-        # secret kept under the prefix, the one it retires deleted.
+        # secret kept under the prefix, the one it retires deleted (signing secrets only).
         "dynamodb:PutItem": [getatt("SubscriptionsTable")],
-        "secretsmanager:CreateSecret": [SECRETS_UNDER_PREFIX],
-        "secretsmanager:PutSecretValue": [SECRETS_UNDER_PREFIX],
-        "secretsmanager:DeleteSecret": [SECRETS_UNDER_PREFIX],
+        "secretsmanager:CreateSecret": [SIGNING_SECRETS],
+        "secretsmanager:PutSecretValue": [SIGNING_SECRETS],
+        "secretsmanager:DeleteSecret": [SIGNING_SECRETS],
         "dynamodb:BatchGetItem": [getatt("DeliveryStateTable")],
         "s3:ListBucket": [getatt("JournalBucket"), getatt("DeadLetterBucket")],
         "s3:GetObject": [{"Fn::Sub": "${JournalBucket.Arn}/journal/*"}, {"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],

@@ -743,6 +743,8 @@ pub struct MemorySecretStore {
     secrets: Mutex<HashMap<String, String>>,
     reads: AtomicUsize,
     pub outage: Outage,
+    /// While on, deletes fail (and only they).
+    pub deletes_down: Outage,
 }
 
 impl MemorySecretStore {
@@ -783,6 +785,9 @@ impl SecretStore for MemorySecretStore {
     }
 
     async fn delete(&self, id: &str) -> Result<(), SecretError> {
+        self.deletes_down
+            .check("in-memory secret store's deletes")
+            .map_err(SecretError::Unavailable)?;
         lock(&self.secrets).remove(id);
         Ok(())
     }

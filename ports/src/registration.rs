@@ -436,9 +436,15 @@ pub async fn rotate_signing_secret(
         keys.secrets.delete(&id).await?;
         return Err(missing().into());
     };
+    // Written: the new secret signs from now on, so the rotation has happened and its caller
+    // must be told (and shown the secret). A retired secret that cannot be deleted now is
+    // left, and said in the log.
     let kept = secret_ids(&sub);
     for dropped in before.iter().filter(|id| !kept.contains(&id.as_str())) {
-        keys.secrets.delete(dropped).await?;
+        if let Err(e) = keys.secrets.delete(dropped).await {
+            tracing::warn!(error = %e, secret = %dropped,
+                "a retired signing secret could not be deleted; it is left");
+        }
     }
     Ok(*sub)
 }
@@ -711,6 +717,58 @@ mod tests {
             assert!(registry.delete("orders", "signed").await.unwrap());
             assert!(secrets.get(&second.secret_id).await.is_err());
             assert!(secrets.get(&third.secret_id).await.is_err());
+        });
+    }
+
+    /// #36: a rotation whose record is written has happened, even when the secret it retires
+    /// cannot be deleted: its caller gets the record (and shows the new secret), and the old
+    /// secret is left.
+    #[test]
+    fn a_rotation_written_succeeds_when_the_retired_secret_cannot_be_deleted() {
+        let t0 = chrono::Utc::now();
+        let f = Fixture::new(t0);
+        let (store, secrets, registry) = (&f.store, &f.secrets, f.registry());
+        futures::executor::block_on(async {
+            store
+                .create_topic(&Topic::with_new_keys("orders", t0))
+                .await
+                .unwrap();
+            let request = SubscriptionRequest {
+                topic: "orders".into(),
+                name: "signed".into(),
+                endpoint: "https://example.com/in".into(),
+                signing_secret: Some(SigningSecret::generate()),
+                ..SubscriptionRequest::default()
+            };
+            let first = registry
+                .register(&request, t0)
+                .await
+                .unwrap()
+                .signing
+                .unwrap();
+            let next = SigningSecret::generate();
+            let rotate = |ms| {
+                registry.rotate_signing_secret(
+                    "orders",
+                    "signed",
+                    &next,
+                    std::time::Duration::ZERO,
+                    t0 + chrono::Duration::milliseconds(ms),
+                )
+            };
+            rotate(1).await.unwrap();
+            secrets.deletes_down.set(true);
+            let third = rotate(2).await.expect("written, so done").signing.unwrap();
+            let sub = store
+                .get_subscription("orders", "signed")
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(sub.signing.unwrap().secret_id, third.secret_id);
+            assert!(
+                secrets.get(&first.secret_id).await.is_ok(),
+                "left, not lost"
+            );
         });
     }
 }

@@ -131,23 +131,26 @@ pub fn test_event(
     serde_json::value::to_raw_value(&event).expect("a JSON tree serializes")
 }
 
-/// What a link lets its holder see: one subscription, until a time.
+/// What a link lets its holder see and do: one subscription, until a time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortalGrant {
     #[serde(rename = "t")]
     pub topic: String,
     #[serde(rename = "s")]
     pub subscription: String,
+    /// The subscription's id: a subscription deleted and made again under the same name is
+    /// another one, which a link to the first does not open.
+    #[serde(rename = "i")]
+    pub subscription_id: String,
     #[serde(rename = "e", with = "chrono::serde::ts_seconds")]
     pub expires_at: DateTime<Utc>,
 }
 
 impl PortalGrant {
-    /// A grant of `subscription` of `topic` for `lifetime` from `now` (whole seconds), which must
-    /// be within [`MIN_LINK_LIFETIME`] and [`MAX_LINK_LIFETIME`]; `field` names it in the error.
+    /// A grant of `sub` for `lifetime` from `now` (whole seconds), which must be within
+    /// [`MIN_LINK_LIFETIME`] and [`MAX_LINK_LIFETIME`]; `field` names it in the error.
     pub fn new(
-        topic: &str,
-        subscription: &str,
+        sub: &crate::subscription::Subscription,
         now: DateTime<Utc>,
         lifetime: chrono::TimeDelta,
         field: &str,
@@ -166,8 +169,9 @@ impl PortalGrant {
         let expires_at = DateTime::from_timestamp((now + lifetime).timestamp(), 0)
             .ok_or_else(|| LimitError::new(field, format!("{lifetime}"), "a time after now"))?;
         Ok(Self {
-            topic: topic.to_string(),
-            subscription: subscription.to_string(),
+            topic: sub.topic.clone(),
+            subscription: sub.name.clone(),
+            subscription_id: sub.id.clone(),
             expires_at,
         })
     }
@@ -181,9 +185,15 @@ impl PortalGrant {
         format!("{VERSION}.{grant}.{tag}")
     }
 
-    /// Whether it grants `subscription` of `topic`.
+    /// Whether it names `subscription` of `topic` (what a request's path is checked against).
     pub fn covers(&self, topic: &str, subscription: &str) -> bool {
         self.topic == topic && self.subscription == subscription
+    }
+
+    /// Whether it grants `sub` itself: its names and its id (not another subscription made
+    /// since under the same names).
+    pub fn is_for(&self, sub: &crate::subscription::Subscription) -> bool {
+        self.covers(&sub.topic, &sub.name) && self.subscription_id == sub.id
     }
 }
 
@@ -278,15 +288,36 @@ mod tests {
         DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
     }
 
+    fn subscription(topic: &str, name: &str) -> crate::subscription::Subscription {
+        crate::subscription::SubscriptionRequest {
+            topic: topic.into(),
+            name: name.into(),
+            endpoint: "https://example.com/hook".into(),
+            ..Default::default()
+        }
+        .validate(Default::default(), now())
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn grant() -> PortalGrant {
         PortalGrant::new(
-            "orders",
-            "billing",
+            &subscription("orders", "billing"),
             now(),
             chrono::TimeDelta::hours(24),
             "f",
         )
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_grant_is_for_its_subscription_not_another_made_under_its_names() {
+        let sub = subscription("orders", "billing");
+        let g = PortalGrant::new(&sub, now(), chrono::TimeDelta::hours(1), "f")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(g.is_for(&sub));
+        let again = subscription("orders", "billing");
+        assert_ne!(again.id, sub.id);
+        assert!(g.covers("orders", "billing") && !g.is_for(&again));
     }
 
     #[test]
@@ -397,7 +428,12 @@ mod tests {
             assert!(e.value.contains(text), "{e}");
             assert!(e.allowed.contains("5 minutes to 30 days"), "{e}");
         }
-        let e = PortalGrant::new("t", "s", now(), chrono::TimeDelta::days(31), "--expires-in");
+        let e = PortalGrant::new(
+            &subscription("orders", "billing"),
+            now(),
+            chrono::TimeDelta::days(31),
+            "--expires-in",
+        );
         assert!(e.is_err());
     }
 
@@ -410,9 +446,14 @@ mod tests {
             !key('b').form_token_matches(&token, &form),
             "another key (a rotation)"
         );
-        let other = PortalGrant::new("orders", "audit", now(), chrono::TimeDelta::hours(1), "f")
-            .unwrap_or_else(|e| panic!("{e}"))
-            .token(&k);
+        let other = PortalGrant::new(
+            &subscription("orders", "audit"),
+            now(),
+            chrono::TimeDelta::hours(1),
+            "f",
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .token(&k);
         assert!(!k.form_token_matches(&other, &form), "another link's pass");
         // The link's own tag is made in another context: it is no form token.
         let tag = token.rsplit('.').next().unwrap_or_default();

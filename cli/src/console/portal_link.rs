@@ -7,7 +7,6 @@ use std::sync::Arc;
 use axum::extract::{Path, RawForm, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use gridrelay_shared::journal::format_time;
 use gridrelay_shared::portal::{PortalGrant, parse_link_lifetime};
 use gridrelay_shared::subscription::Subscription;
@@ -42,10 +41,8 @@ pub(super) async fn make(
     };
     let title = "Portal link";
     let text = expires_in.unwrap_or_else(|| DEFAULT_EXPIRES_IN.to_string());
-    let grant = parse_link_lifetime(&text, "expires_in")
-        .and_then(|life| PortalGrant::new(&topic, &name, Utc::now(), life, "expires_in"));
-    let grant = match grant {
-        Ok(grant) => grant,
+    let lifetime = match parse_link_lifetime(&text, "expires_in") {
+        Ok(lifetime) => lifetime,
         Err(e) => {
             return (
                 StatusCode::BAD_REQUEST,
@@ -54,8 +51,8 @@ pub(super) async fn make(
                 .into_response();
         }
     };
-    match console.sources.portal_link(&grant).await {
-        Ok(url) => made(&sub, &grant, &url).into_response(),
+    match console.sources.portal_link(&sub, lifetime).await {
+        Ok((url, grant)) => made(&sub, &grant, &url).into_response(),
         Err(e) => super::failed(StatusCode::BAD_GATEWAY, title, &e),
     }
 }

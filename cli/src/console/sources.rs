@@ -378,11 +378,13 @@ impl Sources {
         self.portal.is_some()
     }
 
-    /// `event-subscription portal-link` for `grant`: the signed link.
+    /// `event-subscription portal-link` for `sub` and `lifetime` (checked already): the signed
+    /// link and its grant.
     pub(in crate::console) async fn portal_link(
         &self,
-        grant: &gridrelay_shared::portal::PortalGrant,
-    ) -> anyhow::Result<String> {
+        sub: &Subscription,
+        lifetime: chrono::TimeDelta,
+    ) -> anyhow::Result<(String, gridrelay_shared::portal::PortalGrant)> {
         let places = self.portal.as_ref().context(
             "the portal key's secret is not known: give --portal-key-secret (or set \
              GRIDRELAY_PORTAL_KEY_SECRET) to the stack's PortalKeySecret output",
@@ -390,9 +392,9 @@ impl Sources {
         crate::portal::signed_link(
             &self.sdk,
             &self.store,
-            &places.publish_url,
-            &places.key_secret,
-            grant,
+            (&places.publish_url, &places.key_secret),
+            (&sub.topic, &sub.name),
+            lifetime,
         )
         .await
     }

@@ -744,6 +744,14 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
     let expired = gridrelay_shared::portal::PortalGrant {
         topic: "consoled".into(),
         subscription: "audit".into(),
+        subscription_id: sys
+            .system
+            .store
+            .get_subscription("consoled", "audit")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
         expires_at: chrono::Utc::now() - chrono::TimeDelta::minutes(1),
     }
     .token(&key);

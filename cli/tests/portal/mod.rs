@@ -127,8 +127,9 @@ pub(crate) fn link(sys: &TestSystem, name: &str, expires_in: &str) -> String {
 /// nothing of another subscription or of the stack (no bucket, no secret). Refused with 403:
 /// the link on another subscription's path, its cookie sent there, a grant altered to another
 /// subscription under the original signature, an expired link signed with the real key, no
-/// link at all, and every link once the portal key is rotated. A link's life outside 5
-/// minutes to 30 days is refused when it is made, naming the flag.
+/// link at all, every link once the portal key is rotated, and a link to a subscription deleted
+/// and made again under the same names. A link's life outside 5 minutes to 30 days is refused
+/// when it is made, naming the flag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_revoked() {
     // The portal key is read at each request, so a rotation shows at once.
@@ -235,6 +236,14 @@ async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_re
     let expired = PortalGrant {
         topic: "consoled".into(),
         subscription: "audit".into(),
+        subscription_id: sys
+            .system
+            .store
+            .get_subscription("consoled", "audit")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
         expires_at: chrono::Utc::now() - chrono::TimeDelta::minutes(1),
     }
     .token(&key);
@@ -272,6 +281,41 @@ async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_re
         visitor.get(&fresh, None).await.status(),
         StatusCode::SEE_OTHER
     );
+
+    // A link is for the subscription it was made for: ledger deleted and made again under
+    // the same names is another subscription, which the old link does not open.
+    let ledger_link = link(&sys, "ledger", "1h");
+    let ledger_cookie = visitor.get(&ledger_link, None).await.headers()[SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        visitor.get(ledger, Some(&ledger_cookie)).await.status(),
+        StatusCode::OK
+    );
+    let deleted = gridrelay(
+        &[
+            "event-subscription",
+            "delete",
+            "--topic-name",
+            "consoled",
+            "--name",
+            "ledger",
+        ],
+        Some(&sys.names),
+    );
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    let again = gridrelay_e2e::Subscriber::start(vec![], gridrelay_e2e::Reply::Status(200)).await;
+    sys.subscribe(gridrelay_e2e::subscription(
+        "consoled", "ledger", &again.url,
+    ))
+    .await;
+    let (status, page) = visitor.page(ledger, Some(&ledger_cookie)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    assert!(page.contains("cannot be used here"), "{page}");
     sys.shutdown().await;
 }
 

@@ -20,10 +20,11 @@ use std::sync::Arc;
 use axum::extract::{Path, RawForm, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, TimeDelta, Utc};
 use gridrelay_ports::fan_out::send_to_subscription;
 use gridrelay_ports::redrive::{DeadLetterSelection, DeadLetteredEvent, redrive_subscription};
 use gridrelay_ports::registration::{SigningKeys, rotate_signing_secret};
-use gridrelay_shared::dead_letter::subscription_folder;
+use gridrelay_shared::dead_letter::{object_hour, subscription_folder};
 use gridrelay_shared::portal::test_event as portal_test_event;
 use gridrelay_shared::signing::{SigningSecret, grace_of_text};
 use gridrelay_shared::subscription::Subscription;
@@ -96,7 +97,7 @@ async fn change_admitted(
     if !token_ok || !from_this_site(headers) {
         return Err(refused(&Refusal::Form));
     }
-    let sub = read_subscription(portal, (topic, name)).await?;
+    let sub = read_subscription(portal, &admitted.grant).await?;
     Ok((form, sub))
 }
 
@@ -167,9 +168,13 @@ pub(crate) async fn send_again(
         let why = "No dead-lettered event was picked: tick those to send again.";
         return (StatusCode::BAD_REQUEST, page::failed("Nothing sent", why)).into_response();
     }
+    // Only the objects of the picked records' hours are read, however many the folder holds.
+    let hours: Vec<DateTime<Utc>> = form.picks.iter().filter_map(|v| pick_hour(v)).collect();
     let selection = DeadLetterSelection {
         topic: sub.topic.clone(),
         subscription: Some(sub.name.clone()),
+        since: hours.iter().min().copied(),
+        until: hours.iter().max().map(|h| *h + TimeDelta::hours(1)),
         records,
         ..DeadLetterSelection::default()
     };
@@ -188,8 +193,8 @@ pub(crate) async fn send_again(
                 StatusCode::CONFLICT,
                 page::failed(
                     "Nothing sent",
-                    "Dead-lettered events cannot be sent again while this subscription does \
-                     not receive events (its state is on its page).",
+                    "Dead-lettered events cannot be sent again now: the subscription does not \
+                     receive events (its state is on its page), or they cannot be read.",
                 ),
             )
                 .into_response()
@@ -275,6 +280,13 @@ fn parse_pick(sub: &Subscription, value: &str) -> Option<(String, String)> {
     Some((format!("{}{rest}", folder_location(sub)?), id.into_owned()))
 }
 
+/// The hour of the object a [`pick_value`] names (its key under the folder begins
+/// `YYYY/MM/DD/HH/`).
+fn pick_hour(value: &str) -> Option<DateTime<Utc>> {
+    let (_, rest) = value.split_once(' ')?;
+    object_hour("", rest)
+}
+
 /// `s3://bucket/<folder>` of the subscription's dead-letter objects.
 fn folder_location(sub: &Subscription) -> Option<String> {
     let destination = sub.dead_letter_destination.as_ref()?;
@@ -358,5 +370,10 @@ mod tests {
             Some((location, "id 1/ü".to_string()))
         );
         assert_eq!(parse_pick(&sub, "no-space"), None);
+        assert_eq!(
+            pick_hour(&value).map(|h| h.to_rfc3339()),
+            Some("2026-11-28T08:00:00+00:00".to_string())
+        );
+        assert_eq!(pick_hour("id not/an/hour.json"), None);
     }
 }

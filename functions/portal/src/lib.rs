@@ -251,13 +251,17 @@ pub(crate) fn admit_by_cookie(
     Err(refusal)
 }
 
-/// The subscription `(topic, name)`; if it is gone or cannot be read, the answer to give.
+/// The subscription `grant` is for; if it is gone, another one has its names now, or it
+/// cannot be read, the answer to give.
 pub(crate) async fn read_subscription(
     portal: &Portal,
-    (topic, name): (&str, &str),
+    grant: &PortalGrant,
 ) -> Result<Subscription, Response> {
+    let (topic, name) = (&grant.topic, &grant.subscription);
     match portal.store.get_subscription(topic, name).await {
-        Ok(Some(sub)) => Ok(sub),
+        Ok(Some(sub)) if grant.is_for(&sub) => Ok(sub),
+        // Deleted, and made again under the same names since the link was made: not its.
+        Ok(Some(_)) => Err(refused(&Refusal::OtherSubscription)),
         Ok(None) => Err((
             StatusCode::NOT_FOUND,
             page::failed(
@@ -300,7 +304,7 @@ async fn subscription(
             return (StatusCode::BAD_REQUEST, page::failed("Not a filter", &why)).into_response();
         }
     };
-    let sub = match read_subscription(&portal, (&topic, &name)).await {
+    let sub = match read_subscription(&portal, &admitted.grant).await {
         Ok(sub) => sub,
         Err(response) => return response,
     };
@@ -463,8 +467,16 @@ mod tests {
     #[test]
     fn a_token_is_admitted_for_its_own_subscription_only() {
         let now = Utc::now();
-        let grant = PortalGrant::new("orders", "billing", now, TimeDelta::hours(1), "f")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let sub = gridrelay_shared::subscription::SubscriptionRequest {
+            topic: "orders".into(),
+            name: "billing".into(),
+            endpoint: "https://example.com/hook".into(),
+            ..Default::default()
+        }
+        .validate(Default::default(), now)
+        .unwrap_or_else(|e| panic!("{e}"));
+        let grant =
+            PortalGrant::new(&sub, now, TimeDelta::hours(1), "f").unwrap_or_else(|e| panic!("{e}"));
         let token = grant.token(&key());
         assert_eq!(admit(&token, &key(), ("orders", "billing"), now), Ok(grant));
         assert_eq!(

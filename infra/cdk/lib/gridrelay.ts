@@ -411,7 +411,15 @@ export class Gridrelay extends Construct {
     // A signing-secret rotation: the subscription written over the version read, its new
     // secret kept under the prefix, the one it retires deleted.
     allow(this.portal, ['dynamodb:PutItem'], [this.subscriptionsTable.tableArn]);
-    allow(this.portal, ['secretsmanager:CreateSecret', 'secretsmanager:PutSecretValue', 'secretsmanager:DeleteSecret'], [secretsUnderPrefix]);
+    // Signing secrets only (PREFIX/TOPIC/SUBSCRIPTION/signing/...), not delivery headers'.
+    allow(this.portal, ['secretsmanager:CreateSecret', 'secretsmanager:PutSecretValue', 'secretsmanager:DeleteSecret'], [
+      Stack.of(this).formatArn({
+        service: 'secretsmanager',
+        resource: 'secret',
+        resourceName: `${secretPrefix}/*/signing/*`,
+        arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+      }),
+    ]);
     allow(this.portal, ['dynamodb:BatchGetItem'], [this.deliveryStateTable.tableArn]);
     this.portal.addToRolePolicy(new iam.PolicyStatement({
       actions: ['s3:ListBucket'],

@@ -376,7 +376,7 @@ test('#34 item 2: each function reads the generated queue key, and only that sec
   template.hasResourceProperties('AWS::Lambda::Function', {
     Environment: { Variables: Match.objectLike({ GRIDRELAY_QUEUE_KEY_SECRET: key }) },
   });
-  // Every function is told of it (the portal too: one environment), but the portal may not read it.
+  // Every function is told of it (the portal too: one environment).
   assert.equal(Object.keys(template.findResources('AWS::Lambda::Function', {
     Properties: { Environment: { Variables: { GRIDRELAY_QUEUE_KEY_SECRET: key } } },
   })).length, 4);
@@ -488,7 +488,7 @@ test('#36: the portal answers its five routes of the publish API and touches onl
   const deadLetters = { 'Fn::GetAtt': [ref(construct.deadLetterBucket), 'Arn'] };
   const deadLetterObjects = { 'Fn::Join': ['', [deadLetters, '/*']] };
   const secrets = JSON.stringify(g.get('secretsmanager:CreateSecret'));
-  assert.ok(secrets.includes(':secret:gridrelay/*'), `a rotation's secrets only under the prefix: ${secrets}`);
+  assert.ok(secrets.includes(':secret:gridrelay/*/signing/*'), `a rotation's secrets: signing secrets only: ${secrets}`);
   const underPrefix = g.get('secretsmanager:CreateSecret');
   assert.deepEqual(Object.fromEntries(g), {
     'dynamodb:GetItem': [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }],

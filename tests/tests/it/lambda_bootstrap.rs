@@ -350,18 +350,12 @@ async fn portal_bootstrap_serves_a_subscriptions_page_behind_api_gateway() {
     let key = gridrelay_adapters::aws::portal_key(&s.sdk, &names.portal_key_secret)
         .await
         .expect("the portal key");
-    let link = |subscription: &str| {
-        PortalGrant::new(
-            "boot",
-            subscription,
-            Utc::now(),
-            chrono::TimeDelta::hours(1),
-            "--expires-in",
-        )
-        .expect("a grant")
-        .token(&key)
+    let link = |sub: &Subscription| {
+        PortalGrant::new(sub, Utc::now(), chrono::TimeDelta::hours(1), "--expires-in")
+            .expect("a grant")
+            .token(&key)
     };
-    let token = link("sub-1");
+    let token = link(&sub);
     let first = portal
         .invoke(get_event(
             "/portal/boot/sub-1",
@@ -426,7 +420,14 @@ async fn portal_bootstrap_serves_a_subscriptions_page_behind_api_gateway() {
     let other = portal
         .invoke(get_event(
             "/portal/boot/sub-1",
-            &format!("token={}", link("sub-2")),
+            &format!(
+                "token={}",
+                link(
+                    &subscription("boot", "sub-2", &subscriber.url)
+                        .validate(Default::default(), Utc::now())
+                        .expect("valid")
+                )
+            ),
             &[],
         ))
         .await;
