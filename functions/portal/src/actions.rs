@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, RawForm, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, RawForm, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -101,18 +101,36 @@ async fn change_admitted(
     Ok((form, sub))
 }
 
+/// A form of a page, let in ([`change_admitted`]): its fields, and the subscription it acts on.
+/// What each form's handler takes; a request not let in is answered by the refusal.
+pub(crate) struct Change {
+    form: Form,
+    sub: Subscription,
+}
+
+impl FromRequest<Arc<Portal>> for Change {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, portal: &Arc<Portal>) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let Path((topic, name)) = Path::<(String, String)>::from_request_parts(&mut parts, portal)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let headers = parts.headers.clone();
+        let RawForm(body) = RawForm::from_request(Request::from_parts(parts, body), portal)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let (form, sub) = change_admitted(portal, (&topic, &name), &headers, &body).await?;
+        Ok(Self { form, sub })
+    }
+}
+
 /// `POST /portal/{topic}/{name}/test-event`: one test event to the subscription's endpoint,
 /// delivered (and retried, journaled, dead-lettered) as any other.
 pub(crate) async fn test_event(
     State(portal): State<Arc<Portal>>,
-    Path((topic, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    RawForm(body): RawForm,
+    Change { sub, .. }: Change,
 ) -> Response {
-    let (_, sub) = match change_admitted(&portal, (&topic, &name), &headers, &body).await {
-        Ok(admitted) => admitted,
-        Err(response) => return response,
-    };
     let now = portal.clock.now();
     if !sub.receives(now) {
         return (
@@ -129,11 +147,11 @@ pub(crate) async fn test_event(
     let event = portal_test_event(&sub.topic, &sub.name, &id, now);
     match send_to_subscription(portal.delivery_queue.as_ref(), &sub, &event, now).await {
         Ok(()) => {
-            tracing::info!(%topic, %name, %id, "a test event was sent from the portal");
+            tracing::info!(topic = %sub.topic, name = %sub.name, %id, "a test event was sent from the portal");
             page::test_event_sent(&sub, &id).into_response()
         }
         Err(e) => {
-            tracing::error!(error = %e, %topic, %name, "the portal could not send a test event");
+            tracing::error!(error = %e, topic = %sub.topic, name = %sub.name, "the portal could not send a test event");
             crate::unavailable()
         }
     }
@@ -144,14 +162,8 @@ pub(crate) async fn test_event(
 /// dead-letter objects: only records still there, of this subscription, are sent.
 pub(crate) async fn send_again(
     State(portal): State<Arc<Portal>>,
-    Path((topic, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    RawForm(body): RawForm,
+    Change { form, sub }: Change,
 ) -> Response {
-    let (form, sub) = match change_admitted(&portal, (&topic, &name), &headers, &body).await {
-        Ok(admitted) => admitted,
-        Err(response) => return response,
-    };
     if form.picks.len() > MAX_PICKED {
         let why = format!(
             "pick: {} events were picked; at most {MAX_PICKED} are sent again at once",
@@ -182,12 +194,12 @@ pub(crate) async fn send_again(
     let queue = portal.delivery_queue.as_ref();
     match redrive_subscription(portal.objects.as_ref(), queue, &sub, &selection, false, now).await {
         Ok(done) if done.skipped.is_none() => {
-            tracing::info!(%topic, %name, events = done.events.len(),
+            tracing::info!(topic = %sub.topic, name = %sub.name, events = done.events.len(),
                 "dead-lettered events were sent again from the portal");
             page::sent_again(&sub, &done.events).into_response()
         }
         Ok(done) => {
-            tracing::warn!(why = ?done.skipped, %topic, %name,
+            tracing::warn!(why = ?done.skipped, topic = %sub.topic, name = %sub.name,
                 "the portal sent no dead-lettered event again");
             (
                 StatusCode::CONFLICT,
@@ -200,7 +212,7 @@ pub(crate) async fn send_again(
                 .into_response()
         }
         Err(e) => {
-            tracing::error!(error = %e, %topic, %name,
+            tracing::error!(error = %e, topic = %sub.topic, name = %sub.name,
                 "the portal could not send dead-lettered events again");
             crate::unavailable()
         }
@@ -214,14 +226,8 @@ pub(crate) async fn send_again(
 /// portal keeps it nowhere.
 pub(crate) async fn signing_secret(
     State(portal): State<Arc<Portal>>,
-    Path((topic, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    RawForm(body): RawForm,
+    Change { form, sub }: Change,
 ) -> Response {
-    let (form, sub) = match change_admitted(&portal, (&topic, &name), &headers, &body).await {
-        Ok(admitted) => admitted,
-        Err(response) => return response,
-    };
     let text = form
         .grace_period_hours
         .clone()
@@ -244,13 +250,13 @@ pub(crate) async fn signing_secret(
         secret_prefix: &portal.secret_prefix,
     };
     let now = portal.clock.now();
-    match rotate_signing_secret(&keys, (&topic, &name), &secret, grace, now).await {
+    match rotate_signing_secret(&keys, (&sub.topic, &sub.name), &secret, grace, now).await {
         Ok(sub) => {
-            tracing::info!(%topic, %name, hours, "a signing secret was rotated from the portal");
+            tracing::info!(topic = %sub.topic, name = %sub.name, hours, "a signing secret was rotated from the portal");
             page::rotated(&sub, hours, &secret).into_response()
         }
         Err(e) => {
-            tracing::error!(error = %e, %topic, %name,
+            tracing::error!(error = %e, topic = %sub.topic, name = %sub.name,
                 "the portal could not rotate a signing secret");
             crate::unavailable()
         }
