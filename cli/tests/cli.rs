@@ -1913,17 +1913,27 @@ async fn a_replay_sends_its_window_again_paced_and_survives_a_kill() {
     .await;
     assert_eq!(done["eventsSent"], 25, "{done}");
 
-    let replayed: Vec<String> = sub
-        .received()
-        .iter()
-        .filter(|r| r.header("gridrelay-replay") == Some("night"))
-        .flat_map(|r| r.ids())
-        .collect();
+    // Completed means all 25 are on the delivery queue; their delivery follows.
+    let replayed_ids = || -> Vec<String> {
+        sub.received()
+            .iter()
+            .filter(|r| r.header("gridrelay-replay") == Some("night"))
+            .flat_map(|r| r.ids())
+            .collect()
+    };
+    let mut window_ids: Vec<String> = (0..25).map(|i| format!("w-{i}")).collect();
+    window_ids.sort();
+    gridrelay_e2e::eventually(Duration::from_secs(60), "the window delivered", || async {
+        let mut once = replayed_ids();
+        once.sort();
+        once.dedup();
+        (once.len() >= window_ids.len()).then_some(())
+    })
+    .await;
+    let replayed = replayed_ids();
     let mut once: Vec<String> = replayed.clone();
     once.sort();
     once.dedup();
-    let mut window_ids: Vec<String> = (0..25).map(|i| format!("w-{i}")).collect();
-    window_ids.sort();
     assert_eq!(once, window_ids, "exactly the window's events");
     eprintln!(
         "replay: {} deliveries of 25 events ({} redelivered after the kill)",
