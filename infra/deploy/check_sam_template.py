@@ -95,10 +95,12 @@ EXPECTED = {
     },
     # #36: one subscription's page: it, its endpoint's and host's health (one BatchGetItem),
     # the journal (listed under journal/ only: checked below) and its key; test events and
-    # dead-lettered events sent again into the delivery queue (sealed), from the dead-letter
-    # bucket's objects, rewritten or deleted as their events leave.
+    # events sent again into the delivery queue (sealed): dead-lettered ones from the
+    # dead-letter bucket's objects, rewritten or deleted as their events leave; dropped ones
+    # from the topic's archive (archive/, listed under it only).
     "PortalFunction": {
-        "dynamodb:GetItem": [getatt("SubscriptionsTable")],
+        # The subscription, and its topic (whether it keeps an archive).
+        "dynamodb:GetItem": [getatt("SubscriptionsTable"), getatt("TopicsTable")],
         # A signing-secret rotation: the subscription written over the version read, its new
         # secret kept under the prefix, the one it retires deleted (signing secrets only).
         "dynamodb:PutItem": [getatt("SubscriptionsTable")],
@@ -107,7 +109,12 @@ EXPECTED = {
         "secretsmanager:DeleteSecret": [SIGNING_SECRETS],
         "dynamodb:BatchGetItem": [getatt("DeliveryStateTable")],
         "s3:ListBucket": [getatt("JournalBucket"), getatt("DeadLetterBucket")],
-        "s3:GetObject": [{"Fn::Sub": "${JournalBucket.Arn}/journal/*"}, {"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],
+        # The journal, and the topics' archives (dropped events sent again).
+        "s3:GetObject": [
+            {"Fn::Sub": "${JournalBucket.Arn}/journal/*"},
+            {"Fn::Sub": "${JournalBucket.Arn}/archive/*"},
+            {"Fn::Sub": "${DeadLetterBucket.Arn}/*"},
+        ],
         "s3:PutObject": [{"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],
         "s3:DeleteObject": [{"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],
         "secretsmanager:GetSecretValue": [PORTAL_KEY, QUEUE_KEY],
@@ -299,8 +306,8 @@ def replay_problems(resources):
     return problems
 
 
-def listing_problems(resources, function, prefix):
-    """`function` may list the journal's bucket under `prefix` only."""
+def listing_problems(resources, function, *prefixes):
+    """`function` may list the journal's bucket under `prefixes` only."""
     # After the transform, the function's policies are its role's.
     statements = [
         s
@@ -309,9 +316,10 @@ def listing_problems(resources, function, prefix):
         if isinstance(s, dict)
     ]
     lists = [s for s in statements if s.get("Action") == "s3:ListBucket" and s.get("Resource") == getatt("JournalBucket")]
-    condition = {"StringLike": {"s3:prefix": prefix + "*"}}
+    allowed = [prefix + "*" for prefix in prefixes]
+    condition = {"StringLike": {"s3:prefix": allowed[0] if len(allowed) == 1 else allowed}}
     if len(lists) != 1 or lists[0].get("Condition") != condition:
-        return [f"{function}: s3:ListBucket on the journal's bucket must be limited to {prefix}: {lists}"]
+        return [f"{function}: s3:ListBucket on the journal's bucket must be limited to {', '.join(prefixes)}: {lists}"]
     return []
 
 
@@ -327,7 +335,7 @@ PORTAL_ROUTES = {
 
 def portal_problems(resources, outputs):
     """#36: the portal is told of its generated key and the journal's bucket, lists that bucket
-    under journal/ only, answers its five routes of the front door (GET its pages, POST their
+    under journal/ and archive/ only, answers its five routes of the front door (GET its pages, POST their
     forms), and the stack names its key's secret and its pages' URL."""
     problems = generated_key_problems(resources, "PortalKey")
     env = resources["PortalFunction"]["Properties"].get("Environment", {}).get("Variables", {})
@@ -337,7 +345,7 @@ def portal_problems(resources, outputs):
     ]:
         if env.get(name) != value:
             problems.append(f"PortalFunction: {name} is {env.get(name)}, expected {value}")
-    problems += listing_problems(resources, "PortalFunction", "journal/")
+    problems += listing_problems(resources, "PortalFunction", "journal/", "archive/")
     paths = resources["PublishApi"]["Properties"]["Body"]["paths"]
     routed = {
         path: sorted(methods)

@@ -457,6 +457,7 @@ impl LocalSystem {
                 &names.journal_bucket,
                 JOURNAL_PREFIX,
             )),
+            archive: Arc::new(S3ArchiveSource::new(s3_client(sdk), &names.journal_bucket)),
             keys: Arc::new(SecretsManagerPortalKey::new(
                 sdk,
                 &names.portal_key_secret,

@@ -99,8 +99,34 @@ pub async fn send_to_subscription(
         reason: e.to_string(),
     })?;
     let queued = vec![QueuedEvent::new(now, form.into_owned())];
-    let messages = new_deliveries(&DeliveryHistory::new(sub), now, queued)
-        .map_err(|e| FanOutError::Encode(e.to_string()))?;
+    send_deliveries(queue, &DeliveryHistory::new(sub), queued, now).await
+}
+
+/// #36: `events`, already in `sub`'s delivery form, for it alone, sent again from `from`
+/// (journaled with their first attempt as a redrive from there).
+pub async fn send_again_to_subscription(
+    queue: &dyn MessageQueue,
+    sub: &Subscription,
+    events: Vec<QueuedEvent>,
+    from: &str,
+    now: DateTime<Utc>,
+) -> Result<(), FanOutError> {
+    let history = DeliveryHistory {
+        redriven_from: Some(from.to_string()),
+        ..DeliveryHistory::new(sub)
+    };
+    send_deliveries(queue, &history, events, now).await
+}
+
+/// `events` with `history`, packed and sent to the delivery queue.
+async fn send_deliveries(
+    queue: &dyn MessageQueue,
+    history: &DeliveryHistory,
+    events: Vec<QueuedEvent>,
+    now: DateTime<Utc>,
+) -> Result<(), FanOutError> {
+    let messages =
+        new_deliveries(history, now, events).map_err(|e| FanOutError::Encode(e.to_string()))?;
     let mut sent = Sent::default();
     sent.add(send_messages(queue, messages).await);
     sent.result()

@@ -20,6 +20,7 @@ pub mod memory;
 pub mod redrive;
 pub mod registration;
 pub mod secret_headers;
+pub mod send_again;
 mod update;
 
 pub use update::{Update, update_endpoint_health, update_subscription};

@@ -278,6 +278,45 @@ pub fn events_in_window(
     chosen
 }
 
+/// #36: the windows to read for events published in `spans` (each `(from, to)`, `to`
+/// included), within a topic's retention (`retention_days` back from `now`; none without
+/// one) and from its creation (`created_at`) on. Spans whose objects' hours meet are read as
+/// one window, so no hour is read twice; a span wholly outside is left out.
+pub fn windows_for_spans(
+    spans: impl IntoIterator<Item = (DateTime<Utc>, DateTime<Utc>)>,
+    now: DateTime<Utc>,
+    retention_days: u16,
+    created_at: DateTime<Utc>,
+) -> Vec<TimeWindow> {
+    if retention_days == 0 {
+        return Vec::new();
+    }
+    let earliest = (now - Duration::days(i64::from(retention_days))).max(created_at);
+    let mut windows: Vec<TimeWindow> = spans
+        .into_iter()
+        .filter_map(|(from, to)| {
+            let end = to.min(now) + Duration::milliseconds(1);
+            TimeWindow::new(from.max(earliest), end, "to").ok()
+        })
+        .collect();
+    windows.sort_by_key(|w| w.start);
+    // The hour an instant's objects are listed under.
+    let hour = |at: DateTime<Utc>| {
+        use chrono::DurationRound;
+        at.duration_trunc(Duration::hours(1)).unwrap_or(at)
+    };
+    let mut merged: Vec<TimeWindow> = Vec::with_capacity(windows.len());
+    for window in windows {
+        match merged.last_mut() {
+            Some(last) if hour(window.hours().0) <= hour(last.hours().1) => {
+                last.end = last.end.max(window.end)
+            }
+            _ => merged.push(window),
+        }
+    }
+    merged
+}
+
 /// What a replay's step took from one archive object ([`take_events`]).
 #[derive(Debug, Default)]
 pub struct Taken {
@@ -335,6 +374,40 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+
+    /// #36: the windows a send again reads: one per group of spans whose hours meet, within
+    /// the retention and from the topic's creation; none without a retention.
+    #[test]
+    fn spans_are_read_as_few_windows_within_the_retention() {
+        let t = |h: u32, m: u32| Utc.with_ymd_and_hms(2026, 11, 28, h, m, 0).unwrap();
+        let ms = Duration::milliseconds(1);
+        let now = t(12, 0);
+        let created = t(1, 0);
+        let spans = [
+            (t(10, 0), t(10, 0)),
+            (t(10, 20), t(10, 20)),
+            (t(3, 30), t(4, 0)),
+            (t(0, 0), t(0, 30)),
+            (t(0, 30), t(2, 0)),
+            (t(11, 0), t(13, 0)),
+        ];
+        let windows = windows_for_spans(spans, now, 1, created);
+        let got: Vec<_> = windows.iter().map(|w| (w.start, w.end)).collect();
+        assert_eq!(
+            got,
+            vec![
+                // From the creation; the span before it is left out.
+                (t(1, 0), t(2, 0) + ms),
+                // Its hours (2 h) and the next span's (3 h) do not meet.
+                (t(3, 30), t(4, 0) + ms),
+                // 10:00 and 10:20 share their hours; 11:00 to now meets them too.
+                (t(10, 0), now + ms),
+            ]
+        );
+        let two_days = windows_for_spans([(t(0, 0), t(0, 0))], now + Duration::days(2), 1, created);
+        assert!(two_days.is_empty(), "past the retention: {two_days:?}");
+        assert!(windows_for_spans(spans, now, 0, created).is_empty());
+    }
 
     /// A topic's retention may reach the installation's archive expiry, not past it; the
     /// refusal names the field, the value and the range.

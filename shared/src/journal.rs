@@ -74,7 +74,8 @@ pub enum Step {
         /// replay's delivery, with numbers from 1 again.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         replay: Option<String>,
-        /// Where a redrive took it back from (#35; a dead-letter object, `s3://bucket/key`):
+        /// Where a redrive took it back from (#35; a dead-letter object, `s3://bucket/key`;
+        /// or, #36, `the topic's archive`: a dropped event the portal sent again):
         /// the attempts after this entry are the redriven delivery's, with numbers from 1
         /// again, and the entry's time is the redrive's.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -466,6 +467,93 @@ pub fn latest_attempts<'a>(
     attempts
 }
 
+/// #36: an event whose latest delivery to a subscription ended without it, kept nowhere: given
+/// up with no dead-letter destination (L1), its dead-letter location unavailable for four
+/// hours (L5), or dropped when it came due. What the portal sends again from the topic's
+/// archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DroppedEvent {
+    pub id: String,
+    /// Why, as the journal says it.
+    pub reason: String,
+    pub dropped_at: DateTime<Utc>,
+    /// When it was published, where the entries hold its publish's fan-out.
+    pub published: Option<DateTime<Utc>>,
+    /// Its earliest entry of those read.
+    pub first_seen: DateTime<Utc>,
+    /// Its last attempt's HTTP status, where one answered with one.
+    pub last_status: Option<u16>,
+}
+
+impl DroppedEvent {
+    /// The publish times it can have, as `(from, to)` (`to` included): its own where known;
+    /// otherwise from `time_to_live` (its subscription's, which a delivery cannot outlive)
+    /// and a minute more before its first entry read, up to that entry.
+    pub fn publish_span(&self, time_to_live: chrono::Duration) -> (DateTime<Utc>, DateTime<Utc>) {
+        match self.published {
+            Some(at) => (at, at),
+            None => (
+                self.first_seen - time_to_live - chrono::Duration::minutes(1),
+                self.first_seen,
+            ),
+        }
+    }
+}
+
+/// The events of `subscription` of `topic` whose latest delivery in `entries` was dropped
+/// ([`DroppedEvent`]), the latest dropped first. An event without an id is left out: nothing
+/// could find it again.
+pub fn dropped_events<'a>(
+    entries: impl IntoIterator<Item = &'a JournalEntry>,
+    topic: &str,
+    subscription: &str,
+) -> Vec<DroppedEvent> {
+    let mut by_id: BTreeMap<&str, Vec<&JournalEntry>> = BTreeMap::new();
+    for entry in entries {
+        if entry.topic == topic && entry.subscription == subscription {
+            for id in entry.ids.iter().filter(|id| !id.is_empty()) {
+                by_id.entry(id.as_str()).or_default().push(entry);
+            }
+        }
+    }
+    let mut dropped: Vec<DroppedEvent> = by_id
+        .into_iter()
+        .filter_map(|(id, mut steps)| {
+            steps.sort_by_key(|e| (e.time, step_order(&e.step)));
+            once_each(&mut steps);
+            let latest = steps
+                .iter()
+                .rposition(|e| matches!(e.step, Step::Fanned { .. }))
+                .unwrap_or(0);
+            let Standing::Dropped { reason } = standing(&steps[latest..]) else {
+                return None;
+            };
+            let published = steps.iter().find_map(|e| match &e.step {
+                Step::Fanned {
+                    replay: None,
+                    redrive: None,
+                    ..
+                } => Some(e.time),
+                _ => None,
+            });
+            let last_status = steps.iter().rev().find_map(|e| match &e.step {
+                Step::Attempt(a) => Some(a.status),
+                _ => None,
+            });
+            Some(DroppedEvent {
+                id: id.to_string(),
+                reason,
+                dropped_at: steps.last()?.time,
+                published,
+                first_seen: steps.first()?.time,
+                last_status: last_status.flatten(),
+            })
+        })
+        .collect();
+    dropped.sort_by_key(|d| std::cmp::Reverse(d.dropped_at));
+    dropped
+}
+
 /// Keeps the first of entries written more than once (a redelivered message's invocation
 /// writes the same lines again).
 fn once_each(entries: &mut Vec<&JournalEntry>) {
@@ -592,8 +680,8 @@ fn dead_letter_ids<'a>(
 
 /// Where a subscription's copy stands after `steps` (in order): a success or a dead-letter
 /// write ends its life whatever a redelivered copy did after; otherwise the last step says.
-fn standing(steps: &[JournalEntry]) -> Standing {
-    let delivered = steps.iter().find_map(|e| match &e.step {
+fn standing<E: std::borrow::Borrow<JournalEntry>>(steps: &[E]) -> Standing {
+    let delivered = steps.iter().map(E::borrow).find_map(|e| match &e.step {
         Step::Attempt(Attempt {
             next: Next::Delivered,
             ..
@@ -604,14 +692,14 @@ fn standing(steps: &[JournalEntry]) -> Standing {
     if let Some(at) = delivered {
         return Standing::Delivered { at };
     }
-    let written = steps.iter().find_map(|e| match &e.step {
+    let written = steps.iter().map(E::borrow).find_map(|e| match &e.step {
         Step::DeadLettered { location } => Some(location.clone()),
         _ => None,
     });
     if let Some(location) = written {
         return Standing::DeadLettered { location };
     }
-    match steps.last().map(|e| &e.step) {
+    match steps.last().map(|e| &e.borrow().step) {
         None
         | Some(Step::Fanned { .. })
         | Some(Step::DeadLettered { .. })
@@ -1398,5 +1486,93 @@ mod tests {
             (second.clone(), 1)
         );
         assert_eq!(unpack_object(cut), (Vec::new(), 1));
+    }
+
+    /// #36: the events the portal offers to send again from the archive: those whose latest
+    /// delivery to the subscription was dropped (L1, L5), with their publish time where the
+    /// entries hold it; not one delivered after a send again, dead-lettered, still retrying,
+    /// nor another subscription's.
+    #[test]
+    fn dropped_events_are_those_whose_latest_delivery_was_dropped_l1() {
+        let of = |id: &str, sub: &str, time, step: Step| JournalEntry {
+            topic: "orders".into(),
+            subscription: sub.into(),
+            ids: vec![id.into()],
+            time,
+            step,
+        };
+        let fanned = |redrive: Option<&str>| Step::Fanned {
+            event_type: "t".into(),
+            subject: String::new(),
+            bytes: 10,
+            replay: None,
+            redrive: redrive.map(str::to_string),
+        };
+        let tried = |id: &str, n, time, status, next| JournalEntry {
+            ids: vec![id.into()],
+            ..attempt(n, time, status, next)
+        };
+        let drop = || Next::Drop {
+            reason: "MaxDeliveryAttemptsExceeded".into(),
+        };
+        let retry = Next::Retry { due: at(100) };
+        let d_dropped = of(
+            "d",
+            "billing",
+            at(40),
+            Step::Dropped {
+                reason: "deleted".into(),
+            },
+        );
+        let entries = vec![
+            // a: published, retried, dropped.
+            of("a", "billing", at(0), fanned(None)),
+            tried("a", 1, at(1), 503, retry.clone()),
+            tried("a", 2, at(10), 400, drop()),
+            // b: dropped, sent again and delivered.
+            of("b", "billing", at(0), fanned(None)),
+            tried("b", 1, at(2), 400, drop()),
+            of("b", "billing", at(20), fanned(Some("the topic's archive"))),
+            tried("b", 1, at(21), 200, Next::Delivered),
+            // c: dead-lettered; e: still retrying; f: another subscription's.
+            tried("c", 1, at(3), 400, Next::DeadLetter { reason: "r".into() }),
+            tried("e", 1, at(4), 503, retry),
+            of("f", "shipping", at(5), Step::Dropped { reason: "r".into() }),
+            // d: its publish not read; dropped when it came due, written twice.
+            tried("d", 1, at(30), 503, Next::Retry { due: at(40) }),
+            d_dropped.clone(),
+            d_dropped,
+            // no id: nothing could find it again.
+            tried("", 1, at(50), 400, drop()),
+        ];
+        let dropped = dropped_events(&entries, "orders", "billing");
+        assert_eq!(
+            dropped,
+            vec![
+                DroppedEvent {
+                    id: "d".into(),
+                    reason: "deleted".into(),
+                    dropped_at: at(40),
+                    published: None,
+                    first_seen: at(30),
+                    last_status: Some(503),
+                },
+                DroppedEvent {
+                    id: "a".into(),
+                    reason: "MaxDeliveryAttemptsExceeded".into(),
+                    dropped_at: at(10),
+                    published: Some(at(0)),
+                    first_seen: at(0),
+                    last_status: Some(400),
+                },
+            ]
+        );
+        let ttl = chrono::Duration::minutes(30);
+        assert_eq!(dropped[1].publish_span(ttl), (at(0), at(0)));
+        assert_eq!(
+            dropped[0].publish_span(ttl),
+            (at(30) - ttl - chrono::Duration::minutes(1), at(30))
+        );
+        assert!(dropped_events(&entries, "other", "billing").is_empty());
     }
 }

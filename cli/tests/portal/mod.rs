@@ -100,12 +100,21 @@ fn input_values(page: &str, name: &str) -> Vec<String> {
 
 /// `event-subscription portal-link` for `name` of topic consoled, with `extra` flags.
 pub(crate) fn portal_link(sys: &TestSystem, name: &str, extra: &[&str]) -> std::process::Output {
+    portal_link_of(sys, ("consoled", name), extra)
+}
+
+/// `event-subscription portal-link` for `name` of `topic`, with `extra` flags.
+fn portal_link_of(
+    sys: &TestSystem,
+    (topic, name): (&str, &str),
+    extra: &[&str],
+) -> std::process::Output {
     let base = format!("http://{}", sys.system.listen);
     let args = [
         "event-subscription",
         "portal-link",
         "--topic-name",
-        "consoled",
+        topic,
         "--name",
         name,
         "--publish-url",
@@ -116,7 +125,16 @@ pub(crate) fn portal_link(sys: &TestSystem, name: &str, extra: &[&str]) -> std::
 
 /// The link `portal-link` prints for `name` of topic consoled.
 pub(crate) fn link(sys: &TestSystem, name: &str, expires_in: &str) -> String {
-    let view = json(&portal_link(sys, name, &["--expires-in", expires_in]));
+    link_of(sys, ("consoled", name), expires_in)
+}
+
+/// The link `portal-link` prints for `name` of `topic`.
+fn link_of(sys: &TestSystem, (topic, name): (&str, &str), expires_in: &str) -> String {
+    let view = json(&portal_link_of(
+        sys,
+        (topic, name),
+        &["--expires-in", expires_in],
+    ));
     assert_eq!(view["subscription"], name);
     view["url"].as_str().unwrap().to_string()
 }
@@ -545,5 +563,151 @@ async fn from_its_portal_a_subscriber_rotates_its_signing_secret_sends_a_test_ev
         .await;
     assert_eq!(status, StatusCode::OK, "{done}");
     assert!(done.contains("nothing was sent"), "{done}");
+    sys.shutdown().await;
+}
+
+/// #36, L1: an event given up with no dead-letter destination is dropped, kept nowhere but in
+/// its topic's archive; its subscriber sees it on its page (with the endpoint's 400) and sends
+/// it again from there, and it is delivered, journaled as sent again from the archive. The same
+/// pick again sends nothing (no longer dropped), nor does a pick of an event of the topic the
+/// subscription did not drop; once the topic keeps no archive, the page says so and offers no
+/// box, and a send again is refused (409).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_event_is_sent_again_from_its_topics_archive_l1() {
+    use gridrelay_e2e::{Reply, Subscriber, events, subscription};
+    let sys = TestSystem::start_with_own_journal(0.01).await;
+    let names = sys.names.clone();
+    let created = json(&gridrelay(
+        &["topic", "create", "--name", "kept", "--retention-days", "1"],
+        Some(&names),
+    ));
+    let key = created["key1"].as_str().unwrap().to_string();
+    // 400 is not retried: with no dead-letter destination, k-0 is dropped (L1).
+    let answers = vec![Reply::Status(400), Reply::Status(200), Reply::Status(400)];
+    let endpoint = Subscriber::start(answers, Reply::Status(200)).await;
+    sys.subscribe(subscription("kept", "hooked", &endpoint.url))
+        .await;
+    let publish = |body: serde_json::Value| {
+        let (sys, key) = (&sys, key.clone());
+        async move {
+            let (status, answer) = sys
+                .publish_raw("kept", Some(&key), body.to_string().into_bytes())
+                .await;
+            assert_eq!(status, 200, "{answer}");
+        }
+    };
+    publish(events("k", 1)).await;
+    endpoint.wait_for_requests(1, Duration::from_secs(20)).await;
+
+    let visitor = Visitor::new(&sys);
+    let cookie = visitor
+        .cookie_of(&link_of(&sys, ("kept", "hooked"), "1h"))
+        .await;
+    let path = "/portal/kept/hooked";
+    let k0 = "k%2D0 archive";
+    let page = eventually(Duration::from_secs(30), "k-0 listed as dropped", || async {
+        let (status, page) = visitor.page(path, Some(&cookie)).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        input_values(&page, "pick")
+            .contains(&k0.to_string())
+            .then_some(page)
+    })
+    .await;
+    let dropped = &page[page.find(r#"id="dropped""#).unwrap()..];
+    assert!(
+        dropped.contains("<code>k-0</code>") && dropped.contains(">400<"),
+        "{dropped}"
+    );
+    let form_token = input_values(&page, "form_token")[0].clone();
+    let browser = [("sec-fetch-site", "same-origin")];
+    let send_again = format!("{path}/send-again");
+    let form = |pick: &'static str| {
+        [
+            ("form_token", form_token.clone()),
+            ("since", "1h".to_string()),
+            ("pick", pick.to_string()),
+        ]
+    };
+    let post = |pick: &'static str| {
+        let (visitor, cookie, send_again) = (&visitor, &cookie, &send_again);
+        let form = form(pick);
+        async move {
+            let form: Vec<(&str, &str)> = form.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            visitor.post(send_again, cookie, &browser, &form).await
+        }
+    };
+
+    // Sent again from the archive: delivered this time.
+    let (status, done) = post(k0).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(
+        done.contains("From the topic&#39;s archive") || done.contains("From the topic's archive"),
+        "{done}"
+    );
+    assert!(done.contains("<code>k-0</code>"), "{done}");
+    let k0_requests = || {
+        endpoint
+            .received()
+            .iter()
+            .filter(|r| r.ids().contains(&"k-0".to_string()))
+            .count()
+    };
+    eventually(
+        Duration::from_secs(20),
+        "k-0 at the endpoint again",
+        || async { (k0_requests() == 2).then_some(()) },
+    )
+    .await;
+    let life = eventually(
+        Duration::from_secs(30),
+        "k-0's delivery journaled",
+        || async {
+            let life = sys.event_life("kept", "k-0").await;
+            let steps = serde_json::to_string(&life).unwrap();
+            steps.contains("the topic's archive").then_some(steps)
+        },
+    )
+    .await;
+    assert!(life.contains(r#""state":"delivered""#), "{life}");
+    eventually(Duration::from_secs(30), "k-0 no longer listed", || async {
+        let (_, page) = visitor.page(path, Some(&cookie)).await;
+        (!input_values(&page, "pick").contains(&k0.to_string())).then_some(())
+    })
+    .await;
+
+    // m-0 is dropped (the third answer, 400); n-0 is delivered.
+    publish(events("m", 1)).await;
+    endpoint.wait_for_requests(3, Duration::from_secs(20)).await;
+    publish(events("n", 1)).await;
+    endpoint.wait_for_requests(4, Duration::from_secs(20)).await;
+    // Not sent: k-0 again (no longer dropped), nor n-0, which hooked did not drop.
+    for pick in [k0, "n%2D0 archive"] {
+        let (status, done) = post(pick).await;
+        assert_eq!(status, StatusCode::OK, "{pick}: {done}");
+        assert!(
+            done.contains("nothing was sent") && done.contains("Not sent"),
+            "{pick}: {done}"
+        );
+    }
+    assert_eq!(k0_requests(), 2, "k-0 was not sent a third time");
+    assert_eq!(endpoint.received().len(), 4, "nothing was sent");
+
+    // The topic keeps no archive: m-0 is listed, with nothing to pick; a send again is
+    // refused.
+    let updated = gridrelay(
+        &["topic", "update", "--name", "kept", "--retention-days", "0"],
+        Some(&names),
+    );
+    assert!(updated.status.success(), "{}", stderr(&updated));
+    let page = eventually(Duration::from_secs(30), "no archive said", || async {
+        let (_, page) = visitor.page(path, Some(&cookie)).await;
+        page.contains("keeps no copy of its events").then_some(page)
+    })
+    .await;
+    assert!(page.contains("<code>m-0</code>"), "{page}");
+    assert!(input_values(&page, "pick").is_empty(), "{page}");
+    let (status, done) = post("m%2D0 archive").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{done}");
+    assert!(done.contains("keeps no copy"), "{done}");
     sys.shutdown().await;
 }

@@ -24,7 +24,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 use gridrelay_ports::fan_out::send_to_subscription;
 use gridrelay_ports::redrive::{DeadLetterSelection, DeadLetteredEvent, redrive_subscription};
 use gridrelay_ports::registration::{SigningKeys, rotate_signing_secret};
+use gridrelay_ports::send_again::send_dropped_again;
 use gridrelay_shared::dead_letter::{object_hour, subscription_folder};
+use gridrelay_shared::journal::{DroppedEvent, dropped_events};
 use gridrelay_shared::portal::test_event as portal_test_event;
 use gridrelay_shared::signing::{SigningSecret, grace_of_text};
 use gridrelay_shared::subscription::Subscription;
@@ -41,6 +43,9 @@ struct Form {
     token: Option<String>,
     picks: Vec<String>,
     grace_period_hours: Option<String>,
+    /// The span of the page the form was on (`1h`, `6h`, `24h`): where dropped events are
+    /// looked for.
+    since: Option<String>,
     confirmed: bool,
 }
 
@@ -52,6 +57,7 @@ impl Form {
                 "form_token" => form.token = Some(value.into_owned()),
                 "pick" => form.picks.push(value.into_owned()),
                 "grace_period_hours" => form.grace_period_hours = Some(value.into_owned()),
+                "since" => form.since = Some(value.into_owned()),
                 "confirm" => form.confirmed = value == "yes",
                 _ => {}
             }
@@ -133,15 +139,7 @@ pub(crate) async fn test_event(
 ) -> Response {
     let now = portal.clock.now();
     if !sub.receives(now) {
-        return (
-            StatusCode::CONFLICT,
-            page::failed(
-                "No test event sent",
-                "This subscription does not receive events now (its state is on its page), so \
-                 a test event would not be delivered.",
-            ),
-        )
-            .into_response();
+        return not_receiving();
     }
     let id = uuid::Uuid::new_v4().to_string();
     let event = portal_test_event(&sub.topic, &sub.name, &id, now);
@@ -157,9 +155,11 @@ pub(crate) async fn test_event(
     }
 }
 
-/// `POST /portal/{topic}/{name}/send-again`: the picked dead-lettered events (`pick`, each
-/// [`pick_value`]) back into delivery, through the redrive of the subscription's own
-/// dead-letter objects: only records still there, of this subscription, are sent.
+/// `POST /portal/{topic}/{name}/send-again`: the picked events back into delivery: each
+/// dead-lettered one ([`pick_value`]) through the redrive of the subscription's own
+/// dead-letter objects (only records still there, of this subscription, are sent); each
+/// dropped one ([`archived_pick_value`]) from the topic's archive, if the journal still says
+/// the subscription dropped it in the span of the page the form was on (`since`).
 pub(crate) async fn send_again(
     State(portal): State<Arc<Portal>>,
     Change { form, sub }: Change,
@@ -171,17 +171,50 @@ pub(crate) async fn send_again(
         );
         return (StatusCode::BAD_REQUEST, page::failed("Nothing sent", &why)).into_response();
     }
-    let records: Vec<(String, String)> = form
-        .picks
-        .iter()
-        .filter_map(|value| parse_pick(&sub, value))
-        .collect();
-    if records.is_empty() {
-        let why = "No dead-lettered event was picked: tick those to send again.";
+    let (archived, dead): (Vec<&String>, Vec<&String>) =
+        form.picks.iter().partition(|v| archived_pick(v).is_some());
+    let dropped_ids: Vec<String> = archived.iter().filter_map(|v| archived_pick(v)).collect();
+    let records: Vec<(String, String)> = dead.iter().filter_map(|v| parse_pick(&sub, v)).collect();
+    if records.is_empty() && dropped_ids.is_empty() {
+        let why = "No event was picked: tick those to send again.";
         return (StatusCode::BAD_REQUEST, page::failed("Nothing sent", why)).into_response();
     }
-    // Only the objects of the picked records' hours are read, however many the folder holds.
-    let hours: Vec<DateTime<Utc>> = form.picks.iter().filter_map(|v| pick_hour(v)).collect();
+    let now = portal.clock.now();
+    let mut done = page::SentAgain::default();
+    if !records.is_empty() {
+        // Only the objects of the picked records' hours are read, however many the folder
+        // holds.
+        let hours: Vec<DateTime<Utc>> = dead.iter().filter_map(|v| pick_hour(v)).collect();
+        match dead_lettered_again(&portal, &sub, records, &hours, now).await {
+            Ok((sent, not_sent)) => {
+                done.dead_lettered = sent;
+                done.not_sent = not_sent;
+            }
+            Err(response) => return response,
+        }
+    }
+    if !dropped_ids.is_empty() {
+        match dropped_again(&portal, &sub, form.since.as_deref(), &dropped_ids, now).await {
+            Ok((sent, not_sent)) => {
+                done.from_archive = sent;
+                done.not_sent.extend(not_sent);
+            }
+            Err(response) => return response,
+        }
+    }
+    page::sent_again(&sub, &done).into_response()
+}
+
+/// The dead-lettered `records` (object and id) of `hours` sent again: the ids sent, and those
+/// picked but not sent; if nothing could be, the answer to give.
+async fn dead_lettered_again(
+    portal: &Portal,
+    sub: &Subscription,
+    records: Vec<(String, String)>,
+    hours: &[DateTime<Utc>],
+    now: DateTime<Utc>,
+) -> Result<(Vec<String>, Vec<String>), Response> {
+    let picked: Vec<String> = records.iter().map(|(_, id)| id.clone()).collect();
     let selection = DeadLetterSelection {
         topic: sub.topic.clone(),
         subscription: Some(sub.name.clone()),
@@ -190,18 +223,19 @@ pub(crate) async fn send_again(
         records,
         ..DeadLetterSelection::default()
     };
-    let now = portal.clock.now();
     let queue = portal.delivery_queue.as_ref();
-    match redrive_subscription(portal.objects.as_ref(), queue, &sub, &selection, false, now).await {
+    match redrive_subscription(portal.objects.as_ref(), queue, sub, &selection, false, now).await {
         Ok(done) if done.skipped.is_none() => {
             tracing::info!(topic = %sub.topic, name = %sub.name, events = done.events.len(),
                 "dead-lettered events were sent again from the portal");
-            page::sent_again(&sub, &done.events).into_response()
+            let sent: Vec<String> = done.events.into_iter().filter_map(|e| e.id).collect();
+            let not_sent = picked.into_iter().filter(|id| !sent.contains(id)).collect();
+            Ok((sent, not_sent))
         }
         Ok(done) => {
             tracing::warn!(why = ?done.skipped, topic = %sub.topic, name = %sub.name,
                 "the portal sent no dead-lettered event again");
-            (
+            Err((
                 StatusCode::CONFLICT,
                 page::failed(
                     "Nothing sent",
@@ -209,14 +243,87 @@ pub(crate) async fn send_again(
                      receive events (its state is on its page), or they cannot be read.",
                 ),
             )
-                .into_response()
+                .into_response())
         }
         Err(e) => {
             tracing::error!(error = %e, topic = %sub.topic, name = %sub.name,
                 "the portal could not send dead-lettered events again");
-            crate::unavailable()
+            Err(crate::unavailable())
         }
     }
+}
+
+/// The dropped events `ids` sent again from the topic's archive, those the journal of the
+/// span `since` says the subscription dropped: the ids sent, and those picked but not sent;
+/// if nothing could be, the answer to give.
+async fn dropped_again(
+    portal: &Portal,
+    sub: &Subscription,
+    since: Option<&str>,
+    ids: &[String],
+    now: DateTime<Utc>,
+) -> Result<(Vec<String>, Vec<String>), Response> {
+    let query = crate::PageQuery {
+        since: since.map(str::to_string),
+        ..crate::PageQuery::default()
+    };
+    let filter = crate::Filter::of(&query).map_err(|why| {
+        (StatusCode::BAD_REQUEST, page::failed("Nothing sent", &why)).into_response()
+    })?;
+    if !sub.receives(now) {
+        return Err(not_receiving());
+    }
+    let topic = match portal.store.get_topic(&sub.topic).await {
+        Ok(Some(topic)) if topic.retention_days > 0 => topic,
+        Ok(_) => {
+            let why = "The topic keeps no copy of its events, so dropped events cannot be sent \
+                       again.";
+            return Err((StatusCode::CONFLICT, page::failed("Nothing sent", why)).into_response());
+        }
+        Err(e) => {
+            tracing::error!(error = %e, topic = %sub.topic, "the portal could not read a topic");
+            return Err(crate::unavailable());
+        }
+    };
+    let entries = crate::read_journal(portal, &filter, now)
+        .await
+        .map_err(|()| crate::unavailable())?;
+    let dropped: Vec<DroppedEvent> = dropped_events(&entries, &sub.topic, &sub.name)
+        .into_iter()
+        .filter(|d| ids.contains(&d.id))
+        .collect();
+    let queue = portal.delivery_queue.as_ref();
+    let archive = portal.archive.as_ref();
+    match send_dropped_again(archive, queue, (&topic, sub), &dropped, now).await {
+        Ok(done) => {
+            tracing::info!(topic = %sub.topic, name = %sub.name, events = done.sent.len(),
+                not_found = done.not_found.len(), "dropped events were sent again from the portal");
+            let not_sent = ids
+                .iter()
+                .filter(|id| !done.sent.contains(id))
+                .cloned()
+                .collect();
+            Ok((done.sent, not_sent))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, topic = %sub.topic, name = %sub.name,
+                "the portal could not send dropped events again");
+            Err(crate::unavailable())
+        }
+    }
+}
+
+/// The answer to a form that would send events to a subscription that receives none now.
+fn not_receiving() -> Response {
+    (
+        StatusCode::CONFLICT,
+        page::failed(
+            "Nothing sent",
+            "This subscription does not receive events now (its state is on its page), so \
+             nothing sent to it would be delivered.",
+        ),
+    )
+        .into_response()
 }
 
 /// `POST /portal/{topic}/{name}/signing-secret`: asked about first; then the subscription's
@@ -265,6 +372,26 @@ pub(crate) async fn signing_secret(
 
 /// The grace period the rotation's form offers, in hours (the command line's default).
 pub const DEFAULT_GRACE_HOURS: u64 = 24;
+
+/// What a dropped event's pick ends with, after its id.
+const ARCHIVED: &str = "archive";
+
+/// A dropped event as a form picks it, to send again from the topic's archive: its id
+/// (percent-encoded) and [`ARCHIVED`] (no dead-letter object's key is that).
+pub fn archived_pick_value(id: &str) -> String {
+    format!("{} {ARCHIVED}", utf8_percent_encode(id, NON_ALPHANUMERIC))
+}
+
+/// The id an [`archived_pick_value`] names.
+fn archived_pick(value: &str) -> Option<String> {
+    let (id, kind) = value.split_once(' ')?;
+    (kind == ARCHIVED).then(|| {
+        percent_decode_str(id)
+            .decode_utf8()
+            .ok()
+            .map(|id| id.into_owned())
+    })?
+}
 
 /// A dead-lettered event as a form picks it: its id (percent-encoded) and its object's key
 /// under the subscription's dead-letter folder, so the page names no bucket; `None` for an

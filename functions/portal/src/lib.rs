@@ -24,10 +24,10 @@ use axum::routing::{get, post};
 use chrono::{DateTime, TimeDelta, Utc};
 use gridrelay_ports::redrive::{DeadLetterSelection, DeadLetteredEvent, redrive_subscription};
 use gridrelay_ports::{
-    Clock, DeliveryStateStore, JournalSource, MessageQueue, ObjectStore, PortalKeySource,
-    SecretStore, SubscriptionStore,
+    ArchiveSource, Clock, DeliveryStateStore, JournalSource, MessageQueue, ObjectStore,
+    PortalKeySource, SecretStore, SubscriptionStore,
 };
-use gridrelay_shared::journal::{JournalEntry, latest_attempts};
+use gridrelay_shared::journal::{DroppedEvent, JournalEntry, dropped_events, latest_attempts};
 use gridrelay_shared::portal::{LinkRefusal, PortalGrant, PortalKey, read_token};
 use gridrelay_shared::subscription::Subscription;
 use serde::Deserialize;
@@ -50,6 +50,8 @@ pub struct Portal {
     pub store: Arc<dyn SubscriptionStore>,
     pub health: Arc<dyn DeliveryStateStore>,
     pub journal: Arc<dyn JournalSource>,
+    /// Topics' archives, where dropped events are sent again from.
+    pub archive: Arc<dyn ArchiveSource>,
     pub keys: Arc<dyn PortalKeySource>,
     /// Where subscriptions' dead-lettered events are, read and sent again from.
     pub objects: Arc<dyn ObjectStore>,
@@ -309,14 +311,23 @@ async fn subscription(
         Err(response) => return response,
     };
     let state = gridrelay_ports::delivery_state(portal.health.as_ref(), &sub, now).await;
-    let attempts = attempts(&portal, &sub, &filter, now).await;
+    let journal = read_journal(&portal, &filter, now).await;
+    let attempts = match &journal {
+        Ok(entries) => Ok(attempts(entries, &sub, &filter, now)),
+        Err(()) => Err(()),
+    };
     let dead_letters = dead_letters(&portal, &sub, &filter, now).await;
+    let dropped = match &journal {
+        Ok(entries) => dropped(&portal, &sub, entries).await,
+        Err(()) => Dropped::Unavailable,
+    };
     page::subscription(&page::SubscriptionPage {
         sub: &sub,
         state: &state,
         filter: &filter,
         attempts: attempts.as_deref(),
         dead_letters: &dead_letters,
+        dropped: &dropped,
         form_token: &admitted.key.form_token(&admitted.pass),
         expires_at: admitted.grant.expires_at,
     })
@@ -376,30 +387,71 @@ async fn dead_letters(
     }
 }
 
-/// The subscription's attempts in the filter's span, newest first, at most [`MAX_LISTED`];
-/// `Err(())` if the journal could not be read (why is logged, not shown).
-async fn attempts(
+/// A subscription's dropped events ([`DroppedEvent`]), as its page lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dropped {
+    /// The journal or the topic could not be read (why is logged, not shown).
+    Unavailable,
+    /// Those of the span, the latest first, at most [`MAX_LISTED`]; how many there are in all;
+    /// whether the topic keeps an archive they can be sent again from.
+    Listed {
+        events: Vec<DroppedEvent>,
+        total: usize,
+        from_archive: bool,
+    },
+}
+
+/// The journal's entries of the filter's span; `Err(())` if it could not be read (why is
+/// logged, not shown).
+pub(crate) async fn read_journal(
     portal: &Portal,
-    sub: &gridrelay_shared::subscription::Subscription,
     filter: &Filter,
     now: DateTime<Utc>,
 ) -> Result<Vec<JournalEntry>, ()> {
     let since = now - TimeDelta::hours(filter.hours);
-    let read = portal.journal.read_hours(since, now).await.map_err(|e| {
-        tracing::error!(error = %e, "the portal could not read the delivery journal");
-    })?;
-    Ok(latest_attempts(
-        &read.entries,
-        &sub.topic,
-        &sub.name,
-        filter.failed,
-        usize::MAX,
-    )
-    .into_iter()
-    .filter(|e| e.time >= since)
-    .take(MAX_LISTED)
-    .cloned()
-    .collect())
+    match portal.journal.read_hours(since, now).await {
+        Ok(read) => Ok(read.entries),
+        Err(e) => {
+            tracing::error!(error = %e, "the portal could not read the delivery journal");
+            Err(())
+        }
+    }
+}
+
+/// The subscription's attempts of `entries` in the filter's span, newest first, at most
+/// [`MAX_LISTED`].
+fn attempts(
+    entries: &[JournalEntry],
+    sub: &Subscription,
+    filter: &Filter,
+    now: DateTime<Utc>,
+) -> Vec<JournalEntry> {
+    let since = now - TimeDelta::hours(filter.hours);
+    latest_attempts(entries, &sub.topic, &sub.name, filter.failed, usize::MAX)
+        .into_iter()
+        .filter(|e| e.time >= since)
+        .take(MAX_LISTED)
+        .cloned()
+        .collect()
+}
+
+/// The subscription's dropped events in `entries`, and whether its topic keeps an archive.
+async fn dropped(portal: &Portal, sub: &Subscription, entries: &[JournalEntry]) -> Dropped {
+    let mut events = dropped_events(entries, &sub.topic, &sub.name);
+    let from_archive = match portal.store.get_topic(&sub.topic).await {
+        Ok(topic) => topic.is_some_and(|t| t.retention_days > 0),
+        Err(e) => {
+            tracing::error!(error = %e, topic = %sub.topic, "the portal could not read a topic");
+            return Dropped::Unavailable;
+        }
+    };
+    let total = events.len();
+    events.truncate(MAX_LISTED);
+    Dropped::Listed {
+        events,
+        total,
+        from_archive,
+    }
 }
 
 /// A link's first load: its token into a cookie for its subscription's path only, until it

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, S3JournalSource, S3ObjectStore, SecretsManagerPortalKey,
-    SecretsManagerStore, SqsQueue, function_queue_key, load_sdk_config, s3_client,
-    subscription_store,
+    DynamoDeliveryStateStore, S3ArchiveSource, S3JournalSource, S3ObjectStore,
+    SecretsManagerPortalKey, SecretsManagerStore, SqsQueue, function_queue_key, load_sdk_config,
+    s3_client, subscription_store,
 };
 use gridrelay_adapters::config::{
     DEFAULT_SECRET_PREFIX, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, JOURNAL_BUCKET_ENV,
@@ -53,6 +53,8 @@ async fn run() -> Result<(), Error> {
             &journal_bucket,
             JOURNAL_PREFIX,
         )),
+        // Topics' archives are in the same bucket, under archive/.
+        archive: Arc::new(S3ArchiveSource::new(s3_client(&sdk), &journal_bucket)),
         keys: Arc::new(SecretsManagerPortalKey::new(&sdk, &key_secret, keep)),
         objects: Arc::new(S3ObjectStore::new(s3_client(&sdk))),
         // Not cached: the portal writes secrets (a rotation), it never reads one.

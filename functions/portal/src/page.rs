@@ -8,9 +8,8 @@ use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::subscription::Subscription;
 use maud::{DOCTYPE, Markup, html};
 
-use crate::actions::{DEFAULT_GRACE_HOURS, pick_value};
-use crate::{DeadLetters, Filter, OUTCOMES, SPANS, STYLE_PATH, page_path};
-use gridrelay_ports::redrive::DeadLetteredEvent;
+use crate::actions::{DEFAULT_GRACE_HOURS, archived_pick_value, pick_value};
+use crate::{DeadLetters, Dropped, Filter, OUTCOMES, SPANS, STYLE_PATH, page_path};
 use gridrelay_shared::signing::{MAX_GRACE_HOURS, SigningSecret};
 
 /// At most `n` characters of `text`, on one line.
@@ -89,6 +88,8 @@ pub struct SubscriptionPage<'a> {
     pub attempts: Result<&'a [JournalEntry], &'a ()>,
     /// Its dead-lettered events in the span.
     pub dead_letters: &'a DeadLetters,
+    /// Its dropped events in the span.
+    pub dropped: &'a Dropped,
     /// What its forms carry ([`PortalKey::form_token`](gridrelay_shared::portal::PortalKey::form_token)).
     pub form_token: &'a str,
     /// When the link that opened it expires.
@@ -135,6 +136,10 @@ pub fn subscription(p: &SubscriptionPage<'_>) -> Markup {
             section aria-labelledby="dead-letters" {
                 h2 id="dead-letters" { "Dead-lettered events" }
                 (dead_letters(p))
+            }
+            section aria-labelledby="dropped" {
+                h2 id="dropped" { "Dropped events" }
+                (dropped(p))
             }
             section aria-labelledby="signing" {
                 h2 id="signing" { "Signing secret" }
@@ -219,6 +224,69 @@ fn dead_letters(p: &SubscriptionPage<'_>) -> Markup {
                         p { "The first " (events.len()) " of " (total) " are listed." }
                     }
                     button type="submit" { "Send the picked events again" }
+                }
+            }
+        }
+    }
+}
+
+/// The dropped events of a page's span (given up and kept nowhere), each to be picked and
+/// sent again from the topic's archive where it keeps one.
+fn dropped(p: &SubscriptionPage<'_>) -> Markup {
+    let sub = p.sub;
+    html! {
+        @match p.dropped {
+            Dropped::Unavailable => {
+                p class="error" role="alert" {
+                    "The dropped events cannot be read now. Try again in a minute."
+                }
+            }
+            Dropped::Listed { events, .. } if events.is_empty() => {
+                p { "None in this span." }
+            }
+            Dropped::Listed { events, total, from_archive } => {
+                p {
+                    "These were given up with no dead-letter destination to keep them. "
+                    @if *from_archive {
+                        "The topic keeps a copy of its events: pick those to deliver again."
+                    } @else {
+                        "The topic keeps no copy of its events, so they cannot be sent again from here."
+                    }
+                }
+                form method="post" action={(page_path(&sub.topic, &sub.name)) "/send-again"} {
+                    input type="hidden" name="form_token" value=(p.form_token);
+                    input type="hidden" name="since" value=(p.filter.since);
+                    table {
+                        caption { "Dropped events, the latest first" }
+                        thead { tr {
+                            @if *from_archive { th scope="col" { "Send again" } }
+                            @for c in ["Event", "Dropped at", "Why", "Last status"] { th scope="col" { (c) } }
+                        } }
+                        tbody {
+                            @for (i, e) in events.iter().enumerate() {
+                                tr {
+                                    @if *from_archive {
+                                        td {
+                                            input type="checkbox" name="pick"
+                                                value=(archived_pick_value(&e.id)) id={"dropped-" (i)};
+                                        }
+                                        td { label for={"dropped-" (i)} { code { (e.id) } } }
+                                    } @else {
+                                        td { code { (e.id) } }
+                                    }
+                                    td { (format_time(e.dropped_at)) }
+                                    td { (e.reason) }
+                                    td class="num" { (e.last_status.map(|s| s.to_string()).unwrap_or_default()) }
+                                }
+                            }
+                        }
+                    }
+                    @if *total > events.len() {
+                        p { "The latest " (events.len()) " of " (total) " are listed." }
+                    }
+                    @if *from_archive {
+                        button type="submit" { "Send the picked events again" }
+                    }
                 }
             }
         }
@@ -318,26 +386,48 @@ pub fn test_event_sent(sub: &Subscription, id: &str) -> Markup {
     )
 }
 
-/// After dead-lettered events were sent again: those that were.
-pub fn sent_again(sub: &Subscription, events: &[DeadLetteredEvent]) -> Markup {
+/// What a send again did: the ids of the events sent, from where, and of those not sent.
+#[derive(Debug, Default)]
+pub struct SentAgain {
+    pub dead_lettered: Vec<String>,
+    pub from_archive: Vec<String>,
+    /// Picked, but no longer dead-lettered or dropped (sent again already, delivered, expired),
+    /// or not found in the topic's archive.
+    pub not_sent: Vec<String>,
+}
+
+/// After picked events were sent again: those that were, and those that were not.
+pub fn sent_again(sub: &Subscription, done: &SentAgain) -> Markup {
+    let sent = done.dead_lettered.len() + done.from_archive.len();
+    let ids = |ids: &[String]| {
+        html! { ul { @for id in ids { li { code { (id) } } } } }
+    };
     layout(
         "Sent again",
         html! {
-            @if events.is_empty() {
-                p role="status" {
-                    "None of the picked events is dead-lettered any more (sent again already, or expired): nothing was sent."
-                }
+            @if sent == 0 {
+                p role="status" { "None of the picked events could be sent again: nothing was sent." }
             } @else {
                 p role="status" {
-                    (events.len()) " dead-lettered "
-                    (if events.len() == 1 { "event is" } else { "events are" })
+                    (sent) " " (if sent == 1 { "event is" } else { "events are" })
                     " on their way again. Their attempts show on the page as they are delivered."
                 }
-                ul {
-                    @for e in events {
-                        li { code { (e.id.as_deref().unwrap_or_default()) } }
-                    }
+                @if !done.dead_lettered.is_empty() {
+                    h2 { "From the dead-letter location" }
+                    (ids(&done.dead_lettered))
                 }
+                @if !done.from_archive.is_empty() {
+                    h2 { "From the topic's archive" }
+                    (ids(&done.from_archive))
+                }
+            }
+            @if !done.not_sent.is_empty() {
+                h2 { "Not sent" }
+                p {
+                    "No longer dead-lettered or dropped (sent again already, delivered, or expired), "
+                    "or not in the topic's archive (published before it keeps events, or a test event):"
+                }
+                (ids(&done.not_sent))
             }
             p { a href=(page_path(&sub.topic, &sub.name)) { "Back to the deliveries" } }
         },

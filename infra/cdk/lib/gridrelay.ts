@@ -405,9 +405,10 @@ export class Gridrelay extends Construct {
     for (const f of [this.ingest, this.deliver, this.deadLetter]) {
       allow(f, ['secretsmanager:GetSecretValue'], [this.queueKey.secretArn]);
     }
-    // #36: the portal reads one subscription, its endpoint's and host's health (one
-    // BatchGetItem) and the delivery journal (listed and read under journal/ only).
-    allow(this.portal, ['dynamodb:GetItem'], [this.subscriptionsTable.tableArn]);
+    // #36: the portal reads one subscription and its topic (whether it keeps an archive), its
+    // endpoint's and host's health (one BatchGetItem), the delivery journal and the topics'
+    // archives (dropped events sent again), listed and read under journal/ and archive/ only.
+    allow(this.portal, ['dynamodb:GetItem'], [this.subscriptionsTable.tableArn, this.topicsTable.tableArn]);
     // A signing-secret rotation: the subscription written over the version read, its new
     // secret kept under the prefix, the one it retires deleted.
     allow(this.portal, ['dynamodb:PutItem'], [this.subscriptionsTable.tableArn]);
@@ -424,9 +425,9 @@ export class Gridrelay extends Construct {
     this.portal.addToRolePolicy(new iam.PolicyStatement({
       actions: ['s3:ListBucket'],
       resources: [this.journalBucket.bucketArn],
-      conditions: { StringLike: { 's3:prefix': 'journal/*' } },
+      conditions: { StringLike: { 's3:prefix': ['journal/*', 'archive/*'] } },
     }));
-    allow(this.portal, ['s3:GetObject'], [this.journalBucket.arnForObjects('journal/*')]);
+    allow(this.portal, ['s3:GetObject'], [this.journalBucket.arnForObjects('journal/*'), this.journalBucket.arnForObjects('archive/*')]);
     // Its key, and the queue key test events and events sent again are sealed with.
     allow(this.portal, ['secretsmanager:GetSecretValue'], [this.portalKey.secretArn, this.queueKey.secretArn]);
     // Test events and dead-lettered events sent again: into the delivery queue, from a

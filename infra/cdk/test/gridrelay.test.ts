@@ -491,22 +491,32 @@ test('#36: the portal answers its five routes of the publish API and touches onl
   assert.ok(secrets.includes(':secret:gridrelay/*/signing/*'), `a rotation's secrets: signing secrets only: ${secrets}`);
   const underPrefix = g.get('secretsmanager:CreateSecret');
   assert.deepEqual(Object.fromEntries(g), {
-    'dynamodb:GetItem': [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }],
+    'dynamodb:GetItem': [
+      { 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] },
+      { 'Fn::GetAtt': [ref(construct.topicsTable), 'Arn'] },
+    ],
     'dynamodb:PutItem': [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }],
     'secretsmanager:CreateSecret': underPrefix,
     'secretsmanager:PutSecretValue': underPrefix,
     'secretsmanager:DeleteSecret': underPrefix,
     'dynamodb:BatchGetItem': [state],
     's3:ListBucket': [bucket, deadLetters],
-    's3:GetObject': [{ 'Fn::Join': ['', [bucket, '/journal/*']] }, deadLetterObjects],
+    's3:GetObject': [
+      { 'Fn::Join': ['', [bucket, '/journal/*']] },
+      { 'Fn::Join': ['', [bucket, '/archive/*']] },
+      deadLetterObjects,
+    ],
     's3:PutObject': [deadLetterObjects],
     's3:DeleteObject': [deadLetterObjects],
     'secretsmanager:GetSecretValue': [key, { Ref: ref(construct.queueKey) }],
     'sqs:SendMessage': [{ 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] }],
   });
-  // The journal's bucket under journal/ only; the dead-letter bucket whole (its subscriptions'
-  // folders are the portal's to keep to).
-  assert.deepEqual(listConditions(construct.portal), [{ StringLike: { 's3:prefix': 'journal/*' } }, undefined]);
+  // The journal's bucket under journal/ and archive/ only; the dead-letter bucket whole (its
+  // subscriptions' folders are the portal's to keep to).
+  assert.deepEqual(listConditions(construct.portal), [
+    { StringLike: { 's3:prefix': ['journal/*', 'archive/*'] } },
+    undefined,
+  ]);
   const outputs = template.findOutputs('*');
   assert.deepEqual(Object.values(outputs).filter((o) => JSON.stringify(o.Value) === JSON.stringify(key)).length, 1);
   assert.ok(Object.keys(outputs).some((id) => id.includes('PortalUrl')), Object.keys(outputs).join(', '));
