@@ -104,6 +104,34 @@ impl PortalKey {
     }
 }
 
+/// How often a subscription may be sent a test event from the portal: once per window of this
+/// many seconds (windows counted from the Unix epoch), so a link's holder cannot flood the
+/// delivery queue and the endpoint.
+pub const TEST_EVENT_WINDOW_SECONDS: i64 = 10;
+
+/// The claim a test event to the subscription with id `subscription_id` takes at `now`: the key
+/// of its window (the first claim of a key wins; another in the same window is refused), when
+/// the claim may be forgotten (a minute past the window), and when the next window starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestEventClaim {
+    pub key: String,
+    pub until: DateTime<Utc>,
+    pub next_window: DateTime<Utc>,
+}
+
+impl TestEventClaim {
+    pub fn at(subscription_id: &str, now: DateTime<Utc>) -> Self {
+        let window = now.timestamp().div_euclid(TEST_EVENT_WINDOW_SECONDS);
+        let next = (window + 1) * TEST_EVENT_WINDOW_SECONDS;
+        let next_window = DateTime::from_timestamp(next, 0).unwrap_or(now);
+        Self {
+            key: format!("portal-test#{subscription_id}#{window}"),
+            until: next_window + chrono::Duration::minutes(1),
+            next_window,
+        }
+    }
+}
+
 /// The test event a subscriber sends itself from the portal, in the Event Grid schema (each
 /// subscription gets it in its own delivery schema): type [`TEST_EVENT_TYPE`], subject
 /// `/portal/<topic>/<subscription>`.
@@ -279,6 +307,21 @@ fn lifetime_text(d: chrono::TimeDelta) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// #36: one test event per subscription per window: the same key within a window, another
+    /// in the next one and for another subscription; the refusal says when the next starts.
+    #[test]
+    fn test_events_are_claimed_once_per_window_and_subscription() {
+        use chrono::TimeZone;
+        let at = |s| Utc.with_ymd_and_hms(2026, 11, 28, 10, 0, s).unwrap();
+        let first = TestEventClaim::at("sub-1", at(0));
+        assert_eq!(TestEventClaim::at("sub-1", at(9)).key, first.key);
+        assert_eq!(first.next_window, at(10));
+        assert_eq!(first.until, at(10) + chrono::Duration::minutes(1));
+        assert_ne!(TestEventClaim::at("sub-1", at(10)).key, first.key);
+        assert_ne!(TestEventClaim::at("sub-2", at(0)).key, first.key);
+        assert!(first.key.starts_with("portal-test#sub-1#"), "{}", first.key);
+    }
 
     fn key(c: char) -> PortalKey {
         PortalKey::new(&c.to_string().repeat(64)).unwrap_or_else(|e| panic!("{e}"))

@@ -339,7 +339,8 @@ async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_re
 
 /// #36: from its page, a subscriber rotates its signing secret (asked first, shown once, a
 /// grace period out of range named), and sends itself a test event, which reaches its
-/// endpoint signed with the new secret and no other subscription's endpoint; and sends a
+/// endpoint signed with the new secret and no other subscription's endpoint (another at once
+/// is refused: one per 10 s); and sends a
 /// dead-lettered event again, which reaches the endpoint again. A change is refused (403) without the page's
 /// form token, with another page's, from another site (`Sec-Fetch-Site: cross-site`, another
 /// `Origin`), and with no pass; a pick naming a record outside the subscription's
@@ -490,6 +491,24 @@ async fn from_its_portal_a_subscriber_rotates_its_signing_secret_sends_a_test_ev
         .await;
     assert_eq!(status, StatusCode::OK, "{sent}");
     assert!(sent.contains("Test event sent"), "{sent}");
+    // One per subscription per 10 s window: of two more asked for at once, one at most opens
+    // the next window; the other is refused (429), saying when to ask again.
+    let mut refused = 0;
+    for _ in 0..2 {
+        let (status, again) = visitor
+            .post(&test_event, &cookie, &browser, &token_field)
+            .await;
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            assert!(again.contains("one is sent per 10 seconds"), "{again}");
+            refused += 1;
+        } else {
+            assert_eq!(status, StatusCode::OK, "{again}");
+        }
+    }
+    assert!(
+        refused >= 1,
+        "a test event at once after another was refused"
+    );
     let tested = eventually(
         Duration::from_secs(20),
         "the test event at audit's endpoint",

@@ -27,7 +27,9 @@ use gridrelay_ports::registration::{SigningKeys, rotate_signing_secret};
 use gridrelay_ports::send_again::send_dropped_again;
 use gridrelay_shared::dead_letter::{object_hour, subscription_folder};
 use gridrelay_shared::journal::{DroppedEvent, dropped_events};
-use gridrelay_shared::portal::test_event as portal_test_event;
+use gridrelay_shared::portal::{
+    TEST_EVENT_WINDOW_SECONDS, TestEventClaim, test_event as portal_test_event,
+};
 use gridrelay_shared::signing::{SigningSecret, grace_of_text};
 use gridrelay_shared::subscription::Subscription;
 use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
@@ -140,6 +142,18 @@ pub(crate) async fn test_event(
     let now = portal.clock.now();
     if !sub.receives(now) {
         return not_receiving();
+    }
+    // One per subscription per window: the window's first claim wins.
+    let claim = TestEventClaim::at(&sub.id, now);
+    let token = uuid::Uuid::new_v4().to_string();
+    match portal.health.claim(&claim.key, &token, claim.until).await {
+        Ok(true) => {}
+        Ok(false) => return too_soon(claim.next_window, now),
+        Err(e) => {
+            tracing::error!(error = %e, topic = %sub.topic, name = %sub.name,
+                "the portal could not claim a test event's window");
+            return crate::unavailable();
+        }
     }
     let id = uuid::Uuid::new_v4().to_string();
     let event = portal_test_event(&sub.topic, &sub.name, &id, now);
@@ -311,6 +325,24 @@ async fn dropped_again(
             Err(crate::unavailable())
         }
     }
+}
+
+/// The answer to a test event asked for within [`TEST_EVENT_WINDOW_SECONDS`] of another: 429,
+/// with when to ask again.
+fn too_soon(next_window: DateTime<Utc>, now: DateTime<Utc>) -> Response {
+    let wait = (next_window - now).num_seconds().max(1);
+    let why = format!(
+        "A test event was sent to this subscription in the last {TEST_EVENT_WINDOW_SECONDS} \
+         seconds: one is sent per {TEST_EVENT_WINDOW_SECONDS} seconds at most. Send another \
+         from {}.",
+        gridrelay_shared::journal::format_time(next_window)
+    );
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, wait.to_string())],
+        page::failed("No test event sent", &why),
+    )
+        .into_response()
 }
 
 /// The answer to a form that would send events to a subscription that receives none now.

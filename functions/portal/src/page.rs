@@ -159,7 +159,8 @@ pub fn subscription(p: &SubscriptionPage<'_>) -> Markup {
                 h2 id="test-event" { "Test event" }
                 p {
                     "Sends one event of type " code { (gridrelay_shared::portal::TEST_EVENT_TYPE) }
-                    " to the endpoint now. It is delivered, retried and listed above like any other."
+                    " to the endpoint now (one per " (gridrelay_shared::portal::TEST_EVENT_WINDOW_SECONDS)
+                    " seconds at most). It is delivered, retried and listed above like any other."
                 }
                 form method="post" action={(page_path(&sub.topic, &sub.name)) "/test-event"} {
                     input type="hidden" name="form_token" value=(p.form_token);

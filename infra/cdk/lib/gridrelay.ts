@@ -422,6 +422,12 @@ export class Gridrelay extends Construct {
       }),
     ]);
     allow(this.portal, ['dynamodb:BatchGetItem'], [this.deliveryStateTable.tableArn]);
+    // A test event's claim of its window (one per subscription per 10 s): those items only.
+    this.portal.addToRolePolicy(new iam.PolicyStatement({
+      actions: ['dynamodb:PutItem'],
+      resources: [this.deliveryStateTable.tableArn],
+      conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['claim#portal-test#*'] } },
+    }));
     this.portal.addToRolePolicy(new iam.PolicyStatement({
       actions: ['s3:ListBucket'],
       resources: [this.journalBucket.bucketArn],

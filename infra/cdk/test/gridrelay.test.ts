@@ -346,13 +346,13 @@ function grants(fn: { role?: { node: { defaultChild?: unknown } } }): Map<string
   return out;
 }
 
-/** The conditions of `fn`'s s3:ListBucket statements (which prefixes it may list). */
-function listConditions(fn: { role?: { node: { defaultChild?: unknown } } }): unknown[] {
+/** The conditions of `fn`'s statements allowing `action` (s3:ListBucket: which prefixes it may list). */
+function listConditions(fn: { role?: { node: { defaultChild?: unknown } } }, action = 's3:ListBucket'): unknown[] {
   const role = ref(fn.role!);
   return Object.values(template.findResources('AWS::IAM::Policy'))
     .filter((p) => (p.Properties.Roles as Array<{ Ref: string }>).some((r) => r.Ref === role))
     .flatMap((p) => p.Properties.PolicyDocument.Statement)
-    .filter((s: { Action: string | string[] }) => [s.Action].flat().includes('s3:ListBucket'))
+    .filter((s: { Action: string | string[] }) => [s.Action].flat().includes(action))
     .map((s: { Condition?: unknown }) => s.Condition);
 }
 
@@ -495,7 +495,7 @@ test('#36: the portal answers its five routes of the publish API and touches onl
       { 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] },
       { 'Fn::GetAtt': [ref(construct.topicsTable), 'Arn'] },
     ],
-    'dynamodb:PutItem': [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }],
+    'dynamodb:PutItem': [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }, state],
     'secretsmanager:CreateSecret': underPrefix,
     'secretsmanager:PutSecretValue': underPrefix,
     'secretsmanager:DeleteSecret': underPrefix,
@@ -516,6 +516,11 @@ test('#36: the portal answers its five routes of the publish API and touches onl
   assert.deepEqual(listConditions(construct.portal), [
     { StringLike: { 's3:prefix': ['journal/*', 'archive/*'] } },
     undefined,
+  ]);
+  // Subscriptions written whole (a rotation); the delivery state only as test events' claims.
+  assert.deepEqual(listConditions(construct.portal, 'dynamodb:PutItem'), [
+    undefined,
+    { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['claim#portal-test#*'] } },
   ]);
   const outputs = template.findOutputs('*');
   assert.deepEqual(Object.values(outputs).filter((o) => JSON.stringify(o.Value) === JSON.stringify(key)).length, 1);
