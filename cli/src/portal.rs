@@ -25,6 +25,10 @@ pub(crate) struct PortalLink {
     /// days. Rotating the portal key (`gridrelay portal-key rotate`) ends every link sooner.
     #[arg(long, default_value = "24h")]
     expires_in: String,
+    /// A link to look only: its page shows the deliveries and offers no test event, no send
+    /// again and no rotation (the portal refuses them with it).
+    #[arg(long)]
+    view_only: bool,
 }
 
 #[derive(Subcommand)]
@@ -57,7 +61,7 @@ pub(crate) async fn portal_link(
         &store,
         (places.publish_url, places.key_secret),
         (&args.topic_name, &args.name),
-        lifetime,
+        (lifetime, args.view_only),
     )
     .await?;
     let view = json!({
@@ -65,34 +69,43 @@ pub(crate) async fn portal_link(
         "topic": grant.topic,
         "subscription": grant.subscription,
         "expiresAt": format_time(grant.expires_at),
+        "viewOnly": grant.view_only,
     });
     print_as(output, &view, || {
         format!(
-            "{url}\n\nworks until {} for subscription {} of topic {} only",
+            "{url}\n\nworks until {} for subscription {} of topic {} only{}",
             format_time(grant.expires_at),
             grant.subscription,
-            grant.topic
+            grant.topic,
+            if grant.view_only {
+                ", to look only"
+            } else {
+                ""
+            }
         )
     })
 }
 
 /// The link to subscription `(topic, name)`'s page (it, by its id) for `lifetime` (checked
-/// already) on the front door at `publish_url`, signed with the key in `key_secret`, if the
-/// subscription exists; and its grant (`portal-link`'s, and the console's).
+/// already), view-only if `view_only`, on the front door at `publish_url`, signed with the key
+/// in `key_secret`, if the subscription exists; and its grant (`portal-link`'s, and the
+/// console's).
 pub(crate) async fn signed_link(
     sdk: &aws_config::SdkConfig,
     store: &dyn SubscriptionStore,
     (publish_url, key_secret): (&str, &str),
     (topic, name): (&str, &str),
-    lifetime: chrono::TimeDelta,
+    (lifetime, view_only): (chrono::TimeDelta, bool),
 ) -> anyhow::Result<(String, PortalGrant)> {
     let sub = store
         .get_subscription(topic, name)
         .await
         .map_err(store_error)?
         .with_context(|| format!("event subscription {name} on topic {topic} does not exist"))?;
-    let grant =
-        PortalGrant::new(&sub, chrono::Utc::now(), lifetime, "--expires-in").map_err(invalid)?;
+    let grant = PortalGrant {
+        view_only,
+        ..PortalGrant::new(&sub, chrono::Utc::now(), lifetime, "--expires-in").map_err(invalid)?
+    };
     let key = portal_key(sdk, key_secret).await.with_context(|| {
         format!(
             "could not read the portal key secret {key_secret} (--portal-key-secret, the \

@@ -172,6 +172,10 @@ pub struct PortalGrant {
     pub subscription_id: String,
     #[serde(rename = "e", with = "chrono::serde::ts_seconds")]
     pub expires_at: DateTime<Utc>,
+    /// A link to look only: its page offers no form, and the portal refuses every change
+    /// asked with it (a grant without it, as every link before it, may change things).
+    #[serde(rename = "v", default, skip_serializing_if = "std::ops::Not::not")]
+    pub view_only: bool,
 }
 
 impl PortalGrant {
@@ -201,6 +205,7 @@ impl PortalGrant {
             subscription: sub.name.clone(),
             subscription_id: sub.id.clone(),
             expires_at,
+            view_only: false,
         })
     }
 
@@ -376,6 +381,32 @@ mod tests {
         );
         assert!(g.covers("orders", "billing"));
         assert!(!g.covers("orders", "shipping") && !g.covers("refunds", "billing"));
+    }
+
+    /// #36: a view-only grant reads back view-only; a grant without the field (every link
+    /// before it) may change things; the field cannot be dropped from a view-only link's grant
+    /// under its tag.
+    #[test]
+    fn a_view_only_grant_reads_back_and_cannot_be_widened() {
+        let k = key('a');
+        let view = PortalGrant {
+            view_only: true,
+            ..grant()
+        };
+        let token = view.token(&k);
+        assert_eq!(read_token(&token, &k, now()), Ok(view.clone()));
+        let full = grant();
+        let json = String::from_utf8(serde_json::to_vec(&full).unwrap()).unwrap();
+        assert!(!json.contains("\"v\""), "{json}");
+        assert!(!read_token(&full.token(&k), &k, now()).unwrap().view_only);
+        let parts: Vec<&str> = token.split('.').collect();
+        let widened = format!(
+            "{}.{}.{}",
+            parts[0],
+            BASE64URL.encode(serde_json::to_vec(&full).unwrap()),
+            parts[2]
+        );
+        assert_eq!(read_token(&widened, &k, now()), Err(LinkRefusal::Forged));
     }
 
     #[test]

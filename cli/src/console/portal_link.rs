@@ -18,17 +18,18 @@ use super::{Console, pages};
 const DEFAULT_EXPIRES_IN: &str = "24h";
 
 /// `POST /subscriptions/{topic}/{name}/portal-link`: a link for the subscription's subscriber,
-/// working for `expires_in` (5 minutes to 30 days).
+/// working for `expires_in` (5 minutes to 30 days), to look only if `view_only` is `yes`.
 pub(super) async fn make(
     State(console): State<Arc<Console>>,
     Path((topic, name)): Path<(String, String)>,
     RawForm(form): RawForm,
 ) -> Response {
-    let (mut token, mut expires_in) = (None, None);
+    let (mut token, mut expires_in, mut view_only) = (None, None, false);
     for (field, value) in url::form_urlencoded::parse(&form) {
         match field.as_ref() {
             "token" => token = Some(value.into_owned()),
             "expires_in" => expires_in = Some(value.into_owned()),
+            "view_only" => view_only = value == "yes",
             _ => {}
         }
     }
@@ -51,7 +52,11 @@ pub(super) async fn make(
                 .into_response();
         }
     };
-    match console.sources.portal_link(&sub, lifetime).await {
+    match console
+        .sources
+        .portal_link(&sub, (lifetime, view_only))
+        .await
+    {
         Ok((url, grant)) => made(&sub, &grant, &url).into_response(),
         Err(e) => super::failed(StatusCode::BAD_GATEWAY, title, &e),
     }
@@ -72,6 +77,8 @@ pub(super) fn section(sub: &Subscription, token: &str, makes_links: bool) -> Mar
                     input type="hidden" name="token" value=(token);
                     label for="expires_in" { "Works for (5m to 30d, such as 30m, 24h, 7d)" }
                     input id="expires_in" name="expires_in" value=(DEFAULT_EXPIRES_IN);
+                    input type="checkbox" id="view_only" name="view_only" value="yes";
+                    label for="view_only" { "To look only (no test event, send again or rotation)" }
                     button type="submit" { "Make a portal link" }
                 }
             } @else {
@@ -96,8 +103,13 @@ fn made(sub: &Subscription, grant: &PortalGrant, url: &str) -> Markup {
             }
             pre id="portal-link" tabindex="0" role="region" aria-label="The portal link" { (url) }
             p {
-                "Whoever holds it sees this subscription's deliveries, and can send it a test "
-                "event, send its dead-lettered events again and rotate its signing secret. "
+                "Whoever holds it sees this subscription's deliveries"
+                @if grant.view_only {
+                    ", and nothing else: it sends nothing and changes nothing. "
+                } @else {
+                    ", and can send it a test event, send its failed events again and rotate its "
+                    "signing secret. "
+                }
                 code { "gridrelay portal-key rotate" } " revokes every link."
             }
             p { a href=(href) { "Back to the subscription" } }

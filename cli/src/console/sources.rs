@@ -378,12 +378,12 @@ impl Sources {
         self.portal.is_some()
     }
 
-    /// `event-subscription portal-link` for `sub` and `lifetime` (checked already): the signed
-    /// link and its grant.
+    /// `event-subscription portal-link` for `sub`, `lifetime` (checked already) and
+    /// `view_only`: the signed link and its grant.
     pub(in crate::console) async fn portal_link(
         &self,
         sub: &Subscription,
-        lifetime: chrono::TimeDelta,
+        terms: (chrono::TimeDelta, bool),
     ) -> anyhow::Result<(String, gridrelay_shared::portal::PortalGrant)> {
         let places = self.portal.as_ref().context(
             "the portal key's secret is not known: give --portal-key-secret (or set \
@@ -394,7 +394,7 @@ impl Sources {
             &self.store,
             (&places.publish_url, &places.key_secret),
             (&sub.topic, &sub.name),
-            lifetime,
+            terms,
         )
         .await
     }

@@ -409,6 +409,31 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
     let opened = console.client.get(&link).send().await.unwrap();
     assert_eq!(opened.status(), StatusCode::SEE_OTHER, "{link}");
     assert_eq!(opened.headers()[LOCATION], "/portal/consoled/ledger");
+    // Ticked "to look only": the link's grant is view-only, and the page says what it allows.
+    let (status, body) = console
+        .post(
+            make,
+            Some(&cookie),
+            &same_origin,
+            &[
+                ("token", console.token.as_str()),
+                ("expires_in", "1h"),
+                ("view_only", "yes"),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        body.contains("it sends nothing and changes nothing"),
+        "{body}"
+    );
+    let view_link = super::shown(&body, "portal-link").replace("&amp;", "&");
+    let key = gridrelay_adapters::aws::portal_key(&sys.sdk, &sys.names.portal_key_secret)
+        .await
+        .unwrap();
+    let token = view_link.split_once("token=").unwrap().1;
+    let grant = gridrelay_shared::portal::read_token(token, &key, chrono::Utc::now()).unwrap();
+    assert!(grant.view_only, "{grant:?}");
 
     // A replay to one subscription of a topic with an archive: a rate out of range named;
     // asked first (nothing starts); then started, and the event reaches the endpoint again
@@ -753,6 +778,7 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
             .unwrap()
             .id,
         expires_at: chrono::Utc::now() - chrono::TimeDelta::minutes(1),
+        view_only: false,
     }
     .token(&key);
     browser

@@ -146,8 +146,9 @@ fn link_of(sys: &TestSystem, (topic, name): (&str, &str), expires_in: &str) -> S
 /// the link on another subscription's path, its cookie sent there, a grant altered to another
 /// subscription under the original signature, an expired link signed with the real key, no
 /// link at all, every link once the portal key is rotated, and a link to a subscription deleted
-/// and made again under the same names. A link's life outside 5 minutes to 30 days is refused
-/// when it is made, naming the flag.
+/// and made again under the same names. A view-only link's page offers no form, and its
+/// changes are refused (403) even with its own form token. A link's life outside 5 minutes to
+/// 30 days is refused when it is made, naming the flag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_revoked() {
     // The portal key is read at each request, so a rotation shows at once.
@@ -263,6 +264,7 @@ async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_re
             .unwrap()
             .id,
         expires_at: chrono::Utc::now() - chrono::TimeDelta::minutes(1),
+        view_only: false,
     }
     .token(&key);
     let (status, page) = visitor.page(&format!("{path}?token={expired}"), None).await;
@@ -273,6 +275,39 @@ async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_re
         visitor.get(path, None).await.status(),
         StatusCode::FORBIDDEN
     );
+
+    // A view-only link: the page shows audit's deliveries and offers no form; a change asked
+    // with it, even with its own form token, is refused (403).
+    let made = json(&portal_link(
+        &sys,
+        "audit",
+        &["--expires-in", "1h", "--view-only"],
+    ));
+    assert_eq!(made["viewOnly"], true, "{made}");
+    let view_cookie = visitor.cookie_of(made["url"].as_str().unwrap()).await;
+    let (status, page) = visitor.page(path, Some(&view_cookie)).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains("to look only") && page.contains("503"),
+        "{page}"
+    );
+    assert!(
+        input_values(&page, "form_token").is_empty() && !page.contains(r#"method="post""#),
+        "no form: {page}"
+    );
+    let own_token = key.form_token(view_cookie.split_once('=').unwrap().1);
+    for action in ["test-event", "send-again", "signing-secret"] {
+        let (status, page) = visitor
+            .post(
+                &format!("{path}/{action}"),
+                &view_cookie,
+                &[("sec-fetch-site", "same-origin")],
+                &[("form_token", &own_token), ("confirm", "yes")],
+            )
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{action}: {page}");
+        assert!(page.contains("not change anything"), "{action}: {page}");
+    }
 
     // The link's life is checked where it is made.
     let out = portal_link(&sys, "audit", &["--expires-in", "31d"]);

@@ -11,6 +11,8 @@
 //!   sent) `same-origin`, `Origin` (where sent) this host's or `null` (what a page with
 //!   `Referrer-Policy: no-referrer` sends for its own forms).
 //!
+//! A view-only link's page offers no form, and every change asked with it is refused.
+//!
 //! The cookie is `SameSite=Lax` besides, so a browser does not send it with another site's
 //! POST at all. What the subscriber may act on is the subscription its pass grants: the path
 //! names it, and the pass is checked against the path.
@@ -98,6 +100,9 @@ async fn change_admitted(
     let now = portal.clock.now();
     let key = crate::current_key(portal).await?;
     let admitted = admit_by_cookie(key, (topic, name), headers, now).map_err(|r| refused(&r))?;
+    if admitted.grant.view_only {
+        return Err(refused(&Refusal::ViewOnly));
+    }
     let token_ok = form
         .token
         .as_deref()

@@ -121,6 +121,8 @@ pub enum Refusal {
     NoPass,
     /// A change asked for without the page's form token, or from another site.
     Form,
+    /// A change asked for with a view-only link.
+    ViewOnly,
 }
 
 impl Refusal {
@@ -139,6 +141,9 @@ impl Refusal {
             Refusal::NoPass => "Open this page with the link you were given.".to_string(),
             Refusal::Form => "This form cannot be sent from here. Open the page again from the \
                               link you were given, and use its buttons."
+                .to_string(),
+            Refusal::ViewOnly => "This link lets you see the deliveries, not change anything. \
+                                  Ask whoever sent it for a link that does."
                 .to_string(),
         }
     }
@@ -329,6 +334,7 @@ async fn subscription(
         dead_letters: &dead_letters,
         dropped: &dropped,
         form_token: &admitted.key.form_token(&admitted.pass),
+        can_change: !admitted.grant.view_only,
         expires_at: admitted.grant.expires_at,
     })
     .into_response()

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use gridrelay_shared::classify::DeliveryOutcome;
 use gridrelay_shared::health::DeliveryState;
-use gridrelay_shared::journal::{JournalEntry, Next, Step, format_time};
+use gridrelay_shared::journal::{DroppedEvent, JournalEntry, Next, Step, format_time};
 use gridrelay_shared::outbound::redact_endpoint;
 use gridrelay_shared::subscription::Subscription;
 use maud::{DOCTYPE, Markup, html};
@@ -92,6 +92,8 @@ pub struct SubscriptionPage<'a> {
     pub dropped: &'a Dropped,
     /// What its forms carry ([`PortalKey::form_token`](gridrelay_shared::portal::PortalKey::form_token)).
     pub form_token: &'a str,
+    /// Whether its link may change anything (it is not view-only): if not, no form is shown.
+    pub can_change: bool,
     /// When the link that opened it expires.
     pub expires_at: DateTime<Utc>,
 }
@@ -144,7 +146,7 @@ pub fn subscription(p: &SubscriptionPage<'_>) -> Markup {
             section aria-labelledby="signing" {
                 h2 id="signing" { "Signing secret" }
                 (signing_state(sub))
-                form method="post" action={(page_path(&sub.topic, &sub.name)) "/signing-secret"} class="filter" {
+                @if p.can_change { form method="post" action={(page_path(&sub.topic, &sub.name)) "/signing-secret"} class="filter" {
                     input type="hidden" name="form_token" value=(p.form_token);
                     label for="grace_period_hours" {
                         "Hours the current secret keeps signing beside the new one (0 to "
@@ -153,9 +155,9 @@ pub fn subscription(p: &SubscriptionPage<'_>) -> Markup {
                     input id="grace_period_hours" name="grace_period_hours" inputmode="numeric"
                         value=(DEFAULT_GRACE_HOURS);
                     button type="submit" { "Rotate the signing secret…" }
-                }
+                } }
             }
-            section aria-labelledby="test-event" {
+            @if p.can_change { section aria-labelledby="test-event" {
                 h2 id="test-event" { "Test event" }
                 p {
                     "Sends one event of type " code { (gridrelay_shared::portal::TEST_EVENT_TYPE) }
@@ -166,10 +168,12 @@ pub fn subscription(p: &SubscriptionPage<'_>) -> Markup {
                     input type="hidden" name="form_token" value=(p.form_token);
                     button type="submit" { "Send a test event" }
                 }
-            }
+            } }
             p class="lede" {
                 "This page shows this subscription only. The link that opened it works until "
-                (format_time(p.expires_at)) "."
+                (format_time(p.expires_at))
+                @if !p.can_change { ", to look only: it sends nothing and changes nothing" }
+                "."
             }
         },
     )
@@ -190,6 +194,9 @@ fn dead_letters(p: &SubscriptionPage<'_>) -> Markup {
             }
             DeadLetters::Listed { events, .. } if events.is_empty() => {
                 p { "None in this span." }
+            }
+            DeadLetters::Listed { events, total } if !p.can_change => {
+                (dead_letter_list(events, *total))
             }
             DeadLetters::Listed { events, total } => {
                 form method="post" action={(page_path(&sub.topic, &sub.name)) "/send-again"} {
@@ -245,51 +252,85 @@ fn dropped(p: &SubscriptionPage<'_>) -> Markup {
             Dropped::Listed { events, .. } if events.is_empty() => {
                 p { "None in this span." }
             }
-            Dropped::Listed { events, total, from_archive } => {
+            Dropped::Listed { events, total, from_archive: kept } => {
                 p {
                     "These were given up with no dead-letter destination to keep them. "
-                    @if *from_archive {
-                        "The topic keeps a copy of its events: pick those to deliver again."
-                    } @else {
+                    @if !*kept {
                         "The topic keeps no copy of its events, so they cannot be sent again from here."
+                    } @else if !p.can_change {
+                        "The topic keeps a copy of its events: a link that may change things sends them again."
+                    } @else {
+                        "The topic keeps a copy of its events: pick those to deliver again."
                     }
                 }
-                form method="post" action={(page_path(&sub.topic, &sub.name)) "/send-again"} {
-                    input type="hidden" name="form_token" value=(p.form_token);
-                    input type="hidden" name="since" value=(p.filter.since);
-                    table {
-                        caption { "Dropped events, the latest first" }
-                        thead { tr {
-                            @if *from_archive { th scope="col" { "Send again" } }
-                            @for c in ["Event", "Dropped at", "Why", "Last status"] { th scope="col" { (c) } }
-                        } }
-                        tbody {
-                            @for (i, e) in events.iter().enumerate() {
-                                tr {
-                                    @if *from_archive {
-                                        td {
-                                            input type="checkbox" name="pick"
-                                                value=(archived_pick_value(&e.id)) id={"dropped-" (i)};
-                                        }
-                                        td { label for={"dropped-" (i)} { code { (e.id) } } }
-                                    } @else {
-                                        td { code { (e.id) } }
-                                    }
-                                    td { (format_time(e.dropped_at)) }
-                                    td { (e.reason) }
-                                    td class="num" { (e.last_status.map(|s| s.to_string()).unwrap_or_default()) }
-                                }
-                            }
-                        }
-                    }
-                    @if *total > events.len() {
-                        p { "The latest " (events.len()) " of " (total) " are listed." }
-                    }
-                    @if *from_archive {
+                @let pickable = *kept && p.can_change;
+                @let table = dropped_table(events, *total, pickable);
+                @if pickable {
+                    form method="post" action={(page_path(&sub.topic, &sub.name)) "/send-again"} {
+                        input type="hidden" name="form_token" value=(p.form_token);
+                        input type="hidden" name="since" value=(p.filter.since);
+                        (table)
                         button type="submit" { "Send the picked events again" }
+                    }
+                } @else {
+                    (table)
+                }
+            }
+        }
+    }
+}
+
+/// Dropped events' table, each with a box to pick it if `pickable`.
+fn dropped_table(events: &[DroppedEvent], total: usize, pickable: bool) -> Markup {
+    html! {
+        table {
+            caption { "Dropped events, the latest first" }
+            thead { tr {
+                @if pickable { th scope="col" { "Send again" } }
+                @for c in ["Event", "Dropped at", "Why", "Last status"] { th scope="col" { (c) } }
+            } }
+            tbody {
+                @for (i, e) in events.iter().enumerate() {
+                    tr {
+                        @if pickable {
+                            td {
+                                input type="checkbox" name="pick"
+                                    value=(archived_pick_value(&e.id)) id={"dropped-" (i)};
+                            }
+                            td { label for={"dropped-" (i)} { code { (e.id) } } }
+                        } @else {
+                            td { code { (e.id) } }
+                        }
+                        td { (format_time(e.dropped_at)) }
+                        td { (e.reason) }
+                        td class="num" { (e.last_status.map(|s| s.to_string()).unwrap_or_default()) }
                     }
                 }
             }
+        }
+        @if total > events.len() {
+            p { "The latest " (events.len()) " of " (total) " are listed." }
+        }
+    }
+}
+
+/// Dead-lettered events as a view-only link's page lists them: nothing to pick.
+fn dead_letter_list(
+    events: &[gridrelay_ports::redrive::DeadLetteredEvent],
+    total: usize,
+) -> Markup {
+    html! {
+        table {
+            caption { "Dead-lettered events" }
+            thead { tr { @for c in ["Event", "Reason"] { th scope="col" { (c) } } } }
+            tbody {
+                @for e in events {
+                    tr { td { code { (e.id.as_deref().unwrap_or("(no id)")) } } td { (e.reason) } }
+                }
+            }
+        }
+        @if total > events.len() {
+            p { "The first " (events.len()) " of " (total) " are listed." }
         }
     }
 }
