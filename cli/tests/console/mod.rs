@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
 
-mod browser;
+pub(crate) mod browser;
 use gridrelay_shared::signing::SigningSecret;
 use gridrelay_shared::subscription::{SubscriptionRequest, Topic};
 use reqwest::StatusCode;

@@ -620,6 +620,90 @@ async fn from_its_portal_a_subscriber_rotates_its_signing_secret_sends_a_test_ev
     sys.shutdown().await;
 }
 
+/// Topic kept (keeping a day) with subscription hooked (no dead-letter destination), whose
+/// endpoint gives `answers` in turn (then 200), and k-0 published to it: its first answer, 400,
+/// is not retried, so k-0 is dropped (L1). The endpoint, and the topic's key.
+async fn a_dropped_event(
+    sys: &TestSystem,
+    answers: Vec<gridrelay_e2e::Reply>,
+) -> (gridrelay_e2e::Subscriber, String) {
+    use gridrelay_e2e::{Reply, Subscriber, events, subscription};
+    assert_eq!(answers.first(), Some(&Reply::Status(400)));
+    let created = json(&gridrelay(
+        &["topic", "create", "--name", "kept", "--retention-days", "1"],
+        Some(&sys.names),
+    ));
+    let key = created["key1"].as_str().unwrap().to_string();
+    let endpoint = Subscriber::start(answers, Reply::Status(200)).await;
+    sys.subscribe(subscription("kept", "hooked", &endpoint.url))
+        .await;
+    let body = events("k", 1).to_string().into_bytes();
+    let (status, answer) = sys.publish_raw("kept", Some(&key), body).await;
+    assert_eq!(status, 200, "{answer}");
+    endpoint.wait_for_requests(1, Duration::from_secs(20)).await;
+    (endpoint, key)
+}
+
+/// #36, L1, in Chromium: a dropped event on its subscriber's page, shown through a view-only
+/// link with no form, then through a full link ticked and sent again from the topic's
+/// archive, reaches the endpoint; axe passes on each page, and each is kept as a screenshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_a_dropped_event_is_sent_again_and_a_view_only_page_has_no_form_l1() {
+    use gridrelay_e2e::Reply;
+    let sys = TestSystem::start_with_own_journal(0.01).await;
+    let (endpoint, _) = a_dropped_event(&sys, vec![Reply::Status(400)]).await;
+    let browser = super::console::browser::Browser::start().await;
+    let page = format!("http://{}/portal/kept/hooked", sys.system.listen);
+    let pick = r#"input[name="pick"][value="k%2D0 archive"]"#;
+
+    // Through a view-only link: k-0 listed, with nothing to tick or press.
+    let view = json(&portal_link_of(
+        &sys,
+        ("kept", "hooked"),
+        &["--expires-in", "1h", "--view-only"],
+    ));
+    browser.open(view["url"].as_str().unwrap()).await;
+    let text = eventually(Duration::from_secs(30), "k-0 listed as dropped", || async {
+        browser.open(&page).await;
+        let text = browser.text().await;
+        text.contains("k-0").then_some(text)
+    })
+    .await;
+    assert!(text.contains("to look only"), "{text}");
+    let forms = browser
+        .client
+        .find_all(fantoccini::Locator::Css(r#"form[method="post"]"#))
+        .await
+        .unwrap();
+    assert!(forms.is_empty(), "a view-only page has no form");
+    browser.check_page("portal-view-only").await;
+
+    // Through a link that may change things (its cookie replaces the other's): ticked and
+    // sent again.
+    browser.open(&link_of(&sys, ("kept", "hooked"), "1h")).await;
+    assert!(
+        browser
+            .client
+            .find(fantoccini::Locator::Css(pick))
+            .await
+            .is_ok(),
+        "{}",
+        browser.text().await
+    );
+    browser.check_page("portal-dropped").await;
+    browser.click(pick).await;
+    browser.click(r#"form[action$="/send-again"] button"#).await;
+    let sent = browser.text().await;
+    assert!(
+        sent.contains("From the topic's archive") && sent.contains("k-0"),
+        "{sent}"
+    );
+    browser.check_page("portal-sent-again").await;
+    endpoint.wait_for_requests(2, Duration::from_secs(20)).await;
+    browser.end().await;
+    sys.shutdown().await;
+}
+
 /// #36, L1: an event given up with no dead-letter destination is dropped, kept nowhere but in
 /// its topic's archive; its subscriber sees it on its page (with the endpoint's 400) and sends
 /// it again from there, and it is delivered, journaled as sent again from the archive. The same
@@ -628,19 +712,11 @@ async fn from_its_portal_a_subscriber_rotates_its_signing_secret_sends_a_test_ev
 /// box, and a send again is refused (409).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_event_is_sent_again_from_its_topics_archive_l1() {
-    use gridrelay_e2e::{Reply, Subscriber, events, subscription};
+    use gridrelay_e2e::{Reply, events};
     let sys = TestSystem::start_with_own_journal(0.01).await;
     let names = sys.names.clone();
-    let created = json(&gridrelay(
-        &["topic", "create", "--name", "kept", "--retention-days", "1"],
-        Some(&names),
-    ));
-    let key = created["key1"].as_str().unwrap().to_string();
-    // 400 is not retried: with no dead-letter destination, k-0 is dropped (L1).
     let answers = vec![Reply::Status(400), Reply::Status(200), Reply::Status(400)];
-    let endpoint = Subscriber::start(answers, Reply::Status(200)).await;
-    sys.subscribe(subscription("kept", "hooked", &endpoint.url))
-        .await;
+    let (endpoint, key) = a_dropped_event(&sys, answers).await;
     let publish = |body: serde_json::Value| {
         let (sys, key) = (&sys, key.clone());
         async move {
@@ -650,8 +726,6 @@ async fn a_dropped_event_is_sent_again_from_its_topics_archive_l1() {
             assert_eq!(status, 200, "{answer}");
         }
     };
-    publish(events("k", 1)).await;
-    endpoint.wait_for_requests(1, Duration::from_secs(20)).await;
 
     let visitor = Visitor::new(&sys);
     let cookie = visitor
