@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
-use axum::extract::{Path, Query, RawForm, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -24,6 +24,7 @@ use gridrelay_shared::journal::parse_since;
 use gridrelay_shared::limits::{validate_subscription_name, validate_topic_name};
 use serde::Deserialize;
 
+mod change;
 mod guard;
 mod live;
 mod pages;
@@ -323,35 +324,15 @@ fn without_token(console: &Console, token: Option<&str>) -> Option<Response> {
 /// `POST /subscriptions/{topic}/{name}/redrive`: the picked records (`pick`: each its
 /// event's id and its object, [`pages::pick_value`]), asked about first; redriven once
 /// `confirm=yes` comes with them.
-async fn redrive(
-    State(console): Shared,
-    Path((topic, name)): Path<(String, String)>,
-    RawForm(form): RawForm,
-) -> Response {
-    let mut token = None;
-    let mut records = Vec::new();
-    let mut confirmed = false;
-    for (field, value) in url::form_urlencoded::parse(&form) {
-        match field.as_ref() {
-            "token" => token = Some(value.into_owned()),
-            "pick" => records.extend(pages::parse_pick(&value)),
-            "confirm" => confirmed = value == "yes",
-            _ => {}
-        }
-    }
-    if let Some(refused) = without_token(&console, token.as_deref()) {
-        return refused;
-    }
-    let sub = match existing(&console, &topic, &name).await {
-        Ok(sub) => sub,
-        Err(response) => return response,
-    };
+async fn redrive(State(console): Shared, change::Change { form, sub }: change::Change) -> Response {
+    let records: Vec<_> = form.values("pick").filter_map(pages::parse_pick).collect();
+    let confirmed = form.says_yes("confirm");
     if records.is_empty() {
         return pages::confirm_redrive(&sub, &[], console.guard.token()).into_response();
     }
     let selection = DeadLetterSelection {
-        topic: topic.clone(),
-        subscription: Some(name.clone()),
+        topic: sub.topic.clone(),
+        subscription: Some(sub.name.clone()),
         records,
         ..DeadLetterSelection::default()
     };

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, RawForm, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use gridrelay_shared::journal::format_time;
@@ -12,6 +12,7 @@ use gridrelay_shared::portal::{PortalGrant, parse_link_lifetime};
 use gridrelay_shared::subscription::Subscription;
 use maud::{Markup, html};
 
+use super::change::Change;
 use super::{Console, pages};
 
 /// The life the form offers a link (the command line's default).
@@ -21,28 +22,12 @@ const DEFAULT_EXPIRES_IN: &str = "24h";
 /// working for `expires_in` (5 minutes to 30 days), to look only if `view_only` is `yes`.
 pub(super) async fn make(
     State(console): State<Arc<Console>>,
-    Path((topic, name)): Path<(String, String)>,
-    RawForm(form): RawForm,
+    Change { form, sub }: Change,
 ) -> Response {
-    let (mut token, mut expires_in, mut view_only) = (None, None, false);
-    for (field, value) in url::form_urlencoded::parse(&form) {
-        match field.as_ref() {
-            "token" => token = Some(value.into_owned()),
-            "expires_in" => expires_in = Some(value.into_owned()),
-            "view_only" => view_only = value == "yes",
-            _ => {}
-        }
-    }
-    if let Some(refused) = super::without_token(&console, token.as_deref()) {
-        return refused;
-    }
-    let sub = match super::existing(&console, &topic, &name).await {
-        Ok(sub) => sub,
-        Err(response) => return response,
-    };
+    let view_only = form.says_yes("view_only");
     let title = "Portal link";
-    let text = expires_in.unwrap_or_else(|| DEFAULT_EXPIRES_IN.to_string());
-    let lifetime = match parse_link_lifetime(&text, "expires_in") {
+    let text = form.value("expires_in").unwrap_or(DEFAULT_EXPIRES_IN);
+    let lifetime = match parse_link_lifetime(text, "expires_in") {
         Ok(lifetime) => lifetime,
         Err(e) => {
             return (

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, RawForm, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -13,36 +13,30 @@ use gridrelay_shared::replay::{DEFAULT_REPLAY_RATE, Replay};
 use gridrelay_shared::subscription::Subscription;
 use maud::{Markup, html};
 
+use super::change::{Change, Form};
 use super::{Console, pages};
 use crate::replay::ReplayRequest;
 
 /// The replay form's fields.
 #[derive(Debug, Default, PartialEq)]
-struct ReplayForm {
-    token: Option<String>,
-    name: String,
-    start_time: String,
-    end_time: String,
-    rate: String,
+struct ReplayForm<'a> {
+    name: &'a str,
+    start_time: &'a str,
+    end_time: &'a str,
+    rate: &'a str,
     confirmed: bool,
 }
 
-impl ReplayForm {
-    fn of(form: &[u8]) -> Self {
-        let mut f = Self::default();
-        for (field, value) in url::form_urlencoded::parse(form) {
-            let value = value.into_owned();
-            match field.as_ref() {
-                "token" => f.token = Some(value),
-                "name" => f.name = value,
-                "start_time" => f.start_time = value,
-                "end_time" => f.end_time = value,
-                "rate" => f.rate = value,
-                "confirm" => f.confirmed = value == "yes",
-                _ => {}
-            }
+impl<'a> ReplayForm<'a> {
+    fn of(form: &'a Form) -> Self {
+        let field = |name| form.value(name).unwrap_or_default();
+        Self {
+            name: field("name"),
+            start_time: field("start_time"),
+            end_time: field("end_time"),
+            rate: field("rate"),
+            confirmed: form.says_yes("confirm"),
         }
-        f
     }
 }
 
@@ -60,17 +54,9 @@ fn rfc3339(t: DateTime<Utc>) -> String {
 /// millisecond).
 pub(super) async fn replay(
     State(console): State<Arc<Console>>,
-    Path((topic, name)): Path<(String, String)>,
-    RawForm(form): RawForm,
+    Change { form, sub }: Change,
 ) -> Response {
     let form = ReplayForm::of(&form);
-    if let Some(refused) = super::without_token(&console, form.token.as_deref()) {
-        return refused;
-    }
-    let sub = match super::existing(&console, &topic, &name).await {
-        Ok(sub) => sub,
-        Err(response) => return response,
-    };
     let title = "Replay";
     let Ok(rate) = form.rate.trim().parse::<i64>() else {
         let why = format!(
@@ -184,17 +170,15 @@ mod tests {
 
     #[test]
     fn a_forms_fields_are_read_by_name() {
-        let form = ReplayForm::of(
-            b"token=t&name=night&start_time=2h&end_time=&rate=50&confirm=yes&other=x",
-        );
+        let form =
+            Form::parse(b"token=t&name=night&start_time=2h&end_time=&rate=50&confirm=yes&other=x");
         assert_eq!(
-            form,
+            ReplayForm::of(&form),
             ReplayForm {
-                token: Some("t".into()),
-                name: "night".into(),
-                start_time: "2h".into(),
-                end_time: String::new(),
-                rate: "50".into(),
+                name: "night",
+                start_time: "2h",
+                end_time: "",
+                rate: "50",
                 confirmed: true,
             }
         );

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, RawForm, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
@@ -14,6 +14,7 @@ use gridrelay_shared::signing::{MAX_GRACE_HOURS, SigningSecret};
 use gridrelay_shared::subscription::Subscription;
 use maud::{Markup, html};
 
+use super::change::Change;
 use super::{Console, pages};
 
 /// The grace period the form offers, in hours (the command line's default).
@@ -28,26 +29,12 @@ fn grace_of(text: &str) -> Result<(u64, std::time::Duration), LimitError> {
 /// `confirm=yes` comes with the form.
 pub(super) async fn rotate(
     State(console): State<Arc<Console>>,
-    Path((topic, name)): Path<(String, String)>,
-    RawForm(form): RawForm,
+    Change { form, sub }: Change,
 ) -> Response {
-    let (mut token, mut grace, mut confirmed) = (None, None, false);
-    for (field, value) in url::form_urlencoded::parse(&form) {
-        match field.as_ref() {
-            "token" => token = Some(value.into_owned()),
-            "grace_period_hours" => grace = Some(value.into_owned()),
-            "confirm" => confirmed = value == "yes",
-            _ => {}
-        }
-    }
-    if let Some(refused) = super::without_token(&console, token.as_deref()) {
-        return refused;
-    }
-    let sub = match super::existing(&console, &topic, &name).await {
-        Ok(sub) => sub,
-        Err(response) => return response,
-    };
-    let text = grace.unwrap_or_else(|| DEFAULT_GRACE_HOURS.to_string());
+    let confirmed = form.says_yes("confirm");
+    let text = form
+        .value("grace_period_hours")
+        .map_or_else(|| DEFAULT_GRACE_HOURS.to_string(), str::to_string);
     let (hours, grace) = match grace_of(&text) {
         Ok(g) => g,
         Err(e) => {

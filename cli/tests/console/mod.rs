@@ -763,24 +763,7 @@ async fn in_chromium_the_console_shows_redrives_and_finds_events_accessibly_l2_l
     browser.check_page("portal-refused").await;
     // A link signed with the real key that expired a minute ago, and one with a changed
     // signature: refused, saying so.
-    let key = gridrelay_adapters::aws::portal_key(&sys.sdk, &sys.names.portal_key_secret)
-        .await
-        .unwrap();
-    let expired = gridrelay_shared::portal::PortalGrant {
-        topic: "consoled".into(),
-        subscription: "audit".into(),
-        subscription_id: sys
-            .system
-            .store
-            .get_subscription("consoled", "audit")
-            .await
-            .unwrap()
-            .unwrap()
-            .id,
-        expires_at: chrono::Utc::now() - chrono::TimeDelta::minutes(1),
-        view_only: false,
-    }
-    .token(&key);
+    let expired = super::portal::expired_token(&sys, "audit").await;
     browser
         .open(&format!("{base}/portal/consoled/audit?token={expired}"))
         .await;

@@ -123,6 +123,31 @@ fn portal_link_of(
     gridrelay(&[&args[..], extra].concat(), Some(&sys.names))
 }
 
+/// A token for `name` of topic consoled signed with the real key, but expired a minute ago.
+pub(crate) async fn expired_token(sys: &TestSystem, name: &str) -> String {
+    let key = gridrelay_adapters::aws::portal_key(&sys.sdk, &sys.names.portal_key_secret)
+        .await
+        .unwrap();
+    let sub = sys
+        .system
+        .store
+        .get_subscription("consoled", name)
+        .await
+        .unwrap()
+        .unwrap();
+    PortalGrant {
+        expires_at: chrono::Utc::now() - chrono::TimeDelta::minutes(1),
+        ..PortalGrant::new(
+            &sub,
+            chrono::Utc::now(),
+            chrono::TimeDelta::hours(1),
+            "test",
+        )
+        .unwrap()
+    }
+    .token(&key)
+}
+
 /// The link `portal-link` prints for `name` of topic consoled.
 pub(crate) fn link(sys: &TestSystem, name: &str, expires_in: &str) -> String {
     link_of(sys, ("consoled", name), expires_in)
@@ -252,21 +277,7 @@ async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_re
     let key = gridrelay_adapters::aws::portal_key(&sys.sdk, &sys.names.portal_key_secret)
         .await
         .unwrap();
-    let expired = PortalGrant {
-        topic: "consoled".into(),
-        subscription: "audit".into(),
-        subscription_id: sys
-            .system
-            .store
-            .get_subscription("consoled", "audit")
-            .await
-            .unwrap()
-            .unwrap()
-            .id,
-        expires_at: chrono::Utc::now() - chrono::TimeDelta::minutes(1),
-        view_only: false,
-    }
-    .token(&key);
+    let expired = expired_token(&sys, "audit").await;
     let (status, page) = visitor.page(&format!("{path}?token={expired}"), None).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
     assert!(page.contains("expired"), "{page}");
