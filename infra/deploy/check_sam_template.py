@@ -103,7 +103,7 @@ EXPECTED = {
         "dynamodb:GetItem": [getatt("SubscriptionsTable"), getatt("TopicsTable")],
         # A signing-secret rotation: the subscription written over the version read, its new
         # secret kept under the prefix, the one it retires deleted (signing secrets only).
-        # ...and a test event's claim of its window (those items only: checked below).
+        # ...and the portal's claims (those items only: checked below).
         "dynamodb:PutItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
         "secretsmanager:CreateSecret": [SIGNING_SECRETS],
         "secretsmanager:PutSecretValue": [SIGNING_SECRETS],
@@ -324,8 +324,9 @@ def listing_problems(resources, function, *prefixes):
     return []
 
 
-# #36: the delivery state items the portal writes: its test events' claims of their windows.
-PORTAL_CLAIMS = "claim#portal-test#*"
+# #36: the delivery state items the portal writes: its test events' claims of their windows,
+# and its dropped events' sent again.
+PORTAL_CLAIMS = ["claim#portal-test#*", "claim#portal-again#*"]
 
 
 # #36: the portal's routes on the front door, to the portal function, and no others to it.
@@ -357,7 +358,7 @@ def portal_problems(resources, outputs):
         for s in p["PolicyDocument"]["Statement"]
         if isinstance(s, dict) and s.get("Resource") == getatt("DeliveryStateTable") and "PutItem" in str(s.get("Action"))
     ]
-    only_claims = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [PORTAL_CLAIMS]}}
+    only_claims = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": PORTAL_CLAIMS}}
     if len(claims) != 1 or claims[0].get("Condition") != only_claims:
         problems.append(f"PortalFunction: PutItem on the delivery state table must be limited to {PORTAL_CLAIMS}: {claims}")
     paths = resources["PublishApi"]["Properties"]["Body"]["paths"]

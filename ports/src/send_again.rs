@@ -3,36 +3,47 @@
 //! An event given up with no dead-letter destination (L1), or whose dead-letter location was
 //! unavailable (L5), is kept nowhere but in its topic's archive, where the topic keeps one
 //! (`retentionDays` above 0). The journal says which events a subscription dropped
-//! ([`dropped_events`](gridrelay_shared::journal::dropped_events)) and, where it read their
-//! publish, when they were published; the archive has the events themselves. Each is found
-//! there by its publish time (or the span its subscription's time to live allows) and its id as
+//! ([`dropped_events`](gridrelay_shared::journal::dropped_events)) and when each was
+//! published; the archive has the events themselves. Each is found there at its publish time
+//! (the hours around it only, at most [`MAX_ARCHIVE_HOURS`] of them per send) by its id as
 //! the subscription receives it, turned into its schema and passed by its filter as a replay
-//! turns it, and sent to that subscription alone, as new deliveries.
+//! turns it, claimed for [`SEND_AGAIN_HOLD`](gridrelay_shared::portal::SEND_AGAIN_HOLD) (so sending it again once more before the journal
+//! shows its new delivery finds it taken), and sent to that subscription alone, as a new
+//! delivery.
 
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use gridrelay_shared::archive::windows_for_spans;
 use gridrelay_shared::destination::RoutingFields;
-use gridrelay_shared::journal::DroppedEvent;
+use gridrelay_shared::journal::{DroppedEvent, hours_between};
 use gridrelay_shared::message::QueuedEvent;
+use gridrelay_shared::portal::send_again_claim;
 use gridrelay_shared::subscription::{Subscription, Topic};
 
 use crate::fan_out::{FanOutError, replay_shares, send_again_to_subscription};
-use crate::{ArchiveSource, MessageQueue, RecordStreamError};
+use crate::{ArchiveSource, DeliveryStateStore, MessageQueue, RecordStreamError, StoreError};
 
 /// Where an event sent again from the archive says it came from (the journal's `redrive`).
 pub const FROM_ARCHIVE: &str = "the topic's archive";
+
+/// The most hours of the archive one send again reads (each hour's objects hold every topic's
+/// events): picks published in more hours than this are left for another send.
+pub const MAX_ARCHIVE_HOURS: usize = 24;
 
 /// What a send again from the archive did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SentFromArchive {
     /// The ids of the events sent again, in the order asked for.
     pub sent: Vec<String>,
-    /// The ids not found in the archive (published before its retention or the topic's
-    /// creation, or not archived: the portal's own test events are not), or no longer passed
-    /// by the subscription's filter.
+    /// Sent again in the last [`SEND_AGAIN_HOLD`](gridrelay_shared::portal::SEND_AGAIN_HOLD) already: not sent twice.
+    pub held: Vec<String>,
+    /// Not found in the archive: published before the subscription, the topic's creation or
+    /// its retention, not archived (the portal's own test events are not), no longer passed by
+    /// the subscription's filter, or their publish time not known (not in the journal read).
     pub not_found: Vec<String>,
+    /// Published in hours past the [`MAX_ARCHIVE_HOURS`] read: pick fewer at once.
+    pub not_read: Vec<String>,
 }
 
 /// Why nothing was sent.
@@ -43,14 +54,22 @@ pub enum SendAgainError {
     NoArchive(String),
     #[error("the topic's archive could not be read: {0}")]
     Read(#[from] RecordStreamError),
+    #[error("a send again could not be claimed: {0}")]
+    Claim(#[from] StoreError),
     #[error(transparent)]
     Send(#[from] FanOutError),
 }
 
-/// Sends `dropped` (events `sub` dropped, each once) to `sub` again from `topic`'s archive.
+/// Where a send again reads, claims and sends.
+pub struct SendAgainPorts<'a> {
+    pub archive: &'a dyn ArchiveSource,
+    pub claims: &'a dyn DeliveryStateStore,
+    pub queue: &'a dyn MessageQueue,
+}
+
+/// Sends `dropped` (events `sub` dropped) to `sub` again from `topic`'s archive.
 pub async fn send_dropped_again(
-    archive: &dyn ArchiveSource,
-    queue: &dyn MessageQueue,
+    ports: &SendAgainPorts<'_>,
     (topic, sub): (&Topic, &Subscription),
     dropped: &[DroppedEvent],
     now: DateTime<Utc>,
@@ -58,32 +77,36 @@ pub async fn send_dropped_again(
     if topic.retention_days == 0 {
         return Err(SendAgainError::NoArchive(topic.name.clone()));
     }
-    let ttl = chrono::Duration::minutes(i64::from(sub.retry_policy.event_time_to_live_in_minutes));
-    let spans: HashMap<&str, (DateTime<Utc>, DateTime<Utc>)> = dropped
+    let mut done = SentFromArchive::default();
+    let mut seen = HashSet::new();
+    let picked: Vec<&DroppedEvent> = dropped.iter().filter(|d| seen.insert(&d.id)).collect();
+    // Each id's publish time: the archive is read at those instants only.
+    let published: HashMap<&str, DateTime<Utc>> = picked
         .iter()
-        .map(|d| (d.id.as_str(), d.publish_span(ttl)))
+        .filter_map(|d| Some((d.id.as_str(), d.published?)))
         .collect();
     let windows = windows_for_spans(
-        spans.values().copied(),
+        published.values().map(|at| (*at, *at)),
         now,
         topic.retention_days,
-        topic.created_at,
+        topic.created_at.max(sub.created_at),
     );
-    // Each id's latest event published within its span, in the subscription's form.
-    let mut found: HashMap<String, (DateTime<Utc>, QueuedEvent)> = HashMap::new();
+    let mut found: HashMap<String, QueuedEvent> = HashMap::new();
+    let mut hours = 0;
+    let mut unread = Vec::new();
     for window in &windows {
-        let read = archive.read_window(&topic.name, window).await?;
+        let (first, last) = window.hours();
+        hours += hours_between(first, last).len();
+        if hours > MAX_ARCHIVE_HOURS {
+            unread.push(*window);
+            continue;
+        }
+        let read = ports.archive.read_window(&topic.name, window).await?;
         if read.skipped > 0 {
             tracing::warn!(topic = %topic.name, skipped = read.skipped,
                 "lines of the topic's archive that are not archived events were skipped");
         }
         for archived in read.events {
-            let maybe = spans
-                .values()
-                .any(|(from, to)| *from <= archived.time && archived.time <= *to);
-            if !maybe {
-                continue;
-            }
             let one = std::slice::from_ref(&archived.event);
             let shares = replay_shares(std::slice::from_ref(sub), archived.schema, one, now);
             let Some(event) = shares
@@ -94,29 +117,34 @@ pub async fn send_dropped_again(
                 continue;
             };
             let id = RoutingFields::of(&event.event, sub.event_delivery_schema).id;
-            let within = spans
-                .get(id.as_str())
-                .is_some_and(|(from, to)| *from <= archived.time && archived.time <= *to);
-            let later = found.get(&id).is_none_or(|(at, _)| *at <= archived.time);
-            if within && later {
-                found.insert(id, (archived.time, event));
+            if published.get(id.as_str()) == Some(&archived.time) {
+                found.insert(id, event);
             }
         }
     }
-    let mut done = SentFromArchive::default();
+    let token = uuid::Uuid::new_v4().to_string();
     let mut events = Vec::new();
-    let mut seen = HashSet::new();
-    for d in dropped.iter().filter(|d| seen.insert(d.id.as_str())) {
-        match found.remove(&d.id) {
-            Some((_, event)) => {
-                events.push(event);
-                done.sent.push(d.id.clone());
+    for d in picked {
+        let Some(event) = found.remove(&d.id) else {
+            let left = d
+                .published
+                .is_some_and(|at| unread.iter().any(|w| w.contains(at)));
+            match left {
+                true => done.not_read.push(d.id.clone()),
+                false => done.not_found.push(d.id.clone()),
             }
-            None => done.not_found.push(d.id.clone()),
+            continue;
+        };
+        let (key, until) = send_again_claim(&sub.id, &d.id, now);
+        if ports.claims.claim(&key, &token, until).await? {
+            events.push(event);
+            done.sent.push(d.id.clone());
+        } else {
+            done.held.push(d.id.clone());
         }
     }
     if !events.is_empty() {
-        send_again_to_subscription(queue, sub, events, FROM_ARCHIVE, now).await?;
+        send_again_to_subscription(ports.queue, sub, events, FROM_ARCHIVE, now).await?;
     }
     Ok(done)
 }
@@ -135,7 +163,7 @@ mod tests {
 
     use super::*;
     use crate::RecordStream;
-    use crate::memory::{ManualClock, MemoryJournal, MemoryQueue};
+    use crate::memory::{ManualClock, MemoryDeliveryStateStore, MemoryJournal, MemoryQueue};
 
     fn at(minute: i64) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 28, 10, 0, 0).unwrap() + Duration::minutes(minute)
@@ -161,11 +189,8 @@ mod tests {
         }
     }
 
-    fn dropped(
-        id: &str,
-        published: Option<DateTime<Utc>>,
-        first_seen: DateTime<Utc>,
-    ) -> DroppedEvent {
+    fn dropped(id: &str, published: Option<DateTime<Utc>>) -> DroppedEvent {
+        let first_seen = published.unwrap_or(at(25));
         DroppedEvent {
             id: id.into(),
             reason: "MaxDeliveryAttemptsExceeded".into(),
@@ -251,21 +276,29 @@ mod tests {
             ..EventFilter::default()
         };
         let queue = MemoryQueue::new(Arc::new(ManualClock::new(at(30))));
+        let claims = MemoryDeliveryStateStore::default();
+        let ports = SendAgainPorts {
+            archive: &archive,
+            claims: &claims,
+            queue: &queue,
+        };
         let picks = [
-            dropped("a", Some(at(0)), at(0)),
-            // Its publish not read: found within its time to live before its first entry.
-            dropped("c", None, at(25)),
+            dropped("a", Some(at(0))),
+            dropped("c", Some(at(20))),
+            // Its publish not in the journal read: not looked for.
+            dropped("x", None),
             // Paid: the filter no longer takes it.
-            dropped("b", Some(at(0)), at(0)),
+            dropped("b", Some(at(0))),
             // Another topic's, and a test event (never archived).
-            dropped("d", Some(at(0)), at(0)),
-            dropped("t", Some(at(10)), at(10)),
+            dropped("d", Some(at(0))),
+            dropped("t", Some(at(10))),
         ];
-        let done = send_dropped_again(&archive, &queue, (&topic(1), &sub), &picks, at(30))
+        let done = send_dropped_again(&ports, (&topic(1), &sub), &picks, at(30))
             .await
             .unwrap();
         assert_eq!(done.sent, vec!["a", "c"]);
-        assert_eq!(done.not_found, vec!["b", "d", "t"]);
+        assert_eq!(done.not_found, vec!["x", "b", "d", "t"]);
+        assert!(done.held.is_empty() && done.not_read.is_empty(), "{done:?}");
         assert_eq!(
             sent(&queue),
             vec![(
@@ -283,17 +316,81 @@ mod tests {
             "the copy published when it was: {body}"
         );
 
-        let none = send_dropped_again(&archive, &queue, (&topic(0), &sub), &picks, at(30)).await;
+        // Asked again before the journal shows the new delivery: held, not sent twice.
+        let again = send_dropped_again(&ports, (&topic(1), &sub), &picks[..2], at(31))
+            .await
+            .unwrap();
+        assert_eq!(again.held, vec!["a", "c"]);
+        assert!(again.sent.is_empty(), "{again:?}");
+        assert_eq!(queue.sent().len(), 1);
+
+        let none = send_dropped_again(&ports, (&topic(0), &sub), &picks, at(30)).await;
         assert!(
             matches!(none, Err(SendAgainError::NoArchive(_))),
             "{none:?}"
         );
-        // Past the retention: nothing found, nothing sent.
+        // Past the retention, or before the subscription was made: nothing found.
         let late = at(30) + Duration::days(2);
-        let done = send_dropped_again(&archive, &queue, (&topic(1), &sub), &picks[..1], late)
+        let done = send_dropped_again(&ports, (&topic(1), &sub), &picks[..1], late)
             .await
             .unwrap();
-        assert_eq!((done.sent.len(), done.not_found.len()), (0, 1));
+        assert_eq!(done.not_found, vec!["a"]);
+        let younger = Subscription {
+            created_at: at(10),
+            ..sub.clone()
+        };
+        let done = send_dropped_again(&ports, (&topic(1), &younger), &picks[..1], at(30))
+            .await
+            .unwrap();
+        assert_eq!(done.not_found, vec!["a"]);
         assert_eq!(queue.sent().len(), 1);
+    }
+
+    /// #36: picks published in more hours of the archive than one send reads are left and
+    /// named, not read.
+    #[test]
+    fn a_send_again_reads_at_most_its_hours_of_the_archive() {
+        futures::executor::block_on(async {
+            let archive = MemoryJournal::default();
+            let hour = |h: i64| at(60 * h);
+            let ids: Vec<String> = (0..16).map(|i| format!("e{i}")).collect();
+            for (i, id) in ids.iter().enumerate() {
+                let lines = archive_lines(
+                    "orders",
+                    InputSchema::EventGridSchema,
+                    hour(2 * i as i64),
+                    &[event(id, "Order.Created")],
+                );
+                archive.put_records(&lines).await.unwrap();
+            }
+            let sub = SubscriptionRequest {
+                topic: "orders".into(),
+                name: "billing".into(),
+                endpoint: "https://example.com/hook".into(),
+                ..SubscriptionRequest::default()
+            }
+            .validate(Default::default(), at(-60))
+            .unwrap();
+            let now = hour(40);
+            let queue = MemoryQueue::new(Arc::new(ManualClock::new(now)));
+            let claims = MemoryDeliveryStateStore::default();
+            let ports = SendAgainPorts {
+                archive: &archive,
+                claims: &claims,
+                queue: &queue,
+            };
+            let picks: Vec<DroppedEvent> = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| dropped(id, Some(hour(2 * i as i64))))
+                .collect();
+            let done = send_dropped_again(&ports, (&topic(3), &sub), &picks, now)
+                .await
+                .unwrap();
+            // Each is read in two hours of its own (its object can be named 15 minutes
+            // earlier): 12 fit in 24.
+            assert_eq!(done.sent, ids[..12].to_vec());
+            assert_eq!(done.not_read, ids[12..].to_vec());
+        });
     }
 }

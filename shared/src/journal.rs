@@ -485,21 +485,6 @@ pub struct DroppedEvent {
     pub last_status: Option<u16>,
 }
 
-impl DroppedEvent {
-    /// The publish times it can have, as `(from, to)` (`to` included): its own where known;
-    /// otherwise from `time_to_live` (its subscription's, which a delivery cannot outlive)
-    /// and a minute more before its first entry read, up to that entry.
-    pub fn publish_span(&self, time_to_live: chrono::Duration) -> (DateTime<Utc>, DateTime<Utc>) {
-        match self.published {
-            Some(at) => (at, at),
-            None => (
-                self.first_seen - time_to_live - chrono::Duration::minutes(1),
-                self.first_seen,
-            ),
-        }
-    }
-}
-
 /// The events of `subscription` of `topic` whose latest delivery in `entries` was dropped
 /// ([`DroppedEvent`]), the latest dropped first. An event without an id is left out: nothing
 /// could find it again.
@@ -1566,12 +1551,6 @@ mod tests {
                     last_status: Some(400),
                 },
             ]
-        );
-        let ttl = chrono::Duration::minutes(30);
-        assert_eq!(dropped[1].publish_span(ttl), (at(0), at(0)));
-        assert_eq!(
-            dropped[0].publish_span(ttl),
-            (at(30) - ttl - chrono::Duration::minutes(1), at(30))
         );
         assert!(dropped_events(&entries, "other", "billing").is_empty());
     }

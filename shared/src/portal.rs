@@ -132,6 +132,27 @@ impl TestEventClaim {
     }
 }
 
+/// How long a dropped event sent again from the portal cannot be sent again: until the
+/// journal shows its new delivery (the stream writes within its buffering interval, 15
+/// minutes at most), so the page no longer offers it, with room for its first attempt.
+pub const SEND_AGAIN_HOLD: chrono::Duration = chrono::Duration::minutes(20);
+
+/// The claim a dropped event `event_id` of the subscription with id `subscription_id` takes
+/// when the portal sends it again at `now`: its key (the event's id as a digest, so any id
+/// fits a key) and until when it holds. A second send again of it meanwhile finds it taken.
+pub fn send_again_claim(
+    subscription_id: &str,
+    event_id: &str,
+    now: DateTime<Utc>,
+) -> (String, DateTime<Utc>) {
+    use sha2::Digest;
+    let digest = crate::validation::hex(&sha2::Sha256::digest(event_id.as_bytes()));
+    (
+        format!("portal-again#{subscription_id}#{digest}"),
+        now + SEND_AGAIN_HOLD,
+    )
+}
+
 /// The test event a subscriber sends itself from the portal, in the Event Grid schema (each
 /// subscription gets it in its own delivery schema): type [`TEST_EVENT_TYPE`], subject
 /// `/portal/<topic>/<subscription>`.
@@ -326,6 +347,26 @@ mod tests {
         assert_ne!(TestEventClaim::at("sub-1", at(10)).key, first.key);
         assert_ne!(TestEventClaim::at("sub-2", at(0)).key, first.key);
         assert!(first.key.starts_with("portal-test#sub-1#"), "{}", first.key);
+    }
+
+    /// #36: a dropped event sent again holds its claim for the hold, per subscription and
+    /// event, whatever the id's length.
+    #[test]
+    fn a_send_again_claims_its_event_of_its_subscription_for_the_hold() {
+        let (key, until) = send_again_claim("sub-1", &"x".repeat(5000), now());
+        assert!(
+            key.starts_with("portal-again#sub-1#") && key.len() < 100,
+            "{key}"
+        );
+        assert_eq!(until, now() + SEND_AGAIN_HOLD);
+        assert_ne!(
+            send_again_claim("sub-2", "e", now()).0,
+            send_again_claim("sub-1", "e", now()).0
+        );
+        assert_ne!(
+            send_again_claim("sub-1", "f", now()).0,
+            send_again_claim("sub-1", "e", now()).0
+        );
     }
 
     fn key(c: char) -> PortalKey {

@@ -26,9 +26,11 @@ use chrono::{DateTime, TimeDelta, Utc};
 use gridrelay_ports::fan_out::send_to_subscription;
 use gridrelay_ports::redrive::{DeadLetterSelection, DeadLetteredEvent, redrive_subscription};
 use gridrelay_ports::registration::{SigningKeys, rotate_signing_secret};
-use gridrelay_ports::send_again::send_dropped_again;
+use gridrelay_ports::send_again::{SendAgainPorts, SentFromArchive, send_dropped_again};
 use gridrelay_shared::dead_letter::{object_hour, subscription_folder};
-use gridrelay_shared::journal::{DroppedEvent, dropped_events};
+use gridrelay_shared::dead_letter_write::UNAVAILABLE_LIMIT;
+use gridrelay_shared::decision::to_chrono;
+use gridrelay_shared::journal::{DroppedEvent, JournalEntry};
 use gridrelay_shared::portal::{
     TEST_EVENT_WINDOW_SECONDS, TestEventClaim, test_event as portal_test_event,
 };
@@ -200,6 +202,8 @@ pub(crate) async fn send_again(
     }
     let now = portal.clock.now();
     let mut done = page::SentAgain::default();
+    // A part that fails after the other sent something is said on the page of what was sent.
+    let mut failed = None;
     if !records.is_empty() {
         // Only the objects of the picked records' hours are read, however many the folder
         // holds.
@@ -209,19 +213,27 @@ pub(crate) async fn send_again(
                 done.dead_lettered = sent;
                 done.not_sent = not_sent;
             }
-            Err(response) => return response,
+            Err(response) => failed = Some(response),
         }
     }
     if !dropped_ids.is_empty() {
         match dropped_again(&portal, &sub, form.since.as_deref(), &dropped_ids, now).await {
-            Ok((sent, not_sent)) => {
-                done.from_archive = sent;
-                done.not_sent.extend(not_sent);
+            Ok(archived) => {
+                done.from_archive = archived.sent;
+                done.held = archived.held;
+                done.not_read = archived.not_read;
+                done.not_sent.extend(archived.not_found);
             }
-            Err(response) => return response,
+            Err(response) => failed = failed.or(Some(response)),
         }
     }
-    page::sent_again(&sub, &done).into_response()
+    match failed {
+        Some(response) if done.dead_lettered.is_empty() && done.from_archive.is_empty() => response,
+        failed => {
+            done.incomplete = failed.is_some();
+            page::sent_again(&sub, &done).into_response()
+        }
+    }
 }
 
 /// The dead-lettered `records` (object and id) of `hours` sent again: the ids sent, and those
@@ -272,16 +284,17 @@ async fn dead_lettered_again(
     }
 }
 
-/// The dropped events `ids` sent again from the topic's archive, those the journal of the
-/// span `since` says the subscription dropped: the ids sent, and those picked but not sent;
-/// if nothing could be, the answer to give.
+/// The dropped events `ids` sent again from the topic's archive: those the journal of the span
+/// `since` says the subscription dropped (their publish found in the journal before the span
+/// where need be, as far back as their delivery can have lasted); what was done, the picks it
+/// did not drop among the not found; if nothing could be, the answer to give.
 async fn dropped_again(
     portal: &Portal,
     sub: &Subscription,
     since: Option<&str>,
     ids: &[String],
     now: DateTime<Utc>,
-) -> Result<(Vec<String>, Vec<String>), Response> {
+) -> Result<SentFromArchive, Response> {
     let query = crate::PageQuery {
         since: since.map(str::to_string),
         ..crate::PageQuery::default()
@@ -304,25 +317,46 @@ async fn dropped_again(
             return Err(crate::unavailable());
         }
     };
-    let entries = crate::read_journal(portal, &filter, now)
+    let start = now - TimeDelta::hours(filter.hours);
+    let unavailable = |()| crate::unavailable();
+    let mut entries = crate::read_journal_between(portal, start, now)
         .await
-        .map_err(|()| crate::unavailable())?;
-    let dropped: Vec<DroppedEvent> = dropped_events(&entries, &sub.topic, &sub.name)
-        .into_iter()
-        .filter(|d| ids.contains(&d.id))
-        .collect();
-    let queue = portal.delivery_queue.as_ref();
-    let archive = portal.archive.as_ref();
-    match send_dropped_again(archive, queue, (&topic, sub), &dropped, now).await {
-        Ok(done) => {
-            tracing::info!(topic = %sub.topic, name = %sub.name, events = done.sent.len(),
-                not_found = done.not_found.len(), "dropped events were sent again from the portal");
-            let not_sent = ids
+        .map_err(unavailable)?;
+    let picked = |entries: &[JournalEntry]| -> Vec<DroppedEvent> {
+        crate::own_dropped_events(entries, sub)
+            .into_iter()
+            .filter(|d| ids.contains(&d.id))
+            .collect()
+    };
+    let mut dropped = picked(&entries);
+    let unknown = dropped.iter().filter(|d| d.published.is_none());
+    if let Some(first) = unknown.map(|d| d.first_seen).min() {
+        let ttl = TimeDelta::minutes(i64::from(sub.retry_policy.event_time_to_live_in_minutes));
+        let back = ttl + to_chrono(UNAVAILABLE_LIMIT) + TimeDelta::minutes(15);
+        let from = (first - back).max(sub.created_at);
+        if from < start {
+            let earlier = crate::read_journal_between(portal, from, start)
+                .await
+                .map_err(unavailable)?;
+            entries.extend(earlier);
+            dropped = picked(&entries);
+        }
+    }
+    let ports = SendAgainPorts {
+        archive: portal.archive.as_ref(),
+        claims: portal.health.as_ref(),
+        queue: portal.delivery_queue.as_ref(),
+    };
+    match send_dropped_again(&ports, (&topic, sub), &dropped, now).await {
+        Ok(mut done) => {
+            tracing::info!(topic = %sub.topic, name = %sub.name, sent = done.sent.len(),
+                held = done.held.len(), not_found = done.not_found.len(),
+                not_read = done.not_read.len(), "dropped events were sent again from the portal");
+            let not_dropped = ids
                 .iter()
-                .filter(|id| !done.sent.contains(id))
-                .cloned()
-                .collect();
-            Ok((done.sent, not_sent))
+                .filter(|id| !dropped.iter().any(|d| &d.id == *id));
+            done.not_found.extend(not_dropped.cloned());
+            Ok(done)
         }
         Err(e) => {
             tracing::error!(error = %e, topic = %sub.topic, name = %sub.name,

@@ -414,8 +414,16 @@ pub(crate) async fn read_journal(
     filter: &Filter,
     now: DateTime<Utc>,
 ) -> Result<Vec<JournalEntry>, ()> {
-    let since = now - TimeDelta::hours(filter.hours);
-    match portal.journal.read_hours(since, now).await {
+    read_journal_between(portal, now - TimeDelta::hours(filter.hours), now).await
+}
+
+/// The journal's entries written from `from` to `to`; `Err(())` as [`read_journal`].
+pub(crate) async fn read_journal_between(
+    portal: &Portal,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<JournalEntry>, ()> {
+    match portal.journal.read_hours(from, to).await {
         Ok(read) => Ok(read.entries),
         Err(e) => {
             tracing::error!(error = %e, "the portal could not read the delivery journal");
@@ -433,7 +441,8 @@ fn attempts(
     now: DateTime<Utc>,
 ) -> Vec<JournalEntry> {
     let since = now - TimeDelta::hours(filter.hours);
-    latest_attempts(entries, &sub.topic, &sub.name, filter.failed, usize::MAX)
+    let own = entries.iter().filter(|e| e.time >= sub.created_at);
+    latest_attempts(own, &sub.topic, &sub.name, filter.failed, usize::MAX)
         .into_iter()
         .filter(|e| e.time >= since)
         .take(MAX_LISTED)
@@ -441,9 +450,19 @@ fn attempts(
         .collect()
 }
 
+/// The dropped events of `sub` in `entries`: those of its own life only (an earlier
+/// subscription of the same names is another's).
+pub(crate) fn own_dropped_events(
+    entries: &[JournalEntry],
+    sub: &Subscription,
+) -> Vec<DroppedEvent> {
+    let own = entries.iter().filter(|e| e.time >= sub.created_at);
+    dropped_events(own, &sub.topic, &sub.name)
+}
+
 /// The subscription's dropped events in `entries`, and whether its topic keeps an archive.
 async fn dropped(portal: &Portal, sub: &Subscription, entries: &[JournalEntry]) -> Dropped {
-    let mut events = dropped_events(entries, &sub.topic, &sub.name);
+    let mut events = own_dropped_events(entries, sub);
     let from_archive = match portal.store.get_topic(&sub.topic).await {
         Ok(topic) => topic.is_some_and(|t| t.retention_days > 0),
         Err(e) => {

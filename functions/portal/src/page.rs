@@ -254,7 +254,7 @@ fn dropped(p: &SubscriptionPage<'_>) -> Markup {
             }
             Dropped::Listed { events, total, from_archive: kept } => {
                 p {
-                    "These were given up with no dead-letter destination to keep them. "
+                    "These were given up and kept nowhere (the reason says why). "
                     @if !*kept {
                         "The topic keeps no copy of its events, so they cannot be sent again from here."
                     } @else if !p.can_change {
@@ -433,9 +433,15 @@ pub fn test_event_sent(sub: &Subscription, id: &str) -> Markup {
 pub struct SentAgain {
     pub dead_lettered: Vec<String>,
     pub from_archive: Vec<String>,
+    /// Sent again from the archive in the last 20 minutes already: not sent twice.
+    pub held: Vec<String>,
+    /// Published in more hours of the archive than one send reads.
+    pub not_read: Vec<String>,
     /// Picked, but no longer dead-lettered or dropped (sent again already, delivered, expired),
     /// or not found in the topic's archive.
     pub not_sent: Vec<String>,
+    /// Some picks could not be sent now (the store could not be read or written).
+    pub incomplete: bool,
 }
 
 /// After picked events were sent again: those that were, and those that were not.
@@ -462,6 +468,25 @@ pub fn sent_again(sub: &Subscription, done: &SentAgain) -> Markup {
                     h2 { "From the topic's archive" }
                     (ids(&done.from_archive))
                 }
+            }
+            @if done.incomplete {
+                p class="error" role="alert" {
+                    "Some of the picked events could not be sent now. Try again in a minute."
+                }
+            }
+            @if !done.held.is_empty() {
+                h2 { "Sent again already" }
+                p {
+                    "Sent again from the topic's archive in the last "
+                    (gridrelay_shared::portal::SEND_AGAIN_HOLD.num_minutes())
+                    " minutes; their attempts show on the page as they are made:"
+                }
+                (ids(&done.held))
+            }
+            @if !done.not_read.is_empty() {
+                h2 { "Not sent yet" }
+                p { "Published in too many different hours to read at once: pick these again." }
+                (ids(&done.not_read))
             }
             @if !done.not_sent.is_empty() {
                 h2 { "Not sent" }

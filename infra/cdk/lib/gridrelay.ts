@@ -422,11 +422,12 @@ export class Gridrelay extends Construct {
       }),
     ]);
     allow(this.portal, ['dynamodb:BatchGetItem'], [this.deliveryStateTable.tableArn]);
-    // A test event's claim of its window (one per subscription per 10 s): those items only.
+    // Claims: a test event's of its window (one per subscription per 10 s), a dropped event's
+    // sent again (once per 20 minutes); those items only.
     this.portal.addToRolePolicy(new iam.PolicyStatement({
       actions: ['dynamodb:PutItem'],
       resources: [this.deliveryStateTable.tableArn],
-      conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['claim#portal-test#*'] } },
+      conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['claim#portal-test#*', 'claim#portal-again#*'] } },
     }));
     this.portal.addToRolePolicy(new iam.PolicyStatement({
       actions: ['s3:ListBucket'],

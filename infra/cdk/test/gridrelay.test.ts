@@ -520,7 +520,7 @@ test('#36: the portal answers its five routes of the publish API and touches onl
   // Subscriptions written whole (a rotation); the delivery state only as test events' claims.
   assert.deepEqual(listConditions(construct.portal, 'dynamodb:PutItem'), [
     undefined,
-    { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['claim#portal-test#*'] } },
+    { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['claim#portal-test#*', 'claim#portal-again#*'] } },
   ]);
   const outputs = template.findOutputs('*');
   assert.deepEqual(Object.values(outputs).filter((o) => JSON.stringify(o.Value) === JSON.stringify(key)).length, 1);
