@@ -176,6 +176,18 @@ mod tests {
         .unwrap()
     }
 
+    /// Subscription billing of topic orders, made an hour before the events.
+    fn billing() -> Subscription {
+        SubscriptionRequest {
+            topic: "orders".into(),
+            name: "billing".into(),
+            endpoint: "https://example.com/hook".into(),
+            ..SubscriptionRequest::default()
+        }
+        .validate(Default::default(), at(-60))
+        .unwrap()
+    }
+
     fn topic(retention_days: u16) -> Topic {
         Topic {
             name: "orders".into(),
@@ -262,14 +274,7 @@ mod tests {
             ))
             .await
             .unwrap();
-        let mut sub = SubscriptionRequest {
-            topic: "orders".into(),
-            name: "billing".into(),
-            endpoint: "https://example.com/hook".into(),
-            ..SubscriptionRequest::default()
-        }
-        .validate(Default::default(), at(-60))
-        .unwrap();
+        let mut sub = billing();
         sub.event_delivery_schema = DeliverySchema::CloudEventSchemaV1_0;
         sub.filter = EventFilter {
             included_event_types: Some(vec!["Order.Created".into()]),
@@ -363,14 +368,7 @@ mod tests {
                 );
                 archive.put_records(&lines).await.unwrap();
             }
-            let sub = SubscriptionRequest {
-                topic: "orders".into(),
-                name: "billing".into(),
-                endpoint: "https://example.com/hook".into(),
-                ..SubscriptionRequest::default()
-            }
-            .validate(Default::default(), at(-60))
-            .unwrap();
+            let sub = billing();
             let now = hour(40);
             let queue = MemoryQueue::new(Arc::new(ManualClock::new(now)));
             let claims = MemoryDeliveryStateStore::default();
