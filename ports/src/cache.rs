@@ -547,9 +547,10 @@ impl DeliveryStateStore for CachedDeliveryState {
         &self,
         key: &str,
         token: &str,
+        now: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        self.state.claim(key, token, until).await
+        self.state.claim(key, token, now, until).await
     }
 
     fn forget(&self, endpoint: &str) {

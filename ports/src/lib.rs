@@ -155,10 +155,16 @@ pub trait DeliveryStateStore: Send + Sync {
     async fn mark_late_success(&self, attempt: &str, now: DateTime<Utc>) -> Result<(), StoreError>;
     /// R4: when that attempt was answered with success after all, if it was.
     async fn late_success(&self, attempt: &str) -> Result<Option<DateTime<Utc>>, StoreError>;
-    /// #35: claims `key` for `token` until `until` if no other token holds it; whether `token`
-    /// holds it now (claimed before by the same token counts).
-    async fn claim(&self, key: &str, token: &str, until: DateTime<Utc>)
-    -> Result<bool, StoreError>;
+    /// #35: claims `key` for `token` until `until` if no other token holds it at `now` (a
+    /// claim ends at its `until`, whether or not its record is deleted yet); whether `token`
+    /// holds it now (claimed before by the same token counts, and its claim is extended).
+    async fn claim(
+        &self,
+        key: &str,
+        token: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
     /// Says that what was read of `endpoint`'s health may be out of date, so the next read
     /// goes to the store. Only a cache in front of the store
     /// ([`cache::CachedDeliveryState`]) has anything to forget.

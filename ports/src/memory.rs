@@ -798,7 +798,8 @@ impl SecretStore for MemorySecretStore {
 pub struct MemoryDeliveryStateStore {
     health: Mutex<HashMap<String, Versioned<EndpointHealth>>>,
     late: Mutex<HashMap<String, DateTime<Utc>>>,
-    claims: Mutex<HashMap<String, String>>,
+    /// Each claim's token and until when it holds.
+    claims: Mutex<HashMap<String, (String, DateTime<Utc>)>>,
     health_reads: AtomicUsize,
     pub outage: Outage,
     /// While on, every health write loses its race, as if another writer always got there
@@ -894,14 +895,19 @@ impl DeliveryStateStore for MemoryDeliveryStateStore {
         &self,
         key: &str,
         token: &str,
-        _until: DateTime<Utc>,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         self.check()?;
         let mut claims = lock(&self.claims);
         let holder = claims
             .entry(key.to_string())
-            .or_insert_with(|| token.to_string());
-        Ok(holder == token)
+            .or_insert_with(|| (token.to_string(), until));
+        if holder.0 != token && holder.1 > now {
+            return Ok(false);
+        }
+        *holder = (token.to_string(), until);
+        Ok(true)
     }
 }
 

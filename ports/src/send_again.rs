@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use gridrelay_shared::archive::windows_for_spans;
+use gridrelay_shared::archive::{TimeWindow, windows_for_spans};
 use gridrelay_shared::destination::RoutingFields;
 use gridrelay_shared::journal::{DroppedEvent, hours_between};
 use gridrelay_shared::message::QueuedEvent;
@@ -85,22 +85,41 @@ pub async fn send_dropped_again(
         .iter()
         .filter_map(|d| Some((d.id.as_str(), d.published?)))
         .collect();
+    // The publish times whose hours fit the budget, earliest first; the rest are left.
+    let mut times: Vec<DateTime<Utc>> = published.values().copied().collect();
+    times.sort();
+    times.dedup();
+    let mut hours = HashSet::new();
+    let mut unread = HashSet::new();
+    let admitted: Vec<DateTime<Utc>> = times
+        .into_iter()
+        .filter(|at| {
+            let window = TimeWindow::new(*at, *at + chrono::Duration::milliseconds(1), "at");
+            let needed = window
+                .map(|w| {
+                    let (first, last) = w.hours();
+                    hours_between(first, last)
+                })
+                .unwrap_or_default();
+            let more = needed.iter().filter(|h| !hours.contains(*h)).count();
+            if hours.len() + more > MAX_ARCHIVE_HOURS {
+                unread.insert(*at);
+                return false;
+            }
+            hours.extend(needed);
+            true
+        })
+        .collect();
+    // Who dropped what is the journal's to say (the caller's picks); the archive is read from
+    // the topic's creation on.
     let windows = windows_for_spans(
-        published.values().map(|at| (*at, *at)),
+        admitted.iter().map(|at| (*at, *at)),
         now,
         topic.retention_days,
-        topic.created_at.max(sub.created_at),
+        topic.created_at,
     );
     let mut found: HashMap<String, QueuedEvent> = HashMap::new();
-    let mut hours = 0;
-    let mut unread = Vec::new();
     for window in &windows {
-        let (first, last) = window.hours();
-        hours += hours_between(first, last).len();
-        if hours > MAX_ARCHIVE_HOURS {
-            unread.push(*window);
-            continue;
-        }
         let read = ports.archive.read_window(&topic.name, window).await?;
         if read.skipped > 0 {
             tracing::warn!(topic = %topic.name, skipped = read.skipped,
@@ -126,9 +145,7 @@ pub async fn send_dropped_again(
     let mut events = Vec::new();
     for d in picked {
         let Some(event) = found.remove(&d.id) else {
-            let left = d
-                .published
-                .is_some_and(|at| unread.iter().any(|w| w.contains(at)));
+            let left = d.published.is_some_and(|at| unread.contains(&at));
             match left {
                 true => done.not_read.push(d.id.clone()),
                 false => done.not_found.push(d.id.clone()),
@@ -136,7 +153,7 @@ pub async fn send_dropped_again(
             continue;
         };
         let (key, until) = send_again_claim(&sub.id, &d.id, now);
-        if ports.claims.claim(&key, &token, until).await? {
+        if ports.claims.claim(&key, &token, now, until).await? {
             events.push(event);
             done.sent.push(d.id.clone());
         } else {
@@ -328,27 +345,26 @@ mod tests {
         assert_eq!(again.held, vec!["a", "c"]);
         assert!(again.sent.is_empty(), "{again:?}");
         assert_eq!(queue.sent().len(), 1);
+        // Once the hold ends (dropped again, say), it is sent again.
+        let later = at(30) + gridrelay_shared::portal::SEND_AGAIN_HOLD;
+        let after = send_dropped_again(&ports, (&topic(1), &sub), &picks[..1], later)
+            .await
+            .unwrap();
+        assert_eq!(after.sent, vec!["a"]);
+        assert_eq!(queue.sent().len(), 2);
 
         let none = send_dropped_again(&ports, (&topic(0), &sub), &picks, at(30)).await;
         assert!(
             matches!(none, Err(SendAgainError::NoArchive(_))),
             "{none:?}"
         );
-        // Past the retention, or before the subscription was made: nothing found.
+        // Past the retention: nothing found.
         let late = at(30) + Duration::days(2);
         let done = send_dropped_again(&ports, (&topic(1), &sub), &picks[..1], late)
             .await
             .unwrap();
         assert_eq!(done.not_found, vec!["a"]);
-        let younger = Subscription {
-            created_at: at(10),
-            ..sub.clone()
-        };
-        let done = send_dropped_again(&ports, (&topic(1), &younger), &picks[..1], at(30))
-            .await
-            .unwrap();
-        assert_eq!(done.not_found, vec!["a"]);
-        assert_eq!(queue.sent().len(), 1);
+        assert_eq!(queue.sent().len(), 2);
     }
 
     /// #36: picks published in more hours of the archive than one send reads are left and
@@ -389,6 +405,16 @@ mod tests {
             // earlier): 12 fit in 24.
             assert_eq!(done.sent, ids[..12].to_vec());
             assert_eq!(done.not_read, ids[12..].to_vec());
+            // Hourly, each shares an hour with the one before: 23 fit, however the windows
+            // merge.
+            let hourly: Vec<DroppedEvent> = (0..31)
+                .map(|h| dropped(&format!("h{h}"), Some(hour(h))))
+                .collect();
+            let done = send_dropped_again(&ports, (&topic(3), &sub), &hourly, now)
+                .await
+                .unwrap();
+            assert_eq!(done.sent.len() + done.not_found.len(), 23, "{done:?}");
+            assert_eq!(done.not_read.len(), 8, "{done:?}");
         });
     }
 }

@@ -344,9 +344,10 @@ impl DeliveryStateStore for FaultyState {
         &self,
         key: &str,
         token: &str,
+        now: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        self.0.claim(key, token, until).await
+        self.0.claim(key, token, now, until).await
     }
 }
 

@@ -282,6 +282,7 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
         &self,
         key_of: &str,
         token: &str,
+        now: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let mut item = key(format!("claim#{key_of}"));
@@ -295,9 +296,14 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk) OR #token = :token")
+            // Free, its own, or ended (its record not deleted yet: TTL deletes within days).
+            .condition_expression(
+                "attribute_not_exists(pk) OR #token = :token OR #expiresAt <= :now",
+            )
             .expression_attribute_names("#token", "token")
+            .expression_attribute_names("#expiresAt", "expiresAt")
             .expression_attribute_values(":token", AttributeValue::S(token.to_string()))
+            .expression_attribute_values(":now", AttributeValue::N(now.timestamp().to_string()))
             .send()
             .await;
         match put {

@@ -273,10 +273,11 @@ impl Deliver {
         plan: &mut Plan,
         deadline: DateTime<Utc>,
     ) -> Vec<(usize, DeliveryMessage)> {
-        let until = self.ports.clock.now() + CLAIM_LIFETIME;
+        let now = self.ports.clock.now();
+        let until = now + CLAIM_LIFETIME;
         let claims = messages.iter().map(|(_, m)| async move {
             let claim = m.replay.as_ref().and_then(|r| r.claim.as_ref())?;
-            let taken = self.ports.state.claim(&claim.key, &claim.token, until);
+            let taken = self.ports.state.claim(&claim.key, &claim.token, now, until);
             Some(self.before_stop(deadline, taken).await)
         });
         let results = futures::future::join_all(claims).await;

@@ -153,7 +153,11 @@ pub(crate) async fn test_event(
     // One per subscription per window: the window's first claim wins.
     let claim = TestEventClaim::at(&sub.id, now);
     let token = uuid::Uuid::new_v4().to_string();
-    match portal.health.claim(&claim.key, &token, claim.until).await {
+    match portal
+        .health
+        .claim(&claim.key, &token, now, claim.until)
+        .await
+    {
         Ok(true) => {}
         Ok(false) => return too_soon(claim.next_window, now),
         Err(e) => {

@@ -27,6 +27,7 @@ use gridrelay_ports::{
     ArchiveSource, Clock, DeliveryStateStore, JournalSource, MessageQueue, ObjectStore,
     PortalKeySource, SecretStore, SubscriptionStore,
 };
+use gridrelay_shared::delivery::NotDeliverable;
 use gridrelay_shared::journal::{DroppedEvent, JournalEntry, dropped_events, latest_attempts};
 use gridrelay_shared::portal::{LinkRefusal, PortalGrant, PortalKey, read_token};
 use gridrelay_shared::subscription::Subscription;
@@ -450,14 +451,19 @@ fn attempts(
         .collect()
 }
 
-/// The dropped events of `sub` in `entries`: those of its own life only (an earlier
-/// subscription of the same names is another's).
+/// The dropped events of `sub` in `entries`: those it dropped, not an earlier subscription of
+/// the same names (dropped before it was made, or its events found replaced by it when they
+/// came due). The entries of such an event's life are read whole: it may have been published
+/// a moment before the subscription was made.
 pub(crate) fn own_dropped_events(
     entries: &[JournalEntry],
     sub: &Subscription,
 ) -> Vec<DroppedEvent> {
-    let own = entries.iter().filter(|e| e.time >= sub.created_at);
-    dropped_events(own, &sub.topic, &sub.name)
+    dropped_events(entries, &sub.topic, &sub.name)
+        .into_iter()
+        .filter(|d| d.dropped_at >= sub.created_at)
+        .filter(|d| d.reason != NotDeliverable::SubscriptionReplaced.as_str())
+        .collect()
 }
 
 /// The subscription's dropped events in `entries`, and whether its topic keeps an archive.
@@ -569,6 +575,53 @@ mod tests {
             ),
             Err(Refusal::Link(LinkRefusal::Expired { .. }))
         ));
+    }
+
+    /// #36: a subscription's page and send again take only the drops that are its own: not
+    /// one before it was made, nor its predecessor's events found replaced by it; one
+    /// published a moment before it was made and dropped by it is.
+    #[test]
+    fn only_its_own_drops_are_a_subscriptions() {
+        use gridrelay_shared::journal::Step;
+        let now = Utc::now();
+        let sub = gridrelay_shared::subscription::SubscriptionRequest {
+            topic: "orders".into(),
+            name: "billing".into(),
+            endpoint: "https://example.com/hook".into(),
+            ..Default::default()
+        }
+        .validate(Default::default(), now)
+        .unwrap_or_else(|e| panic!("{e}"));
+        let entry = |id: &str, seconds: i64, step: Step| JournalEntry {
+            topic: "orders".into(),
+            subscription: "billing".into(),
+            ids: vec![id.into()],
+            time: now + TimeDelta::seconds(seconds),
+            step,
+        };
+        let dropped = |reason: &str| Step::Dropped {
+            reason: reason.into(),
+        };
+        let entries = [
+            entry("old", -60, dropped("SubscriptionDeleted")),
+            entry("replaced", 5, dropped("SubscriptionReplaced")),
+            entry(
+                "edge",
+                -1,
+                Step::Fanned {
+                    event_type: "t".into(),
+                    subject: String::new(),
+                    bytes: 1,
+                    replay: None,
+                    redrive: None,
+                },
+            ),
+            entry("edge", 10, dropped("SubscriptionNotValidated")),
+        ];
+        let own = own_dropped_events(&entries, &sub);
+        let ids: Vec<&str> = own.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["edge"]);
+        assert_eq!(own[0].published, Some(now - TimeDelta::seconds(1)));
     }
 
     #[test]

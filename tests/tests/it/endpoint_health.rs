@@ -362,3 +362,44 @@ async fn one_hung_url_on_a_host_that_answers_holds_back_only_itself_d1() {
     );
     sys.shutdown().await;
 }
+
+/// #35, #36: a claim holds against another token until its `until`, and ends then, though
+/// DynamoDB's time to live has not deleted its record yet (a portal's send again held for 20
+/// minutes, not until the record goes, days later); its own token takes it again and extends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_ends_at_its_until_in_the_table() {
+    let sys = TestSystem::start(1.0).await;
+    let state = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
+    let now = chrono::Utc::now();
+    let until = now + chrono::Duration::minutes(20);
+    let claim = |token: &'static str, at: chrono::DateTime<chrono::Utc>| {
+        let state = &state;
+        async move {
+            state
+                .claim(
+                    "portal-again#sub#e",
+                    token,
+                    at,
+                    at + chrono::Duration::minutes(20),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    assert!(claim("a", now).await, "free: taken");
+    assert!(!claim("b", now).await, "held by another");
+    assert!(claim("a", now).await, "its own again");
+    assert!(
+        !claim("b", until - chrono::Duration::seconds(1)).await,
+        "held to its until"
+    );
+    assert!(
+        claim("b", until + chrono::Duration::seconds(1)).await,
+        "ended: taken"
+    );
+    assert!(
+        !claim("a", until + chrono::Duration::seconds(2)).await,
+        "now b's"
+    );
+    sys.shutdown().await;
+}
