@@ -547,17 +547,22 @@ mod tests {
         PortalKey::new(&"k".repeat(64)).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    #[test]
-    fn a_token_is_admitted_for_its_own_subscription_only() {
-        let now = Utc::now();
-        let sub = gridrelay_shared::subscription::SubscriptionRequest {
+    /// Subscription billing of topic orders, made at `now`.
+    fn billing(now: DateTime<Utc>) -> Subscription {
+        gridrelay_shared::subscription::SubscriptionRequest {
             topic: "orders".into(),
             name: "billing".into(),
             endpoint: "https://example.com/hook".into(),
             ..Default::default()
         }
         .validate(Default::default(), now)
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_token_is_admitted_for_its_own_subscription_only() {
+        let now = Utc::now();
+        let sub = billing(now);
         let grant =
             PortalGrant::new(&sub, now, TimeDelta::hours(1), "f").unwrap_or_else(|e| panic!("{e}"));
         let token = grant.token(&key());
@@ -584,14 +589,7 @@ mod tests {
     fn only_its_own_drops_are_a_subscriptions() {
         use gridrelay_shared::journal::Step;
         let now = Utc::now();
-        let sub = gridrelay_shared::subscription::SubscriptionRequest {
-            topic: "orders".into(),
-            name: "billing".into(),
-            endpoint: "https://example.com/hook".into(),
-            ..Default::default()
-        }
-        .validate(Default::default(), now)
-        .unwrap_or_else(|e| panic!("{e}"));
+        let sub = billing(now);
         let entry = |id: &str, seconds: i64, step: Step| JournalEntry {
             topic: "orders".into(),
             subscription: "billing".into(),
