@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use gridrelay_adapters::aws::load_sdk_config;
-use gridrelay_local::{LocalSystem, ResourceNames, RunnerConfig};
+use gridrelay_local::{FrontDoor, LocalSystem, ResourceNames, RunnerConfig};
 use gridrelay_shared::outbound::AllowedNetworks;
 use gridrelay_shared::time_scale::TimeScale;
 use serde_json::json;
@@ -67,6 +67,28 @@ pub(super) struct LocalArgs {
     /// Start no console.
     #[arg(long)]
     no_console: bool,
+    /// What publishers reach `ingest` through (#38; the stack's PublishFrontDoor):
+    /// `http-api` (API Gateway's HTTP API; the request reaches `ingest` as it came) or
+    /// `function-url` (a Lambda function URL: the request goes through the function URL's event
+    /// and response format, as on AWS, with its 6 MB payload limit).
+    #[arg(long, value_enum, default_value = "http-api")]
+    front_door: FrontDoorArg,
+}
+
+/// `--front-door`'s values.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FrontDoorArg {
+    HttpApi,
+    FunctionUrl,
+}
+
+impl From<FrontDoorArg> for FrontDoor {
+    fn from(arg: FrontDoorArg) -> Self {
+        match arg {
+            FrontDoorArg::HttpApi => FrontDoor::HttpApi,
+            FrontDoorArg::FunctionUrl => FrontDoor::FunctionUrl,
+        }
+    }
 }
 
 /// `gridrelay local`: the system started, where it answers printed, and what it did printed
@@ -99,6 +121,7 @@ pub(super) async fn run_local(
         journal: !args.no_journal,
         archive_expiry_days: args.archive_retention_days,
         replay_concurrency: usize::from(args.replay_concurrency),
+        front_door: args.front_door.into(),
         ..RunnerConfig::default()
     };
     // The settings first: an error names what is wrong before anything is tried.
@@ -115,6 +138,10 @@ pub(super) async fn run_local(
     };
     print(&json!({
         "publishEndpoint": system.publish_endpoint("{topic}"),
+        "frontDoor": match args.front_door {
+            FrontDoorArg::HttpApi => "HttpApi",
+            FrontDoorArg::FunctionUrl => "FunctionUrl",
+        },
         "console": console.as_ref().map(|c| &c.url),
         "awsEndpoint": sdk.endpoint_url(),
         "timeScale": scale.factor(),

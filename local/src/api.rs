@@ -1,4 +1,5 @@
-//! The local stand-in for API Gateway in front of `ingest` and the subscribers' portal.
+//! The local stand-in for the front door in front of `ingest` (API Gateway's HTTP API, or a
+//! function URL, #38) and for API Gateway in front of the subscribers' portal.
 
 use std::sync::{Arc, Mutex};
 
@@ -12,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{error, info};
 
-use crate::{RunnerStats, billed_ms};
+use crate::{FrontDoor, RunnerStats, billed_ms, function_url};
 
 /// API Gateway's payload limit: larger bodies never reach the function.
 const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
@@ -22,10 +23,11 @@ const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 /// it had enqueued stays enqueued; the publisher retries (G1 allows the duplicates).
 const INGEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// The function behind the API, and where its invocations are counted.
+/// The function behind the API, how it is reached, and where its invocations are counted.
 #[derive(Clone)]
 struct Publish {
     ingest: Arc<Ingest>,
+    front_door: FrontDoor,
     stats: Arc<Mutex<RunnerStats>>,
 }
 
@@ -33,14 +35,18 @@ struct Publish {
 /// the stacks' front door does.
 pub(crate) async fn serve(
     listener: TcpListener,
-    ingest: Arc<Ingest>,
+    (ingest, front_door): (Arc<Ingest>, FrontDoor),
     portal: Arc<gridrelay_portal::Portal>,
     stats: Arc<Mutex<RunnerStats>>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let app = Router::new()
         .fallback(forward)
-        .with_state(Publish { ingest, stats })
+        .with_state(Publish {
+            ingest,
+            front_door,
+            stats,
+        })
         .merge(gridrelay_portal::router(portal));
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "publish API listening");
@@ -56,13 +62,16 @@ pub(crate) async fn serve(
     }
 }
 
-/// Turns the HTTP request into what API Gateway hands a Lambda, and the answer back.
+/// Turns the HTTP request into what the front door hands a Lambda, and the answer back.
 async fn forward(State(publish): State<Publish>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
         Ok(b) => b,
         Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response(),
     };
+    if publish.front_door == FrontDoor::FunctionUrl {
+        return through_function_url(&publish, &parts, &bytes).await;
+    }
     let request =
         lambda_http::Request::from_parts(parts, lambda_http::Body::Binary(bytes.to_vec()));
     let started = std::time::Instant::now();
@@ -91,4 +100,46 @@ async fn forward(State(publish): State<Publish>, request: Request) -> Response {
         _ => AxumBody::empty(),
     };
     Response::from_parts(parts, body)
+}
+
+/// #38: the request as a function URL hands it to `ingest` (its event, through the Lambda
+/// runtime's adapter) and `ingest`'s answer as the URL returns it; the URL's own answers for
+/// an event past Lambda's payload limit (413) and a function that fails or times out (502).
+async fn through_function_url(
+    publish: &Publish,
+    parts: &http::request::Parts,
+    body: &[u8],
+) -> Response {
+    let event = function_url::event_for(parts, body, chrono::Utc::now());
+    let response = if event.len() > function_url::MAX_EVENT_BYTES {
+        function_url::payload_too_large(event.len())
+    } else {
+        let started = std::time::Instant::now();
+        let ingest = &publish.ingest;
+        let invoked = tokio::time::timeout(
+            INGEST_TIMEOUT,
+            function_url::invoke(&event, |request| ingest.handle(request)),
+        )
+        .await;
+        if let Ok(mut s) = publish.stats.lock() {
+            s.ingest_invocations += 1;
+            s.billed.ingest_ms += billed_ms(started);
+        }
+        match invoked {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => {
+                error!(error = %e, "ingest's answer through the function URL: 502");
+                function_url::function_error()
+            }
+            Err(_) => {
+                error!(
+                    timeout_s = INGEST_TIMEOUT.as_secs(),
+                    "ingest timed out: the function URL answers 502"
+                );
+                function_url::function_error()
+            }
+        }
+    };
+    let (parts, body) = response.into_parts();
+    Response::from_parts(parts, AxumBody::from(body))
 }

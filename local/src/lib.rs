@@ -13,6 +13,7 @@
 //! bucket when they are missing.
 
 mod api;
+pub mod function_url;
 mod instances;
 mod poller;
 mod provision;
@@ -131,6 +132,20 @@ pub struct RunnerConfig {
     /// Days the journal's bucket keeps topic archives (its rule for `archive/`, the stacks'
     /// `ArchiveRetentionDays`): the longest a topic's retention may be.
     pub archive_expiry_days: u16,
+    /// What publishers reach `ingest` through (#38), as the stacks' `PublishFrontDoor`.
+    pub front_door: FrontDoor,
+}
+
+/// The publish API's front door (#38): the stacks' `PublishFrontDoor`, and what the runner
+/// plays in front of `ingest`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FrontDoor {
+    /// API Gateway's HTTP API (the default): the request reaches the handler as it came.
+    #[default]
+    HttpApi,
+    /// A Lambda function URL: the request goes through the function URL's event and its
+    /// response format, as on AWS ([`function_url`]).
+    FunctionUrl,
 }
 
 impl RunnerConfig {
@@ -209,6 +224,7 @@ impl Default for RunnerConfig {
             resolver: Arc::new(SystemResolver),
             journal: true,
             archive_expiry_days: gridrelay_shared::archive::DEFAULT_ARCHIVE_EXPIRY_DAYS,
+            front_door: FrontDoor::HttpApi,
         }
     }
 }
@@ -472,7 +488,7 @@ impl LocalSystem {
         });
         tasks.spawn(api::serve(
             listener,
-            ingest,
+            (ingest, config.front_door),
             portal,
             Arc::clone(&stats),
             stopped.clone(),

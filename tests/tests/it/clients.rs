@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use cloudevents::AttributesReader;
 use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, eventually, subscription};
+use gridrelay_local::FrontDoor;
 use gridrelay_shared::sas::generate_sas_token;
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::subscription::SubscriptionRequest;
@@ -24,7 +25,12 @@ fn venv_python() -> PathBuf {
 /// (`key` or `sas`; `cloudevents` sends CloudEvents with the key to a CloudEvents topic), and
 /// returns the subjects the subscriber received.
 async fn publish_with_sdk(mode: &str) -> Vec<String> {
-    let sys = TestSystem::start(0.01).await;
+    publish_with_sdk_through(mode, FrontDoor::HttpApi).await
+}
+
+/// [`publish_with_sdk`] through `front_door` (#38).
+async fn publish_with_sdk_through(mode: &str, front_door: FrontDoor) -> Vec<String> {
+    let sys = TestSystem::start_with(0.01, |c| c.front_door = front_door).await;
     let schema = if mode == "cloudevents" {
         InputSchema::CloudEventSchemaV1_0
     } else {
@@ -122,6 +128,101 @@ async fn azure_event_grid_sdk_publishes_cloud_events_f2() {
         publish_with_sdk("cloudevents").await,
         vec!["door/0", "door/1", "door/2", "door/3"]
     );
+}
+
+/// #38, F1, F2: through a Lambda function URL front door (the request as its event, the answer
+/// as its response format, through the Lambda runtime's adapter), Microsoft's SDK publishes
+/// unchanged, with a key, a SAS token and CloudEvents, and the events are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_event_grid_sdk_publishes_through_a_function_url_f1_f2() {
+    for mode in ["key", "sas", "cloudevents"] {
+        assert_eq!(
+            publish_with_sdk_through(mode, FrontDoor::FunctionUrl).await,
+            vec!["door/0", "door/1", "door/2", "door/3"],
+            "{mode}"
+        );
+    }
+}
+
+/// #38: a publisher gets the same answers, status and body, from either front door: a wrong
+/// key (401), a body past the 1 MB publish limit (413, naming it), malformed JSON (400), a
+/// path that is no publish endpoint (404) and a GET (405); and the same 200 for a good publish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_front_doors_give_a_publisher_the_same_answers() {
+    let mut answers = Vec::new();
+    for front_door in [FrontDoor::HttpApi, FrontDoor::FunctionUrl] {
+        let sys = TestSystem::start_with(0.01, |c| c.front_door = front_door).await;
+        let topic = sys.topic("doors").await;
+        let url = format!(
+            "{}?api-version=2018-01-01",
+            sys.system.publish_endpoint("doors")
+        );
+        let http = reqwest::Client::new();
+        let big = format!(r#"[{{"id":"1","data":"{}"}}]"#, "x".repeat(1_100_000));
+        let cases = [
+            (
+                "wrong key",
+                http.post(&url).header("aeg-sas-key", "bm90LWl0"),
+            ),
+            (
+                "too big",
+                http.post(&url).header("aeg-sas-key", &topic.key1).body(big),
+            ),
+            (
+                "malformed",
+                http.post(&url)
+                    .header("aeg-sas-key", &topic.key1)
+                    .body("[{"),
+            ),
+            (
+                "no such path",
+                http.post(url.replace("/api/events", "/api/nothing")),
+            ),
+            ("a GET", http.get(&url).header("aeg-sas-key", &topic.key1)),
+            (
+                "good",
+                http.post(&url)
+                    .header("aeg-sas-key", &topic.key1)
+                    .body(events("s", 1).to_string()),
+            ),
+        ];
+        let mut seen = Vec::new();
+        for (case, request) in cases {
+            let response = request.send().await.expect("answer");
+            let status = response.status().as_u16();
+            let content_type = response
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            seen.push((
+                case,
+                status,
+                content_type,
+                response.text().await.unwrap_or_default(),
+            ));
+        }
+        sys.shutdown().await;
+        answers.push(seen);
+    }
+    let statuses: Vec<_> = answers[0]
+        .iter()
+        .map(|(case, s, _, _)| (*case, *s))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("wrong key", 401),
+            ("too big", 413),
+            ("malformed", 400),
+            ("no such path", 404),
+            ("a GET", 405),
+            ("good", 200)
+        ]
+    );
+    let too_big = &answers[0][1].3;
+    assert!(too_big.contains("1048576"), "the limit is named: {too_big}");
+    assert_eq!(answers[0], answers[1], "HTTP API, then function URL");
 }
 
 /// A token that expired, was made for another topic, or was signed with another key is refused
