@@ -189,7 +189,7 @@ async fn console_on(
             replay_queue: Some(names.replay_queue.clone()),
         },
         portal: Some(crate::console::PortalLinks {
-            publish_url: format!("http://{}", system.listen),
+            portal_url: format!("http://{}/portal", system.listen),
             key_secret: names.portal_key_secret.clone(),
         }),
     };

@@ -67,6 +67,12 @@ struct Cli {
         default_value = "http://127.0.0.1:7071"
     )]
     publish_url: String,
+    /// Where the subscribers' portal's pages are (the stack's PortalUrl output): the links
+    /// `event-subscription portal-link` and the console make point there. Default: the
+    /// publish URL's /portal (right for the HTTP API front door; a function URL front door
+    /// gives the portal a URL of its own).
+    #[arg(long, global = true, env = "GRIDRELAY_PORTAL_URL")]
+    portal_url: Option<String>,
     /// DynamoDB table of endpoint health, where `event-subscription show` reads how delivery
     /// to the endpoint goes.
     #[arg(
@@ -318,6 +324,20 @@ fn parse_cli() -> Cli {
     cli
 }
 
+/// Where the portal's pages are: `--portal-url`, or the publish URL's `/portal`.
+fn portal_pages(portal_url: Option<&str>, publish_url: &str) -> String {
+    portal_url.map_or_else(
+        || {
+            format!(
+                "{}{}",
+                publish_url.trim_end_matches('/'),
+                gridrelay_portal::PORTAL_PATH
+            )
+        },
+        str::to_string,
+    )
+}
+
 fn main() -> ExitCode {
     let cli = parse_cli();
     tracing_subscriber::fmt()
@@ -390,7 +410,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 portal: beside(cli.portal_key_secret.as_deref(), Beside::PortalKeySecret)
                     .ok()
                     .map(|key_secret| console::PortalLinks {
-                        publish_url: cli.publish_url.clone(),
+                        portal_url: portal_pages(cli.portal_url.as_deref(), &cli.publish_url),
                         key_secret,
                     }),
             };
@@ -432,9 +452,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 &cli.delivery_queue,
                 Beside::PortalKeySecret,
             )?;
+            let portal_url = portal_pages(cli.portal_url.as_deref(), &cli.publish_url);
             let places = portal::PortalPlaces {
                 tables,
-                publish_url: &cli.publish_url,
+                portal_url: &portal_url,
                 key_secret: &key_secret,
             };
             portal::portal_link(&args, &places, cli.output).await

@@ -41,8 +41,8 @@ pub(crate) enum PortalKeyCommand {
 /// Where the portal's links point and what signs them.
 pub(crate) struct PortalPlaces<'a> {
     pub(crate) tables: TableNames,
-    /// The front door's base URL (`--publish-url`): the portal is on its `/portal` path.
-    pub(crate) publish_url: &'a str,
+    /// Where the portal's pages are (`--portal-url`, or the publish URL's `/portal`).
+    pub(crate) portal_url: &'a str,
     pub(crate) key_secret: &'a str,
 }
 
@@ -59,7 +59,7 @@ pub(crate) async fn portal_link(
     let (url, grant) = signed_link(
         &sdk,
         &store,
-        (places.publish_url, places.key_secret),
+        (places.portal_url, places.key_secret),
         (&args.topic_name, &args.name),
         (lifetime, args.view_only),
     )
@@ -87,13 +87,13 @@ pub(crate) async fn portal_link(
 }
 
 /// The link to subscription `(topic, name)`'s page (it, by its id) for `lifetime` (checked
-/// already), view-only if `view_only`, on the front door at `publish_url`, signed with the key
+/// already), view-only if `view_only`, under the portal's pages at `portal_url`, signed with the key
 /// in `key_secret`, if the subscription exists; and its grant (`portal-link`'s, and the
 /// console's).
 pub(crate) async fn signed_link(
     sdk: &aws_config::SdkConfig,
     store: &dyn SubscriptionStore,
-    (publish_url, key_secret): (&str, &str),
+    (portal_url, key_secret): (&str, &str),
     (topic, name): (&str, &str),
     (lifetime, view_only): (chrono::TimeDelta, bool),
 ) -> anyhow::Result<(String, PortalGrant)> {
@@ -113,9 +113,8 @@ pub(crate) async fn signed_link(
         )
     })?;
     let url = format!(
-        "{}{}?token={}",
-        publish_url.trim_end_matches('/'),
-        gridrelay_portal::page_path(&grant.topic, &grant.subscription),
+        "{}?token={}",
+        gridrelay_portal::page_url(portal_url, &grant.topic, &grant.subscription),
         grant.token(&key)
     );
     Ok((url, grant))

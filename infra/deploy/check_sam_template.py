@@ -376,6 +376,83 @@ def portal_problems(resources, outputs):
     return problems
 
 
+# #38: the routes of the HTTP API front door, by function: ingest's two, the portal's five.
+INGEST_ROUTES = {"/topics/{topic}/api/events": ["post"], "/subscriptions/validate": ["get"]}
+
+
+def front_door_problems(resources, conditions, outputs, source_parameters):
+    """#38: PublishFrontDoor picks the front door, HttpApi by default. With HttpApi, the API, its
+    stage and an apigateway.amazonaws.com permission per route (on that route only) exist, and
+    nothing public; with FunctionUrl, ingest and the portal each get a function URL with no
+    auth and the two permissions a public URL needs (lambda:InvokeFunctionUrl with
+    FunctionUrlAuthType NONE, and lambda:InvokeFunction with InvokedViaFunctionUrl, both for
+    principal *: linters do not catch a missing second one, and every request is then
+    refused), and no other resource grants anything to *. The outputs, and deliver's validation
+    URLs, follow the choice."""
+    problems = []
+    parameter = source_parameters.get("PublishFrontDoor", {})
+    if parameter.get("Default") != "HttpApi" or parameter.get("AllowedValues") != ["HttpApi", "FunctionUrl"]:
+        problems.append(f"PublishFrontDoor: expected HttpApi (default) or FunctionUrl, got {parameter}")
+    for name, value in {"UseHttpApi": "HttpApi", "UseFunctionUrl": "FunctionUrl"}.items():
+        if conditions.get(name) != {"Fn::Equals": [{"Ref": "PublishFrontDoor"}, value]}:
+            problems.append(f"Conditions: {name} is {conditions.get(name)}")
+    for name in ["PublishApi", "PublishApiApiGatewayDefaultStage"]:
+        if resources.get(name, {}).get("Condition") != "UseHttpApi":
+            problems.append(f"{name}: expected only with UseHttpApi, got {resources.get(name, {}).get('Condition')}")
+    paths = resources["PublishApi"]["Properties"]["Body"]["paths"]
+    routed = {
+        path: sorted(methods)
+        for path, methods in paths.items()
+        if any("${IngestFunction.Arn}" in str(m) for m in methods.values())
+    }
+    if routed != INGEST_ROUTES:
+        problems.append(f"PublishApi: routes to IngestFunction are {routed}, expected {INGEST_ROUTES}")
+    permissions = {k: r for k, r in resources.items() if r["Type"] == "AWS::Lambda::Permission"}
+    for function, routes in [("IngestFunction", INGEST_ROUTES), ("PortalFunction", PORTAL_ROUTES)]:
+        api = sorted(
+            str(r["Properties"]["SourceArn"]["Fn::Sub"]).split("${PublishApi}/*/")[-1]
+            for r in permissions.values()
+            if r["Properties"]["FunctionName"] == {"Ref": function}
+            and r["Properties"]["Principal"] == "apigateway.amazonaws.com"
+            and r.get("Condition") == "UseHttpApi"
+        )
+        expected = sorted(
+            f"{method.upper()}{path.replace('{topic}', '*').replace('{name}', '*')}"
+            for path, methods in routes.items()
+            for method in methods
+        )
+        if api != expected:
+            problems.append(f"{function}: API Gateway may invoke it on {api}, expected {expected}")
+        url = resources.get(function + "Url", {})
+        props = url.get("Properties", {})
+        if (url.get("Type"), url.get("Condition"), props.get("AuthType"), props.get("TargetFunctionArn")) != (
+            "AWS::Lambda::Url", "UseFunctionUrl", "NONE", getatt(function)
+        ):
+            problems.append(f"{function}Url: expected a public function URL only with UseFunctionUrl, got {url}")
+        public = sorted(
+            (r["Properties"]["Action"], r["Properties"].get("FunctionUrlAuthType"), r["Properties"].get("InvokedViaFunctionUrl"))
+            for r in permissions.values()
+            if r["Properties"]["FunctionName"] == {"Ref": function} and r["Properties"]["Principal"] == "*"
+            and r.get("Condition") == "UseFunctionUrl"
+        )
+        needed = [("lambda:InvokeFunction", None, True), ("lambda:InvokeFunctionUrl", "NONE", None)]
+        if public != needed:
+            problems.append(f"{function}: its function URL's permissions for * are {public}, expected {needed}")
+    for name, r in permissions.items():
+        if r["Properties"]["Principal"] == "*" and r.get("Condition") != "UseFunctionUrl":
+            problems.append(f"{name}: grants * outside the function URL front door")
+    env = resources["DeliverFunction"]["Properties"].get("Environment", {}).get("Variables", {})
+    for name, value, url in [
+        ("DeliverFunction GRIDRELAY_PUBLIC_URL", env.get("GRIDRELAY_PUBLIC_URL"), "IngestFunctionUrl"),
+        ("Outputs PublishUrl", outputs.get("PublishUrl", {}).get("Value"), "IngestFunctionUrl"),
+        ("Outputs PortalUrl", outputs.get("PortalUrl", {}).get("Value"), "PortalFunctionUrl"),
+    ]:
+        chosen = (value or {}).get("Fn::If", [None, None, None])
+        if chosen[0] != "UseFunctionUrl" or url not in str(chosen[1]) or "PublishApi" not in str(chosen[2]):
+            problems.append(f"{name}: expected {url}'s with UseFunctionUrl, else the API's: {value}")
+    return problems
+
+
 def main():
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "template.yaml"
@@ -385,8 +462,10 @@ def main():
             # What `sam package` does: code locations become S3 objects.
             resource["Properties"]["CodeUri"] = "s3://packaged/code.zip"
     defaults = {name: p["Default"] for name, p in source["Parameters"].items() if "Default" in p}
+    source_parameters = dict(source["Parameters"])
     template = transform(source, {}, ManagedPolicies())
     resources = template["Resources"]
+    conditions = template.get("Conditions", {})
     problems = []
     for function, expected in EXPECTED.items():
         role = resources[function + "Role"]["Properties"]
@@ -424,6 +503,7 @@ def main():
     problems += journal_problems(resources)
     problems += replay_problems(resources)
     problems += portal_problems(resources, template.get("Outputs", {}))
+    problems += front_door_problems(resources, conditions, template.get("Outputs", {}), source_parameters)
     if problems:
         print("SAM template check failed:\n" + "\n".join(problems), file=sys.stderr)
         sys.exit(1)

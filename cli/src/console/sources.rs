@@ -46,9 +46,10 @@ pub(crate) struct ConsoleResources {
     pub(crate) portal: Option<PortalLinks>,
 }
 
-/// The front door subscribers' portal links point at, and the secret whose key signs them.
+/// Where subscribers' portal links point (the portal's pages), and the secret whose key signs
+/// them.
 pub(crate) struct PortalLinks {
-    pub(crate) publish_url: String,
+    pub(crate) portal_url: String,
     pub(crate) key_secret: String,
 }
 
@@ -392,7 +393,7 @@ impl Sources {
         crate::portal::signed_link(
             &self.sdk,
             &self.store,
-            (&places.publish_url, &places.key_secret),
+            (&places.portal_url, &places.key_secret),
             (&sub.topic, &sub.name),
             terms,
         )

@@ -187,6 +187,22 @@ async fn a_portal_link_shows_its_own_subscription_only_until_it_expires_or_is_re
         url.starts_with(&format!("{}{path}?token=v1.", visitor.base)),
         "{url}"
     );
+    // #38: with a function URL front door the portal has a URL of its own (the stack's
+    // PortalUrl): --portal-url puts the links there.
+    let elsewhere = json(&portal_link_of(
+        &sys,
+        ("consoled", "audit"),
+        &[
+            "--portal-url",
+            "https://abc.lambda-url.eu-west-1.on.aws/portal/",
+        ],
+    ));
+    let moved = elsewhere["url"].as_str().unwrap();
+    assert!(
+        moved
+            .starts_with("https://abc.lambda-url.eu-west-1.on.aws/portal/consoled/audit?token=v1."),
+        "{moved}"
+    );
 
     // The first load: the token into a cookie for this path only, and on without it.
     let first = visitor.get(&url, None).await;

@@ -169,7 +169,19 @@ pub fn admit(
 /// the one a person would type, and its cookie's `Path` (compared as written) matches it.
 const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC.remove(b'-');
 
-/// The path of a subscription's portal page.
+/// The URL of a subscription's portal page under `portal_url`, where the portal's pages are
+/// (the stacks' `PortalUrl`: the front door's base URL and [`PORTAL_PATH`]).
+pub fn page_url(portal_url: &str, topic: &str, subscription: &str) -> String {
+    let path = page_path(topic, subscription);
+    format!(
+        "{}{}",
+        portal_url.trim_end_matches('/'),
+        path.strip_prefix(PORTAL_PATH).unwrap_or(&path)
+    )
+}
+
+/// The path of subscription `(topic, subscription)`'s page: `/portal/<topic>/<subscription>`,
+/// each percent-encoded.
 pub fn page_path(topic: &str, subscription: &str) -> String {
     use percent_encoding::utf8_percent_encode;
     format!(

@@ -25,4 +25,10 @@ const buildProfile = app.node.tryGetContext('profile') ?? 'release';
 if (buildProfile !== 'release' && buildProfile !== 'dev') {
   throw new Error(`context profile is ${JSON.stringify(buildProfile)}; allowed: release, dev`);
 }
-new Gridrelay(stack, 'Gridrelay', { architecture, buildProfile }).addOutputs();
+// `-c frontDoor=functionUrl` (or httpApi, the default): what publishers and the portal's visitors
+// reach the functions through (#38, docs/front-door.md).
+const frontDoor = app.node.tryGetContext('frontDoor') ?? 'httpApi';
+if (frontDoor !== 'httpApi' && frontDoor !== 'functionUrl') {
+  throw new Error(`context frontDoor is ${JSON.stringify(frontDoor)}; allowed: httpApi, functionUrl`);
+}
+new Gridrelay(stack, 'Gridrelay', { architecture, buildProfile, frontDoor }).addOutputs();

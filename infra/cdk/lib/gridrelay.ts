@@ -7,7 +7,7 @@
  */
 import { isIP } from 'node:net';
 import * as path from 'node:path';
-import { ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { ArnFormat, CfnOutput, Duration, Fn, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as apigw from 'aws-cdk-lib/aws-apigatewayv2';
 import { HttpLambdaIntegration } from 'aws-cdk-lib/aws-apigatewayv2-integrations';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
@@ -110,11 +110,23 @@ export interface GridrelayProps {
   readonly cargoManifest?: string;
   /** What happens to tables and the bucket when the stack is deleted. Default RETAIN. */
   readonly removalPolicy?: RemovalPolicy;
+  /**
+   * What publishers and the portal's visitors reach the functions through (#38,
+   * docs/front-door.md): `httpApi`, API Gateway's HTTP API ($1.00 per million requests;
+   * throttling, custom domains, access logs), or `functionUrl`, a Lambda function URL each for
+   * ingest and the portal (no price of its own). Default `httpApi`.
+   */
+  readonly frontDoor?: 'httpApi' | 'functionUrl';
 }
 
 export class Gridrelay extends Construct {
-  public readonly api: apigw.HttpApi;
+  /** The HTTP API front door; none with `frontDoor: 'functionUrl'`. */
+  public readonly api?: apigw.HttpApi;
+  /** The function URLs of ingest and the portal with `frontDoor: 'functionUrl'`. */
+  public readonly functionUrls?: { ingest: lambda.FunctionUrl; portal: lambda.FunctionUrl };
   public readonly publishUrl: string;
+  /** Where the portal's pages are: PortalUrl/TOPIC/SUBSCRIPTION. */
+  public readonly portalUrl: string;
   public readonly topicsTable: dynamodb.Table;
   public readonly subscriptionsTable: dynamodb.Table;
   public readonly deliveryStateTable: dynamodb.Table;
@@ -471,32 +483,51 @@ export class Gridrelay extends Construct {
       reportBatchItemFailures: true,
     }));
 
-    this.api = new apigw.HttpApi(this, 'PublishApi', {
-      description: "Event Grid's publish protocol, POST /topics/{topic}/api/events, the manual validation URL, "
-        + "and the subscribers' portal, GET /portal/{topic}/{name}",
-    });
-    const ingestIntegration = new HttpLambdaIntegration('IngestIntegration', this.ingest);
-    this.api.addRoutes({
-      path: '/topics/{topic}/api/events',
-      methods: [apigw.HttpMethod.POST],
-      integration: ingestIntegration,
-    });
-    this.api.addRoutes({
-      path: '/subscriptions/validate',
-      methods: [apigw.HttpMethod.GET],
-      integration: ingestIntegration,
-    });
-    const portalIntegration = new HttpLambdaIntegration('PortalIntegration', this.portal);
-    for (const path of ['/portal/{topic}/{name}', '/portal/gridrelay.css']) {
-      this.api.addRoutes({ path, methods: [apigw.HttpMethod.GET], integration: portalIntegration });
+    const frontDoor = props.frontDoor ?? 'httpApi';
+    if (frontDoor !== 'httpApi' && frontDoor !== 'functionUrl') {
+      throw new Error(`frontDoor is ${JSON.stringify(frontDoor)}; it must be httpApi or functionUrl`);
     }
-    // Its pages' forms: a test event, dead-lettered events sent again, a signing-secret rotation.
-    for (const path of ['/portal/{topic}/{name}/test-event', '/portal/{topic}/{name}/send-again', '/portal/{topic}/{name}/signing-secret']) {
-      this.api.addRoutes({ path, methods: [apigw.HttpMethod.POST], integration: portalIntegration });
+    if (frontDoor === 'functionUrl') {
+      // #38: no per-request price of its own; ingest and the portal answer unknown paths and
+      // methods themselves. CDK adds both permissions a public URL needs for principal *:
+      // lambda:InvokeFunctionUrl (auth type NONE) and lambda:InvokeFunction (via the URL).
+      const publicUrl = (fn: lambda.Function) => fn.addFunctionUrl({
+        authType: lambda.FunctionUrlAuthType.NONE,
+        invokeMode: lambda.InvokeMode.BUFFERED,
+      });
+      this.functionUrls = { ingest: publicUrl(this.ingest), portal: publicUrl(this.portal) };
+      // A function URL ends with "/": the base URL is its scheme and host.
+      this.publishUrl = `https://${Fn.select(2, Fn.split('/', this.functionUrls.ingest.url))}`;
+      this.portalUrl = `${this.functionUrls.portal.url}portal`;
+    } else {
+      this.api = new apigw.HttpApi(this, 'PublishApi', {
+        description: "Event Grid's publish protocol, POST /topics/{topic}/api/events, the manual validation URL, "
+          + "and the subscribers' portal, GET /portal/{topic}/{name}",
+      });
+      const ingestIntegration = new HttpLambdaIntegration('IngestIntegration', this.ingest);
+      this.api.addRoutes({
+        path: '/topics/{topic}/api/events',
+        methods: [apigw.HttpMethod.POST],
+        integration: ingestIntegration,
+      });
+      this.api.addRoutes({
+        path: '/subscriptions/validate',
+        methods: [apigw.HttpMethod.GET],
+        integration: ingestIntegration,
+      });
+      const portalIntegration = new HttpLambdaIntegration('PortalIntegration', this.portal);
+      for (const path of ['/portal/{topic}/{name}', '/portal/gridrelay.css']) {
+        this.api.addRoutes({ path, methods: [apigw.HttpMethod.GET], integration: portalIntegration });
+      }
+      // Its pages' forms: a test event, dead-lettered events sent again, a signing-secret rotation.
+      for (const path of ['/portal/{topic}/{name}/test-event', '/portal/{topic}/{name}/send-again', '/portal/{topic}/{name}/signing-secret']) {
+        this.api.addRoutes({ path, methods: [apigw.HttpMethod.POST], integration: portalIntegration });
+      }
+      this.publishUrl = this.api.apiEndpoint;
+      this.portalUrl = `${this.api.apiEndpoint}/portal`;
     }
-    this.publishUrl = this.api.apiEndpoint;
     // Validation URLs sent in the handshake point at the publish API.
-    this.deliver.addEnvironment('GRIDRELAY_PUBLIC_URL', this.api.apiEndpoint);
+    this.deliver.addEnvironment('GRIDRELAY_PUBLIC_URL', this.publishUrl);
     this.deliver.addEnvironment('GRIDRELAY_ALLOWED_NETWORKS', limits.allowedNetworks.join(','));
     this.deliver.addEnvironment('GRIDRELAY_DELIVERY_DESTINATIONS', limits.deliveryDestinationArns.join(','));
     // The stack's own queues: never a destination, whatever the list above allows.
@@ -602,7 +633,7 @@ export class Gridrelay extends Construct {
   public addOutputs() {
     new CfnOutput(this, 'QueueKeySecret', { value: this.queueKey.secretArn, description: 'Set GRIDRELAY_QUEUE_KEY_SECRET to it (the command line seals what it sends to the delivery queue with its key).' });
     new CfnOutput(this, 'PortalKeySecret', { value: this.portalKey.secretArn, description: 'Set GRIDRELAY_PORTAL_KEY_SECRET to it (`event-subscription portal-link` signs links with its key; `portal-key rotate` replaces it).' });
-    new CfnOutput(this, 'PortalUrl', { value: `${this.api.apiEndpoint}/portal`, description: 'Subscribers\' portal pages are PortalUrl/TOPIC/SUBSCRIPTION, opened with a link from `gridrelay event-subscription portal-link`.' });
+    new CfnOutput(this, 'PortalUrl', { value: this.portalUrl, description: 'Subscribers\' portal pages are PortalUrl/TOPIC/SUBSCRIPTION, opened with a link from `gridrelay event-subscription portal-link`; set GRIDRELAY_PORTAL_URL to it.' });
     new CfnOutput(this, 'OwnQueues', { value: this.ownQueueArns(), description: 'Set GRIDRELAY_OWN_QUEUES to it (the command line then refuses them as destinations).' });
     new CfnOutput(this, 'ControlQueueUrl', { value: this.controlQueue.queueUrl, description: "Set GRIDRELAY_CONTROL_QUEUE_URL to it (the command line sends subscriptions' handshake and expiry steps to it)." });
     new CfnOutput(this, 'ReplayQueueUrl', { value: this.replayQueue.queueUrl, description: "Set GRIDRELAY_REPLAY_QUEUE_URL to it (`gridrelay redrive queue` puts replays' parked deliveries back on it)." });

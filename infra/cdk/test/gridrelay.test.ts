@@ -8,12 +8,12 @@ import * as assert from 'node:assert/strict';
 import { App, Duration, Stack } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { Architecture } from 'aws-cdk-lib/aws-lambda';
-import { Gridrelay } from '../lib/gridrelay';
+import { Gridrelay, GridrelayProps } from '../lib/gridrelay';
 
-function synth(): { template: Template; construct: Gridrelay; stack: Stack } {
+function synth(props: GridrelayProps = {}): { template: Template; construct: Gridrelay; stack: Stack } {
   const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
   const stack = new Stack(app, 'Test');
-  const construct = new Gridrelay(stack, 'Gridrelay', { deadLetterExpiration: Duration.days(90) });
+  const construct = new Gridrelay(stack, 'Gridrelay', { deadLetterExpiration: Duration.days(90), ...props });
   construct.addOutputs();
   return { template: Template.fromStack(stack), construct, stack };
 }
@@ -183,6 +183,56 @@ test('publish route and validation URL route on an HTTP API', () => {
     Timeout: 300,
     Environment: { Variables: Match.objectLike({ GRIDRELAY_PUBLIC_URL: Match.anyValue() }) },
   });
+});
+
+/** The Lambda permissions of `fn` granted to principal *: (action, auth type, via the URL). */
+function publicPermissions(t: Template, s: Stack, fn: { node: { defaultChild?: unknown } }): unknown[] {
+  const arn = JSON.stringify({ 'Fn::GetAtt': [s.resolve((fn.node.defaultChild as { logicalId: string }).logicalId), 'Arn'] });
+  return Object.values(t.findResources('AWS::Lambda::Permission'))
+    .filter((p) => p.Properties.Principal === '*' && JSON.stringify(p.Properties.FunctionName) === arn)
+    .map((p) => [p.Properties.Action, p.Properties.FunctionUrlAuthType, p.Properties.InvokedViaFunctionUrl])
+    .sort((a, b) => String(a[0]).localeCompare(String(b[0])));
+}
+
+test('#38: the HTTP API is the default front door, and nothing is granted to principal *', () => {
+  template.resourceCountIs('AWS::ApiGatewayV2::Api', 1);
+  template.resourceCountIs('AWS::Lambda::Url', 0);
+  for (const fn of [construct.ingest, construct.portal, construct.deliver, construct.deadLetter]) {
+    assert.deepEqual(publicPermissions(template, stack, fn), []);
+  }
+});
+
+test('#38: frontDoor functionUrl: a public function URL each for ingest and the portal, with both permissions, and no API', () => {
+  const f = synth({ frontDoor: 'functionUrl' });
+  f.template.resourceCountIs('AWS::ApiGatewayV2::Api', 0);
+  f.template.resourceCountIs('AWS::ApiGatewayV2::Route', 0);
+  const urls = Object.entries(f.template.findResources('AWS::Lambda::Url'));
+  const target = (fn: { node: { defaultChild?: unknown } }) =>
+    JSON.stringify({ 'Fn::GetAtt': [f.stack.resolve((fn.node.defaultChild as { logicalId: string }).logicalId), 'Arn'] });
+  assert.deepEqual(
+    urls.map(([, u]) => [JSON.stringify(u.Properties.TargetFunctionArn), u.Properties.AuthType, u.Properties.InvokeMode]).sort(),
+    [[target(f.construct.ingest), 'NONE', 'BUFFERED'], [target(f.construct.portal), 'NONE', 'BUFFERED']].sort(),
+  );
+  // Both, or every request is refused: linters do not catch a missing lambda:InvokeFunction.
+  for (const fn of [f.construct.ingest, f.construct.portal]) {
+    assert.deepEqual(publicPermissions(f.template, f.stack, fn), [
+      ['lambda:InvokeFunction', undefined, true],
+      ['lambda:InvokeFunctionUrl', 'NONE', undefined],
+    ]);
+  }
+  for (const fn of [f.construct.deliver, f.construct.deadLetter]) {
+    assert.deepEqual(publicPermissions(f.template, f.stack, fn), []);
+  }
+  // The outputs and deliver's validation URLs name the URLs.
+  const outputs = f.template.findOutputs('*');
+  const ingestUrl = urls.find(([, u]) => JSON.stringify(u.Properties.TargetFunctionArn) === target(f.construct.ingest))?.[0];
+  const portalUrl = urls.find(([, u]) => JSON.stringify(u.Properties.TargetFunctionArn) === target(f.construct.portal))?.[0];
+  const output = (name: string) => JSON.stringify(Object.entries(outputs).find(([id]) => id.includes(name))?.[1]);
+  assert.ok(output('PublishUrl').includes(String(ingestUrl)), output('PublishUrl'));
+  assert.ok(output('PortalUrl').includes(String(portalUrl)), output('PortalUrl'));
+  const deliverEnv = JSON.stringify(f.template.toJSON().Resources[f.stack.resolve((f.construct.deliver.node.defaultChild as unknown as { logicalId: string }).logicalId)].Properties.Environment.Variables.GRIDRELAY_PUBLIC_URL);
+  assert.ok(deliverEnv.includes(String(ingestUrl)), deliverEnv);
+  assert.throws(() => synth({ frontDoor: 'cloudFront' as 'httpApi' }), /frontDoor is "cloudFront"; it must be httpApi or functionUrl/);
 });
 
 test('event-source mappings report batch item failures', () => {
