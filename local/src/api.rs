@@ -72,6 +72,15 @@ async fn forward(State(publish): State<Publish>, request: Request) -> Response {
     if publish.front_door == FrontDoor::FunctionUrl {
         return through_function_url(&publish, &parts, &bytes).await;
     }
+    if !routed_to_ingest(&parts.method, parts.uri.path()) {
+        // API Gateway's own answer for a request no route takes: ingest never sees it.
+        return (
+            StatusCode::NOT_FOUND,
+            [("content-type", "application/json")],
+            r#"{"message":"Not Found"}"#,
+        )
+            .into_response();
+    }
     let request =
         lambda_http::Request::from_parts(parts, lambda_http::Body::Binary(bytes.to_vec()));
     let started = std::time::Instant::now();
@@ -100,6 +109,17 @@ async fn forward(State(publish): State<Publish>, request: Request) -> Response {
         _ => AxumBody::empty(),
     };
     Response::from_parts(parts, body)
+}
+
+/// Whether the HTTP API front door's routes take a request to `ingest` (the stacks' two:
+/// `POST /topics/{topic}/api/events` and `GET /subscriptions/validate`).
+fn routed_to_ingest(method: &http::Method, path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["topics", topic, "api", "events"] => !topic.is_empty() && method == http::Method::POST,
+        ["subscriptions", "validate"] => method == http::Method::GET,
+        _ => false,
+    }
 }
 
 /// #38: the request as a function URL hands it to `ingest` (its event, through the Lambda

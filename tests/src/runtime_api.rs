@@ -130,6 +130,37 @@ pub fn publish_event(topic: &str, key: &str, body: &str) -> Value {
     })
 }
 
+/// A Lambda function URL event (#38) for `POST path` with `key` and `body`, as `ingest` is
+/// invoked behind the function URL front door: payload format 2.0 with the `$default` route,
+/// no path parameters, the URL's own host, and an anonymous caller.
+pub fn function_url_event(path: &str, key: &str, body: &str) -> Value {
+    let host = "abcdefghijklmnopqrstuvwxyz012345.lambda-url.us-east-1.on.aws";
+    json!({
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": "api-version=2018-01-01",
+        "headers": {"aeg-sas-key": key, "content-type": "application/json", "host": host,
+                    "x-forwarded-proto": "https", "x-amzn-trace-id": "Root=1-5f84c7a9-0e5b1e7e0d0c1c1c1c1c1c1c"},
+        "queryStringParameters": {"api-version": "2018-01-01"},
+        "requestContext": {
+            "accountId": "anonymous",
+            "apiId": "abcdefghijklmnopqrstuvwxyz012345",
+            "domainName": host,
+            "domainPrefix": "abcdefghijklmnopqrstuvwxyz012345",
+            "http": {"method": "POST", "path": path, "protocol": "HTTP/1.1",
+                     "sourceIp": "203.0.113.7", "userAgent": "azsdk-python-eventgrid"},
+            "requestId": "req-url-1",
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "28/Nov/2026:12:00:00 +0000",
+            "timeEpoch": 1_795_867_200_000i64
+        },
+        "body": body,
+        "isBase64Encoded": false
+    })
+}
+
 /// Where `cargo lambda build` (infra/deploy/build.sh) puts a function's `bootstrap`.
 pub fn bootstrap_path(binary: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../target/lambda/{binary}/bootstrap"))

@@ -145,8 +145,10 @@ async fn azure_event_grid_sdk_publishes_through_a_function_url_f1_f2() {
 }
 
 /// #38: a publisher gets the same answers, status and body, from either front door: a wrong
-/// key (401), a body past the 1 MB publish limit (413, naming it), malformed JSON (400), a
-/// path that is no publish endpoint (404) and a GET (405); and the same 200 for a good publish.
+/// key (401), a body past the 1 MB publish limit (413, naming it), malformed JSON (400), and
+/// the same 200 for a good publish. What no route takes differs as on AWS: the HTTP API
+/// answers a path that is no publish endpoint and a GET itself (404, its own body), while
+/// behind a function URL ingest answers them (404 naming the publish path, 405 naming POST).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_front_doors_give_a_publisher_the_same_answers() {
     let mut answers = Vec::new();
@@ -205,24 +207,48 @@ async fn both_front_doors_give_a_publisher_the_same_answers() {
         sys.shutdown().await;
         answers.push(seen);
     }
-    let statuses: Vec<_> = answers[0]
-        .iter()
-        .map(|(case, s, _, _)| (*case, *s))
-        .collect();
+    let statuses = |door: usize| -> Vec<_> {
+        answers[door]
+            .iter()
+            .map(|(case, s, _, _)| (*case, *s))
+            .collect()
+    };
+    let same = [("wrong key", 401), ("too big", 413), ("malformed", 400)];
     assert_eq!(
-        statuses,
+        statuses(0),
         [
-            ("wrong key", 401),
-            ("too big", 413),
-            ("malformed", 400),
-            ("no such path", 404),
-            ("a GET", 405),
-            ("good", 200)
+            &same[..],
+            &[("no such path", 404), ("a GET", 404), ("good", 200)]
         ]
+        .concat()
+    );
+    assert_eq!(
+        statuses(1),
+        [
+            &same[..],
+            &[("no such path", 404), ("a GET", 405), ("good", 200)]
+        ]
+        .concat()
     );
     let too_big = &answers[0][1].3;
     assert!(too_big.contains("1048576"), "the limit is named: {too_big}");
-    assert_eq!(answers[0], answers[1], "HTTP API, then function URL");
+    for case in [0, 1, 2, 5] {
+        assert_eq!(
+            answers[0][case], answers[1][case],
+            "HTTP API, then function URL"
+        );
+    }
+    assert_eq!(
+        answers[0][3].3, r#"{"message":"Not Found"}"#,
+        "API Gateway's own"
+    );
+    for case in [3, 4] {
+        let body = &answers[1][case].3;
+        assert!(
+            body.contains("/topics/{topic}/api/events") || body.contains("POST"),
+            "ingest's: {body}"
+        );
+    }
 }
 
 /// A token that expired, was made for another topic, or was signed with another key is refused

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::Utc;
 use gridrelay_adapters::aws::{DynamoSubscriptionStore, local_queue_key, s3_client};
 use gridrelay_adapters::config::TableNames;
-use gridrelay_e2e::runtime_api::{LambdaProcess, publish_event};
+use gridrelay_e2e::runtime_api::{LambdaProcess, function_url_event, publish_event};
 use gridrelay_e2e::{Reply, Subscriber, eventually, sdk_config, subscription};
 use gridrelay_local::{ResourceNames, Resources, provision};
 use gridrelay_ports::SubscriptionStore;
@@ -101,7 +101,9 @@ fn sqs_event(records: &[(&str, String, Option<&QueueKey>)]) -> Value {
 }
 
 /// The ingest bootstrap answers API Gateway v2 events: 200 and a queued message for a good
-/// publish, 401 for a wrong key; it logs JSON when Lambda asks for it.
+/// publish, 401 for a wrong key; it logs JSON when Lambda asks for it. #38: it answers a
+/// function URL's events as well: 200 for a good publish, 401 for a wrong key, and 404 naming
+/// the publish path for a path no HTTP API route would have let through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_bootstrap_serves_api_gateway_events() {
     let s = setup().await;
@@ -123,6 +125,24 @@ async fn ingest_bootstrap_serves_api_gateway_events() {
         .invoke(publish_event("boot", "wrong", &body.to_string()))
         .await;
     assert_eq!(denied["statusCode"], 401, "{denied}");
+    let path = "/topics/boot/api/events";
+    let through_url = f
+        .invoke(function_url_event(path, "k2-secret", &body.to_string()))
+        .await;
+    assert_eq!(through_url["statusCode"], 200, "{through_url}");
+    let url_denied = f.invoke(function_url_event(path, "wrong", "[]")).await;
+    assert_eq!(url_denied["statusCode"], 401, "{url_denied}");
+    let nowhere = f
+        .invoke(function_url_event("/admin", "k2-secret", "[]"))
+        .await;
+    assert_eq!(nowhere["statusCode"], 404, "{nowhere}");
+    assert!(
+        nowhere["body"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("/topics/{topic}/api/events"),
+        "{nowhere}"
+    );
 
     let body = receive_one(&s.sdk, &s.resources.delivery_queue_url).await;
     let Ok(DeliveryQueueMessage::Delivery(queued)) = DeliveryQueueMessage::from_body(&body) else {
