@@ -65,8 +65,17 @@ pub(crate) async fn serve(
 /// Turns the HTTP request into what the front door hands a Lambda, and the answer back.
 async fn forward(State(publish): State<Publish>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+    // A function URL takes at most its event's 6 MB: a larger body never reaches the function.
+    let limit = match publish.front_door {
+        FrontDoor::HttpApi => MAX_BODY_BYTES,
+        FrontDoor::FunctionUrl => function_url::MAX_EVENT_BYTES,
+    };
+    let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
+        Err(_) if publish.front_door == FrontDoor::FunctionUrl => {
+            let (parts, body) = function_url::payload_too_large().into_parts();
+            return Response::from_parts(parts, AxumBody::from(body));
+        }
         Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response(),
     };
     if publish.front_door == FrontDoor::FunctionUrl {
@@ -132,7 +141,7 @@ async fn through_function_url(
 ) -> Response {
     let event = function_url::event_for(parts, body, chrono::Utc::now());
     let response = if event.len() > function_url::MAX_EVENT_BYTES {
-        function_url::payload_too_large(event.len())
+        function_url::payload_too_large()
     } else {
         let started = std::time::Instant::now();
         let ingest = &publish.ingest;

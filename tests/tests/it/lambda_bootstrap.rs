@@ -126,8 +126,9 @@ async fn ingest_bootstrap_serves_api_gateway_events() {
         .await;
     assert_eq!(denied["statusCode"], 401, "{denied}");
     let path = "/topics/boot/api/events";
+    let url_body = json!([{"id": "b-2", "subject": "s", "eventType": "t", "eventTime": "2026-11-22T04:00:00Z", "data": {"x": 2}}]);
     let through_url = f
-        .invoke(function_url_event(path, "k2-secret", &body.to_string()))
+        .invoke(function_url_event(path, "k2-secret", &url_body.to_string()))
         .await;
     assert_eq!(through_url["statusCode"], 200, "{through_url}");
     let url_denied = f.invoke(function_url_event(path, "wrong", "[]")).await;
@@ -144,16 +145,26 @@ async fn ingest_bootstrap_serves_api_gateway_events() {
         "{nowhere}"
     );
 
-    let body = receive_one(&s.sdk, &s.resources.delivery_queue_url).await;
-    let Ok(DeliveryQueueMessage::Delivery(queued)) = DeliveryQueueMessage::from_body(&body) else {
-        panic!("expected a delivery message, got {body}")
-    };
-    assert_eq!(
-        (queued.topic.as_str(), queued.subscription.as_str()),
-        ("boot", "sub-1")
-    );
-    let event: Value = serde_json::from_str(queued.events[0].event.get()).expect("event");
-    assert_eq!(event["id"], "b-1");
+    // Both publishes are queued: the HTTP API's and the function URL's.
+    let mut ids = Vec::new();
+    while ids.len() < 2 {
+        let body = receive_one(&s.sdk, &s.resources.delivery_queue_url).await;
+        let Ok(DeliveryQueueMessage::Delivery(queued)) = DeliveryQueueMessage::from_body(&body)
+        else {
+            panic!("expected a delivery message, got {body}")
+        };
+        assert_eq!(
+            (queued.topic.as_str(), queued.subscription.as_str()),
+            ("boot", "sub-1")
+        );
+        let event: Value = serde_json::from_str(queued.events[0].event.get()).expect("event");
+        let id = event["id"].as_str().unwrap_or_default().to_string();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids.sort();
+    assert_eq!(ids, ["b-1", "b-2"]);
     let logs = f.stop().await;
     assert!(
         logs.lines().any(|l| serde_json::from_str::<Value>(l)
@@ -279,6 +290,18 @@ fn post_event(route: &str, path: &str, cookies: &[String], form: &str) -> Value 
     event["headers"]["sec-fetch-site"] = json!("same-origin");
     event["body"] = json!(base64::engine::general_purpose::STANDARD.encode(form));
     event["isBase64Encoded"] = json!(true);
+    event
+}
+
+/// #38: `event` as a function URL hands it over instead of the HTTP API: the `$default`
+/// route, the URL's own host, an anonymous caller.
+fn via_function_url(mut event: Value) -> Value {
+    let host = "abcdefghijklmnopqrstuvwxyz012345.lambda-url.us-east-1.on.aws";
+    event["routeKey"] = json!("$default");
+    event["requestContext"]["routeKey"] = json!("$default");
+    event["requestContext"]["accountId"] = json!("anonymous");
+    event["requestContext"]["domainName"] = json!(host);
+    event["headers"]["host"] = json!(host);
     event
 }
 
@@ -455,6 +478,34 @@ async fn portal_bootstrap_serves_a_subscriptions_page_behind_api_gateway() {
     assert!(
         other["cookies"].as_array().is_none_or(Vec::is_empty),
         "{other}"
+    );
+
+    // #38: behind a function URL, the same link becomes the same cookie (in the answer's
+    // cookies, where a function URL takes them from too), and the page shows the attempt.
+    let first_url = portal
+        .invoke(via_function_url(get_event(
+            "/portal/boot/sub-1",
+            &format!("token={token}"),
+            &[],
+        )))
+        .await;
+    assert_eq!(first_url["statusCode"], 303, "{first_url}");
+    let url_cookie = first_url["cookies"][0].as_str().unwrap_or_default();
+    assert!(
+        url_cookie.starts_with(&format!("{pair};")) && url_cookie.contains("Secure"),
+        "{first_url}"
+    );
+    let page_url = portal
+        .invoke(via_function_url(get_event(
+            "/portal/boot/sub-1",
+            "",
+            std::slice::from_ref(&pair),
+        )))
+        .await;
+    assert_eq!(page_url["statusCode"], 200, "{page_url}");
+    assert!(
+        body_text(&page_url).contains("<code>p-1</code>"),
+        "{page_url}"
     );
 
     // The page's form sends a test event into the delivery queue (sealed, as every message).
