@@ -174,6 +174,64 @@ impl Usage {
     }
 }
 
+/// What a deployed stack pays in a month in which it receives nothing (#38): what is billed by
+/// the hour or the call whether events flow or not. EventBridge and Event Grid charge nothing
+/// for an idle bus or topic.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IdleCost {
+    /// The SQS event sources' long polls of empty queues: [`IDLE_POLLERS`] each, a
+    /// `ReceiveMessage` every [`LONG_POLL_SECONDS`].
+    pub sqs_polling: f64,
+    pub alarms: f64,
+    pub secrets: f64,
+}
+
+impl IdleCost {
+    pub fn total(&self) -> f64 {
+        self.sqs_polling + self.alarms + self.secrets
+    }
+}
+
+/// What a stack holds that is billed while idle (counted from `infra/template.yaml`: a test
+/// keeps these true).
+#[derive(Debug, Clone, Copy)]
+pub struct IdleParts {
+    /// SQS event-source mappings: the delivery, control, replay and dead-letter queues'.
+    pub event_sources: u32,
+    pub alarms: u32,
+    /// Secrets Manager secrets the stack makes: the queue key and the portal key.
+    pub secrets: u32,
+}
+
+pub const STACK_IDLE_PARTS: IdleParts = IdleParts {
+    event_sources: 4,
+    alarms: 6,
+    secrets: 2,
+};
+
+/// Long-polling connections Lambda keeps open on each SQS event source while its queue is
+/// empty (Lambda starts with five and scales from there).
+pub const IDLE_POLLERS: u32 = 5;
+/// How long each of them waits in a `ReceiveMessage` before the next (SQS's longest wait).
+pub const LONG_POLL_SECONDS: f64 = 20.0;
+/// CloudWatch standard alarm, per month; Secrets Manager secret, per month.
+pub const ALARM_MONTH: f64 = 0.10;
+pub const SECRET_MONTH: f64 = 0.40;
+
+impl IdleParts {
+    /// A 30-day month's idle cost at `prices`.
+    pub fn per_month(&self, prices: &Prices) -> IdleCost {
+        let month_seconds = 30.0 * 86_400.0;
+        let polls =
+            f64::from(self.event_sources * IDLE_POLLERS) * month_seconds / LONG_POLL_SECONDS;
+        IdleCost {
+            sqs_polling: polls * prices.sqs_request,
+            alarms: f64::from(self.alarms) * ALARM_MONTH,
+            secrets: f64::from(self.secrets) * SECRET_MONTH,
+        }
+    }
+}
+
 /// API Gateway HTTP API meters a request in 512 KB units.
 pub fn http_api_units(body_bytes: usize) -> u64 {
     body_bytes.div_ceil(512 * 1024).max(1) as u64
@@ -208,6 +266,36 @@ mod tests {
         assert_eq!(firehose_steps(1), 1);
         assert_eq!(firehose_steps(5_000), 1);
         assert_eq!(firehose_steps(5_001), 2);
+    }
+
+    /// #38: the idle parts are the stack's: its event sources, alarms and secrets, counted in
+    /// the SAM template; and a month of them is priced as the parts say.
+    #[test]
+    fn an_idle_stack_pays_for_its_polling_alarms_and_secrets() {
+        let template = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../infra/template.yaml"
+        ))
+        .expect("the SAM template");
+        let count = |ty: &str| template.matches(&format!("Type: {ty}\n")).count() as u32;
+        assert_eq!(
+            (
+                STACK_IDLE_PARTS.event_sources,
+                STACK_IDLE_PARTS.alarms,
+                STACK_IDLE_PARTS.secrets
+            ),
+            (
+                count("AWS::Lambda::EventSourceMapping"),
+                count("AWS::CloudWatch::Alarm"),
+                count("AWS::SecretsManager::Secret")
+            )
+        );
+        let idle = STACK_IDLE_PARTS.per_month(&LIST_PRICES);
+        // 4 sources x 5 pollers x 129,600 twenty-second polls in 30 days, at $0.40 a million.
+        assert!(close(idle.sqs_polling, 2_592_000.0 * 0.4e-6));
+        assert!(close(idle.alarms, 0.6));
+        assert!(close(idle.secrets, 0.8));
+        assert!(close(idle.total(), 2_592_000.0 * 0.4e-6 + 1.4));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use gridrelay_local::ResourceNames;
+use gridrelay_local::{FrontDoor, ResourceNames};
 use serde_json::Value;
 
 use crate::aws_calls::{ARCHIVE_PUT, AwsCallCounter, CallCounts};
@@ -34,6 +34,18 @@ pub struct Case {
     pub max_events_per_batch: Option<u32>,
     /// The runner's `--max-requests-in-flight`, per deliver instance (none: its default).
     pub max_in_flight: Option<u32>,
+    /// What publishes reach `ingest` through (#38): with a function URL, no API Gateway
+    /// request is priced.
+    pub front_door: FrontDoor,
+}
+
+/// The runner's settings a case changes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunnerFlags {
+    /// `--max-requests-in-flight` and `--max-requests-per-endpoint` (none: the defaults).
+    pub max_in_flight: Option<u32>,
+    /// `--front-door`.
+    pub front_door: FrontDoor,
 }
 
 /// What one case measured.
@@ -102,7 +114,7 @@ impl Runner {
         binary: PathBuf,
         prefix: String,
         aws_endpoint: &str,
-        max_in_flight: Option<u32>,
+        flags: RunnerFlags,
     ) -> anyhow::Result<Self> {
         let listen = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let mut cmd = Command::new(&binary);
@@ -114,8 +126,11 @@ impl Runner {
             "--prefix",
             &prefix,
         ]);
+        if flags.front_door == FrontDoor::FunctionUrl {
+            cmd.args(["--front-door", "function-url"]);
+        }
         // A fixed total is the old shape: all of it for one endpoint.
-        if let Some(n) = max_in_flight {
+        if let Some(n) = flags.max_in_flight {
             let n = n.to_string();
             cmd.args([
                 "--max-requests-in-flight",
@@ -171,12 +186,12 @@ impl Runner {
         binary: PathBuf,
         prefix: String,
         aws_endpoint: &str,
-        max_in_flight: Option<u32>,
+        flags: RunnerFlags,
         max_events_per_batch: Option<u32>,
         hook: String,
         retention_days: u16,
     ) -> anyhow::Result<(Self, String)> {
-        let runner = Runner::start(binary, prefix, aws_endpoint, max_in_flight)?;
+        let runner = Runner::start(binary, prefix, aws_endpoint, flags)?;
         let key = runner
             .topic_with_subscription(
                 ("bench", retention_days),
@@ -389,7 +404,10 @@ pub async fn run(
         binary,
         prefix,
         &aws.url,
-        case.max_in_flight,
+        RunnerFlags {
+            max_in_flight: case.max_in_flight,
+            front_door: case.front_door,
+        },
         case.max_events_per_batch,
         hook,
         // Archived for 7 days (#35): the cost table prices the archive.
@@ -405,7 +423,11 @@ pub async fn run(
         })
         .collect();
     let url = runner.publish_url();
-    let publish_units: u64 = bodies.iter().map(|b| http_api_units(b.len())).sum();
+    // A function URL has no price of its own: only the HTTP API meters publishes.
+    let publish_units: u64 = match case.front_door {
+        FrontDoor::HttpApi => bodies.iter().map(|b| http_api_units(b.len())).sum(),
+        FrontDoor::FunctionUrl => 0,
+    };
     let client = reqwest::Client::new();
     let cpu = Cpu::of_process(runner.child.id())?;
     let start = Instant::now();

@@ -109,7 +109,8 @@ pub async fn run(
     let (runner, key) =
         // Not archived: the latency measured is delivery's (an archived topic adds a Firehose
         // call to each publish, which moto serves slowly; `e2e` prices it).
-        Runner::with_subscription(binary, prefix, aws_endpoint, None, None, hook, 0).await?;
+        Runner::with_subscription(binary, prefix, aws_endpoint, Default::default(), None, hook, 0)
+            .await?;
     let publisher = Publisher {
         client: reqwest::Client::new(),
         url: runner.publish_url(),

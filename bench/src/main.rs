@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use gridrelay_local::FrontDoor;
 use serde_json::value::RawValue;
 
 mod aws_calls;
@@ -310,6 +311,7 @@ async fn e2e_bench(
             delay_ms,
             max_events_per_batch: batch,
             max_in_flight,
+            front_door: FrontDoor::HttpApi,
         };
         let run = e2e::run(binary.clone(), prefix(&case), case, &aws).await?;
         let rate = events as f64 / run.elapsed.as_secs_f64();
@@ -376,8 +378,9 @@ async fn e2e_bench(
         e2e::FUNCTION_MEMORY_MB
     );
     println!(
-        "  {:<9} {:<10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "  {:<9} {:<12} {:<10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
         "publish",
+        "front door",
         "batching",
         "subscriber",
         "API GW",
@@ -391,67 +394,114 @@ async fn e2e_bench(
         "arm64"
     );
     let mut breakdowns = Vec::new();
-    for per_publish in [1, 100] {
-        for batch in [None, Some(100)] {
-            for delay_ms in [1, 50] {
-                // Publishing one event per request is bound by the emulator (~100 requests/s
-                // here); the counts per event settle within a few thousand.
-                let events = cost_events.min(per_publish * 2_000);
-                let case = e2e::Case {
-                    events,
-                    event_bytes,
-                    per_publish,
-                    delay_ms,
-                    max_events_per_batch: batch,
-                    max_in_flight: None,
-                };
-                let run = e2e::run(binary.clone(), prefix(&case), case, &aws).await?;
-                if batch.is_none() && delay_ms == 1 {
-                    breakdowns.push((per_publish, run.calls.clone(), run.usage.events));
-                }
-                let x86 = run
-                    .usage
-                    .per_million(&cost::LIST_PRICES, cost::Architecture::X86);
-                let arm = run
-                    .usage
-                    .per_million(&cost::LIST_PRICES, cost::Architecture::Arm);
-                let goal = match (per_publish, batch, delay_ms) {
-                    (100, None, 50) => {
-                        "  (goal <= $0.10; journal <= $0.01; journal and archive <= $0.05)"
-                    }
-                    (100, None, _) => "  (journal goal <= $0.01; journal and archive <= $0.05)",
-                    (1, None, _) => "  (journal goal <= $0.03; journal and archive <= $0.20)",
-                    _ => "",
-                };
-                println!(
-                    "  {:<9} {:<10} {:>8} ms {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>10.4} {:>10.4}{goal}",
-                    format!("array {per_publish}"),
-                    batch.map_or("off".to_string(), |n| format!("{n}")),
-                    delay_ms,
-                    x86.api_gateway,
-                    x86.lambda,
-                    x86.sqs,
-                    x86.dynamodb,
-                    x86.other,
-                    x86.journal,
-                    x86.archive,
-                    x86.total(),
-                    arm.total(),
-                );
-            }
+    let cases = [1, 100].into_iter().flat_map(|per_publish| {
+        [FrontDoor::HttpApi, FrontDoor::FunctionUrl]
+            .into_iter()
+            .flat_map(move |door| {
+                [None, Some(100)].into_iter().flat_map(move |batch| {
+                    [1, 50]
+                        .into_iter()
+                        .map(move |delay_ms| (per_publish, door, batch, delay_ms))
+                })
+            })
+    });
+    for (per_publish, front_door, batch, delay_ms) in cases {
+        // Publishing one event per request is bound by the emulator (~100 requests/s
+        // here); the counts per event settle within a few thousand.
+        let events = cost_events.min(per_publish * 2_000);
+        let case = e2e::Case {
+            events,
+            event_bytes,
+            per_publish,
+            delay_ms,
+            max_events_per_batch: batch,
+            max_in_flight: None,
+            front_door,
+        };
+        let run = e2e::run(binary.clone(), prefix(&case), case, &aws).await?;
+        if batch.is_none() && delay_ms == 1 && front_door == FrontDoor::HttpApi {
+            breakdowns.push((per_publish, run.calls.clone(), run.usage));
         }
+        let x86 = run
+            .usage
+            .per_million(&cost::LIST_PRICES, cost::Architecture::X86);
+        let arm = run
+            .usage
+            .per_million(&cost::LIST_PRICES, cost::Architecture::Arm);
+        let goal = match (per_publish, front_door, batch, delay_ms) {
+            (1, FrontDoor::FunctionUrl, _, _) => "  (goal <= $1.00)",
+            (100, FrontDoor::HttpApi, None, 50) => {
+                "  (goal <= $0.10; journal <= $0.01; journal and archive <= $0.05)"
+            }
+            (100, FrontDoor::HttpApi, None, _) => {
+                "  (journal goal <= $0.01; journal and archive <= $0.05)"
+            }
+            (1, FrontDoor::HttpApi, None, _) => {
+                "  (journal goal <= $0.03; journal and archive <= $0.20)"
+            }
+            _ => "",
+        };
+        println!(
+            "  {:<9} {:<12} {:<10} {:>8} ms {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>10.4} {:>10.4}{goal}",
+            format!("array {per_publish}"),
+            match front_door {
+                FrontDoor::HttpApi => "HTTP API",
+                FrontDoor::FunctionUrl => "function URL",
+            },
+            batch.map_or("off".to_string(), |n| format!("{n}")),
+            delay_ms,
+            x86.api_gateway,
+            x86.lambda,
+            x86.sqs,
+            x86.dynamodb,
+            x86.other,
+            x86.journal,
+            x86.archive,
+            x86.total(),
+            arm.total(),
+        );
     }
     for (peer, price) in cost::PEERS {
         println!("  beside: {peer}: ${price:.2} per million");
     }
-    for (per_publish, calls, events) in breakdowns {
+    let parts = cost::STACK_IDLE_PARTS;
+    let idle = parts.per_month(&cost::LIST_PRICES);
+    println!(
+        "  idle: a deployed stack that receives nothing pays ${:.2} a month: SQS polling ${:.2} ({} event sources x {} long polls every {} s), alarms ${:.2} ({}), secrets ${:.2} ({}); either front door adds nothing; beside: EventBridge and Event Grid $0.00",
+        idle.total(),
+        idle.sqs_polling,
+        parts.event_sources,
+        cost::IDLE_POLLERS,
+        cost::LONG_POLL_SECONDS,
+        idle.alarms,
+        parts.alarms,
+        idle.secrets,
+        parts.secrets,
+    );
+    for (per_publish, calls, usage) in breakdowns {
+        let events = usage.events.max(1) as f64;
         let by_op: Vec<String> = calls
             .iter()
-            .map(|(op, c)| format!("{op} {:.3}", c.calls as f64 / events.max(1) as f64))
+            .map(|(op, c)| format!("{op} {:.3}", c.calls as f64 / events))
             .collect();
         println!(
             "  AWS calls per event, arrays of {per_publish}, batching off: {}",
             by_op.join(", ")
+        );
+        // Where the Lambda column goes: each function's invocations and billed time.
+        let function = |name: &str, f: cost::FunctionTime| {
+            format!(
+                "{name} {:.3} invocations and {:.1} billed ms per event ({:.1} ms each)",
+                f.invocations as f64 / events,
+                f.billed_ms as f64 / events,
+                f.billed_ms as f64 / f.invocations.max(1) as f64
+            )
+        };
+        println!(
+            "  Lambda per event, arrays of {per_publish}, batching off: {}; {}; {}",
+            function("ingest", usage.ingest),
+            function("deliver", usage.deliver),
+            function("dead-letter", usage.dead_letter)
         );
     }
     Ok(())
@@ -460,8 +510,12 @@ async fn e2e_bench(
 /// Resources of their own for each case.
 fn prefix(case: &e2e::Case) -> String {
     format!(
-        "bench-{}-{}-{}-{}-{}",
+        "bench-{}{}-{}-{}-{}-{}",
         std::process::id(),
+        match case.front_door {
+            FrontDoor::HttpApi => "",
+            FrontDoor::FunctionUrl => "u",
+        },
         case.per_publish,
         case.max_events_per_batch.unwrap_or(1),
         case.delay_ms,
