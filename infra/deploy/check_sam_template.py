@@ -339,6 +339,20 @@ PORTAL_ROUTES = {
 }
 
 
+def route_problems(resources, function, expected):
+    """The HTTP API's routes (its OpenAPI body's paths and methods) to `function` are
+    `expected`, no more and no fewer."""
+    paths = resources["PublishApi"]["Properties"]["Body"]["paths"]
+    routed = {
+        path: sorted(methods)
+        for path, methods in paths.items()
+        if any(f"${{{function}.Arn}}" in str(m) for m in methods.values())
+    }
+    if routed != expected:
+        return [f"PublishApi: routes to {function} are {routed}, expected {expected}"]
+    return []
+
+
 def portal_problems(resources, outputs):
     """#36: the portal is told of its generated key and the journal's bucket, lists that bucket
     under journal/ and archive/ only, answers its five routes of the front door (GET its pages, POST their
@@ -361,14 +375,7 @@ def portal_problems(resources, outputs):
     only_claims = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": PORTAL_CLAIMS}}
     if len(claims) != 1 or claims[0].get("Condition") != only_claims:
         problems.append(f"PortalFunction: PutItem on the delivery state table must be limited to {PORTAL_CLAIMS}: {claims}")
-    paths = resources["PublishApi"]["Properties"]["Body"]["paths"]
-    routed = {
-        path: sorted(methods)
-        for path, methods in paths.items()
-        if any("${PortalFunction.Arn}" in str(m) for m in methods.values())
-    }
-    if routed != PORTAL_ROUTES:
-        problems.append(f"PublishApi: routes to PortalFunction are {routed}, expected {PORTAL_ROUTES}")
+    problems += route_problems(resources, "PortalFunction", PORTAL_ROUTES)
     if outputs.get("PortalKeySecret", {}).get("Value") != PORTAL_KEY:
         problems.append(f"Outputs: PortalKeySecret is {outputs.get('PortalKeySecret')}")
     if "/portal" not in str(outputs.get("PortalUrl", {}).get("Value")):
@@ -399,14 +406,7 @@ def front_door_problems(resources, conditions, outputs, source_parameters):
     for name in ["PublishApi", "PublishApiApiGatewayDefaultStage"]:
         if resources.get(name, {}).get("Condition") != "UseHttpApi":
             problems.append(f"{name}: expected only with UseHttpApi, got {resources.get(name, {}).get('Condition')}")
-    paths = resources["PublishApi"]["Properties"]["Body"]["paths"]
-    routed = {
-        path: sorted(methods)
-        for path, methods in paths.items()
-        if any("${IngestFunction.Arn}" in str(m) for m in methods.values())
-    }
-    if routed != INGEST_ROUTES:
-        problems.append(f"PublishApi: routes to IngestFunction are {routed}, expected {INGEST_ROUTES}")
+    problems += route_problems(resources, "IngestFunction", INGEST_ROUTES)
     permissions = {k: r for k, r in resources.items() if r["Type"] == "AWS::Lambda::Permission"}
     for function, routes in [("IngestFunction", INGEST_ROUTES), ("PortalFunction", PORTAL_ROUTES)]:
         api = sorted(
