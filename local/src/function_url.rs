@@ -55,8 +55,8 @@ fn json_answer(status: StatusCode, body: &str) -> http::Response<Vec<u8>> {
 }
 
 /// The function URL's event for a request: headers in lower case (a repeated one joined with
-/// commas, cookies apart), the raw path and query, the body as text when it is UTF-8 and in
-/// base64 otherwise, and a request context naming the URL's host.
+/// commas, cookies apart), the raw path and query, the body as text or in base64 by its type
+/// (`arrives_as_text`), and a request context naming the URL's host.
 pub fn event_for(parts: &http::request::Parts, body: &[u8], now: DateTime<Utc>) -> String {
     let mut headers = HeaderMap::new();
     for name in parts.headers.keys() {
