@@ -31,6 +31,16 @@ struct Publish {
     stats: Arc<Mutex<RunnerStats>>,
 }
 
+impl Publish {
+    /// Counts an `ingest` invocation that started at `started`, and its billed time.
+    fn counted(&self, started: std::time::Instant) {
+        if let Ok(mut s) = self.stats.lock() {
+            s.ingest_invocations += 1;
+            s.billed.ingest_ms += billed_ms(started);
+        }
+    }
+}
+
 /// Serves the publish API, and the subscribers' portal (#36) on its own path beside it, as
 /// the stacks' front door does.
 pub(crate) async fn serve(
@@ -94,10 +104,7 @@ async fn forward(State(publish): State<Publish>, request: Request) -> Response {
         lambda_http::Request::from_parts(parts, lambda_http::Body::Binary(bytes.to_vec()));
     let started = std::time::Instant::now();
     let handled = tokio::time::timeout(INGEST_TIMEOUT, publish.ingest.handle(request)).await;
-    if let Ok(mut s) = publish.stats.lock() {
-        s.ingest_invocations += 1;
-        s.billed.ingest_ms += billed_ms(started);
-    }
+    publish.counted(started);
     let Ok(response) = handled else {
         error!(
             timeout_s = INGEST_TIMEOUT.as_secs(),
@@ -150,10 +157,7 @@ async fn through_function_url(
             function_url::invoke(&event, |request| ingest.handle(request)),
         )
         .await;
-        if let Ok(mut s) = publish.stats.lock() {
-            s.ingest_invocations += 1;
-            s.billed.ingest_ms += billed_ms(started);
-        }
+        publish.counted(started);
         match invoked {
             Ok(Ok(response)) => response,
             Ok(Err(e)) => {
