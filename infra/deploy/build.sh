@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the four Lambda functions as `bootstrap` binaries (provided.al2023) with cargo-lambda
-# (zig as the linker, no Docker): target/lambda/<function>/bootstrap, for this machine's
+# (zig as the linker, no Docker; `make test` links with cargo's own, CARGO_LAMBDA_COMPILER=cargo,
+# see infra/local/shared-build.sh): target/lambda/<function>/bootstrap, for this machine's
 # processor (x86_64), so the tests can run them under an emulated Runtime API. The stacks deploy
 # arm64 by default: `sam build` and `cdk synth` build those themselves (check.sh runs the latter).
 # BUILD_PROFILE: release (the default: what deploys, and what the benchmarks measure) or dev (what

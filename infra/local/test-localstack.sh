@@ -16,6 +16,8 @@ cd "$root"
 # Its own moto port, apart from make test's (5056) and make soak's (5057): they can run at once.
 export MOTO_PORT="${MOTO_PORT:-5059}"
 export LOCALSTACK_PORT="${LOCALSTACK_PORT:-4566}"
+# shellcheck source=infra/local/shared-build.sh
+source infra/local/shared-build.sh
 throttling_port=$((LOCALSTACK_PORT + 1))
 started=$(date +%s)
 section() { printf '\n== %s (%ss)\n' "$*" "$(($(date +%s) - started))" >&2; }

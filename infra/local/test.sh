@@ -12,6 +12,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 export MOTO_PORT="${MOTO_PORT:-5056}"
+# shellcheck source=infra/local/shared-build.sh
+source infra/local/shared-build.sh
 started=$(date +%s)
 section() { printf '\n== %s (%ss)\n' "$*" "$(($(date +%s) - started))" >&2; }
 
