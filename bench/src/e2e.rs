@@ -37,6 +37,10 @@ pub struct Case {
     /// What publishes reach `ingest` through (#38): with a function URL, no API Gateway
     /// request is priced.
     pub front_door: FrontDoor,
+    /// Whether the topic keeps an archive (#35), for [`crate::cost::ARCHIVE_RETENTION_DAYS`].
+    /// A topic keeps none unless it is created with `--retention-days`: a run without one
+    /// prices what a topic costs by default, and `ingest` makes no archive call.
+    pub archived: bool,
 }
 
 /// The runner's settings a case changes.
@@ -410,8 +414,12 @@ pub async fn run(
         },
         case.max_events_per_batch,
         hook,
-        // Archived for 7 days (#35): the cost table prices the archive.
-        crate::cost::ARCHIVE_RETENTION_DAYS as u16,
+        // Archived for 7 days (#35) where the case says so: the cost table prices it.
+        if case.archived {
+            crate::cost::ARCHIVE_RETENTION_DAYS as u16
+        } else {
+            0
+        },
     )
     .await?;
 
@@ -483,7 +491,9 @@ pub async fn run(
     let cpu = cpu.used()?;
     let timeline = sampler.await?;
     let calls = aws.take();
+    let names = runner.names();
     let report = runner.stop()?;
+    delete_streams(&names).await?;
     Ok(E2eRun {
         elapsed,
         cpu,
@@ -493,6 +503,28 @@ pub async fn run(
         published,
         timeline,
     })
+}
+
+/// Deletes a finished case's Firehose streams (its journal's and its archive's), straight at
+/// the emulator, not through the counting proxy: moto allows 50 streams per account, and
+/// `make bench` runs more cases than that on one moto.
+async fn delete_streams(names: &ResourceNames) -> anyhow::Result<()> {
+    let firehose = aws_sdk_firehose::Client::new(&gridrelay_e2e::sdk_config().await);
+    for stream in [&names.journal_stream, &names.archive_stream] {
+        let deleted = firehose
+            .delete_delivery_stream()
+            .delivery_stream_name(stream)
+            .send()
+            .await;
+        if let Err(e) = deleted
+            && !e
+                .as_service_error()
+                .is_some_and(|e| e.is_resource_not_found_exception())
+        {
+            return Err(anyhow::Error::new(e).context(format!("delete the stream {stream}")));
+        }
+    }
+    Ok(())
 }
 
 /// Publishes `body` (a JSON array of events) with the topic's key; an answer other than 2xx is
