@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use crate::cold_start::{batch_of, subscribed_topic};
-use crate::memory_size::{deliver_cost_per_million, stack_for_shares, warm_billed_ms};
+use crate::memory_size::{cost_per_million, stack_for_shares, warm_billed_ms};
 use crate::sink;
 
 /// `deliver`'s default memory size (chosen by the memory benchmark).
@@ -66,7 +66,7 @@ pub async fn run() -> anyhow::Result<()> {
                     &counts,
                 )
                 .await?;
-                let cost = deliver_cost_per_million(billed_ms, MEMORY_MB, events_in_batch);
+                let cost = cost_per_million(billed_ms, MEMORY_MB, events_in_batch);
                 rows.push((messages, payload, billed_ms, cost));
             }
             let at_default = rows

@@ -180,19 +180,29 @@ pub async fn subscribed_topic(
     name: &str,
     hook: String,
 ) -> anyhow::Result<Topic> {
-    let now = Utc::now();
-    let topic = Topic::with_new_keys(name, now);
+    let topic = Topic::with_new_keys(name, Utc::now());
     store.create_topic(&topic).await?;
+    add_subscription(store, name, "sink", hook).await?;
+    Ok(topic)
+}
+
+/// Adds subscription `name` to `topic`, delivering to `hook`, stored as validated.
+pub async fn add_subscription(
+    store: &DynamoSubscriptionStore,
+    topic: &str,
+    name: &str,
+    hook: String,
+) -> anyhow::Result<()> {
     let mut sub = SubscriptionRequest {
-        topic: name.into(),
-        name: "sink".into(),
+        topic: topic.into(),
+        name: name.into(),
         endpoint: hook,
         ..SubscriptionRequest::default()
     }
-    .validate(InputSchema::EventGridSchema, now)?;
+    .validate(InputSchema::EventGridSchema, Utc::now())?;
     sub.provisioning = Provisioning::with_state(ProvisioningState::Succeeded, None);
     store.create_subscription(&sub).await?;
-    Ok(topic)
+    Ok(())
 }
 
 /// One SQS batch for `deliver`, as the event source hands it over.

@@ -8,6 +8,12 @@
 //! answers at once and one that answers after 50 ms, and prices the billed time at list
 //! prices, per million events. Needs root and the cgroup v1 `cpu` controller; says why and
 //! skips when it cannot make a cgroup.
+//!
+//! Then `ingest` (#38), under the same shares: its billed time per warm publish of one event
+//! through a function URL, priced per million publishes, and the largest publish the fan-out
+//! limit allows (about 1 MB to 64 subscriptions: 64 MiB of `SendMessageBatch`), its time beside
+//! `ingest`'s 15 s timeout and its peak memory beside the size, so that a size that costs less
+//! for the common publish is not one that fails the largest.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -15,14 +21,14 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use gridrelay_adapters::aws::DynamoSubscriptionStore;
-use gridrelay_e2e::runtime_api::LambdaProcess;
+use gridrelay_e2e::runtime_api::{LambdaProcess, function_url_event, resident_kib};
 use gridrelay_local::Resources;
 
 use crate::cold_start::{
-    FullBatch, LOOPBACK_ALLOWED, failed_part, full_batch, stack, subscribed_topic,
+    FullBatch, LOOPBACK_ALLOWED, add_subscription, failed_part, full_batch, stack, subscribed_topic,
 };
 use crate::cost::LIST_PRICES;
-use crate::sink;
+use crate::{event_body, sink};
 
 /// The sizes tried, in MB; 1,769 MB is one whole vCPU.
 pub const SIZES: [u32; 5] = [128, 256, 512, 1024, 1769];
@@ -154,13 +160,13 @@ pub async fn warm_billed_ms(
         / warm.len() as f64)
 }
 
-/// What `deliver` costs per million events on arm64 at list prices, each invocation of
-/// `events_in_batch` events billed `billed_ms` at `memory_mb`: duration and request.
-pub fn deliver_cost_per_million(billed_ms: f64, memory_mb: u32, events_in_batch: usize) -> f64 {
-    let per_batch = billed_ms / 1000.0 * f64::from(memory_mb) / 1024.0
+/// What a function costs per million events on arm64 at list prices, each invocation of
+/// `events_per_invocation` events billed `billed_ms` at `memory_mb`: duration and request.
+pub fn cost_per_million(billed_ms: f64, memory_mb: u32, events_per_invocation: usize) -> f64 {
+    let per_invocation = billed_ms / 1000.0 * f64::from(memory_mb) / 1024.0
         * LIST_PRICES.lambda_gb_second_arm
         + LIST_PRICES.lambda_request;
-    per_batch / events_in_batch as f64 * 1e6
+    per_invocation / events_per_invocation as f64 * 1e6
 }
 
 /// Prints, for each subscriber latency and memory size, `deliver`'s billed time per warm batch
@@ -187,7 +193,7 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
             rows.push((
                 memory_mb,
                 billed_ms,
-                deliver_cost_per_million(billed_ms, memory_mb, events_in_batch),
+                cost_per_million(billed_ms, memory_mb, events_in_batch),
             ));
         }
         let at_256 = rows
@@ -201,6 +207,111 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
                 cost / at_256
             );
         }
+    }
+    ingest(&resources, &store).await
+}
+
+/// `ingest`'s timeout (`infra/template.yaml`), which the largest publish must be answered
+/// within.
+const INGEST_TIMEOUT_MS: f64 = 15_000.0;
+/// Warm one-event publishes timed at each size.
+const ONE_EVENT_PUBLISHES: usize = 40;
+/// Subscriptions of the topic the largest publish goes to: as many as the fan-out limit
+/// allows for a publish of about 1 MB (`tests/tests/fan_out_limit.rs`).
+const WIDEST_FAN_OUT: usize = 64;
+
+/// What `ingest` measured at one size.
+struct IngestAtSize {
+    memory_mb: u32,
+    one_event_ms: f64,
+    largest_ms: f64,
+    peak_mb: f64,
+}
+
+/// Prints, for each memory size, `ingest`'s billed time per warm one-event publish through a
+/// function URL and its cost per million publishes, and the largest publish's time and peak
+/// memory.
+async fn ingest(resources: &Resources, store: &DynamoSubscriptionStore) -> anyhow::Result<()> {
+    // ingest only enqueues: the subscriber is never called.
+    let (hook, _) = sink::serve("127.0.0.1:0".parse()?, Duration::ZERO).await?;
+    let one = subscribed_topic(store, "ingest-one", hook.clone()).await?;
+    let wide = subscribed_topic(store, "ingest-wide", hook.clone()).await?;
+    for i in 1..WIDEST_FAN_OUT {
+        add_subscription(store, &wide.name, &format!("sink-{i:02}"), hook.clone()).await?;
+    }
+    let path = |topic: &str| format!("/topics/{topic}/api/events");
+    let one_event = function_url_event(
+        &path(&one.name),
+        &one.key1,
+        &format!("[{}]", event_body(0, 1_000)),
+    );
+    // 1,000 events of about 975 bytes, about 1,040 each as kept (ingest adds the topic and
+    // its own fields): 64 copies fit in the fan-out limit (about 66.5 of its 67.1 MB).
+    let largest: Vec<String> = (0..1_000).map(|i| event_body(i, 960)).collect();
+    let largest_body = format!("[{}]", largest.join(","));
+    let largest = function_url_event(&path(&wide.name), &wide.key1, &largest_body);
+    let warm_wide = function_url_event(
+        &path(&wide.name),
+        &wide.key1,
+        &format!("[{}]", event_body(0, 200)),
+    );
+    println!(
+        "memory size, ingest (#38): {ONE_EVENT_PUBLISHES} warm publishes of one 1 KB event through a function URL (topic without an archive), one after another; then the largest publish the fan-out limit allows ({} bytes to {WIDEST_FAN_OUT} subscriptions), warm; billed time priced at arm64 list prices per million publishes",
+        largest_body.len()
+    );
+    let mut rows = Vec::new();
+    for memory_mb in SIZES {
+        let share = CpuShare::new(memory_mb)?;
+        let memory = memory_mb.to_string();
+        let mut f = LambdaProcess::start(
+            "gridrelay-ingest",
+            resources,
+            &[("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory.as_str())],
+        )
+        .await;
+        let pid = f.pid().context("ingest's pid")?;
+        share.hold(pid)?;
+        f.init_duration().await;
+        // Warm: both topics and their subscriptions cached, the connection to SQS open.
+        let mut events = vec![one_event.clone(), warm_wide.clone()];
+        events.extend(std::iter::repeat_n(one_event.clone(), ONE_EVENT_PUBLISHES));
+        events.push(largest.clone());
+        let answers = f.invoke_all(events).await;
+        let durations = f.durations();
+        let (_, peak_kib) = resident_kib(pid).context("ingest's memory (/proc)")?;
+        f.stop().await;
+        drop(share);
+        if let Some(bad) = answers.iter().find(|a| a["statusCode"] != 200) {
+            let shown: String = bad.to_string().chars().take(300).collect();
+            bail!("ingest at {memory_mb} MB refused a publish: {shown}");
+        }
+        // Lambda bills each invocation in whole milliseconds, rounded up.
+        let billed = |d: &Duration| d.as_micros().div_ceil(1000) as f64;
+        let timed = &durations[2..2 + ONE_EVENT_PUBLISHES];
+        rows.push(IngestAtSize {
+            memory_mb,
+            one_event_ms: timed.iter().map(billed).sum::<f64>() / timed.len() as f64,
+            largest_ms: durations.last().map_or(f64::NAN, billed),
+            peak_mb: peak_kib as f64 / 1024.0,
+        });
+    }
+    let cost = |r: &IngestAtSize| cost_per_million(r.one_event_ms, r.memory_mb, 1);
+    let at_256 = rows
+        .iter()
+        .find(|r| r.memory_mb == 256)
+        .map_or(f64::NAN, cost);
+    for r in &rows {
+        println!(
+            "  {:>4} MB: {:>6.1} ms per one-event publish; ingest ${:.4} per million publishes = {:.2}x 256 MB; largest publish {:>6.0} ms = {:.2} of the timeout, {:.1} MB at peak = {:.2} of the size",
+            r.memory_mb,
+            r.one_event_ms,
+            cost(r),
+            cost(r) / at_256,
+            r.largest_ms,
+            r.largest_ms / INGEST_TIMEOUT_MS,
+            r.peak_mb,
+            r.peak_mb / f64::from(r.memory_mb)
+        );
     }
     Ok(())
 }
