@@ -381,7 +381,8 @@ async fn e2e_bench(
         e2e::FUNCTION_MEMORY_MB
     );
     println!(
-        "  a topic keeps no archive unless created with --retention-days (#35): the rows price that default, and the rows marked 7 d price a topic archived for 7 days, its ingest calls and storage included"
+        "  a topic keeps no archive unless created with --retention-days (#35): the rows price that default, and the rows marked {days} d price a topic archived for {days} days, its ingest calls and storage included",
+        days = cost::ARCHIVE_RETENTION_DAYS
     );
     println!(
         "  {:<9} {:<12} {:<10} {:<7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
@@ -464,7 +465,11 @@ async fn e2e_bench(
                 FrontDoor::FunctionUrl => "function URL",
             },
             batch.map_or("off".to_string(), |n| format!("{n}")),
-            if archived { "7 d" } else { "off" },
+            if archived {
+                format!("{} d", cost::ARCHIVE_RETENTION_DAYS)
+            } else {
+                "off".to_string()
+            },
             delay_ms,
             x86.api_gateway,
             x86.lambda,

@@ -22,7 +22,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use gridrelay_adapters::aws::DynamoSubscriptionStore;
 use gridrelay_e2e::runtime_api::{LambdaProcess, function_url_event, resident_kib};
-use gridrelay_local::Resources;
+use gridrelay_local::{INGEST_TIMEOUT, Resources};
 
 use crate::cold_start::{
     FullBatch, LOOPBACK_ALLOWED, add_subscription, failed_part, full_batch, stack, subscribed_topic,
@@ -122,20 +122,13 @@ pub async fn warm_billed_ms(
     events_in_batch: usize,
     counts: &sink::Counts,
 ) -> anyhow::Result<f64> {
-    let share = CpuShare::new(memory_mb)?;
-    let memory = memory_mb.to_string();
-    let mut f = LambdaProcess::start(
+    let (share, mut f) = started_in_share(
         "gridrelay-deliver",
         resources,
-        // What Lambda sets; gridrelay does not read it, the cgroup is what limits.
-        &[
-            LOOPBACK_ALLOWED,
-            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory.as_str()),
-        ],
+        memory_mb,
+        &[LOOPBACK_ALLOWED],
     )
-    .await;
-    share.hold(f.pid().context("deliver's pid")?)?;
-    f.init_duration().await;
+    .await?;
     let before = counts.events.load(Ordering::Relaxed);
     let answers = f.invoke_all(vec![batch.clone(); INVOCATIONS]).await;
     let durations = f.durations();
@@ -151,13 +144,32 @@ pub async fn warm_billed_ms(
             INVOCATIONS * events_in_batch
         );
     }
-    // Lambda bills each invocation in whole milliseconds, rounded up.
     let warm = &durations[1..];
-    Ok(warm
-        .iter()
-        .map(|d| d.as_micros().div_ceil(1000) as f64)
-        .sum::<f64>()
-        / warm.len() as f64)
+    Ok(warm.iter().map(billed_ms).sum::<f64>() / warm.len() as f64)
+}
+
+/// `binary`'s bootstrap started under the CPU share of `memory_mb` (and `extra` in its
+/// environment), initialised; the share holds it until dropped.
+async fn started_in_share(
+    binary: &str,
+    resources: &Resources,
+    memory_mb: u32,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<(CpuShare, LambdaProcess)> {
+    let share = CpuShare::new(memory_mb)?;
+    let memory = memory_mb.to_string();
+    // What Lambda sets; gridrelay does not read it, the cgroup is what limits.
+    let mut env = extra.to_vec();
+    env.push(("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory.as_str()));
+    let f = LambdaProcess::start(binary, resources, &env).await;
+    share.hold(f.pid().with_context(|| format!("{binary}'s pid"))?)?;
+    f.init_duration().await;
+    Ok((share, f))
+}
+
+/// An invocation's duration as Lambda bills it: whole milliseconds, rounded up.
+fn billed_ms(duration: &Duration) -> f64 {
+    duration.as_micros().div_ceil(1000) as f64
 }
 
 /// What a function costs per million events on arm64 at list prices, each invocation of
@@ -211,9 +223,6 @@ pub async fn run(events_in_batch: usize) -> anyhow::Result<()> {
     ingest(&resources, &store).await
 }
 
-/// `ingest`'s timeout (`infra/template.yaml`), which the largest publish must be answered
-/// within.
-const INGEST_TIMEOUT_MS: f64 = 15_000.0;
 /// Warm one-event publishes timed at each size.
 const ONE_EVENT_PUBLISHES: usize = 40;
 /// Subscriptions of the topic the largest publish goes to: as many as the fan-out limit
@@ -261,17 +270,9 @@ async fn ingest(resources: &Resources, store: &DynamoSubscriptionStore) -> anyho
     );
     let mut rows = Vec::new();
     for memory_mb in SIZES {
-        let share = CpuShare::new(memory_mb)?;
-        let memory = memory_mb.to_string();
-        let mut f = LambdaProcess::start(
-            "gridrelay-ingest",
-            resources,
-            &[("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory.as_str())],
-        )
-        .await;
+        let (share, mut f) =
+            started_in_share("gridrelay-ingest", resources, memory_mb, &[]).await?;
         let pid = f.pid().context("ingest's pid")?;
-        share.hold(pid)?;
-        f.init_duration().await;
         // Warm: both topics and their subscriptions cached, the connection to SQS open.
         let mut events = vec![one_event.clone(), warm_wide.clone()];
         events.extend(std::iter::repeat_n(one_event.clone(), ONE_EVENT_PUBLISHES));
@@ -285,13 +286,11 @@ async fn ingest(resources: &Resources, store: &DynamoSubscriptionStore) -> anyho
             let shown: String = bad.to_string().chars().take(300).collect();
             bail!("ingest at {memory_mb} MB refused a publish: {shown}");
         }
-        // Lambda bills each invocation in whole milliseconds, rounded up.
-        let billed = |d: &Duration| d.as_micros().div_ceil(1000) as f64;
         let timed = &durations[2..2 + ONE_EVENT_PUBLISHES];
         rows.push(IngestAtSize {
             memory_mb,
-            one_event_ms: timed.iter().map(billed).sum::<f64>() / timed.len() as f64,
-            largest_ms: durations.last().map_or(f64::NAN, billed),
+            one_event_ms: timed.iter().map(billed_ms).sum::<f64>() / timed.len() as f64,
+            largest_ms: durations.last().map_or(f64::NAN, billed_ms),
             peak_mb: peak_kib as f64 / 1024.0,
         });
     }
@@ -308,7 +307,7 @@ async fn ingest(resources: &Resources, store: &DynamoSubscriptionStore) -> anyho
             cost(r),
             cost(r) / at_256,
             r.largest_ms,
-            r.largest_ms / INGEST_TIMEOUT_MS,
+            r.largest_ms / (INGEST_TIMEOUT.as_secs_f64() * 1000.0),
             r.peak_mb,
             r.peak_mb / f64::from(r.memory_mb)
         );

@@ -18,10 +18,7 @@ use crate::{FrontDoor, RunnerStats, billed_ms, function_url};
 /// API Gateway's payload limit: larger bodies never reach the function.
 const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
-/// `ingest`'s Lambda timeout (`Timeout: 15` in `infra/template.yaml`, 15 s in the CDK stack):
-/// an invocation still running then is stopped, and API Gateway answers 500, as here. Whatever
-/// it had enqueued stays enqueued; the publisher retries (G1 allows the duplicates).
-const INGEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+use crate::INGEST_TIMEOUT;
 
 /// The function behind the API, how it is reached, and where its invocations are counted.
 #[derive(Clone)]

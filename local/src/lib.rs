@@ -80,6 +80,11 @@ fn raise_open_file_limit(instances: usize, limits: &ConcurrencySettings) {
 
 /// `deliver`'s Lambda timeout in SAM and CDK, and the runner's default.
 pub const DEFAULT_FUNCTION_TIMEOUT_SECS: u64 = 300;
+/// `ingest`'s Lambda timeout (`Timeout: 15` in `infra/template.yaml`, 15 s in the CDK stack):
+/// an invocation still running then is stopped, and API Gateway answers 500, as the runner
+/// does. Whatever it had enqueued stays enqueued; the publisher retries (G1 allows the
+/// duplicates).
+pub const INGEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 /// The runner's default visibility timeout: longer than an invocation may run.
 pub const DEFAULT_VISIBILITY_TIMEOUT_SECS: u64 = 360;
 /// Receives before a message moves to its redrive queue, as SAM and CDK default it (failed
