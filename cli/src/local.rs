@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use gridrelay_adapters::aws::load_sdk_config;
+use gridrelay_local::batching::EventSourceBatching;
 use gridrelay_local::{FrontDoor, LocalSystem, ResourceNames, RunnerConfig};
 use gridrelay_shared::outbound::AllowedNetworks;
 use gridrelay_shared::time_scale::TimeScale;
@@ -73,6 +74,15 @@ pub(super) struct LocalArgs {
     /// and response format, as on AWS, with its 6 MB payload limit).
     #[arg(long, value_enum, default_value = "http-api")]
     front_door: FrontDoorArg,
+    /// Delivery and replay queue messages per deliver invocation (#38; the stack's
+    /// DeliveryBatchSize): 1 to 10, or up to 10000 with a batching window.
+    #[arg(long, default_value_t = 10)]
+    delivery_batch_size: u32,
+    /// Seconds the delivery and replay event sources may wait to fill a batch (0 to 300; the
+    /// stack's DeliveryBatchingWindowSeconds). 0 invokes with what each receive finds (G3:
+    /// nothing held back); a window holds events back up to this long when traffic is light.
+    #[arg(long, default_value_t = 0)]
+    delivery_batching_window_seconds: u64,
 }
 
 /// `--front-door`'s values.
@@ -122,6 +132,11 @@ pub(super) async fn run_local(
         archive_expiry_days: args.archive_retention_days,
         replay_concurrency: usize::from(args.replay_concurrency),
         front_door: args.front_door.into(),
+        batching: EventSourceBatching::new(
+            args.delivery_batch_size,
+            args.delivery_batching_window_seconds,
+        )
+        .map_err(invalid)?,
         ..RunnerConfig::default()
     };
     // The settings first: an error names what is wrong before anything is tried.
@@ -144,6 +159,8 @@ pub(super) async fn run_local(
         },
         "console": console.as_ref().map(|c| &c.url),
         "awsEndpoint": sdk.endpoint_url(),
+        "deliveryBatchSize": args.delivery_batch_size,
+        "deliveryBatchingWindowSeconds": args.delivery_batching_window_seconds,
         "timeScale": scale.factor(),
         "configCacheSeconds": config_cache.as_secs(),
         "allowedNetworks": allowed_networks.to_string(),

@@ -71,6 +71,17 @@ fn local_names_what_is_wrong_before_guessing_at_the_emulator() {
     );
     assert!(!err.contains("AWS API"), "{err}");
 
+    // #38: a batch AWS's event source would refuse.
+    let out = local(&["--delivery-batch-size", "100"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--delivery-batch-size is 100")
+            && err.contains("1 to 10 with a batching window of 0 s"),
+        "{err}"
+    );
+    assert!(!err.contains("AWS API"), "{err}");
+
     let out = local(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);

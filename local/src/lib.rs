@@ -5,7 +5,8 @@
 //!
 //! - API Gateway: an HTTP listener that turns each request into a `lambda_http::Request` for
 //!   [`gridrelay_ingest::Ingest::handle`].
-//! - The SQS event-source mappings: pollers that receive up to ten messages, invoke
+//! - The SQS event-source mappings: pollers that gather a batch as the stacks' batch size and
+//!   window say ([`batching`]; by default what one receive of up to ten messages finds), invoke
 //!   `deliver` or `dead-letter` with an `SqsEvent`, and delete every message the handler did
 //!   not report as a batch-item failure (what `ReportBatchItemFailures` does on AWS).
 //!
@@ -13,6 +14,7 @@
 //! bucket when they are missing.
 
 mod api;
+pub mod batching;
 pub mod function_url;
 mod instances;
 mod poller;
@@ -25,6 +27,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::SqsEvent;
+use batching::EventSourceBatching;
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{
     AwsResourceSender, DynamoDeliveryStateStore, DynamoReplayStore, FirehoseStream,
@@ -139,6 +142,10 @@ pub struct RunnerConfig {
     pub archive_expiry_days: u16,
     /// What publishers reach `ingest` through (#38), as the stacks' `PublishFrontDoor`.
     pub front_door: FrontDoor,
+    /// How the delivery and replay queues' event sources gather a batch (#38): the stacks'
+    /// `DeliveryBatchSize` and `DeliveryBatchingWindowSeconds`. The control queue's and the
+    /// dead-letter queue's take AWS's default, 10 messages and no window.
+    pub batching: EventSourceBatching,
 }
 
 /// The publish API's front door (#38): the stacks' `PublishFrontDoor`, and what the runner
@@ -168,6 +175,21 @@ impl RunnerConfig {
                      messages' visibility and they would be delivered twice (AWS requires the \
                      same of SQS event sources)",
                     function.as_secs_f64()
+                ),
+            ));
+        }
+        // A batch's first message is hidden while the window fills and the invocation runs.
+        let window = self.batching.window();
+        if visibility < function + window {
+            return Err(LimitError::new(
+                "--visibility-timeout",
+                format!("{} s", visibility.as_secs_f64()),
+                format!(
+                    "at least --function-timeout plus --delivery-batching-window-seconds \
+                     ({} s): a batch's first message is hidden from its receive until its \
+                     invocation ends, and would come back and be delivered twice (AWS asks the \
+                     same of SQS event sources with a window)",
+                    (function + window).as_secs_f64()
                 ),
             ));
         }
@@ -230,6 +252,7 @@ impl Default for RunnerConfig {
             journal: true,
             archive_expiry_days: gridrelay_shared::archive::DEFAULT_ARCHIVE_EXPIRY_DAYS,
             front_door: FrontDoor::HttpApi,
+            batching: EventSourceBatching::default(),
         }
     }
 }
@@ -441,7 +464,10 @@ impl LocalSystem {
             (
                 &resources.control_queue_url,
                 &resources.control_queue_arn,
-                with_concurrency(CONTROL_CONCURRENCY),
+                RunnerConfig {
+                    batching: EventSourceBatching::default(),
+                    ..with_concurrency(CONTROL_CONCURRENCY)
+                },
             ),
             (
                 &resources.replay_queue_url,
@@ -517,7 +543,12 @@ impl LocalSystem {
                 &resources.dead_letter_queue_arn,
                 &region,
             ),
-            config,
+            // The stacks' dead-letter event source waits up to 30 s to group writes into
+            // fewer objects; the runner does not, so dead letters are seen at once here.
+            RunnerConfig {
+                batching: EventSourceBatching::default(),
+                ..config
+            },
             stopped,
             billing_stopped(&stats, timeout_ms, |b| &mut b.dead_letter_ms),
             invoke_dead_letter(writer, Arc::clone(&stats), key.clone()),
@@ -819,5 +850,68 @@ mod tests {
         };
         let message = tiny.check().unwrap_err().to_string();
         assert!(message.contains("at least 50 s"), "{message}");
+    }
+
+    /// The first number set as `key` under `resource` in the SAM template.
+    fn sam_number(resource: &str, key: &str) -> Option<u64> {
+        let template = include_str!("../../infra/template.yaml");
+        let start = template.find(&format!("\n  {resource}:\n"))?;
+        template[start..]
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{key}:")))?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// The timeout `infra/cdk/lib/gridrelay.ts` gives function `name`, in seconds.
+    fn cdk_timeout(name: &str) -> Option<u64> {
+        let stack = include_str!("../../infra/cdk/lib/gridrelay.ts");
+        let call = stack.split(&format!("fn('{name}', ")).nth(1)?;
+        call.split("Duration.seconds(")
+            .nth(1)?
+            .split(')')
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    /// The runner stops `ingest` and `deliver` where Lambda would stop the stacks' functions:
+    /// its timeouts are the SAM template's and the CDK stack's (#38: the memory benchmark holds
+    /// the largest publish to `INGEST_TIMEOUT`). The delivery queue's visibility outlasts the
+    /// longest window and an invocation, as `RunnerConfig::check` asks of the runner.
+    #[test]
+    fn the_runners_timeouts_are_the_stacks() {
+        let timeout = |resource| sam_number(resource, "Timeout");
+        assert_eq!(timeout("IngestFunction"), Some(INGEST_TIMEOUT.as_secs()));
+        assert_eq!(cdk_timeout("Ingest"), Some(INGEST_TIMEOUT.as_secs()));
+        assert_eq!(
+            timeout("DeliverFunction"),
+            Some(DEFAULT_FUNCTION_TIMEOUT_SECS)
+        );
+        assert_eq!(cdk_timeout("Deliver"), Some(DEFAULT_FUNCTION_TIMEOUT_SECS));
+        let visibility = sam_number("DeliveryQueue", "VisibilityTimeout");
+        assert!(
+            visibility >= Some(DEFAULT_FUNCTION_TIMEOUT_SECS + batching::MAX_WINDOW_SECONDS),
+            "{visibility:?}"
+        );
+    }
+
+    /// #38: with a batching window a batch's first message stays hidden while the window fills
+    /// and then while the invocation runs; a visibility that could end before both is refused.
+    #[test]
+    fn a_batching_window_fits_in_its_messages_visibility_with_the_invocation() {
+        let windowed = |visibility: u64| RunnerConfig {
+            visibility_timeout: Duration::from_secs(visibility),
+            batching: EventSourceBatching::new(100, 60).unwrap(),
+            ..RunnerConfig::default()
+        };
+        let message = windowed(330).check().unwrap_err().to_string();
+        assert!(
+            message.contains("--visibility-timeout is 330 s")
+                && message.contains("--delivery-batching-window-seconds (360 s)"),
+            "{message}"
+        );
+        assert!(windowed(360).check().is_ok());
     }
 }

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use chrono::{DateTime, Utc};
@@ -14,6 +16,7 @@ use tokio::task::JoinSet;
 use tracing::{error, warn};
 
 use crate::RunnerConfig;
+use crate::batching::{EventSourceBatching, Gather, fitting};
 
 /// A function invoked with a batch and its deadline; answers the message IDs that failed.
 pub(crate) type Invoke =
@@ -75,6 +78,75 @@ impl Source {
         r
     }
 
+    /// Receives up to `max` messages (at most 10), waiting up to `wait_seconds` for the first.
+    async fn receive(
+        &self,
+        max: usize,
+        wait_seconds: u64,
+        visibility: i32,
+    ) -> Result<Vec<Message>, String> {
+        self.sqs
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(i32::try_from(max).unwrap_or(10))
+            .wait_time_seconds(i32::try_from(wait_seconds).unwrap_or(20))
+            .visibility_timeout(visibility)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names(SEAL_ATTRIBUTE)
+            .send()
+            .await
+            .map(|out| out.messages.unwrap_or_default())
+            .map_err(|e| describe_error(&e))
+    }
+
+    /// Each message's share of an invocation's payload: its record as the event carries it.
+    fn payload_size(&self, m: &Message) -> usize {
+        serde_json::to_vec(&self.record(m)).map_or(0, |v| v.len())
+    }
+
+    /// Fills a batch begun with `held` as the event source's `batching` says (#38): more
+    /// receives until the batch size, the window or the payload limit is reached. A receive
+    /// that fails, or a stop, ends the gathering: what is held is invoked. Answers the
+    /// messages and each one's payload size.
+    async fn gather(
+        &self,
+        batching: EventSourceBatching,
+        mut held: Vec<Message>,
+        visibility: i32,
+        stopped: &mut watch::Receiver<bool>,
+    ) -> (Vec<Message>, Vec<usize>) {
+        let first = Instant::now();
+        let mut sizes: Vec<usize> = held.iter().map(|m| self.payload_size(m)).collect();
+        loop {
+            let payload = sizes.iter().sum();
+            let (max, wait_seconds) = match batching.next(held.len(), payload, first.elapsed()) {
+                Gather::Invoke => return (held, sizes),
+                Gather::Receive { max, wait_seconds } => (max, wait_seconds),
+                Gather::SleepThenReceive { sleep, max } => {
+                    tokio::select! {
+                        () = tokio::time::sleep(sleep) => {}
+                        _ = stopped.wait_for(|s| *s) => return (held, sizes),
+                    }
+                    (max, 0)
+                }
+            };
+            let received = tokio::select! {
+                r = self.receive(max, wait_seconds, visibility) => r,
+                _ = stopped.wait_for(|s| *s) => return (held, sizes),
+            };
+            match received {
+                Ok(more) => {
+                    sizes.extend(more.iter().map(|m| self.payload_size(m)));
+                    held.extend(more);
+                }
+                Err(error) => {
+                    warn!(queue = %self.url, %error, held = held.len(), "receive failed while gathering a batch; invoking with what is held");
+                    return (held, sizes);
+                }
+            }
+        }
+    }
+
     /// Deletes the messages that did not fail.
     async fn delete(&self, messages: &[Message], failed: &[String]) {
         let entries: Vec<DeleteMessageBatchRequestEntry> = messages
@@ -125,6 +197,9 @@ pub(crate) async fn poll(
     let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let mut running = JoinSet::new();
     let visibility = i32::try_from(config.visibility_timeout.as_secs().max(1)).unwrap_or(43_200);
+    let batching = config.batching;
+    // Messages received for a batch that reached the payload limit: the next batch's first.
+    let mut carried: Vec<Message> = Vec::new();
     loop {
         if *stopped.borrow() {
             break;
@@ -133,31 +208,29 @@ pub(crate) async fn poll(
             break;
         };
         while running.try_join_next().is_some() {}
-        let receive = source
-            .sqs
-            .receive_message()
-            .queue_url(&source.url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(visibility)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .message_attribute_names(SEAL_ATTRIBUTE)
-            .send();
-        let received = tokio::select! {
-            r = receive => r,
-            _ = stopped.wait_for(|s| *s) => break,
-        };
-        let messages = match received {
-            Ok(out) => out.messages.unwrap_or_default(),
-            Err(e) => {
-                error!(queue = %source.url, error = %describe_error(&e), "receive failed");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut messages = std::mem::take(&mut carried);
+        if messages.is_empty() {
+            let receive = source.receive(batching.first_receive(), 1, visibility);
+            let received = tokio::select! {
+                r = receive => r,
+                _ = stopped.wait_for(|s| *s) => break,
+            };
+            messages = match received {
+                Ok(messages) => messages,
+                Err(error) => {
+                    error!(queue = %source.url, %error, "receive failed");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            if messages.is_empty() {
                 continue;
             }
-        };
-        if messages.is_empty() {
-            continue;
         }
+        let (mut messages, sizes) = source
+            .gather(batching, messages, visibility, &mut stopped)
+            .await;
+        carried = messages.split_off(fitting(&sizes));
         let event = {
             let mut e = SqsEvent::default();
             e.records = messages.iter().map(|m| source.record(m)).collect();

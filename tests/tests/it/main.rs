@@ -13,6 +13,7 @@ mod deadlines;
 mod delivery;
 mod delivery_caps;
 mod endpoint_health;
+mod event_source;
 mod filters;
 mod headers;
 mod lambda_bootstrap;

@@ -1,0 +1,114 @@
+//! End-to-end: the delivery queue's event source gathers batches as the stacks'
+//! `DeliveryBatchSize` and `DeliveryBatchingWindowSeconds` say (#38), so what a window costs
+//! and saves can be seen here before it is deployed. By default (no window) each receive is
+//! invoked at once: G3, nothing held back to fill a batch.
+
+use std::time::Duration;
+
+use gridrelay_e2e::{Reply, Subscriber, TestSystem, events, subscription};
+use gridrelay_local::batching::EventSourceBatching;
+use tokio::time::Instant;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A window trades G3's immediate delivery for fewer invocations, as on AWS: five one-event
+/// publishes sent within the window reach `deliver` in one invocation, and the first is held
+/// until the window has passed since it was received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batching_window_holds_one_event_publishes_back_into_one_invocation_g3() {
+    let window = Duration::from_secs(5);
+    let batching = EventSourceBatching::new(100, window.as_secs()).unwrap();
+    let sys = TestSystem::start_with(0.01, |c| {
+        c.batching = batching;
+        c.visibility_timeout = c.function_timeout + window;
+    })
+    .await;
+    let topic = sys.topic("windowed").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("windowed", "audit", &sub.url))
+        .await;
+    // The handshake ran through `deliver` (on the control queue, which takes no window).
+    let before = sys.system.stats().deliver_invocations;
+
+    let first = Instant::now();
+    for i in 0..5 {
+        sys.publish(&topic, &events(&format!("w{i}-"), 1)).await;
+    }
+    let published = first.elapsed();
+    assert!(
+        published < window - Duration::from_secs(1),
+        "the five publishes took {published:?}: too slow to fall in one window here"
+    );
+    let received = sub.wait_for_requests(5, WAIT).await;
+    let delivered = first.elapsed();
+    assert_eq!(received.len(), 5);
+    assert!(
+        delivered >= window - Duration::from_millis(100),
+        "delivered {delivered:?} after the first publish: the window ({window:?}) was not waited out"
+    );
+    let stats = sys
+        .wait_for_stats("the invocation counted", |s| s.deliver_invocations > before)
+        .await;
+    assert_eq!(
+        stats.deliver_invocations - before,
+        1,
+        "five one-event publishes within the window make one invocation"
+    );
+    sys.shutdown().await;
+}
+
+/// A window never holds back a full batch: three messages, a batch size of 3 and a minute's
+/// window are invoked together at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_batch_is_invoked_without_waiting_out_the_window() {
+    let batching = EventSourceBatching::new(3, 60).unwrap();
+    let sys = TestSystem::start_with(0.01, |c| {
+        c.batching = batching;
+        c.visibility_timeout = c.function_timeout + batching.window();
+    })
+    .await;
+    let topic = sys.topic("full").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("full", "audit", &sub.url)).await;
+    let before = sys.system.stats().deliver_invocations;
+
+    let first = Instant::now();
+    for i in 0..3 {
+        sys.publish(&topic, &events(&format!("f{i}-"), 1)).await;
+    }
+    let received = sub.wait_for_requests(3, WAIT).await;
+    assert_eq!(received.len(), 3);
+    assert!(
+        first.elapsed() < Duration::from_secs(30),
+        "a full batch waited {:?}",
+        first.elapsed()
+    );
+    let stats = sys
+        .wait_for_stats("the invocation counted", |s| s.deliver_invocations > before)
+        .await;
+    assert_eq!(stats.deliver_invocations - before, 1);
+    sys.shutdown().await;
+}
+
+/// Without a window (the default) each receive is invoked at once: a publish sent after the
+/// last one was delivered makes an invocation of its own, whatever the batch size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_window_each_publish_is_delivered_at_once_g3() {
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("immediate").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("immediate", "audit", &sub.url))
+        .await;
+    let before = sys.system.stats().deliver_invocations;
+    for i in 0..3 {
+        sys.publish(&topic, &events(&format!("i{i}-"), 1)).await;
+        sub.wait_for_requests(i + 1, WAIT).await;
+    }
+    let stats = sys
+        .wait_for_stats("three invocations counted", |s| {
+            s.deliver_invocations >= before + 3
+        })
+        .await;
+    assert_eq!(stats.deliver_invocations - before, 3);
+    sys.shutdown().await;
+}
