@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use gridrelay_local::batching::EventSourceBatching;
 use gridrelay_local::{FrontDoor, ResourceNames};
 use serde_json::Value;
 
@@ -41,6 +42,8 @@ pub struct Case {
     /// A topic keeps none unless it is created with `--retention-days`: a run without one
     /// prices what a topic costs by default, and `ingest` makes no archive call.
     pub archived: bool,
+    /// The delivery queue's event source (#38): its batch size and window.
+    pub event_source: EventSourceBatching,
 }
 
 /// The runner's settings a case changes.
@@ -50,6 +53,8 @@ pub struct RunnerFlags {
     pub max_in_flight: Option<u32>,
     /// `--front-door`.
     pub front_door: FrontDoor,
+    /// `--delivery-batch-size` and `--delivery-batching-window-seconds`.
+    pub event_source: EventSourceBatching,
 }
 
 /// What one case measured.
@@ -132,6 +137,14 @@ impl Runner {
         ]);
         if flags.front_door == FrontDoor::FunctionUrl {
             cmd.args(["--front-door", "function-url"]);
+        }
+        if flags.event_source != EventSourceBatching::default() {
+            cmd.args([
+                "--delivery-batch-size",
+                &flags.event_source.batch_size().to_string(),
+                "--delivery-batching-window-seconds",
+                &flags.event_source.window().as_secs().to_string(),
+            ]);
         }
         // A fixed total is the old shape: all of it for one endpoint.
         if let Some(n) = flags.max_in_flight {
@@ -411,6 +424,7 @@ pub async fn run(
         RunnerFlags {
             max_in_flight: case.max_in_flight,
             front_door: case.front_door,
+            event_source: case.event_source,
         },
         case.max_events_per_batch,
         hook,

@@ -25,6 +25,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use gridrelay_local::FrontDoor;
+use gridrelay_local::batching::EventSourceBatching;
 use serde_json::value::RawValue;
 
 mod aws_calls;
@@ -315,6 +316,7 @@ async fn e2e_bench(
             // As these rates were measured since #35: arrays of 500 make the archive's one
             // call per publish a small share of ingest's work.
             archived: true,
+            event_source: EventSourceBatching::default(),
         };
         let run = e2e::run(binary.clone(), prefix(&case), case, &aws).await?;
         let rate = events as f64 / run.elapsed.as_secs_f64();
@@ -385,12 +387,17 @@ async fn e2e_bench(
         days = cost::ARCHIVE_RETENTION_DAYS
     );
     println!(
-        "  {:<9} {:<12} {:<10} {:<7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "  the window column is the delivery queue's event source (DeliveryBatchSize and DeliveryBatchingWindowSeconds): '-' is the default, 10 messages and no window (G3); events/inv is events per deliver invocation"
+    );
+    println!(
+        "  {:<9} {:<12} {:<10} {:<7} {:<9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
         "publish",
         "front door",
         "batching",
         "archive",
+        "window",
         "subscriber",
+        "events/inv",
         "API GW",
         "Lambda",
         "SQS",
@@ -402,6 +409,7 @@ async fn e2e_bench(
         "arm64"
     );
     let mut breakdowns = Vec::new();
+    let no_window = EventSourceBatching::default();
     let cases = [1, 100].into_iter().flat_map(|per_publish| {
         [FrontDoor::HttpApi, FrontDoor::FunctionUrl]
             .into_iter()
@@ -409,17 +417,28 @@ async fn e2e_bench(
                 [None, Some(100)].into_iter().flat_map(move |batch| {
                     [1, 50]
                         .into_iter()
-                        .map(move |delay_ms| (per_publish, door, batch, delay_ms, false))
+                        .map(move |delay_ms| (per_publish, door, batch, delay_ms, false, no_window))
                 })
             })
     });
     // What an archive adds (#35), beside the same cases without one.
     let archived = [
-        (1, FrontDoor::HttpApi, None, 1, true),
-        (1, FrontDoor::FunctionUrl, None, 1, true),
-        (100, FrontDoor::HttpApi, None, 50, true),
+        (1, FrontDoor::HttpApi, None, 1, true, no_window),
+        (1, FrontDoor::FunctionUrl, None, 1, true, no_window),
+        (100, FrontDoor::HttpApi, None, 50, true, no_window),
     ];
-    for (per_publish, front_door, batch, delay_ms, archived) in cases.chain(archived) {
+    // What a batching window saves one-event publishes (#38), at the price of holding events
+    // back up to a second (giving up G3): 10 and 100 messages an invocation at most.
+    let windowed = [10, 100].into_iter().flat_map(|batch_size| {
+        [1, 50].into_iter().map(move |delay_ms| {
+            let window = EventSourceBatching::new(batch_size, 1)
+                .expect("a window of 1 s allows up to 10,000 messages");
+            (1, FrontDoor::FunctionUrl, None, delay_ms, false, window)
+        })
+    });
+    for (per_publish, front_door, batch, delay_ms, archived, event_source) in
+        cases.chain(archived).chain(windowed)
+    {
         // Publishing one event per request is bound by the emulator (~100 requests/s
         // here); the counts per event settle within a few thousand.
         let events = cost_events.min(per_publish * 2_000);
@@ -432,10 +451,34 @@ async fn e2e_bench(
             max_in_flight: None,
             front_door,
             archived,
+            event_source,
         };
         let run = e2e::run(binary.clone(), prefix(&case), case, &aws).await?;
-        if batch.is_none() && delay_ms == 1 && front_door == FrontDoor::HttpApi && !archived {
-            breakdowns.push((per_publish, run.calls.clone(), run.usage));
+        let window = if event_source == no_window {
+            "-".to_string()
+        } else {
+            format!(
+                "{} s x{}",
+                event_source.window().as_secs(),
+                event_source.batch_size()
+            )
+        };
+        // Where the money goes: arrays of 100 behind the HTTP API, one event behind the
+        // function URL with and without a window.
+        let broken_down = match (per_publish, front_door) {
+            (100, FrontDoor::HttpApi) => delay_ms == 1,
+            (1, FrontDoor::FunctionUrl) => delay_ms == 50,
+            _ => false,
+        };
+        if batch.is_none() && !archived && broken_down {
+            let label = format!(
+                "arrays of {per_publish}, {}, window {window}",
+                match front_door {
+                    FrontDoor::HttpApi => "HTTP API",
+                    FrontDoor::FunctionUrl => "function URL",
+                }
+            );
+            breakdowns.push((label, run.calls.clone(), run.usage));
         }
         let x86 = run
             .usage
@@ -443,6 +486,8 @@ async fn e2e_bench(
         let arm = run
             .usage
             .per_million(&cost::LIST_PRICES, cost::Architecture::Arm);
+        let events_per_invocation =
+            run.usage.events as f64 / run.usage.deliver.invocations.max(1) as f64;
         let goal = match (per_publish, front_door, batch, delay_ms, archived) {
             (1, FrontDoor::FunctionUrl, _, _, false) => "  (goal <= $1.00)",
             (100, FrontDoor::HttpApi, None, 50, false) => "  (goal <= $0.10; journal <= $0.01)",
@@ -458,7 +503,7 @@ async fn e2e_bench(
             "-".to_string()
         };
         println!(
-            "  {:<9} {:<12} {:<10} {:<7} {:>8} ms {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {archive:>9} {:>10.4} {:>10.4}{goal}",
+            "  {:<9} {:<12} {:<10} {:<7} {window:<9} {:>7} ms {events_per_invocation:>10.1} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {archive:>9} {:>10.4} {:>10.4}{goal}",
             format!("array {per_publish}"),
             match front_door {
                 FrontDoor::HttpApi => "HTTP API",
@@ -498,16 +543,13 @@ async fn e2e_bench(
         idle.secrets,
         parts.secrets,
     );
-    for (per_publish, calls, usage) in breakdowns {
+    for (label, calls, usage) in breakdowns {
         let events = usage.events.max(1) as f64;
         let by_op: Vec<String> = calls
             .iter()
             .map(|(op, c)| format!("{op} {:.3}", c.calls as f64 / events))
             .collect();
-        println!(
-            "  AWS calls per event, arrays of {per_publish}, batching off: {}",
-            by_op.join(", ")
-        );
+        println!("  AWS calls per event, {label}: {}", by_op.join(", "));
         // Where the Lambda column goes: each function's invocations and billed time.
         let function = |name: &str, f: cost::FunctionTime| {
             format!(
@@ -518,7 +560,7 @@ async fn e2e_bench(
             )
         };
         println!(
-            "  Lambda per event, arrays of {per_publish}, batching off: {}; {}; {}",
+            "  Lambda per event, {label}: {}; {}; {}",
             function("ingest", usage.ingest),
             function("deliver", usage.deliver),
             function("dead-letter", usage.dead_letter)
@@ -530,13 +572,18 @@ async fn e2e_bench(
 /// Resources of their own for each case.
 fn prefix(case: &e2e::Case) -> String {
     format!(
-        "bench-{}{}{}-{}-{}-{}-{}",
+        "bench-{}{}{}{}-{}-{}-{}-{}",
         std::process::id(),
         match case.front_door {
             FrontDoor::HttpApi => "",
             FrontDoor::FunctionUrl => "u",
         },
         if case.archived { "a" } else { "" },
+        if case.event_source == EventSourceBatching::default() {
+            String::new()
+        } else {
+            format!("w{}", case.event_source.batch_size())
+        },
         case.per_publish,
         case.max_events_per_batch.unwrap_or(1),
         case.delay_ms,
