@@ -547,9 +547,20 @@ async fn e2e_bench(
         let events = usage.events.max(1) as f64;
         let by_op: Vec<String> = calls
             .iter()
-            .map(|(op, c)| format!("{op} {:.3}", c.calls as f64 / events))
+            .map(|(op, c)| {
+                format!(
+                    "{op} {:.3} ({:.1} ms)",
+                    c.calls as f64 / events,
+                    c.micros as f64 / 1000.0 / c.calls.max(1) as f64
+                )
+            })
             .collect();
-        println!("  AWS calls per event, {label}: {}", by_op.join(", "));
+        // Each call's mean time as the emulator answered it: what of the functions' billed
+        // time is the emulator's wait (#38).
+        println!(
+            "  AWS calls per event (each one's mean time), {label}: {}",
+            by_op.join(", ")
+        );
         // Where the Lambda column goes: each function's invocations and billed time.
         let function = |name: &str, f: cost::FunctionTime| {
             format!(
