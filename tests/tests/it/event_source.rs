@@ -11,6 +11,20 @@ use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// The real time scale (attempts time out after 30 s): these tests count invocations, and a
+/// retry after a scaled 0.3 s timeout on a loaded machine would add one.
+const SCALE: f64 = 1.0;
+
+/// The invocations counted once the subscription's handshake (on the control queue, which
+/// takes no window) has been counted.
+async fn invocations_after_the_handshake(sys: &TestSystem) -> usize {
+    sys.wait_for_stats("the handshake's invocation counted", |s| {
+        s.deliver_invocations >= 1
+    })
+    .await
+    .deliver_invocations
+}
+
 /// A window trades G3's immediate delivery for fewer invocations, as on AWS: five one-event
 /// publishes sent within the window reach `deliver` in one invocation, and the first is held
 /// until the window has passed since it was received.
@@ -18,17 +32,17 @@ const WAIT: Duration = Duration::from_secs(30);
 async fn a_batching_window_holds_one_event_publishes_back_into_one_invocation_g3() {
     let window = Duration::from_secs(5);
     let batching = EventSourceBatching::new(100, window.as_secs()).unwrap();
-    let sys = TestSystem::start_with(0.01, |c| {
+    let sys = TestSystem::start_with(SCALE, |c| {
         c.batching = batching;
-        c.visibility_timeout = c.function_timeout + window;
+        // A second more than the runner needs, as the test systems give every queue.
+        c.visibility_timeout = c.function_timeout + window + Duration::from_secs(1);
     })
     .await;
     let topic = sys.topic("windowed").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
     sys.subscribe(subscription("windowed", "audit", &sub.url))
         .await;
-    // The handshake ran through `deliver` (on the control queue, which takes no window).
-    let before = sys.system.stats().deliver_invocations;
+    let before = invocations_after_the_handshake(&sys).await;
 
     let first = Instant::now();
     for i in 0..5 {
@@ -62,15 +76,15 @@ async fn a_batching_window_holds_one_event_publishes_back_into_one_invocation_g3
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_batch_is_invoked_without_waiting_out_the_window() {
     let batching = EventSourceBatching::new(3, 60).unwrap();
-    let sys = TestSystem::start_with(0.01, |c| {
+    let sys = TestSystem::start_with(SCALE, |c| {
         c.batching = batching;
-        c.visibility_timeout = c.function_timeout + batching.window();
+        c.visibility_timeout = c.function_timeout + batching.window() + Duration::from_secs(1);
     })
     .await;
     let topic = sys.topic("full").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
     sys.subscribe(subscription("full", "audit", &sub.url)).await;
-    let before = sys.system.stats().deliver_invocations;
+    let before = invocations_after_the_handshake(&sys).await;
 
     let first = Instant::now();
     for i in 0..3 {
@@ -94,12 +108,12 @@ async fn a_full_batch_is_invoked_without_waiting_out_the_window() {
 /// last one was delivered makes an invocation of its own, whatever the batch size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_window_each_publish_is_delivered_at_once_g3() {
-    let sys = TestSystem::start(0.01).await;
+    let sys = TestSystem::start(SCALE).await;
     let topic = sys.topic("immediate").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
     sys.subscribe(subscription("immediate", "audit", &sub.url))
         .await;
-    let before = sys.system.stats().deliver_invocations;
+    let before = invocations_after_the_handshake(&sys).await;
     for i in 0..3 {
         sys.publish(&topic, &events(&format!("i{i}-"), 1)).await;
         sub.wait_for_requests(i + 1, WAIT).await;
