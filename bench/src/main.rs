@@ -473,10 +473,7 @@ async fn e2e_bench(
         if batch.is_none() && !archived && broken_down {
             let label = format!(
                 "arrays of {per_publish}, {}, window {window}",
-                match front_door {
-                    FrontDoor::HttpApi => "HTTP API",
-                    FrontDoor::FunctionUrl => "function URL",
-                }
+                door_label(front_door)
             );
             breakdowns.push((label, run.calls.clone(), run.usage));
         }
@@ -505,10 +502,7 @@ async fn e2e_bench(
         println!(
             "  {:<9} {:<12} {:<10} {:<7} {window:<9} {:>7} ms {events_per_invocation:>10.1} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {archive:>9} {:>10.4} {:>10.4}{goal}",
             format!("array {per_publish}"),
-            match front_door {
-                FrontDoor::HttpApi => "HTTP API",
-                FrontDoor::FunctionUrl => "function URL",
-            },
+            door_label(front_door),
             batch.map_or("off".to_string(), |n| format!("{n}")),
             if archived {
                 format!("{} d", cost::ARCHIVE_RETENTION_DAYS)
@@ -578,6 +572,14 @@ async fn e2e_bench(
         );
     }
     Ok(())
+}
+
+/// How the cost table names a front door.
+fn door_label(door: FrontDoor) -> &'static str {
+    match door {
+        FrontDoor::HttpApi => "HTTP API",
+        FrontDoor::FunctionUrl => "function URL",
+    }
 }
 
 /// Resources of their own for each case.
