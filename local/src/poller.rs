@@ -147,7 +147,8 @@ impl Source {
         }
     }
 
-    /// Deletes the messages that did not fail.
+    /// Deletes the messages that did not fail, at most [`DELETE_BATCH_MAX`] in each
+    /// `DeleteMessageBatch` (a window's batch holds up to 10,000).
     async fn delete(&self, messages: &[Message], failed: &[String]) {
         let entries: Vec<DeleteMessageBatchRequestEntry> = messages
             .iter()
@@ -164,9 +165,13 @@ impl Source {
                     .ok()
             })
             .collect();
-        if entries.is_empty() {
-            return;
-        }
+        let deletes = entries
+            .chunks(DELETE_BATCH_MAX)
+            .map(|chunk| self.delete_batch(chunk.to_vec()));
+        futures::future::join_all(deletes).await;
+    }
+
+    async fn delete_batch(&self, entries: Vec<DeleteMessageBatchRequestEntry>) {
         let result = self
             .sqs
             .delete_message_batch()
@@ -185,6 +190,10 @@ impl Source {
         }
     }
 }
+
+/// The most entries one `DeleteMessageBatch` takes: SQS refuses more
+/// (`TooManyEntriesInBatchRequest`).
+const DELETE_BATCH_MAX: usize = 10;
 
 /// Receives and invokes until told to stop, with at most `concurrency` invocations at once.
 pub(crate) async fn poll(

@@ -126,3 +126,45 @@ async fn without_a_window_each_publish_is_delivered_at_once_g3() {
     assert_eq!(stats.deliver_invocations - before, 3);
     sys.shutdown().await;
 }
+
+/// G1, G3: a batch of more than ten messages (the most one `DeleteMessageBatch` takes) is
+/// deleted whole once `deliver` succeeded, as Lambda's event source deletes it, so nothing
+/// comes back to be delivered again. The runner sent every receipt of a batch in one
+/// `DeleteMessageBatch`; AWS and LocalStack refuse more than ten entries
+/// (`TooManyEntriesInBatchRequest`), so each of a window's batches came back after its
+/// visibility timeout and was delivered again (moto takes any number, so only
+/// `make test-localstack` saw it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_more_than_ten_messages_is_deleted_whole_after_it_succeeded_g1() {
+    const MESSAGES: usize = 25;
+    let batching = EventSourceBatching::new(MESSAGES as u32, 60).unwrap();
+    let sys = TestSystem::start_with(SCALE, |c| {
+        c.batching = batching;
+        c.visibility_timeout = c.function_timeout + batching.window() + Duration::from_secs(1);
+    })
+    .await;
+    let topic = sys.topic("wide-batch").await;
+    let sub = Subscriber::start(vec![], Reply::Status(200)).await;
+    sys.subscribe(subscription("wide-batch", "audit", &sub.url))
+        .await;
+    let before = invocations_after_the_handshake(&sys).await;
+    for i in 0..MESSAGES {
+        sys.publish(&topic, &events(&format!("d{i}-"), 1)).await;
+    }
+    let received = sub.wait_for_requests(MESSAGES, WAIT).await;
+    assert_eq!(received.len(), MESSAGES);
+    let stats = sys
+        .wait_for_stats("the invocation counted", |s| s.deliver_invocations > before)
+        .await;
+    assert_eq!(
+        stats.deliver_invocations - before,
+        1,
+        "a full batch of {MESSAGES} is one invocation"
+    );
+    let queue = &sys.system.resources.delivery_queue_url;
+    gridrelay_e2e::eventually(Duration::from_secs(10), "the batch deleted", || async {
+        (sys.queue_depth(queue).await == 0).then_some(())
+    })
+    .await;
+    sys.shutdown().await;
+}
