@@ -4,8 +4,11 @@
 //! payload). Counting on the wire, not in gridrelay's code, counts every call the SDK makes,
 //! retries included.
 //!
-//! For moto only: the proxy passes requests on to another host, so a SigV4 signature (which
-//! covers `Host`) would not hold against real AWS; moto does not check signatures.
+//! For emulators only: the proxy passes requests on to another host, so a SigV4 signature
+//! (which covers `Host`) would not hold against real AWS; moto and LocalStack do not check
+//! signatures. Calls of a service with an endpoint of its own (the SDK's
+//! `AWS_ENDPOINT_URL_<SERVICE>`, as `infra/local/localstack.sh env` sets for DynamoDB on moto)
+//! are passed on there, so a mixed stack is counted whole.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -41,6 +44,8 @@ pub type CallCounts = BTreeMap<String, Calls>;
 
 struct Proxy {
     target: String,
+    /// Services (as an operation's name has them: `dynamodb`) passed on elsewhere.
+    routes: BTreeMap<String, String>,
     client: reqwest::Client,
     counts: Mutex<CallCounts>,
 }
@@ -52,17 +57,10 @@ pub struct AwsCallCounter {
 }
 
 impl AwsCallCounter {
-    /// Starts a proxy to `target` (the AWS API's base URL) on a free loopback port.
-    pub async fn start(target: &str) -> anyhow::Result<Self> {
-        let proxy = Arc::new(Proxy {
-            target: target.trim_end_matches('/').to_string(),
-            client: reqwest::Client::builder()
-                .pool_max_idle_per_host(256)
-                // A redirect is the AWS API's answer to pass back, not to follow.
-                .redirect(reqwest::redirect::Policy::none())
-                .build()?,
-            counts: Mutex::new(CallCounts::new()),
-        });
+    /// Starts a proxy to `target` (the AWS API's base URL) on a free loopback port, with the
+    /// calls of each service in `routes` passed on to its own base URL instead.
+    pub async fn start(target: &str, routes: BTreeMap<String, String>) -> anyhow::Result<Self> {
+        let proxy = Arc::new(Proxy::new(target, routes)?);
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let url = format!("http://{}", listener.local_addr()?);
         let app = Router::new()
@@ -79,6 +77,48 @@ impl AwsCallCounter {
             .lock()
             .map(|mut c| std::mem::take(&mut *c))
             .unwrap_or_default()
+    }
+}
+
+/// The SDK's per-service endpoint variables for the services the stack calls, by the service
+/// names [`operation`] gives.
+pub const SERVICE_ENDPOINT_VARS: [(&str, &str); 5] = [
+    ("dynamodb", "AWS_ENDPOINT_URL_DYNAMODB"),
+    ("sqs", "AWS_ENDPOINT_URL_SQS"),
+    ("s3", "AWS_ENDPOINT_URL_S3"),
+    ("firehose", "AWS_ENDPOINT_URL_FIREHOSE"),
+    ("secretsmanager", "AWS_ENDPOINT_URL_SECRETS_MANAGER"),
+];
+
+/// The services given endpoints of their own by `var` (the environment, in use).
+pub fn routes_from(var: impl Fn(&str) -> Option<String>) -> BTreeMap<String, String> {
+    SERVICE_ENDPOINT_VARS
+        .iter()
+        .filter_map(|(service, name)| Some((service.to_string(), var(name)?)))
+        .collect()
+}
+
+impl Proxy {
+    fn new(target: &str, routes: BTreeMap<String, String>) -> anyhow::Result<Self> {
+        Ok(Self {
+            target: target.trim_end_matches('/').to_string(),
+            routes: routes
+                .into_iter()
+                .map(|(service, url)| (service, url.trim_end_matches('/').to_string()))
+                .collect(),
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(256)
+                // A redirect is the AWS API's answer to pass back, not to follow.
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+            counts: Mutex::new(CallCounts::new()),
+        })
+    }
+
+    /// Where a call of `op` (`service:Operation`) is passed on to.
+    fn target_of(&self, op: &str) -> &str {
+        let service = op.split_once(':').map_or(op, |(service, _)| service);
+        self.routes.get(service).unwrap_or(&self.target)
     }
 }
 
@@ -217,9 +257,10 @@ async fn relay(proxy: &Proxy, request: Request) -> anyhow::Result<Response> {
     if op == "firehose:PutRecordBatch" && firehose_stream(&body).ends_with("-archive") {
         op = ARCHIVE_PUT.to_string();
     }
-    let mut outgoing = proxy
-        .client
-        .request(parts.method.clone(), format!("{}{path}", proxy.target));
+    let mut outgoing = proxy.client.request(
+        parts.method.clone(),
+        format!("{}{path}", proxy.target_of(&op)),
+    );
     for (name, value) in &parts.headers {
         if passed_on(name) {
             outgoing = outgoing.header(name, value);
@@ -294,6 +335,24 @@ mod tests {
             "s3:LIST"
         );
         assert_eq!(operation(None, "GET", "/dl/", b""), "s3:LIST");
+    }
+
+    /// A mixed stack (LocalStack, DynamoDB on moto) is counted whole: each call goes where
+    /// the SDK would send it without the proxy.
+    #[test]
+    fn a_service_with_an_endpoint_of_its_own_is_passed_on_there() {
+        let routes = routes_from(|name| {
+            (name == "AWS_ENDPOINT_URL_DYNAMODB").then(|| "http://127.0.0.1:5058/".to_string())
+        });
+        assert_eq!(routes.len(), 1);
+        let proxy = Proxy::new("http://127.0.0.1:4566/", routes).unwrap();
+        assert_eq!(proxy.target_of("dynamodb:GetItem"), "http://127.0.0.1:5058");
+        assert_eq!(
+            proxy.target_of("sqs:SendMessageBatch"),
+            "http://127.0.0.1:4566"
+        );
+        assert_eq!(proxy.target_of(ARCHIVE_PUT), "http://127.0.0.1:4566");
+        assert_eq!(proxy.target_of("s3:PUT"), "http://127.0.0.1:4566");
     }
 
     #[test]

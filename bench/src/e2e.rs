@@ -156,6 +156,11 @@ impl Runner {
                 &n,
             ]);
         }
+        // Every call through the counting proxy, which passes each service's on to where
+        // the environment sends it.
+        for (_, var) in crate::aws_calls::SERVICE_ENDPOINT_VARS {
+            cmd.env_remove(var);
+        }
         cmd.env("RUST_LOG", "warn")
             .env("AWS_ENDPOINT_URL", aws_endpoint)
             .stdin(Stdio::null())

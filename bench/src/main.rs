@@ -288,9 +288,14 @@ async fn e2e_bench(
     shown: E2eShown,
 ) -> anyhow::Result<()> {
     let aws_endpoint = aws_endpoint()?;
-    let aws = aws_calls::AwsCallCounter::start(&aws_endpoint).await?;
+    let routes = aws_calls::routes_from(|name| std::env::var(name).ok());
+    let aws = aws_calls::AwsCallCounter::start(&aws_endpoint, routes.clone()).await?;
+    let elsewhere: String = routes
+        .iter()
+        .map(|(service, url)| format!(", {service} on {url}"))
+        .collect();
     println!(
-        "end to end: gridrelay local on {aws_endpoint} (AWS calls counted on the way), {events} events of {event_bytes} B published in arrays of 500"
+        "end to end: gridrelay local on {aws_endpoint}{elsewhere} (AWS calls counted on the way), {events} events of {event_bytes} B published in arrays of 500"
     );
     let mut at_once = std::collections::HashMap::new();
     let mut cases = Vec::new();
