@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use gridrelay_local::FrontDoor;
 use gridrelay_local::batching::EventSourceBatching;
 use serde_json::value::RawValue;
@@ -73,6 +73,9 @@ enum Bench {
         /// Only the first part (rates), not the cost table.
         #[arg(long)]
         no_cost: bool,
+        /// Which rows of the cost table: all of them, or one group (to measure it again).
+        #[arg(long, value_enum, default_value_t = CostRows::All)]
+        cost_rows: CostRows,
     },
     /// Publish to first attempt at a steady rate, with where the time goes (needs
     /// AWS_ENDPOINT_URL and a built `gridrelay`).
@@ -143,9 +146,14 @@ async fn main() -> anyhow::Result<()> {
             gridrelay,
             timeline,
             no_cost,
+            cost_rows,
         } => {
             let binary = gridrelay_binary(gridrelay)?;
-            let shown = E2eShown { timeline, no_cost };
+            let shown = E2eShown {
+                timeline,
+                no_cost,
+                cost_rows,
+            };
             e2e_bench(binary, events, cost_events, event_bytes, shown).await
         }
         Bench::ColdStart { events } => cold_start::run(events).await,
@@ -278,6 +286,26 @@ async fn journal_cpu(sink: &str, events: usize, event_bytes: usize) -> anyhow::R
 struct E2eShown {
     timeline: bool,
     no_cost: bool,
+    cost_rows: CostRows,
+}
+
+/// The groups of the cost table's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum CostRows {
+    All,
+    /// Topics without an archive, the event source's default: both front doors, one event
+    /// and arrays of 100, batching off and 100.
+    Default,
+    /// Topics archived for 7 days.
+    Archived,
+    /// One event behind the function URL with a batching window.
+    Windowed,
+}
+
+impl CostRows {
+    fn take(self, group: CostRows) -> bool {
+        self == CostRows::All || self == group
+    }
 }
 
 async fn e2e_bench(
@@ -441,6 +469,12 @@ async fn e2e_bench(
             (1, FrontDoor::FunctionUrl, None, delay_ms, false, window)
         })
     });
+    let rows = shown.cost_rows;
+    let cases = cases.filter(|_| rows.take(CostRows::Default));
+    let archived = archived
+        .into_iter()
+        .filter(|_| rows.take(CostRows::Archived));
+    let windowed = windowed.filter(|_| rows.take(CostRows::Windowed));
     for (per_publish, front_door, batch, delay_ms, archived, event_source) in
         cases.chain(archived).chain(windowed)
     {
