@@ -485,7 +485,18 @@ impl TestSystem {
         what: &str,
         done: impl Fn(&RunnerStats) -> bool,
     ) -> RunnerStats {
-        eventually(Duration::from_secs(30), what, || async {
+        self.wait_for_stats_within(Duration::from_secs(30), what, done)
+            .await
+    }
+
+    /// Waits up to `timeout` until the runner's counters satisfy `done`.
+    pub async fn wait_for_stats_within(
+        &self,
+        timeout: Duration,
+        what: &str,
+        done: impl Fn(&RunnerStats) -> bool,
+    ) -> RunnerStats {
+        eventually(timeout, what, || async {
             let stats = self.system.stats();
             done(&stats).then_some(stats)
         })
