@@ -15,6 +15,17 @@ const WAIT: Duration = Duration::from_secs(30);
 /// retry after a scaled 0.3 s timeout on a loaded machine would add one.
 const SCALE: f64 = 1.0;
 
+/// A test system whose delivery queue's event source gathers as `batching` says, its queues'
+/// visibility a second more than the runner needs (the function's timeout and the window), as
+/// the test systems give every queue.
+async fn system_with(batching: EventSourceBatching) -> TestSystem {
+    TestSystem::start_with(SCALE, |c| {
+        c.batching = batching;
+        c.visibility_timeout = c.function_timeout + batching.window() + Duration::from_secs(1);
+    })
+    .await
+}
+
 /// The invocations counted once the subscription's handshake (on the control queue, which
 /// takes no window) has been counted.
 async fn invocations_after_the_handshake(sys: &TestSystem) -> usize {
@@ -32,12 +43,7 @@ async fn invocations_after_the_handshake(sys: &TestSystem) -> usize {
 async fn a_batching_window_holds_one_event_publishes_back_into_one_invocation_g3() {
     let window = Duration::from_secs(5);
     let batching = EventSourceBatching::new(100, window.as_secs()).unwrap();
-    let sys = TestSystem::start_with(SCALE, |c| {
-        c.batching = batching;
-        // A second more than the runner needs, as the test systems give every queue.
-        c.visibility_timeout = c.function_timeout + window + Duration::from_secs(1);
-    })
-    .await;
+    let sys = system_with(batching).await;
     let topic = sys.topic("windowed").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
     sys.subscribe(subscription("windowed", "audit", &sub.url))
@@ -76,11 +82,7 @@ async fn a_batching_window_holds_one_event_publishes_back_into_one_invocation_g3
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_batch_is_invoked_without_waiting_out_the_window() {
     let batching = EventSourceBatching::new(3, 60).unwrap();
-    let sys = TestSystem::start_with(SCALE, |c| {
-        c.batching = batching;
-        c.visibility_timeout = c.function_timeout + batching.window() + Duration::from_secs(1);
-    })
-    .await;
+    let sys = system_with(batching).await;
     let topic = sys.topic("full").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
     sys.subscribe(subscription("full", "audit", &sub.url)).await;
@@ -138,11 +140,7 @@ async fn without_a_window_each_publish_is_delivered_at_once_g3() {
 async fn a_batch_of_more_than_ten_messages_is_deleted_whole_after_it_succeeded_g1() {
     const MESSAGES: usize = 25;
     let batching = EventSourceBatching::new(MESSAGES as u32, 60).unwrap();
-    let sys = TestSystem::start_with(SCALE, |c| {
-        c.batching = batching;
-        c.visibility_timeout = c.function_timeout + batching.window() + Duration::from_secs(1);
-    })
-    .await;
+    let sys = system_with(batching).await;
     let topic = sys.topic("wide-batch").await;
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
     sys.subscribe(subscription("wide-batch", "audit", &sub.url))
