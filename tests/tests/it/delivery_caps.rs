@@ -289,9 +289,19 @@ async fn the_largest_rate_cap_is_booked_over_items_that_each_take_their_share() 
 /// `--max-concurrent-requests 2`: a subscriber answering in 100 ms never has more than 2 of
 /// the subscription's requests at once, while its uncapped neighbour on the same topic gets
 /// more; every event is delivered once, by its first attempt (waiting is not an attempt).
+///
+/// Invocations get 10 s here, not the test systems' 3 s: a batch waits up to `CAP_WAIT` (2 s)
+/// for a slot, and an invocation stopped at its deadline on a loaded emulator (as `make test`
+/// runs six tests at once) leaves its delivered messages to come back, a duplicate that G1
+/// allows but this test is not about. CI's run of 294425a saw one (30 requests, `e-29` not
+/// among them yet, an event twice).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_concurrent_requests_holds_for_a_slow_subscriber_end_to_end() {
-    let sys = TestSystem::start(0.01).await;
+    let sys = TestSystem::start_with(0.01, |c| {
+        c.function_timeout = Duration::from_secs(10);
+        c.visibility_timeout = Duration::from_secs(11);
+    })
+    .await;
     let topic = sys.topic("orders").await;
     let slow = Reply::Hang(Duration::from_millis(100));
     let capped = Subscriber::start(vec![], slow).await;
@@ -305,10 +315,16 @@ async fn max_concurrent_requests_holds_for_a_slow_subscriber_end_to_end() {
         .await;
 
     sys.publish(&topic, &events("e", 30)).await;
+    let distinct = |s: &Subscriber| {
+        let ids: BTreeSet<String> = s.received().iter().flat_map(|r| r.ids()).collect();
+        ids.len()
+    };
     eventually(WAIT, "30 events at each subscriber", || async {
-        (capped.event_count() >= 30 && free.event_count() >= 30).then_some(())
+        (distinct(&capped) >= 30 && distinct(&free) >= 30).then_some(())
     })
     .await;
+    let stats = sys.system.stats();
+    assert_eq!(stats.stopped_invocations, 0, "{stats:?}");
 
     assert_eq!(capped.most_in_flight(), 2);
     assert!(
