@@ -27,8 +27,8 @@ use crate::cost::{firehose_steps, sqs_chunks};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Calls {
     pub calls: u64,
-    /// SQS: 64 KB chunks billed; Firehose: 5 KB steps of its records; other services: equal
-    /// to `calls`.
+    /// SQS: 64 KB chunks billed; Firehose: 5 KB steps of its records; DynamoDB's batch calls:
+    /// their items (each a request unit at least); other services: equal to `calls`.
     pub billed_units: u64,
     /// Firehose: its records' bytes, as the stack's stream stores them (the writers compress
     /// each record; the stream keeps them as they are). Other services: 0.
@@ -184,6 +184,25 @@ pub fn firehose_stream(body: &[u8]) -> String {
         .unwrap_or_default()
 }
 
+/// The items a DynamoDB `BatchGetItem` (keys) or `BatchWriteItem` (put and delete requests)
+/// names, over its tables: each is billed a request unit at least (the stack's items are under
+/// 1 KB). At least 1 for a body that cannot be read.
+pub fn dynamodb_items(body: &[u8]) -> u64 {
+    let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return 1;
+    };
+    let items: usize = request["RequestItems"]
+        .as_object()
+        .map(|tables| {
+            tables
+                .values()
+                .map(|t| t["Keys"].as_array().or(t.as_array()).map_or(0, Vec::len))
+                .sum()
+        })
+        .unwrap_or(0);
+    (items as u64).max(1)
+}
+
 /// A PutRecordBatch request's records: the 5 KB steps Firehose bills them in, and their bytes.
 pub fn firehose_records(body: &[u8]) -> (u64, u64) {
     use base64::Engine;
@@ -275,6 +294,8 @@ async fn relay(proxy: &Proxy, request: Request) -> anyhow::Result<Response> {
         (sqs_chunks(body.len().max(answer_body.len())), 0)
     } else if op == "firehose:PutRecordBatch" || op == ARCHIVE_PUT {
         firehose_records(&body)
+    } else if op == "dynamodb:BatchGetItem" || op == "dynamodb:BatchWriteItem" {
+        (dynamodb_items(&body), 0)
     } else {
         (1, 0)
     };
@@ -362,6 +383,19 @@ mod tests {
             "bench-archive"
         );
         assert_eq!(firehose_stream(b"not json"), "");
+    }
+
+    #[test]
+    fn a_dynamodb_batch_call_is_billed_by_its_items() {
+        let get = serde_json::json!({"RequestItems": {"state": {
+            "Keys": [{"pk": {"S": "a"}}, {"pk": {"S": "b"}}, {"pk": {"S": "c"}}],
+            "ConsistentRead": true}}});
+        assert_eq!(dynamodb_items(get.to_string().as_bytes()), 3);
+        let write = serde_json::json!({"RequestItems": {"state": [
+            {"PutRequest": {"Item": {"pk": {"S": "a"}}}},
+            {"PutRequest": {"Item": {"pk": {"S": "b"}}}}]}});
+        assert_eq!(dynamodb_items(write.to_string().as_bytes()), 2);
+        assert_eq!(dynamodb_items(b"not json"), 1);
     }
 
     #[test]

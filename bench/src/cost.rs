@@ -51,6 +51,10 @@ pub const LIST_PRICES: Prices = Prices {
 pub const JOURNAL_RETENTION_DAYS: f64 = 7.0;
 /// The benchmark topics' archive retention (`--retention-days 7`), for its storage's cost.
 pub const ARCHIVE_RETENTION_DAYS: f64 = 7.0;
+/// The deduplicated rows' window (`--dedup-window-seconds`, P1): the longest. What it costs
+/// does not depend on it (a read and a write of each event's id); its marks' storage is a
+/// few hundred bytes per event for about an hour and a day at most, under $0.01 per million.
+pub const DEDUP_WINDOW_SECONDS: u16 = 300;
 
 /// What the managed peers charge per million events delivered once, at the same date.
 pub const PEERS: [(&str, f64); 2] = [

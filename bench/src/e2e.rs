@@ -42,8 +42,30 @@ pub struct Case {
     /// A topic keeps none unless it is created with `--retention-days`: a run without one
     /// prices what a topic costs by default, and `ingest` makes no archive call.
     pub archived: bool,
+    /// Whether the topic has a deduplication window (P1, #39), of
+    /// [`crate::cost::DEDUP_WINDOW_SECONDS`]: `ingest` reads and marks each event's id.
+    pub deduped: bool,
     /// The delivery queue's event source (#38): its batch size and window.
     pub event_source: EventSourceBatching,
+}
+
+/// How a case's topic is created.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TopicSettings {
+    /// `--retention-days` (#35; 0: no archive).
+    pub retention_days: u16,
+    /// `--dedup-window-seconds` (P1; 0: off).
+    pub dedup_window_seconds: u16,
+}
+
+impl TopicSettings {
+    /// A topic archived for `days`.
+    pub fn archived(days: u16) -> Self {
+        Self {
+            retention_days: days,
+            ..Self::default()
+        }
+    }
 }
 
 /// The runner's settings a case changes.
@@ -211,38 +233,34 @@ impl Runner {
         flags: RunnerFlags,
         max_events_per_batch: Option<u32>,
         hook: String,
-        retention_days: u16,
+        settings: TopicSettings,
     ) -> anyhow::Result<(Self, String)> {
         let runner = Runner::start(binary, prefix, aws_endpoint, flags)?;
         let key = runner
-            .topic_with_subscription(
-                ("bench", retention_days),
-                "sink",
-                &hook,
-                max_events_per_batch,
-            )
+            .topic_with_subscription(("bench", settings), "sink", &hook, max_events_per_batch)
             .await?;
         Ok((runner, key))
     }
 
-    /// Creates `topic` (keeping its events for `retention_days`) and its subscription `name` to
-    /// `hook` with the command line, and waits for its handshake; answers the topic's key.
+    /// Creates `topic` (with `settings`) and its subscription `name` to `hook` with the
+    /// command line, and waits for its handshake; answers the topic's key.
     pub(crate) async fn topic_with_subscription(
         &self,
-        (topic, retention_days): (&str, u16),
+        (topic, settings): (&str, TopicSettings),
         name: &str,
         hook: &str,
         max_events_per_batch: Option<u32>,
     ) -> anyhow::Result<String> {
-        let key = self.topic(topic, retention_days)?;
+        let key = self.topic(topic, settings)?;
         self.subscription(topic, name, hook, max_events_per_batch)
             .await?;
         Ok(key)
     }
 
-    /// Creates `topic`, archived for `retention_days` (#35; 0: not archived); answers its key.
-    pub(crate) fn topic(&self, topic: &str, retention_days: u16) -> anyhow::Result<String> {
-        let days = retention_days.to_string();
+    /// Creates `topic` with `settings`; answers its key.
+    pub(crate) fn topic(&self, topic: &str, settings: TopicSettings) -> anyhow::Result<String> {
+        let days = settings.retention_days.to_string();
+        let window = settings.dedup_window_seconds.to_string();
         let created = self.cli(&[
             "topic",
             "create",
@@ -250,6 +268,8 @@ impl Runner {
             topic,
             "--retention-days",
             &days,
+            "--dedup-window-seconds",
+            &window,
         ])?;
         Ok(created["key1"]
             .as_str()
@@ -376,10 +396,11 @@ fn usage(events: usize, publish_units: u64, calls: &CallCounts, report: &Value) 
         deliver: function_time(report, "deliver"),
         dead_letter: function_time(report, "deadLetter"),
         sqs_chunks: sum(&|op| op.starts_with("sqs:"), true),
-        dynamodb_reads: sum(&|op| dynamo_read(op), false),
+        // Billed units: a batch call's items each.
+        dynamodb_reads: sum(&|op| dynamo_read(op), true),
         dynamodb_writes: sum(
             &|op| op.starts_with("dynamodb:") && !dynamo_read(op) && !op.contains("Describe"),
-            false,
+            true,
         ),
         // S3 prices LIST with PUT, COPY and POST.
         s3_puts: sum(
@@ -433,11 +454,19 @@ pub async fn run(
         },
         case.max_events_per_batch,
         hook,
-        // Archived for 7 days (#35) where the case says so: the cost table prices it.
-        if case.archived {
-            crate::cost::ARCHIVE_RETENTION_DAYS as u16
-        } else {
-            0
+        // Archived for 7 days (#35), deduplicated within 5 minutes (P1), where the case says
+        // so: the cost table prices it.
+        TopicSettings {
+            retention_days: if case.archived {
+                crate::cost::ARCHIVE_RETENTION_DAYS as u16
+            } else {
+                0
+            },
+            dedup_window_seconds: if case.deduped {
+                crate::cost::DEDUP_WINDOW_SECONDS
+            } else {
+                0
+            },
         },
     )
     .await?;

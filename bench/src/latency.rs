@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures::StreamExt;
 
-use crate::e2e::{Runner, publish};
+use crate::e2e::{Runner, TopicSettings, publish};
 use crate::sink;
 
 /// Events per publish.
@@ -109,7 +109,15 @@ pub async fn run(
     let (runner, key) =
         // Not archived: the latency measured is delivery's (an archived topic adds a Firehose
         // call to each publish, which moto serves slowly; `e2e` prices it).
-        Runner::with_subscription(binary, prefix, aws_endpoint, Default::default(), None, hook, 0)
+        Runner::with_subscription(
+            binary,
+            prefix,
+            aws_endpoint,
+            Default::default(),
+            None,
+            hook,
+            TopicSettings::default(),
+        )
             .await?;
     let publisher = Publisher {
         client: reqwest::Client::new(),
@@ -282,7 +290,7 @@ async fn replay_beside(
     events: usize,
     rate: u32,
 ) -> anyhow::Result<String> {
-    let key = runner.topic(REPLAYED, 1)?;
+    let key = runner.topic(REPLAYED, TopicSettings::archived(1))?;
     let url = runner.topic_url(REPLAYED);
     let start = chrono::Utc::now() - chrono::Duration::seconds(1);
     publish_many(client, (&url, &key), "archived", events).await?;
@@ -370,7 +378,7 @@ async fn hold_backlog(
     )
     .await?;
     let key = runner
-        .topic_with_subscription(("sick", 0), "sick", &hook, None)
+        .topic_with_subscription(("sick", TopicSettings::default()), "sick", &hook, None)
         .await?;
     let url = runner.topic_url("sick");
     let queue = DeliveryQueue::of(runner).await?;

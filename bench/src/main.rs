@@ -300,6 +300,36 @@ enum CostRows {
     Archived,
     /// One event behind the function URL with a batching window.
     Windowed,
+    /// Topics with a deduplication window (P1); alone, beside the same rows without one.
+    Deduped,
+}
+
+/// One row of the cost table.
+#[derive(Debug, Clone, Copy)]
+struct CostCase {
+    per_publish: usize,
+    front_door: FrontDoor,
+    batch: Option<u32>,
+    delay_ms: u64,
+    archived: bool,
+    deduped: bool,
+    event_source: EventSourceBatching,
+}
+
+impl CostCase {
+    /// A topic as created by default: no archive, no deduplication; the event source's
+    /// defaults.
+    fn plain(per_publish: usize, front_door: FrontDoor, batch: Option<u32>, delay_ms: u64) -> Self {
+        Self {
+            per_publish,
+            front_door,
+            batch,
+            delay_ms,
+            archived: false,
+            deduped: false,
+            event_source: EventSourceBatching::default(),
+        }
+    }
 }
 
 impl CostRows {
@@ -349,6 +379,7 @@ async fn e2e_bench(
             // As these rates were measured since #35: arrays of 500 make the archive's one
             // call per publish a small share of ingest's work.
             archived: true,
+            deduped: false,
             event_source: EventSourceBatching::default(),
         };
         let run = e2e::run(binary.clone(), prefix(&case), case, &aws).await?;
@@ -420,6 +451,11 @@ async fn e2e_bench(
         days = cost::ARCHIVE_RETENTION_DAYS
     );
     println!(
+        "  the topic column: 'off' is a topic as created by default; '{days} d' keeps an archive; 'dedup' has --dedup-window-seconds {window} (P1): ingest reads and writes a DynamoDB item per event, in batch calls",
+        days = cost::ARCHIVE_RETENTION_DAYS,
+        window = cost::DEDUP_WINDOW_SECONDS
+    );
+    println!(
         "  the window column is the delivery queue's event source (DeliveryBatchSize and DeliveryBatchingWindowSeconds): '-' is the default, 10 messages and no window (G3); events/inv is events per deliver invocation"
     );
     println!(
@@ -427,7 +463,7 @@ async fn e2e_bench(
         "publish",
         "front door",
         "batching",
-        "archive",
+        "topic",
         "window",
         "subscriber",
         "events/inv",
@@ -450,34 +486,61 @@ async fn e2e_bench(
                 [None, Some(100)].into_iter().flat_map(move |batch| {
                     [1, 50]
                         .into_iter()
-                        .map(move |delay_ms| (per_publish, door, batch, delay_ms, false, no_window))
+                        .map(move |delay_ms| CostCase::plain(per_publish, door, batch, delay_ms))
                 })
             })
     });
     // What an archive adds (#35), beside the same cases without one.
     let archived = [
-        (1, FrontDoor::HttpApi, None, 1, true, no_window),
-        (1, FrontDoor::FunctionUrl, None, 1, true, no_window),
-        (100, FrontDoor::HttpApi, None, 50, true, no_window),
-    ];
+        (1, FrontDoor::HttpApi, 1),
+        (1, FrontDoor::FunctionUrl, 1),
+        (100, FrontDoor::HttpApi, 50),
+    ]
+    .map(|(per_publish, door, delay_ms)| CostCase {
+        archived: true,
+        ..CostCase::plain(per_publish, door, None, delay_ms)
+    });
     // What a batching window saves one-event publishes (#38), at the price of holding events
     // back up to a second (giving up G3): 10 and 100 messages an invocation at most.
     let windowed = [10, 100].into_iter().flat_map(|batch_size| {
         [1, 50].into_iter().map(move |delay_ms| {
             let window = EventSourceBatching::new(batch_size, 1)
                 .expect("a window of 1 s allows up to 10,000 messages");
-            (1, FrontDoor::FunctionUrl, None, delay_ms, false, window)
+            CostCase {
+                event_source: window,
+                ..CostCase::plain(1, FrontDoor::FunctionUrl, None, delay_ms)
+            }
         })
     });
+    // What deduplication adds (P1): a read and a write of each event's id. Run alone
+    // (`--cost-rows deduped`), the group measures the same cases without it too, beside them.
     let rows = shown.cost_rows;
+    let deduped = [(1, FrontDoor::FunctionUrl), (100, FrontDoor::HttpApi)]
+        .into_iter()
+        .flat_map(|(per_publish, door)| {
+            let plain = CostCase::plain(per_publish, door, None, 50);
+            let baseline = (rows == CostRows::Deduped).then_some(plain);
+            baseline.into_iter().chain([CostCase {
+                deduped: true,
+                ..plain
+            }])
+        });
     let cases = cases.filter(|_| rows.take(CostRows::Default));
     let archived = archived
         .into_iter()
         .filter(|_| rows.take(CostRows::Archived));
     let windowed = windowed.filter(|_| rows.take(CostRows::Windowed));
-    for (per_publish, front_door, batch, delay_ms, archived, event_source) in
-        cases.chain(archived).chain(windowed)
-    {
+    let deduped = deduped.filter(|_| rows.take(CostRows::Deduped));
+    for row in cases.chain(archived).chain(windowed).chain(deduped) {
+        let CostCase {
+            per_publish,
+            front_door,
+            batch,
+            delay_ms,
+            archived,
+            deduped,
+            event_source,
+        } = row;
         // Publishing one event per request is bound by the emulator (~100 requests/s
         // here); the counts per event settle within a few thousand.
         let events = cost_events.min(per_publish * 2_000);
@@ -490,6 +553,7 @@ async fn e2e_bench(
             max_in_flight: None,
             front_door,
             archived,
+            deduped,
             event_source,
         };
         let run = e2e::run(binary.clone(), prefix(&case), case, &aws).await?;
@@ -509,7 +573,7 @@ async fn e2e_bench(
             (1, FrontDoor::FunctionUrl) => delay_ms == 50,
             _ => false,
         };
-        if batch.is_none() && !archived && broken_down {
+        if batch.is_none() && !archived && !deduped && broken_down {
             let label = format!(
                 "arrays of {per_publish}, {}, window {window}",
                 door_label(front_door)
@@ -525,6 +589,7 @@ async fn e2e_bench(
         let events_per_invocation =
             run.usage.events as f64 / run.usage.deliver.invocations.max(1) as f64;
         let goal = match (per_publish, front_door, batch, delay_ms, archived) {
+            _ if deduped => "",
             (1, FrontDoor::FunctionUrl, _, _, false) => "  (goal <= $1.00)",
             (100, FrontDoor::HttpApi, None, 50, false) => "  (goal <= $0.10; journal <= $0.01)",
             (100, FrontDoor::HttpApi, None, _, false) => "  (journal goal <= $0.01)",
@@ -543,10 +608,10 @@ async fn e2e_bench(
             format!("array {per_publish}"),
             door_label(front_door),
             batch.map_or("off".to_string(), |n| format!("{n}")),
-            if archived {
-                format!("{} d", cost::ARCHIVE_RETENTION_DAYS)
-            } else {
-                "off".to_string()
+            match (archived, deduped) {
+                (true, _) => format!("{} d", cost::ARCHIVE_RETENTION_DAYS),
+                (false, true) => "dedup".to_string(),
+                (false, false) => "off".to_string(),
             },
             delay_ms,
             x86.api_gateway,
@@ -630,7 +695,11 @@ fn prefix(case: &e2e::Case) -> String {
             FrontDoor::HttpApi => "",
             FrontDoor::FunctionUrl => "u",
         },
-        if case.archived { "a" } else { "" },
+        match (case.archived, case.deduped) {
+            (true, _) => "a",
+            (false, true) => "d",
+            (false, false) => "",
+        },
         if case.event_source == EventSourceBatching::default() {
             String::new()
         } else {

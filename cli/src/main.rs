@@ -234,6 +234,7 @@ fn flag_of(field: &str) -> &str {
         "expirationTimeUtc" => "--expiration-date",
         "tags" => "--tags",
         "retentionDays" => "--retention-days",
+        "dedupWindowSeconds" => "--dedup-window-seconds",
         "journalAnswerBytes" => "--journal-answer-bytes",
         "startTime" => "--start-time",
         "replay name" => "--name",

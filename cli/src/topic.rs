@@ -8,6 +8,7 @@ use gridrelay_adapters::aws::{DynamoSubscriptionStore, load_sdk_config};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_ports::SubscriptionStore;
 use gridrelay_shared::archive::{validate_retention_days, validate_retention_within};
+use gridrelay_shared::dedup::validate_dedup_window;
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{Topic, parse_tags};
@@ -20,7 +21,7 @@ use crate::{OutputFormat, invalid, print, print_as, store_error};
 pub(super) enum TopicCommand {
     /// Create a topic; prints its publish endpoint and keys.
     Create(CreateTopic),
-    /// Change a topic's tags or archive retention (its keys have their own commands; a topic's
+    /// Change a topic's tags, archive retention or deduplication window (its keys have their own commands; a topic's
     /// input schema is fixed, as in Event Grid).
     Update(UpdateTopic),
     /// Show a topic.
@@ -75,10 +76,15 @@ pub(super) struct CreateTopic {
     /// the default) to 365.
     #[arg(long, allow_negative_numbers = true)]
     retention_days: Option<i64>,
+    /// Seconds within which an event id the topic accepted is answered 200 and not delivered
+    /// again (P1): 0 (off, the default) to 300. A CloudEvent is known by its source and id;
+    /// custom events only by a mapped id.
+    #[arg(long, allow_negative_numbers = true)]
+    dedup_window_seconds: Option<i64>,
 }
 
 #[derive(Args)]
-#[group(id = "change", required = true, multiple = true, args = ["tags", "retention_days"])]
+#[group(id = "change", required = true, multiple = true, args = ["tags", "retention_days", "dedup_window_seconds"])]
 pub(super) struct UpdateTopic {
     #[arg(long)]
     name: String,
@@ -90,17 +96,34 @@ pub(super) struct UpdateTopic {
     /// A shorter retention also shortens what a replay can reach.
     #[arg(long, allow_negative_numbers = true)]
     retention_days: Option<i64>,
+    /// The deduplication window from now on: 0 (off) to 300 seconds. It applies to the ids
+    /// already marked (each keeps the time it was accepted); ids accepted while it was off
+    /// were not marked.
+    #[arg(long, allow_negative_numbers = true)]
+    dedup_window_seconds: Option<i64>,
+}
+
+/// What `topic update` changes, checked.
+struct TopicChanges {
+    tags: Option<Tags>,
+    retention_days: Option<u16>,
+    dedup_window_seconds: Option<u16>,
 }
 
 impl UpdateTopic {
-    /// The new tags and retention, checked.
-    fn changes(&self) -> Result<(Option<Tags>, Option<u16>), LimitError> {
-        let tags = self.tags.as_deref().map(parse_tags).transpose()?;
-        let days = self
-            .retention_days
-            .map(validate_retention_days)
-            .transpose()?;
-        Ok((tags, days))
+    /// The new settings, checked.
+    fn changes(&self) -> Result<TopicChanges, LimitError> {
+        Ok(TopicChanges {
+            tags: self.tags.as_deref().map(parse_tags).transpose()?,
+            retention_days: self
+                .retention_days
+                .map(validate_retention_days)
+                .transpose()?,
+            dedup_window_seconds: self
+                .dedup_window_seconds
+                .map(validate_dedup_window)
+                .transpose()?,
+        })
     }
 }
 
@@ -128,9 +151,15 @@ impl CreateTopic {
             .map(validate_retention_days)
             .transpose()?
             .unwrap_or(0);
+        let dedup_window_seconds = self
+            .dedup_window_seconds
+            .map(validate_dedup_window)
+            .transpose()?
+            .unwrap_or(0);
         Ok(Topic {
             tags,
             retention_days,
+            dedup_window_seconds,
             ..Topic::with_new_keys(&self.name, chrono::Utc::now())
                 .with_input_schema(schema, mapping)?
         })
@@ -160,7 +189,7 @@ pub(super) async fn run_topic(
     let mut retention = None;
     if let TopicCommand::Update(t) = &cmd {
         validate_topic_name(&t.name).map_err(invalid)?;
-        retention = t.changes().map_err(invalid)?.1;
+        retention = t.changes().map_err(invalid)?.retention_days;
     }
     let new_topic = match &cmd {
         TopicCommand::Create(c) => Some(c.topic().map_err(invalid)?),
@@ -219,13 +248,16 @@ async fn topic_command(
             one(&topic, false)
         }
         TopicCommand::Update(update) => {
-            let (tags, days) = update.changes().map_err(invalid)?;
+            let changes = update.changes().map_err(invalid)?;
             let mut topic = existing_topic(store, &update.name).await?;
-            if let Some(tags) = tags {
+            if let Some(tags) = changes.tags {
                 topic.tags = tags;
             }
-            if let Some(days) = days {
+            if let Some(days) = changes.retention_days {
                 topic.retention_days = days;
+            }
+            if let Some(seconds) = changes.dedup_window_seconds {
+                topic.dedup_window_seconds = seconds;
             }
             store.replace_topic(&topic).await.map_err(store_error)?;
             one(&topic, false)

@@ -49,6 +49,7 @@ pub fn topic_view(topic: &Topic, publish_url: &str, with_keys: bool) -> Value {
         })),
         "tags": (!topic.tags.is_empty()).then_some(&topic.tags),
         "eventRetentionInDays": topic.retention_days,
+        "dedupWindowInSeconds": topic.dedup_window_seconds,
         "systemData": {"createdAt": topic.created_at},
     });
     if with_keys {
@@ -318,6 +319,7 @@ pub fn topics_table(topics: &[Topic], publish_url: &str) -> String {
                 "Succeeded".to_string(),
                 t.input_schema.as_str().to_string(),
                 t.retention_days.to_string(),
+                t.dedup_window_seconds.to_string(),
                 format!(
                     "{}{}",
                     publish_url.trim_end_matches('/'),
@@ -332,6 +334,7 @@ pub fn topics_table(topics: &[Topic], publish_url: &str) -> String {
             "ProvisioningState",
             "InputSchema",
             "RetentionDays",
+            "DedupWindowSeconds",
             "Endpoint",
         ],
         &rows,

@@ -151,8 +151,14 @@ fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
             "{err}"
         );
     }
-    let topic_cases: [(&[&str], &str, &str); 4] = [
+    let topic_cases: [(&[&str], &str, &str); 5] = [
         (&["--retention-days", "366"], "--retention-days", "0 to 365"),
+        // P1.
+        (
+            &["--dedup-window-seconds", "301"],
+            "--dedup-window-seconds",
+            "0 (off) to 300 seconds",
+        ),
         (
             &["--input-schema", "yaml"],
             "--input-schema",
@@ -1120,6 +1126,8 @@ async fn update_labels_dynamic_headers_and_expiration_from_the_command_line() {
             "--tags",
             "env=test",
             "owner=payments",
+            "--dedup-window-seconds",
+            "120",
         ],
         resources,
     ));
@@ -1127,6 +1135,13 @@ async fn update_labels_dynamic_headers_and_expiration_from_the_command_line() {
         tagged["tags"],
         serde_json::json!({"env": "test", "owner": "payments"})
     );
+    // P1: shown, and kept by an update that does not name it.
+    assert_eq!(tagged["dedupWindowInSeconds"], 120, "{tagged}");
+    let retagged = json(&gridrelay(
+        &["topic", "update", "--name", "life", "--tags", "env=test"],
+        resources,
+    ));
+    assert_eq!(retagged["dedupWindowInSeconds"], 120, "{retagged}");
     let bad_tag = gridrelay(
         &["topic", "update", "--name", "life", "--tags", "=x"],
         resources,

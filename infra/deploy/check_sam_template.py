@@ -46,6 +46,10 @@ EXPECTED = {
         "secretsmanager:GetSecretValue": [QUEUE_KEY],
         # #35: topic archives, one call per publish.
         "firehose:PutRecordBatch": [getatt("ArchiveStream")],
+        # P1: accepted event ids of topics with a deduplication window (dedup# items only:
+        # checked below).
+        "dynamodb:BatchGetItem": [getatt("DeliveryStateTable")],
+        "dynamodb:BatchWriteItem": [getatt("DeliveryStateTable")],
     },
     "DeliverFunction": {
         # #35: replays' records (read, then written over the version read).
@@ -329,6 +333,21 @@ def listing_problems(resources, function, *prefixes):
 PORTAL_CLAIMS = ["claim#portal-test#*", "claim#portal-again#*"]
 
 
+def leading_keys_problems(resources, function, action, keys):
+    """`function`'s one statement granting `action` on the delivery state table is limited to
+    the items whose keys match `keys`."""
+    statements = [
+        s
+        for p in resources[f"{function}Role"]["Properties"].get("Policies", [])
+        for s in p["PolicyDocument"]["Statement"]
+        if isinstance(s, dict) and s.get("Resource") == getatt("DeliveryStateTable") and action in str(s.get("Action"))
+    ]
+    only = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": keys}}
+    if len(statements) != 1 or statements[0].get("Condition") != only:
+        return [f"{function}: {action} on the delivery state table must be limited to {keys}: {statements}"]
+    return []
+
+
 # #36: the portal's routes on the front door, to the portal function, and no others to it.
 PORTAL_ROUTES = {
     "/portal/{topic}/{name}": ["get"],
@@ -366,15 +385,7 @@ def portal_problems(resources, outputs):
         if env.get(name) != value:
             problems.append(f"PortalFunction: {name} is {env.get(name)}, expected {value}")
     problems += listing_problems(resources, "PortalFunction", "journal/", "archive/")
-    claims = [
-        s
-        for p in resources["PortalFunctionRole"]["Properties"].get("Policies", [])
-        for s in p["PolicyDocument"]["Statement"]
-        if isinstance(s, dict) and s.get("Resource") == getatt("DeliveryStateTable") and "PutItem" in str(s.get("Action"))
-    ]
-    only_claims = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": PORTAL_CLAIMS}}
-    if len(claims) != 1 or claims[0].get("Condition") != only_claims:
-        problems.append(f"PortalFunction: PutItem on the delivery state table must be limited to {PORTAL_CLAIMS}: {claims}")
+    problems += leading_keys_problems(resources, "PortalFunction", "PutItem", PORTAL_CLAIMS)
     problems += route_problems(resources, "PortalFunction", PORTAL_ROUTES)
     if outputs.get("PortalKeySecret", {}).get("Value") != PORTAL_KEY:
         problems.append(f"Outputs: PortalKeySecret is {outputs.get('PortalKeySecret')}")
@@ -503,6 +514,9 @@ def main():
     problems += journal_problems(resources)
     problems += replay_problems(resources)
     problems += portal_problems(resources, template.get("Outputs", {}))
+    # P1: ingest reads and marks accepted event ids, and no other item of the table.
+    for action in ["BatchGetItem", "BatchWriteItem"]:
+        problems += leading_keys_problems(resources, "IngestFunction", action, ["dedup#*"])
     problems += front_door_problems(resources, conditions, template.get("Outputs", {}), source_parameters)
     if problems:
         print("SAM template check failed:\n" + "\n".join(problems), file=sys.stderr)

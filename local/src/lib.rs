@@ -431,6 +431,10 @@ impl LocalSystem {
             store: Arc::clone(&store),
             delivery_queue: delivery_queue.clone(),
             archive: Arc::new(FirehoseStream::from_sdk(sdk, &names.archive_stream)),
+            accepted_ids: Arc::new(DynamoDeliveryStateStore::from_sdk(
+                sdk,
+                &names.delivery_state_table,
+            )),
             clock: clock.clone(),
         });
         // Bound first: the deliver worker puts the API's address in validation URLs.

@@ -32,6 +32,7 @@ use chrono::{DateTime, Utc};
 
 use gridrelay_shared::caps::RateAllowance;
 use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::dedup::EventIdentity;
 use gridrelay_shared::delivery_attributes::SecretValue;
 use gridrelay_shared::destination::{ResourceDestination, RoutingFields};
 use gridrelay_shared::health::EndpointHealth;
@@ -200,6 +201,27 @@ pub trait DeliveryCapStore: Send + Sync {
     ) -> Result<Option<String>, StoreError>;
     /// Gives a slot back before its lease ends.
     async fn release_slot(&self, subscription: &str, lease: &str) -> Result<(), StoreError>;
+}
+
+/// The event identities topics with a deduplication window accepted (P1,
+/// `gridrelay_shared::dedup`), and when: the delivery state table on AWS, one small item per
+/// identity, expiring on its own.
+#[async_trait]
+pub trait AcceptedIds: Send + Sync {
+    /// When each of `ids` was last accepted on `topic`, for those marked (read strongly
+    /// consistent: a publish retried at once must see its first try's marks).
+    async fn accepted_at(
+        &self,
+        topic: &str,
+        ids: &[EventIdentity],
+    ) -> Result<std::collections::HashMap<EventIdentity, DateTime<Utc>>, StoreError>;
+    /// Marks `ids` accepted on `topic` at `at`, once their events are enqueued.
+    async fn mark_accepted(
+        &self,
+        topic: &str,
+        ids: &[EventIdentity],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
 }
 
 /// A stored record and the version it was read at.

@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use gridrelay_shared::caps::RateAllowance;
 use gridrelay_shared::classify::AttemptResult;
+use gridrelay_shared::dedup::EventIdentity;
 use gridrelay_shared::delivery_attributes::SecretValue;
 use gridrelay_shared::health::EndpointHealth;
 use gridrelay_shared::outbound::redact_endpoint;
@@ -789,6 +790,59 @@ impl SecretStore for MemorySecretStore {
             .check("in-memory secret store's deletes")
             .map_err(SecretError::Unavailable)?;
         lock(&self.secrets).remove(id);
+        Ok(())
+    }
+}
+
+/// Topics' accepted event identities in a map (P1).
+#[derive(Debug, Default)]
+pub struct MemoryAcceptedIds {
+    marks: Mutex<HashMap<(String, EventIdentity), DateTime<Utc>>>,
+    pub outage: Outage,
+}
+
+impl MemoryAcceptedIds {
+    /// Identities marked so far, over every topic.
+    pub fn marked(&self) -> usize {
+        lock(&self.marks).len()
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        self.outage
+            .check("in-memory accepted ids")
+            .map_err(StoreError::Unavailable)
+    }
+}
+
+#[async_trait]
+impl crate::AcceptedIds for MemoryAcceptedIds {
+    async fn accepted_at(
+        &self,
+        topic: &str,
+        ids: &[EventIdentity],
+    ) -> Result<HashMap<EventIdentity, DateTime<Utc>>, StoreError> {
+        self.check()?;
+        let marks = lock(&self.marks);
+        Ok(ids
+            .iter()
+            .filter_map(|id| {
+                let at = marks.get(&(topic.to_string(), id.clone()))?;
+                Some((id.clone(), *at))
+            })
+            .collect())
+    }
+
+    async fn mark_accepted(
+        &self,
+        topic: &str,
+        ids: &[EventIdentity],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        let mut marks = lock(&self.marks);
+        for id in ids {
+            marks.insert((topic.to_string(), id.clone()), at);
+        }
         Ok(())
     }
 }

@@ -214,6 +214,7 @@ mod tests {
             input_mapping: None,
             tags: Default::default(),
             retention_days,
+            dedup_window_seconds: 0,
             created_at: at(-600),
         }
     }

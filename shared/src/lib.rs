@@ -26,6 +26,7 @@ pub mod dead_letter;
 pub mod dead_letter_write;
 pub mod deadline;
 pub mod decision;
+pub mod dedup;
 pub mod delivery;
 pub mod delivery_attributes;
 pub mod destination;

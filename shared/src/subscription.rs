@@ -39,6 +39,10 @@ pub struct Topic {
     /// ([`crate::archive::RETENTION_DAYS`]).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retention_days: u16,
+    /// P1: seconds within which an event id the topic accepted is not delivered again: 0
+    /// (off) to [`crate::dedup::MAX_DEDUP_WINDOW_SECONDS`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dedup_window_seconds: u16,
     pub created_at: DateTime<Utc>,
 }
 
@@ -106,6 +110,7 @@ impl Topic {
             input_mapping: None,
             tags: Default::default(),
             retention_days: 0,
+            dedup_window_seconds: 0,
             created_at: now,
         }
     }

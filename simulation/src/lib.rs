@@ -633,6 +633,7 @@ impl World {
             store: store.clone(),
             delivery_queue: delivery_queue.clone(),
             archive: Arc::new(gridrelay_ports::NoRecordStream),
+            accepted_ids: Arc::new(gridrelay_ports::memory::MemoryAcceptedIds::default()),
             clock: clock.clone(),
         };
         let ports = DeliverPorts {

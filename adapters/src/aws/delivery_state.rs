@@ -27,13 +27,13 @@ const BOOKING_TRIES: usize = 8;
 const EXPIRED_LEASES_PER_WRITE: usize = 50;
 
 /// Endpoint health, late successes and delivery cap allowances in one DynamoDB table: partition
-/// key `pk` (`endpoint#SHA-256 OF THE URL`, `late#ATTEMPT`, `rate#SUBSCRIPTION[#ITEM]` or
-/// `slots#SUBSCRIPTION[#ITEM]`), times as epoch milliseconds, `expiresAt` (epoch seconds) as
+/// key `pk` (`endpoint#SHA-256 OF THE URL`, `late#ATTEMPT`, `rate#SUBSCRIPTION[#ITEM]`,
+/// `slots#SUBSCRIPTION[#ITEM]` or, for topics' accepted event ids, `dedup#TOPIC#DIGEST`), times as epoch milliseconds, `expiresAt` (epoch seconds) as
 /// the table's TTL attribute.
 #[derive(Debug, Clone)]
 pub struct DynamoDeliveryStateStore {
-    client: aws_sdk_dynamodb::Client,
-    table: String,
+    pub(super) client: aws_sdk_dynamodb::Client,
+    pub(super) table: String,
 }
 
 impl DynamoDeliveryStateStore {
@@ -558,7 +558,7 @@ impl DynamoDeliveryStateStore {
     /// Items by key, read consistently in as few calls as DynamoDB allows (100 keys a call);
     /// missing items are left out. Keys DynamoDB leaves unprocessed are asked again, three
     /// times at most.
-    async fn read_items(
+    pub(super) async fn read_items(
         &self,
         keys: Vec<String>,
     ) -> Result<HashMap<String, HashMap<String, AttributeValue>>, StoreError> {

@@ -2,6 +2,7 @@
 //!
 //! They talk to whatever `AWS_ENDPOINT_URL` names (moto, LocalStack) or to AWS itself.
 
+mod accepted_ids;
 mod delivery_state;
 mod dynamodb;
 mod journal;

@@ -9,14 +9,16 @@
 //! [`Ingest::publish`] does the work on plain values; [`Ingest::handle`] adapts an HTTP request
 //! (from API Gateway through `lambda_http`, or from the local runner) to it.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use gridrelay_adapters::journal::{Budget, Stream, write_lines};
 use gridrelay_ports::fan_out::{FanOutError, fan_out};
 use gridrelay_ports::{
-    Clock, MessageQueue, RecordStream, SubscriptionStore, Update, update_subscription,
+    AcceptedIds, Clock, MessageQueue, RecordStream, SubscriptionStore, Update, update_subscription,
 };
 use gridrelay_shared::archive::archive_lines;
+use gridrelay_shared::dedup::{EventIdentity, distinct, event_identity, plan_publish};
 use gridrelay_shared::publish::{PublishBody, PublishError, TopicSchema, parse_publish};
 use gridrelay_shared::sas::verify_sas_token;
 use gridrelay_shared::subscription::{Handshake, Topic, publish_path};
@@ -33,7 +35,37 @@ pub struct Ingest {
     pub delivery_queue: Arc<dyn MessageQueue>,
     /// Where the events of topics with a retention go once they are accepted (#35).
     pub archive: Arc<dyn RecordStream>,
+    /// The event ids topics with a deduplication window accepted (P1).
+    pub accepted_ids: Arc<dyn AcceptedIds>,
     pub clock: Arc<dyn Clock>,
+}
+
+/// P1: events a topic with a deduplication window answered 200 for and did not enqueue again.
+pub const DUPLICATES_METRIC: &str = "PublishDuplicates";
+/// P1: identities of enqueued events that could not be marked (a retry of their publish within
+/// the window would be delivered again, as without one).
+pub const UNMARKED_METRIC: &str = "PublishIdsUnmarked";
+
+/// Says the metrics `ingest` records to the recorder; once, after it is installed.
+pub fn describe_metrics() {
+    gridrelay_adapters::journal::describe_unwritten();
+    metrics::describe_counter!(
+        DUPLICATES_METRIC,
+        metrics::Unit::Count,
+        "events answered 200 and not delivered again: accepted within their topic's deduplication window"
+    );
+    metrics::describe_counter!(
+        UNMARKED_METRIC,
+        metrics::Unit::Count,
+        "accepted event ids that could not be marked for their topic's deduplication window"
+    );
+}
+
+/// A publish's events, less the duplicates a topic with a window drops (P1), and the
+/// identities to mark once they are enqueued.
+struct Fresh {
+    events: Vec<Box<serde_json::value::RawValue>>,
+    to_mark: Vec<EventIdentity>,
 }
 
 /// The longest a publish waits for its archive write: a hanging archive stream delays a
@@ -206,12 +238,104 @@ impl Ingest {
             input_schema: topic.input_schema,
             mapping: topic.input_mapping.as_ref(),
         };
-        let mut new_id = || uuid::Uuid::new_v4().to_string();
-        let events = match parse_publish(&body, schema, self.clock.now(), &mut new_id) {
+        // P1: ids made here (custom events that map none) never dedupe.
+        let mut generated = HashSet::new();
+        let mut new_id = || {
+            let id = uuid::Uuid::new_v4().to_string();
+            if topic.dedup_window_seconds > 0 {
+                generated.insert(id.clone());
+            }
+            id
+        };
+        let now = self.clock.now();
+        let events = match parse_publish(&body, schema, now, &mut new_id) {
             Ok(events) => events,
             Err(e) => return refused(&e),
         };
-        self.fan_out(&topic, events).await
+        let fresh = match self
+            .without_duplicates(&topic, events, &generated, now)
+            .await
+        {
+            Ok(fresh) => fresh,
+            Err(unavailable) => return unavailable,
+        };
+        self.fan_out(&topic, fresh, now).await
+    }
+
+    /// P1: the events of a publish to a topic with a deduplication window that it has not
+    /// accepted within the window (nor earlier in the same request); all of them without one.
+    /// A store that cannot be read answers 503: the publisher retries, and nothing is delivered
+    /// twice or lost.
+    async fn without_duplicates(
+        &self,
+        topic: &Topic,
+        events: Vec<Box<serde_json::value::RawValue>>,
+        generated: &HashSet<String>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Fresh, PublishResponse> {
+        let window = topic.dedup_window_seconds;
+        if window == 0 {
+            return Ok(Fresh {
+                events,
+                to_mark: Vec::new(),
+            });
+        }
+        let identities: Vec<Option<EventIdentity>> = events
+            .iter()
+            .map(|e| event_identity(topic.input_schema, e.get(), |id| generated.contains(id)))
+            .collect();
+        let lookup = distinct(&identities);
+        let accepted = if lookup.is_empty() {
+            Default::default()
+        } else {
+            self.accepted_ids
+                .accepted_at(&topic.name, &lookup)
+                .await
+                .map_err(|e| {
+                    error!(error = %e, "accepted ids could not be read");
+                    PublishResponse::error(
+                        503,
+                        "ServiceUnavailable",
+                        "the topic's deduplication store is unavailable; retry the request",
+                    )
+                })?
+        };
+        let plan = plan_publish(&identities, &accepted, now, window);
+        if plan.duplicates > 0 {
+            info!(
+                duplicates = plan.duplicates,
+                window_seconds = window,
+                "events accepted within the deduplication window are not delivered again"
+            );
+            metrics::counter!(DUPLICATES_METRIC).increment(plan.duplicates as u64);
+        }
+        let mut events: Vec<Option<_>> = events.into_iter().map(Some).collect();
+        Ok(Fresh {
+            events: plan
+                .fresh
+                .iter()
+                .filter_map(|i| events.get_mut(*i).and_then(Option::take))
+                .collect(),
+            to_mark: plan.to_mark,
+        })
+    }
+
+    /// P1: marks the identities of enqueued events. A mark that cannot be written is logged
+    /// and counted; the publish still succeeds, its events are on their way (a retry of it
+    /// within the window would be delivered again, as without a window: G1).
+    async fn mark_accepted(
+        &self,
+        topic: &Topic,
+        ids: &[EventIdentity],
+        now: chrono::DateTime<chrono::Utc>,
+    ) {
+        if ids.is_empty() {
+            return;
+        }
+        if let Err(e) = self.accepted_ids.mark_accepted(&topic.name, ids, now).await {
+            warn!(error = %e, ids = ids.len(), "accepted ids could not be marked");
+            metrics::counter!(UNMARKED_METRIC).increment(ids.len() as u64);
+        }
     }
 
     /// The manual validation handshake: a GET of the `validationUrl` sent to the endpoint
@@ -339,9 +463,14 @@ impl Ingest {
     async fn fan_out(
         &self,
         topic: &Topic,
-        events: Vec<Box<serde_json::value::RawValue>>,
+        fresh: Fresh,
+        now: chrono::DateTime<chrono::Utc>,
     ) -> PublishResponse {
-        let now = self.clock.now();
+        let Fresh { events, to_mark } = fresh;
+        if events.is_empty() {
+            // Every event was a duplicate (P1).
+            return PublishResponse::ok();
+        }
         match fan_out(
             self.store.as_ref(),
             self.delivery_queue.as_ref(),
@@ -353,7 +482,10 @@ impl Ingest {
         .await
         {
             Ok(done) => {
-                let archive_unwritten = self.archive(topic, &events, now).await;
+                let (archive_unwritten, ()) = tokio::join!(
+                    self.archive(topic, &events, now),
+                    self.mark_accepted(topic, &to_mark, now)
+                );
                 info!(
                     events = events.len(),
                     subscriptions = done.subscriptions,

@@ -3,10 +3,12 @@
 use std::sync::Arc;
 
 use gridrelay_adapters::aws::{
-    FirehoseStream, SqsQueue, function_queue_key, load_sdk_config, subscription_store,
+    DynamoDeliveryStateStore, FirehoseStream, SqsQueue, function_queue_key, load_sdk_config,
+    subscription_store,
 };
 use gridrelay_adapters::config::{
-    ARCHIVE_STREAM_ENV, DELIVERY_QUEUE_URL_ENV, TableNames, config_cache_from_env, required,
+    ARCHIVE_STREAM_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, TableNames,
+    config_cache_from_env, required,
 };
 use gridrelay_ingest::Ingest;
 use gridrelay_ports::SystemClock;
@@ -23,6 +25,10 @@ async fn run() -> Result<(), Error> {
         DELIVERY_QUEUE_URL_ENV,
         "the SQS queue events are delivered from",
     )?;
+    let state_table = required(
+        DELIVERY_STATE_TABLE_ENV,
+        "the DynamoDB table where topics with a deduplication window mark accepted event ids (P1)",
+    )?;
     let key = function_queue_key(&sdk).await?;
     let ingest = Arc::new(Ingest {
         store: subscription_store(&sdk, TableNames::from_env(), config_cache_from_env()?),
@@ -32,11 +38,12 @@ async fn run() -> Result<(), Error> {
             key,
         )),
         archive: FirehoseStream::named_by(&sdk, ARCHIVE_STREAM_ENV),
+        accepted_ids: Arc::new(DynamoDeliveryStateStore::from_sdk(&sdk, state_table)),
         clock: Arc::new(SystemClock),
     });
     // #35: what the archive's stream did not take is counted, per request.
     let recorder = gridrelay_adapters::metrics::recorder_from_env()?;
-    gridrelay_adapters::journal::describe_unwritten();
+    gridrelay_ingest::describe_metrics();
     lambda_http::run(service_fn(move |request: Request| {
         let ingest = Arc::clone(&ingest);
         async move {

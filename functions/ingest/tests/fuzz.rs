@@ -119,6 +119,7 @@ impl World {
             store: self.store.clone(),
             delivery_queue: queue.clone(),
             archive: Arc::new(gridrelay_ports::NoRecordStream),
+            accepted_ids: Arc::new(gridrelay_ports::memory::MemoryAcceptedIds::default()),
             clock: self.clock.clone(),
         };
         let answer = self

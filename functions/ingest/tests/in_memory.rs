@@ -10,7 +10,9 @@ use std::sync::Arc;
 use chrono::Utc;
 use gridrelay_ingest::{Ingest, PublishRequest, PublishResponse};
 use gridrelay_ports::SubscriptionStore;
-use gridrelay_ports::memory::{ManualClock, MemoryJournal, MemoryQueue, MemorySubscriptionStore};
+use gridrelay_ports::memory::{
+    ManualClock, MemoryAcceptedIds, MemoryJournal, MemoryQueue, MemorySubscriptionStore,
+};
 use gridrelay_shared::archive::read_archive_lines;
 use gridrelay_shared::schema::{InputMapping, InputSchema};
 use gridrelay_shared::subscription::{SubscriptionRequest, Topic};
@@ -19,6 +21,7 @@ struct World {
     store: Arc<MemorySubscriptionStore>,
     queue: Arc<MemoryQueue>,
     archive: Arc<MemoryJournal>,
+    accepted_ids: Arc<MemoryAcceptedIds>,
     clock: Arc<ManualClock>,
     ingest: Ingest,
     topic: Topic,
@@ -43,16 +46,19 @@ impl World {
             store.insert_validated(request, topic.input_schema, Utc::now());
         }
         let archive = Arc::new(MemoryJournal::default());
+        let accepted_ids = Arc::new(MemoryAcceptedIds::default());
         let ingest = Ingest {
             store: store.clone(),
             delivery_queue: queue.clone(),
             archive: archive.clone(),
+            accepted_ids: accepted_ids.clone(),
             clock: clock.clone(),
         };
         Self {
             store,
             queue,
             archive,
+            accepted_ids,
             clock,
             ingest,
             topic,
@@ -132,6 +138,7 @@ async fn warm(topic: &Topic) -> Warm {
             store: Arc::new(cached),
             delivery_queue: w.queue,
             archive: Arc::new(gridrelay_ports::NoRecordStream),
+            accepted_ids: Arc::new(MemoryAcceptedIds::default()),
             clock,
         },
     }
@@ -373,4 +380,195 @@ async fn an_archive_that_is_down_costs_no_publish() {
     assert_eq!(w.publish(TWO_EVENTS).await.status, 200);
     assert_eq!(w.queue.sent().len(), 2, "one message for each subscription");
     assert!(w.archive.written_lines().is_empty());
+}
+
+/// P1: a topic with a deduplication window of `seconds`.
+fn with_window(topic: Topic, seconds: u16) -> Topic {
+    Topic {
+        dedup_window_seconds: seconds,
+        ..topic
+    }
+}
+
+/// The ids of the events enqueued for the subscription `plain`, in order.
+fn enqueued_ids(w: &World) -> Vec<String> {
+    use gridrelay_shared::message::DeliveryQueueMessage;
+    w.queue
+        .sent()
+        .iter()
+        .filter_map(|m| match DeliveryQueueMessage::from_body(&m.body).ok()? {
+            DeliveryQueueMessage::Delivery(d) if d.subscription == "plain" => Some(d),
+            _ => None,
+        })
+        .flat_map(|d| d.events)
+        .map(|e| {
+            let value: serde_json::Value = serde_json::from_str(e.event.get()).unwrap();
+            value["id"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+fn event_grid(ids: &[&str]) -> String {
+    let events: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            serde_json::json!({"id": id, "subject": "s", "eventType": "t",
+                "eventTime": "2026-11-28T00:00:00Z", "data": {}, "dataVersion": "1"})
+        })
+        .collect();
+    serde_json::Value::Array(events).to_string()
+}
+
+/// P1: within the window an id is delivered once (a repeat in the same request too), and the
+/// publish is answered 200; once the window has passed from the stored time, it is delivered
+/// again. Without a window nothing is read or marked.
+#[tokio::test]
+async fn an_id_accepted_within_the_window_is_answered_200_and_not_enqueued_again_p1() {
+    let w = World::new(with_window(Topic::with_new_keys("orders", Utc::now()), 60)).await;
+    assert_eq!(w.publish(&event_grid(&["a", "b", "a"])).await.status, 200);
+    assert_eq!(enqueued_ids(&w), ["a", "b"]);
+    w.clock.advance(std::time::Duration::from_secs(59));
+    assert_eq!(w.publish(&event_grid(&["b", "c"])).await.status, 200);
+    assert_eq!(enqueued_ids(&w), ["a", "b", "c"]);
+    assert_eq!(w.publish(&event_grid(&["a"])).await.status, 200);
+    assert_eq!(enqueued_ids(&w), ["a", "b", "c"], "nothing enqueued");
+    w.clock.advance(std::time::Duration::from_secs(1));
+    assert_eq!(w.publish(&event_grid(&["a", "b"])).await.status, 200);
+    // Both were accepted 60 s ago: the window runs from the acceptance, as SQS FIFO's
+    // deduplication interval does; a duplicate answered 200 at 59 s does not extend it.
+    assert_eq!(enqueued_ids(&w), ["a", "b", "c", "a", "b"]);
+
+    let off = World::new(Topic::with_new_keys("plain", Utc::now())).await;
+    off.accepted_ids.outage.set(true);
+    assert_eq!(off.publish(&event_grid(&["a"])).await.status, 200);
+    assert_eq!(off.publish(&event_grid(&["a"])).await.status, 200);
+    assert_eq!(enqueued_ids(&off), ["a", "a"]);
+    assert_eq!(off.accepted_ids.marked(), 0);
+}
+
+/// P1, G1: an id is marked only once its events are enqueued. A publish the queue refused
+/// (503) is delivered when it is sent again; one whose marks could not be read is answered 503
+/// and enqueues nothing; marks that cannot be written cost no publish.
+#[tokio::test]
+async fn a_publish_answered_503_and_retried_is_delivered_p1_g1() {
+    let w = World::new(with_window(Topic::with_new_keys("orders", Utc::now()), 300)).await;
+    w.queue.outage.set(true);
+    assert_eq!(w.publish(&event_grid(&["a"])).await.status, 503);
+    assert_eq!(w.accepted_ids.marked(), 0);
+    w.queue.outage.set(false);
+    assert_eq!(w.publish(&event_grid(&["a"])).await.status, 200);
+    assert_eq!(enqueued_ids(&w), ["a"]);
+
+    w.accepted_ids.outage.set(true);
+    let answer = w.publish(&event_grid(&["b"])).await;
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert!(answer.body.contains("deduplication"), "{}", answer.body);
+    assert_eq!(enqueued_ids(&w), ["a"]);
+
+    // Read, then the write fails: enqueued and answered 200, unmarked.
+    let w = World::new(with_window(Topic::with_new_keys("orders", Utc::now()), 300)).await;
+    struct ReadOnly(Arc<MemoryAcceptedIds>);
+    #[async_trait::async_trait]
+    impl gridrelay_ports::AcceptedIds for ReadOnly {
+        async fn accepted_at(
+            &self,
+            topic: &str,
+            ids: &[gridrelay_shared::dedup::EventIdentity],
+        ) -> Result<
+            std::collections::HashMap<
+                gridrelay_shared::dedup::EventIdentity,
+                chrono::DateTime<Utc>,
+            >,
+            gridrelay_ports::StoreError,
+        > {
+            self.0.accepted_at(topic, ids).await
+        }
+        async fn mark_accepted(
+            &self,
+            _: &str,
+            _: &[gridrelay_shared::dedup::EventIdentity],
+            _: chrono::DateTime<Utc>,
+        ) -> Result<(), gridrelay_ports::StoreError> {
+            Err(gridrelay_ports::StoreError::Unavailable("throttled".into()))
+        }
+    }
+    let ingest = Ingest {
+        accepted_ids: Arc::new(ReadOnly(w.accepted_ids.clone())),
+        store: w.store.clone(),
+        delivery_queue: w.queue.clone(),
+        archive: Arc::new(gridrelay_ports::NoRecordStream),
+        clock: w.clock.clone(),
+    };
+    let body = event_grid(&["c"]);
+    for _ in 0..2 {
+        let answer = ingest
+            .publish(PublishRequest::json_with_key(&w.topic, body.as_bytes()))
+            .await;
+        assert_eq!(answer.status, 200);
+    }
+    assert_eq!(
+        enqueued_ids(&w),
+        ["c", "c"],
+        "unmarked: delivered again, as without a window"
+    );
+}
+
+/// P1: a CloudEvent is known by its source and id; a custom event by its mapped id, and one
+/// without (a fresh id made at publish) never dedupes.
+#[tokio::test]
+async fn cloud_events_dedupe_by_source_and_id_and_unmapped_custom_events_never_p1() {
+    let topic = Topic::with_new_keys("cloud", Utc::now())
+        .with_input_schema(InputSchema::CloudEventSchemaV1_0, None)
+        .unwrap();
+    let w = World::new(with_window(topic, 300)).await;
+    let publish = |body: String| {
+        let w = &w;
+        async move {
+            w.ingest
+                .publish(PublishRequest {
+                    content_type: Some("application/cloudevents-batch+json"),
+                    ..PublishRequest::json_with_key(&w.topic, body.as_bytes())
+                })
+                .await
+        }
+    };
+    let ce = |source: &str, id: &str| {
+        serde_json::json!([{"specversion": "1.0", "id": id, "source": source, "type": "t"}])
+            .to_string()
+    };
+    for (source, id) in [("/a", "1"), ("/b", "1"), ("/a", "1"), ("/a", "2")] {
+        assert_eq!(publish(ce(source, id)).await.status, 200);
+    }
+    assert_eq!(enqueued_ids(&w), ["1", "1", "2"]);
+
+    let custom = |id_field: Option<&str>| {
+        let mapping = InputMapping {
+            id_field: id_field.map(str::to_string),
+            default_event_type: Some("t".into()),
+            default_subject: Some("s".into()),
+            ..InputMapping::default()
+        };
+        with_window(
+            Topic::with_new_keys("custom", Utc::now())
+                .with_input_schema(InputSchema::CustomEventSchema, Some(mapping))
+                .unwrap(),
+            300,
+        )
+    };
+    let w = World::new(custom(Some("orderId"))).await;
+    for _ in 0..2 {
+        assert_eq!(w.publish(r#"[{"orderId":"o-1"}]"#).await.status, 200);
+    }
+    assert_eq!(enqueued_ids(&w), ["o-1"]);
+    // Mapped, but this event lacks the field: a fresh id each time.
+    for _ in 0..2 {
+        assert_eq!(w.publish(r#"[{"other":1}]"#).await.status, 200);
+    }
+    assert_eq!(enqueued_ids(&w).len(), 3);
+    let w = World::new(custom(None)).await;
+    for _ in 0..2 {
+        assert_eq!(w.publish(r#"[{"orderId":"o-1"}]"#).await.status, 200);
+    }
+    assert_eq!(enqueued_ids(&w).len(), 2);
+    assert_eq!(w.accepted_ids.marked(), 0, "nothing to mark");
 }

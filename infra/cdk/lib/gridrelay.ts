@@ -397,6 +397,13 @@ export class Gridrelay extends Construct {
     }
     // #35: topic archives, one PutRecordBatch per publish to a topic with a retention.
     allow(this.ingest, ['firehose:PutRecordBatch'], [this.archiveStream.attrArn]);
+    // P1: accepted event ids of topics with a deduplication window, read (one BatchGetItem per
+    // 100 events) and marked (one BatchWriteItem per 25); those items only.
+    this.ingest.addToRolePolicy(new iam.PolicyStatement({
+      actions: ['dynamodb:BatchGetItem', 'dynamodb:BatchWriteItem'],
+      resources: [this.deliveryStateTable.tableArn],
+      conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['dedup#*'] } },
+    }));
     // #35: replays: their records (read, then written over the version read), and the topic
     // archives they send again (listed and read under archive/ only).
     allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:PutItem'], [this.replaysTable.tableArn]);

@@ -406,9 +406,17 @@ function listConditions(fn: { role?: { node: { defaultChild?: unknown } } }, act
     .map((s: { Condition?: unknown }) => s.Condition);
 }
 
-test('least privilege: ingest reads topics and subscriptions, sends to the delivery queue and puts to the archive stream only', () => {
+test('least privilege: ingest reads topics and subscriptions, sends to the delivery queue, puts to the archive stream and marks accepted ids (P1) only', () => {
   const g = grants(construct.ingest);
-  assert.deepEqual([...g.keys()].sort(), ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query', 'firehose:PutRecordBatch', 'secretsmanager:GetSecretValue', 'sqs:SendMessage']);
+  assert.deepEqual([...g.keys()].sort(), ['dynamodb:BatchGetItem', 'dynamodb:BatchWriteItem', 'dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query', 'firehose:PutRecordBatch', 'secretsmanager:GetSecretValue', 'sqs:SendMessage']);
+  // P1: the delivery state table's dedup# items only.
+  const state = [{ 'Fn::GetAtt': [ref(construct.deliveryStateTable), 'Arn'] }];
+  for (const action of ['dynamodb:BatchGetItem', 'dynamodb:BatchWriteItem']) {
+    assert.deepEqual(g.get(action), state);
+    assert.deepEqual(listConditions(construct.ingest, action), [
+      { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['dedup#*'] } },
+    ]);
+  }
   assert.deepEqual(g.get('dynamodb:GetItem'), [
     { 'Fn::GetAtt': [ref(construct.topicsTable), 'Arn'] },
     { 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] },

@@ -10,6 +10,7 @@
 mod aws_faults;
 mod clients;
 mod deadlines;
+mod dedup;
 mod delivery;
 mod delivery_caps;
 mod endpoint_health;

@@ -1,0 +1,116 @@
+//! Topics' accepted event identities (P1) in the delivery state table: one item per identity,
+//! `pk` `dedup#TOPIC#DIGEST`, `acceptedAt` (epoch milliseconds, what the window is compared
+//! with) and `expiresAt` (the table's TTL attribute, [`MARK_LIFETIME`] on, so items go away
+//! by themselves). About 110 bytes each: one read unit to read strongly, one write unit to
+//! write.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use chrono::{DateTime, Utc};
+
+use super::{DynamoDeliveryStateStore, unavailable};
+use gridrelay_ports::{AcceptedIds, StoreError};
+use gridrelay_shared::dedup::{EventIdentity, MARK_LIFETIME};
+
+/// Items in one `BatchWriteItem` (DynamoDB's limit).
+const WRITE_BATCH: usize = 25;
+/// Calls for what a `BatchWriteItem` left unprocessed (throttled) before the store counts as
+/// unavailable; they wait 20, 40, 80 ms between.
+const UNPROCESSED_TRIES: u32 = 4;
+
+const PREFIX: &str = "dedup#";
+
+fn pk(topic: &str, id: &EventIdentity) -> String {
+    format!("{PREFIX}{topic}#{}", id.as_str())
+}
+
+fn key(pk: String) -> HashMap<String, AttributeValue> {
+    HashMap::from([("pk".to_string(), AttributeValue::S(pk))])
+}
+
+fn pause(try_number: u32) -> Duration {
+    Duration::from_millis(20 << try_number.min(4))
+}
+
+#[async_trait]
+impl AcceptedIds for DynamoDeliveryStateStore {
+    async fn accepted_at(
+        &self,
+        topic: &str,
+        ids: &[EventIdentity],
+    ) -> Result<HashMap<EventIdentity, DateTime<Utc>>, StoreError> {
+        let topic_prefix = format!("{PREFIX}{topic}#");
+        // Keys still unprocessed after the tries count as unmarked: such an event may be
+        // delivered again, as without a window (G1).
+        let items = self
+            .read_items(ids.iter().map(|id| pk(topic, id)).collect())
+            .await?;
+        Ok(items
+            .iter()
+            .filter_map(|(pk, item)| {
+                let digest = pk.strip_prefix(&topic_prefix)?;
+                let at = item
+                    .get("acceptedAt")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .and_then(DateTime::from_timestamp_millis)?;
+                Some((EventIdentity::from_digest(digest), at))
+            })
+            .collect())
+    }
+
+    async fn mark_accepted(
+        &self,
+        topic: &str,
+        ids: &[EventIdentity],
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let accepted = AttributeValue::N(at.timestamp_millis().to_string());
+        let expires = AttributeValue::N((at + MARK_LIFETIME).timestamp().to_string());
+        for chunk in ids.chunks(WRITE_BATCH) {
+            let mut writes = chunk
+                .iter()
+                .map(|id| {
+                    let mut item = key(pk(topic, id));
+                    item.insert("acceptedAt".into(), accepted.clone());
+                    item.insert("expiresAt".into(), expires.clone());
+                    let put = PutRequest::builder()
+                        .set_item(Some(item))
+                        .build()
+                        .map_err(unavailable)?;
+                    Ok(WriteRequest::builder().put_request(put).build())
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            for try_number in 0.. {
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.table, writes)
+                    .send()
+                    .await
+                    .map_err(unavailable)?;
+                match out
+                    .unprocessed_items
+                    .and_then(|mut left| left.remove(&self.table))
+                    .filter(|left| !left.is_empty())
+                {
+                    None => break,
+                    Some(_) if try_number + 1 >= UNPROCESSED_TRIES => {
+                        return Err(StoreError::Unavailable(format!(
+                            "{}: accepted ids left unmarked after {UNPROCESSED_TRIES} tries",
+                            self.table
+                        )));
+                    }
+                    Some(left) => {
+                        tokio::time::sleep(pause(try_number)).await;
+                        writes = left;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
