@@ -569,14 +569,15 @@ async fn e2e_bench(
         // Where the money goes: arrays of 100 behind the HTTP API, one event behind the
         // function URL with and without a window.
         let broken_down = match (per_publish, front_door) {
-            (100, FrontDoor::HttpApi) => delay_ms == 1,
+            (100, FrontDoor::HttpApi) => delay_ms == 1 || deduped,
             (1, FrontDoor::FunctionUrl) => delay_ms == 50,
             _ => false,
         };
-        if batch.is_none() && !archived && !deduped && broken_down {
+        if batch.is_none() && !archived && broken_down {
             let label = format!(
-                "arrays of {per_publish}, {}, window {window}",
-                door_label(front_door)
+                "arrays of {per_publish}, {}, window {window}{}",
+                door_label(front_door),
+                if deduped { ", dedup" } else { "" }
             );
             breakdowns.push((label, run.calls.clone(), run.usage));
         }

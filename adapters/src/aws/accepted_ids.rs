@@ -70,8 +70,9 @@ impl AcceptedIds for DynamoDeliveryStateStore {
     ) -> Result<(), StoreError> {
         let accepted = AttributeValue::N(at.timestamp_millis().to_string());
         let expires = AttributeValue::N((at + MARK_LIFETIME).timestamp().to_string());
+        let mut calls = Vec::new();
         for chunk in ids.chunks(WRITE_BATCH) {
-            let mut writes = chunk
+            let writes = chunk
                 .iter()
                 .map(|id| {
                     let mut item = key(pk(topic, id));
@@ -84,33 +85,41 @@ impl AcceptedIds for DynamoDeliveryStateStore {
                     Ok(WriteRequest::builder().put_request(put).build())
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
-            for try_number in 0.. {
-                let out = self
-                    .client
-                    .batch_write_item()
-                    .request_items(&self.table, writes)
-                    .send()
-                    .await
-                    .map_err(unavailable)?;
-                match out
-                    .unprocessed_items
-                    .and_then(|mut left| left.remove(&self.table))
-                    .filter(|left| !left.is_empty())
-                {
-                    None => break,
-                    Some(_) if try_number + 1 >= UNPROCESSED_TRIES => {
-                        return Err(StoreError::Unavailable(format!(
-                            "{}: accepted ids left unmarked after {UNPROCESSED_TRIES} tries",
-                            self.table
-                        )));
-                    }
-                    Some(left) => {
-                        tokio::time::sleep(pause(try_number)).await;
-                        writes = left;
-                    }
+            calls.push(self.write_all(writes));
+        }
+        // At once: a publish of 100 events waits for one call's time, not four.
+        futures::future::try_join_all(calls).await?;
+        Ok(())
+    }
+}
+
+impl DynamoDeliveryStateStore {
+    /// One `BatchWriteItem` of `writes` (at most 25), and again for what it left unprocessed.
+    async fn write_all(&self, mut writes: Vec<WriteRequest>) -> Result<(), StoreError> {
+        for try_number in 0..UNPROCESSED_TRIES {
+            let out = self
+                .client
+                .batch_write_item()
+                .request_items(&self.table, writes)
+                .send()
+                .await
+                .map_err(unavailable)?;
+            match out
+                .unprocessed_items
+                .and_then(|mut left| left.remove(&self.table))
+                .filter(|left| !left.is_empty())
+            {
+                None => return Ok(()),
+                Some(left) if try_number + 1 < UNPROCESSED_TRIES => {
+                    tokio::time::sleep(pause(try_number)).await;
+                    writes = left;
                 }
+                Some(_) => break,
             }
         }
-        Ok(())
+        Err(StoreError::Unavailable(format!(
+            "{}: accepted ids left unmarked after {UNPROCESSED_TRIES} tries",
+            self.table
+        )))
     }
 }
