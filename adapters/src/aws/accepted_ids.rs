@@ -1,7 +1,7 @@
 //! Topics' accepted event identities (P1) in the delivery state table: one item per identity,
 //! `pk` `dedup#TOPIC#DIGEST`, `acceptedAt` (epoch milliseconds, what the window is compared
 //! with) and `expiresAt` (the table's TTL attribute, [`MARK_LIFETIME`] on, so items go away
-//! by themselves). About 110 bytes each: one read unit to read strongly, one write unit to
+//! by themselves). About 160 bytes each: one read unit to read strongly, one write unit to
 //! write.
 
 use std::collections::HashMap;
@@ -43,11 +43,17 @@ impl AcceptedIds for DynamoDeliveryStateStore {
         ids: &[EventIdentity],
     ) -> Result<HashMap<EventIdentity, DateTime<Utc>>, StoreError> {
         let topic_prefix = format!("{PREFIX}{topic}#");
-        // Keys still unprocessed after the tries count as unmarked: such an event may be
-        // delivered again, as without a window (G1).
-        let items = self
-            .read_items(ids.iter().map(|id| pk(topic, id)).collect())
+        let (items, unread) = self
+            .read_items_counted(ids.iter().map(|id| pk(topic, id)).collect())
             .await?;
+        // An unread mark is not an absent one: the publish is answered 503 and retried,
+        // rather than its events delivered again.
+        if unread > 0 {
+            return Err(StoreError::Unavailable(format!(
+                "{}: {unread} accepted ids left unread (throttled)",
+                self.table
+            )));
+        }
         Ok(items
             .iter()
             .filter_map(|(pk, item)| {
@@ -87,9 +93,16 @@ impl AcceptedIds for DynamoDeliveryStateStore {
                 .collect::<Result<Vec<_>, StoreError>>()?;
             calls.push(self.write_all(writes));
         }
-        // At once: a publish of 100 events waits for one call's time, not four.
-        futures::future::try_join_all(calls).await?;
-        Ok(())
+        // At once: a publish of 100 events waits for one call's time, not four. Each call
+        // runs to its end: one that fails does not cancel the others' marks.
+        let results = futures::future::join_all(calls).await;
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        match results.into_iter().find_map(Result::err) {
+            None => Ok(()),
+            Some(e) => Err(StoreError::Unavailable(format!(
+                "{failed} of the marks' writes failed, the first: {e}"
+            ))),
+        }
     }
 }
 

@@ -557,18 +557,29 @@ impl DynamoDeliveryStateStore {
 
     /// Items by key, read consistently in as few calls as DynamoDB allows (100 keys a call);
     /// missing items are left out. Keys DynamoDB leaves unprocessed are asked again, three
-    /// times at most.
-    pub(super) async fn read_items(
+    /// times at most; any still unread are left out too.
+    async fn read_items(
         &self,
         keys: Vec<String>,
     ) -> Result<HashMap<String, HashMap<String, AttributeValue>>, StoreError> {
+        Ok(self.read_items_counted(keys).await?.0)
+    }
+
+    /// [`Self::read_items`], and how many keys were left unread (DynamoDB left them unprocessed
+    /// three times: throttled), for a caller to which a missing item and an unread one differ.
+    pub(super) async fn read_items_counted(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<(HashMap<String, HashMap<String, AttributeValue>>, usize), StoreError> {
         let mut found = HashMap::new();
+        let mut unread = 0;
         for chunk in keys.chunks(100) {
             let mut ask = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
                 .set_keys(Some(chunk.iter().map(|pk| key(pk.clone())).collect()))
                 .consistent_read(true)
                 .build()
                 .map_err(unavailable)?;
+            let mut left = 0;
             for _ in 0..3 {
                 let out = self
                     .client
@@ -588,12 +599,19 @@ impl DynamoDeliveryStateStore {
                     }
                 }
                 match out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
-                    Some(rest) if !rest.keys.is_empty() => ask = rest,
-                    _ => break,
+                    Some(rest) if !rest.keys.is_empty() => {
+                        left = rest.keys.len();
+                        ask = rest;
+                    }
+                    _ => {
+                        left = 0;
+                        break;
+                    }
                 }
             }
+            unread += left;
         }
-        Ok(found)
+        Ok((found, unread))
     }
 
     /// Makes a slot item ready for a lease: its map made (if another taker has not meanwhile),

@@ -42,9 +42,14 @@ pub struct Ingest {
 
 /// P1: events a topic with a deduplication window answered 200 for and did not enqueue again.
 pub const DUPLICATES_METRIC: &str = "PublishDuplicates";
-/// P1: identities of enqueued events that could not be marked (a retry of their publish within
-/// the window would be delivered again, as without one).
+/// P1: identities of enqueued events whose publish's marks could not all be written within
+/// [`MARK_WRITE_BUDGET`] (a retry of their publish within the window would be delivered
+/// again, as without one).
 pub const UNMARKED_METRIC: &str = "PublishIdsUnmarked";
+
+/// The longest a publish waits for its marks (P1): a hanging store delays the answer by at
+/// most this, and never fails the publish, whose events are enqueued.
+pub const MARK_WRITE_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Says the metrics `ingest` records to the recorder; once, after it is installed.
 pub fn describe_metrics() {
@@ -57,7 +62,7 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         UNMARKED_METRIC,
         metrics::Unit::Count,
-        "accepted event ids that could not be marked for their topic's deduplication window"
+        "accepted event ids of publishes whose deduplication marks could not all be written"
     );
 }
 
@@ -332,10 +337,18 @@ impl Ingest {
         if ids.is_empty() {
             return;
         }
-        if let Err(e) = self.accepted_ids.mark_accepted(&topic.name, ids, now).await {
-            warn!(error = %e, ids = ids.len(), "accepted ids could not be marked");
-            metrics::counter!(UNMARKED_METRIC).increment(ids.len() as u64);
-        }
+        let marked = tokio::time::timeout(
+            MARK_WRITE_BUDGET,
+            self.accepted_ids.mark_accepted(&topic.name, ids, now),
+        )
+        .await;
+        let why = match marked {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("not written within {MARK_WRITE_BUDGET:?}"),
+        };
+        warn!(error = %why, ids = ids.len(), "accepted ids could not be marked");
+        metrics::counter!(UNMARKED_METRIC).increment(ids.len() as u64);
     }
 
     /// The manual validation handshake: a GET of the `validationUrl` sent to the endpoint

@@ -572,3 +572,22 @@ async fn cloud_events_dedupe_by_source_and_id_and_unmapped_custom_events_never_p
     assert_eq!(enqueued_ids(&w).len(), 2);
     assert_eq!(w.accepted_ids.marked(), 0, "nothing to mark");
 }
+
+/// P1, #35: a duplicate is not archived either: a topic's archive holds what it accepted, so
+/// a replay sends each event once.
+#[tokio::test]
+async fn a_duplicate_is_not_archived_p1() {
+    let w = World::new(with_window(with_retention("orders", 7), 300)).await;
+    assert_eq!(w.publish(&event_grid(&["a", "b", "a"])).await.status, 200);
+    assert_eq!(w.publish(&event_grid(&["b", "c"])).await.status, 200);
+    let (archived, skipped) = read_archive_lines(&w.archive.written_lines());
+    assert_eq!(skipped, 0);
+    let ids: Vec<String> = archived
+        .iter()
+        .map(|e| {
+            let value: serde_json::Value = serde_json::from_str(e.event.get()).unwrap();
+            value["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+}
