@@ -263,6 +263,9 @@ pub struct RunnerStats {
     pub deliver: DeliveryReport,
     pub dead_letter: DeadLetterReport,
     pub deliver_invocations: usize,
+    /// The most delivery queue messages one `deliver` invocation was given (a batching
+    /// window's batch holds up to its batch size).
+    pub largest_deliver_batch: usize,
     pub dead_letter_invocations: usize,
     /// Publish requests handled by `ingest`.
     pub ingest_invocations: usize,
@@ -743,11 +746,13 @@ fn invoke_deliver(
             let deliver = instances.take().await;
             let started = std::time::Instant::now();
             let queue_waits = Latencies::queue_waits(&event, Utc::now());
+            let messages = event.records.len();
             let outcome = deliver.handle_until(event, deadline).await;
             if let Ok(mut s) = stats.lock() {
                 s.latencies.record(&queue_waits, &outcome);
                 s.deliver.add(&outcome.report);
                 s.deliver_invocations += 1;
+                s.largest_deliver_batch = s.largest_deliver_batch.max(messages);
                 s.billed.deliver_ms += billed_ms(started);
             }
             outcome.failed_message_ids

@@ -145,19 +145,27 @@ async fn a_batch_of_more_than_ten_messages_is_deleted_whole_after_it_succeeded_g
     let sub = Subscriber::start(vec![], Reply::Status(200)).await;
     sys.subscribe(subscription("wide-batch", "audit", &sub.url))
         .await;
-    let before = invocations_after_the_handshake(&sys).await;
+    invocations_after_the_handshake(&sys).await;
     for i in 0..MESSAGES {
         sys.publish(&topic, &events(&format!("d{i}-"), 1)).await;
     }
-    let received = sub.wait_for_requests(MESSAGES, WAIT).await;
+    // A full batch of 25 is one invocation. A receive that fails while the batch fills (the
+    // emulator under `make test`'s load) invokes with what is held, as Lambda does, and the
+    // rest waits for its own window: CI's run of df40444 saw 30 s pass without 25 requests.
+    // So the wait outlasts the window, and what is asserted is a batch of more than ten
+    // messages, deleted whole, each event delivered once.
+    let received = sub
+        .wait_for_requests(MESSAGES, batching.window() + WAIT)
+        .await;
     assert_eq!(received.len(), MESSAGES);
     let stats = sys
-        .wait_for_stats("the invocation counted", |s| s.deliver_invocations > before)
+        .wait_for_stats("the invocations counted", |s| {
+            s.deliver.delivered >= MESSAGES
+        })
         .await;
-    assert_eq!(
-        stats.deliver_invocations - before,
-        1,
-        "a full batch of {MESSAGES} is one invocation"
+    assert!(
+        stats.largest_deliver_batch > 10,
+        "no invocation was given more than ten messages: {stats:?}"
     );
     let queue = &sys.system.resources.delivery_queue_url;
     gridrelay_e2e::eventually(Duration::from_secs(10), "the batch deleted", || async {
