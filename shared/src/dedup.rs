@@ -68,16 +68,8 @@ impl EventIdentity {
             hash.update((part.len() as u64).to_be_bytes());
             hash.update(part.as_bytes());
         }
-        Self(hex(&hash.finalize()))
+        Self(crate::validation::hex(&hash.finalize()))
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 #[derive(Deserialize)]

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use chrono::{DateTime, Utc};
 
+use super::delivery_state::key;
 use super::{DynamoDeliveryStateStore, unavailable};
 use gridrelay_ports::{AcceptedIds, StoreError};
 use gridrelay_shared::dedup::{EventIdentity, MARK_LIFETIME};
@@ -25,10 +26,6 @@ const PREFIX: &str = "dedup#";
 
 fn pk(topic: &str, id: &EventIdentity) -> String {
     format!("{PREFIX}{topic}#{}", id.as_str())
-}
-
-fn key(pk: String) -> HashMap<String, AttributeValue> {
-    HashMap::from([("pk".to_string(), AttributeValue::S(pk))])
 }
 
 fn pause(try_number: u32) -> Duration {

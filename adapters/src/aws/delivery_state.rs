@@ -49,7 +49,7 @@ impl DynamoDeliveryStateStore {
     }
 }
 
-fn key(pk: String) -> HashMap<String, AttributeValue> {
+pub(super) fn key(pk: String) -> HashMap<String, AttributeValue> {
     HashMap::from([("pk".to_string(), AttributeValue::S(pk))])
 }
 
