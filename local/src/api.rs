@@ -18,13 +18,13 @@ use crate::{FrontDoor, RunnerStats, billed_ms, function_url};
 /// API Gateway's payload limit: larger bodies never reach the function.
 const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 
-use crate::INGEST_TIMEOUT;
-
 /// The function behind the API, how it is reached, and where its invocations are counted.
 #[derive(Clone)]
 struct Publish {
     ingest: Arc<Ingest>,
     front_door: FrontDoor,
+    /// How long `ingest` may take ([`crate::INGEST_TIMEOUT`] unless a test says otherwise).
+    timeout: std::time::Duration,
     stats: Arc<Mutex<RunnerStats>>,
 }
 
@@ -42,7 +42,7 @@ impl Publish {
 /// the stacks' front door does.
 pub(crate) async fn serve(
     listener: TcpListener,
-    (ingest, front_door): (Arc<Ingest>, FrontDoor),
+    (ingest, front_door, timeout): (Arc<Ingest>, FrontDoor, std::time::Duration),
     portal: Arc<gridrelay_portal::Portal>,
     stats: Arc<Mutex<RunnerStats>>,
     mut stopped: watch::Receiver<bool>,
@@ -52,6 +52,7 @@ pub(crate) async fn serve(
         .with_state(Publish {
             ingest,
             front_door,
+            timeout,
             stats,
         })
         .merge(gridrelay_portal::router(portal));
@@ -100,11 +101,11 @@ async fn forward(State(publish): State<Publish>, request: Request) -> Response {
     let request =
         lambda_http::Request::from_parts(parts, lambda_http::Body::Binary(bytes.to_vec()));
     let started = std::time::Instant::now();
-    let handled = tokio::time::timeout(INGEST_TIMEOUT, publish.ingest.handle(request)).await;
+    let handled = tokio::time::timeout(publish.timeout, publish.ingest.handle(request)).await;
     publish.counted(started);
     let Ok(response) = handled else {
         error!(
-            timeout_s = INGEST_TIMEOUT.as_secs(),
+            timeout_s = publish.timeout.as_secs(),
             "ingest timed out: the publish is answered 500, as API Gateway does"
         );
         return (
@@ -150,7 +151,7 @@ async fn through_function_url(
         let started = std::time::Instant::now();
         let ingest = &publish.ingest;
         let invoked = tokio::time::timeout(
-            INGEST_TIMEOUT,
+            publish.timeout,
             function_url::invoke(&event, |request| ingest.handle(request)),
         )
         .await;
@@ -163,7 +164,7 @@ async fn through_function_url(
             }
             Err(_) => {
                 error!(
-                    timeout_s = INGEST_TIMEOUT.as_secs(),
+                    timeout_s = publish.timeout.as_secs(),
                     "ingest timed out: the function URL answers 502"
                 );
                 function_url::function_error()

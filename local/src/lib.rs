@@ -122,6 +122,10 @@ pub struct RunnerConfig {
     /// `deliver` 300 s). Each handler is told its deadline, and one still running at it is
     /// stopped, its messages left to come back after the visibility timeout, as Lambda does.
     pub function_timeout: Duration,
+    /// How long `ingest` may take with a publish (its timeout in the stacks,
+    /// [`INGEST_TIMEOUT`]); one still running then is stopped and the publish answered 500
+    /// (502 behind a function URL), as on AWS.
+    pub ingest_timeout: Duration,
     /// What the deliver worker keeps before its deadline to settle and enqueue.
     pub deadline_margin: Duration,
     /// Requests each deliver instance has in flight, in total and per endpoint.
@@ -244,6 +248,7 @@ impl Default for RunnerConfig {
             concurrency: 4,
             replay_concurrency: DEFAULT_REPLAY_CONCURRENCY,
             function_timeout: Duration::from_secs(DEFAULT_FUNCTION_TIMEOUT_SECS),
+            ingest_timeout: INGEST_TIMEOUT,
             deadline_margin: gridrelay_deliver::DEADLINE_MARGIN,
             delivery_concurrency: ConcurrencySettings::default(),
             config_cache: gridrelay_ports::cache::DEFAULT_CONFIG_CACHE,
@@ -526,7 +531,7 @@ impl LocalSystem {
         });
         tasks.spawn(api::serve(
             listener,
-            (ingest, config.front_door),
+            (ingest, config.front_door, config.ingest_timeout),
             portal,
             Arc::clone(&stats),
             stopped.clone(),
