@@ -2,8 +2,9 @@
 # `make test`: installs what the tests need from the project's own files, then runs every check:
 #   - moto (the AWS emulator) and azure-eventgrid into .venv, started on a port of its own
 #   - Debian's Chromium and ChromeDriver, and axe-core, for the console's browser tests
-#   - format and lint (cargo fmt, cargo clippy -D warnings), and no I/O crate in the rules
-#     crate's or the ports crate's dependencies
+#   - format and lint (cargo fmt, cargo clippy -D warnings), no I/O crate in the rules crate's
+#     or the ports crate's dependencies, and one set of features for the functions' and the
+#     tests' builds (workspace-hack/)
 #   - the deployable functions (cargo lambda build, dev profile; tools into .venv-deploy)
 #   - the deployment definitions (cfn-lint, sam validate --lint, CDK tests, cdk synth)
 #   - unit, property and end-to-end tests (cargo test), including the bootstrap binaries
@@ -32,6 +33,7 @@ fi
 
 section "format and lint"
 infra/local/check-rule-ids.sh
+python3 infra/local/check-feature-union.py
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The rules crate (shared) and the ports crate stay free of I/O: no async runtime, AWS SDK or

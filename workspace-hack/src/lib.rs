@@ -1,0 +1,1 @@
+//! No code: this crate exists for its dependencies' features (see its `Cargo.toml`).
