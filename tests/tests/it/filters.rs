@@ -108,15 +108,14 @@ async fn filters_select_each_subscriptions_events() {
         set(&["1", "4"]),
         "advanced filters on data, all must match"
     );
-    // An invocation's counts are added when it returns, which may be after its requests.
-    let stats = sys
-        .wait_for_stats("9 deliveries counted", |s| s.deliver.delivered >= 9)
-        .await;
-    assert_eq!(
-        stats.deliver.delivered,
-        4 + 2 + 1 + 2,
-        "nothing else was enqueued"
-    );
+    // Nothing else was enqueued: a filtered-out event enqueued for a subscription would reach
+    // it, and the sets above are exact. Not the runner's count of deliveries, which counted 18
+    // for these 9 once, in a run of the whole suite six tests at a time: each delivered twice,
+    // as at-least-once delivery (G1) allows when messages come back before their delete.
+    sys.wait_for_stats("9 deliveries counted", |s| {
+        s.deliver.delivered >= 4 + 2 + 1 + 2
+    })
+    .await;
     sys.shutdown().await;
 }
 
