@@ -357,6 +357,29 @@ impl EventSender for HttpEventSender {
         }
     }
 
+    /// A1: token requests go through the same connections as deliveries, under the same
+    /// outbound rules (allowed networks, `https://` outside them) and attempt timeout; the
+    /// answer is read as a handshake's, up to [`MAX_ANSWER_BODY`].
+    async fn request_token(
+        &self,
+        url: &str,
+        authorization: &str,
+        body: &str,
+    ) -> Result<(u16, Vec<u8>), String> {
+        let reply = self
+            .handshake(HandshakeRequest {
+                endpoint: url.to_string(),
+                method: HandshakeMethod::Post,
+                headers: vec![
+                    ("authorization".to_string(), authorization.to_string()),
+                    ("accept".to_string(), "application/json".to_string()),
+                ],
+                body: Some(("application/x-www-form-urlencoded", body.to_string())),
+            })
+            .await?;
+        Ok((reply.status, reply.body))
+    }
+
     async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String> {
         let method = match request.method {
             HandshakeMethod::Post => http::Method::POST,

@@ -23,6 +23,7 @@ use gridrelay_shared::delivery_attributes::DeliveryAttributeRequest;
 use gridrelay_shared::destination::AllowedDestinations;
 use gridrelay_shared::filter::{AdvancedFilter, EventFilter};
 use gridrelay_shared::limits::{LimitError, validate_subscription_name, validate_topic_name};
+use gridrelay_shared::oauth::OAuthRequest;
 use gridrelay_shared::outbound::{AllowedNetworks, OutboundPolicy, redact_endpoint};
 use gridrelay_shared::schema::InputSchema;
 use gridrelay_shared::signing::SigningSecret;
@@ -263,9 +264,81 @@ pub(super) struct SubscriptionSettings {
     /// future (at update, "" removes it).
     #[arg(long)]
     expiration_date: Option<String>,
+    /// How deliveries prove themselves to a webhook besides its headers: oauth2, a bearer
+    /// token from --token-url for the client credentials grant, fetched when needed and kept
+    /// until shortly before it expires (at update: replaces the credentials whole, the secret
+    /// given again; none removes them).
+    #[arg(long)]
+    delivery_auth: Option<String>,
+    /// The OAuth 2.0 token endpoint (with --delivery-auth oauth2): https://, or http:// in
+    /// the allowed networks, as for endpoints.
+    #[arg(long)]
+    token_url: Option<String>,
+    /// The OAuth 2.0 client id (with --delivery-auth oauth2).
+    #[arg(long)]
+    client_id: Option<String>,
+    /// A file holding the OAuth 2.0 client secret, or - for standard input (with
+    /// --delivery-auth oauth2; never on the command line, where shell history and ps keep
+    /// it). Kept in Secrets Manager and never shown.
+    #[arg(long)]
+    client_secret_file: Option<String>,
+    /// The scope to ask tokens for: space-separated (with --delivery-auth oauth2).
+    #[arg(long)]
+    scope: Option<String>,
+    /// The audience to ask tokens for, as some token endpoints want it (with
+    /// --delivery-auth oauth2).
+    #[arg(long)]
+    audience: Option<String>,
 }
 
 impl SubscriptionSettings {
+    /// A1: the OAuth 2.0 settings given: `Some(None)` for `--delivery-auth none`. The secret
+    /// is read here, from its file or standard input.
+    fn oauth(&self) -> Result<Option<Option<OAuthRequest>>, LimitError> {
+        let given = [
+            ("--token-url", self.token_url.is_some()),
+            ("--client-id", self.client_id.is_some()),
+            ("--client-secret-file", self.client_secret_file.is_some()),
+            ("--scope", self.scope.is_some()),
+            ("--audience", self.audience.is_some()),
+        ];
+        let first_given = given.iter().find(|(_, is)| *is).map(|(flag, _)| *flag);
+        match self.delivery_auth.as_deref() {
+            None | Some("none") => {
+                if let Some(flag) = first_given {
+                    return Err(LimitError::new(
+                        flag,
+                        "(given)",
+                        "only with --delivery-auth oauth2",
+                    ));
+                }
+                Ok(self.delivery_auth.as_ref().map(|_| None))
+            }
+            Some("oauth2") => {
+                let required = |flag: &str, value: &Option<String>| {
+                    value.clone().ok_or_else(|| {
+                        LimitError::new(flag, "(missing)", "required with --delivery-auth oauth2")
+                    })
+                };
+                let token_url = required("--token-url", &self.token_url)?;
+                let client_id = required("--client-id", &self.client_id)?;
+                let path = required("--client-secret-file", &self.client_secret_file)?;
+                Ok(Some(Some(OAuthRequest {
+                    token_url,
+                    client_id,
+                    client_secret: read_secret(&path)?,
+                    scope: self.scope.clone(),
+                    audience: self.audience.clone(),
+                })))
+            }
+            Some(other) => Err(LimitError::new(
+                "--delivery-auth",
+                format!("{other:?}"),
+                "oauth2, or none (at update: removes it)",
+            )),
+        }
+    }
+
     fn delivery_attributes(&self) -> Result<Vec<DeliveryAttributeRequest>, LimitError> {
         self.delivery_attribute_groups
             .iter()
@@ -333,6 +406,7 @@ impl SubscriptionSettings {
             labels: self.labels(),
             expiration_time_utc: self.expiration()?.flatten(),
             journal_answer_bytes: self.journal_answer_bytes,
+            oauth: self.oauth()?.flatten(),
         })
     }
 
@@ -364,6 +438,7 @@ impl SubscriptionSettings {
                 .transpose()?,
             labels: self.labels.clone(),
             expiration_time_utc: self.expiration()?,
+            oauth: self.oauth()?,
         })
     }
 
@@ -929,4 +1004,22 @@ fn local_stack() -> bool {
             Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
             None => false,
         })
+}
+
+/// A1: a secret from the file at `path`, or from standard input for `-`, checked (its line
+/// end dropped). The error names the flag and the path, never what was read.
+fn read_secret(path: &str) -> Result<String, LimitError> {
+    let unreadable = |e: std::io::Error| {
+        LimitError::new(
+            "--client-secret-file",
+            format!("{path:?} ({e})"),
+            "a readable file holding the secret, or - for standard input",
+        )
+    };
+    let text = if path == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(unreadable)?
+    } else {
+        std::fs::read_to_string(path).map_err(unreadable)?
+    };
+    gridrelay_shared::oauth::validate_client_secret(&text)
 }

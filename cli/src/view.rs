@@ -98,6 +98,14 @@ pub fn subscription_view(sub: &Subscription) -> Value {
         // Secret ids (where the secrets are kept), never the secrets.
         v["signing"] = json!(signing);
     }
+    if let Some(auth) = &sub.delivery_auth {
+        // A1: the client secret's id, never the secret; the token URL without its query.
+        let mut shown = json!(auth);
+        if let Some(url) = shown.get_mut("tokenUrl") {
+            *url = json!(redact_endpoint(&auth.client_credentials().token_url));
+        }
+        v["deliveryAuth"] = shown;
+    }
     if let Some(change) = &sub.endpoint_change {
         v["endpointChange"] = json!({
             "endpointUrl": redact_endpoint(&change.endpoint),

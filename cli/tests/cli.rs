@@ -827,6 +827,146 @@ async fn signing_secrets_are_generated_and_rotated_from_the_command_line() {
     );
 }
 
+/// A1 from the command line: `--delivery-auth oauth2` takes the secret from a file or
+/// standard input (never the command line), stores it in Secrets Manager and never prints it;
+/// the flags without `--delivery-auth oauth2`, or it without them, are refused naming the flag;
+/// `update --delivery-auth none` removes the credentials, and an update without the flag
+/// keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth_credentials_are_set_from_a_file_or_stdin_kept_secret_and_removed_a1() {
+    use std::io::Write as _;
+    let names = provisioned_with_orders_topic().await;
+    let resources = Some(&names);
+    let secret = "cli-s3cret value";
+    let file = std::env::temp_dir().join(format!("gridrelay-client-secret-{}", std::process::id()));
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
+    let path = file.to_string_lossy().to_string();
+    let oauth = [
+        "--delivery-auth",
+        "oauth2",
+        "--token-url",
+        "http://127.0.0.1:9/token?tenant=t1",
+        "--client-id",
+        "gridrelay-cli",
+        "--scope",
+        "events:write",
+    ];
+
+    let alone = gridrelay(
+        &[
+            &create_args("lonely", "http://127.0.0.1:9/hook")[..],
+            &["--client-id", "x"],
+        ]
+        .concat(),
+        resources,
+    );
+    assert_eq!(alone.status.code(), Some(2), "{}", stderr(&alone));
+    assert!(
+        stderr(&alone).contains("--client-id") && stderr(&alone).contains("--delivery-auth oauth2"),
+        "{}",
+        stderr(&alone)
+    );
+    let without_secret = gridrelay(
+        &[
+            &create_args("lonely", "http://127.0.0.1:9/hook")[..],
+            &oauth[..],
+        ]
+        .concat(),
+        resources,
+    );
+    assert_eq!(without_secret.status.code(), Some(2));
+    assert!(
+        stderr(&without_secret).contains("--client-secret-file"),
+        "{}",
+        stderr(&without_secret)
+    );
+
+    let created = gridrelay(
+        &[
+            &create_args("secured", "http://127.0.0.1:9/hook")[..],
+            &oauth[..],
+            &["--client-secret-file", &path],
+        ]
+        .concat(),
+        resources,
+    );
+    let printed = String::from_utf8_lossy(&created.stdout).to_string();
+    assert!(created.status.success(), "{}", stderr(&created));
+    assert!(!printed.contains(secret), "{printed}");
+    let auth = &json(&created)["deliveryAuth"];
+    assert_eq!(auth["type"], "oauth2", "{printed}");
+    assert_eq!(auth["clientId"], "gridrelay-cli");
+    assert_eq!(auth["scope"], "events:write");
+    assert!(
+        !auth["tokenUrl"].as_str().unwrap_or_default().contains("t1"),
+        "{auth}"
+    );
+    let secret_id = auth["clientSecretId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!secret_id.is_empty(), "{auth}");
+    let sdk = gridrelay_e2e::sdk_config().await;
+    let stored = aws_sdk_secretsmanager::Client::new(&sdk)
+        .get_secret_value()
+        .secret_id(&secret_id)
+        .send()
+        .await
+        .expect("the client secret is in Secrets Manager");
+    assert_eq!(
+        stored.secret_string(),
+        Some(secret),
+        "stored without its line end"
+    );
+
+    // From standard input, at update: the credentials replaced whole, the old secret deleted.
+    let update_args = [
+        "event-subscription",
+        "update",
+        "--topic-name",
+        "orders",
+        "--name",
+        "secured",
+    ];
+    let mut update = std::process::Command::new(env!("CARGO_BIN_EXE_gridrelay"))
+        .args(update_args)
+        .args(oauth)
+        .args(["--client-secret-file", "-"])
+        .envs(names.cli_env())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    update
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"another-secret")
+        .unwrap();
+    let updated = update.wait_with_output().unwrap();
+    assert!(updated.status.success(), "{}", stderr(&updated));
+    let new_id = json(&updated)["deliveryAuth"]["clientSecretId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(!new_id.is_empty() && new_id != secret_id, "{new_id}");
+
+    let update = |extra: &[&str]| gridrelay(&[&update_args[..], extra].concat(), resources);
+    let kept = json(&update(&["--labels", "team:billing"]));
+    assert_eq!(
+        kept["deliveryAuth"]["clientSecretId"],
+        new_id.as_str(),
+        "{kept}"
+    );
+    let removed = json(&update(&["--delivery-auth", "none"]));
+    assert!(removed.get("deliveryAuth").is_none(), "{removed}");
+    let bad = update(&["--delivery-auth", "basic"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("oauth2, or none"), "{}", stderr(&bad));
+    let _ = std::fs::remove_file(&file);
+}
+
 /// `event-subscription create` of `name` on the topic `orders`, sending to `endpoint`.
 fn create_args<'a>(name: &'a str, endpoint: &'a str) -> Vec<&'a str> {
     vec![

@@ -649,17 +649,7 @@ mod tests {
             use std::sync::atomic::Ordering::SeqCst;
             let now = self.in_flight.fetch_add(1, SeqCst) + 1;
             self.most.fetch_max(now, SeqCst);
-            let mut yielded = false;
-            futures::future::poll_fn(|cx| {
-                if yielded {
-                    std::task::Poll::Ready(())
-                } else {
-                    yielded = true;
-                    cx.waker().wake_by_ref();
-                    std::task::Poll::Pending
-                }
-            })
-            .await;
+            crate::memory::yield_once().await;
             self.in_flight.fetch_sub(1, SeqCst);
             self.inner.send_all(messages).await
         }

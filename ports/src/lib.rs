@@ -17,6 +17,7 @@ pub mod fan_out;
 #[cfg(feature = "log-capture")]
 pub mod log_capture;
 pub mod memory;
+pub mod oauth;
 pub mod redrive;
 pub mod registration;
 pub mod secret_headers;
@@ -490,6 +491,18 @@ pub trait EventSender: Send + Sync {
     async fn send(&self, request: DeliveryRequest) -> SentAttempt;
     /// Sends a handshake request; `Err` says why no answer came.
     async fn handshake(&self, request: HandshakeRequest) -> Result<HandshakeReply, String>;
+    /// A1: POSTs an OAuth token request (`body` form-encoded, with `authorization`) to `url`
+    /// under the same outbound rules and timeout as deliveries: the answer's status and body,
+    /// or why none came. A sender that reaches no token endpoints says so.
+    async fn request_token(
+        &self,
+        url: &str,
+        authorization: &str,
+        body: &str,
+    ) -> Result<(u16, Vec<u8>), String> {
+        let _ = (url, authorization, body);
+        Err("this sender makes no token requests".to_string())
+    }
 }
 
 /// One event (or, for a Lambda function, one batch) for an AWS resource destination.

@@ -794,6 +794,22 @@ impl SecretStore for MemorySecretStore {
     }
 }
 
+/// Yields to the executor once, woken at once: what a port's call that waits on I/O does, so
+/// that calls made at the same time overlap (tests of what happens meanwhile).
+pub async fn yield_once() {
+    let mut yielded = false;
+    futures::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}
+
 /// Topics' accepted event identities in a map (P1).
 #[derive(Debug, Default)]
 pub struct MemoryAcceptedIds {

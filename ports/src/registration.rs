@@ -11,7 +11,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::endpoints::EndpointGate;
-use crate::secret_headers::{secret_ids, store_secrets, store_signing_secret};
+use crate::secret_headers::{secret_ids, store_client_secret, store_secrets, store_signing_secret};
 use crate::{
     DestinationError, MessageQueue, ObjectStore, OutgoingMessage, ResourceSender, SecretError,
     SecretStore, StoreError, SubscriptionStore,
@@ -20,6 +20,7 @@ use crate::{Update, update_subscription};
 use gridrelay_shared::destination::{AllowedDestinations, ResourceDestination};
 use gridrelay_shared::limits::{LimitError, MAX_SUBSCRIPTIONS_PER_TOPIC};
 use gridrelay_shared::message::{DeliveryQueueMessage, ValidationTask, queue_delay};
+use gridrelay_shared::oauth::{DeliveryAuth, OAuthRequest, validate_client_secret};
 use gridrelay_shared::signing::{Signing, SigningSecret};
 use gridrelay_shared::subscription::{
     DeadLetterDestination, Subscription, SubscriptionRequest, SubscriptionUpdate, Updated,
@@ -130,6 +131,7 @@ impl Registry<'_> {
             .ok_or_else(|| RegistrationError::NoSuchTopic(request.topic.clone()))?;
         let mut sub = request.validate(topic.input_schema, now)?;
         self.admit(&sub).await?;
+        self.admit_token_url(&sub).await?;
         let existing = self.store.list_subscriptions(&sub.topic).await?;
         if existing.iter().any(|s| s.name == sub.name) {
             return Err(StoreError::AlreadyExists(format!(
@@ -167,6 +169,12 @@ impl Registry<'_> {
                 }
             }
         }
+        if let Some(oauth) = &request.oauth
+            && let Err(e) = self.store_client_secret(&mut sub, oauth, now).await
+        {
+            self.delete_secrets(secret_ids(&sub)).await;
+            return Err(e.into());
+        }
         if let Err(e) = self.store.create_subscription(&sub).await {
             // Nothing names them: the record was not written.
             self.delete_secrets(secret_ids(&sub)).await;
@@ -183,6 +191,37 @@ impl Registry<'_> {
         }
         self.schedule_expiry(&sub, now).await?;
         Ok(sub)
+    }
+
+    /// A1: the token endpoint must be one deliveries may reach, by the same outbound rules as
+    /// endpoints.
+    async fn admit_token_url(&self, sub: &Subscription) -> Result<(), LimitError> {
+        let Some(auth) = &sub.delivery_auth else {
+            return Ok(());
+        };
+        self.endpoints
+            .admit(&auth.client_credentials().token_url)
+            .await
+            .map_err(|e| LimitError {
+                field: "--token-url".to_string(),
+                ..e
+            })
+    }
+
+    /// A1: stores the client secret of `oauth` and names it on `sub`'s credentials.
+    async fn store_client_secret(
+        &self,
+        sub: &mut Subscription,
+        oauth: &OAuthRequest,
+        now: DateTime<Utc>,
+    ) -> Result<String, SecretError> {
+        let secret = validate_client_secret(&oauth.client_secret)
+            .map_err(|e| SecretError::Invalid(e.to_string()))?;
+        let id = store_client_secret(sub, &secret, self.secrets, self.secret_prefix, now).await?;
+        if let Some(DeliveryAuth::OAuth2(credentials)) = &mut sub.delivery_auth {
+            credentials.client_secret_id = id.clone();
+        }
+        Ok(id)
     }
 
     /// Whether events may go to the subscription's endpoint: a webhook by the outbound rules
@@ -254,6 +293,9 @@ impl Registry<'_> {
         if let Some((endpoint, _)) = handshake.and_then(|h| next.handshake(h)) {
             self.endpoints.admit(endpoint).await?;
         }
+        if matches!(update.oauth, Some(Some(_))) {
+            self.admit_token_url(&next).await?;
+        }
         if next.endpoint != current.endpoint
             && let Some(destination) = next.resource()
         {
@@ -266,12 +308,21 @@ impl Registry<'_> {
         }
         // New secrets go under names of this write's own: until the record is written, the
         // subscription goes on with the ones it names.
-        let stored = match &update.delivery_attributes {
+        let mut stored = match &update.delivery_attributes {
             Some(requests) => {
                 store_secrets(&mut next, requests, self.secrets, self.secret_prefix).await?
             }
             None => Vec::new(),
         };
+        if let Some(Some(oauth)) = &update.oauth {
+            match self.store_client_secret(&mut next, oauth, now).await {
+                Ok(id) => stored.push(id),
+                Err(e) => {
+                    self.delete_secrets(stored.iter().map(String::as_str)).await;
+                    return Err(e.into());
+                }
+            }
+        }
         // Over the record as read: an update racing another is refused, not merged.
         if let Err(e) = self.store.replace_subscription(&mut next).await {
             self.delete_secrets(stored.iter().map(String::as_str)).await;

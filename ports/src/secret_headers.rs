@@ -6,6 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use gridrelay_shared::delivery_attributes::{DeliveryAttributeRequest, secret_name};
+use gridrelay_shared::oauth::{DeliveryAuth, oauth_secret_name};
 use gridrelay_shared::signing::{Signing, SigningSecret, signing_secret_name};
 use gridrelay_shared::subscription::Subscription;
 
@@ -96,6 +97,19 @@ pub async fn store_signing_secret(
     secrets.put(&name, &secret.to_text()).await
 }
 
+/// A1: stores a subscription's OAuth 2.0 client secret under a name of this write's own
+/// ([`oauth_secret_name`]); its id.
+pub async fn store_client_secret(
+    subscription: &Subscription,
+    secret: &str,
+    secrets: &dyn SecretStore,
+    prefix: &str,
+    now: DateTime<Utc>,
+) -> Result<String, SecretError> {
+    let name = oauth_secret_name(prefix, &subscription.topic, &subscription.name, now);
+    secrets.put(&name, secret).await
+}
+
 /// The secrets that sign a delivery at `now` (none for a subscription that does not sign).
 pub async fn resolve_signing(
     subscription: &Subscription,
@@ -138,5 +152,10 @@ pub fn secret_ids(subscription: &Subscription) -> Vec<&str> {
     let signing = subscription.signing.iter().flat_map(|s: &Signing| {
         std::iter::once(s.secret_id.as_str()).chain(s.previous.iter().map(|p| p.secret_id.as_str()))
     });
-    headers.chain(signing).collect()
+    let oauth = subscription
+        .delivery_auth
+        .iter()
+        .map(DeliveryAuth::secret_id)
+        .filter(|id| !id.is_empty());
+    headers.chain(signing).chain(oauth).collect()
 }

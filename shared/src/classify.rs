@@ -37,6 +37,11 @@ pub enum AttemptResult {
     /// follows the retry policy and ends in the dead-letter location or a counted drop; it
     /// says nothing about the endpoint's health.
     NotSent(String),
+    /// A1: the request was not made: the subscription's OAuth token endpoint gave no token
+    /// (it refused, failed, or could not be reached; the text says which, never the
+    /// credentials). A failed attempt like any other, retried on the schedule, that says
+    /// nothing about the endpoint's health.
+    TokenUnavailable(String),
     /// An AWS resource destination's service refused the entry or the call (S4): the status
     /// its error means and the outcome it is recorded as.
     Service(crate::destination::ServiceFailure),
@@ -84,6 +89,9 @@ pub enum DeliveryOutcome {
     Probation,
     /// The event's time to live ended before any attempt of it was made.
     Delivering,
+    /// gridrelay's own (A1): the subscription's OAuth token endpoint gave no token, so
+    /// nothing was sent.
+    TokenUnavailable,
     /// gridrelay's own: any other failure.
     #[serde(alias = "Redirected")]
     GenericError,
@@ -97,6 +105,7 @@ impl DeliveryOutcome {
             AttemptResult::Unresolved(_) => Self::ResolutionError,
             AttemptResult::Refused(_) => Self::Forbidden,
             AttemptResult::NotSent(_) => Self::GenericError,
+            AttemptResult::TokenUnavailable(_) => Self::TokenUnavailable,
             AttemptResult::Service(failure) => failure.outcome,
             AttemptResult::Status(code) => Self::of_status(*code),
         }
@@ -133,6 +142,7 @@ impl DeliveryOutcome {
             Self::Disabled => "Disabled",
             Self::Probation => "Probation",
             Self::Delivering => "Delivering",
+            Self::TokenUnavailable => "TokenUnavailable",
             Self::GenericError => "GenericError",
         }
     }
@@ -343,7 +353,8 @@ pub fn classify_status(
         | AttemptResult::ConnectionFailed(_)
         | AttemptResult::Unresolved(_)
         | AttemptResult::Refused(_)
-        | AttemptResult::NotSent(_) => {
+        | AttemptResult::NotSent(_)
+        | AttemptResult::TokenUnavailable(_) => {
             return Verdict::Retry {
                 min_wait: table.other_failures,
             };

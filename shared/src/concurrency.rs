@@ -145,6 +145,7 @@ impl LoadSignal {
             AttemptResult::Service(f) if f.status == 503 => Self::Overloaded,
             AttemptResult::Service(_) => Self::Coped,
             AttemptResult::NotSent(_)
+            | AttemptResult::TokenUnavailable(_)
             | AttemptResult::Refused(_)
             | AttemptResult::Unresolved(_) => Self::Silent,
         }

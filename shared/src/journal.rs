@@ -256,7 +256,8 @@ pub fn attempt_entry(facts: AttemptFacts<'_>, ids: Vec<String>, next: Next) -> J
         AttemptResult::ConnectionFailed(why)
         | AttemptResult::Unresolved(why)
         | AttemptResult::Refused(why)
-        | AttemptResult::NotSent(why) => (None, Some(why.clone())),
+        | AttemptResult::NotSent(why)
+        | AttemptResult::TokenUnavailable(why) => (None, Some(why.clone())),
         AttemptResult::Service(failure) => (Some(failure.status), Some(failure.code.clone())),
     };
     JournalEntry {

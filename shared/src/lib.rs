@@ -35,6 +35,7 @@ pub mod health;
 pub mod journal;
 pub mod limits;
 pub mod message;
+pub mod oauth;
 pub mod outbound;
 pub mod portal;
 pub mod publish;

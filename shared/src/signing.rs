@@ -204,8 +204,20 @@ pub fn signing_secret_name(
     subscription: &str,
     now: DateTime<Utc>,
 ) -> String {
+    secret_name_at(prefix, topic, subscription, "signing", now)
+}
+
+/// The secret store name of a subscription's secret of `kind` written at `now`: unique to the
+/// write, so that a new secret never replaces one a record still names.
+pub fn secret_name_at(
+    prefix: &str,
+    topic: &str,
+    subscription: &str,
+    kind: &str,
+    now: DateTime<Utc>,
+) -> String {
     format!(
-        "{}/{topic}/{subscription}/signing/{}",
+        "{}/{topic}/{subscription}/{kind}/{}",
         prefix.trim_end_matches('/'),
         now.timestamp_millis()
     )

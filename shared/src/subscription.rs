@@ -354,6 +354,10 @@ pub struct Subscription {
     /// `--journal-answer-bytes`); unset: [`crate::journal::DEFAULT_ANSWER_BYTES`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal_answer_bytes: Option<u16>,
+    /// A1: a bearer token from an OAuth 2.0 token endpoint with every delivery (webhooks
+    /// only; the client secret is in the secret store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_auth: Option<crate::oauth::DeliveryAuth>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -475,6 +479,8 @@ pub struct SubscriptionRequest {
     pub expiration_time_utc: Option<DateTime<Utc>>,
     /// Bytes of each answer's body the journal keeps (#35).
     pub journal_answer_bytes: Option<i64>,
+    /// A1: OAuth 2.0 client credentials (webhooks only); registration stores the secret.
+    pub oauth: Option<crate::oauth::OAuthRequest>,
 }
 
 impl SubscriptionRequest {
@@ -567,6 +573,12 @@ impl SubscriptionRequest {
             labels: self.labels.clone(),
             expiration_time_utc: self.expiration_time_utc,
             journal_answer_bytes: crate::journal::validate_answer_bytes(self.journal_answer_bytes)?,
+            // Its secret's id is set by registration once the secret is stored.
+            delivery_auth: self
+                .oauth
+                .as_ref()
+                .map(|o| o.validate().map(crate::oauth::DeliveryAuth::OAuth2))
+                .transpose()?,
             created_at: now,
         })
     }
@@ -618,6 +630,13 @@ fn check_resource_settings(
             "signingSecret",
             "(given)".to_string(),
             "signatures are for webhooks; IAM decides who may write to the resource",
+        ));
+    }
+    if request.oauth.is_some() {
+        return Err(not_here(
+            "--delivery-auth",
+            "\"oauth2\"".to_string(),
+            "OAuth tokens are for webhooks; IAM decides who may write to the resource",
         ));
     }
     Ok(())
@@ -701,6 +720,9 @@ pub struct SubscriptionUpdate {
     /// `Some(None)` removes the expiration.
     pub expiration_time_utc: Option<Option<DateTime<Utc>>>,
     pub journal_answer_bytes: Option<i64>,
+    /// A1: `Some(Some(_))` replaces the OAuth 2.0 client credentials whole (the secret given
+    /// again), `Some(None)` removes them; `None` keeps them.
+    pub oauth: Option<Option<crate::oauth::OAuthRequest>>,
 }
 
 /// A subscription as `update` leaves it, and the handshake it needs.
@@ -800,6 +822,8 @@ impl SubscriptionUpdate {
             journal_answer_bytes: self
                 .journal_answer_bytes
                 .or(current.journal_answer_bytes.map(i64::from)),
+            // Given, checked as at create; kept, see `apply` (the secret is not readable here).
+            oauth: self.oauth.clone().flatten(),
         }
     }
 
@@ -846,6 +870,9 @@ impl SubscriptionUpdate {
         next.endpoint_change = current.endpoint_change.clone();
         if self.delivery_attributes.is_none() {
             next.delivery_attribute_mappings = current.delivery_attribute_mappings.clone();
+        }
+        if self.oauth.is_none() {
+            next.delivery_auth = current.delivery_auth.clone();
         }
         let mut handshake = None;
         if next.endpoint_type.is_resource() {

@@ -6,6 +6,7 @@
 //! answer from a script and record what they received.
 
 pub mod fault_proxy;
+pub mod oauth_server;
 pub mod runtime_api;
 
 use std::collections::{HashMap, VecDeque};

@@ -13,15 +13,17 @@ use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::concurrency::LoadSignal;
 use gridrelay_shared::delivery_attributes::dynamic_headers;
 use gridrelay_shared::destination::{CallLimits, ServiceFailure};
+use gridrelay_shared::oauth::{AccessToken, DeliveryAuth, TokenFailure};
 use gridrelay_shared::replay::REPLAY_HEADER;
 use gridrelay_shared::schema::{batch_data_version, delivery_body};
 use gridrelay_shared::signing::{signature_header, webhook_id};
+use gridrelay_shared::subscription::Subscription;
 
 use crate::endpoint_health::{EndpointGates, Held, HoldReason};
 use crate::endpoint_limits::{LimitedEndpoint, SendPermit};
 use crate::resources::resource_entry_bytes;
 use crate::subscription_caps::{self, CapTurn, Turn};
-use tracing::{Instrument, Span};
+use tracing::{Instrument, Span, info};
 
 use crate::{Attempted, Deliver, Group, Pending, Resolved, attempt_span, is_delivered};
 
@@ -268,9 +270,19 @@ impl Deliver {
         let (sent, rtt) = match group.headers.as_ref() {
             Ok(resolved) => {
                 let request = delivery_request(group, resolved, events, time);
-                let sent_at = tokio::time::Instant::now();
-                let sent = self.sender.send(request).await;
-                (sent, Some(sent_at.elapsed()))
+                match &group.subscription.delivery_auth {
+                    None => {
+                        let sent_at = tokio::time::Instant::now();
+                        let sent = self.sender.send(request).await;
+                        (sent, Some(sent_at.elapsed()))
+                    }
+                    Some(auth) => {
+                        let sent = self
+                            .send_authorized(&group.subscription, auth, request, deadline)
+                            .await;
+                        (sent, None)
+                    }
+                }
             }
             Err(why) => (SentAttempt::not_sent(why.clone()), None),
         };
@@ -279,6 +291,48 @@ impl Deliver {
             per_event: None,
             called: true,
             rtt,
+        }
+    }
+
+    /// A1: the request with a bearer token from the subscription's token endpoint (the one
+    /// this worker keeps while fresh). An endpoint that answers 401 gets the request once
+    /// more with a token fetched again, if the invocation has time for another attempt; no
+    /// token is a failed attempt that says why ([`AttemptResult::TokenUnavailable`]), and
+    /// nothing is sent. (No round-trip time: a token fetch would count in it.)
+    async fn send_authorized(
+        &self,
+        sub: &Subscription,
+        auth: &DeliveryAuth,
+        request: DeliveryRequest,
+        deadline: DateTime<Utc>,
+    ) -> SentAttempt {
+        let credentials = auth.client_credentials();
+        let token = |rejected: Option<AccessToken>| async move {
+            self.tokens
+                .token(
+                    &sub.id,
+                    credentials,
+                    rejected.as_ref(),
+                    self.ports.secrets.as_ref(),
+                    self.sender.as_ref(),
+                    self.ports.clock.as_ref(),
+                )
+                .await
+        };
+        let first = match token(None).await {
+            Ok(token) => token,
+            Err(failure) => return SentAttempt::of(no_token(failure)),
+        };
+        let sent = self.sender.send(authorized(request.clone(), &first)).await;
+        if sent.result != AttemptResult::Status(401) || !self.can_attempt(deadline) {
+            return sent;
+        }
+        info!(
+            "the endpoint answered 401: its OAuth token is fetched again and the request sent once more"
+        );
+        match token(Some(first)).await {
+            Ok(second) => self.sender.send(authorized(request, &second)).await,
+            Err(failure) => SentAttempt::of(no_token(failure)),
         }
     }
 
@@ -330,6 +384,27 @@ impl Attempted {
             per_event: None,
             called: false,
         }
+    }
+}
+
+/// A1: `request` with `token` as its `Authorization` (in place of any other).
+fn authorized(mut request: DeliveryRequest, token: &AccessToken) -> DeliveryRequest {
+    request
+        .headers
+        .retain(|(name, _)| !name.eq_ignore_ascii_case("authorization"));
+    request
+        .headers
+        .push(("authorization".to_string(), token.authorization()));
+    request
+}
+
+/// A1: what a token that did not come makes of the attempt: a client secret that could not
+/// be read is the subscription's (not sent, as for a secret header); anything else is the
+/// token endpoint's.
+fn no_token(failure: TokenFailure) -> AttemptResult {
+    match failure {
+        TokenFailure::SecretUnavailable(_) => AttemptResult::NotSent(failure.to_string()),
+        other => AttemptResult::TokenUnavailable(other.to_string()),
     }
 }
 

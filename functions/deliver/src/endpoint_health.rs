@@ -441,7 +441,11 @@ impl Deliver {
                     .any(|r| DeliveryOutcome::of(r) == DeliveryOutcome::Succeeded)
             });
             // Not the endpoint's doing: nothing was sent to it.
-            if !a.called || (!took_some && matches!(a.result, AttemptResult::NotSent(_))) {
+            let unsent = matches!(
+                a.result,
+                AttemptResult::NotSent(_) | AttemptResult::TokenUnavailable(_)
+            );
+            if !a.called || (!took_some && unsent) {
                 continue;
             }
             let endpoint = groups[a.group].subscription.endpoint.as_str();

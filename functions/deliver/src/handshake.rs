@@ -133,17 +133,26 @@ impl Deliver {
             url.as_deref(),
             now,
         );
+        let mut headers = vec![
+            ("aeg-event-type".into(), "SubscriptionValidation".into()),
+            ("aeg-subscription-name".into(), sub.name.clone()),
+            ("aeg-delivery-count".into(), "0".into()),
+            ("aeg-metadata-version".into(), "1".into()),
+        ];
+        match self.bearer_token(&sub).await {
+            Ok(token) => headers.extend(token),
+            Err(why) => {
+                self.settle_state(sub, which, ProvisioningState::Failed, &why)
+                    .await?;
+                return Ok(None);
+            }
+        }
         let reply = self
             .sender
             .handshake(HandshakeRequest {
                 endpoint,
                 method: HandshakeMethod::Post,
-                headers: vec![
-                    ("aeg-event-type".into(), "SubscriptionValidation".into()),
-                    ("aeg-subscription-name".into(), sub.name.clone()),
-                    ("aeg-delivery-count".into(), "0".into()),
-                    ("aeg-metadata-version".into(), "1".into()),
-                ],
+                headers,
                 body: Some((JSON_CONTENT_TYPE, body)),
             })
             .await;
@@ -189,6 +198,27 @@ impl Deliver {
         }
     }
 
+    /// A1: the `Authorization` a handshake goes with, for a subscription whose endpoint takes
+    /// OAuth tokens (an endpoint that wants a token for every request gets one for its
+    /// validation too); why none came, as the handshake's failure.
+    async fn bearer_token(&self, sub: &Subscription) -> Result<Option<(String, String)>, String> {
+        let Some(auth) = &sub.delivery_auth else {
+            return Ok(None);
+        };
+        self.tokens
+            .token(
+                &sub.id,
+                auth.client_credentials(),
+                None,
+                self.ports.secrets.as_ref(),
+                self.sender.as_ref(),
+                self.ports.clock.as_ref(),
+            )
+            .await
+            .map(|t| Some(("authorization".to_string(), t.authorization())))
+            .map_err(|e| format!("no OAuth token for the endpoint: {e}"))
+    }
+
     /// CloudEvents webhook abuse protection: `OPTIONS` with `WebHook-Request-Origin`.
     async fn cloud_events_handshake(
         &self,
@@ -199,18 +229,25 @@ impl Deliver {
         let Some((endpoint, _)) = sub.handshake(which) else {
             return Ok(None);
         };
-        let reply = self
-            .sender
-            .handshake(HandshakeRequest {
-                endpoint: endpoint.to_string(),
-                method: HandshakeMethod::Options,
-                headers: vec![
-                    ("WebHook-Request-Origin".into(), origin.clone()),
-                    ("WebHook-Request-Rate".into(), "120".into()),
-                ],
-                body: None,
-            })
-            .await;
+        let mut headers = vec![
+            ("WebHook-Request-Origin".into(), origin.clone()),
+            ("WebHook-Request-Rate".into(), "120".into()),
+        ];
+        let token = self.bearer_token(&sub).await;
+        let reply = match token {
+            Ok(token) => {
+                headers.extend(token);
+                self.sender
+                    .handshake(HandshakeRequest {
+                        endpoint: endpoint.to_string(),
+                        method: HandshakeMethod::Options,
+                        headers,
+                        body: None,
+                    })
+                    .await
+            }
+            Err(why) => Err(why),
+        };
         let (state, why) = match reply {
             Ok(r)
                 if r.status == 200

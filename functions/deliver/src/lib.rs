@@ -28,6 +28,7 @@ use gridrelay_adapters::http_sender::{HttpClientError, HttpEventSender, SenderCo
 use gridrelay_adapters::outbound::SystemResolver;
 use gridrelay_adapters::runtime::before_stop;
 use gridrelay_ports::endpoints::AddressResolver;
+use gridrelay_ports::oauth::TokenCache;
 use gridrelay_ports::secret_headers::{resolve_headers, resolve_signing};
 use gridrelay_ports::{
     Clock, DeliveryStateStore, EventSender, Jitter, LateAnswer, MessageQueue, OutgoingMessage,
@@ -200,6 +201,9 @@ pub struct Deliver {
     pub caps: Arc<SubscriptionCaps>,
     /// What this worker has seen of each host since it last answered (#34 item 8).
     pub hosts: Arc<HostWatch>,
+    /// A1: the OAuth tokens this worker keeps for its subscriptions' endpoints (a warm Lambda
+    /// instance's own).
+    pub tokens: Arc<TokenCache>,
     pub settings: DeliverySettings,
 }
 
@@ -261,6 +265,7 @@ impl Deliver {
             limits: settings.endpoint_limits(),
             caps: Arc::new(SubscriptionCaps::new(Arc::clone(&ports.caps))),
             hosts: Arc::default(),
+            tokens: Arc::default(),
             ports,
             settings,
         }
@@ -274,6 +279,7 @@ impl Deliver {
             sender,
             limits: self.settings.endpoint_limits(),
             hosts: Arc::default(),
+            tokens: Arc::default(),
             ..self.clone()
         }
     }
@@ -1134,6 +1140,9 @@ impl Deliver {
                         }
                         AttemptResult::NotSent(reason) => {
                             warn!(error = %reason, "delivery attempt not made; retried on the schedule");
+                        }
+                        AttemptResult::TokenUnavailable(reason) => {
+                            warn!(error = %reason, "delivery attempt not made: no OAuth token; retried on the schedule");
                         }
                         _ => {}
                     }

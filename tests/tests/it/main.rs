@@ -20,6 +20,7 @@ mod headers;
 mod lambda_bootstrap;
 mod late_success;
 mod notifications;
+mod oauth;
 mod outbound;
 mod provision;
 mod replays;
