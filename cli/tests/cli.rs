@@ -907,7 +907,8 @@ async fn oauth_credentials_are_set_from_a_file_or_stdin_kept_secret_and_removed_
         .to_string();
     assert!(!secret_id.is_empty(), "{auth}");
     let sdk = gridrelay_e2e::sdk_config().await;
-    let stored = aws_sdk_secretsmanager::Client::new(&sdk)
+    let secrets = aws_sdk_secretsmanager::Client::new(&sdk);
+    let stored = secrets
         .get_secret_value()
         .secret_id(&secret_id)
         .send()
@@ -917,6 +918,42 @@ async fn oauth_credentials_are_set_from_a_file_or_stdin_kept_secret_and_removed_
         stored.secret_string(),
         Some(secret),
         "stored without its line end"
+    );
+    let exists = |id: String| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .get_secret_value()
+                .secret_id(id)
+                .send()
+                .await
+                .is_ok()
+        }
+    };
+
+    // The token endpoint is held to the endpoints' outbound rules.
+    let outside = gridrelay(
+        &[
+            &create_args("outside", "http://127.0.0.1:9/hook")[..],
+            &[
+                "--delivery-auth",
+                "oauth2",
+                "--token-url",
+                "http://10.20.30.40/token",
+                "--client-id",
+                "c",
+                "--client-secret-file",
+                &path,
+            ],
+        ]
+        .concat(),
+        resources,
+    );
+    assert_eq!(outside.status.code(), Some(2), "{}", stderr(&outside));
+    assert!(
+        stderr(&outside).contains("--token-url") && stderr(&outside).contains("10.20.30.40"),
+        "{}",
+        stderr(&outside)
     );
 
     // From standard input, at update: the credentials replaced whole, the old secret deleted.
@@ -951,6 +988,10 @@ async fn oauth_credentials_are_set_from_a_file_or_stdin_kept_secret_and_removed_
         .unwrap_or_default()
         .to_string();
     assert!(!new_id.is_empty() && new_id != secret_id, "{new_id}");
+    assert!(
+        !exists(secret_id.clone()).await,
+        "the replaced secret is deleted"
+    );
 
     let update = |extra: &[&str]| gridrelay(&[&update_args[..], extra].concat(), resources);
     let kept = json(&update(&["--labels", "team:billing"]));
@@ -961,6 +1002,10 @@ async fn oauth_credentials_are_set_from_a_file_or_stdin_kept_secret_and_removed_
     );
     let removed = json(&update(&["--delivery-auth", "none"]));
     assert!(removed.get("deliveryAuth").is_none(), "{removed}");
+    assert!(
+        !exists(new_id.clone()).await,
+        "the removed credentials' secret is deleted"
+    );
     let bad = update(&["--delivery-auth", "basic"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("oauth2, or none"), "{}", stderr(&bad));

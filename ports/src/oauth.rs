@@ -45,15 +45,29 @@ impl<T: EventSender + ?Sized> TokenEndpoint for T {
 /// Kept tokens above this many are pruned of those no longer fresh.
 const PRUNE_ABOVE: usize = 1024;
 
-type Slot = Arc<futures::lock::Mutex<Option<AccessToken>>>;
+/// One credentials' token, and what the last request for it got.
+#[derive(Default)]
+struct Slot {
+    /// Requests for it that have ended (read before waiting for the lock: a delivery that
+    /// waited behind a request takes that request's answer).
+    ended: AtomicUsize,
+    state: futures::lock::Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    token: Option<AccessToken>,
+    /// The last request's failure, for those that waited behind it.
+    failure: Option<TokenFailure>,
+}
 
 /// The tokens one function instance keeps, one per subscription and credentials
 /// ([`ClientCredentials::cache_key`]). However many deliveries ask at once, one request goes
-/// to the token endpoint: the others wait for its answer. A failure is not kept: the next
-/// delivery asks again.
+/// to the token endpoint, and the others take its answer, a token or a failure. A failure is
+/// not kept beyond that: the next delivery asks again.
 #[derive(Default)]
 pub struct TokenCache {
-    slots: Mutex<HashMap<String, Slot>>,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
     fetches: AtomicUsize,
 }
 
@@ -63,7 +77,7 @@ impl TokenCache {
         self.fetches.load(Ordering::SeqCst)
     }
 
-    fn slot(&self, key: String, now: chrono::DateTime<chrono::Utc>) -> Slot {
+    fn slot(&self, key: String, now: chrono::DateTime<chrono::Utc>) -> Arc<Slot> {
         let mut slots = self
             .slots
             .lock()
@@ -71,8 +85,8 @@ impl TokenCache {
         if slots.len() > PRUNE_ABOVE {
             // Credentials changed or subscriptions gone: their slots hold stale tokens (or
             // none). One that is being fetched right now is locked, and kept.
-            slots.retain(|_, slot| match slot.try_lock() {
-                Some(held) => held.as_ref().is_some_and(|t| t.is_fresh(now)),
+            slots.retain(|_, slot| match slot.state.try_lock() {
+                Some(held) => held.token.as_ref().is_some_and(|t| t.is_fresh(now)),
                 None => true,
             });
         }
@@ -80,7 +94,8 @@ impl TokenCache {
     }
 
     /// A token for `credentials` of `subscription_id`: the one kept, while it is fresh and is
-    /// not `rejected` (a token the endpoint answered 401 to); otherwise one fetched now.
+    /// not `rejected` (a token the endpoint answered 401 to); the failure of a request this
+    /// call waited behind; otherwise one fetched now.
     pub async fn token<E: TokenEndpoint + ?Sized>(
         &self,
         subscription_id: &str,
@@ -91,14 +106,58 @@ impl TokenCache {
         clock: &dyn Clock,
     ) -> Result<AccessToken, TokenFailure> {
         let slot = self.slot(credentials.cache_key(subscription_id), clock.now());
-        let mut held = slot.lock().await;
-        if let Some(token) = held.as_ref()
+        let ended_before = slot.ended.load(Ordering::SeqCst);
+        let mut held = slot.state.lock().await;
+        if let Some(token) = held.token.as_ref()
             && token.is_fresh(clock.now())
             && Some(token) != rejected
         {
             return Ok(token.clone());
         }
-        *held = None;
+        if slot.ended.load(Ordering::SeqCst) != ended_before
+            && let Some(failure) = &held.failure
+        {
+            return Err(failure.clone());
+        }
+        let fetched = self.fetch(credentials, secrets, endpoint, clock).await;
+        held.token = fetched.as_ref().ok().cloned();
+        held.failure = fetched.as_ref().err().cloned();
+        slot.ended.fetch_add(1, Ordering::SeqCst);
+        fetched
+    }
+
+    /// A1: an endpoint answered 401 to `rejected`, and no new token is fetched now (the
+    /// invocation has no time left to send again): it is not kept, so the next delivery
+    /// fetches another instead of sending it again.
+    pub async fn forget(
+        &self,
+        subscription_id: &str,
+        credentials: &ClientCredentials,
+        rejected: &AccessToken,
+    ) {
+        let key = credentials.cache_key(subscription_id);
+        let slot = self
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        if let Some(slot) = slot {
+            let mut held = slot.state.lock().await;
+            if held.token.as_ref() == Some(rejected) {
+                held.token = None;
+            }
+        }
+    }
+
+    /// One request to the token endpoint, with the client secret read now.
+    async fn fetch<E: TokenEndpoint + ?Sized>(
+        &self,
+        credentials: &ClientCredentials,
+        secrets: &dyn SecretStore,
+        endpoint: &E,
+        clock: &dyn Clock,
+    ) -> Result<AccessToken, TokenFailure> {
         let secret = secrets
             .get(&credentials.client_secret_id)
             .await
@@ -113,9 +172,7 @@ impl TokenCache {
             )
             .await
             .map_err(TokenFailure::Unreachable)?;
-        let token = parse_token_response(status, &answer, clock.now())?;
-        *held = Some(token.clone());
-        Ok(token)
+        parse_token_response(status, &answer, clock.now())
     }
 }
 
@@ -259,6 +316,37 @@ mod tests {
         assert_eq!(kept, third);
         assert_ne!(first, third);
         assert_eq!(s.cache.fetches(), 3);
+    }
+
+    /// A1: deliveries that waited behind a failed request take its failure and do not ask
+    /// again one after another (a token endpoint that hangs would hold each for its
+    /// timeout); a delivery that asks after it does ask again.
+    #[test]
+    fn deliveries_waiting_behind_a_failed_request_share_its_failure_a1() {
+        let s = setup();
+        s.endpoint.status.store(503, Ordering::SeqCst);
+        let answers =
+            futures::executor::block_on(futures::future::join_all((0..10).map(|_| s.token(None))));
+        assert!(answers.iter().all(|a| *a
+            == Err(TokenFailure::Refused {
+                status: 503,
+                error: None
+            })));
+        assert_eq!(s.cache.fetches(), 1);
+        s.endpoint.status.store(200, Ordering::SeqCst);
+        assert!(futures::executor::block_on(s.token(None)).is_ok());
+        assert_eq!(s.cache.fetches(), 2);
+    }
+
+    /// A1: a token forgotten after a 401 is not sent again; another is fetched.
+    #[test]
+    fn a_forgotten_token_is_fetched_again_a1() {
+        let s = setup();
+        let first = futures::executor::block_on(s.token(None)).unwrap();
+        futures::executor::block_on(s.cache.forget("sub-1", &s.credentials, &first));
+        let second = futures::executor::block_on(s.token(None)).unwrap();
+        assert_ne!(first, second);
+        assert_eq!(s.cache.fetches(), 2);
     }
 
     /// A1: a refusal is not kept (the next delivery asks again), and an unreadable secret

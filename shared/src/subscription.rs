@@ -526,7 +526,7 @@ impl SubscriptionRequest {
         if endpoint_type.is_resource() {
             check_resource_settings(self, endpoint_type, &batching)?;
         }
-        Ok(Subscription {
+        let sub = Subscription {
             topic: self.topic.clone(),
             name: self.name.clone(),
             id: new_subscription_id(),
@@ -580,7 +580,9 @@ impl SubscriptionRequest {
                 .map(|o| o.validate().map(crate::oauth::DeliveryAuth::OAuth2))
                 .transpose()?,
             created_at: now,
-        })
+        };
+        check_delivery_auth(&sub)?;
+        Ok(sub)
     }
 }
 
@@ -638,6 +640,42 @@ fn check_resource_settings(
             "\"oauth2\"".to_string(),
             "OAuth tokens are for webhooks; IAM decides who may write to the resource",
         ));
+    }
+    Ok(())
+}
+
+/// A1: a subscription whose deliveries carry OAuth bearer tokens has no other credentials
+/// that would go in the same `Authorization` header: no delivery header of that name and no
+/// `user:password@` in its endpoint (either would be dropped without a word).
+fn check_delivery_auth(sub: &Subscription) -> Result<(), LimitError> {
+    if sub.delivery_auth.is_none() {
+        return Ok(());
+    }
+    let allowed =
+        "unset with --delivery-auth oauth2 (its bearer token is the Authorization header)";
+    if let Some(m) = sub
+        .delivery_attribute_mappings
+        .iter()
+        .find(|m| m.name.eq_ignore_ascii_case("authorization"))
+    {
+        return Err(LimitError::new(
+            "deliveryAttributeMappings",
+            format!("{:?}", m.name),
+            allowed,
+        ));
+    }
+    let endpoints =
+        std::iter::once(&sub.endpoint).chain(sub.endpoint_change.iter().map(|c| &c.endpoint));
+    for endpoint in endpoints {
+        if url::Url::parse(endpoint)
+            .is_ok_and(|u| !u.username().is_empty() || u.password().is_some())
+        {
+            return Err(LimitError::new(
+                "endpoint",
+                format!("{:?}", crate::outbound::redact_endpoint(endpoint)),
+                format!("a URL without user:password@, {allowed}"),
+            ));
+        }
     }
     Ok(())
 }
@@ -874,6 +912,7 @@ impl SubscriptionUpdate {
         if self.oauth.is_none() {
             next.delivery_auth = current.delivery_auth.clone();
         }
+        check_delivery_auth(&next)?;
         let mut handshake = None;
         if next.endpoint_type.is_resource() {
             // No handshake: a new ARN (checked by registration) takes over at once.
@@ -1030,6 +1069,78 @@ mod tests {
         assert!(!sub.delivers());
         assert_eq!(sub.provisioning.state, ProvisioningState::Failed);
         assert_eq!((sub.id.as_str(), sub.version), ("", 0));
+    }
+
+    /// A1: OAuth tokens go in `Authorization`, so a subscription that takes them may not
+    /// also send a delivery header of that name or carry `user:password@` in its endpoint, at
+    /// create or when an update brings either together (the other kept).
+    #[test]
+    fn oauth_refuses_other_authorization_at_create_and_update_a1() {
+        let oauth = crate::oauth::OAuthRequest {
+            token_url: "https://login.example.com/token".into(),
+            client_id: "c".into(),
+            client_secret: "s".into(),
+            ..Default::default()
+        };
+        let request = SubscriptionRequest {
+            topic: "orders".into(),
+            name: "audit".into(),
+            endpoint: "https://example.com/hook".into(),
+            oauth: Some(oauth.clone()),
+            ..SubscriptionRequest::default()
+        };
+        let now = Utc::now();
+        let header = DeliveryAttributeRequest::parse(&[
+            "Authorization".to_string(),
+            "static".to_string(),
+            "Basic abc".to_string(),
+        ])
+        .unwrap();
+        let e = SubscriptionRequest {
+            delivery_attributes: vec![header.clone()],
+            ..request.clone()
+        }
+        .validate(InputSchema::EventGridSchema, now)
+        .unwrap_err();
+        assert_eq!(e.field, "deliveryAttributeMappings");
+        assert!(
+            e.allowed.contains("--delivery-auth oauth2"),
+            "{}",
+            e.allowed
+        );
+        let e = SubscriptionRequest {
+            endpoint: "https://user:pw@example.com/hook".into(),
+            ..request.clone()
+        }
+        .validate(InputSchema::EventGridSchema, now)
+        .unwrap_err();
+        assert_eq!(e.field, "endpoint");
+        assert!(!e.value.contains("pw"), "{}", e.value);
+
+        // A subscription with the header, updated to take tokens; one with tokens, given the
+        // header.
+        let with_header = SubscriptionRequest {
+            oauth: None,
+            delivery_attributes: vec![header.clone()],
+            ..request.clone()
+        }
+        .validate(InputSchema::EventGridSchema, now)
+        .unwrap();
+        let e = SubscriptionUpdate {
+            oauth: Some(Some(oauth)),
+            ..SubscriptionUpdate::default()
+        }
+        .apply(&with_header, InputSchema::EventGridSchema, now)
+        .unwrap_err();
+        assert_eq!(e.field, "deliveryAttributeMappings");
+        let with_tokens = request.validate(InputSchema::EventGridSchema, now).unwrap();
+        let e = SubscriptionUpdate {
+            delivery_attributes: Some(vec![header]),
+            ..SubscriptionUpdate::default()
+        }
+        .apply(&with_tokens, InputSchema::EventGridSchema, now)
+        .unwrap_err();
+        assert_eq!(e.field, "deliveryAttributeMappings");
     }
 
     /// Every subscription created gets an id of its own.

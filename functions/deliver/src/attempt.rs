@@ -214,7 +214,7 @@ impl Deliver {
                 group.history.rate_booked_at,
                 self.ports.clock.as_ref(),
                 self.settings.cap_wait.min(last_start()),
-                self.slot_lease_until(deadline),
+                self.slot_lease_until(deadline, &group.subscription),
             )
             .await
         {
@@ -271,16 +271,10 @@ impl Deliver {
             Ok(resolved) => {
                 let request = delivery_request(group, resolved, events, time);
                 match &group.subscription.delivery_auth {
-                    None => {
-                        let sent_at = tokio::time::Instant::now();
-                        let sent = self.sender.send(request).await;
-                        (sent, Some(sent_at.elapsed()))
-                    }
+                    None => self.timed_send(request).await,
                     Some(auth) => {
-                        let sent = self
-                            .send_authorized(&group.subscription, auth, request, deadline)
-                            .await;
-                        (sent, None)
+                        self.send_authorized(&group.subscription, auth, request, deadline)
+                            .await
                     }
                 }
             }
@@ -294,45 +288,65 @@ impl Deliver {
         }
     }
 
+    /// The request sent, and its round-trip time.
+    async fn timed_send(&self, request: DeliveryRequest) -> (SentAttempt, Option<Duration>) {
+        let sent_at = tokio::time::Instant::now();
+        let sent = self.sender.send(request).await;
+        (sent, Some(sent_at.elapsed()))
+    }
+
     /// A1: the request with a bearer token from the subscription's token endpoint (the one
-    /// this worker keeps while fresh). An endpoint that answers 401 gets the request once
-    /// more with a token fetched again, if the invocation has time for another attempt; no
-    /// token is a failed attempt that says why ([`AttemptResult::TokenUnavailable`]), and
-    /// nothing is sent. (No round-trip time: a token fetch would count in it.)
+    /// this worker keeps while fresh), and the round-trip time of the last request sent. A
+    /// token must come while the invocation still has time to send; an endpoint that answers
+    /// 401 gets the request once more with a token fetched again if the invocation has time
+    /// for both (otherwise the rejected token is forgotten, for the next attempt to fetch
+    /// another). No token is a failed attempt that says why
+    /// ([`AttemptResult::TokenUnavailable`]), and nothing is sent.
     async fn send_authorized(
         &self,
         sub: &Subscription,
         auth: &DeliveryAuth,
         request: DeliveryRequest,
         deadline: DateTime<Utc>,
-    ) -> SentAttempt {
+    ) -> (SentAttempt, Option<Duration>) {
         let credentials = auth.client_credentials();
+        let timeout = self.settings.attempt_timeout;
+        // Waits for the token at most until one attempt's time before the deadline.
         let token = |rejected: Option<AccessToken>| async move {
-            self.tokens
-                .token(
-                    &sub.id,
-                    credentials,
-                    rejected.as_ref(),
-                    self.ports.secrets.as_ref(),
-                    self.sender.as_ref(),
-                    self.ports.clock.as_ref(),
-                )
-                .await
+            let budget = self.time_left(deadline).saturating_sub(timeout);
+            let fetched = self.tokens.token(
+                &sub.id,
+                credentials,
+                rejected.as_ref(),
+                self.ports.secrets.as_ref(),
+                self.sender.as_ref(),
+                self.ports.clock.as_ref(),
+            );
+            match tokio::time::timeout(budget, fetched).await {
+                Ok(fetched) => fetched.map_err(no_token),
+                Err(_) => Err(AttemptResult::TokenUnavailable(
+                    "no token before the invocation's deadline".to_string(),
+                )),
+            }
         };
         let first = match token(None).await {
             Ok(token) => token,
-            Err(failure) => return SentAttempt::of(no_token(failure)),
+            Err(result) => return (SentAttempt::of(result), None),
         };
-        let sent = self.sender.send(authorized(request.clone(), &first)).await;
-        if sent.result != AttemptResult::Status(401) || !self.can_attempt(deadline) {
-            return sent;
+        let (sent, rtt) = self.timed_send(authorized(request.clone(), &first)).await;
+        if sent.result != AttemptResult::Status(401) {
+            return (sent, rtt);
+        }
+        if self.time_left(deadline) < timeout * 2 {
+            self.tokens.forget(&sub.id, credentials, &first).await;
+            return (sent, rtt);
         }
         info!(
             "the endpoint answered 401: its OAuth token is fetched again and the request sent once more"
         );
         match token(Some(first)).await {
-            Ok(second) => self.sender.send(authorized(request, &second)).await,
-            Err(failure) => SentAttempt::of(no_token(failure)),
+            Ok(second) => self.timed_send(authorized(request, &second)).await,
+            Err(result) => (SentAttempt::of(result), rtt),
         }
     }
 

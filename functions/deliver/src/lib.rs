@@ -1041,8 +1041,11 @@ impl Deliver {
     /// Until when a subscription's request slot is leased: as long as a request started now
     /// can be open (its timeout, then R4's late window, and the margin), and not past the
     /// invocation's deadline, after which none of its requests is open.
-    fn slot_lease_until(&self, deadline: DateTime<Utc>) -> DateTime<Utc> {
-        let open = self.settings.attempt_timeout
+    fn slot_lease_until(&self, deadline: DateTime<Utc>, sub: &Subscription) -> DateTime<Utc> {
+        // A1: an attempt to an OAuth endpoint may wait for a token, send, wait for another
+        // after a 401, and send again: four calls of up to one attempt timeout each.
+        let calls = if sub.delivery_auth.is_some() { 4 } else { 1 };
+        let open = self.settings.attempt_timeout * calls
             + self.settings.late_answer_window
             + self.settings.deadline_margin;
         let most = self.ports.clock.now() + chrono::Duration::from_std(open).unwrap_or_default();

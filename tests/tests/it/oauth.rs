@@ -116,10 +116,12 @@ async fn a_rejected_token_is_fetched_again_once_and_the_request_sent_again_a1() 
         .into_iter()
         .filter(|(_, _, events)| events.iter().any(|e| e["id"] == "after-0"))
         .collect();
-    assert_eq!(
-        for_after.iter().map(|r| r.1).collect::<Vec<_>>(),
-        vec![401, 200],
-        "rejected once, then delivered"
+    // Its first two requests (a copy delivered again later, as at least once allows, would
+    // come after them).
+    let statuses: Vec<u16> = for_after.iter().map(|r| r.1).collect();
+    assert!(
+        statuses.starts_with(&[401, 200]),
+        "rejected once, then delivered: {statuses:?}"
     );
     assert_ne!(for_after[0].0, for_after[1].0, "with another token");
     assert_eq!(
@@ -138,7 +140,8 @@ async fn a_rejected_token_is_fetched_again_once_and_the_request_sent_again_a1() 
 async fn a_token_endpoint_that_is_down_is_retried_then_dead_lettered_with_its_outcome_a1() {
     let sys = TestSystem::start(0.01).await;
     let topic = sys.topic("tokenless").await;
-    // Tokens of one second: the handshake's is stale before the events come.
+    // Tokens of one second: whichever instance ran the handshake, no instance holds a fresh
+    // token when the events come.
     let server = OAuthServer::start(1).await;
     sys.subscribe(SubscriptionRequest {
         oauth: Some(oauth(&server)),
@@ -161,11 +164,9 @@ async fn a_token_endpoint_that_is_down_is_retried_then_dead_lettered_with_its_ou
         server.hook_requests().is_empty(),
         "nothing was sent without a token"
     );
-    assert_eq!(
-        server.token_requests().len() - before,
-        3,
-        "one token request per attempt"
-    );
+    // One per attempt (more only if an attempt were made again, as at least once allows).
+    let asked = server.token_requests().len() - before;
+    assert!(asked >= 3, "a token request for each attempt: {asked}");
 
     server.answer_tokens_with(None);
     sys.publish(&topic, &events("back", 1)).await;
