@@ -13,7 +13,7 @@ use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::concurrency::LoadSignal;
 use gridrelay_shared::delivery_attributes::dynamic_headers;
 use gridrelay_shared::destination::{CallLimits, ServiceFailure};
-use gridrelay_shared::oauth::{AccessToken, DeliveryAuth, TokenFailure};
+use gridrelay_shared::oauth::{AccessToken, ClientCredentials, DeliveryAuth, TokenFailure};
 use gridrelay_shared::replay::REPLAY_HEADER;
 use gridrelay_shared::schema::{batch_data_version, delivery_body};
 use gridrelay_shared::signing::{signature_header, webhook_id};
@@ -288,6 +288,27 @@ impl Deliver {
         }
     }
 
+    /// A1: a token for `sub`'s `credentials` from this worker's token cache
+    /// ([`gridrelay_ports::oauth::TokenCache`]), kept or fetched (not `rejected`), through its
+    /// secret store, sender and clock: for deliveries and handshakes alike.
+    pub(crate) async fn oauth_token(
+        &self,
+        sub: &Subscription,
+        credentials: &ClientCredentials,
+        rejected: Option<&AccessToken>,
+    ) -> Result<AccessToken, TokenFailure> {
+        self.tokens
+            .token(
+                &sub.id,
+                credentials,
+                rejected,
+                self.ports.secrets.as_ref(),
+                self.sender.as_ref(),
+                self.ports.clock.as_ref(),
+            )
+            .await
+    }
+
     /// The request sent, and its round-trip time.
     async fn timed_send(&self, request: DeliveryRequest) -> (SentAttempt, Option<Duration>) {
         let sent_at = tokio::time::Instant::now();
@@ -314,14 +335,7 @@ impl Deliver {
         // Waits for the token at most until one attempt's time before the deadline.
         let token = |rejected: Option<AccessToken>| async move {
             let budget = self.time_left(deadline).saturating_sub(timeout);
-            let fetched = self.tokens.token(
-                &sub.id,
-                credentials,
-                rejected.as_ref(),
-                self.ports.secrets.as_ref(),
-                self.sender.as_ref(),
-                self.ports.clock.as_ref(),
-            );
+            let fetched = self.oauth_token(sub, credentials, rejected.as_ref());
             match tokio::time::timeout(budget, fetched).await {
                 Ok(fetched) => fetched.map_err(no_token),
                 Err(_) => Err(AttemptResult::TokenUnavailable(

@@ -205,15 +205,7 @@ impl Deliver {
         let Some(auth) = &sub.delivery_auth else {
             return Ok(None);
         };
-        self.tokens
-            .token(
-                &sub.id,
-                auth.client_credentials(),
-                None,
-                self.ports.secrets.as_ref(),
-                self.sender.as_ref(),
-                self.ports.clock.as_ref(),
-            )
+        self.oauth_token(sub, auth.client_credentials(), None)
             .await
             .map(|t| Some(("authorization".to_string(), t.authorization())))
             .map_err(|e| format!("no OAuth token for the endpoint: {e}"))
