@@ -618,7 +618,8 @@ pub(crate) struct StatusSources<'a> {
 }
 
 /// What `show` says of delivery to a subscription (#11 item 14): its endpoint's health (failures
-/// since the last success, delayed until, the last failure), its host's (#34 item 8) and the events in the delivery
+/// since the last success, delayed until, the last failure), its host's (#34 item 8), its
+/// token endpoint's (A1) and the events in the delivery
 /// queue (for every subscription: per-subscription counts are not kept). What cannot be read
 /// is `null`, with a note on stderr; `show` still prints the subscription.
 pub(crate) async fn delivery_status(
@@ -644,6 +645,20 @@ pub(crate) async fn delivery_status(
             .map(|h| h.value),
         None => None,
     };
+    // A1: an OAuth subscription's token endpoint record.
+    let token = match &sub.delivery_auth {
+        Some(_) => {
+            let key = gridrelay_shared::oauth::token_status_key(&sub.id);
+            match sources.health.endpoint_health(&key).await {
+                Ok(t) => Some(t.value),
+                Err(e) => {
+                    eprintln!("note: the token endpoint's record could not be read ({e})");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
     let queue = match queue_counts(sources.sqs, sources.delivery_queue).await {
         Ok(counts) => Some(counts),
         Err(e) => {
@@ -654,6 +669,7 @@ pub(crate) async fn delivery_status(
     view::delivery_status_view(
         health.as_ref(),
         host.as_ref(),
+        token.as_ref(),
         queue.as_ref(),
         chrono::Utc::now(),
     )

@@ -153,14 +153,25 @@ pub struct QueueCounts {
     pub in_flight: Option<u64>,
 }
 
-/// What `show` says of delivery to a subscription: its endpoint's health and the delivery
-/// queue's counts (`null` where they could not be read).
+/// What `show` says of delivery to a subscription: its endpoint's health, its host's, its
+/// token endpoint's (A1: an OAuth subscription's) and the delivery queue's counts (`null`
+/// where there is none or it could not be read).
 pub fn delivery_status_view(
     health: Option<&EndpointHealth>,
     host: Option<&EndpointHealth>,
+    token: Option<&EndpointHealth>,
     queue: Option<&QueueCounts>,
     now: DateTime<Utc>,
 ) -> Value {
+    let last_failure = |h: &EndpointHealth| {
+        h.last_failure.map(|f| {
+            json!({
+                "at": f.at,
+                "outcome": f.outcome,
+                "status": f.status,
+            })
+        })
+    };
     let state = |h: &EndpointHealth| {
         if h.delayed_until.is_some_and(|t| t > now) {
             "Delayed"
@@ -180,11 +191,14 @@ pub fn delivery_status_view(
             "state": state(h),
             "consecutiveFailures": h.consecutive_failures,
             "delayedUntil": h.delayed_until,
-            "lastFailure": h.last_failure.map(|f| json!({
-                "at": f.at,
-                "outcome": f.outcome,
-                "status": f.status,
-            })),
+            "lastFailure": last_failure(h),
+        })),
+        // A1: token failures since the last token; they never delay delivery, so a token
+        // endpoint is only healthy or failing.
+        "token": token.map(|t| json!({
+            "state": if t.is_healthy() { "Healthy" } else { "Failing" },
+            "consecutiveFailures": t.consecutive_failures,
+            "lastFailure": last_failure(t),
         })),
         "deliveryQueue": queue.map(|q| json!({
             "scope": "all subscriptions",
@@ -487,6 +501,7 @@ mod tests {
         let v = delivery_status_view(
             Some(&delayed),
             Some(&delayed),
+            None,
             Some(&QueueCounts {
                 visible: Some(3),
                 delayed: Some(40),
@@ -505,7 +520,7 @@ mod tests {
             Value::Null
         );
         let recovered = delayed.after_success();
-        let v = delivery_status_view(Some(&recovered), None, None, now);
+        let v = delivery_status_view(Some(&recovered), None, None, None, now);
         assert_eq!(v["endpoint"]["state"], "Healthy");
         assert_eq!(
             v["endpoint"]["lastFailure"]["status"], 503,
@@ -513,8 +528,33 @@ mod tests {
         );
         assert_eq!(v["deliveryQueue"], Value::Null);
         assert_eq!(v["host"], Value::Null);
-        let v = delivery_status_view(None, None, None, now);
+        let v = delivery_status_view(None, None, None, None, now);
         assert_eq!(v["endpoint"], Value::Null);
+        assert_eq!(v["token"], Value::Null, "no OAuth, no token record");
+    }
+
+    /// A1: an OAuth subscription's token endpoint as `show` says it: failing with its count
+    /// and last failure (the token endpoint's status), then healthy with the last failure kept.
+    #[test]
+    fn delivery_status_says_how_tokens_come_a1() {
+        use gridrelay_shared::oauth::{TokenFailure, after_token_failure};
+        let now = chrono::Utc::now();
+        let down = TokenFailure::Refused {
+            status: 503,
+            error: None,
+        };
+        let failing = [0, 1].iter().fold(EndpointHealth::default(), |r, _| {
+            after_token_failure(&r, &down, now)
+        });
+        let v = delivery_status_view(None, None, Some(&failing), None, now);
+        assert_eq!(v["token"]["state"], "Failing");
+        assert_eq!(v["token"]["consecutiveFailures"], 2);
+        assert_eq!(v["token"]["lastFailure"]["outcome"], "TokenUnavailable");
+        assert_eq!(v["token"]["lastFailure"]["status"], 503);
+        let v = delivery_status_view(None, None, Some(&failing.after_success()), None, now);
+        assert_eq!(v["token"]["state"], "Healthy");
+        assert_eq!(v["token"]["consecutiveFailures"], 0);
+        assert_eq!(v["token"]["lastFailure"]["status"], 503);
     }
 
     /// #11 item 13: `--output table` lines up its columns under a header.

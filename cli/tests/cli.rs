@@ -1477,6 +1477,102 @@ async fn show_says_how_delivery_goes() {
     sys.shutdown().await;
 }
 
+/// A1: `show` says when an OAuth subscription's token endpoint fails: `deliveryStatus.token`
+/// is `Failing`, with its failures and the last one (`TokenUnavailable`, 503), while the
+/// endpoint's own health is untouched; once tokens come again it is `Healthy`, the last
+/// failure kept, and the event held by the failures is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_says_when_the_token_endpoint_fails_a1() {
+    use gridrelay_e2e::oauth_server::{CLIENT_ID, CLIENT_SECRET, OAuthServer};
+    let sys = TestSystem::start(0.01).await;
+    let topic = sys.topic("tokens").await;
+    let resources = Some(&sys.names);
+    // Tokens of one second: the event's attempts each ask for one.
+    let server = OAuthServer::start(1).await;
+    let file = std::env::temp_dir().join(format!("gridrelay-show-token-{}", std::process::id()));
+    std::fs::write(&file, CLIENT_SECRET).unwrap();
+    let created = json(&gridrelay(
+        &[
+            "event-subscription",
+            "create",
+            "--topic-name",
+            "tokens",
+            "--name",
+            "audit",
+            "--endpoint",
+            &server.hook_url,
+            "--delivery-auth",
+            "oauth2",
+            "--token-url",
+            &server.token_url,
+            "--client-id",
+            CLIENT_ID,
+            "--client-secret-file",
+            &file.to_string_lossy(),
+        ],
+        resources,
+    ));
+    std::fs::remove_file(&file).ok();
+    assert_eq!(created["provisioningState"], "Succeeded", "{created}");
+    let show = || {
+        json(&gridrelay(
+            &[
+                "event-subscription",
+                "show",
+                "--topic-name",
+                "tokens",
+                "--name",
+                "audit",
+            ],
+            resources,
+        ))
+    };
+    let status = show()["deliveryStatus"].clone();
+    assert_eq!(status["token"]["state"], "Healthy", "{status}");
+
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    server.answer_tokens_with(Some(503));
+    sys.publish(&topic, &events("held", 1)).await;
+    let failing = gridrelay_e2e::eventually(Duration::from_secs(30), "token failures", || async {
+        let shown = show();
+        (shown["deliveryStatus"]["token"]["consecutiveFailures"].as_u64() >= Some(2))
+            .then_some(shown)
+    })
+    .await;
+    let status = &failing["deliveryStatus"];
+    assert_eq!(status["token"]["state"], "Failing", "{failing}");
+    assert_eq!(
+        status["token"]["lastFailure"]["outcome"],
+        "TokenUnavailable"
+    );
+    assert_eq!(status["token"]["lastFailure"]["status"], 503);
+    assert_eq!(
+        status["endpoint"]["consecutiveFailures"], 0,
+        "token failures are not the endpoint's: {failing}"
+    );
+    assert!(server.delivered_ids().is_empty());
+
+    server.answer_tokens_with(None);
+    let healed = gridrelay_e2e::eventually(Duration::from_secs(60), "tokens again", || async {
+        let shown = show();
+        (shown["deliveryStatus"]["token"]["state"] == "Healthy").then_some(shown)
+    })
+    .await;
+    assert_eq!(healed["deliveryStatus"]["token"]["consecutiveFailures"], 0);
+    assert_eq!(
+        healed["deliveryStatus"]["token"]["lastFailure"]["status"], 503,
+        "the last failure is kept: {healed}"
+    );
+    gridrelay_e2e::eventually(Duration::from_secs(30), "the event delivered", || async {
+        server
+            .delivered_ids()
+            .contains(&"held-0".to_string())
+            .then_some(())
+    })
+    .await;
+    sys.shutdown().await;
+}
+
 /// #12 (S4) as a user types it: `create --endpoint-type sqs --endpoint ARN` makes a
 /// subscription that needs no handshake (`Succeeded` at once), prints the queue as
 /// `destination.resourceId`, and delivers every event to the queue as a message; an ARN of

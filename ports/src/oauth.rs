@@ -61,6 +61,15 @@ struct SlotState {
     failure: Option<TokenFailure>,
 }
 
+/// What [`TokenCache::token`] got, and whether it asked the token endpoint itself (then its
+/// answer is news to record: the subscription's token record, `show`'s
+/// `deliveryStatus.token`), or took a kept token or the failure of a request it waited behind.
+#[derive(Debug)]
+pub struct TokenAnswer {
+    pub token: Result<AccessToken, TokenFailure>,
+    pub fetched: bool,
+}
+
 /// The tokens one function instance keeps, one per subscription and credentials
 /// ([`ClientCredentials::cache_key`]). However many deliveries ask at once, one request goes
 /// to the token endpoint, and the others take its answer, a token or a failure. A failure is
@@ -104,7 +113,8 @@ impl TokenCache {
         secrets: &dyn SecretStore,
         endpoint: &E,
         clock: &dyn Clock,
-    ) -> Result<AccessToken, TokenFailure> {
+    ) -> TokenAnswer {
+        let answer = |token, fetched| TokenAnswer { token, fetched };
         let slot = self.slot(credentials.cache_key(subscription_id), clock.now());
         let ended_before = slot.ended.load(Ordering::SeqCst);
         let mut held = slot.state.lock().await;
@@ -112,18 +122,18 @@ impl TokenCache {
             && token.is_fresh(clock.now())
             && Some(token) != rejected
         {
-            return Ok(token.clone());
+            return answer(Ok(token.clone()), false);
         }
         if slot.ended.load(Ordering::SeqCst) != ended_before
             && let Some(failure) = &held.failure
         {
-            return Err(failure.clone());
+            return answer(Err(failure.clone()), false);
         }
         let fetched = self.fetch(credentials, secrets, endpoint, clock).await;
         held.token = fetched.as_ref().ok().cloned();
         held.failure = fetched.as_ref().err().cloned();
         slot.ended.fetch_add(1, Ordering::SeqCst);
-        fetched
+        answer(fetched, true)
     }
 
     /// A1: an endpoint answered 401 to `rejected`, and no new token is fetched now (the
@@ -253,6 +263,10 @@ mod tests {
 
     impl Setup {
         async fn token(&self, rejected: Option<&AccessToken>) -> Result<AccessToken, TokenFailure> {
+            self.answer(rejected).await.token
+        }
+
+        async fn answer(&self, rejected: Option<&AccessToken>) -> TokenAnswer {
             self.cache
                 .token(
                     "sub-1",
@@ -271,13 +285,15 @@ mod tests {
     #[test]
     fn deliveries_at_once_share_one_token_request_a1() {
         let s = setup();
-        let tokens =
-            futures::executor::block_on(futures::future::join_all((0..20).map(|_| s.token(None))));
+        let answers =
+            futures::executor::block_on(futures::future::join_all((0..20).map(|_| s.answer(None))));
         assert!(
-            tokens
+            answers
                 .iter()
-                .all(|t| t.as_ref().unwrap().authorization() == "Bearer t1")
+                .all(|a| a.token.as_ref().unwrap().authorization() == "Bearer t1")
         );
+        // The one that asked says so (it records what it got); the others took its token.
+        assert_eq!(answers.iter().filter(|a| a.fetched).count(), 1);
         assert_eq!(
             (
                 s.endpoint.requests.load(Ordering::SeqCst),
@@ -326,13 +342,15 @@ mod tests {
         let s = setup();
         s.endpoint.status.store(503, Ordering::SeqCst);
         let answers =
-            futures::executor::block_on(futures::future::join_all((0..10).map(|_| s.token(None))));
-        assert!(answers.iter().all(|a| *a
+            futures::executor::block_on(futures::future::join_all((0..10).map(|_| s.answer(None))));
+        assert!(answers.iter().all(|a| a.token
             == Err(TokenFailure::Refused {
                 status: 503,
                 error: None
             })));
         assert_eq!(s.cache.fetches(), 1);
+        // One failure to record, not ten.
+        assert_eq!(answers.iter().filter(|a| a.fetched).count(), 1);
         s.endpoint.status.store(200, Ordering::SeqCst);
         assert!(futures::executor::block_on(s.token(None)).is_ok());
         assert_eq!(s.cache.fetches(), 2);

@@ -11,6 +11,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::classify::{AttemptResult, DeliveryOutcome};
+use crate::health::{EndpointHealth, LastFailure};
 use crate::limits::LimitError;
 
 /// Longest client id, client secret, scope or audience accepted, in bytes.
@@ -306,6 +308,51 @@ pub enum TokenFailure {
     Unreachable(String),
     #[error("the client secret could not be read: {0}")]
     SecretUnavailable(String),
+}
+
+impl TokenFailure {
+    /// What the attempt that got no token is: a client secret that could not be read is the
+    /// subscription's (not sent, as for a secret header); anything else is the token
+    /// endpoint's ([`AttemptResult::TokenUnavailable`]).
+    pub fn attempt_result(&self) -> AttemptResult {
+        match self {
+            Self::SecretUnavailable(_) => AttemptResult::NotSent(self.to_string()),
+            _ => AttemptResult::TokenUnavailable(self.to_string()),
+        }
+    }
+
+    /// The token endpoint's HTTP status, when it answered with one that is not a token.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// A1: the key of a subscription's token record in the delivery state table, which `show`
+/// reads as `deliveryStatus.token`. Not a URL, so it is never an endpoint's or a host's.
+pub fn token_status_key(subscription_id: &str) -> String {
+    format!("oauth-token:{subscription_id}")
+}
+
+/// A1: a subscription's token record after a request that got no token: one more failure
+/// since the last token, and this one as the last. A token record never delays anything (its
+/// D1 fields stay empty): token failures are retried on the ladder, not held.
+pub fn after_token_failure(
+    record: &EndpointHealth,
+    failure: &TokenFailure,
+    at: DateTime<Utc>,
+) -> EndpointHealth {
+    EndpointHealth {
+        consecutive_failures: record.consecutive_failures.saturating_add(1),
+        last_failure: Some(LastFailure {
+            at,
+            outcome: DeliveryOutcome::of(&failure.attempt_result()),
+            status: failure.status(),
+        }),
+        ..EndpointHealth::default()
+    }
 }
 
 fn error_code(error: &Option<String>) -> String {
@@ -608,5 +655,46 @@ mod tests {
         ] {
             assert_ne!(base, other.cache_key("sub-1"));
         }
+    }
+
+    /// A1: each request that got no token adds a failure to the subscription's token record
+    /// and becomes its last (the token endpoint's status where it answered; a secret that
+    /// could not be read is `GenericError`, as the attempt is); a token then makes it healthy
+    /// and keeps the last failure for `show`. It never holds deliveries back.
+    #[test]
+    fn a_token_record_counts_failures_until_a_token_comes_a1() {
+        let at = DateTime::parse_from_rfc3339("2026-11-29T06:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let down = TokenFailure::Refused {
+            status: 503,
+            error: None,
+        };
+        let once = after_token_failure(&EndpointHealth::default(), &down, at);
+        let twice = after_token_failure(
+            &once,
+            &TokenFailure::SecretUnavailable("gone".into()),
+            at + chrono::Duration::seconds(1),
+        );
+        assert_eq!(once.consecutive_failures, 1);
+        assert_eq!(
+            once.last_failure,
+            Some(LastFailure {
+                at,
+                outcome: DeliveryOutcome::TokenUnavailable,
+                status: Some(503),
+            })
+        );
+        assert_eq!(twice.consecutive_failures, 2);
+        let last = twice.last_failure.unwrap();
+        assert_eq!(
+            (last.outcome, last.status),
+            (DeliveryOutcome::GenericError, None)
+        );
+        assert!(twice.delayed_until.is_none() && twice.probe_until.is_none());
+        let healed = twice.after_success();
+        assert!(healed.is_healthy());
+        assert_eq!(healed.last_failure, Some(last));
+        assert_ne!(token_status_key("sub-1"), token_status_key("sub-2"));
     }
 }

@@ -7,13 +7,17 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use gridrelay_ports::update_endpoint_health;
 use gridrelay_ports::{DeliveryRequest, LateAnswer, SentAttempt};
 use gridrelay_shared::batching::plan_batches;
 use gridrelay_shared::classify::AttemptResult;
 use gridrelay_shared::concurrency::LoadSignal;
 use gridrelay_shared::delivery_attributes::dynamic_headers;
 use gridrelay_shared::destination::{CallLimits, ServiceFailure};
-use gridrelay_shared::oauth::{AccessToken, ClientCredentials, DeliveryAuth, TokenFailure};
+use gridrelay_shared::oauth::{
+    AccessToken, ClientCredentials, DeliveryAuth, TokenFailure, after_token_failure,
+    token_status_key,
+};
 use gridrelay_shared::replay::REPLAY_HEADER;
 use gridrelay_shared::schema::{batch_data_version, delivery_body};
 use gridrelay_shared::signing::{signature_header, webhook_id};
@@ -23,7 +27,7 @@ use crate::endpoint_health::{EndpointGates, Held, HoldReason};
 use crate::endpoint_limits::{LimitedEndpoint, SendPermit};
 use crate::resources::resource_entry_bytes;
 use crate::subscription_caps::{self, CapTurn, Turn};
-use tracing::{Instrument, Span, info};
+use tracing::{Instrument, Span, info, warn};
 
 use crate::{Attempted, Deliver, Group, Pending, Resolved, attempt_span, is_delivered};
 
@@ -297,7 +301,8 @@ impl Deliver {
         credentials: &ClientCredentials,
         rejected: Option<&AccessToken>,
     ) -> Result<AccessToken, TokenFailure> {
-        self.tokens
+        let answer = self
+            .tokens
             .token(
                 &sub.id,
                 credentials,
@@ -306,7 +311,52 @@ impl Deliver {
                 self.sender.as_ref(),
                 self.ports.clock.as_ref(),
             )
-            .await
+            .await;
+        if answer.fetched {
+            self.record_token_answer(sub, &answer.token).await;
+        }
+        answer.token
+    }
+
+    /// A1: what a request to the subscription's token endpoint got, in its token record
+    /// (`show`'s `deliveryStatus.token`): a failure always; a token only if the record says
+    /// failing (a read per token fetched, a write only then). A record that cannot be
+    /// written is logged: delivery goes on.
+    async fn record_token_answer(
+        &self,
+        sub: &Subscription,
+        answer: &Result<AccessToken, TokenFailure>,
+    ) {
+        let key = token_status_key(&sub.id);
+        let now = self.ports.clock.now();
+        let recorded = match answer {
+            Err(failure) => {
+                update_endpoint_health(self.ports.state.as_ref(), &key, now, |record| {
+                    after_token_failure(&record, failure, now)
+                })
+                .await
+            }
+            Ok(_) => {
+                // A failure another instance recorded may be newer than what this one read.
+                self.ports.state.forget(&key);
+                update_endpoint_health(self.ports.state.as_ref(), &key, now, |record| {
+                    record.after_success()
+                })
+                .await
+            }
+        };
+        match (recorded, answer) {
+            (Err(e), _) => {
+                warn!(subscription = %sub.id, error = %e, "could not record the token endpoint's answer");
+            }
+            (Ok((before, _)), Ok(_)) if !before.is_healthy() => {
+                info!(subscription = %sub.id, "the token endpoint gives tokens again");
+            }
+            (Ok((_, after)), Err(failure)) => {
+                warn!(subscription = %sub.id, failures = after.consecutive_failures, error = %failure, "no token from the token endpoint (A1)");
+            }
+            _ => {}
+        }
     }
 
     /// The request sent, and its round-trip time.
@@ -337,7 +387,7 @@ impl Deliver {
             let budget = self.time_left(deadline).saturating_sub(timeout);
             let fetched = self.oauth_token(sub, credentials, rejected.as_ref());
             match tokio::time::timeout(budget, fetched).await {
-                Ok(fetched) => fetched.map_err(no_token),
+                Ok(fetched) => fetched.map_err(|failure| failure.attempt_result()),
                 Err(_) => Err(AttemptResult::TokenUnavailable(
                     "no token before the invocation's deadline".to_string(),
                 )),
@@ -424,16 +474,6 @@ fn authorized(mut request: DeliveryRequest, token: &AccessToken) -> DeliveryRequ
         .headers
         .push(("authorization".to_string(), token.authorization()));
     request
-}
-
-/// A1: what a token that did not come makes of the attempt: a client secret that could not
-/// be read is the subscription's (not sent, as for a secret header); anything else is the
-/// token endpoint's.
-fn no_token(failure: TokenFailure) -> AttemptResult {
-    match failure {
-        TokenFailure::SecretUnavailable(_) => AttemptResult::NotSent(failure.to_string()),
-        other => AttemptResult::TokenUnavailable(other.to_string()),
-    }
 }
 
 /// A group's calls, as indexes into its events, and the events too large to send at all.
