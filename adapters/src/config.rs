@@ -16,6 +16,10 @@ pub const CONTROL_QUEUE_URL_ENV: &str = "GRIDRELAY_CONTROL_QUEUE_URL";
 /// a replay's backlog never delays them: the stack's ReplayQueueUrl output. The deliver
 /// function takes the delivery queue's place where it is not set (a stack made before it).
 pub const REPLAY_QUEUE_URL_ENV: &str = "GRIDRELAY_REPLAY_QUEUE_URL";
+/// O1: the FIFO queue ordered subscriptions' events go to, one message group per key: the
+/// stack's OrderedQueueUrl output. Without it, `ingest` refuses events for an ordered
+/// subscription (503) rather than deliver them out of order.
+pub const ORDERED_QUEUE_URL_ENV: &str = "GRIDRELAY_ORDERED_QUEUE_URL";
 /// SQS queue of events waiting to be written to their dead-letter location.
 pub const DEAD_LETTER_QUEUE_URL_ENV: &str = "GRIDRELAY_DEAD_LETTER_QUEUE_URL";
 /// L7: the system topic dead-letter writes are announced on (default `gridrelay-dead-letter-events`).

@@ -16,6 +16,8 @@ pub struct Prices {
     pub lambda_gb_second_arm: f64,
     /// SQS standard queue, per request, metered in 64 KB chunks.
     pub sqs_request: f64,
+    /// SQS FIFO queue (O1's ordered queue), per request, metered in 64 KB chunks.
+    pub sqs_fifo_request: f64,
     /// DynamoDB on demand, per read and write request unit.
     pub dynamodb_read: f64,
     pub dynamodb_write: f64,
@@ -37,6 +39,7 @@ pub const LIST_PRICES: Prices = Prices {
     lambda_gb_second_x86: 0.000_016_666_7,
     lambda_gb_second_arm: 0.000_013_333_4,
     sqs_request: 0.40e-6,
+    sqs_fifo_request: 0.50e-6,
     dynamodb_read: 0.125e-6,
     dynamodb_write: 0.625e-6,
     s3_put: 0.005e-3,
@@ -200,8 +203,11 @@ impl IdleCost {
 /// keeps these true).
 #[derive(Debug, Clone, Copy)]
 pub struct IdleParts {
-    /// SQS event-source mappings: the delivery, control, replay and dead-letter queues'.
+    /// SQS event-source mappings on standard queues: the delivery, control, replay and
+    /// dead-letter queues'.
     pub event_sources: u32,
+    /// On FIFO queues, whose requests cost more: the ordered queue's (O1).
+    pub fifo_event_sources: u32,
     pub alarms: u32,
     /// Secrets Manager secrets the stack makes: the queue key and the portal key.
     pub secrets: u32,
@@ -209,7 +215,8 @@ pub struct IdleParts {
 
 pub const STACK_IDLE_PARTS: IdleParts = IdleParts {
     event_sources: 4,
-    alarms: 6,
+    fifo_event_sources: 1,
+    alarms: 7,
     secrets: 2,
 };
 
@@ -227,9 +234,10 @@ impl IdleParts {
     pub fn per_month(&self, prices: &Prices) -> IdleCost {
         let month_seconds = 30.0 * 86_400.0;
         let polls =
-            f64::from(self.event_sources * IDLE_POLLERS) * month_seconds / LONG_POLL_SECONDS;
+            |sources: u32| f64::from(sources * IDLE_POLLERS) * month_seconds / LONG_POLL_SECONDS;
         IdleCost {
-            sqs_polling: polls * prices.sqs_request,
+            sqs_polling: polls(self.event_sources) * prices.sqs_request
+                + polls(self.fifo_event_sources) * prices.sqs_fifo_request,
             alarms: f64::from(self.alarms) * ALARM_MONTH,
             secrets: f64::from(self.secrets) * SECRET_MONTH,
         }
@@ -284,7 +292,7 @@ mod tests {
         let count = |ty: &str| template.matches(&format!("Type: {ty}\n")).count() as u32;
         assert_eq!(
             (
-                STACK_IDLE_PARTS.event_sources,
+                STACK_IDLE_PARTS.event_sources + STACK_IDLE_PARTS.fifo_event_sources,
                 STACK_IDLE_PARTS.alarms,
                 STACK_IDLE_PARTS.secrets
             ),
@@ -295,11 +303,13 @@ mod tests {
             )
         );
         let idle = STACK_IDLE_PARTS.per_month(&LIST_PRICES);
-        // 4 sources x 5 pollers x 129,600 twenty-second polls in 30 days, at $0.40 a million.
-        assert!(close(idle.sqs_polling, 2_592_000.0 * 0.4e-6));
-        assert!(close(idle.alarms, 0.6));
+        // 4 standard sources x 5 pollers x 129,600 twenty-second polls in 30 days, at $0.40 a
+        // million, and the ordered queue's 648,000 at $0.50 (FIFO).
+        let polling = 2_592_000.0 * 0.4e-6 + 648_000.0 * 0.5e-6;
+        assert!(close(idle.sqs_polling, polling));
+        assert!(close(idle.alarms, 0.7));
         assert!(close(idle.secrets, 0.8));
-        assert!(close(idle.total(), 2_592_000.0 * 0.4e-6 + 1.4));
+        assert!(close(idle.total(), polling + 1.5));
     }
 
     #[test]

@@ -132,6 +132,7 @@ pub async fn deliver_all(
         control_queue: delivery.clone(),
         replay_queue: delivery.clone(),
         dead_letter_queue: Arc::new(MemoryQueue::new(Arc::clone(&clock))),
+        ordered_queue: delivery.clone(),
         resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
         clock: Arc::clone(&clock),
         jitter: Arc::new(RandomJitter),

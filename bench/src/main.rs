@@ -631,10 +631,11 @@ async fn e2e_bench(
     let parts = cost::STACK_IDLE_PARTS;
     let idle = parts.per_month(&cost::LIST_PRICES);
     println!(
-        "  idle: a deployed stack that receives nothing pays ${:.2} a month: SQS polling ${:.2} ({} event sources x {} long polls every {} s), alarms ${:.2} ({}), secrets ${:.2} ({}); either front door adds nothing; beside: EventBridge and Event Grid $0.00",
+        "  idle: a deployed stack that receives nothing pays ${:.2} a month: SQS polling ${:.2} ({} event sources, {} of them FIFO, x {} long polls every {} s), alarms ${:.2} ({}), secrets ${:.2} ({}); either front door adds nothing; beside: EventBridge and Event Grid $0.00",
         idle.total(),
         idle.sqs_polling,
-        parts.event_sources,
+        parts.event_sources + parts.fifo_event_sources,
+        parts.fifo_event_sources,
         cost::IDLE_POLLERS,
         cost::LONG_POLL_SECONDS,
         idle.alarms,

@@ -169,6 +169,7 @@ pub(super) async fn run_local(
         "deliveryQueue": system.resources.delivery_queue_url,
         "controlQueue": system.resources.control_queue_url,
         "replayQueue": system.resources.replay_queue_url,
+        "orderedQueue": system.resources.ordered_queue_url,
         "deadLetterQueue": system.resources.dead_letter_queue_url,
         "deadLetterBucket": names.dead_letter_bucket,
     }))?;

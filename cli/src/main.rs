@@ -110,6 +110,12 @@ struct Cli {
     /// `<prefix>-replay` beside a delivery queue named `<prefix>-delivery`.
     #[arg(long, global = true, env = config::REPLAY_QUEUE_URL_ENV)]
     replay_queue: Option<String>,
+    /// The ordered (FIFO) queue ordered subscriptions' events go to (O1): the stack's
+    /// OrderedQueueUrl output. `event-subscription create|update --ordering-key` needs it, so
+    /// an installation without one never gets an ordered subscription. Default:
+    /// `<prefix>-ordered.fifo` beside a delivery queue named `<prefix>-delivery`.
+    #[arg(long, global = true, env = config::ORDERED_QUEUE_URL_ENV)]
+    ordered_queue: Option<String>,
     /// The Secrets Manager secret (ARN or name) holding the key gridrelay seals its queue
     /// messages with: the stack's QueueKeySecret output. What the command line sends to the
     /// delivery queue (handshake steps, redriven messages) must carry its seal. Default:
@@ -236,6 +242,7 @@ fn flag_of(field: &str) -> &str {
         "retentionDays" => "--retention-days",
         "dedupWindowSeconds" => "--dedup-window-seconds",
         "journalAnswerBytes" => "--journal-answer-bytes",
+        "orderingKey" => "--ordering-key",
         "startTime" => "--start-time",
         "replay name" => "--name",
         "rate" => "--rate",
@@ -482,6 +489,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 delivery_state_table: &cli.delivery_state_table,
                 allowed_networks: cli.allowed_networks.as_deref(),
                 delivery_destinations: cli.delivery_destinations.as_deref(),
+                ordered_queue: beside_delivery_queue(
+                    cli.ordered_queue.as_deref(),
+                    &cli.delivery_queue,
+                    Beside::OrderedQueue,
+                )
+                .map_err(|e| e.to_string()),
                 output: cli.output,
             };
             subscription::run_event_subscription(cmd, flags).await
@@ -498,6 +511,7 @@ enum Beside {
     JournalStream,
     ControlQueue,
     ReplayQueue,
+    OrderedQueue,
     PortalKeySecret,
 }
 
@@ -544,6 +558,12 @@ impl Beside {
                 config::REPLAY_QUEUE_URL_ENV,
                 "ReplayQueueUrl",
                 names.map(|n| n.replay_queue),
+            ),
+            Self::OrderedQueue => (
+                "--ordered-queue",
+                config::ORDERED_QUEUE_URL_ENV,
+                "OrderedQueueUrl",
+                names.map(|n| n.ordered_queue),
             ),
             Self::PortalKeySecret => (
                 "--portal-key-secret",

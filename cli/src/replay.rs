@@ -336,6 +336,7 @@ impl StepQueue {
         let message = OutgoingMessage {
             body: DeliveryQueueMessage::Replay(ReplayStep::of(replay)).to_body()?,
             delay: step_delay(wait),
+            group: None,
         };
         match self.0.send_all(&[message]).await.pop() {
             Some(Ok(())) => Ok(()),

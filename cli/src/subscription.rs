@@ -213,6 +213,12 @@ pub(super) struct SubscriptionSettings {
     /// (at update, "" removes it).
     #[arg(long)]
     deadletter_endpoint: Option<String>,
+    /// Deliver the events that share this value in the order they were accepted (O1):
+    /// subject, or data.FIELD[.FIELD...]. One request per key at a time; a failing event holds
+    /// back only its key. Events without the value are delivered without order. Unset: no
+    /// order (at update, none removes it).
+    #[arg(long)]
+    ordering_key: Option<String>,
     /// Status-code classification table (S6): Latest (the newest revision, default),
     /// Revision2020 or Legacy2019 (which comes with its own retry ladder).
     #[arg(long)]
@@ -407,6 +413,7 @@ impl SubscriptionSettings {
             expiration_time_utc: self.expiration()?.flatten(),
             journal_answer_bytes: self.journal_answer_bytes,
             oauth: self.oauth()?.flatten(),
+            ordering_key: self.ordering_key.clone(),
         })
     }
 
@@ -414,6 +421,7 @@ impl SubscriptionSettings {
     fn update(&self, endpoint: Option<&str>) -> Result<SubscriptionUpdate, LimitError> {
         Ok(SubscriptionUpdate {
             journal_answer_bytes: self.journal_answer_bytes,
+            ordering_key: self.ordering_key.clone(),
             endpoint: endpoint.map(str::to_string),
             endpoint_type: self.endpoint_type.clone(),
             max_events_per_batch: self.max_events_per_batch,
@@ -465,6 +473,8 @@ pub(super) struct GlobalFlags<'a> {
     pub(super) delivery_state_table: &'a str,
     pub(super) allowed_networks: Option<&'a str>,
     pub(super) delivery_destinations: Option<&'a str>,
+    /// O1: the ordered queue, or why it is unknown.
+    pub(super) ordered_queue: Result<String, String>,
     pub(super) output: OutputFormat,
 }
 
@@ -475,6 +485,19 @@ pub(super) async fn run_event_subscription(
     flags: GlobalFlags<'_>,
 ) -> anyhow::Result<()> {
     let (request, update) = checked(&cmd)?;
+    // O1: an ordered subscription only where its events have a queue to go to; otherwise
+    // ingest would refuse its topic's publishes.
+    let ordering = request
+        .as_ref()
+        .and_then(|r| r.ordering_key.as_deref())
+        .or(update.as_ref().and_then(|u| u.ordering_key.as_deref()));
+    if let (Some(key), Err(why)) = (ordering.filter(|k| *k != "none"), &flags.ordered_queue) {
+        return Err(invalid(LimitError::new(
+            "orderingKey",
+            format!("{key:?}"),
+            format!("only on an installation with an ordered queue: {why}"),
+        )));
+    }
     let sdk = load_sdk_config().await;
     let store = DynamoSubscriptionStore::from_sdk(&sdk, flags.tables);
     let secrets = SecretsManagerStore::from_sdk(&sdk);
@@ -994,8 +1017,10 @@ fn create_delivery_destinations(
                 names.control_queue,
                 names.replay_queue,
                 names.dead_letter_queue,
+                names.ordered_queue,
                 names.delivery_redrive_queue,
                 names.dead_letter_redrive_queue,
+                names.ordered_redrive_queue,
             ]
             .map(|name| format!("{base}/{name}")),
         );

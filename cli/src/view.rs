@@ -90,6 +90,8 @@ pub fn subscription_view(sub: &Subscription) -> Value {
         "statusTable": sub.status_table,
         "subscriptionInstanceId": sub.id,
         "journalAnswerBytes": sub.answer_bytes_kept(),
+        // O1: null when events are delivered without order.
+        "orderingKey": sub.ordering_key,
     });
     if !sub.delivery_caps.is_unset() {
         v["deliveryCaps"] = json!(sub.delivery_caps);

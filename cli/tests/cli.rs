@@ -96,7 +96,10 @@ fn local_names_what_is_wrong_before_guessing_at_the_emulator() {
 #[test]
 fn out_of_range_flags_are_refused_with_flag_value_and_range_b4_r5() {
     let base = create_args("audit", "http://127.0.0.1:9/hook");
-    let cases: [(&str, &str, &str); 17] = [
+    let cases: [(&str, &str, &str); 19] = [
+        // O1.
+        ("--ordering-key", "id", "subject, or data.FIELD"),
+        ("--ordering-key", "data.a..b", "subject, or data.FIELD"),
         ("--max-concurrent-requests", "0", "1 to 1000"),
         ("--max-concurrent-requests", "1001", "1 to 1000"),
         ("--max-events-per-second", "-1", "1 to 100000"),
@@ -527,6 +530,7 @@ async fn redrive_puts_parked_and_dead_lettered_events_back_into_delivery_l2_g1()
         .send_all(&[OutgoingMessage {
             body: parked[0].to_body().expect("body"),
             delay: Duration::ZERO,
+            group: None,
         }])
         .await;
     assert!(sent[0].is_ok());
@@ -1475,6 +1479,78 @@ async fn show_says_how_delivery_goes() {
         "{shown}"
     );
     sys.shutdown().await;
+}
+
+/// O1: `--ordering-key` is stored and shown (`orderingKey`); an update without it keeps it,
+/// with it replaces it, and `none` removes it (`null`: no order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordering_key_is_set_kept_replaced_and_removed_o1() {
+    let names = provisioned_with_orders_topic().await;
+    let resources = Some(&names);
+    let shown = |out: &Output| json(out)["orderingKey"].clone();
+    let created = gridrelay(
+        &[
+            &create_args("ordered", "http://127.0.0.1:9/hook")[..],
+            &["--ordering-key", "data.order.id"],
+        ]
+        .concat(),
+        resources,
+    );
+    assert_eq!(shown(&created), "data.order.id");
+    let update = |extra: &[&str]| {
+        let mut args = vec![
+            "event-subscription",
+            "update",
+            "--topic-name",
+            "orders",
+            "--name",
+            "ordered",
+            "--no-wait",
+        ];
+        args.extend(extra);
+        gridrelay(&args, resources)
+    };
+    assert_eq!(
+        shown(&update(&["--max-delivery-attempts", "5"])),
+        "data.order.id"
+    );
+    assert_eq!(shown(&update(&["--ordering-key", "subject"])), "subject");
+    assert_eq!(shown(&update(&["--ordering-key", "none"])), Value::Null);
+    let refused = update(&["--ordering-key", "data"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("--ordering-key"),
+        "{}",
+        stderr(&refused)
+    );
+
+    // An installation without an ordered queue (a stack made before it: its delivery queue
+    // not named <prefix>-delivery, and no OrderedQueueUrl given) never gets an ordered
+    // subscription, whose events ingest could not enqueue.
+    let without = Command::new(env!("CARGO_BIN_EXE_gridrelay"))
+        .args(
+            [
+                &create_args("elsewhere", "http://127.0.0.1:9/hook")[..],
+                &[
+                    "--ordering-key",
+                    "subject",
+                    "--delivery-queue",
+                    "https://sqs.us-east-1.amazonaws.com/123456789012/events",
+                ],
+            ]
+            .concat(),
+        )
+        .env_remove("GRIDRELAY_ORDERED_QUEUE_URL")
+        .output()
+        .expect("gridrelay runs");
+    let err = stderr(&without);
+    assert_eq!(without.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--ordering-key")
+            && err.contains("GRIDRELAY_ORDERED_QUEUE_URL")
+            && err.contains("OrderedQueueUrl"),
+        "{err}"
+    );
 }
 
 /// A1: `show` says when an OAuth subscription's token endpoint fails: `deliveryStatus.token`

@@ -41,7 +41,8 @@ EXPECTED = {
         "dynamodb:GetItem": [getatt("TopicsTable"), getatt("SubscriptionsTable")],
         "dynamodb:Query": [getatt("SubscriptionsTable")],
         "dynamodb:PutItem": [getatt("SubscriptionsTable")],
-        "sqs:SendMessage": [getatt("DeliveryQueue")],
+        # O1: ordered subscriptions' events go to the ordered (FIFO) queue.
+        "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("OrderedQueue")],
         # #34 item 2: the key its queue messages are sealed with.
         "secretsmanager:GetSecretValue": [QUEUE_KEY],
         # #35: topic archives, one call per publish.
@@ -78,16 +79,18 @@ EXPECTED = {
         "secretsmanager:DeleteSecret": [
             {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*"}
         ],
-        # Its three event sources: the delivery queue, the control queue (#34 item 12) and the
-        # replay queue (#35).
-        "sqs:ReceiveMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue")],
-        "sqs:DeleteMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue")],
-        "sqs:GetQueueAttributes": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue")],
-        "sqs:ChangeMessageVisibility": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue")],
+        # Its four event sources: the delivery queue, the control queue (#34 item 12), the
+        # replay queue (#35) and the ordered queue (O1: its messages held in flight until due;
+        # deliver never sends to it).
+        "sqs:ReceiveMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue"), getatt("OrderedQueue")],
+        "sqs:DeleteMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue"), getatt("OrderedQueue")],
+        "sqs:GetQueueAttributes": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue"), getatt("OrderedQueue")],
+        "sqs:ChangeMessageVisibility": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue"), getatt("OrderedQueue")],
     },
     "DeadLetterFunction": {
         "s3:PutObject": [{"Fn::Sub": "${DeadLetterBucket.Arn}/*"}],
-        "sqs:SendMessage": [getatt("DeadLetterQueue"), getatt("DeliveryQueue")],
+        # L7's announcements, to ordered subscriptions of the system topic too (O1).
+        "sqs:SendMessage": [getatt("DeadLetterQueue"), getatt("DeliveryQueue"), getatt("OrderedQueue")],
         "dynamodb:Query": [getatt("SubscriptionsTable")],
         "sqs:ReceiveMessage": [getatt("DeadLetterQueue")],
         "sqs:DeleteMessage": [getatt("DeadLetterQueue")],
@@ -134,6 +137,7 @@ CAPPED_SOURCES = {
     "DeliveryQueue": ("DeliverFunction", "DeliverMaximumConcurrency"),
     "ControlQueue": ("DeliverFunction", 2),
     "ReplayQueue": ("DeliverFunction", "ReplayMaximumConcurrency"),
+    "OrderedQueue": ("DeliverFunction", "DeliverMaximumConcurrency"),
     "DeadLetterQueue": ("DeadLetterFunction", "DeadLetterMaximumConcurrency"),
 }
 RESERVED = {"DeliverFunction": "DeliverReservedConcurrency", "IngestFunction": "IngestReservedConcurrency"}
@@ -213,6 +217,48 @@ def queue_key_problems(resources):
         env = resources[function]["Properties"].get("Environment", {}).get("Variables", {})
         if env.get("GRIDRELAY_QUEUE_KEY_SECRET") != QUEUE_KEY:
             problems.append(f"{function}: GRIDRELAY_QUEUE_KEY_SECRET is {env.get('GRIDRELAY_QUEUE_KEY_SECRET')}")
+    return problems
+
+
+def ordered_queue_problems(resources, outputs, globals_env):
+    """O1: the ordered queue is FIFO in high-throughput mode, kept 14 days, with a FIFO redrive
+    queue whose receive count (1000, SQS's most) the retry ladder's holds never reach; its
+    event source takes batches of 10 and no window (FIFO sources take none); every function
+    is told its URL, it is among the stack's own queues, and the stack outputs it."""
+    problems = []
+    ordered = resources.get("OrderedQueue", {}).get("Properties", {})
+    expected = {
+        "FifoQueue": True,
+        "FifoThroughputLimit": "perMessageGroupId",
+        "DeduplicationScope": "messageGroup",
+        "MessageRetentionPeriod": 1209600,
+        "SqsManagedSseEnabled": True,
+        "RedrivePolicy": {"deadLetterTargetArn": getatt("OrderedRedriveQueue"), "maxReceiveCount": 1000},
+    }
+    for setting, value in expected.items():
+        if ordered.get(setting) != value:
+            problems.append(f"OrderedQueue: {setting} is {ordered.get(setting)}, expected {value}")
+    if "QueueName" in ordered:
+        problems.append("OrderedQueue: a fixed QueueName (CloudFormation names it, ending .fifo)")
+    redrive = resources.get("OrderedRedriveQueue", {}).get("Properties", {})
+    if redrive.get("FifoQueue") is not True:
+        problems.append(f"OrderedRedriveQueue: FifoQueue is {redrive.get('FifoQueue')}")
+    mapping = next(
+        (r["Properties"] for r in resources.values()
+         if r["Type"] == "AWS::Lambda::EventSourceMapping" and r["Properties"]["EventSourceArn"] == getatt("OrderedQueue")),
+        {},
+    )
+    if mapping.get("BatchSize") != 10 or "MaximumBatchingWindowInSeconds" in mapping:
+        problems.append(f"OrderedQueue's event source: expected BatchSize 10 and no window, got {mapping}")
+    if globals_env.get("GRIDRELAY_ORDERED_QUEUE_URL") != {"Ref": "OrderedQueue"}:
+        problems.append(f"Globals: GRIDRELAY_ORDERED_QUEUE_URL is {globals_env.get('GRIDRELAY_ORDERED_QUEUE_URL')}")
+    env = resources["DeliverFunction"]["Properties"].get("Environment", {}).get("Variables", {})
+    own = env.get("GRIDRELAY_OWN_QUEUES", {}).get("Fn::Join", ["", []])[1]
+    for queue in ["OrderedQueue", "OrderedRedriveQueue"]:
+        if getatt(queue) not in own:
+            problems.append(f"DeliverFunction: GRIDRELAY_OWN_QUEUES lacks {queue}")
+    if outputs.get("OrderedQueueUrl", {}).get("Value") != {"Ref": "OrderedQueue"}:
+        problems.append(f"Outputs: OrderedQueueUrl is {outputs.get('OrderedQueueUrl')}")
     return problems
 
 
@@ -474,6 +520,7 @@ def main():
             resource["Properties"]["CodeUri"] = "s3://packaged/code.zip"
     defaults = {name: p["Default"] for name, p in source["Parameters"].items() if "Default" in p}
     source_parameters = dict(source["Parameters"])
+    globals_env = dict(source.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {}))
     template = transform(source, {}, ManagedPolicies())
     resources = template["Resources"]
     conditions = template.get("Conditions", {})
@@ -511,6 +558,7 @@ def main():
     problems += metric_problems(resources)
     problems += queue_key_problems(resources)
     problems += lane_queue_problems(resources, template.get("Outputs", {}))
+    problems += ordered_queue_problems(resources, template.get("Outputs", {}), globals_env)
     problems += journal_problems(resources)
     problems += replay_problems(resources)
     problems += portal_problems(resources, template.get("Outputs", {}))
@@ -523,7 +571,8 @@ def main():
         sys.exit(1)
     print(
         f"SAM roles hold exactly the expected permissions ({sum(map(len, EXPECTED.values()))} grants, {len(EXPECTED)} roles); "
-        f"deliver at most {defaults['DeliverMaximumConcurrency']} (control queue {CAPPED_SOURCES['ControlQueue'][1]}, "
+        f"deliver at most {defaults['DeliverMaximumConcurrency']} on each of the delivery and ordered queues "
+        f"(control queue {CAPPED_SOURCES['ControlQueue'][1]}, "
         f"replay queue {defaults['ReplayMaximumConcurrency']}) and dead-letter at most "
         f"{defaults['DeadLetterMaximumConcurrency']} invocations at once; {defaults['Architecture']}"
     )

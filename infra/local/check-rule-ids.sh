@@ -6,14 +6,14 @@
 # Used: the IDs found in the files git tracks with these extensions: .rs .sh .ts .yaml .yml
 # .toml .md .py (Cargo.lock has none of them; docs/delivery-rules.md itself is left out), in
 # two forms:
-#   - an uppercase ID as a whole word: a letter of GBSRDLFHCPA and one or two digits, e.g. in
+#   - an uppercase ID as a whole word: a letter of GBSRDLFHCPAO and one or two digits, e.g. in
 #     doc comments ("/// R1, S5: ...") and in the README. Case-sensitive, and grep -w counts
 #     letters, digits and '_' as word characters, so identifiers that merely contain an ID
 #     (S3ObjectStore, S3_MANAGED, EC2) and hex or base64 fragments do not match.
 #   - a lowercase ID at the start or the end of a Rust function's name, as tests name the
 #     rules they cover (`fn late_success_cancels_the_pending_retry_r4`,
 #     `fn l5_retries_for_four_hours_then_drops`): each `_`-separated word of the leading and
-#     trailing runs that is a letter of gbsrdlfhcpa and one digit 1-9. One digit only, so Rust's
+#     trailing runs that is a letter of gbsrdlfhcpao and one digit 1-9. One digit only, so Rust's
 #     float types in names such as serde's `visit_f64` do not count; variables (`h1_port`)
 #     and words inside a name (`..._parses_s3_urls_...`) are not read.
 # Known false positive, left in on purpose: S3 is also the AWS object store ("an S3 bucket",
@@ -58,11 +58,11 @@ scan() {
 # "ID file:line", one line per use.
 used=$(
   {
-    printf '%s\0' "${files[@]}" | scan -owE '[GBSRDLFHCPA][0-9]{1,2}' |
+    printf '%s\0' "${files[@]}" | scan -owE '[GBSRDLFHCPAO][0-9]{1,2}' |
       awk -F: '{ print $3, $1 ":" $2 }'
     printf '%s\0' "${files[@]}" | { grep -z '\.rs$' || true; } | scan -oE '\bfn [a-z][a-z0-9_]*' |
       awk -F: '
-        function id(w) { return w ~ /^[gbsrdlfhcpa][1-9]$/ }
+        function id(w) { return w ~ /^[gbsrdlfhcpao][1-9]$/ }
         {
           name = substr($3, 4); n = split(name, w, "_")
           for (i = 1; i <= n && id(w[i]); i++) print toupper(w[i]), $1 ":" $2
@@ -71,7 +71,7 @@ used=$(
   } | sort -k1,1 -k2,2V -u
 )
 
-defined=$(grep -oE '^#+ +[GBSRDLFHCPA][0-9]{1,2}:' "$rules" | grep -oE '[GBSRDLFHCPA][0-9]{1,2}' | sort -u || true)
+defined=$(grep -oE '^#+ +[GBSRDLFHCPAO][0-9]{1,2}:' "$rules" | grep -oE '[GBSRDLFHCPAO][0-9]{1,2}' | sort -u || true)
 
 undefined=$(
   awk -v defined="$defined" '

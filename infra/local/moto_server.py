@@ -11,15 +11,29 @@ table around each DynamoDB request (a request naming several tables takes theirs
 order). One lock for all tables, as before, made every test's DynamoDB calls wait for every
 other's: with tests/it run six at a time, invocations ran out of time and messages were parked.
 SQS's long polls and the other services are not held by any of them.
+
+SQS holds back a FIFO queue's message group while one of its messages is in flight; once a
+message's visibility ends it is back in the queue. moto keeps every message it handed out in its
+pending set until a receive walks past it, and takes the group for held while any of them is
+there: messages of one group whose visibility ended together (an invocation stopped, a worker
+killed) were skipped one by one until the last, which was handed out first, out of the group's
+order (O1; `tests/it/ordering.rs`
+`a_keys_messages_whose_visibility_ends_together_come_back_in_order_o1`). And a long poll that
+began while the group was held kept taking it for held until a held message came back, which it
+then handed out alone, before the group's first. A receive on a FIFO queue here drops from the
+pending set the messages whose visibility has ended, then asks moto without waiting, and waits
+(polling every 50 ms) itself, so each try sees the group as it is.
 """
 
 import contextlib
 import json
 import sys
 import threading
+import time
 
 from moto.dynamodb.responses import DynamoHandler
 from moto.server import main
+from moto.sqs.models import SQSBackend
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -59,6 +73,31 @@ def _serialized_call_action(self):
 
 
 DynamoHandler.call_action = _serialized_call_action
+
+_receive_message = SQSBackend.receive_message
+
+
+def _receive_in_group_order(
+    self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None
+):
+    queue = self.get_queue(queue_name)
+    if not queue.fifo_queue:
+        return _receive_message(
+            self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names
+        )
+    end = time.monotonic() + (wait_seconds_timeout or 0)
+    while True:
+        for message in [m for m in queue.pending_messages if m.visible]:
+            queue.pending_messages.discard(message)
+        received = _receive_message(
+            self, queue_name, count, 0, visibility_timeout, message_attribute_names
+        )
+        if received or time.monotonic() >= end:
+            return received
+        time.sleep(0.05)
+
+
+SQSBackend.receive_message = _receive_in_group_order
 
 if __name__ == "__main__":
     sys.exit(main())

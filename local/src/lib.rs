@@ -44,6 +44,7 @@ pub use gridrelay_deliver::{
 use gridrelay_deliver::{Deliver, DeliverOutcome, DeliverPorts, DeliveryReport, DeliverySettings};
 use gridrelay_ingest::Ingest;
 use gridrelay_ports::endpoints::AddressResolver;
+use gridrelay_ports::fan_out::DeliveryQueues;
 use gridrelay_ports::{MessageQueue, RandomJitter, StoreError, SubscriptionStore, SystemClock};
 use gridrelay_shared::dead_letter::DEAD_LETTER_EVENTS_TOPIC;
 use gridrelay_shared::destination::AllowedDestinations;
@@ -432,12 +433,18 @@ impl LocalSystem {
             control: control_queue,
             replay: replay_queue,
             dead_letter: dead_letter_queue,
+            ordered: ordered_queue,
         } = queues.clone();
         let clock = Arc::new(SystemClock);
+        // O1: fan-out sends ordered subscriptions' events to the ordered queue.
+        let fan_out_queues: Arc<dyn MessageQueue> = Arc::new(DeliveryQueues {
+            delivery: delivery_queue.clone(),
+            ordered: Some(ordered_queue.clone()),
+        });
 
         let ingest = Arc::new(Ingest {
             store: Arc::clone(&store),
-            delivery_queue: delivery_queue.clone(),
+            delivery_queue: fan_out_queues.clone(),
             archive: Arc::new(FirehoseStream::from_sdk(sdk, &names.archive_stream)),
             accepted_ids: Arc::new(DynamoDeliveryStateStore::from_sdk(
                 sdk,
@@ -486,6 +493,15 @@ impl LocalSystem {
                 &resources.replay_queue_arn,
                 with_concurrency(config.replay_concurrency),
             ),
+            // O1: a FIFO queue's event source takes batches of up to 10 and no window.
+            (
+                &resources.ordered_queue_url,
+                &resources.ordered_queue_arn,
+                RunnerConfig {
+                    batching: EventSourceBatching::default(),
+                    ..config.clone()
+                },
+            ),
         ];
         let mut lane_instances = Vec::with_capacity(lanes.len());
         for (_, _, lane_config) in &lanes {
@@ -501,7 +517,7 @@ impl LocalSystem {
             dead_letter_queue,
             clock: clock.clone(),
             scale: config.scale,
-            notices: Some(dead_letter_notices(&store, &delivery_queue)),
+            notices: Some(dead_letter_notices(&store, &fan_out_queues)),
             journal: journal_sink(sdk, names, &config),
         });
 
@@ -625,6 +641,7 @@ fn deliver_ports(
         control_queue: queues.control.clone(),
         replay_queue: queues.replay.clone(),
         dead_letter_queue: queues.dead_letter.clone(),
+        ordered_queue: queues.ordered.clone(),
         resources: Arc::new(AwsResourceSender::from_sdk(sdk)),
         clock: clock.clone(),
         jitter: Arc::new(RandomJitter),
@@ -659,7 +676,7 @@ fn journal_sink(
 /// L7: dead-letter writes announced on the system topic, through the delivery queue.
 fn dead_letter_notices(
     store: &Arc<dyn SubscriptionStore>,
-    delivery_queue: &Arc<SqsQueue>,
+    delivery_queue: &Arc<dyn MessageQueue>,
 ) -> DeadLetterNotices {
     DeadLetterNotices {
         store: Arc::clone(store),
@@ -675,6 +692,8 @@ struct SealedQueues {
     control: Arc<SqsQueue>,
     replay: Arc<SqsQueue>,
     dead_letter: Arc<SqsQueue>,
+    /// O1.
+    ordered: Arc<SqsQueue>,
 }
 
 /// The runner's queue key and its queues, sealed with it.
@@ -693,6 +712,7 @@ async fn sealed_queues(
         control: sealed_with(&resources.control_queue_url),
         replay: sealed_with(&resources.replay_queue_url),
         dead_letter: sealed_with(&resources.dead_letter_queue_url),
+        ordered: sealed_with(&resources.ordered_queue_url),
     };
     Ok((key, queues))
 }

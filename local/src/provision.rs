@@ -16,11 +16,13 @@ use gridrelay_adapters::aws::{
 };
 use gridrelay_adapters::config::{
     ARCHIVE_STREAM_ENV, CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV,
-    JOURNAL_BUCKET_ENV, PORTAL_KEY_SECRET_ENV, QUEUE_KEY_SECRET_ENV, REPLAY_QUEUE_URL_ENV,
-    REPLAYS_TABLE_ENV, SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV, TOPICS_TABLE_ENV,
+    JOURNAL_BUCKET_ENV, ORDERED_QUEUE_URL_ENV, PORTAL_KEY_SECRET_ENV, QUEUE_KEY_SECRET_ENV,
+    REPLAY_QUEUE_URL_ENV, REPLAYS_TABLE_ENV, SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV,
+    TOPICS_TABLE_ENV,
 };
 use gridrelay_shared::archive::{ARCHIVE_PREFIX, DEFAULT_ARCHIVE_EXPIRY_DAYS};
 use gridrelay_shared::journal::JOURNAL_PREFIX;
+use gridrelay_shared::ordering::ORDERED_MAX_RECEIVE_COUNT;
 
 /// Names of every resource, all derived from one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +35,10 @@ pub struct ResourceNames {
     /// Replays' deliveries and their retries, apart from live ones (#35).
     pub replay_queue: String,
     pub dead_letter_queue: String,
+    /// O1: ordered subscriptions' events, a FIFO queue with a message group per key.
+    pub ordered_queue: String,
+    /// Where SQS moves ordered messages that keep failing (a FIFO queue's must be FIFO).
+    pub ordered_redrive_queue: String,
     /// Where SQS moves delivery messages that keep failing (poison messages).
     pub delivery_redrive_queue: String,
     pub dead_letter_redrive_queue: String,
@@ -68,6 +74,8 @@ impl ResourceNames {
             control_queue: format!("{prefix}-control"),
             replay_queue: format!("{prefix}-replay"),
             dead_letter_queue: format!("{prefix}-dead-letter"),
+            ordered_queue: format!("{prefix}-ordered.fifo"),
+            ordered_redrive_queue: format!("{prefix}-ordered-redrive.fifo"),
             delivery_redrive_queue: format!("{prefix}-delivery-redrive"),
             dead_letter_redrive_queue: format!("{prefix}-dead-letter-redrive"),
             dead_letter_bucket: format!("{prefix}-dead-letters"),
@@ -94,13 +102,14 @@ impl ResourceNames {
     /// tables, its delivery, control and replay queues (by name), its secret prefix, its queue
     /// key and its portal key, its journal's bucket, its replays' table and its archive's
     /// stream.
-    pub fn cli_env(&self) -> [(&'static str, &str); 12] {
+    pub fn cli_env(&self) -> [(&'static str, &str); 13] {
         [
             (TOPICS_TABLE_ENV, &self.topics_table),
             (SUBSCRIPTIONS_TABLE_ENV, &self.subscriptions_table),
             (DELIVERY_QUEUE_URL_ENV, &self.delivery_queue),
             (CONTROL_QUEUE_URL_ENV, &self.control_queue),
             (REPLAY_QUEUE_URL_ENV, &self.replay_queue),
+            (ORDERED_QUEUE_URL_ENV, &self.ordered_queue),
             (SECRET_PREFIX_ENV, &self.secret_prefix),
             (DELIVERY_STATE_TABLE_ENV, &self.delivery_state_table),
             (QUEUE_KEY_SECRET_ENV, &self.queue_key_secret),
@@ -130,20 +139,25 @@ pub struct Resources {
     pub replay_queue_arn: String,
     pub dead_letter_queue_url: String,
     pub dead_letter_queue_arn: String,
+    pub ordered_queue_url: String,
+    pub ordered_queue_arn: String,
     pub delivery_redrive_queue_url: String,
     pub dead_letter_redrive_queue_url: String,
+    pub ordered_redrive_queue_url: String,
 }
 
 impl Resources {
     /// The URLs of the installation's own queues, which no subscription may deliver to.
-    pub fn queue_urls(&self) -> [&str; 6] {
+    pub fn queue_urls(&self) -> [&str; 8] {
         [
             &self.delivery_queue_url,
             &self.control_queue_url,
             &self.replay_queue_url,
             &self.dead_letter_queue_url,
+            &self.ordered_queue_url,
             &self.delivery_redrive_queue_url,
             &self.dead_letter_redrive_queue_url,
+            &self.ordered_redrive_queue_url,
         ]
     }
 }
@@ -234,6 +248,16 @@ pub async fn provision_keeping(
         Some((&dead_letter_redrive_arn, max_receive_count)),
     )
     .await?;
+    // O1: its redrive count is out of the ladder's reach whatever the runner's: every hold
+    // of an ordered message is a receive.
+    let (ordered_redrive_queue_url, ordered_redrive_arn) =
+        create_queue(&sqs, &names.ordered_redrive_queue, None).await?;
+    let (ordered_queue_url, ordered_queue_arn) = create_queue(
+        &sqs,
+        &names.ordered_queue,
+        Some((&ordered_redrive_arn, ORDERED_MAX_RECEIVE_COUNT)),
+    )
+    .await?;
 
     // #34 item 2: the key every message on these queues is sealed with.
     local_queue_key(sdk, &names.queue_key_secret)
@@ -292,8 +316,11 @@ pub async fn provision_keeping(
         replay_queue_arn,
         dead_letter_queue_url,
         dead_letter_queue_arn,
+        ordered_queue_url,
+        ordered_queue_arn,
         delivery_redrive_queue_url,
         dead_letter_redrive_queue_url,
+        ordered_redrive_queue_url,
     })
 }
 
@@ -410,6 +437,25 @@ async fn create_queue(
         QueueAttributeName::MaximumMessageSize,
         "1048576".to_string(),
     );
+    // O1: a FIFO queue (its name says so), in high-throughput mode: each message group (a
+    // key) has its own throughput, and deduplication is per group. Kept 14 days, SQS's
+    // most: a key whose first event waits holds the rest in the queue.
+    let fifo = name.ends_with(".fifo");
+    if fifo {
+        attributes.insert(QueueAttributeName::FifoQueue, "true".to_string());
+        attributes.insert(
+            QueueAttributeName::DeduplicationScope,
+            "messageGroup".to_string(),
+        );
+        attributes.insert(
+            QueueAttributeName::FifoThroughputLimit,
+            "perMessageGroupId".to_string(),
+        );
+        attributes.insert(
+            QueueAttributeName::MessageRetentionPeriod,
+            "1209600".to_string(),
+        );
+    }
     if let Some((arn, max)) = redrive {
         attributes.insert(
             QueueAttributeName::RedrivePolicy,
@@ -442,6 +488,8 @@ async fn create_queue(
                 .queue_url()
                 .context("queue has no URL")?
                 .to_string();
+            // A queue's kind is fixed when it is made.
+            attributes.remove(&QueueAttributeName::FifoQueue);
             client
                 .set_queue_attributes()
                 .queue_url(&url)

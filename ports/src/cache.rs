@@ -543,6 +543,24 @@ impl DeliveryStateStore for CachedDeliveryState {
         self.state.late_success(attempt).await
     }
 
+    async fn ordered_progress(
+        &self,
+        message_ids: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, StoreError> {
+        self.state.ordered_progress(message_ids).await
+    }
+
+    async fn put_ordered_progress(
+        &self,
+        message_id: &str,
+        progress: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.state
+            .put_ordered_progress(message_id, progress, now)
+            .await
+    }
+
     async fn claim(
         &self,
         key: &str,

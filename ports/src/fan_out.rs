@@ -13,9 +13,10 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::value::RawValue;
 
-use crate::{MessageQueue, OutgoingMessage, StoreError, SubscriptionStore};
+use crate::{MessageQueue, OutgoingMessage, QueueError, StoreError, SubscriptionStore};
 use gridrelay_shared::limits::{MAX_FAN_OUT_BYTES, MAX_PUBLISH_BYTES};
 use gridrelay_shared::message::{DeliveryHistory, DeliveryMessage, QueuedEvent};
+use gridrelay_shared::ordering::{OrderingKey, message_group};
 use gridrelay_shared::schema::{DeliverySchema, InputSchema, to_delivery_form};
 use gridrelay_shared::subscription::Subscription;
 
@@ -295,13 +296,23 @@ async fn enqueue_shares(
     let mut sends = FuturesUnordered::new();
     let mut sent = Sent::default();
     let mut enqueued = 0;
+    // O1: ordered messages are sent together at the end, in one send that keeps each
+    // group's order (the outbox's sends run at once).
+    let mut ordered = Vec::new();
     for share in plan {
         let sub = share.sub;
         let queued = share.queued(now);
         enqueued += queued.len();
-        for message in new_deliveries(&DeliveryHistory::new(sub), now, queued)
-            .map_err(|e| FanOutError::Encode(e.to_string()))?
-        {
+        let encode = |e: serde_json::Error| FanOutError::Encode(e.to_string());
+        let messages = match &sub.ordering_key {
+            Some(key) => {
+                let (keyed, unkeyed) = ordered_deliveries(sub, key, now, queued).map_err(encode)?;
+                ordered.extend(keyed);
+                unkeyed
+            }
+            None => new_deliveries(&DeliveryHistory::new(sub), now, queued).map_err(encode)?,
+        };
+        for message in messages {
             outbox.push(message);
         }
         if outbox.is_full() {
@@ -319,6 +330,9 @@ async fn enqueue_shares(
     }
     if !outbox.messages.is_empty() {
         sends.push(send_messages(queue, outbox.take()));
+    }
+    if !ordered.is_empty() {
+        sends.push(send_messages(queue, ordered));
     }
     while let Some(done) = sends.next().await {
         sent.add(done);
@@ -365,9 +379,107 @@ pub(crate) fn new_deliveries(
             Ok(OutgoingMessage {
                 body: message.to_body()?,
                 delay: Duration::ZERO,
+                group: None,
             })
         })
         .collect()
+}
+
+/// O1: the messages of an ordered subscription: each event with a key in a message of its own
+/// in its key's group ([`message_group`]), in the order given; the events without one
+/// packed as any subscription's, without order.
+fn ordered_deliveries(
+    sub: &Subscription,
+    key: &OrderingKey,
+    now: DateTime<Utc>,
+    events: Vec<QueuedEvent>,
+) -> Result<(Vec<OutgoingMessage>, Vec<OutgoingMessage>), serde_json::Error> {
+    let history = DeliveryHistory::new(sub);
+    let mut ordered = Vec::new();
+    let mut unkeyed = Vec::new();
+    for event in events {
+        let value: serde_json::Value = serde_json::from_str(event.event.get())?;
+        match key.value_in(&value) {
+            Some(k) => {
+                for message in new_deliveries(&history, now, vec![event])? {
+                    ordered.push(OutgoingMessage {
+                        group: Some(message_group(&sub.id, &k)),
+                        ..message
+                    });
+                }
+            }
+            None => unkeyed.push(event),
+        }
+    }
+    Ok((ordered, new_deliveries(&history, now, unkeyed)?))
+}
+
+/// O1: the queues fan-out sends to, as one: messages with a group go to the ordered (FIFO)
+/// queue, the others to the delivery queue. Without an ordered queue, a message with a group
+/// is refused saying so (the publish is answered 503 and nothing is delivered out of order).
+pub struct DeliveryQueues {
+    pub delivery: std::sync::Arc<dyn MessageQueue>,
+    pub ordered: Option<std::sync::Arc<dyn MessageQueue>>,
+}
+
+#[async_trait::async_trait]
+impl MessageQueue for DeliveryQueues {
+    async fn send_all(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>> {
+        let (ordered, unordered): (Vec<usize>, Vec<usize>) =
+            (0..messages.len()).partition(|&i| messages[i].group.is_some());
+        if ordered.is_empty() {
+            return self.delivery.send_all(messages).await;
+        }
+        let pick = |indexes: &[usize]| -> Vec<OutgoingMessage> {
+            indexes.iter().map(|&i| messages[i].clone()).collect()
+        };
+        let to_ordered = pick(&ordered);
+        let to_delivery = pick(&unordered);
+        let ordered_sent = async {
+            match &self.ordered {
+                Some(queue) => queue.send_all(&to_ordered).await,
+                None => vec![
+                    Err(QueueError(
+                        "this installation has no ordered delivery queue (O1): deploy one that has"
+                            .to_string()
+                    ));
+                    to_ordered.len()
+                ],
+            }
+        };
+        let delivery_sent = async {
+            if to_delivery.is_empty() {
+                Vec::new()
+            } else {
+                self.delivery.send_all(&to_delivery).await
+            }
+        };
+        let (ordered_sent, delivery_sent) = futures::join!(ordered_sent, delivery_sent);
+        let mut results = vec![Err(QueueError("not sent".to_string())); messages.len()];
+        for (i, r) in ordered.into_iter().zip(ordered_sent) {
+            results[i] = r;
+        }
+        for (i, r) in unordered.into_iter().zip(delivery_sent) {
+            results[i] = r;
+        }
+        results
+    }
+
+    async fn retry_after(&self, receipt_handle: &str, after: Duration) -> Result<(), QueueError> {
+        self.delivery.retry_after(receipt_handle, after).await
+    }
+
+    async fn receive_batch(
+        &self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<crate::ReceivedMessage>, QueueError> {
+        self.delivery.receive_batch(max, visibility).await
+    }
+
+    async fn delete_received(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        self.delivery.delete_received(receipt_handle).await
+    }
 }
 
 /// Sends of about one publish request's bytes each that may be in flight at once.

@@ -167,6 +167,20 @@ pub trait DeliveryStateStore: Send + Sync {
         now: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
+    /// O1: the progress kept for each of `message_ids` (ordered messages that waited in
+    /// flight: `gridrelay_shared::ordering::progress_text`), by id; ids with none are left
+    /// out. Read strongly consistent; an id that could not be read fails the whole read.
+    async fn ordered_progress(
+        &self,
+        message_ids: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, StoreError>;
+    /// O1: keeps `progress` for the ordered message `message_id`, over what was kept.
+    async fn put_ordered_progress(
+        &self,
+        message_id: &str,
+        progress: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
     /// Says that what was read of `endpoint`'s health may be out of date, so the next read
     /// goes to the store. Only a cache in front of the store
     /// ([`cache::CachedDeliveryState`]) has anything to forget.
@@ -237,6 +251,9 @@ pub struct Versioned<T> {
 pub struct OutgoingMessage {
     pub body: String,
     pub delay: Duration,
+    /// O1: its message group on a FIFO queue (`gridrelay_shared::ordering::message_group`),
+    /// which keeps the group's messages in the order they were sent and takes no `delay`.
+    pub group: Option<String>,
 }
 
 /// A received message that failed: its receipt and how often it was received.

@@ -868,6 +868,8 @@ impl crate::AcceptedIds for MemoryAcceptedIds {
 pub struct MemoryDeliveryStateStore {
     health: Mutex<HashMap<String, Versioned<EndpointHealth>>>,
     late: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// O1: ordered messages' kept progress, by message id.
+    ordered: Mutex<HashMap<String, String>>,
     /// Each claim's token and until when it holds.
     claims: Mutex<HashMap<String, (String, DateTime<Utc>)>>,
     health_reads: AtomicUsize,
@@ -959,6 +961,29 @@ impl DeliveryStateStore for MemoryDeliveryStateStore {
     async fn late_success(&self, attempt: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.check()?;
         Ok(lock(&self.late).get(attempt).copied())
+    }
+
+    async fn ordered_progress(
+        &self,
+        message_ids: &[String],
+    ) -> Result<HashMap<String, String>, StoreError> {
+        self.check()?;
+        let kept = lock(&self.ordered);
+        Ok(message_ids
+            .iter()
+            .filter_map(|id| Some((id.clone(), kept.get(id)?.clone())))
+            .collect())
+    }
+
+    async fn put_ordered_progress(
+        &self,
+        message_id: &str,
+        progress: &str,
+        _now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        lock(&self.ordered).insert(message_id.to_string(), progress.to_string());
+        Ok(())
     }
 
     async fn claim(

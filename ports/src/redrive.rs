@@ -254,6 +254,7 @@ async fn send_back<T>(
         .map(|(_, _, m)| OutgoingMessage {
             body: m.body.clone(),
             delay: Duration::ZERO,
+            group: None,
         })
         .collect();
     queue.send_all(&outgoing).await
@@ -869,6 +870,7 @@ mod tests {
             .map(|b| OutgoingMessage {
                 body: b.clone(),
                 delay: Duration::ZERO,
+                group: None,
             })
             .collect();
         block_on(parked.send_all(&outgoing));

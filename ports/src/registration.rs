@@ -388,6 +388,7 @@ impl Registry<'_> {
             .send_all(&[OutgoingMessage {
                 body,
                 delay: queue_delay(wait),
+                group: None,
             }])
             .await;
         match sent.into_iter().next() {

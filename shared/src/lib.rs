@@ -36,6 +36,7 @@ pub mod journal;
 pub mod limits;
 pub mod message;
 pub mod oauth;
+pub mod ordering;
 pub mod outbound;
 pub mod portal;
 pub mod publish;

@@ -51,6 +51,14 @@ impl QueuedEvent {
         }
     }
 
+    /// The same event with `last_attempt` as its own last attempt.
+    pub fn with_last_attempt(self, last_attempt: Option<AttemptRecord>) -> Self {
+        Self {
+            last_attempt,
+            ..self
+        }
+    }
+
     /// Its last attempt, given its message's.
     pub fn last_attempt_in(&self, history: &DeliveryHistory) -> Option<AttemptRecord> {
         self.last_attempt.or(history.last_attempt)
@@ -207,7 +215,19 @@ impl DeliveryMessage {
         not_before: DateTime<Utc>,
         events: Vec<QueuedEvent>,
     ) -> Vec<DeliveryMessage> {
-        let message = |events| DeliveryMessage {
+        let message = |events| Self::with_history(history, not_before, events);
+        let base = DELIVERY_TAG_BYTES + json_len(&message(Vec::new()));
+        pack(base, events).into_iter().map(message).collect()
+    }
+
+    /// One message of `events` with `history`, due at `not_before` (no size check: see
+    /// [`DeliveryMessage::packed`]).
+    fn with_history(
+        history: &DeliveryHistory,
+        not_before: DateTime<Utc>,
+        events: Vec<QueuedEvent>,
+    ) -> Self {
+        DeliveryMessage {
             topic: history.topic.clone(),
             subscription: history.subscription.clone(),
             subscription_id: history.subscription_id.clone(),
@@ -221,9 +241,7 @@ impl DeliveryMessage {
             replay: history.replay.clone(),
             redriven_from: history.redriven_from.clone(),
             events,
-        };
-        let base = DELIVERY_TAG_BYTES + json_len(&message(Vec::new()));
-        pack(base, events).into_iter().map(message).collect()
+        }
     }
 
     /// The history its events share.
@@ -241,6 +259,11 @@ impl DeliveryMessage {
             replay: self.replay.clone(),
             redriven_from: self.redriven_from.clone(),
         }
+    }
+
+    /// The message with no events: its history and due time.
+    pub fn clone_without_events(&self) -> Self {
+        Self::with_history(&self.history(), self.not_before, Vec::new())
     }
 
     /// The body to enqueue: `{"delivery":{…}}`.

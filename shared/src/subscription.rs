@@ -358,6 +358,10 @@ pub struct Subscription {
     /// only; the client secret is in the secret store).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery_auth: Option<crate::oauth::DeliveryAuth>,
+    /// O1: the events that share this key's value are delivered in the order they were
+    /// accepted (`--ordering-key`); unset, no order is kept (G2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<crate::ordering::OrderingKey>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -481,6 +485,8 @@ pub struct SubscriptionRequest {
     pub journal_answer_bytes: Option<i64>,
     /// A1: OAuth 2.0 client credentials (webhooks only); registration stores the secret.
     pub oauth: Option<crate::oauth::OAuthRequest>,
+    /// O1: `subject` or `data.FIELD`.
+    pub ordering_key: Option<String>,
 }
 
 impl SubscriptionRequest {
@@ -579,6 +585,7 @@ impl SubscriptionRequest {
                 .as_ref()
                 .map(|o| o.validate().map(crate::oauth::DeliveryAuth::OAuth2))
                 .transpose()?,
+            ordering_key: self.ordering_key.as_deref().map(str::parse).transpose()?,
             created_at: now,
         };
         check_delivery_auth(&sub)?;
@@ -761,6 +768,8 @@ pub struct SubscriptionUpdate {
     /// A1: `Some(Some(_))` replaces the OAuth 2.0 client credentials whole (the secret given
     /// again), `Some(None)` removes them; `None` keeps them.
     pub oauth: Option<Option<crate::oauth::OAuthRequest>>,
+    /// O1: a new ordering key; `Some("none")` removes it, `None` keeps it.
+    pub ordering_key: Option<String>,
 }
 
 /// A subscription as `update` leaves it, and the handshake it needs.
@@ -862,6 +871,11 @@ impl SubscriptionUpdate {
                 .or(current.journal_answer_bytes.map(i64::from)),
             // Given, checked as at create; kept, see `apply` (the secret is not readable here).
             oauth: self.oauth.clone().flatten(),
+            ordering_key: match self.ordering_key.as_deref() {
+                Some("none") => None,
+                Some(given) => Some(given.to_string()),
+                None => current.ordering_key.as_ref().map(ToString::to_string),
+            },
         }
     }
 

@@ -340,6 +340,26 @@ impl DeliveryStateStore for FaultyState {
     async fn late_success(&self, attempt: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.0.late_success(attempt).await
     }
+    async fn ordered_progress(
+        &self,
+        message_ids: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, StoreError> {
+        if self.1.step().await {
+            return Err(StoreError::Unavailable(injected()));
+        }
+        self.0.ordered_progress(message_ids).await
+    }
+    async fn put_ordered_progress(
+        &self,
+        message_id: &str,
+        progress: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if self.1.step().await {
+            return Err(StoreError::Unavailable(injected()));
+        }
+        self.0.put_ordered_progress(message_id, progress, now).await
+    }
     async fn claim(
         &self,
         key: &str,
@@ -645,6 +665,7 @@ impl World {
             // No replays in the simulation.
             replay_queue: delivery_queue.clone(),
             dead_letter_queue: dead_queue.clone(),
+            ordered_queue: delivery_queue.clone(),
             resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
             clock: clock.clone(),
             jitter: Arc::new(FixedJitter(0.5)),

@@ -7,6 +7,7 @@
 
 pub mod fault_proxy;
 pub mod oauth_server;
+pub mod ordered_subscriber;
 pub mod runtime_api;
 
 use std::collections::{HashMap, VecDeque};

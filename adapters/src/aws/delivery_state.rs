@@ -27,7 +27,8 @@ const BOOKING_TRIES: usize = 8;
 const EXPIRED_LEASES_PER_WRITE: usize = 50;
 
 /// Endpoint health, late successes and delivery cap allowances in one DynamoDB table: partition
-/// key `pk` (`endpoint#SHA-256 OF THE URL`, `late#ATTEMPT`, `rate#SUBSCRIPTION[#ITEM]`,
+/// key `pk` (`endpoint#SHA-256 OF THE URL`, `late#ATTEMPT`, `ordered#MESSAGE ID` (O1: an ordered
+/// message's progress while it waits in flight), `rate#SUBSCRIPTION[#ITEM]`,
 /// `slots#SUBSCRIPTION[#ITEM]` or, for topics' accepted event ids, `dedup#TOPIC#DIGEST`), times as epoch milliseconds, `expiresAt` (epoch seconds) as
 /// the table's TTL attribute.
 #[derive(Debug, Clone)]
@@ -274,6 +275,39 @@ impl DeliveryStateStore for DynamoDeliveryStateStore {
         Ok(out
             .item
             .map(|item| time(&item, "at").unwrap_or_else(Utc::now)))
+    }
+
+    async fn ordered_progress(
+        &self,
+        message_ids: &[String],
+    ) -> Result<HashMap<String, String>, StoreError> {
+        let pk = |id: &str| format!("ordered#{id}");
+        let keys: Vec<String> = message_ids.iter().map(|id| pk(id)).collect();
+        let (items, unread) = self.read_items_counted(keys).await?;
+        if unread > 0 {
+            return Err(StoreError::Unavailable(format!(
+                "{unread} ordered messages' progress left unread (throttled)"
+            )));
+        }
+        Ok(message_ids
+            .iter()
+            .filter_map(|id| {
+                let progress = items.get(&pk(id))?.get("progress")?.as_s().ok()?;
+                Some((id.clone(), progress.clone()))
+            })
+            .collect())
+    }
+
+    async fn put_ordered_progress(
+        &self,
+        message_id: &str,
+        progress: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut item = key(format!("ordered#{message_id}"));
+        item.insert("progress".into(), AttributeValue::S(progress.to_string()));
+        item.insert("expiresAt".into(), expires(now));
+        self.put(item).await
     }
 
     /// One conditional put (`claim#KEY`, its token): written if there is none or it is this

@@ -77,12 +77,20 @@ impl SqsQueue {
                 .string_value(self.key.seal(&body))
                 .build();
             let entry = seal.and_then(|seal| {
-                SendMessageBatchRequestEntry::builder()
+                let entry = SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
                     .message_body(body)
-                    .delay_seconds(delay)
-                    .message_attributes(SEAL_ATTRIBUTE, seal)
-                    .build()
+                    .message_attributes(SEAL_ATTRIBUTE, seal);
+                match &m.group {
+                    // O1: a FIFO queue takes no per-message delay, and would drop a message
+                    // whose deduplication id it saw in the last five minutes: each is new
+                    // (a publish sent again may arrive twice, as G1 allows).
+                    Some(group) => entry
+                        .message_group_id(group)
+                        .message_deduplication_id(uuid::Uuid::new_v4().simple().to_string()),
+                    None => entry.delay_seconds(delay),
+                }
+                .build()
             });
             match entry {
                 Ok(e) => entries.push(e),
@@ -138,6 +146,108 @@ fn all_failed(
         .collect()
 }
 
+impl SqsQueue {
+    /// O1: sends messages with groups (to a FIFO queue) so each group's arrive in the order
+    /// given: a group's messages go in requests one after another (a FIFO queue keeps the
+    /// order of one request's entries), in one of [`ORDERED_SEND_LANES`] lanes that run at
+    /// once. After a message is refused, its group's later ones are not sent (refused too,
+    /// saying why): sent again, they would arrive after them.
+    async fn send_in_order(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>> {
+        let mut lanes: Vec<std::collections::VecDeque<usize>> =
+            vec![std::collections::VecDeque::new(); ORDERED_SEND_LANES];
+        for (i, m) in messages.iter().enumerate() {
+            lanes[lane_of(m.group.as_deref())].push_back(i);
+        }
+        let sent = join_all(lanes.into_iter().map(|lane| self.send_lane(messages, lane))).await;
+        let mut results: Vec<Result<(), QueueError>> =
+            vec![Err(QueueError("not sent".to_string())); messages.len()];
+        for (i, r) in sent.into_iter().flatten() {
+            results[i] = r;
+        }
+        results
+    }
+
+    /// One lane of [`SqsQueue::send_in_order`]: its messages in requests one after another.
+    async fn send_lane(
+        &self,
+        messages: &[OutgoingMessage],
+        mut lane: std::collections::VecDeque<usize>,
+    ) -> Vec<(usize, Result<(), QueueError>)> {
+        let mut results = Vec::new();
+        let mut stopped: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        while !lane.is_empty() {
+            let mut chunk = Vec::new();
+            let mut bytes = 0;
+            while let Some(&i) = lane.front() {
+                let m = &messages[i];
+                if m.group.as_deref().is_some_and(|g| stopped.contains(g)) {
+                    lane.pop_front();
+                    results.push((
+                        i,
+                        Err(QueueError(
+                            "not sent: an earlier message of its group was refused, and order is kept (O1)"
+                                .to_string(),
+                        )),
+                    ));
+                    continue;
+                }
+                let size = m.body.len() + SEAL_BYTES;
+                if !chunk.is_empty()
+                    && (chunk.len() == MAX_BATCH_ENTRIES || bytes + size > MAX_BATCH_BYTES)
+                {
+                    break;
+                }
+                bytes += size;
+                chunk.push((i, m));
+                lane.pop_front();
+            }
+            if chunk.is_empty() {
+                continue;
+            }
+            let sent = self.send_chunk(&chunk).await;
+            for (i, r) in &sent {
+                if let (Err(_), Some(group)) = (r, messages[*i].group.as_deref()) {
+                    stopped.insert(group);
+                }
+            }
+            results.extend(sent);
+        }
+        results
+    }
+}
+
+/// O1: the queues a function's fan-out sends to: the delivery queue at `delivery_queue_url`,
+/// and the ordered queue where `GRIDRELAY_ORDERED_QUEUE_URL` names one (without it, events
+/// for an ordered subscription are refused, never delivered out of order).
+pub fn fan_out_queues(
+    sqs: &aws_sdk_sqs::Client,
+    delivery_queue_url: String,
+    key: &QueueKey,
+) -> std::sync::Arc<dyn MessageQueue> {
+    let ordered = std::env::var(crate::config::ORDERED_QUEUE_URL_ENV)
+        .ok()
+        .filter(|url| !url.is_empty())
+        .map(|url| {
+            std::sync::Arc::new(SqsQueue::new(sqs.clone(), url, key.clone()))
+                as std::sync::Arc<dyn MessageQueue>
+        });
+    std::sync::Arc::new(gridrelay_ports::fan_out::DeliveryQueues {
+        delivery: std::sync::Arc::new(SqsQueue::new(sqs.clone(), delivery_queue_url, key.clone())),
+        ordered,
+    })
+}
+
+/// O1: lanes of requests an ordered send makes at once.
+const ORDERED_SEND_LANES: usize = 4;
+
+/// The lane of a message group: always the same for one group.
+fn lane_of(group: Option<&str>) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    group.hash(&mut hasher);
+    usize::try_from(hasher.finish() % ORDERED_SEND_LANES as u64).unwrap_or(0)
+}
+
 /// Groups messages into SendMessageBatch requests: at most 10 entries and 1 MiB each.
 fn chunks(messages: &[OutgoingMessage]) -> Vec<Vec<(usize, &OutgoingMessage)>> {
     let mut out: Vec<Vec<(usize, &OutgoingMessage)>> = Vec::new();
@@ -163,6 +273,9 @@ fn chunks(messages: &[OutgoingMessage]) -> Vec<Vec<(usize, &OutgoingMessage)>> {
 #[async_trait]
 impl MessageQueue for SqsQueue {
     async fn send_all(&self, messages: &[OutgoingMessage]) -> Vec<Result<(), QueueError>> {
+        if messages.iter().any(|m| m.group.is_some()) {
+            return self.send_in_order(messages).await;
+        }
         let groups = chunks(messages);
         let sent = join_all(groups.iter().map(|c| self.send_chunk(c))).await;
         let mut results: Vec<Result<(), QueueError>> =
@@ -350,6 +463,7 @@ mod tests {
         OutgoingMessage {
             body: "x".repeat(bytes),
             delay: Duration::ZERO,
+            group: None,
         }
     }
 

@@ -384,9 +384,15 @@ impl DeadLetterWriter {
                     }
                 }
                 AfterWriteFailure::TryAgain { message, delay } => match message.to_body() {
-                    Ok(body) => {
-                        retry.push((i, message.entries.len(), OutgoingMessage { body, delay }))
-                    }
+                    Ok(body) => retry.push((
+                        i,
+                        message.entries.len(),
+                        OutgoingMessage {
+                            body,
+                            delay,
+                            group: None,
+                        },
+                    )),
                     Err(e) => {
                         error!(error = %e, "could not encode a dead-letter message");
                         failed.push(i);

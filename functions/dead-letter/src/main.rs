@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use gridrelay_adapters::aws::{
-    FirehoseStream, S3ObjectStore, SqsQueue, function_queue_key, load_sdk_config, s3_client,
-    sealed_records, subscription_store,
+    FirehoseStream, S3ObjectStore, SqsQueue, fan_out_queues, function_queue_key, load_sdk_config,
+    s3_client, sealed_records, subscription_store,
 };
 use gridrelay_adapters::config::{
     DEAD_LETTER_EVENTS_TOPIC_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, TableNames,
@@ -43,14 +43,14 @@ async fn run() -> Result<(), Error> {
         scale,
         notices: Some(DeadLetterNotices {
             store: subscription_store(&sdk, TableNames::from_env(), config_cache_from_env()?),
-            delivery_queue: Arc::new(SqsQueue::new(
-                sqs,
+            delivery_queue: fan_out_queues(
+                &sqs,
                 required(
                     DELIVERY_QUEUE_URL_ENV,
                     "the SQS queue dead-letter announcements are delivered from",
                 )?,
-                key.clone(),
-            )),
+                &key,
+            ),
             topic: std::env::var(DEAD_LETTER_EVENTS_TOPIC_ENV)
                 .unwrap_or_else(|_| DEAD_LETTER_EVENTS_TOPIC.to_string()),
         }),

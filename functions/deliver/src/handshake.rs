@@ -394,5 +394,6 @@ fn task_message(task: ValidationTask, wait: Duration) -> Result<OutgoingMessage,
     Ok(OutgoingMessage {
         body,
         delay: queue_delay(wait),
+        group: None,
     })
 }

@@ -75,6 +75,7 @@ mod handshake;
 mod journal;
 mod late_answers;
 pub mod metrics;
+mod ordered;
 mod replay;
 mod resources;
 mod subscription_caps;
@@ -221,6 +222,9 @@ pub struct DeliverPorts {
     /// where there is none.
     pub replay_queue: Arc<dyn MessageQueue>,
     pub dead_letter_queue: Arc<dyn MessageQueue>,
+    /// O1: the FIFO queue ordered subscriptions' events come from; `deliver` only holds and
+    /// releases its messages (never sends to it). The delivery queue where there is none.
+    pub ordered_queue: Arc<dyn MessageQueue>,
     /// AWS resource destinations (S4).
     pub resources: Arc<dyn ResourceSender>,
     pub clock: Arc<dyn Clock>,
@@ -332,6 +336,9 @@ pub struct DeliveryReport {
     /// #35: events of replay deliveries dropped because another copy of their replay's step
     /// claimed them first.
     pub replay_copies_dropped: usize,
+    /// O1: ordered messages left in the queue on purpose: held until due, or behind one of
+    /// their key that is.
+    pub ordered_waiting: usize,
 }
 
 impl DeliveryReport {
@@ -350,6 +357,7 @@ impl DeliveryReport {
         self.failed_messages += other.failed_messages;
         self.journal_unwritten += other.journal_unwritten;
         self.replay_copies_dropped += other.replay_copies_dropped;
+        self.ordered_waiting += other.ordered_waiting;
     }
 }
 
@@ -438,6 +446,13 @@ struct Plan {
     /// The invocation's steps for the delivery journal, and how many it did not take.
     journal: Vec<JournalEntry>,
     journal_unwritten: usize,
+    /// O1: set for ordered records, whose events are never enqueued again: what each record's
+    /// events would be enqueued as (by record), kept beside it while it waits in flight
+    /// (`ordered.rs`).
+    ordered: Option<BTreeMap<usize, DeliveryMessage>>,
+    /// O1: ordered records left in the queue on purpose (held until due, or behind one of
+    /// their key that is): named to SQS as failures so they stay, counted apart.
+    in_flight: BTreeSet<usize>,
 }
 
 impl Plan {
@@ -454,6 +469,7 @@ impl Plan {
         }
         report.failed_messages = self.failed.len();
         report.journal_unwritten = self.journal_unwritten;
+        report.ordered_waiting = self.in_flight.len();
         report
     }
 
@@ -469,6 +485,16 @@ impl Plan {
         records: &BTreeSet<usize>,
         delay: Duration,
     ) {
+        if let Some(successors) = &mut self.ordered {
+            // A message not yet due: its record's, whole.
+            for mut message in messages {
+                let events = std::mem::take(&mut message.events);
+                for (event, &record) in events.into_iter().zip(records.iter().cycle()) {
+                    ordered::keep_successor(successors, record, &message, event);
+                }
+            }
+            return;
+        }
         for message in messages {
             let to = match message.lane() {
                 Lane::Replay => &mut self.to_replay,
@@ -492,6 +518,16 @@ impl Plan {
         event_records: Vec<usize>,
         delay: Duration,
     ) {
+        if let Some(successors) = &mut self.ordered {
+            let mut event_records = event_records.into_iter();
+            for mut message in messages {
+                let events = std::mem::take(&mut message.events);
+                for (event, record) in events.into_iter().zip(event_records.by_ref()) {
+                    ordered::keep_successor(successors, record, &message, event);
+                }
+            }
+            return;
+        }
         let mut event_records = event_records.into_iter();
         for message in messages {
             let records = event_records.by_ref().take(message.events.len()).collect();
@@ -545,7 +581,11 @@ fn push_encoded(
     for body in encoded {
         match body {
             Ok(body) => outgoing.push(Outgoing {
-                message: OutgoingMessage { body, delay },
+                message: OutgoingMessage {
+                    body,
+                    delay,
+                    group: None,
+                },
                 records: records.clone(),
             }),
             Err(e) => {
@@ -605,12 +645,30 @@ impl Deliver {
         // Real time, for the invocation's log line: what its reads, its attempts and its
         // writes took (what the deadline margin has to cover).
         let started = std::time::Instant::now();
-        let mut plan = Plan::default();
-        let ids: Vec<String> = event
-            .records
-            .iter()
-            .map(|r| r.message_id.clone().unwrap_or_default())
-            .collect();
+        if event.records.iter().any(ordered::is_ordered) {
+            return self.handle_ordered(event, deadline, started).await;
+        }
+        let (plan, timings) = self.process(&event, deadline, Mode::Unordered).await;
+        let ids = message_ids(&event);
+        self.conclude(plan, &ids, deadline, started, timings).await
+    }
+
+    /// Everything an invocation does with `event`'s records up to their sends and the short
+    /// waits of those that failed; what is left is the late answers' wait and the report
+    /// ([`Deliver::conclude`]). An ordered round (`mode`) keeps its records' next states in the
+    /// plan instead of enqueueing them.
+    async fn process(
+        &self,
+        event: &SqsEvent,
+        deadline: DateTime<Utc>,
+        mode: Mode,
+    ) -> (Plan, Timings) {
+        let started = std::time::Instant::now();
+        let mut plan = Plan {
+            ordered: (mode == Mode::Ordered).then(BTreeMap::new),
+            ..Plan::default()
+        };
+        let ids = message_ids(event);
 
         let mut messages = Vec::new();
         let mut validations = Vec::new();
@@ -662,8 +720,41 @@ impl Deliver {
         }
         self.settle(&groups, attempted, &mut plan);
         self.send(&mut plan, deadline).await;
-        self.back_off_failed(&event, &plan.failed, &lanes, deadline)
-            .await;
+        if mode == Mode::Ordered {
+            // Every record of an ordered round came from the ordered queue.
+            let failed = failed_receipts(event, plan.failed.iter().copied());
+            let backed_off = back_off(
+                self.ports.ordered_queue.as_ref(),
+                failed,
+                self.settings.scale,
+            );
+            if self.before_stop(deadline, backed_off).await.is_none() {
+                warn!("failed ordered records come back after the visibility timeout");
+            }
+        } else {
+            self.back_off_failed(event, &plan.failed, &lanes, deadline)
+                .await;
+        }
+        (
+            plan,
+            Timings {
+                prepare: prepared,
+                attempts: attempts_done - prepared,
+                settle: started.elapsed() - attempts_done,
+            },
+        )
+    }
+
+    /// The end of an invocation: the late answers awaited (R4), the report logged, and the
+    /// records that failed named for SQS.
+    async fn conclude(
+        &self,
+        mut plan: Plan,
+        ids: &[String],
+        deadline: DateTime<Utc>,
+        started: std::time::Instant,
+        timings: Timings,
+    ) -> DeliverOutcome {
         let late_wait = self.settings.late_answer_wait.min(self.time_left(deadline));
         let late = self.await_late_answers(std::mem::take(&mut plan.late), late_wait);
         if self.before_stop(deadline, late).await.is_none() {
@@ -688,14 +779,20 @@ impl Deliver {
                 failed_messages = report.failed_messages,
                 journal_unwritten = report.journal_unwritten,
                 replay_copies_dropped = report.replay_copies_dropped,
-                prepare_ms = prepared.as_millis() as u64,
-                attempts_ms = (attempts_done - prepared).as_millis() as u64,
-                settle_ms = (started.elapsed() - attempts_done).as_millis() as u64,
+                ordered_waiting = report.ordered_waiting,
+                prepare_ms = timings.prepare.as_millis() as u64,
+                attempts_ms = timings.attempts.as_millis() as u64,
+                settle_ms = timings.settle.as_millis() as u64,
+                total_ms = started.elapsed().as_millis() as u64,
                 "deliver invocation"
             );
         }
         DeliverOutcome {
-            failed_message_ids: plan.failed.iter().map(|&i| ids[i].clone()).collect(),
+            failed_message_ids: plan
+                .failed
+                .union(&plan.in_flight)
+                .map(|&i| ids[i].clone())
+                .collect(),
             report,
             by_subscription: plan.by_subscription,
         }
@@ -1236,6 +1333,39 @@ impl Deliver {
             }
         }
     }
+}
+
+/// Whether records are handled as ordered ones (O1: their next states kept beside them, not
+/// enqueued) or as any other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Unordered,
+    Ordered,
+}
+
+/// What an invocation's steps took, for its log line.
+#[derive(Debug, Clone, Copy, Default)]
+struct Timings {
+    prepare: Duration,
+    attempts: Duration,
+    settle: Duration,
+}
+
+impl Timings {
+    fn add(&mut self, other: Timings) {
+        self.prepare += other.prepare;
+        self.attempts += other.attempts;
+        self.settle += other.settle;
+    }
+}
+
+/// The records' SQS message ids, in order.
+fn message_ids(event: &SqsEvent) -> Vec<String> {
+    event
+        .records
+        .iter()
+        .map(|r| r.message_id.clone().unwrap_or_default())
+        .collect()
 }
 
 /// What one part of an attempt adds to the report: the request (once per request or call),

@@ -13,8 +13,9 @@ use gridrelay_adapters::aws::{
 };
 use gridrelay_adapters::config::{
     CONTROL_QUEUE_URL_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV,
-    DELIVERY_STATE_TABLE_ENV, PUBLIC_URL_ENV, REPLAY_QUEUE_URL_ENV, TableNames, WEBHOOK_ORIGIN_ENV,
-    allowed_networks_from_env, config_cache_from_env, delivery_destinations_from_env, required,
+    DELIVERY_STATE_TABLE_ENV, ORDERED_QUEUE_URL_ENV, PUBLIC_URL_ENV, REPLAY_QUEUE_URL_ENV,
+    TableNames, WEBHOOK_ORIGIN_ENV, allowed_networks_from_env, config_cache_from_env,
+    delivery_destinations_from_env, required,
 };
 use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverPorts, DeliverySettings, metrics};
 use gridrelay_ports::{RandomJitter, SystemClock};
@@ -50,6 +51,8 @@ async fn run() -> Result<(), Error> {
     };
     let control_queue_url = or_delivery_queue(CONTROL_QUEUE_URL_ENV);
     let replay_queue_url = or_delivery_queue(REPLAY_QUEUE_URL_ENV);
+    // O1: a stack without an ordered queue sends nothing to it.
+    let ordered_queue_url = or_delivery_queue(ORDERED_QUEUE_URL_ENV);
     let settings = DeliverySettings {
         public_url: std::env::var(PUBLIC_URL_ENV).ok().filter(|v| !v.is_empty()),
         webhook_origin: std::env::var(WEBHOOK_ORIGIN_ENV)
@@ -63,6 +66,7 @@ async fn run() -> Result<(), Error> {
             &control_queue_url,
             &replay_queue_url,
             &dead_letter_queue_url,
+            &ordered_queue_url,
         ])?,
         control_queue_name: queue_name(&control_queue_url),
         replay_queue_name: queue_name(&replay_queue_url),
@@ -79,7 +83,12 @@ async fn run() -> Result<(), Error> {
         delivery_queue: Arc::new(SqsQueue::new(sqs.clone(), delivery_queue_url, key.clone())),
         control_queue: Arc::new(SqsQueue::new(sqs.clone(), control_queue_url, key.clone())),
         replay_queue: Arc::new(SqsQueue::new(sqs.clone(), replay_queue_url, key.clone())),
-        dead_letter_queue: Arc::new(SqsQueue::new(sqs, dead_letter_queue_url, key.clone())),
+        dead_letter_queue: Arc::new(SqsQueue::new(
+            sqs.clone(),
+            dead_letter_queue_url,
+            key.clone(),
+        )),
+        ordered_queue: Arc::new(SqsQueue::new(sqs, ordered_queue_url, key.clone())),
         resources: Arc::new(AwsResourceSender::from_sdk(&sdk)),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),

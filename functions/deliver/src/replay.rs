@@ -396,6 +396,7 @@ fn replay_messages(
             outgoing.push(OutgoingMessage {
                 body,
                 delay: Duration::ZERO,
+                group: None,
             });
         }
     }

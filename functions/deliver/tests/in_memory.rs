@@ -104,6 +104,7 @@ impl World {
             control_queue: delivery.clone(),
             replay_queue: delivery.clone(),
             dead_letter_queue: dead.clone(),
+            ordered_queue: delivery.clone(),
             resources: resources.clone(),
             clock: clock.clone(),
             jitter: Arc::new(FixedJitter(0.0)),
@@ -547,6 +548,7 @@ async fn a_malformed_message_does_not_block_its_neighbours() {
     let bad = ["{\"delivery\":{\"topic\":1}}", "not json"].map(|body| OutgoingMessage {
         body: body.into(),
         delay: Duration::ZERO,
+        group: None,
     });
     w.delivery.send_all(&bad).await;
     let outcome = w.run().await;
@@ -1544,6 +1546,7 @@ fn another_worker(w: &World) -> Deliver {
         control_queue: w.delivery.clone(),
         replay_queue: w.delivery.clone(),
         dead_letter_queue: w.dead.clone(),
+        ordered_queue: w.delivery.clone(),
         resources: w.resources.clone(),
         clock: w.clock.clone(),
         jitter: Arc::new(FixedJitter(0.0)),
@@ -2761,6 +2764,7 @@ async fn a_failed_record_comes_back_early_from_the_queue_it_came_from() {
         .send_all(&[OutgoingMessage {
             body: "not a message".to_string(),
             delay: Duration::ZERO,
+            group: None,
         }])
         .await;
     let received = control.receive(10, Duration::from_secs(1800));
@@ -2939,6 +2943,7 @@ mod replays {
             .send_all(&[OutgoingMessage {
                 body,
                 delay: Duration::ZERO,
+                group: None,
             }])
             .await;
     }
@@ -3363,6 +3368,7 @@ mod replays {
             .send_all(&[OutgoingMessage {
                 body: "not a message".to_string(),
                 delay: Duration::ZERO,
+                group: None,
             }])
             .await;
         let unreadable = run_from(&deliver, &replay_queue, "t-replay").await;

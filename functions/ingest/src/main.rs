@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use gridrelay_adapters::aws::{
-    DynamoDeliveryStateStore, FirehoseStream, SqsQueue, function_queue_key, load_sdk_config,
+    DynamoDeliveryStateStore, FirehoseStream, fan_out_queues, function_queue_key, load_sdk_config,
     subscription_store,
 };
 use gridrelay_adapters::config::{
@@ -32,11 +32,7 @@ async fn run() -> Result<(), Error> {
     let key = function_queue_key(&sdk).await?;
     let ingest = Arc::new(Ingest {
         store: subscription_store(&sdk, TableNames::from_env(), config_cache_from_env()?),
-        delivery_queue: Arc::new(SqsQueue::new(
-            aws_sdk_sqs::Client::new(&sdk),
-            queue_url,
-            key,
-        )),
+        delivery_queue: fan_out_queues(&aws_sdk_sqs::Client::new(&sdk), queue_url, &key),
         archive: FirehoseStream::named_by(&sdk, ARCHIVE_STREAM_ENV),
         accepted_ids: Arc::new(DynamoDeliveryStateStore::from_sdk(&sdk, state_table)),
         clock: Arc::new(SystemClock),

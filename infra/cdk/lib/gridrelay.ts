@@ -28,6 +28,9 @@ import { Construct } from 'constructs';
 
 /** SQS's largest message (1 MiB): events up to Event Grid's 1 MB travel in one. */
 const MAX_MESSAGE_SIZE_BYTES = 1_048_576;
+/** O1: the ordered queue's redrive count, SQS's most: every hold of an ordered message until
+ * it is due is a receive (shared/src/ordering.rs ORDERED_MAX_RECEIVE_COUNT). */
+const ORDERED_MAX_RECEIVE_COUNT = 1000;
 /** The control queue's event source: the least maximum concurrency SQS event sources allow. */
 const CONTROL_MAX_CONCURRENCY = 2;
 
@@ -51,9 +54,10 @@ export interface GridrelayProps {
    * concurrency, 2-1000): what replays' deliveries may take of the account's concurrency,
    * whatever their rate (#35). Default 2. docs/replay.md. */
   readonly replayMaxConcurrency?: number;
-  /** Concurrency reserved for deliver, from the account's unreserved pool. At least
-   * deliverMaxConcurrency plus 2 (the control queue's event source) plus replayMaxConcurrency,
-   * or the event sources are throttled. Default: none reserved. */
+  /** Concurrency reserved for deliver, from the account's unreserved pool. At least twice
+   * deliverMaxConcurrency (the delivery and ordered queues' event sources) plus 2 (the control
+   * queue's) plus replayMaxConcurrency, or the event sources are throttled. Default: none
+   * reserved. */
   readonly deliverReservedConcurrency?: number;
   /** Concurrency reserved for ingest, so other functions can never throttle publishing.
    * Default: none reserved. */
@@ -143,6 +147,11 @@ export class Gridrelay extends Construct {
    * replayMaxConcurrency. */
   public readonly replayQueue: sqs.Queue;
   public readonly deliveryRedriveQueue: sqs.Queue;
+  /** O1: ordered subscriptions' events, a FIFO queue with a message group per key; deliver
+   * consumes it and holds its messages in flight until due (docs/ordering.md). */
+  public readonly orderedQueue: sqs.Queue;
+  /** Where SQS parks ordered messages that keep failing (a FIFO queue's is FIFO). */
+  public readonly orderedRedriveQueue: sqs.Queue;
   public readonly deadLetterQueue: sqs.Queue;
   public readonly deadLetterRedriveQueue: sqs.Queue;
   public readonly deadLetterBucket: s3.Bucket;
@@ -209,6 +218,27 @@ export class Gridrelay extends Construct {
     this.controlQueue = consumed('ControlQueue');
     // #35: replays' deliveries, apart from live ones.
     this.replayQueue = consumed('ReplayQueue');
+    // O1: high throughput (each key its own, deduplication per key); kept 14 days, SQS's most
+    // (a key whose first event waits keeps the rest); every hold until due is a receive, so
+    // its redrive count is SQS's most, out of the retry ladder's reach.
+    this.orderedRedriveQueue = new sqs.Queue(this, 'OrderedRedriveQueue', {
+      fifo: true,
+      maxMessageSizeBytes: MAX_MESSAGE_SIZE_BYTES,
+      retentionPeriod: Duration.days(14),
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+    });
+    this.orderedQueue = new sqs.Queue(this, 'OrderedQueue', {
+      fifo: true,
+      fifoThroughputLimit: sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
+      deduplicationScope: sqs.DeduplicationScope.MESSAGE_GROUP,
+      maxMessageSizeBytes: MAX_MESSAGE_SIZE_BYTES,
+      visibilityTimeout: Duration.seconds(1800),
+      retentionPeriod: Duration.days(14),
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      deadLetterQueue: { queue: this.orderedRedriveQueue, maxReceiveCount: ORDERED_MAX_RECEIVE_COUNT },
+    });
     this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
       maxMessageSizeBytes: MAX_MESSAGE_SIZE_BYTES,
       // L4: five minutes between the last attempt and the write.
@@ -324,6 +354,8 @@ export class Gridrelay extends Construct {
       GRIDRELAY_SUBSCRIPTIONS_TABLE: this.subscriptionsTable.tableName,
       GRIDRELAY_DELIVERY_QUEUE_URL: this.deliveryQueue.queueUrl,
       GRIDRELAY_DEAD_LETTER_QUEUE_URL: this.deadLetterQueue.queueUrl,
+      // O1: ordered subscriptions' events, a message group per key.
+      GRIDRELAY_ORDERED_QUEUE_URL: this.orderedQueue.queueUrl,
       GRIDRELAY_TIME_SCALE: props.timeScale ?? '1',
       GRIDRELAY_DEAD_LETTER_EVENTS_TOPIC: 'gridrelay-dead-letter-events',
       GRIDRELAY_SECRET_PREFIX: secretPrefix,
@@ -370,7 +402,8 @@ export class Gridrelay extends Construct {
     allow(this.ingest, ['dynamodb:Query'], [this.subscriptionsTable.tableArn]);
     // The manual validation URL reads and updates the subscription.
     allow(this.ingest, ['dynamodb:GetItem', 'dynamodb:PutItem'], [this.subscriptionsTable.tableArn]);
-    allow(this.ingest, ['sqs:SendMessage'], [this.deliveryQueue.queueArn]);
+    // O1: ordered subscriptions' events go to the ordered queue.
+    allow(this.ingest, ['sqs:SendMessage'], [this.deliveryQueue.queueArn, this.orderedQueue.queueArn]);
     // GetItem: each delivery; PutItem: the handshake's provisioning state; DeleteItem: a
     // subscription whose expiration time has come.
     allow(this.deliver, ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:DeleteItem'],
@@ -420,7 +453,8 @@ export class Gridrelay extends Construct {
       allow(this.deliver, DESTINATION_ACTIONS, limits.deliveryDestinationArns);
     }
     allow(this.deadLetter, ['s3:PutObject'], [this.deadLetterBucket.arnForObjects('*')]);
-    allow(this.deadLetter, ['sqs:SendMessage'], [this.deadLetterQueue.queueArn, this.deliveryQueue.queueArn]);
+    allow(this.deadLetter, ['sqs:SendMessage'],
+      [this.deadLetterQueue.queueArn, this.deliveryQueue.queueArn, this.orderedQueue.queueArn]);
     // L7: dead-letter writes are announced to the system topic's subscribers.
     allow(this.deadLetter, ['dynamodb:Query'], [this.subscriptionsTable.tableArn]);
     for (const f of [this.ingest, this.deliver, this.deadLetter]) {
@@ -483,6 +517,13 @@ export class Gridrelay extends Construct {
       batchSize: props.deliveryBatchSize ?? 10,
       maxBatchingWindow: props.deliveryBatchingWindow,
       maxConcurrency: limits.replayMax,
+      reportBatchItemFailures: true,
+    }));
+    // O1: a FIFO event source takes batches of at most 10 and no window; deliver holds a key's
+    // waiting message in flight (ChangeMessageVisibility) and never sends to the queue.
+    this.deliver.addEventSource(new SqsEventSource(this.orderedQueue, {
+      batchSize: 10,
+      maxConcurrency: limits.deliverMax,
       reportBatchItemFailures: true,
     }));
     this.deadLetter.addEventSource(new SqsEventSource(this.deadLetterQueue, {
@@ -625,6 +666,7 @@ export class Gridrelay extends Construct {
         'Messages that gridrelay did not write (no valid seal) reached its own queues and were dropped; something else can write to them.'),
       depth('DeliveryRedriveDepth', this.deliveryRedriveQueue, 'Poison messages reached the delivery redrive queue.'),
       depth('DeadLetterRedriveDepth', this.deadLetterRedriveQueue, 'Poison messages reached the dead-letter redrive queue.'),
+      depth('OrderedRedriveDepth', this.orderedRedriveQueue, 'Poison messages reached the ordered redrive queue (O1).'),
     ];
     if (topic) {
       alarms.forEach((a) => a.addAlarmAction(new cwActions.SnsAction(topic)));
@@ -633,7 +675,8 @@ export class Gridrelay extends Construct {
 
   /** The ARNs of the stack's own queues, comma-separated: no subscription may deliver to them. */
   public ownQueueArns(): string {
-    return [this.deliveryQueue, this.controlQueue, this.replayQueue, this.deadLetterQueue, this.deliveryRedriveQueue, this.deadLetterRedriveQueue]
+    return [this.deliveryQueue, this.controlQueue, this.replayQueue, this.deadLetterQueue, this.orderedQueue,
+      this.deliveryRedriveQueue, this.deadLetterRedriveQueue, this.orderedRedriveQueue]
       .map((q) => q.queueArn)
       .join(',');
   }
@@ -645,6 +688,7 @@ export class Gridrelay extends Construct {
     new CfnOutput(this, 'PortalUrl', { value: this.portalUrl, description: 'Subscribers\' portal pages are PortalUrl/TOPIC/SUBSCRIPTION, opened with a link from `gridrelay event-subscription portal-link`; set GRIDRELAY_PORTAL_URL to it.' });
     new CfnOutput(this, 'OwnQueues', { value: this.ownQueueArns(), description: 'Set GRIDRELAY_OWN_QUEUES to it (the command line then refuses them as destinations).' });
     new CfnOutput(this, 'ControlQueueUrl', { value: this.controlQueue.queueUrl, description: "Set GRIDRELAY_CONTROL_QUEUE_URL to it (the command line sends subscriptions' handshake and expiry steps to it)." });
+    new CfnOutput(this, 'OrderedQueueUrl', { value: this.orderedQueue.queueUrl, description: 'Set GRIDRELAY_ORDERED_QUEUE_URL to it (O1; the command line accepts --ordering-key only with it).' });
     new CfnOutput(this, 'ReplayQueueUrl', { value: this.replayQueue.queueUrl, description: "Set GRIDRELAY_REPLAY_QUEUE_URL to it (`gridrelay redrive queue` puts replays' parked deliveries back on it)." });
     new CfnOutput(this, 'PublishUrl', { value: this.publishUrl, description: 'Set GRIDRELAY_PUBLISH_URL to it.' });
     new CfnOutput(this, 'TopicsTableName', { value: this.topicsTable.tableName, description: 'Set GRIDRELAY_TOPICS_TABLE to it.' });
@@ -671,10 +715,10 @@ export function checkedSettings(props: GridrelayProps) {
   const deadLetterMax = whole('deadLetterMaxConcurrency', props.deadLetterMaxConcurrency, 2, 1000) ?? 5;
   const replayMax = whole('replayMaxConcurrency', props.replayMaxConcurrency, 2, 1000) ?? 2;
   // Lambda wants reserved concurrency to cover every SQS event source's maximum together: the
-  // delivery queue's, the control queue's 2 and the replay queue's.
+  // delivery and ordered queues' (O1), the control queue's 2 and the replay queue's.
   const deliverReserved = whole('deliverReservedConcurrency', props.deliverReservedConcurrency,
-    deliverMax + CONTROL_MAX_CONCURRENCY + replayMax, 10000,
-    ` (deliverMaxConcurrency plus the control queue's ${CONTROL_MAX_CONCURRENCY} plus replayMaxConcurrency: less would throttle the event sources)`);
+    2 * deliverMax + CONTROL_MAX_CONCURRENCY + replayMax, 10000,
+    ` (twice deliverMaxConcurrency, for the delivery and ordered queues, plus the control queue's ${CONTROL_MAX_CONCURRENCY} plus replayMaxConcurrency: less would throttle the event sources)`);
   const ingestReserved = whole('ingestReservedConcurrency', props.ingestReservedConcurrency, 1, 10000);
   const configCacheSeconds = whole('configCacheSeconds', props.configCacheSeconds, 0, 300) ?? 10;
   const journalDays = whole('journalRetention (days)', props.journalRetention?.toDays({ integral: false }), 1, 365) ?? 7;

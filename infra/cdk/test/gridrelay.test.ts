@@ -63,7 +63,7 @@ test('event sources cap their invocations; nothing is reserved unless asked for'
   const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
   const reserved = new Stack(app, 'Reserved');
   const g = new Gridrelay(reserved, 'Gridrelay', {
-    deliverMaxConcurrency: 20, replayMaxConcurrency: 5, deliverReservedConcurrency: 27, ingestReservedConcurrency: 10,
+    deliverMaxConcurrency: 20, replayMaxConcurrency: 5, deliverReservedConcurrency: 47, ingestReservedConcurrency: 10,
   });
   const t = Template.fromStack(reserved);
   t.hasResourceProperties('AWS::Lambda::EventSourceMapping', { ScalingConfig: { MaximumConcurrency: 20 } });
@@ -78,7 +78,7 @@ test('event sources cap their invocations; nothing is reserved unless asked for'
   const reservedOf = (f: { node: { defaultChild?: unknown } }) =>
     t.findResources('AWS::Lambda::Function')[reserved.resolve((f.node.defaultChild as { logicalId: string }).logicalId)]
       .Properties.ReservedConcurrentExecutions;
-  assert.equal(reservedOf(g.deliver), 27);
+  assert.equal(reservedOf(g.deliver), 47);
   assert.equal(reservedOf(g.ingest), 10);
   assert.equal(reservedOf(g.deadLetter), undefined);
 });
@@ -91,10 +91,10 @@ test('concurrency props out of range are refused, naming the prop, its value and
   assert.throws(() => build({ deliverMaxConcurrency: 1 }), /deliverMaxConcurrency is 1; it must be a whole number from 2 to 1000/);
   assert.throws(() => build({ deadLetterMaxConcurrency: 1001 }), /deadLetterMaxConcurrency is 1001; .* from 2 to 1000/);
   assert.throws(() => build({ deliverMaxConcurrency: 100, deliverReservedConcurrency: 40 }),
-    /deliverReservedConcurrency is 40; it must be a whole number from 104 \(deliverMaxConcurrency plus the control queue's 2 plus replayMaxConcurrency/);
+    /deliverReservedConcurrency is 40; it must be a whole number from 204 \(twice deliverMaxConcurrency, for the delivery and ordered queues, plus the control queue's 2 plus replayMaxConcurrency/);
   // Every event source's maxima together: the delivery queue's alone is not enough.
-  assert.throws(() => build({ deliverMaxConcurrency: 20, deliverReservedConcurrency: 22 }),
-    /deliverReservedConcurrency is 22; it must be a whole number from 24/);
+  assert.throws(() => build({ deliverMaxConcurrency: 20, deliverReservedConcurrency: 42 }),
+    /deliverReservedConcurrency is 42; it must be a whole number from 44/);
   assert.throws(() => build({ replayMaxConcurrency: 1 }), /replayMaxConcurrency is 1; it must be a whole number from 2 to 1000/);
   assert.throws(() => build({ ingestReservedConcurrency: 2.5 }), /ingestReservedConcurrency is 2.5/);
   assert.throws(() => build({ configCacheSeconds: 301 }), /configCacheSeconds is 301; it must be a whole number from 0 to 300/);
@@ -236,7 +236,7 @@ test('#38: frontDoor functionUrl: a public function URL each for ingest and the 
 });
 
 test('event-source mappings report batch item failures', () => {
-  template.resourceCountIs('AWS::Lambda::EventSourceMapping', 4);
+  template.resourceCountIs('AWS::Lambda::EventSourceMapping', 5);
   template.allResourcesProperties('AWS::Lambda::EventSourceMapping', {
     FunctionResponseTypes: ['ReportBatchItemFailures'],
     BatchSize: 10,
@@ -271,9 +271,37 @@ test('queues: redrive for poison messages, five-minute dead-letter delay (L4)', 
     RedrivePolicy: { deadLetterTargetArn: Match.anyValue(), maxReceiveCount: 10 },
   });
   template.hasResourceProperties('AWS::SQS::Queue', { VisibilityTimeout: 1800, RedrivePolicy: Match.anyValue() });
-  template.resourceCountIs('AWS::SQS::Queue', 6);
+  template.resourceCountIs('AWS::SQS::Queue', 8);
   // Events up to 1 MB (#11 item 6): every queue takes SQS's largest message.
-  template.resourcePropertiesCountIs('AWS::SQS::Queue', { MaximumMessageSize: 1048576 }, 6);
+  template.resourcePropertiesCountIs('AWS::SQS::Queue', { MaximumMessageSize: 1048576 }, 8);
+});
+
+test('O1: the ordered queue is FIFO with a message group per key, consumed by deliver in batches of 10', () => {
+  const queues = template.findResources('AWS::SQS::Queue');
+  const ordered = queues[ref(construct.orderedQueue)].Properties;
+  assert.equal(ordered.FifoQueue, true);
+  assert.equal(ordered.FifoThroughputLimit, 'perMessageGroupId');
+  assert.equal(ordered.DeduplicationScope, 'messageGroup');
+  assert.equal(ordered.MessageRetentionPeriod, 1209600);
+  assert.equal(ordered.QueueName, undefined, 'CloudFormation names it (ending .fifo)');
+  assert.deepEqual(ordered.RedrivePolicy, {
+    deadLetterTargetArn: { 'Fn::GetAtt': [ref(construct.orderedRedriveQueue), 'Arn'] },
+    maxReceiveCount: 1000,
+  });
+  assert.equal(queues[ref(construct.orderedRedriveQueue)].Properties.FifoQueue, true);
+  const mapping = Object.values(template.findResources('AWS::Lambda::EventSourceMapping', {
+    Properties: { EventSourceArn: { 'Fn::GetAtt': [ref(construct.orderedQueue), 'Arn'] } },
+  }))[0].Properties;
+  assert.deepEqual(mapping.FunctionName, { Ref: ref(construct.deliver) });
+  assert.equal(mapping.BatchSize, 10);
+  assert.equal(mapping.MaximumBatchingWindowInSeconds, undefined);
+  assert.deepEqual(mapping.FunctionResponseTypes, ['ReportBatchItemFailures']);
+  const told = template.findResources('AWS::Lambda::Function', {
+    Properties: { Environment: { Variables: { GRIDRELAY_ORDERED_QUEUE_URL: { Ref: ref(construct.orderedQueue) } } } },
+  });
+  for (const fn of [construct.ingest, construct.deliver, construct.deadLetter]) {
+    assert.ok(Object.keys(told).includes(ref(fn)), `${fn.node.id} is told the ordered queue`);
+  }
 });
 
 for (const [lane, variable, outputId] of [
@@ -333,7 +361,7 @@ test('dead-letter bucket: encrypted, private, expiring', () => {
 });
 
 test('alarms on redrive depth, dropped and dead-lettered events', () => {
-  template.resourceCountIs('AWS::CloudWatch::Alarm', 6);
+  template.resourceCountIs('AWS::CloudWatch::Alarm', 7);
   // The functions' own metrics (embedded metric format), for the stack: no log filter reads them.
   for (const metricName of ['EventsDropped', 'EventsDeadLettered', 'DeadLetterEventsDropped', 'UnsealedMessagesDropped']) {
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
@@ -363,9 +391,9 @@ test('deliver writes to no AWS resource unless deliveryDestinationArns names it 
   };
   const none = deliverOf({});
   assert.equal(none.env.GRIDRELAY_DELIVERY_DESTINATIONS, '');
-  // #34 item 2: the stack's six queues, refused as destinations whatever the list allows.
+  // #34 item 2: the stack's eight queues, refused as destinations whatever the list allows.
   const own = JSON.stringify(none.env.GRIDRELAY_OWN_QUEUES);
-  for (const queue of ['DeliveryQueue', 'ControlQueue', 'ReplayQueue', 'DeadLetterQueue', 'DeliveryRedriveQueue', 'DeadLetterRedriveQueue']) {
+  for (const queue of ['DeliveryQueue', 'ControlQueue', 'ReplayQueue', 'DeadLetterQueue', 'OrderedQueue', 'DeliveryRedriveQueue', 'DeadLetterRedriveQueue', 'OrderedRedriveQueue']) {
     assert.match(own, new RegExp(`"[A-Za-z0-9]*${queue}[0-9A-F]{8}","Arn"`), `GRIDRELAY_OWN_QUEUES names ${queue}: ${own}`);
   }
   assert.ok(!JSON.stringify(none.statements).includes('sns:Publish'), 'no destination actions without destinations');
@@ -423,7 +451,11 @@ test('least privilege: ingest reads topics and subscriptions, sends to the deliv
   ]);
   assert.deepEqual(g.get('dynamodb:PutItem'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
   assert.deepEqual(g.get('dynamodb:Query'), [{ 'Fn::GetAtt': [ref(construct.subscriptionsTable), 'Arn'] }]);
-  assert.deepEqual(g.get('sqs:SendMessage'), [{ 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] }]);
+  // O1: ordered subscriptions' events go to the ordered queue.
+  assert.deepEqual(g.get('sqs:SendMessage'), [
+    { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] },
+    { 'Fn::GetAtt': [ref(construct.orderedQueue), 'Arn'] },
+  ]);
 });
 
 test('#34 item 2: each function reads the generated queue key, and only that secret beside its own', () => {
@@ -461,16 +493,17 @@ test('least privilege: deliver consumes its two queues and sends to the three qu
   const deliveryQueue = { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] };
   const controlQueue = { 'Fn::GetAtt': [ref(construct.controlQueue), 'Arn'] };
   const replayQueue = { 'Fn::GetAtt': [ref(construct.replayQueue), 'Arn'] };
+  const orderedQueue = { 'Fn::GetAtt': [ref(construct.orderedQueue), 'Arn'] };
   assert.deepEqual(g.get('sqs:SendMessage'), [
     deliveryQueue,
     controlQueue,
     replayQueue,
     { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
   ]);
-  // Its event sources (#34 item 12, #35): the same on the control and replay queues as on the
-  // delivery queue.
+  // Its event sources (#34 item 12, #35, O1): the same on the control, replay and ordered
+  // queues as on the delivery queue (it never sends to the ordered queue).
   for (const action of ['sqs:ReceiveMessage', 'sqs:DeleteMessage', 'sqs:GetQueueAttributes', 'sqs:ChangeMessageVisibility', 'sqs:GetQueueUrl']) {
-    assert.deepEqual(g.get(action), [deliveryQueue, controlQueue, replayQueue], action);
+    assert.deepEqual(g.get(action), [deliveryQueue, controlQueue, replayQueue, orderedQueue], action);
   }
   const secrets = JSON.stringify(g.get('secretsmanager:GetSecretValue'));
   assert.ok(secrets.includes(':secret:gridrelay/*'), `secrets only under the prefix: ${secrets}`);
@@ -498,6 +531,7 @@ test('least privilege: dead-letter writes objects in its bucket and announces th
   assert.deepEqual(g.get('sqs:SendMessage'), [
     { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
     { 'Fn::GetAtt': [ref(construct.deliveryQueue), 'Arn'] },
+    { 'Fn::GetAtt': [ref(construct.orderedQueue), 'Arn'] },
   ]);
 });
 

@@ -109,6 +109,7 @@ async fn a_handshake_does_not_wait_behind_a_backlog_of_deliveries() {
         .map(|message| OutgoingMessage {
             body: message.to_body().expect("body"),
             delay: Duration::ZERO,
+            group: None,
         })
         .collect();
     let enqueueing = Instant::now();

@@ -21,6 +21,7 @@ mod lambda_bootstrap;
 mod late_success;
 mod notifications;
 mod oauth;
+mod ordering;
 mod outbound;
 mod provision;
 mod replays;

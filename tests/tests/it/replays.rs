@@ -293,6 +293,7 @@ async fn a_replays_backlog_never_delays_a_live_event() {
         .send_all(&[OutgoingMessage {
             body: step.to_body().unwrap(),
             delay: std::time::Duration::ZERO,
+            group: None,
         }])
         .await;
     assert!(sent.iter().all(Result::is_ok), "{sent:?}");

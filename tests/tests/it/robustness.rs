@@ -113,6 +113,7 @@ async fn poison_message_blocks_nothing_and_is_moved_aside() {
     .send_all(&[OutgoingMessage {
         body: "{not a delivery message".into(),
         delay: Duration::ZERO,
+        group: None,
     }])
     .await;
     assert!(sent[0].is_ok(), "send poison: {sent:?}");
@@ -177,8 +178,13 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
             sys.system.queue_key.clone(),
         )),
         dead_letter_queue: Arc::new(SqsQueue::new(
-            sqs,
+            sqs.clone(),
             &sys.system.resources.dead_letter_queue_url,
+            sys.system.queue_key.clone(),
+        )),
+        ordered_queue: Arc::new(SqsQueue::new(
+            sqs,
+            &sys.system.resources.ordered_queue_url,
             sys.system.queue_key.clone(),
         )),
         resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
@@ -477,6 +483,7 @@ async fn a_failed_message_comes_back_after_its_short_wait() {
         .send_all(&[OutgoingMessage {
             body: "{}".into(),
             delay: Duration::ZERO,
+            group: None,
         }])
         .await;
     assert!(sent[0].is_ok());

@@ -1,0 +1,356 @@
+//! O1: ordered records, from the ordered (FIFO) queue. Each record holds one event of one key,
+//! and SQS hands a key's records over in order, never while one of them is in flight. An
+//! invocation takes each key's records in turn: the first of every key goes in one round
+//! (through the same steps as any record, [`Deliver::process`]); a key whose record was
+//! delivered, dead-lettered or dropped goes on with its next in the next round; a key whose
+//! record must wait (a retry, a delayed endpoint, a cap, the deadline) stops there.
+//!
+//! A record that waits is never enqueued again (it would join the back of its key): what it
+//! would have been enqueued as is kept beside it in the delivery state table
+//! ([`progress_text`]), and the record itself is held in flight until it is due
+//! ([`hold_for`]), which blocks its key in SQS. The records behind it in the invocation are
+//! held just as long (not made visible at once: LocalStack's SQS then hands out a group's
+//! later messages while its first is still in flight), so the key comes back whole, in order.
+//! When a record comes back (received more than once), its kept progress takes the place of
+//! its body ([`resume`]). Records not reached before the deadline go back at once.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use chrono::{DateTime, Utc};
+use gridrelay_adapters::aws::failed_receipts;
+use gridrelay_ports::back_off;
+use gridrelay_shared::delivery::redelivery_delay;
+use gridrelay_shared::message::{DeliveryMessage, DeliveryQueueMessage, QueuedEvent};
+use gridrelay_shared::ordering::{hold_floor, hold_for, progress_text, resume};
+use tracing::{error, warn};
+
+use crate::{Deliver, DeliverOutcome, Mode, Plan, Timings, message_ids};
+
+/// The record attribute that names an ordered record's message group.
+const MESSAGE_GROUP: &str = "MessageGroupId";
+/// The record attribute that says how often SQS has handed the message out.
+const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
+
+/// Whether a record came from the ordered (FIFO) queue.
+pub(crate) fn is_ordered(record: &SqsMessage) -> bool {
+    record.attributes.contains_key(MESSAGE_GROUP)
+}
+
+fn receive_count(record: &SqsMessage) -> u32 {
+    record
+        .attributes
+        .get(RECEIVE_COUNT)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Adds `event` to what `record`'s events would be enqueued as next: `message`'s history.
+pub(crate) fn keep_successor(
+    successors: &mut BTreeMap<usize, DeliveryMessage>,
+    record: usize,
+    message: &DeliveryMessage,
+    event: QueuedEvent,
+) {
+    successors
+        .entry(record)
+        .or_insert_with(|| message.clone_without_events())
+        .events
+        .push(event);
+}
+
+impl Deliver {
+    /// Handles a batch of ordered records (see the module's docs), before `deadline`.
+    pub(crate) async fn handle_ordered(
+        &self,
+        event: SqsEvent,
+        deadline: DateTime<Utc>,
+        started: std::time::Instant,
+    ) -> DeliverOutcome {
+        let invoked_at = self.ports.clock.now();
+        let ids = message_ids(&event);
+        let mut plan = Plan::default();
+        let mut timings = Timings::default();
+        // Each key's records, in the order SQS handed them over.
+        let mut keys: Vec<VecDeque<usize>> = Vec::new();
+        let mut key_of: HashMap<&str, usize> = HashMap::new();
+        for (i, record) in event.records.iter().enumerate() {
+            let group = record
+                .attributes
+                .get(MESSAGE_GROUP)
+                .map_or(ids[i].as_str(), String::as_str);
+            let k = *key_of.entry(group).or_insert_with(|| {
+                keys.push(VecDeque::new());
+                keys.len() - 1
+            });
+            keys[k].push_back(i);
+        }
+        let mut bodies: Vec<Option<String>> =
+            event.records.iter().map(|r| r.body.clone()).collect();
+        let unread = self.resume_kept(&event, &ids, &mut bodies, deadline).await;
+        // Keys that stopped: a record of theirs waits or failed, and the rest wait as long.
+        let mut stopped = vec![false; keys.len()];
+        loop {
+            // The records behind a key's first that waits or failed, and for how long.
+            let mut behind: Vec<(usize, Duration)> = Vec::new();
+            let mut unread_heads = Vec::new();
+            for (k, key) in keys.iter_mut().enumerate() {
+                if let Some(&head) = key.front()
+                    && unread.contains(&head)
+                {
+                    // Its kept progress could not be read: not attempted as if new.
+                    key.pop_front();
+                    unread_heads.push(head);
+                    stopped[k] = true;
+                    behind.extend(
+                        key.drain(..)
+                            .map(|i| (i, self.failed_wait(&event.records[head]))),
+                    );
+                }
+            }
+            if !unread_heads.is_empty() {
+                let failed = failed_receipts(&event, unread_heads.iter().copied());
+                let backed_off = back_off(
+                    self.ports.ordered_queue.as_ref(),
+                    failed,
+                    self.settings.scale,
+                );
+                let _ = self.before_stop(deadline, backed_off).await;
+                plan.failed.extend(unread_heads);
+            }
+            let heads: Vec<(usize, usize)> = keys
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| !stopped[*k])
+                .filter_map(|(k, key)| Some((k, *key.front()?)))
+                .collect();
+            if heads.is_empty() || !self.can_attempt(deadline) {
+                self.hold_behind(&event, &behind, deadline).await;
+                plan.in_flight.extend(behind.iter().map(|(i, _)| *i));
+                break;
+            }
+            let mut round = SqsEvent::default();
+            round.records = heads
+                .iter()
+                .map(|&(_, i)| {
+                    let mut record = event.records[i].clone();
+                    record.body = bodies[i].clone();
+                    record
+                })
+                .collect();
+            let (mut done, took) = self.process(&round, deadline, Mode::Ordered).await;
+            timings.add(took);
+            let waiting: Vec<(usize, DeliveryMessage)> = done
+                .ordered
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(r, _)| !done.failed.contains(r))
+                .collect();
+            let held = self
+                .hold_ordered(&round, waiting, invoked_at, deadline)
+                .await;
+            for (r, &(k, i)) in heads.iter().enumerate() {
+                keys[k].pop_front();
+                let wait = match held.get(&r) {
+                    _ if done.failed.contains(&r) => {
+                        plan.failed.insert(i);
+                        self.failed_wait(&event.records[i])
+                    }
+                    Some(Held::Until(wait)) => {
+                        plan.in_flight.insert(i);
+                        *wait
+                    }
+                    Some(Held::NotKept) => {
+                        plan.failed.insert(i);
+                        self.failed_wait(&event.records[i])
+                    }
+                    None => continue,
+                };
+                stopped[k] = true;
+                behind.extend(keys[k].drain(..).map(|j| (j, wait)));
+            }
+            // Held at once, not after the last round: their key comes back when its first does.
+            self.hold_behind(&event, &behind, deadline).await;
+            plan.in_flight.extend(behind.iter().map(|(i, _)| *i));
+            merge_round(&mut plan, done);
+        }
+        // Not reached before the deadline: back at once, their key whole, as they were.
+        let rest: Vec<(usize, Duration)> = keys
+            .into_iter()
+            .flatten()
+            .map(|i| (i, Duration::ZERO))
+            .collect();
+        self.hold_behind(&event, &rest, deadline).await;
+        plan.in_flight.extend(rest.iter().map(|(i, _)| *i));
+        self.conclude(plan, &ids, deadline, started, timings).await
+    }
+
+    /// Puts the kept progress of records received before in place of their bodies. Answers
+    /// the records whose progress could not be read (the store did not answer): they are not
+    /// attempted. A progress that does not fit its record is left, and the record is
+    /// attempted as it was first sent (its attempts count again).
+    async fn resume_kept(
+        &self,
+        event: &SqsEvent,
+        ids: &[String],
+        bodies: &mut [Option<String>],
+        deadline: DateTime<Utc>,
+    ) -> BTreeSet<usize> {
+        let again: Vec<usize> = (0..event.records.len())
+            .filter(|&i| receive_count(&event.records[i]) > 1 && !ids[i].is_empty())
+            .collect();
+        if again.is_empty() {
+            return BTreeSet::new();
+        }
+        let wanted: Vec<String> = again.iter().map(|&i| ids[i].clone()).collect();
+        let kept = match self
+            .before_stop(deadline, self.ports.state.ordered_progress(&wanted))
+            .await
+        {
+            Some(Ok(kept)) => kept,
+            Some(Err(e)) => {
+                error!(error = %e, records = again.len(), "ordered messages' progress could not be read; they come back");
+                return again.into_iter().collect();
+            }
+            None => return again.into_iter().collect(),
+        };
+        for i in again {
+            let Some(progress) = kept.get(&ids[i]) else {
+                continue;
+            };
+            let received = bodies[i].as_deref().map(DeliveryQueueMessage::from_body);
+            let Some(Ok(DeliveryQueueMessage::Delivery(message))) = received else {
+                continue;
+            };
+            match resume(progress, message).map(|m| m.to_body()) {
+                Ok(Ok(body)) => bodies[i] = Some(body),
+                Ok(Err(e)) => {
+                    warn!(message_id = %ids[i], error = %e, "a resumed ordered message could not be encoded; attempted as first sent");
+                }
+                Err(e) => {
+                    warn!(message_id = %ids[i], error = %e, "an ordered message's kept progress does not fit it; attempted as first sent");
+                }
+            }
+        }
+        BTreeSet::new()
+    }
+
+    /// How long a failed record stays away: the short, growing wait of
+    /// [`redelivery_delay`] by its receive count (what [`back_off`] sets).
+    fn failed_wait(&self, record: &SqsMessage) -> Duration {
+        redelivery_delay(receive_count(record), self.settings.scale)
+    }
+
+    /// Keeps what each waiting record of `round` would be enqueued as beside it, then holds
+    /// it in flight until it is due. A record whose progress could not be kept comes back
+    /// after a short wait, as failed records do, and is attempted as it was. A hold that SQS
+    /// refuses leaves the record to come back after its visibility timeout; its kept progress
+    /// then holds it again until due.
+    async fn hold_ordered(
+        &self,
+        round: &SqsEvent,
+        waiting: Vec<(usize, DeliveryMessage)>,
+        invoked_at: DateTime<Utc>,
+        deadline: DateTime<Utc>,
+    ) -> BTreeMap<usize, Held> {
+        if waiting.is_empty() {
+            return BTreeMap::new();
+        }
+        let now = self.ports.clock.now();
+        let holds = waiting.iter().map(|(r, message)| async move {
+            let record = &round.records[*r];
+            let id = record.message_id.as_deref().unwrap_or_default();
+            let kept = match progress_text(message) {
+                Ok(text) if !id.is_empty() => self
+                    .ports
+                    .state
+                    .put_ordered_progress(id, &text, now)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Ok(_) => Err("the record has no message id".to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = kept {
+                error!(message_id = %id, error = %e, "an ordered message's progress could not be kept; it comes back as it was");
+                return (*r, Held::NotKept);
+            }
+            // Never shorter than its floor: a message held again and again for short waits
+            // would reach the redrive count (`ORDERED_MAX_RECEIVE_COUNT`).
+            let wait = hold_for(message.not_before, invoked_at, now)
+                .max(hold_floor(receive_count(record), self.settings.scale));
+            if let Some(receipt) = record.receipt_handle.as_deref()
+                && let Err(e) = self.ports.ordered_queue.retry_after(receipt, wait).await
+            {
+                warn!(message_id = %id, error = %e, "an ordered message could not be held until due; it comes back after the visibility timeout and is held then");
+            }
+            (*r, Held::Until(wait))
+        });
+        let held: BTreeMap<usize, Held> = match self
+            .before_stop(deadline, futures::future::join_all(holds))
+            .await
+        {
+            Some(results) => results.into_iter().collect(),
+            None => waiting.iter().map(|(r, _)| (*r, Held::NotKept)).collect(),
+        };
+        let not_kept: Vec<usize> = held
+            .iter()
+            .filter(|(_, h)| matches!(h, Held::NotKept))
+            .map(|(r, _)| *r)
+            .collect();
+        let failed = failed_receipts(round, not_kept.iter().copied());
+        let backed_off = back_off(
+            self.ports.ordered_queue.as_ref(),
+            failed,
+            self.settings.scale,
+        );
+        let _ = self.before_stop(deadline, backed_off).await;
+        held
+    }
+
+    /// Makes each of `records` (not attempted) visible again after its wait.
+    async fn hold_behind(
+        &self,
+        event: &SqsEvent,
+        records: &[(usize, Duration)],
+        deadline: DateTime<Utc>,
+    ) {
+        let queue = self.ports.ordered_queue.as_ref();
+        let releases = records.iter().filter_map(|&(i, wait)| {
+            let receipt = event.records[i].receipt_handle.as_deref()?;
+            Some(queue.retry_after(receipt, wait))
+        });
+        let done = self
+            .before_stop(deadline, futures::future::join_all(releases))
+            .await;
+        let refused = done.map_or(records.len(), |results| {
+            results.iter().filter(|r| r.is_err()).count()
+        });
+        if refused > 0 {
+            warn!(
+                refused,
+                "ordered messages' waits not set: they come back after the visibility timeout"
+            );
+        }
+    }
+}
+
+/// What became of a waiting ordered record's hold.
+enum Held {
+    /// Its progress is kept, and it stays in flight this long.
+    Until(Duration),
+    /// Its progress could not be kept: it failed.
+    NotKept,
+}
+
+/// Adds what one round did to the invocation's plan.
+fn merge_round(plan: &mut Plan, done: Plan) {
+    for ((topic, subscription), metrics) in done.by_subscription {
+        let mine = plan.of(&topic, &subscription);
+        mine.counts.add(&metrics.counts);
+        mine.latency_ms.extend(metrics.latency_ms);
+    }
+    plan.late.extend(done.late);
+    plan.journal_unwritten += done.journal_unwritten;
+}
