@@ -284,6 +284,9 @@ pub struct RunnerStats {
     /// Messages on the runner's queues that gridrelay did not write (no valid seal, #34 item
     /// 2): dropped before any function saw them.
     pub unsealed_dropped: usize,
+    /// Batches a failed receive cut short while they gathered for a batching window (#38):
+    /// invoked with what they held, as Lambda does; the rest waited for a window of its own.
+    pub batches_cut_short: usize,
     pub latencies: Latencies,
 }
 
@@ -556,8 +559,14 @@ impl LocalSystem {
         // A stopped invocation ran its whole timeout, and Lambda bills all of it.
         let timeout_ms = whole_ms(config.function_timeout);
         for ((url, arn, lane_config), instances) in lanes.into_iter().zip(lane_instances) {
+            let stats_cut = Arc::clone(&stats);
+            let cut_short = Arc::new(move || {
+                if let Ok(mut s) = stats_cut.lock() {
+                    s.batches_cut_short += 1;
+                }
+            });
             tasks.spawn(poller::poll(
-                poller::Source::new(sqs.clone(), url, arn, &region),
+                poller::Source::new(sqs.clone(), url, arn, &region).counting_cut_short(cut_short),
                 lane_config,
                 stopped.clone(),
                 billing_stopped(&stats, timeout_ms, |b| &mut b.deliver_ms),

@@ -32,6 +32,9 @@ pub(crate) struct Source {
     url: String,
     arn: String,
     region: String,
+    /// Called when a receive fails while a batch is gathering (it is invoked with what it
+    /// holds, and the rest waits for a batch of its own).
+    on_cut_short: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl Source {
@@ -41,6 +44,15 @@ impl Source {
             url: url.to_string(),
             arn: arn.to_string(),
             region: region.to_string(),
+            on_cut_short: Arc::new(|| {}),
+        }
+    }
+
+    /// The same source, telling `on_cut_short` of each batch a failed receive cut short.
+    pub(crate) fn counting_cut_short(self, on_cut_short: Arc<dyn Fn() + Send + Sync>) -> Self {
+        Self {
+            on_cut_short,
+            ..self
         }
     }
 
@@ -141,6 +153,7 @@ impl Source {
                 }
                 Err(error) => {
                     warn!(queue = %self.url, %error, held = held.len(), "receive failed while gathering a batch; invoking with what is held");
+                    (self.on_cut_short)();
                     return (held, sizes);
                 }
             }
