@@ -605,6 +605,22 @@ pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> String {
         .clone()
 }
 
+/// Serves `app` on a free port of 127.0.0.1 (`what` names it if the bind fails): its address,
+/// and the task serving it, which stops the server when aborted.
+pub async fn serve_on_loopback(
+    app: Router,
+    what: &str,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind {what}: {e}"));
+    let addr = listener.local_addr().expect("its address");
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, server)
+}
+
 /// A subscription request with defaults for everything but the names and endpoint.
 pub fn subscription(topic: &str, name: &str, endpoint: &str) -> SubscriptionRequest {
     SubscriptionRequest {

@@ -66,13 +66,7 @@ impl OAuthServer {
             .route("/token", post(token))
             .route("/hook", post(hook))
             .with_state(Arc::clone(&state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the OAuth server");
-        let addr = listener.local_addr().expect("its address");
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (addr, server) = crate::serve_on_loopback(app, "the OAuth server").await;
         Self {
             token_url: format!("http://{addr}/token"),
             hook_url: format!("http://{addr}/hook"),

@@ -60,13 +60,7 @@ impl OrderedSubscriber {
         let app = Router::new()
             .route("/hook", post(hook))
             .with_state((Arc::clone(&state), started));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the ordered subscriber");
-        let addr = listener.local_addr().expect("its address");
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (addr, server) = crate::serve_on_loopback(app, "the ordered subscriber").await;
         Self {
             url: format!("http://{addr}/hook"),
             state,

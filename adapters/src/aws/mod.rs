@@ -26,8 +26,8 @@ pub use secrets::{
     function_queue_key, local_queue_key, portal_key, queue_key, rotate_portal_key,
 };
 pub use sqs::{
-    SqsQueue, UNSEALED_METRIC, failed_receipts, fan_out_queues, seal_records, sealed_records,
-    sqs_event,
+    SqsQueue, UNSEALED_METRIC, failed_receipts, fan_out_queues, receive_count, seal_records,
+    sealed_records, sqs_event,
 };
 
 use aws_config::meta::region::RegionProviderChain;

@@ -192,9 +192,7 @@ impl SqsQueue {
                     continue;
                 }
                 let size = m.body.len() + SEAL_BYTES;
-                if !chunk.is_empty()
-                    && (chunk.len() == MAX_BATCH_ENTRIES || bytes + size > MAX_BATCH_BYTES)
-                {
+                if batch_is_full(chunk.len(), bytes, size) {
                     break;
                 }
                 bytes += size;
@@ -248,6 +246,13 @@ fn lane_of(group: Option<&str>) -> usize {
     usize::try_from(hasher.finish() % ORDERED_SEND_LANES as u64).unwrap_or(0)
 }
 
+/// Whether a SendMessageBatch request of `entries` entries and `bytes` bytes must be sent
+/// before a message of `size` bytes joins it: at most 10 entries and 1 MiB each (a request of
+/// none takes any message).
+fn batch_is_full(entries: usize, bytes: usize, size: usize) -> bool {
+    entries > 0 && (entries == MAX_BATCH_ENTRIES || bytes + size > MAX_BATCH_BYTES)
+}
+
 /// Groups messages into SendMessageBatch requests: at most 10 entries and 1 MiB each.
 fn chunks(messages: &[OutgoingMessage]) -> Vec<Vec<(usize, &OutgoingMessage)>> {
     let mut out: Vec<Vec<(usize, &OutgoingMessage)>> = Vec::new();
@@ -255,9 +260,7 @@ fn chunks(messages: &[OutgoingMessage]) -> Vec<Vec<(usize, &OutgoingMessage)>> {
     let mut bytes = 0;
     for (i, m) in messages.iter().enumerate() {
         let size = m.body.len() + SEAL_BYTES;
-        if !current.is_empty()
-            && (current.len() == MAX_BATCH_ENTRIES || bytes + size > MAX_BATCH_BYTES)
-        {
+        if batch_is_full(current.len(), bytes, size) {
             out.push(std::mem::take(&mut current));
             bytes = 0;
         }
@@ -409,13 +412,19 @@ pub fn failed_receipts<'a>(
         let record = event.records.get(i)?;
         Some(FailedReceipt {
             receipt_handle: record.receipt_handle.as_deref()?,
-            receive_count: record
-                .attributes
-                .get(RECEIVE_COUNT)
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(1),
+            receive_count: receive_count(record),
         })
     })
+}
+
+/// How often SQS has handed a record's message out (`ApproximateReceiveCount`; 1 if the
+/// record does not say).
+pub fn receive_count(record: &SqsMessage) -> u32 {
+    record
+        .attributes
+        .get(RECEIVE_COUNT)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
 }
 
 /// The SQS event an event-source mapping hands a function for messages received from an

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
-use gridrelay_adapters::aws::failed_receipts;
+use gridrelay_adapters::aws::{failed_receipts, receive_count};
 use gridrelay_ports::back_off;
 use gridrelay_shared::delivery::redelivery_delay;
 use gridrelay_shared::message::{DeliveryMessage, DeliveryQueueMessage, QueuedEvent};
@@ -30,20 +30,10 @@ use crate::{Deliver, DeliverOutcome, Mode, Plan, Timings, message_ids};
 
 /// The record attribute that names an ordered record's message group.
 const MESSAGE_GROUP: &str = "MessageGroupId";
-/// The record attribute that says how often SQS has handed the message out.
-const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
 
 /// Whether a record came from the ordered (FIFO) queue.
 pub(crate) fn is_ordered(record: &SqsMessage) -> bool {
     record.attributes.contains_key(MESSAGE_GROUP)
-}
-
-fn receive_count(record: &SqsMessage) -> u32 {
-    record
-        .attributes
-        .get(RECEIVE_COUNT)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1)
 }
 
 /// Adds `event` to what `record`'s events would be enqueued as next: `message`'s history.
