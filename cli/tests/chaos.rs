@@ -1,9 +1,15 @@
-//! Chaos on the real local stack (#8; G1 at-least-once, L2 dead-lettering, F1 filters).
+//! Chaos on the real local stack (#8; G1 at-least-once, L2 dead-lettering, F1 filters, O1
+//! ordered delivery).
 //!
 //! `gridrelay local` runs as its own process against the AWS API at `AWS_ENDPOINT_URL` (moto),
-//! as a user runs it. Four subscriptions (one event per request, batches of ten, a filter, the
-//! CloudEvents schema) point at real HTTP subscribers on 127.0.0.1 that fail about 30 % of the
-//! requests: 500, 503, or hang past the attempt timeout. In long runs (`CHAOS_RESOURCES=1`)
+//! as a user runs it. Five subscriptions (one event per request, batches of ten, a filter, the
+//! CloudEvents schema, and batches of ten ordered by a key in `data`) point at real HTTP
+//! subscribers on 127.0.0.1 that fail about 30 % of the requests: 500, 503, or hang past the
+//! attempt timeout.
+//! The ordered one's events have a key each (`CHAOS_ORDERED_KEYS`, by default one per 25
+//! events). No event may first reach it after a later event of its key did, nor while an
+//! earlier event of its key that reached it was neither answered 2xx nor dead-lettered (O1; an
+//! event may come again after later ones: G1's duplicates). In long runs (`CHAOS_RESOURCES=1`)
 //! four more give the even events to an SQS queue, an SNS topic, an EventBridge bus and a
 //! Kinesis stream (S4), read as they arrive. While events are published the process
 //! is killed with SIGKILL several times (during publishing and during delivery) and restarted.
@@ -85,6 +91,9 @@ struct RunSize {
     /// Whether `deliver` writes the delivery journal (`CHAOS_JOURNAL`, 1 or 0; default 1), so
     /// a run can measure what the journal costs.
     journal: bool,
+    /// How many keys the ordered subscription's events have (`CHAOS_ORDERED_KEYS`; by default
+    /// one per 25 events): event `i`'s is `i % ordered_keys`.
+    ordered_keys: usize,
 }
 
 impl RunSize {
@@ -122,6 +131,8 @@ impl RunSize {
                 .unwrap_or(0.05),
             resources: number("CHAOS_RESOURCES", u64::from(!short)) == 1,
             journal: number("CHAOS_JOURNAL", 1) == 1,
+            ordered_keys: number("CHAOS_ORDERED_KEYS", events.div_ceil(25).max(1) as u64).max(1)
+                as usize,
         }
     }
 
@@ -143,6 +154,63 @@ struct Endpoint {
     /// Events it received that were not for it.
     misdelivered: AtomicUsize,
     requests: AtomicUsize,
+    /// For the ordered subscription (O1): the order in which each key's events first arrived.
+    order: Option<Mutex<KeyOrder>>,
+}
+
+/// What reached an ordered subscription, key by key (O1).
+#[derive(Default)]
+struct KeyOrder {
+    /// Events that arrived at least once (answered or not).
+    arrived: HashSet<usize>,
+    /// Each key's latest event to arrive for the first time.
+    latest: HashMap<u64, usize>,
+    /// Events that first arrived after a later event of their key.
+    reordered: Vec<String>,
+    /// Each key's arrivals, in order (event numbers), to show what happened to a key.
+    arrivals: HashMap<u64, Vec<usize>>,
+    /// Each key's events that arrived, in the order they first did.
+    first_arrivals: HashMap<u64, Vec<usize>>,
+    /// (earlier, later) of one key: the later first arrived while the earlier had arrived
+    /// but was not answered 2xx (allowed only if the earlier was dead-lettered).
+    overtaken: Vec<(usize, usize)>,
+}
+
+impl KeyOrder {
+    /// Notes the arrival of `events` (a request's, answered or not); `delivered` holds the
+    /// events answered 2xx so far.
+    fn arrive(&mut self, events: &[Value], delivered: &HashMap<String, u32>) {
+        for event in events {
+            let n = event["id"]
+                .as_str()
+                .and_then(|id| id.strip_prefix("ev-"))
+                .and_then(|n| n.parse::<usize>().ok());
+            let (Some(n), Some(key)) = (n, event["data"]["key"].as_u64()) else {
+                self.reordered.push(format!("not the run's: {event}"));
+                continue;
+            };
+            self.arrivals.entry(key).or_default().push(n);
+            if !self.arrived.insert(n) {
+                continue;
+            }
+            let latest = self.latest.entry(key).or_insert(n);
+            if *latest > n {
+                self.reordered.push(format!(
+                    "key {key}: ev-{n} first arrived after ev-{latest} (arrivals: {:?})",
+                    self.arrivals[&key]
+                ));
+            }
+            *latest = (*latest).max(n);
+            let earlier = self.first_arrivals.entry(key).or_default();
+            self.overtaken.extend(
+                earlier
+                    .iter()
+                    .filter(|&&m| m < n && !delivered.contains_key(&format!("ev-{m}")))
+                    .map(|&m| (m, n)),
+            );
+            earlier.push(n);
+        }
+    }
 }
 
 impl Endpoint {
@@ -154,7 +222,14 @@ impl Endpoint {
             delivered: Mutex::new(HashMap::new()),
             misdelivered: AtomicUsize::new(0),
             requests: AtomicUsize::new(0),
+            order: None,
         }
+    }
+
+    /// An endpoint that checks the order of each key's events (O1).
+    fn ordered(mut self) -> Self {
+        self.order = Some(Mutex::new(KeyOrder::default()));
+        self
     }
 
     fn is_for(&self, event_type: &str) -> bool {
@@ -385,6 +460,13 @@ async fn receive(
         return axum::Json(json!({"validationResponse": code})).into_response();
     }
     endpoint.requests.fetch_add(1, Ordering::Relaxed);
+    if let Some(order) = &endpoint.order {
+        let delivered = endpoint.delivered.lock().expect("subscriber state");
+        order
+            .lock()
+            .expect("subscriber state")
+            .arrive(&events, &delivered);
+    }
     let roll = endpoint
         .rng
         .lock()
@@ -561,14 +643,15 @@ fn owed_ids(endpoint: &Endpoint, events: usize) -> impl Iterator<Item = String> 
         .map(|i| format!("ev-{i}"))
 }
 
-fn event(i: usize) -> Value {
+/// Event `i` of the run; its key (for the ordered subscription) is `i % keys`.
+fn event(i: usize, keys: usize) -> Value {
     json!({
         "id": format!("ev-{i}"),
         "subject": format!("/chaos/{i}"),
         "eventType": event_type(i),
         "eventTime": "2026-11-23T20:00:00Z",
         "dataVersion": "1",
-        "data": {"n": i}
+        "data": {"n": i, "key": i % keys}
     })
 }
 
@@ -608,7 +691,8 @@ async fn publish_all(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let end = (start + size.per_request).min(size.events);
-        let body = Value::Array((start..end).map(event).collect()).to_string();
+        let body =
+            Value::Array((start..end).map(|i| event(i, size.ordered_keys)).collect()).to_string();
         loop {
             let sent = http
                 .post(&url)
@@ -660,10 +744,11 @@ async fn dead_lettered(
     seen.values().flatten().cloned().collect()
 }
 
-/// G1, L2, F1: through SIGKILLs of the whole runner, every published event reaches every
-/// subscription it is for (2xx or dead-lettered), and none reaches one it is not for.
+/// G1, L2, F1, O1: through SIGKILLs of the whole runner, every published event reaches every
+/// subscription it is for (2xx or dead-lettered), none reaches one it is not for, and the
+/// ordered subscription never gets an event of a key before one published earlier.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
+async fn killed_and_restarted_runner_loses_nothing_g1_l2_o1() {
     let size = RunSize::from_env();
     let prefix = format!("chaos-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let began = Instant::now();
@@ -677,6 +762,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         Arc::new(Endpoint::new("batched", None, size.seed ^ 1)),
         Arc::new(Endpoint::new("filtered", Some(EVEN), size.seed ^ 2)),
         Arc::new(Endpoint::new("cloudevents", None, size.seed ^ 3)),
+        Arc::new(Endpoint::new("ordered", None, size.seed ^ 4).ordered()),
     ];
     let topic = local.cli(&["topic", "create", "--name", TOPIC]);
     let key = topic["key1"].as_str().expect("topic key").to_string();
@@ -721,6 +807,9 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
                 args.extend(["--included-event-types", EVEN])
             }
             "cloudevents" => args.extend(["--event-delivery-schema", "cloudeventschemav1_0"]),
+            "ordered" => {
+                args.extend(["--ordering-key", "data.key", "--max-events-per-batch", "10"])
+            }
             _ => {}
         }
         local.cli(&args);
@@ -771,7 +860,7 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         "http://{}/topics/{TOPIC}/api/events?api-version=2018-01-01",
         local.listen
     );
-    let (events, kills, seed) = (size.events, size.kills, size.seed);
+    let (events, kills, seed, keys) = (size.events, size.kills, size.seed, size.ordered_keys);
     let settle = size.settle_timeout();
     let publisher = tokio::spawn(publish_all(
         url,
@@ -840,6 +929,22 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         })
         .unwrap_or_default();
     let lost: usize = missing.values().map(Vec::len).sum();
+    let mut reordered: Vec<String> = Vec::new();
+    for endpoint in &endpoints {
+        let Some(order) = &endpoint.order else {
+            continue;
+        };
+        let dead = dead_lettered(&s3, &bucket, &format!("{}/", endpoint.name), &mut objects).await;
+        let order = order.lock().expect("subscriber state");
+        reordered.extend(order.reordered.iter().cloned());
+        reordered.extend(
+            order
+                .overtaken
+                .iter()
+                .filter(|(m, _)| !dead.contains(&format!("ev-{m}")))
+                .map(|(m, n)| format!("ev-{n} first arrived while ev-{m} of its key waited")),
+        );
+    }
     // #34 item 12: invocations the runner stopped at their deadline, across its restarts.
     let runner_log = std::fs::read_to_string(&local.log).unwrap_or_default();
     let stopped = runner_log
@@ -855,6 +960,8 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
         "lost": lost,
         "duplicates": duplicates,
         "misdelivered": misdelivered,
+        "orderedKeys": keys,
+        "reordered": reordered.len(),
         "requests": requests,
         "kills": kills,
         "stoppedAtDeadline": stopped,
@@ -879,9 +986,37 @@ async fn killed_and_restarted_runner_loses_nothing_g1_l2() {
             .map(|(name, ids)| (name, ids.len(), ids.iter().take(5).collect::<Vec<_>>()))
             .collect::<Vec<_>>()
     );
+    assert!(
+        reordered.is_empty(),
+        "events reached the ordered subscription before an earlier one of their key: {:?}; {report}",
+        reordered.iter().take(5).collect::<Vec<_>>()
+    );
     assert_eq!(
         stopped, 0,
         "invocations ran into their deadline and were stopped: {report}"
     );
     local.kill();
+}
+
+/// O1's check itself: an event first arriving after a later one of its key, or while an
+/// earlier one of its key waits unanswered, is noted; duplicates and answered ones are not.
+#[test]
+fn the_order_check_notes_what_o1_forbids() {
+    let ev = |n: usize| json!({"id": format!("ev-{n}"), "data": {"key": n % 2}});
+    let mut order = KeyOrder::default();
+    let mut delivered = HashMap::new();
+    order.arrive(&[ev(0)], &delivered);
+    delivered.insert("ev-0".to_string(), 1);
+    order.arrive(&[ev(2), ev(1)], &delivered);
+    // ev-2 fails; ev-2 again and then ev-4 once answered: allowed, and a copy of ev-0 too.
+    order.arrive(&[ev(2)], &delivered);
+    delivered.insert("ev-2".to_string(), 1);
+    order.arrive(&[ev(4), ev(0)], &delivered);
+    assert!(order.reordered.is_empty() && order.overtaken.is_empty());
+    // Key 1: ev-3 goes while ev-1 was not answered; ev-5's first arrival after ev-7's.
+    order.arrive(&[ev(3)], &delivered);
+    order.arrive(&[ev(7)], &delivered);
+    order.arrive(&[ev(5)], &delivered);
+    assert_eq!(order.overtaken[..2], [(1, 3), (1, 7)]);
+    assert_eq!(order.reordered.len(), 1, "{:?}", order.reordered);
 }

@@ -69,12 +69,38 @@ async fn a_batching_window_holds_one_event_publishes_back_into_one_invocation_g3
     let stats = sys
         .wait_for_stats("the invocation counted", |s| s.deliver_invocations > before)
         .await;
-    assert_eq!(
-        stats.deliver_invocations - before,
-        1,
-        "five one-event publishes within the window make one invocation"
-    );
+    // Under `make test`'s load the emulator can break the batch up (see `broken_up`): a
+    // fresh-clone run saw two invocations.
+    if let Some(why) = broken_up(&stats) {
+        eprintln!(
+            "{why}: the five events came in {} invocations",
+            stats.deliver_invocations - before
+        );
+    } else {
+        assert_eq!(
+            stats.deliver_invocations - before,
+            1,
+            "five one-event publishes within the window make one invocation"
+        );
+    }
     sys.shutdown().await;
+}
+
+/// Whether the emulator broke a batch up, and how; a run where it did cannot show one batch.
+/// Under `make test`'s load each part then waits out a window of its own: a receive that fails
+/// while the batch gathers (it is invoked with what it holds, as Lambda does), an attempt that
+/// times out (its retry comes alone), an invocation stopped at its deadline.
+fn broken_up(stats: &gridrelay_local::RunnerStats) -> Option<String> {
+    let counts = (
+        stats.batches_cut_short,
+        stats.deliver.failed_attempts,
+        stats.stopped_invocations,
+    );
+    (counts != (0, 0, 0)).then(|| {
+        format!(
+            "the batch was broken up (cut short, failed attempts, stopped invocations: {counts:?})"
+        )
+    })
 }
 
 /// A window never holds back a full batch: three messages, a batch size of 3 and a minute's
@@ -92,11 +118,8 @@ async fn a_full_batch_is_invoked_without_waiting_out_the_window() {
     for i in 0..3 {
         sys.publish(&topic, &events(&format!("f{i}-"), 1)).await;
     }
-    // Under `make test`'s load the emulator can break the batch up, and each part then waits
-    // out a window of its own: a receive that fails while the batch gathers (it is invoked
-    // with what it holds, as Lambda does), an attempt that times out (its retry comes alone),
-    // an invocation stopped at its deadline. Then this run cannot show the full batch, and
-    // says which of them happened instead.
+    // Under `make test`'s load the emulator can break the batch up (see `broken_up`); then
+    // this run cannot show the full batch, and says which of them happened instead.
     let received = sub
         .wait_for_requests(3, Duration::from_secs(60) + WAIT)
         .await;
@@ -105,14 +128,9 @@ async fn a_full_batch_is_invoked_without_waiting_out_the_window() {
     let stats = sys
         .wait_for_stats("the invocation counted", |s| s.deliver_invocations > before)
         .await;
-    let broken_up = (
-        stats.batches_cut_short,
-        stats.deliver.failed_attempts,
-        stats.stopped_invocations,
-    );
-    if broken_up != (0, 0, 0) {
+    if let Some(why) = broken_up(&stats) {
         eprintln!(
-            "the batch was broken up (cut short, failed attempts, stopped invocations: {broken_up:?}): its events took {elapsed:?}, in {} invocations",
+            "{why}: its events took {elapsed:?}, in {} invocations",
             stats.deliver_invocations - before
         );
     } else {
