@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::aws_calls::{ARCHIVE_PUT, AwsCallCounter, CallCounts};
 use crate::cost::{FunctionTime, Usage, http_api_units};
-use crate::{Cpu, events, sink};
+use crate::{Cpu, keyed_events, sink};
 
 /// Memory of each function, as `infra/template.yaml` sets it.
 pub const FUNCTION_MEMORY_MB: u32 = 256;
@@ -47,6 +47,9 @@ pub struct Case {
     pub deduped: bool,
     /// The delivery queue's event source (#38): its batch size and window.
     pub event_source: EventSourceBatching,
+    /// O1 (#39): the subscription ordered by `subject`, the events' subjects this many keys
+    /// (none: unordered, each event a subject of its own).
+    pub ordered_keys: Option<usize>,
 }
 
 /// How a case's topic is created.
@@ -91,6 +94,8 @@ pub struct E2eRun {
     pub published: Duration,
     /// The sink every [`SAMPLE_EVERY`]: requests in flight and events delivered so far.
     pub timeline: Vec<Sample>,
+    /// How long each publish took to be answered, in the order they were answered.
+    pub publish_times: Vec<Duration>,
 }
 
 /// How often the timeline samples the sink.
@@ -470,8 +475,21 @@ pub async fn run(
         },
     )
     .await?;
+    if case.ordered_keys.is_some() {
+        // Before the first publish: `ingest` reads the subscription once it is published to.
+        runner.cli(&[
+            "event-subscription",
+            "update",
+            "--topic-name",
+            "bench",
+            "--name",
+            "sink",
+            "--ordering-key",
+            "subject",
+        ])?;
+    }
 
-    let bodies: Vec<String> = events(case.events, case.event_bytes)?
+    let bodies: Vec<String> = keyed_events(case.events, case.event_bytes, case.ordered_keys)?
         .chunks(case.per_publish)
         .map(|chunk| {
             let parts: Vec<&str> = chunk.iter().map(|e| e.get()).collect();
@@ -508,15 +526,21 @@ pub async fn run(
     };
     // Four publishers, as a busy application would have.
     let queue = Arc::new(std::sync::Mutex::new(bodies.into_iter()));
+    let publish_times = Arc::new(std::sync::Mutex::new(Vec::new()));
     let publishers = (0..4).map(|_| {
         let (client, url, key, queue) = (client.clone(), url.clone(), key.clone(), queue.clone());
+        let publish_times = Arc::clone(&publish_times);
         tokio::spawn(async move {
             loop {
                 let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
                 let Some(body) = next else {
                     return Ok::<(), anyhow::Error>(());
                 };
+                let began = Instant::now();
                 publish(&client, &url, &key, body).await?;
+                if let Ok(mut times) = publish_times.lock() {
+                    times.push(began.elapsed());
+                }
             }
         })
     });
@@ -550,6 +574,7 @@ pub async fn run(
         calls,
         published,
         timeline,
+        publish_times: publish_times.lock().map(|t| t.clone()).unwrap_or_default(),
     })
 }
 

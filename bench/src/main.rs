@@ -37,6 +37,7 @@ mod e2e;
 mod engine;
 mod latency;
 mod memory_size;
+mod ordered;
 mod sink;
 
 #[derive(Parser)]
@@ -99,6 +100,27 @@ enum Bench {
         #[arg(long)]
         gridrelay: Option<PathBuf>,
     },
+    /// Ordered delivery (O1) beside unordered: one key, many keys, and a large publish (needs
+    /// AWS_ENDPOINT_URL and a built `gridrelay`).
+    Ordered {
+        /// Events of the unordered and the many-keys cases.
+        #[arg(long, default_value_t = 2_000)]
+        events: usize,
+        /// Events of the one-key case (one round trip each).
+        #[arg(long, default_value_t = 300)]
+        one_key_events: usize,
+        /// Keys of the many-keys case.
+        #[arg(long, default_value_t = 100)]
+        keys: usize,
+        /// Events of the large publish (of 500 B each).
+        #[arg(long, default_value_t = 1_000)]
+        large_publish: usize,
+        #[arg(long, default_value_t = 1_000)]
+        event_bytes: usize,
+        /// The `gridrelay` binary (default: beside this one).
+        #[arg(long)]
+        gridrelay: Option<PathBuf>,
+    },
     /// Each function's bootstrap: init time, size, and deliver's memory handling one full
     /// batch (needs AWS_ENDPOINT_URL and the bootstraps from infra/deploy/build.sh).
     ColdStart {
@@ -155,6 +177,26 @@ async fn main() -> anyhow::Result<()> {
                 cost_rows,
             };
             e2e_bench(binary, events, cost_events, event_bytes, shown).await
+        }
+        Bench::Ordered {
+            events,
+            one_key_events,
+            keys,
+            large_publish,
+            event_bytes,
+            gridrelay,
+        } => {
+            let binary = gridrelay_binary(gridrelay)?;
+            let routes = aws_calls::routes_from(|name| std::env::var(name).ok());
+            let aws = aws_calls::AwsCallCounter::start(&aws_endpoint()?, routes).await?;
+            let sizes = ordered::Sizes {
+                events,
+                one_key_events,
+                keys,
+                large_publish,
+                event_bytes,
+            };
+            ordered::run(binary, sizes, &aws).await
         }
         Bench::ColdStart { events } => cold_start::run(events).await,
         Bench::MemorySize { events } => memory_size::run(events).await,
@@ -381,6 +423,7 @@ async fn e2e_bench(
             archived: true,
             deduped: false,
             event_source: EventSourceBatching::default(),
+            ordered_keys: None,
         };
         let run = e2e::run(binary.clone(), prefix(&case), case, &aws).await?;
         let rate = events as f64 / run.elapsed.as_secs_f64();
@@ -555,6 +598,7 @@ async fn e2e_bench(
             archived,
             deduped,
             event_source,
+            ordered_keys: None,
         };
         let run = e2e::run(binary.clone(), prefix(&case), case, &aws).await?;
         let window = if event_source == no_window {
@@ -691,8 +735,9 @@ fn door_label(door: FrontDoor) -> &'static str {
 /// Resources of their own for each case.
 fn prefix(case: &e2e::Case) -> String {
     format!(
-        "bench-{}{}{}{}-{}-{}-{}-{}",
+        "bench-{}{}{}{}{}-{}-{}-{}-{}",
         std::process::id(),
+        case.ordered_keys.map_or(String::new(), |k| format!("o{k}")),
         match case.front_door {
             FrontDoor::HttpApi => "",
             FrontDoor::FunctionUrl => "u",
@@ -721,15 +766,33 @@ fn calls_per_event(run: &e2e::E2eRun) -> f64 {
 
 /// One event in the Event Grid schema with about `bytes` bytes of data.
 fn event_body(i: usize, bytes: usize) -> String {
+    subject_event_body(i, i, bytes)
+}
+
+/// [`event_body`] with the subject `/bench/{subject}`.
+fn subject_event_body(i: usize, subject: usize, bytes: usize) -> String {
     format!(
-        r#"{{"id":"ev-{i}","subject":"/bench/{i}","eventType":"Bench.Event","eventTime":"2026-11-24T00:00:00Z","dataVersion":"1","data":{{"pad":"{}"}}}}"#,
+        r#"{{"id":"ev-{i}","subject":"/bench/{subject}","eventType":"Bench.Event","eventTime":"2026-11-24T00:00:00Z","dataVersion":"1","data":{{"pad":"{}"}}}}"#,
         "x".repeat(bytes.saturating_sub(120))
     )
 }
 
 fn events(count: usize, bytes: usize) -> anyhow::Result<Vec<Box<RawValue>>> {
+    keyed_events(count, bytes, None)
+}
+
+/// `count` events whose subjects are `keys` values in turn (event `i`'s is `i % keys`), or
+/// each its own.
+fn keyed_events(
+    count: usize,
+    bytes: usize,
+    keys: Option<usize>,
+) -> anyhow::Result<Vec<Box<RawValue>>> {
     (0..count)
-        .map(|i| RawValue::from_string(event_body(i, bytes)).context("an event"))
+        .map(|i| {
+            let subject = keys.map_or(i, |k| i % k.max(1));
+            RawValue::from_string(subject_event_body(i, subject, bytes)).context("an event")
+        })
         .collect()
 }
 
