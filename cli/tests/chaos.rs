@@ -163,8 +163,6 @@ struct Endpoint {
 struct KeyOrder {
     /// Events that arrived at least once (answered or not).
     arrived: HashSet<usize>,
-    /// Each key's latest event to arrive for the first time.
-    latest: HashMap<u64, usize>,
     /// Events that first arrived after a later event of their key.
     reordered: Vec<String>,
     /// Each key's arrivals, in order (event numbers), to show what happened to a key.
@@ -193,15 +191,13 @@ impl KeyOrder {
             if !self.arrived.insert(n) {
                 continue;
             }
-            let latest = self.latest.entry(key).or_insert(n);
-            if *latest > n {
+            let earlier = self.first_arrivals.entry(key).or_default();
+            if let Some(latest) = earlier.iter().max().filter(|&&latest| latest > n) {
                 self.reordered.push(format!(
                     "key {key}: ev-{n} first arrived after ev-{latest} (arrivals: {:?})",
                     self.arrivals[&key]
                 ));
             }
-            *latest = (*latest).max(n);
-            let earlier = self.first_arrivals.entry(key).or_default();
             self.overtaken.extend(
                 earlier
                     .iter()
