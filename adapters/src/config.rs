@@ -20,6 +20,10 @@ pub const REPLAY_QUEUE_URL_ENV: &str = "GRIDRELAY_REPLAY_QUEUE_URL";
 /// stack's OrderedQueueUrl output. Without it, `ingest` refuses events for an ordered
 /// subscription (503) rather than deliver them out of order.
 pub const ORDERED_QUEUE_URL_ENV: &str = "GRIDRELAY_ORDERED_QUEUE_URL";
+/// O1: the ordered queue's redrive queue (FIFO), where `deliver` parks an ordered message
+/// that cannot be read after a few receives, so its key goes on. Without it (a stack made
+/// before), such a message holds its key until SQS's own redrive or retention.
+pub const ORDERED_REDRIVE_QUEUE_URL_ENV: &str = "GRIDRELAY_ORDERED_REDRIVE_QUEUE_URL";
 /// SQS queue of events waiting to be written to their dead-letter location.
 pub const DEAD_LETTER_QUEUE_URL_ENV: &str = "GRIDRELAY_DEAD_LETTER_QUEUE_URL";
 /// L7: the system topic dead-letter writes are announced on (default `gridrelay-dead-letter-events`).

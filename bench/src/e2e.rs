@@ -188,7 +188,9 @@ impl Runner {
         for (_, var) in crate::aws_calls::SERVICE_ENDPOINT_VARS {
             cmd.env_remove(var);
         }
-        cmd.env("RUST_LOG", "warn")
+        // BENCH_RUNNER_LOG: the runner's log filter, to see where a case's time goes.
+        let log = std::env::var("BENCH_RUNNER_LOG").unwrap_or_else(|_| "warn".to_string());
+        cmd.env("RUST_LOG", log)
             .env("AWS_ENDPOINT_URL", aws_endpoint)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -133,6 +133,7 @@ pub async fn deliver_all(
         replay_queue: delivery.clone(),
         dead_letter_queue: Arc::new(MemoryQueue::new(Arc::clone(&clock))),
         ordered_queue: delivery.clone(),
+        ordered_redrive_queue: None,
         resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
         clock: Arc::clone(&clock),
         jitter: Arc::new(RandomJitter),

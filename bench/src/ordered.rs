@@ -65,6 +65,25 @@ fn per_event(calls: &CallCounts, prefix: &str, events: usize) -> f64 {
     n as f64 / events as f64
 }
 
+/// The calls that took the most time in all, each with its count per event and mean time:
+/// where a case's time goes.
+fn slowest_calls(calls: &CallCounts, events: usize, top: usize) -> String {
+    let mut by_time: Vec<_> = calls.iter().filter(|(_, c)| c.calls > 0).collect();
+    by_time.sort_by_key(|(_, c)| std::cmp::Reverse(c.micros));
+    by_time
+        .into_iter()
+        .take(top)
+        .map(|(op, c)| {
+            format!(
+                "{op} {:.2}/event {:.1} ms",
+                c.calls as f64 / events as f64,
+                c.micros as f64 / c.calls as f64 / 1000.0
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -121,6 +140,10 @@ pub async fn run(binary: PathBuf, sizes: Sizes, aws: &AwsCallCounter) -> anyhow:
             case.per_publish,
             per_event(&run.calls, "sqs:", case.events),
             per_event(&run.calls, "dynamodb:", case.events),
+        );
+        println!(
+            "    most time in: {}",
+            slowest_calls(&run.calls, case.events, 5)
         );
     }
     let n = sizes.large_publish;

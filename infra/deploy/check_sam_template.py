@@ -66,7 +66,8 @@ EXPECTED = {
         "dynamodb:DeleteItem": [getatt("SubscriptionsTable"), getatt("DeliveryStateTable")],
         # #35: the delivery journal, one call per invocation.
         "firehose:PutRecordBatch": [getatt("JournalStream")],
-        "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue"), getatt("DeadLetterQueue"), DESTINATIONS],
+        # O1: ordered messages that cannot be read are parked in the ordered redrive queue.
+        "sqs:SendMessage": [getatt("DeliveryQueue"), getatt("ControlQueue"), getatt("ReplayQueue"), getatt("DeadLetterQueue"), getatt("OrderedRedriveQueue"), DESTINATIONS],
         "sqs:GetQueueUrl": [DESTINATIONS],
         "sns:Publish": [DESTINATIONS],
         "events:PutEvents": [DESTINATIONS],
@@ -224,7 +225,8 @@ def ordered_queue_problems(resources, outputs, globals_env):
     """O1: the ordered queue is FIFO in high-throughput mode, kept 14 days, with a FIFO redrive
     queue whose receive count (1000, SQS's most) the retry ladder's holds never reach; its
     event source takes batches of 10 and no window (FIFO sources take none); every function
-    is told its URL, it is among the stack's own queues, and the stack outputs it."""
+    is told its URL, it is among the stack's own queues, and the stack outputs it; deliver is
+    told the redrive queue's URL, where it parks ordered messages that cannot be read."""
     problems = []
     ordered = resources.get("OrderedQueue", {}).get("Properties", {})
     expected = {
@@ -257,6 +259,10 @@ def ordered_queue_problems(resources, outputs, globals_env):
     for queue in ["OrderedQueue", "OrderedRedriveQueue"]:
         if getatt(queue) not in own:
             problems.append(f"DeliverFunction: GRIDRELAY_OWN_QUEUES lacks {queue}")
+    if env.get("GRIDRELAY_ORDERED_REDRIVE_QUEUE_URL") != {"Ref": "OrderedRedriveQueue"}:
+        problems.append(
+            f"DeliverFunction: GRIDRELAY_ORDERED_REDRIVE_QUEUE_URL is {env.get('GRIDRELAY_ORDERED_REDRIVE_QUEUE_URL')}"
+        )
     if outputs.get("OrderedQueueUrl", {}).get("Value") != {"Ref": "OrderedQueue"}:
         problems.append(f"Outputs: OrderedQueueUrl is {outputs.get('OrderedQueueUrl')}")
     return problems

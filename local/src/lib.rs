@@ -437,6 +437,7 @@ impl LocalSystem {
             replay: replay_queue,
             dead_letter: dead_letter_queue,
             ordered: ordered_queue,
+            ..
         } = queues.clone();
         let clock = Arc::new(SystemClock);
         // O1: fan-out sends ordered subscriptions' events to the ordered queue.
@@ -651,6 +652,7 @@ fn deliver_ports(
         replay_queue: queues.replay.clone(),
         dead_letter_queue: queues.dead_letter.clone(),
         ordered_queue: queues.ordered.clone(),
+        ordered_redrive_queue: Some(queues.ordered_redrive.clone()),
         resources: Arc::new(AwsResourceSender::from_sdk(sdk)),
         clock: clock.clone(),
         jitter: Arc::new(RandomJitter),
@@ -703,6 +705,8 @@ struct SealedQueues {
     dead_letter: Arc<SqsQueue>,
     /// O1.
     ordered: Arc<SqsQueue>,
+    /// O1: where `deliver` parks ordered messages that cannot be read.
+    ordered_redrive: Arc<SqsQueue>,
 }
 
 /// The runner's queue key and its queues, sealed with it.
@@ -722,6 +726,7 @@ async fn sealed_queues(
         replay: sealed_with(&resources.replay_queue_url),
         dead_letter: sealed_with(&resources.dead_letter_queue_url),
         ordered: sealed_with(&resources.ordered_queue_url),
+        ordered_redrive: sealed_with(&resources.ordered_redrive_queue_url),
     };
     Ok((key, queues))
 }

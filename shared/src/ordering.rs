@@ -52,6 +52,22 @@ pub const FREE_RECEIVES: u32 = 20;
 /// The longest [`hold_floor`] asks for.
 pub const LONGEST_FLOOR: Duration = Duration::from_secs(30 * 60);
 
+/// The receive at which an ordered message that cannot be read (no body, or not a message
+/// this version of `deliver` reads: written by a newer one, or damaged) is parked in the
+/// ordered redrive queue, so its key goes on without it. Before that it comes back after the
+/// failed records' short waits (30 s, 90 s, 4.5 min, 13.5 min: about 20 minutes in all, time
+/// for a deployment that is rolling out to reach every function), holding its key. SQS's
+/// own redrive would take [`ORDERED_MAX_RECEIVE_COUNT`] receives: weeks at 30 minutes each,
+/// past the queue's 14-day retention.
+pub const UNREADABLE_RECEIVES: u32 = 5;
+
+/// O1: whether an ordered message that cannot be read, received `receive_count` times, is
+/// parked now ([`UNREADABLE_RECEIVES`]). Holds count as receives too (SQS cannot tell them
+/// apart), so one held behind earlier events of its key may be parked sooner.
+pub fn parks_unreadable(receive_count: u32) -> bool {
+    receive_count >= UNREADABLE_RECEIVES
+}
+
 /// O1: which value of an event orders its delivery.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum OrderingKey {
@@ -395,6 +411,25 @@ mod tests {
         assert!(receives <= 100, "{receives} receives in a day");
         assert!(receives * 10 < ORDERED_MAX_RECEIVE_COUNT);
     }
+
+    /// O1: an ordered message that cannot be read holds its key through four short waits
+    /// (about 20 minutes), then is parked at its fifth receive, far below the redrive count.
+    #[test]
+    fn an_unreadable_ordered_message_is_parked_at_its_fifth_receive_o1() {
+        use crate::delivery::redelivery_delay;
+        use crate::time_scale::TimeScale;
+        assert!(!parks_unreadable(1));
+        assert!(!parks_unreadable(UNREADABLE_RECEIVES - 1));
+        assert!(parks_unreadable(UNREADABLE_RECEIVES));
+        assert!(parks_unreadable(ORDERED_MAX_RECEIVE_COUNT));
+        let held: Duration = (1..UNREADABLE_RECEIVES)
+            .map(|n| redelivery_delay(n, TimeScale::REAL))
+            .sum();
+        assert_eq!(held, Duration::from_secs(20 * 60));
+    }
+
+    /// Parking comes long before SQS's own redrive of the ordered queue would.
+    const _: () = assert!(UNREADABLE_RECEIVES * 100 < ORDERED_MAX_RECEIVE_COUNT);
 
     /// O1: a hold lasts until the due time, rounded up to whole seconds, and never past
     /// twelve hours from the receive; nothing once due.

@@ -666,6 +666,7 @@ impl World {
             replay_queue: delivery_queue.clone(),
             dead_letter_queue: dead_queue.clone(),
             ordered_queue: delivery_queue.clone(),
+            ordered_redrive_queue: None,
             resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
             clock: clock.clone(),
             jitter: Arc::new(FixedJitter(0.5)),

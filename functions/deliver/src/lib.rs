@@ -225,6 +225,10 @@ pub struct DeliverPorts {
     /// O1: the FIFO queue ordered subscriptions' events come from; `deliver` only holds and
     /// releases its messages (never sends to it). The delivery queue where there is none.
     pub ordered_queue: Arc<dyn MessageQueue>,
+    /// O1: where an ordered message that cannot be read is parked after
+    /// [`gridrelay_shared::ordering::UNREADABLE_RECEIVES`] receives, so its key goes on; none
+    /// on a stack made before it (the message then holds its key).
+    pub ordered_redrive_queue: Option<Arc<dyn MessageQueue>>,
     /// AWS resource destinations (S4).
     pub resources: Arc<dyn ResourceSender>,
     pub clock: Arc<dyn Clock>,
@@ -339,6 +343,8 @@ pub struct DeliveryReport {
     /// O1: ordered messages left in the queue on purpose: held until due, or behind one of
     /// their key that is.
     pub ordered_waiting: usize,
+    /// O1: ordered messages that could not be read, parked in the ordered redrive queue.
+    pub ordered_parked: usize,
 }
 
 impl DeliveryReport {
@@ -358,6 +364,7 @@ impl DeliveryReport {
         self.journal_unwritten += other.journal_unwritten;
         self.replay_copies_dropped += other.replay_copies_dropped;
         self.ordered_waiting += other.ordered_waiting;
+        self.ordered_parked += other.ordered_parked;
     }
 }
 
@@ -453,6 +460,8 @@ struct Plan {
     /// O1: ordered records left in the queue on purpose (held until due, or behind one of
     /// their key that is): named to SQS as failures so they stay, counted apart.
     in_flight: BTreeSet<usize>,
+    /// O1: ordered records that could not be read, parked in the ordered redrive queue.
+    parked: usize,
 }
 
 impl Plan {
@@ -470,6 +479,7 @@ impl Plan {
         report.failed_messages = self.failed.len();
         report.journal_unwritten = self.journal_unwritten;
         report.ordered_waiting = self.in_flight.len();
+        report.ordered_parked = self.parked;
         report
     }
 
@@ -780,6 +790,7 @@ impl Deliver {
                 journal_unwritten = report.journal_unwritten,
                 replay_copies_dropped = report.replay_copies_dropped,
                 ordered_waiting = report.ordered_waiting,
+                ordered_parked = report.ordered_parked,
                 prepare_ms = timings.prepare.as_millis() as u64,
                 attempts_ms = timings.attempts.as_millis() as u64,
                 settle_ms = timings.settle.as_millis() as u64,
@@ -1286,7 +1297,13 @@ impl Deliver {
             .iter()
             .map(|o| o.message.clone())
             .collect();
-        let journal = std::mem::take(&mut plan.journal);
+        // O1: an ordered invocation's rounds keep their entries for one write at its end
+        // (`handle_ordered`), not a call per round.
+        let journal = if plan.ordered.is_some() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut plan.journal)
+        };
         let (sent_delivery, sent_control, sent_replay, sent_dead, unwritten) = futures::join!(
             self.send_before_stop(self.ports.delivery_queue.as_ref(), &delivery, deadline),
             self.send_before_stop(self.ports.control_queue.as_ref(), &control, deadline),

@@ -13,12 +13,12 @@ use gridrelay_adapters::aws::{
 };
 use gridrelay_adapters::config::{
     CONTROL_QUEUE_URL_ENV, DEAD_LETTER_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV,
-    DELIVERY_STATE_TABLE_ENV, ORDERED_QUEUE_URL_ENV, PUBLIC_URL_ENV, REPLAY_QUEUE_URL_ENV,
-    TableNames, WEBHOOK_ORIGIN_ENV, allowed_networks_from_env, config_cache_from_env,
-    delivery_destinations_from_env, required,
+    DELIVERY_STATE_TABLE_ENV, ORDERED_QUEUE_URL_ENV, ORDERED_REDRIVE_QUEUE_URL_ENV, PUBLIC_URL_ENV,
+    REPLAY_QUEUE_URL_ENV, TableNames, WEBHOOK_ORIGIN_ENV, allowed_networks_from_env,
+    config_cache_from_env, delivery_destinations_from_env, required,
 };
 use gridrelay_deliver::{ConcurrencySettings, Deliver, DeliverPorts, DeliverySettings, metrics};
-use gridrelay_ports::{RandomJitter, SystemClock};
+use gridrelay_ports::{MessageQueue, RandomJitter, SystemClock};
 use gridrelay_shared::outbound::OutboundPolicy;
 use gridrelay_shared::time_scale::TimeScale;
 use gridrelay_shared::validation::DEFAULT_WEBHOOK_ORIGIN;
@@ -53,6 +53,9 @@ async fn run() -> Result<(), Error> {
     let replay_queue_url = or_delivery_queue(REPLAY_QUEUE_URL_ENV);
     // O1: a stack without an ordered queue sends nothing to it.
     let ordered_queue_url = or_delivery_queue(ORDERED_QUEUE_URL_ENV);
+    let ordered_redrive_queue_url = std::env::var(ORDERED_REDRIVE_QUEUE_URL_ENV)
+        .ok()
+        .filter(|v| !v.is_empty());
     let settings = DeliverySettings {
         public_url: std::env::var(PUBLIC_URL_ENV).ok().filter(|v| !v.is_empty()),
         webhook_origin: std::env::var(WEBHOOK_ORIGIN_ENV)
@@ -67,6 +70,7 @@ async fn run() -> Result<(), Error> {
             &replay_queue_url,
             &dead_letter_queue_url,
             &ordered_queue_url,
+            ordered_redrive_queue_url.as_deref().unwrap_or_default(),
         ])?,
         control_queue_name: queue_name(&control_queue_url),
         replay_queue_name: queue_name(&replay_queue_url),
@@ -88,7 +92,9 @@ async fn run() -> Result<(), Error> {
             dead_letter_queue_url,
             key.clone(),
         )),
-        ordered_queue: Arc::new(SqsQueue::new(sqs, ordered_queue_url, key.clone())),
+        ordered_queue: Arc::new(SqsQueue::new(sqs.clone(), ordered_queue_url, key.clone())),
+        ordered_redrive_queue: ordered_redrive_queue_url
+            .map(|url| Arc::new(SqsQueue::new(sqs, url, key.clone())) as Arc<dyn MessageQueue>),
         resources: Arc::new(AwsResourceSender::from_sdk(&sdk)),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),

@@ -13,6 +13,11 @@
 //! later messages while its first is still in flight), so the key comes back whole, in order.
 //! When a record comes back (received more than once), its kept progress takes the place of
 //! its body ([`resume`]). Records not reached before the deadline go back at once.
+//!
+//! A record that cannot be read fails, and comes back after the failed records' short waits,
+//! holding its key; at its [`UNREADABLE_RECEIVES`](gridrelay_shared::ordering::UNREADABLE_RECEIVES)th
+//! receive it is parked in the ordered
+//! redrive queue (`Deliver::park`) and its key goes on without it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
@@ -20,10 +25,11 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
 use gridrelay_adapters::aws::{failed_receipts, receive_count};
+use gridrelay_ports::OutgoingMessage;
 use gridrelay_ports::back_off;
 use gridrelay_shared::delivery::redelivery_delay;
 use gridrelay_shared::message::{DeliveryMessage, DeliveryQueueMessage, QueuedEvent};
-use gridrelay_shared::ordering::{hold_floor, hold_for, progress_text, resume};
+use gridrelay_shared::ordering::{hold_floor, hold_for, parks_unreadable, progress_text, resume};
 use tracing::{error, warn};
 
 use crate::{Deliver, DeliverOutcome, Mode, Plan, Timings, message_ids};
@@ -34,6 +40,16 @@ const MESSAGE_GROUP: &str = "MessageGroupId";
 /// Whether a record came from the ordered (FIFO) queue.
 pub(crate) fn is_ordered(record: &SqsMessage) -> bool {
     record.attributes.contains_key(MESSAGE_GROUP)
+}
+
+/// Ordered messages that could not be read, parked in the ordered redrive queue (a metric of
+/// the whole stack; the queue's depth alarm watches what they leave there).
+pub const PARKED_METRIC: &str = "OrderedMessagesParked";
+
+/// Whether `body` is not a message `deliver` reads (none, or not a queue message of this
+/// version's).
+fn unreadable(body: Option<&str>) -> bool {
+    !matches!(body.map(DeliveryQueueMessage::from_body), Some(Ok(_)))
 }
 
 /// Adds `event` to what `record`'s events would be enqueued as next: `message`'s history.
@@ -84,30 +100,38 @@ impl Deliver {
         loop {
             // The records behind a key's first that waits or failed, and for how long.
             let mut behind: Vec<(usize, Duration)> = Vec::new();
-            let mut unread_heads = Vec::new();
-            for (k, key) in keys.iter_mut().enumerate() {
+            // Heads that fail before their round (key, record): unreadable ones not parked,
+            // and those whose kept progress could not be read (not attempted as if new).
+            let mut failing_heads = self
+                .park_unreadable_heads(&event, &bodies, &mut keys, &stopped, &mut plan, deadline)
+                .await;
+            for (k, key) in keys.iter().enumerate() {
                 if let Some(&head) = key.front()
                     && unread.contains(&head)
+                    && failing_heads.iter().all(|&(_, h)| h != head)
                 {
-                    // Its kept progress could not be read: not attempted as if new.
-                    key.pop_front();
-                    unread_heads.push(head);
-                    stopped[k] = true;
-                    behind.extend(
-                        key.drain(..)
-                            .map(|i| (i, self.failed_wait(&event.records[head]))),
-                    );
+                    failing_heads.push((k, head));
                 }
             }
-            if !unread_heads.is_empty() {
-                let failed = failed_receipts(&event, unread_heads.iter().copied());
+            for &(k, head) in &failing_heads {
+                keys[k].pop_front();
+                stopped[k] = true;
+                behind.extend(
+                    keys[k]
+                        .drain(..)
+                        .map(|i| (i, self.failed_wait(&event.records[head]))),
+                );
+            }
+            let failing_heads: Vec<usize> = failing_heads.into_iter().map(|(_, i)| i).collect();
+            if !failing_heads.is_empty() {
+                let failed = failed_receipts(&event, failing_heads.iter().copied());
                 let backed_off = back_off(
                     self.ports.ordered_queue.as_ref(),
                     failed,
                     self.settings.scale,
                 );
                 let _ = self.before_stop(deadline, backed_off).await;
-                plan.failed.extend(unread_heads);
+                plan.failed.extend(failing_heads);
             }
             let heads: Vec<(usize, usize)> = keys
                 .iter()
@@ -174,6 +198,9 @@ impl Deliver {
             .collect();
         self.hold_behind(&event, &rest, deadline).await;
         plan.in_flight.extend(rest.iter().map(|(i, _)| *i));
+        // Every round's journal entries, in one call as an unordered invocation's.
+        let journal = std::mem::take(&mut plan.journal);
+        plan.journal_unwritten += self.write_journal(journal, deadline).await;
         self.conclude(plan, &ids, deadline, started, timings).await
     }
 
@@ -225,6 +252,105 @@ impl Deliver {
             }
         }
         BTreeSet::new()
+    }
+
+    /// Parks the heads of `keys` (those not stopped) that cannot be read and were received
+    /// often enough ([`parks_unreadable`]); a key whose head is parked goes on with its next,
+    /// which may be parked in turn. Answers the heads that should have been parked but were
+    /// not (key, record): they fail.
+    async fn park_unreadable_heads(
+        &self,
+        event: &SqsEvent,
+        bodies: &[Option<String>],
+        keys: &mut [VecDeque<usize>],
+        stopped: &[bool],
+        plan: &mut Plan,
+        deadline: DateTime<Utc>,
+    ) -> Vec<(usize, usize)> {
+        let mut not_parked: Vec<(usize, usize)> = Vec::new();
+        if self.ports.ordered_redrive_queue.is_none() {
+            return not_parked;
+        }
+        loop {
+            let parkable: Vec<(usize, usize)> = keys
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| !stopped[*k])
+                .filter_map(|(k, key)| Some((k, *key.front()?)))
+                .filter(|&(_, i)| {
+                    not_parked.iter().all(|&(_, h)| h != i)
+                        && unreadable(bodies[i].as_deref())
+                        && parks_unreadable(receive_count(&event.records[i]))
+                })
+                .collect();
+            if parkable.is_empty() {
+                return not_parked;
+            }
+            let parked = self
+                .park(event, parkable.iter().map(|&(_, i)| i), deadline)
+                .await;
+            for (k, i) in parkable {
+                if parked.contains(&i) {
+                    keys[k].pop_front();
+                    plan.parked += 1;
+                } else {
+                    not_parked.push((k, i));
+                }
+            }
+        }
+    }
+
+    /// Parks `records` (which cannot be read) in the ordered redrive queue, each in its own
+    /// message group, sealed as sent; answers those the queue took, which the invocation then
+    /// names as done (SQS deletes them from the ordered queue). One taken but not deleted (the
+    /// invocation stopped) is parked again when it comes back: the redrive queue may hold it
+    /// twice. Those not taken fail, and come back.
+    async fn park(
+        &self,
+        event: &SqsEvent,
+        records: impl Iterator<Item = usize>,
+        deadline: DateTime<Utc>,
+    ) -> BTreeSet<usize> {
+        let Some(queue) = self.ports.ordered_redrive_queue.as_deref() else {
+            return BTreeSet::new();
+        };
+        let records: Vec<usize> = records.collect();
+        let messages: Vec<OutgoingMessage> = records
+            .iter()
+            .map(|&i| OutgoingMessage {
+                body: event.records[i].body.clone().unwrap_or_default(),
+                delay: Duration::ZERO,
+                group: event.records[i].attributes.get(MESSAGE_GROUP).cloned(),
+            })
+            .collect();
+        let Some(sent) = self.before_stop(deadline, queue.send_all(&messages)).await else {
+            warn!(
+                records = records.len(),
+                "unreadable ordered messages not parked: the invocation's deadline came first"
+            );
+            return BTreeSet::new();
+        };
+        let mut parked = BTreeSet::new();
+        for (&i, result) in records.iter().zip(sent) {
+            let record = &event.records[i];
+            let message_id = record.message_id.as_deref().unwrap_or_default();
+            match result {
+                Ok(()) => {
+                    error!(
+                        message_id,
+                        group = record.attributes.get(MESSAGE_GROUP).map(String::as_str),
+                        receives = receive_count(record),
+                        "an ordered message that cannot be read was parked in the ordered redrive queue; its key goes on without it"
+                    );
+                    parked.insert(i);
+                }
+                Err(e) => {
+                    warn!(message_id, error = %e, "an unreadable ordered message could not be parked; it comes back and holds its key");
+                }
+            }
+        }
+        metrics::counter!(PARKED_METRIC).increment(parked.len() as u64);
+        parked
     }
 
     /// How long a failed record stays away: the short, growing wait of
@@ -342,5 +468,6 @@ fn merge_round(plan: &mut Plan, done: Plan) {
         mine.latency_ms.extend(metrics.latency_ms);
     }
     plan.late.extend(done.late);
+    plan.journal.extend(done.journal);
     plan.journal_unwritten += done.journal_unwritten;
 }

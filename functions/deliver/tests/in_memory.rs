@@ -105,6 +105,7 @@ impl World {
             replay_queue: delivery.clone(),
             dead_letter_queue: dead.clone(),
             ordered_queue: delivery.clone(),
+            ordered_redrive_queue: None,
             resources: resources.clone(),
             clock: clock.clone(),
             jitter: Arc::new(FixedJitter(0.0)),
@@ -1547,6 +1548,7 @@ fn another_worker(w: &World) -> Deliver {
         replay_queue: w.delivery.clone(),
         dead_letter_queue: w.dead.clone(),
         ordered_queue: w.delivery.clone(),
+        ordered_redrive_queue: None,
         resources: w.resources.clone(),
         clock: w.clock.clone(),
         jitter: Arc::new(FixedJitter(0.0)),
@@ -3398,4 +3400,74 @@ mod replays {
             "a twice (failed, then delivered), b and the live event once"
         );
     }
+}
+
+/// O1: an ordered record that cannot be read fails (and comes back, holding its key) while it
+/// was received fewer than five times; at its fifth receive it is parked in the ordered
+/// redrive queue, in its message group, and the invocation names it done, so SQS deletes it
+/// and its key goes on; where the redrive queue refuses it, it fails and comes back.
+#[tokio::test]
+async fn an_unreadable_ordered_record_is_parked_at_its_fifth_receive_o1() {
+    let w = World::new(ScriptedSender::status(200));
+    let ordered = Arc::new(MemoryQueue::new(w.clock.clone()));
+    let redrive = Arc::new(MemoryQueue::new(w.clock.clone()));
+    let deliver = Deliver::new(
+        DeliverPorts {
+            ordered_queue: ordered.clone(),
+            ordered_redrive_queue: Some(redrive.clone()),
+            ..w.deliver.ports.clone()
+        },
+        w.sender.clone(),
+        DeliverySettings::new(TimeScale::REAL),
+    );
+    let group = "a-subscription-id:00112233445566778899aabbccddeeff";
+    // One invocation of an unreadable record of `group`, received `receives` times.
+    let invoke = |receives: u32| {
+        let (ordered, deliver) = (ordered.clone(), &deliver);
+        async move {
+            ordered
+                .send_all(&[OutgoingMessage {
+                    body: "not a message".to_string(),
+                    delay: Duration::ZERO,
+                    group: None,
+                }])
+                .await;
+            let mut event = sqs_event(&ordered.receive(10, Duration::from_secs(1800)));
+            let attributes = &mut event.records[0].attributes;
+            attributes.insert("MessageGroupId".to_string(), group.to_string());
+            attributes.insert("ApproximateReceiveCount".to_string(), receives.to_string());
+            deliver.handle(event).await
+        }
+    };
+
+    let fourth = invoke(4).await;
+    assert_eq!(
+        fourth.failed_message_ids.len(),
+        1,
+        "comes back, its key held"
+    );
+    assert_eq!(fourth.report.ordered_parked, 0);
+    assert!(redrive.sent().is_empty());
+
+    let fifth = invoke(5).await;
+    assert!(fifth.failed_message_ids.is_empty(), "done: SQS deletes it");
+    assert_eq!(fifth.report.ordered_parked, 1);
+    assert_eq!(
+        redrive.sent(),
+        vec![OutgoingMessage {
+            body: "not a message".to_string(),
+            delay: Duration::ZERO,
+            group: Some(group.to_string()),
+        }]
+    );
+
+    redrive.refuse_entries_containing(Some("not a message"));
+    let refused = invoke(5).await;
+    assert_eq!(
+        refused.failed_message_ids.len(),
+        1,
+        "not parked: comes back"
+    );
+    assert_eq!(refused.report.ordered_parked, 0);
+    assert_eq!(redrive.sent().len(), 1);
 }

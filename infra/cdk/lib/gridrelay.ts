@@ -421,8 +421,10 @@ export class Gridrelay extends Construct {
       arnFormat: ArnFormat.COLON_RESOURCE_NAME,
     });
     allow(this.deliver, ['secretsmanager:GetSecretValue', 'secretsmanager:DeleteSecret'], [secretsUnderPrefix]);
+    // O1: ordered messages that cannot be read are parked in the ordered redrive queue.
     allow(this.deliver, ['sqs:SendMessage'],
-      [this.deliveryQueue.queueArn, this.controlQueue.queueArn, this.replayQueue.queueArn, this.deadLetterQueue.queueArn]);
+      [this.deliveryQueue.queueArn, this.controlQueue.queueArn, this.replayQueue.queueArn, this.deadLetterQueue.queueArn,
+        this.orderedRedriveQueue.queueArn]);
     // #35: the delivery journal, one PutRecordBatch per invocation (deliver's attempts,
     // dead-letter's writes and drops).
     for (const f of [this.deliver, this.deadLetter]) {
@@ -586,6 +588,9 @@ export class Gridrelay extends Construct {
     this.deliver.addEnvironment('GRIDRELAY_CONTROL_QUEUE_URL', this.controlQueue.queueUrl);
     // #35: replays' deliveries and their retries, apart from live ones.
     this.deliver.addEnvironment('GRIDRELAY_REPLAY_QUEUE_URL', this.replayQueue.queueUrl);
+    // O1: where an ordered message that cannot be read is parked after a few receives, so its
+    // key goes on (shared/src/ordering.rs UNREADABLE_RECEIVES).
+    this.deliver.addEnvironment('GRIDRELAY_ORDERED_REDRIVE_QUEUE_URL', this.orderedRedriveQueue.queueUrl);
     // #35: every invocation's steps go to the delivery journal in one call.
     this.deliver.addEnvironment('GRIDRELAY_JOURNAL_STREAM', this.journalStream.ref);
     this.deadLetter.addEnvironment('GRIDRELAY_JOURNAL_STREAM', this.journalStream.ref);

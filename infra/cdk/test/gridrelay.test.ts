@@ -302,6 +302,11 @@ test('O1: the ordered queue is FIFO with a message group per key, consumed by de
   for (const fn of [construct.ingest, construct.deliver, construct.deadLetter]) {
     assert.ok(Object.keys(told).includes(ref(fn)), `${fn.node.id} is told the ordered queue`);
   }
+  // deliver parks ordered messages that cannot be read in the ordered redrive queue.
+  const parks = template.findResources('AWS::Lambda::Function', {
+    Properties: { Environment: { Variables: { GRIDRELAY_ORDERED_REDRIVE_QUEUE_URL: { Ref: ref(construct.orderedRedriveQueue) } } } },
+  });
+  assert.deepEqual(Object.keys(parks), [ref(construct.deliver)]);
 });
 
 for (const [lane, variable, outputId] of [
@@ -499,6 +504,8 @@ test('least privilege: deliver consumes its two queues and sends to the three qu
     controlQueue,
     replayQueue,
     { 'Fn::GetAtt': [ref(construct.deadLetterQueue), 'Arn'] },
+    // O1: ordered messages that cannot be read are parked there.
+    { 'Fn::GetAtt': [ref(construct.orderedRedriveQueue), 'Arn'] },
   ]);
   // Its event sources (#34 item 12, #35, O1): the same on the control, replay and ordered
   // queues as on the delivery queue (it never sends to the ordered queue).

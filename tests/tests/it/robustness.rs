@@ -187,6 +187,7 @@ async fn deliver_handler_reports_only_the_unreadable_record() {
             &sys.system.resources.ordered_queue_url,
             sys.system.queue_key.clone(),
         )),
+        ordered_redrive_queue: None,
         resources: Arc::new(gridrelay_ports::memory::MemoryDestinations::default()),
         clock: Arc::new(SystemClock),
         jitter: Arc::new(RandomJitter),
