@@ -424,13 +424,22 @@ impl Deliver {
         attempted: &[Attempted],
         gates: &EndpointGates,
     ) {
+        self.write_health(self.health_seen(groups, attempted, gates))
+            .await;
+    }
+
+    /// What `attempted` says about each endpoint and origin, for [`Deliver::write_health`].
+    pub(crate) fn health_seen(
+        &self,
+        groups: &[Group],
+        attempted: &[Attempted],
+        gates: &EndpointGates,
+    ) -> HealthSeen {
         let now = self.ports.clock.now();
-        let origins = self.origin_changes(groups, attempted, gates);
-        let origins = origins
-            .into_iter()
-            .map(|(origin, change)| self.record_origin(origin, change, now));
-        // In endpoint order, so a simulation replays the same writes for the same seed.
-        let mut seen: BTreeMap<&str, (u32, bool, Option<LastFailure>)> = BTreeMap::new();
+        let mut seen = HealthSeen {
+            origins: self.origin_changes(groups, attempted, gates),
+            ..HealthSeen::default()
+        };
         for a in attempted {
             // An AWS resource that took some of a call's entries is working: the others were
             // throttled, refused or left unreported one by one, which the retries handle, not
@@ -448,8 +457,8 @@ impl Deliver {
             if !a.called || (!took_some && unsent) {
                 continue;
             }
-            let endpoint = groups[a.group].subscription.endpoint.as_str();
-            let entry = seen.entry(endpoint).or_default();
+            let endpoint = &groups[a.group].subscription.endpoint;
+            let entry = seen.endpoints.entry(endpoint.clone()).or_default();
             let outcome = DeliveryOutcome::of(&a.result);
             if outcome == DeliveryOutcome::Succeeded || took_some {
                 entry.1 = true;
@@ -466,8 +475,20 @@ impl Deliver {
                 });
             }
         }
+        seen
+    }
+
+    /// Writes what `seen` says to the endpoints' and origins' health records (see
+    /// [`Deliver::record_health`]).
+    pub(crate) async fn write_health(&self, seen: HealthSeen) {
+        let now = self.ports.clock.now();
+        let origins = seen
+            .origins
+            .into_iter()
+            .map(|(origin, change)| self.record_origin(origin, change, now));
         let policy = &self.settings.health;
-        let writes = seen.into_iter().map(|(endpoint, (failures, succeeded, last_failure))| async move {
+        let writes = seen.endpoints.into_iter().map(|(endpoint, (failures, succeeded, last_failure))| async move {
+            let endpoint = endpoint.as_str();
             let change = |before: EndpointHealth| {
                 let after = if succeeded {
                     before.after_success()
@@ -512,7 +533,7 @@ impl Deliver {
         groups: &[Group],
         attempted: &[Attempted],
         gates: &EndpointGates,
-    ) -> Vec<(String, OriginChange)> {
+    ) -> BTreeMap<String, OriginChange> {
         let mut seen: BTreeMap<String, OriginSeen> = BTreeMap::new();
         for a in attempted.iter().filter(|a| a.called) {
             let endpoint = groups[a.group].subscription.endpoint.as_str();
@@ -573,6 +594,31 @@ impl Deliver {
                 warn!(origin = %shown_origin, error = %e, "could not record host health");
             }
         }
+    }
+}
+
+/// What an invocation's attempts said about endpoints and origins, to be written to their
+/// health records ([`Deliver::write_health`]). An ordered invocation adds up its rounds' and
+/// writes once, at its end, as an unordered invocation writes once for its whole batch.
+#[derive(Debug, Default)]
+pub(crate) struct HealthSeen {
+    /// Per endpoint (in order, so a simulation replays the same writes for the same seed):
+    /// its failed attempts, whether one succeeded, and the last failure.
+    endpoints: BTreeMap<String, (u32, bool, Option<LastFailure>)>,
+    /// What became of each origin; a later round's word over an earlier one's.
+    origins: BTreeMap<String, OriginChange>,
+}
+
+impl HealthSeen {
+    /// Adds what a later round of the same invocation saw.
+    pub(crate) fn add(&mut self, later: HealthSeen) {
+        for (endpoint, (failures, succeeded, last_failure)) in later.endpoints {
+            let entry = self.endpoints.entry(endpoint).or_default();
+            entry.0 += failures;
+            entry.1 |= succeeded;
+            entry.2 = last_failure.or(entry.2);
+        }
+        self.origins.extend(later.origins);
     }
 }
 

@@ -462,6 +462,9 @@ struct Plan {
     in_flight: BTreeSet<usize>,
     /// O1: ordered records that could not be read, parked in the ordered redrive queue.
     parked: usize,
+    /// O1: what an ordered invocation's rounds said about endpoint health, written once at
+    /// its end.
+    health: endpoint_health::HealthSeen,
 }
 
 impl Plan {
@@ -724,9 +727,15 @@ impl Deliver {
         let (attempted, held) = self.attempt_all(&mut groups, &mut gates, deadline).await;
         let attempts_done = started.elapsed();
         self.hold(&groups, held, &gates, &mut plan);
-        let health = self.record_health(&groups, &attempted, &gates);
-        if self.before_stop(deadline, health).await.is_none() {
-            warn!("endpoint health not recorded: the invocation's deadline came first");
+        if mode == Mode::Ordered {
+            // O1: an ordered invocation adds up its rounds' and writes them once, at its end.
+            plan.health
+                .add(self.health_seen(&groups, &attempted, &gates));
+        } else {
+            let health = self.record_health(&groups, &attempted, &gates);
+            if self.before_stop(deadline, health).await.is_none() {
+                warn!("endpoint health not recorded: the invocation's deadline came first");
+            }
         }
         self.settle(&groups, attempted, &mut plan);
         self.send(&mut plan, deadline).await;

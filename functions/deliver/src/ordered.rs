@@ -198,9 +198,18 @@ impl Deliver {
             .collect();
         self.hold_behind(&event, &rest, deadline).await;
         plan.in_flight.extend(rest.iter().map(|(i, _)| *i));
-        // Every round's journal entries, in one call as an unordered invocation's.
+        // Every round's journal entries and endpoint health, once, as an unordered
+        // invocation writes its whole batch's.
         let journal = std::mem::take(&mut plan.journal);
-        plan.journal_unwritten += self.write_journal(journal, deadline).await;
+        let health = self.before_stop(
+            deadline,
+            self.write_health(std::mem::take(&mut plan.health)),
+        );
+        let (unwritten, health) = futures::join!(self.write_journal(journal, deadline), health);
+        plan.journal_unwritten += unwritten;
+        if health.is_none() {
+            warn!("endpoint health not recorded: the invocation's deadline came first");
+        }
         self.conclude(plan, &ids, deadline, started, timings).await
     }
 
@@ -469,5 +478,6 @@ fn merge_round(plan: &mut Plan, done: Plan) {
     }
     plan.late.extend(done.late);
     plan.journal.extend(done.journal);
+    plan.health.add(done.health);
     plan.journal_unwritten += done.journal_unwritten;
 }

@@ -152,6 +152,63 @@ async fn a_keys_events_arrive_in_order_behind_its_failing_first_while_another_ke
     sys.shutdown().await;
 }
 
+/// O1 with D1, at a tenth of the real waits: the first event of each of ten keys fails once
+/// (503), so the endpoint's health, which an ordered invocation records once for all its
+/// rounds, reaches D1's threshold and delivery to it is delayed; then every key's events arrive,
+/// in order, and the success clears the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_subscriptions_failing_endpoint_is_delayed_and_recovers_o1_d1() {
+    use gridrelay_adapters::aws::DynamoDeliveryStateStore;
+    use gridrelay_ports::DeliveryStateStore;
+    use gridrelay_shared::health::EndpointHealth;
+
+    let sys = TestSystem::start(0.1).await;
+    let topic = sys.topic("ordered").await;
+    let server = OrderedSubscriber::start().await;
+    let keys: Vec<String> = (0..10).map(|k| format!("orders/{k}")).collect();
+    for k in 0..10 {
+        server.fail(&format!("{k}-0"), 1);
+    }
+    sys.subscribe(SubscriptionRequest {
+        ordering_key: Some("subject".to_string()),
+        ..subscription("ordered", "sub-1", &server.url)
+    })
+    .await;
+    let events: Vec<Value> = (0..2)
+        .flat_map(|i| (0..10).map(move |k| (k, i)))
+        .map(|(k, i)| keyed(&format!("{k}-{i}"), &format!("orders/{k}")))
+        .collect();
+    sys.publish(&topic, &Value::Array(events)).await;
+    let state = DynamoDeliveryStateStore::from_sdk(&sys.sdk, &sys.names.delivery_state_table);
+    let health = || async {
+        state
+            .endpoint_health(&server.url)
+            .await
+            .ok()
+            .map(|h| h.value)
+    };
+    let delayed = eventually(Duration::from_secs(30), "the endpoint delayed", || async {
+        health().await.filter(EndpointHealth::is_delayed)
+    })
+    .await;
+    assert!(delayed.consecutive_failures >= 10, "{delayed:?}");
+    eventually(Duration::from_secs(90), "every key delivered", || async {
+        keys.iter()
+            .all(|key| server.delivered(key).len() == 2)
+            .then_some(())
+    })
+    .await;
+    for (k, key) in keys.iter().enumerate() {
+        assert_eq!(server.delivered(key), [format!("{k}-0"), format!("{k}-1")]);
+    }
+    let healed = eventually(Duration::from_secs(10), "health cleared", || async {
+        health().await.filter(EndpointHealth::is_healthy)
+    })
+    .await;
+    assert!(healed.last_failure.is_some(), "{healed:?}");
+    sys.shutdown().await;
+}
+
 /// O1: an ordered message that no version of `deliver` reads (here sealed by gridrelay, so
 /// not dropped as forged, but not a delivery message) at the head of key a holds that key
 /// through the short waits of failed records (at a hundredth: 1 s, 1 s, 3 s, 9 s), then is
