@@ -52,8 +52,9 @@ pub const FREE_RECEIVES: u32 = 20;
 /// The longest [`hold_floor`] asks for.
 pub const LONGEST_FLOOR: Duration = Duration::from_secs(30 * 60);
 
-/// The receive at which an ordered message that cannot be read (no body, or not a message
-/// this version of `deliver` reads: written by a newer one, or damaged) is parked in the
+/// The receive at which an ordered message that cannot be read (sealed by gridrelay, so not
+/// dropped as forged, but not a message this version of `deliver` reads: sent by a later
+/// version of `ingest`, as during a rollback or a deployment not yet everywhere) is parked in the
 /// ordered redrive queue, so its key goes on without it. Before that it comes back after the
 /// failed records' short waits (30 s, 90 s, 4.5 min, 13.5 min: about 20 minutes in all, time
 /// for a deployment that is rolling out to reach every function), holding its key. SQS's
@@ -62,8 +63,9 @@ pub const LONGEST_FLOOR: Duration = Duration::from_secs(30 * 60);
 pub const UNREADABLE_RECEIVES: u32 = 5;
 
 /// O1: whether an ordered message that cannot be read, received `receive_count` times, is
-/// parked now ([`UNREADABLE_RECEIVES`]). Holds count as receives too (SQS cannot tell them
-/// apart), so one held behind earlier events of its key may be parked sooner.
+/// parked now ([`UNREADABLE_RECEIVES`]). Every receive counts, whatever caused it (SQS cannot
+/// tell them apart): one held behind earlier events of its key, or held and retried by a
+/// version that could read it before a rollback, may be parked sooner, even at once.
 pub fn parks_unreadable(receive_count: u32) -> bool {
     receive_count >= UNREADABLE_RECEIVES
 }

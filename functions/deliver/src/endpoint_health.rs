@@ -111,6 +111,14 @@ impl EndpointGates {
             .and_then(|key| self.origins.get(key))
     }
 
+    /// Whether every endpoint's and origin's gate was open (none delayed or probing).
+    pub(crate) fn all_open(&self) -> bool {
+        self.urls
+            .values()
+            .chain(self.origins.values())
+            .all(|g| matches!(g, EndpointGate::All))
+    }
+
     /// Whether the origin's gate was open in this invocation (or it was not read).
     fn origin_open(&self, origin: &str) -> bool {
         self.origins
@@ -414,20 +422,6 @@ impl Deliver {
         }
     }
 
-    /// Records what this invocation's attempts say about each endpoint: a success clears its
-    /// record; failures only add to it, and past the threshold delay it (D1). Each change is
-    /// made to the record as it is at the write ([`update_endpoint_health`]), not as it was
-    /// read before the attempts, so concurrent invocations add up and none undoes a delay.
-    pub(crate) async fn record_health(
-        &self,
-        groups: &[Group],
-        attempted: &[Attempted],
-        gates: &EndpointGates,
-    ) {
-        self.write_health(self.health_seen(groups, attempted, gates))
-            .await;
-    }
-
     /// What `attempted` says about each endpoint and origin, for [`Deliver::write_health`].
     pub(crate) fn health_seen(
         &self,
@@ -478,8 +472,11 @@ impl Deliver {
         seen
     }
 
-    /// Writes what `seen` says to the endpoints' and origins' health records (see
-    /// [`Deliver::record_health`]).
+    /// Records what an invocation's attempts said ([`Deliver::health_seen`]) about each
+    /// endpoint: a success clears its record; failures only add to it, and past the threshold
+    /// delay it (D1). Each change is made to the record as it is at the write
+    /// ([`update_endpoint_health`]), not as it was read before the attempts, so concurrent
+    /// invocations add up and none undoes a delay. Origins likewise.
     pub(crate) async fn write_health(&self, seen: HealthSeen) {
         let now = self.ports.clock.now();
         let origins = seen
@@ -610,6 +607,11 @@ pub(crate) struct HealthSeen {
 }
 
 impl HealthSeen {
+    /// Whether it changes no origin's record (none probed, none found hung).
+    pub(crate) fn origins_unchanged(&self) -> bool {
+        self.origins.is_empty()
+    }
+
     /// Adds what a later round of the same invocation saw.
     pub(crate) fn add(&mut self, later: HealthSeen) {
         for (endpoint, (failures, succeeded, last_failure)) in later.endpoints {

@@ -727,15 +727,18 @@ impl Deliver {
         let (attempted, held) = self.attempt_all(&mut groups, &mut gates, deadline).await;
         let attempts_done = started.elapsed();
         self.hold(&groups, held, &gates, &mut plan);
-        if mode == Mode::Ordered {
-            // O1: an ordered invocation adds up its rounds' and writes them once, at its end.
-            plan.health
-                .add(self.health_seen(&groups, &attempted, &gates));
-        } else {
-            let health = self.record_health(&groups, &attempted, &gates);
-            if self.before_stop(deadline, health).await.is_none() {
-                warn!("endpoint health not recorded: the invocation's deadline came first");
-            }
+        let seen = self.health_seen(&groups, &attempted, &gates);
+        if mode == Mode::Ordered && gates.all_open() && seen.origins_unchanged() {
+            // O1: an ordered invocation adds up its rounds' outcomes at healthy endpoints and
+            // writes them once, at its end. A round that probed a delayed endpoint or origin,
+            // or found a host hung, is written at once: the next round's gates must see it.
+            plan.health.add(seen);
+        } else if self
+            .before_stop(deadline, self.write_health(seen))
+            .await
+            .is_none()
+        {
+            warn!("endpoint health not recorded: the invocation's deadline came first");
         }
         self.settle(&groups, attempted, &mut plan);
         self.send(&mut plan, deadline).await;

@@ -3402,10 +3402,12 @@ mod replays {
     }
 }
 
-/// O1: an ordered record that cannot be read fails (and comes back, holding its key) while it
-/// was received fewer than five times; at its fifth receive it is parked in the ordered
-/// redrive queue, in its message group, and the invocation names it done, so SQS deletes it
-/// and its key goes on; where the redrive queue refuses it, it fails and comes back.
+/// O1: an ordered record that cannot be read fails (and comes back, holding its key: the next
+/// record of its key is held, not attempted) while it was received fewer than five times; at
+/// its fifth receive it is parked in the ordered redrive queue, in its message group, and the
+/// invocation names it done, so SQS deletes it and its key goes on in the same invocation (the
+/// next record is attempted: being unreadable too, at its first receive, it fails); where the
+/// redrive queue refuses it, it fails and its key is held.
 #[tokio::test]
 async fn an_unreadable_ordered_record_is_parked_at_its_fifth_receive_o1() {
     let w = World::new(ScriptedSender::status(200));
@@ -3421,37 +3423,49 @@ async fn an_unreadable_ordered_record_is_parked_at_its_fifth_receive_o1() {
         DeliverySettings::new(TimeScale::REAL),
     );
     let group = "a-subscription-id:00112233445566778899aabbccddeeff";
-    // One invocation of an unreadable record of `group`, received `receives` times.
+    // One invocation of an unreadable record of `group` received `receives` times, and the
+    // key's next record (as unreadable, received once) behind it. Answers the outcome and the
+    // first record's message id.
     let invoke = |receives: u32| {
         let (ordered, deliver) = (ordered.clone(), &deliver);
         async move {
+            let message = |body: &str| OutgoingMessage {
+                body: body.to_string(),
+                delay: Duration::ZERO,
+                group: None,
+            };
             ordered
-                .send_all(&[OutgoingMessage {
-                    body: "not a message".to_string(),
-                    delay: Duration::ZERO,
-                    group: None,
-                }])
+                .send_all(&[message("not a message"), message("not one either")])
                 .await;
             let mut event = sqs_event(&ordered.receive(10, Duration::from_secs(1800)));
-            let attributes = &mut event.records[0].attributes;
-            attributes.insert("MessageGroupId".to_string(), group.to_string());
-            attributes.insert("ApproximateReceiveCount".to_string(), receives.to_string());
-            deliver.handle(event).await
+            for (record, count) in event.records.iter_mut().zip([receives, 1]) {
+                let attributes = &mut record.attributes;
+                attributes.insert("MessageGroupId".to_string(), group.to_string());
+                attributes.insert("ApproximateReceiveCount".to_string(), count.to_string());
+            }
+            let first = event.records[0].message_id.clone().unwrap_or_default();
+            (deliver.handle(event).await, first)
         }
     };
 
-    let fourth = invoke(4).await;
-    assert_eq!(
-        fourth.failed_message_ids.len(),
-        1,
-        "comes back, its key held"
-    );
+    let (fourth, first) = invoke(4).await;
+    assert!(fourth.failed_message_ids.contains(&first), "comes back");
+    assert_eq!(fourth.report.ordered_waiting, 1, "its key's next held");
     assert_eq!(fourth.report.ordered_parked, 0);
     assert!(redrive.sent().is_empty());
 
-    let fifth = invoke(5).await;
-    assert!(fifth.failed_message_ids.is_empty(), "done: SQS deletes it");
+    let (fifth, first) = invoke(5).await;
+    assert!(
+        !fifth.failed_message_ids.contains(&first),
+        "done: SQS deletes it"
+    );
     assert_eq!(fifth.report.ordered_parked, 1);
+    assert_eq!(fifth.report.ordered_waiting, 0, "its key went on");
+    assert_eq!(
+        fifth.failed_message_ids.len(),
+        1,
+        "the next, attempted in the same invocation, failed"
+    );
     assert_eq!(
         redrive.sent(),
         vec![OutgoingMessage {
@@ -3462,12 +3476,12 @@ async fn an_unreadable_ordered_record_is_parked_at_its_fifth_receive_o1() {
     );
 
     redrive.refuse_entries_containing(Some("not a message"));
-    let refused = invoke(5).await;
-    assert_eq!(
-        refused.failed_message_ids.len(),
-        1,
+    let (refused, first) = invoke(5).await;
+    assert!(
+        refused.failed_message_ids.contains(&first),
         "not parked: comes back"
     );
+    assert_eq!(refused.report.ordered_waiting, 1, "its key's next held");
     assert_eq!(refused.report.ordered_parked, 0);
     assert_eq!(redrive.sent().len(), 1);
 }

@@ -482,7 +482,7 @@ test('#34 item 2: each function reads the generated queue key, and only that sec
   assert.deepEqual(deliver[1], key);
 });
 
-test('least privilege: deliver consumes its two queues and sends to the three queues only', () => {
+test('least privilege: deliver consumes its two queues and sends to its four queues and the ordered redrive queue only', () => {
   const g = grants(construct.deliver);
   for (const [action, resources] of g) {
     assert.ok(!action.includes('*'), `wildcard action ${action}`);

@@ -154,8 +154,10 @@ async fn a_keys_events_arrive_in_order_behind_its_failing_first_while_another_ke
 
 /// O1 with D1, at a tenth of the real waits: the first event of each of ten keys fails once
 /// (503), so the endpoint's health, which an ordered invocation records once for all its
-/// rounds, reaches D1's threshold and delivery to it is delayed; then every key's events arrive,
-/// in order, and the success clears the record.
+/// rounds at a healthy endpoint, reaches D1's threshold (10 failures in a row: the invocations
+/// that take the ten keys record theirs within moments, and the first retry is due 3 s on) and
+/// delivery to it is delayed; then every key's events arrive, in order, and the success clears
+/// the record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ordered_subscriptions_failing_endpoint_is_delayed_and_recovers_o1_d1() {
     use gridrelay_adapters::aws::DynamoDeliveryStateStore;
@@ -191,7 +193,11 @@ async fn an_ordered_subscriptions_failing_endpoint_is_delayed_and_recovers_o1_d1
         health().await.filter(EndpointHealth::is_delayed)
     })
     .await;
-    assert!(delayed.consecutive_failures >= 10, "{delayed:?}");
+    assert_eq!(
+        delayed.last_failure.and_then(|f| f.status),
+        Some(503),
+        "{delayed:?}"
+    );
     eventually(Duration::from_secs(90), "every key delivered", || async {
         keys.iter()
             .all(|key| server.delivered(key).len() == 2)
