@@ -7,7 +7,7 @@ use std::time::Duration;
 use gridrelay_e2e::ordered_subscriber::OrderedSubscriber;
 use gridrelay_e2e::{TestSystem, eventually, subscription};
 use gridrelay_shared::journal::Step;
-use gridrelay_shared::subscription::SubscriptionRequest;
+use gridrelay_shared::subscription::{Subscription, SubscriptionRequest};
 use serde_json::{Value, json};
 
 /// An Event Grid event of id `id` whose subject (the ordering key) is `key`.
@@ -22,6 +22,15 @@ fn keyed(id: &str, key: &str) -> Value {
     })
 }
 
+/// Subscribes `server` to topic `ordered` as `sub-1`, ordered by the events' subject.
+async fn subscribe_ordered(sys: &TestSystem, server: &OrderedSubscriber) -> Subscription {
+    sys.subscribe(SubscriptionRequest {
+        ordering_key: Some("subject".to_string()),
+        ..subscription("ordered", "sub-1", &server.url)
+    })
+    .await
+}
+
 /// O1 (with S5, R1): five events of key `orders/a`, published in two publishes among five of
 /// `orders/b`, the first failing twice (503): key a's arrive in publish order, its first's
 /// two failures and retry before the rest; key b's all arrive before key a's first is taken,
@@ -34,12 +43,7 @@ async fn a_keys_events_arrive_in_order_behind_its_failing_first_while_another_ke
     let topic = sys.topic("ordered").await;
     let server = OrderedSubscriber::start().await;
     server.fail("a-0", 2);
-    let sub = sys
-        .subscribe(SubscriptionRequest {
-            ordering_key: Some("subject".to_string()),
-            ..subscription("ordered", "sub-1", &server.url)
-        })
-        .await;
+    let sub = subscribe_ordered(&sys, &server).await;
     assert_eq!(
         sub.ordering_key
             .as_ref()
@@ -171,11 +175,7 @@ async fn an_ordered_subscriptions_failing_endpoint_is_delayed_and_recovers_o1_d1
     for k in 0..10 {
         server.fail(&format!("{k}-0"), 1);
     }
-    sys.subscribe(SubscriptionRequest {
-        ordering_key: Some("subject".to_string()),
-        ..subscription("ordered", "sub-1", &server.url)
-    })
-    .await;
+    subscribe_ordered(&sys, &server).await;
     let events: Vec<Value> = (0..2)
         .flat_map(|i| (0..10).map(move |k| (k, i)))
         .map(|(k, i)| keyed(&format!("{k}-{i}"), &format!("orders/{k}")))
@@ -231,12 +231,7 @@ async fn an_unreadable_ordered_message_is_parked_after_five_receives_and_its_key
     let sys = TestSystem::start(0.01).await;
     let topic = sys.topic("ordered").await;
     let server = OrderedSubscriber::start().await;
-    let sub = sys
-        .subscribe(SubscriptionRequest {
-            ordering_key: Some("subject".to_string()),
-            ..subscription("ordered", "sub-1", &server.url)
-        })
-        .await;
+    let sub = subscribe_ordered(&sys, &server).await;
     let (a, b) = ("orders/a", "orders/b");
     let sqs = aws_sdk_sqs::Client::new(&sys.sdk);
     let resources = &sys.system.resources;
