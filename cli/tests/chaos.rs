@@ -47,7 +47,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use gridrelay_adapters::aws::{S3ObjectStore, s3_client};
-use gridrelay_e2e::fault_proxy::{FaultProxy, FaultRule, SERVICES};
+use gridrelay_e2e::fault_proxy::{FaultProxy, FaultRule, SERVICES, per_service_endpoint_variables};
 use gridrelay_e2e::{
     create_queue, delivered_events, eventually, request_origin, sdk_config, validation_code,
 };
@@ -574,6 +574,9 @@ impl LocalProcess {
         self.env(&mut cmd);
         if let Some(endpoint) = &self.aws_endpoint {
             cmd.env("AWS_ENDPOINT_URL", endpoint);
+            for variable in per_service_endpoint_variables() {
+                cmd.env(variable, endpoint);
+            }
         }
         let mut child = cmd.spawn().expect("gridrelay local starts");
         self.starts += 1;

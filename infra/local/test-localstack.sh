@@ -26,6 +26,8 @@ section() { printf '\n== %s (%ss)\n' "$*" "$(($(date +%s) - started))" >&2; }
 skipped=(
   "resources::a_missing_event_bus_is_retried_then_dead_lettered_s4"
   "LocalStack's EventBridge accepts PutEvents to a bus that does not exist (FailedEntryCount 0), so a deleted bus is never seen; moto and AWS answer ResourceNotFoundException"
+  "ordering::a_group_stays_held_while_its_first_is_in_flight_though_later_ones_are_visible_o1"
+  "LocalStack hands out a FIFO group's later messages once they are visible again while its first is still in flight (AWS and moto hold the group until the first is deleted or visible); a chaos run on LocalStack saw a key's events delivered ahead of earlier ones this way"
   "ordering::a_group_whose_messages_come_back_one_after_another_is_handed_out_from_its_first_o1"
   "it checks moto's FIFO receive under load, holding 200 other groups' messages for 600 s; LocalStack brings back a FIFO message whose visibility was shortened only once the messages received before it with an earlier visibility end are back (a group held for 1 s came back after 25 s, with another group's message), so the test's groups never come back in its 10 s"
 )

@@ -78,6 +78,17 @@ impl Upstreams {
     }
 }
 
+/// The `AWS_ENDPOINT_URL_<SERVICE>` variables of [`SERVICES`] that the environment sets. A
+/// process sent through the proxy gets each of them pointed at the proxy too: otherwise those
+/// services' calls would go around it (as DynamoDB's do to moto beside LocalStack).
+pub fn per_service_endpoint_variables() -> Vec<String> {
+    SERVICES
+        .into_iter()
+        .map(|service| format!("AWS_ENDPOINT_URL_{}", service_id(service)))
+        .filter(|name| std::env::var(name).is_ok_and(|v| !v.is_empty()))
+        .collect()
+}
+
 /// The SDK's name of a service in its `AWS_ENDPOINT_URL_<SERVICE>` variable, from its signing
 /// name.
 fn service_id(signing_name: &str) -> String {

@@ -379,6 +379,73 @@ async fn a_keys_messages_whose_visibility_ends_together_come_back_in_order_o1() 
     sqs.delete_queue().queue_url(&url).send().await.ok();
 }
 
+/// SQS's FIFO contract when a group's first message stays in flight while the ones behind it
+/// are visible again: the group is held until the first is deleted or visible. deliver relies
+/// on it when SQS refuses a key's first record its hold (a throttled
+/// `ChangeMessageVisibility`): that record stays in flight for the visibility timeout, and the
+/// records behind it, held for less, must not be handed out before it. moto and AWS keep it;
+/// LocalStack 2026.3.0 hands the later ones out (a chaos run on it saw a key's events
+/// delivered ahead of eight earlier ones), so `make test-localstack` skips this test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_stays_held_while_its_first_is_in_flight_though_later_ones_are_visible_o1() {
+    let sdk = gridrelay_e2e::sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = fifo_queue(&sqs).await;
+    for i in 0..4 {
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(format!("m-{i}"))
+            .message_group_id("key")
+            .message_deduplication_id(format!("m-{i}"))
+            .send()
+            .await
+            .expect("sent");
+    }
+    let receive = || async {
+        sqs.receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .visibility_timeout(60)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .expect("received")
+            .messages
+            .unwrap_or_default()
+    };
+    let first = receive().await;
+    let bodies = |m: &[aws_sdk_sqs::types::Message]| {
+        m.iter().filter_map(|m| m.body.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(bodies(&first), ["m-0", "m-1", "m-2", "m-3"]);
+    let receipt = |m: &aws_sdk_sqs::types::Message| m.receipt_handle.clone().expect("a receipt");
+    // m-0 stays in flight (its hold refused); the three behind it are visible again.
+    for m in &first[1..] {
+        sqs.change_message_visibility()
+            .queue_url(&url)
+            .receipt_handle(receipt(m))
+            .visibility_timeout(0)
+            .send()
+            .await
+            .expect("visible again");
+    }
+    assert_eq!(
+        bodies(&receive().await),
+        Vec::<String>::new(),
+        "nothing of the group while its first is in flight"
+    );
+    // Once m-0 is visible again, the group comes back from it.
+    sqs.change_message_visibility()
+        .queue_url(&url)
+        .receipt_handle(receipt(&first[0]))
+        .visibility_timeout(0)
+        .send()
+        .await
+        .expect("visible again");
+    assert_eq!(bodies(&receive().await), ["m-0", "m-1", "m-2", "m-3"]);
+    sqs.delete_queue().queue_url(&url).send().await.ok();
+}
+
 /// A new FIFO queue's URL.
 async fn fifo_queue(sqs: &aws_sdk_sqs::Client) -> String {
     use aws_sdk_sqs::types::QueueAttributeName as A;
