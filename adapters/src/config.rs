@@ -41,9 +41,10 @@ pub const DEFAULT_DELIVERY_STATE_TABLE: &str = "gridrelay-delivery-state";
 /// The delivery journal's Firehose stream (#35); without it, `deliver` keeps no journal.
 pub const JOURNAL_STREAM_ENV: &str = "GRIDRELAY_JOURNAL_STREAM";
 
-/// The topic archive's Firehose stream (#35); without it, `ingest` archives nothing. It
-/// writes to the journal's bucket, under `archive/`.
-pub const ARCHIVE_STREAM_ENV: &str = "GRIDRELAY_ARCHIVE_STREAM";
+/// The topic archive's Firehose streams (#35), one per retention class, as `1=name,7=name,…`
+/// ([`gridrelay_shared::archive::parse_archive_streams`]); without them, `ingest` archives
+/// nothing. Each writes to the journal's bucket, under its class's prefix (`archive/7d/`).
+pub const ARCHIVE_STREAMS_ENV: &str = "GRIDRELAY_ARCHIVE_STREAMS";
 
 /// Replays' DynamoDB table (#35), which `deliver` runs their steps against.
 pub const REPLAYS_TABLE_ENV: &str = "GRIDRELAY_REPLAYS_TABLE";

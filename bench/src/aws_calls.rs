@@ -168,6 +168,16 @@ pub fn operation(
     format!("s3:{method}")
 }
 
+/// Whether `stream` is one of a topic archive's streams, as `gridrelay local` names them
+/// (`<prefix>-archive-7d`: one per retention class).
+fn is_archive_stream(stream: &str) -> bool {
+    stream.rsplit_once("-archive-").is_some_and(|(_, class)| {
+        class
+            .strip_suffix('d')
+            .is_some_and(|days| !days.is_empty() && days.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
 /// What a PutRecordBatch to a topic archive's stream (`<prefix>-archive`) is counted as, apart
 /// from the delivery journal's.
 pub const ARCHIVE_PUT: &str = "firehose:PutRecordBatch(archive)";
@@ -273,7 +283,7 @@ async fn relay(proxy: &Proxy, request: Request) -> anyhow::Result<Response> {
         .map(|p| p.as_str())
         .unwrap_or("/");
     let mut op = operation(target, parts.method.as_str(), path, &body);
-    if op == "firehose:PutRecordBatch" && firehose_stream(&body).ends_with("-archive") {
+    if op == "firehose:PutRecordBatch" && is_archive_stream(&firehose_stream(&body)) {
         op = ARCHIVE_PUT.to_string();
     }
     let mut outgoing = proxy.client.request(
@@ -379,10 +389,15 @@ mod tests {
     #[test]
     fn an_archive_streams_records_are_told_from_the_journals() {
         assert_eq!(
-            firehose_stream(br#"{"DeliveryStreamName":"bench-archive","Records":[]}"#),
-            "bench-archive"
+            firehose_stream(br#"{"DeliveryStreamName":"bench-archive-7d","Records":[]}"#),
+            "bench-archive-7d"
         );
         assert_eq!(firehose_stream(b"not json"), "");
+        assert!(is_archive_stream("bench-archive-7d"));
+        assert!(is_archive_stream("b-archive-365d"));
+        assert!(!is_archive_stream("bench-journal"));
+        assert!(!is_archive_stream("bench-archive-d"));
+        assert!(!is_archive_stream("bench-archive"));
     }
 
     #[test]

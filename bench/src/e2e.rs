@@ -585,7 +585,7 @@ pub async fn run(
 /// `make bench` runs more cases than that on one moto.
 async fn delete_streams(names: &ResourceNames) -> anyhow::Result<()> {
     let firehose = aws_sdk_firehose::Client::new(&gridrelay_e2e::sdk_config().await);
-    for stream in [&names.journal_stream, &names.archive_stream] {
+    for stream in std::iter::once(&names.journal_stream).chain(names.archive_streams.values()) {
         let deleted = firehose
             .delete_delivery_stream()
             .delivery_stream_name(stream)

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use gridrelay_adapters::aws::{S3ArchiveSource, S3ObjectStore, load_sdk_config, s3_client};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_ports::ArchiveSource;
-use gridrelay_shared::archive::{ARCHIVE_PREFIX, ArchivedEvent, TimeWindow, kept_archive_window};
+use gridrelay_shared::archive::{ArchivedEvent, TimeWindow, archive_window, class_prefix};
 use gridrelay_shared::journal::{format_time, parse_past_time};
 use gridrelay_shared::limits::validate_topic_name;
 use gridrelay_shared::subscription::Topic;
@@ -39,53 +39,41 @@ pub(super) struct ListArchived {
     top: u64,
 }
 
-/// How many days the installation keeps archives: the rule for `archive/` of its journal's
-/// `bucket` (the stacks' `ArchiveRetentionDays`). `None` where the bucket has no such rule, or
-/// (said on stderr) where the bucket is unknown or its rules cannot be read.
-pub(super) async fn archive_expiry(
+/// How many days the installation keeps the archive class `class`: the days of its journal's
+/// `bucket`'s lifecycle rule for the class's prefix (`archive/7d/`). `Ok(None)` where the bucket
+/// has no such rule (a stack from before classes); `Err` (said on stderr) where the bucket is
+/// unknown or its rules cannot be read.
+pub(super) async fn class_expiry(
     sdk: &aws_config::SdkConfig,
     bucket: Option<&str>,
-) -> Option<u16> {
-    let not_checked = "warning: not checked against how long the archives are kept";
+    class: u16,
+) -> Result<Option<u16>, ()> {
+    let not_checked = "warning: not checked against the archive's lifecycle rules";
     let Some(bucket) = bucket else {
         eprintln!(
             "{not_checked}: set --journal-bucket or GRIDRELAY_JOURNAL_BUCKET to the stack's \
              JournalBucketName output"
         );
-        return None;
+        return Err(());
     };
-    match S3ObjectStore::new(s3_client(sdk))
-        .expiration_days(bucket, ARCHIVE_PREFIX)
+    S3ObjectStore::new(s3_client(sdk))
+        .expiration_days(bucket, &class_prefix(class))
         .await
-    {
-        Ok(days) => days,
-        Err(e) => {
+        .map_err(|e| {
             eprintln!(
                 "{not_checked}: the lifecycle rules of bucket {bucket} could not be read: {e}"
             );
-            None
-        }
-    }
+        })
 }
 
-/// The window of `topic`'s archive asked for (`start` to `end`), checked against its retention,
-/// its creation and how long the installation keeps archives (read from `bucket`'s rule).
-pub(super) async fn topic_window(
-    sdk: &aws_config::SdkConfig,
-    bucket: Option<&str>,
+/// The window of `topic`'s archive asked for (`start` to `end`), checked against its retention
+/// and its creation.
+pub(super) fn topic_window(
     topic: &Topic,
     (start, end): (DateTime<Utc>, DateTime<Utc>),
     now: DateTime<Utc>,
 ) -> anyhow::Result<TimeWindow> {
-    let kept = archive_expiry(sdk, bucket).await;
-    kept_archive_window(
-        (start, end),
-        now,
-        topic.retention_days,
-        topic.created_at,
-        kept,
-    )
-    .map_err(invalid)
+    archive_window(start, end, now, topic.retention_days, topic.created_at).map_err(invalid)
 }
 
 /// `gridrelay archive list`.
@@ -105,7 +93,7 @@ pub(super) async fn list_archived(
     let store = open_store(tables).await;
     let topic = existing_topic(store.as_ref(), &args.topic_name).await?;
     let sdk = load_sdk_config().await;
-    let window = topic_window(&sdk, Some(bucket), &topic, (start, end), now).await?;
+    let window = topic_window(&topic, (start, end), now)?;
     let read = S3ArchiveSource::new(s3_client(&sdk), bucket)
         .read_window(&topic.name, &window)
         .await

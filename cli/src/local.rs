@@ -57,10 +57,6 @@ pub(super) struct LocalArgs {
     /// their rate.
     #[arg(long, default_value_t = gridrelay_local::DEFAULT_REPLAY_CONCURRENCY as u16, value_parser = clap::value_parser!(u16).range(2..=1000))]
     replay_concurrency: u16,
-    /// Days the journal's bucket keeps topic archives (1 to 365; the stack's
-    /// ArchiveRetentionDays): the longest a topic's --retention-days may be.
-    #[arg(long, default_value_t = gridrelay_shared::archive::DEFAULT_ARCHIVE_EXPIRY_DAYS, value_parser = clap::value_parser!(u16).range(1..=365))]
-    archive_retention_days: u16,
     /// Address of the operator console (#36; `gridrelay console` on this system): a loopback
     /// address, port 0 for a free one. Its URL, with this run's token, is printed.
     #[arg(long, default_value = "127.0.0.1:7072")]
@@ -129,7 +125,6 @@ pub(super) async fn run_local(
             .map_err(invalid)?,
         allowed_networks: allowed_networks.clone(),
         journal: !args.no_journal,
-        archive_expiry_days: args.archive_retention_days,
         replay_concurrency: usize::from(args.replay_concurrency),
         front_door: args.front_door.into(),
         batching: EventSourceBatching::new(
@@ -202,7 +197,7 @@ async fn console_on(
         secret_prefix: names.secret_prefix.clone(),
         replays: crate::console::ReplayPlaces {
             table: Some(names.replays_table.clone()),
-            archive_stream: Some(names.archive_stream.clone()),
+            archive_stream: names.archive_streams.values().next().cloned(),
             control_queue: Some(names.control_queue.clone()),
             replay_queue: Some(names.replay_queue.clone()),
         },

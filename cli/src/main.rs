@@ -133,11 +133,12 @@ struct Cli {
     /// Default: `<prefix>-replays` beside a delivery queue named `<prefix>-delivery`.
     #[arg(long, global = true, env = config::REPLAYS_TABLE_ENV)]
     replays_table: Option<String>,
-    /// The topic archive's Firehose stream (the stack's ArchiveStreamName output): `replay
-    /// start` reads its buffering interval to know when a window is all written. Default:
-    /// `<prefix>-archive` beside a delivery queue named `<prefix>-delivery`.
-    #[arg(long, global = true, env = config::ARCHIVE_STREAM_ENV)]
-    archive_stream: Option<String>,
+    /// The topic archive's Firehose streams, one per retention class, as `1=name,7=name,…`
+    /// (the stack's ArchiveStreamNames output): `replay start` reads their buffering interval
+    /// to know when a window is all written. Default: `<prefix>-archive-1d` and so on beside a
+    /// delivery queue named `<prefix>-delivery`.
+    #[arg(long, global = true, env = config::ARCHIVE_STREAMS_ENV)]
+    archive_streams: Option<String>,
     /// The delivery journal's Firehose stream (the stack's JournalStreamName output): the
     /// console reads its buffering interval to say how far behind the journal can be.
     /// Default: `<prefix>-journal` beside a delivery queue named `<prefix>-delivery`.
@@ -410,8 +411,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 secret_prefix: cli.secret_prefix.clone(),
                 replays: console::ReplayPlaces {
                     table: beside(cli.replays_table.as_deref(), Beside::ReplaysTable).ok(),
-                    archive_stream: beside(cli.archive_stream.as_deref(), Beside::ArchiveStream)
-                        .ok(),
+                    archive_stream: beside(cli.archive_streams.as_deref(), Beside::ArchiveStreams)
+                        .ok()
+                        .and_then(|streams| replay::buffering_stream(&streams)),
                     control_queue: cli.control_queue.clone(),
                     replay_queue: cli.replay_queue.clone(),
                 },
@@ -443,8 +445,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let resources = replay::ReplayResources {
                 tables,
                 replays_table: beside(cli.replays_table.as_deref(), Beside::ReplaysTable)?,
-                archive_stream: beside(cli.archive_stream.as_deref(), Beside::ArchiveStream).ok(),
-                journal_bucket: beside(cli.journal_bucket.as_deref(), Beside::JournalBucket).ok(),
+                archive_stream: beside(cli.archive_streams.as_deref(), Beside::ArchiveStreams)
+                    .ok()
+                    .and_then(|streams| replay::buffering_stream(&streams)),
                 queues: own,
             };
             replay::run_replay(cmd, resources, cli.output).await
@@ -507,7 +510,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 enum Beside {
     JournalBucket,
     ReplaysTable,
-    ArchiveStream,
+    ArchiveStreams,
     JournalStream,
     ControlQueue,
     ReplayQueue,
@@ -535,11 +538,12 @@ impl Beside {
                 "ReplaysTableName",
                 names.map(|n| n.replays_table),
             ),
-            Self::ArchiveStream => (
-                "--archive-stream",
-                config::ARCHIVE_STREAM_ENV,
-                "ArchiveStreamName",
-                names.map(|n| n.archive_stream),
+            Self::ArchiveStreams => (
+                "--archive-streams",
+                config::ARCHIVE_STREAMS_ENV,
+                "ArchiveStreamNames",
+                names
+                    .map(|n| gridrelay_shared::archive::format_archive_streams(&n.archive_streams)),
             ),
             Self::JournalStream => (
                 "--journal-stream",

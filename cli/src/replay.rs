@@ -86,8 +86,6 @@ pub(crate) struct ReplayResources<'a> {
     /// None where neither given nor found beside the delivery queue: `start` then waits the
     /// longest buffering interval.
     pub archive_stream: Option<String>,
-    /// The journal's bucket, where the archives' expiry is read; None where unknown.
-    pub journal_bucket: Option<String>,
     pub queues: OwnQueues<'a>,
 }
 
@@ -169,8 +167,7 @@ pub(crate) async fn plan_replay(
     };
     let store = open_store(resources.tables.clone()).await;
     let topic = existing_topic(store.as_ref(), request.topic_name).await?;
-    let bucket = resources.journal_bucket.as_deref();
-    let window = crate::archive::topic_window(sdk, bucket, &topic, (start, end), now).await?;
+    let window = crate::archive::topic_window(&topic, (start, end), now)?;
     let subscriptions = store
         .list_subscriptions(&topic.name)
         .await
@@ -294,14 +291,28 @@ fn choose_targets(
 
 /// How long the archive's stream gathers records before it writes them (its buffering
 /// interval): the longest Firehose allows, 900 s, where it cannot be read.
+/// The stream whose buffering interval a replay waits past its window's end: any of the
+/// archive's (`streams`, `1=name,7=name,…`; the stacks give them all the same interval). None,
+/// said on stderr, where `streams` is not such a list.
+pub(crate) fn buffering_stream(streams: &str) -> Option<String> {
+    let var = gridrelay_adapters::config::ARCHIVE_STREAMS_ENV;
+    match gridrelay_shared::archive::parse_archive_streams(var, streams) {
+        Ok(streams) => streams.into_values().next(),
+        Err(e) => {
+            eprintln!("note: {e}");
+            None
+        }
+    }
+}
+
 async fn archive_buffer(sdk: &aws_config::SdkConfig, stream: Option<&str>) -> Duration {
     const LONGEST: Duration = Duration::from_secs(900);
     let Some(stream) = stream else {
         eprintln!(
-            "note: the archive's stream is not known (set --archive-stream or {} to the stack's \
-             ArchiveStreamName output); the replay waits the longest buffering interval, 900 s, \
-             past the window's end",
-            gridrelay_adapters::config::ARCHIVE_STREAM_ENV
+            "note: the archive's streams are not known (set --archive-streams or {} to the \
+             stack's ArchiveStreamNames output); the replay waits the longest buffering \
+             interval, 900 s, past the window's end",
+            gridrelay_adapters::config::ARCHIVE_STREAMS_ENV
         );
         return LONGEST;
     };

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use gridrelay_adapters::aws::{DynamoSubscriptionStore, load_sdk_config};
 use gridrelay_adapters::config::TableNames;
 use gridrelay_ports::SubscriptionStore;
-use gridrelay_shared::archive::{validate_retention_days, validate_retention_within};
+use gridrelay_shared::archive::{archive_class, validate_retention_class, validate_retention_days};
 use gridrelay_shared::dedup::validate_dedup_window;
 use gridrelay_shared::limits::{LimitError, validate_topic_name};
 use gridrelay_shared::schema::{InputMapping, InputSchema};
@@ -196,22 +196,23 @@ pub(super) async fn run_topic(
         _ => None,
     };
     if let Some(days) = retention.or(new_topic.as_ref().map(|t| t.retention_days)) {
-        check_archive_expiry(days, journal_bucket.as_deref()).await?;
+        check_archive_class(days, journal_bucket.as_deref()).await?;
     }
     let store = open_store(tables).await;
     topic_command(store.as_ref(), publish_url, output, cmd, new_topic).await
 }
 
-/// A topic's retention of `days` against how long the installation keeps archives
-/// ([`crate::archive::archive_expiry`]); unchecked where that is unknown.
-async fn check_archive_expiry(days: u16, bucket: Option<&str>) -> anyhow::Result<()> {
-    if days == 0 {
+/// A topic's retention of `days` against the installation: its journal bucket must expire the
+/// retention's archive class ([`crate::archive::class_expiry`]); unchecked where the rules
+/// cannot be read.
+async fn check_archive_class(days: u16, bucket: Option<&str>) -> anyhow::Result<()> {
+    let Some(class) = archive_class(days) else {
         return Ok(());
-    }
+    };
     let sdk = load_sdk_config().await;
-    match crate::archive::archive_expiry(&sdk, bucket).await {
-        Some(expiry) => validate_retention_within(days, expiry).map_err(invalid),
-        None => Ok(()),
+    match crate::archive::class_expiry(&sdk, bucket, class).await {
+        Ok(kept) => validate_retention_class(days, kept).map_err(invalid),
+        Err(()) => Ok(()),
     }
 }
 

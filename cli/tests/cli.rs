@@ -2019,13 +2019,20 @@ async fn the_journal_shows_each_attempt_of_an_event_and_where_it_stands_r1_s5() 
 /// it, and `archive list` finds exactly its accepted events of a window, oldest first and as
 /// they were fanned out (none of another topic's, none outside the window); a topic without a
 /// retention has no archive to list, and a retention, window start or end outside what is
-/// allowed is refused naming the flag's field, the value and the range (a retention longer
-/// than the installation keeps archives too: 7 days, its journal bucket's rule; and a window
-/// older than that rule, lowered below the topic's retention).
+/// allowed is refused naming the flag's field, the value and the range. Each topic's events
+/// are stored in its retention's class (7 days under `archive/7d/`, 10 days in the 30-day
+/// class under `archive/30d/`), which the journal bucket's rule of that class expires; a
+/// retention whose class the bucket has no rule for (a stack from before classes) is refused
+/// naming the prefix; and after a topic's retention changes, its window is read across both
+/// classes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
-    // Archives kept 7 days, as a stack whose ArchiveRetentionDays is 7.
-    let sys = TestSystem::start_with_own_journal_and(0.01, |c| c.archive_expiry_days = 7).await;
+    use gridrelay_ports::ObjectStore as _;
+    // Topics cached a second, so a warm ingest sees a retention changed below soon.
+    let sys = TestSystem::start_with_own_journal_and(0.01, |c| {
+        c.config_cache = Duration::from_secs(1);
+    })
+    .await;
     let names = Some(&sys.names);
     let created = json(&gridrelay(
         &["topic", "create", "--name", "kept", "--retention-days", "7"],
@@ -2036,6 +2043,18 @@ async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
     let plain = json(&gridrelay(&["topic", "create", "--name", "plain"], names));
     assert_eq!(plain["eventRetentionInDays"], 0, "{plain}");
     let plain_key = plain["key1"].as_str().unwrap().to_string();
+    let long = json(&gridrelay(
+        &[
+            "topic",
+            "create",
+            "--name",
+            "long",
+            "--retention-days",
+            "10",
+        ],
+        names,
+    ));
+    let long_key = long["key1"].as_str().unwrap().to_string();
 
     let time =
         |at: chrono::DateTime<chrono::Utc>| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
@@ -2054,7 +2073,8 @@ async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     let middle = chrono::Utc::now();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    publish("kept", key, events("second", 1)).await;
+    publish("kept", key.clone(), events("second", 1)).await;
+    publish("long", long_key, events("long", 1)).await;
 
     let list = |extra: &[&str]| {
         let mut args = vec!["archive", "list", "--topic-name"];
@@ -2143,53 +2163,123 @@ async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
         err.contains("retentionDays") && err.contains("366") && err.contains("0 to 365"),
         "{err}"
     );
-    // Longer than the installation keeps archives (its journal bucket's rule: 7 days, the
-    // stacks' ArchiveRetentionDays default): refused on update and on create alike.
+    // Stored by class: kept's 7 days under archive/7d/, long's 10 in the 30-day class; none
+    // in another class nor where archives were written before classes. Each class's objects
+    // expire with the bucket's rule of its days.
+    let objects =
+        gridrelay_adapters::aws::S3ObjectStore::new(gridrelay_adapters::aws::s3_client(&sys.sdk));
+    let bucket = &sys.names.journal_bucket;
+    let archived_ids = |prefix: &'static str| {
+        let objects = &objects;
+        async move {
+            let mut ids = Vec::new();
+            for key in objects.list(bucket, prefix).await.unwrap() {
+                let bytes = objects.get_bytes(bucket, &key).await.unwrap();
+                let (lines, _) = gridrelay_shared::journal::unpack_object(&bytes);
+                let (events, _) = gridrelay_shared::archive::read_archive_lines(&lines);
+                ids.extend(events.iter().map(|e| {
+                    let event: Value = serde_json::from_str(e.event.get()).unwrap();
+                    format!("{}:{}", e.topic, event["id"].as_str().unwrap())
+                }));
+            }
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(
+        archived_ids("archive/7d/").await,
+        ["kept:first-0", "kept:first-1", "kept:second-0"]
+    );
+    assert_eq!(archived_ids("archive/30d/").await, ["long:long-0"]);
+    for elsewhere in ["archive/1d/", "archive/90d/", "archive/365d/", "archive/2"] {
+        assert!(archived_ids(elsewhere).await.is_empty(), "{elsewhere}");
+    }
+    for class in gridrelay_shared::archive::ARCHIVE_CLASSES {
+        let prefix = gridrelay_shared::archive::class_prefix(class);
+        assert_eq!(
+            objects.expiration_days(bucket, &prefix).await.unwrap(),
+            Some(class),
+            "{prefix}"
+        );
+    }
+
+    // A bucket without the rule of a retention's class (as a stack from before classes):
+    // refused on update and on create alike, naming the class's prefix; a class it has is
+    // taken.
+    objects
+        .set_expirations(
+            bucket,
+            &[
+                ("ExpireJournal", "journal/", 7),
+                ("ExpireArchive7d", "archive/7d/", 7),
+                ("ExpireArchive30d", "archive/30d/", 30),
+            ],
+        )
+        .await
+        .expect("rules set");
     for args in [
-        vec!["topic", "update", "--name", "kept", "--retention-days", "8"],
+        vec![
+            "topic",
+            "update",
+            "--name",
+            "kept",
+            "--retention-days",
+            "60",
+        ],
         vec![
             "topic",
             "create",
             "--name",
             "longer",
             "--retention-days",
-            "30",
+            "1",
         ],
     ] {
         let out = gridrelay(&args, names);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(
-            err.contains("retentionDays")
-                && err.contains("0 to 7")
-                && err.contains("ArchiveRetentionDays"),
+            err.contains("retentionDays") && err.contains("has no lifecycle rule for archive/"),
             "{err}"
         );
     }
-    // The archives' expiry lowered below the topic's retention (a stack update): a window
-    // older than it is refused naming it, its objects being deleted.
-    gridrelay_adapters::aws::S3ObjectStore::new(gridrelay_adapters::aws::s3_client(&sys.sdk))
-        .set_expirations(
-            &sys.names.journal_bucket,
-            &[("ExpireArchive", "archive/", 3)],
-        )
-        .await
-        .expect("rule set");
-    let out = list(&["kept", "--start-time", "5d"]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("startTime") && err.contains("keeps archives 3 days"),
-        "{err}"
-    );
+    // kept's retention raised to 30: what it accepts from then on goes to the 30-day class,
+    // and its window is read across both.
     let updated = json(&gridrelay(
-        &["topic", "update", "--name", "kept", "--retention-days", "1"],
+        &[
+            "topic",
+            "update",
+            "--name",
+            "kept",
+            "--retention-days",
+            "30",
+        ],
         names,
     ));
-    assert_eq!(updated["eventRetentionInDays"], 1, "{updated}");
+    assert_eq!(updated["eventRetentionInDays"], 30, "{updated}");
+    // A warm ingest sees the change within its configuration cache.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    publish("kept", key, events("third", 1)).await;
+    let across = gridrelay_e2e::eventually(
+        Duration::from_secs(20),
+        "four archived events listed",
+        || async {
+            let listed = json(&list(&["kept", "--start-time", &time(start)]));
+            (listed["count"] == 4).then_some(listed)
+        },
+    )
+    .await;
+    assert_eq!(
+        ids(&across),
+        ["first-0", "first-1", "second-0", "third-0"],
+        "{across}"
+    );
+    assert_eq!(
+        archived_ids("archive/30d/").await,
+        ["kept:third-0", "long:long-0"]
+    );
     sys.shutdown().await;
 }
-
 /// #35, a replay as an operator runs it: `replay start` of a window sends exactly the topic's
 /// archived events of that window again to the subscription, paced to its rate (1 a second:
 /// steps of 10, 10 s apart), each with the replay's `gridrelay-replay` header and journaled as

@@ -36,6 +36,18 @@ QUEUE_KEY = {"Ref": "QueueKey"}
 SIGNING_SECRETS = {"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${SecretPrefix}/*/signing/*"}
 PORTAL_KEY = {"Ref": "PortalKey"}
 
+# #35: the topic archive's streams by retention class (days), as ingest reads them from
+# GRIDRELAY_ARCHIVE_STREAMS (shared::archive::ARCHIVE_CLASSES); the 365-day class's is the
+# stack's first archive stream, ArchiveStream.
+ARCHIVE_STREAMS = [
+    (1, "ArchiveStream1d"),
+    (7, "ArchiveStream7d"),
+    (30, "ArchiveStream30d"),
+    (90, "ArchiveStream90d"),
+    (365, "ArchiveStream"),
+]
+
+
 EXPECTED = {
     "IngestFunction": {
         "dynamodb:GetItem": [getatt("TopicsTable"), getatt("SubscriptionsTable")],
@@ -46,7 +58,7 @@ EXPECTED = {
         # #34 item 2: the key its queue messages are sealed with.
         "secretsmanager:GetSecretValue": [QUEUE_KEY],
         # #35: topic archives, one call per publish.
-        "firehose:PutRecordBatch": [getatt("ArchiveStream")],
+        "firehose:PutRecordBatch": [getatt(stream) for _, stream in ARCHIVE_STREAMS],
         # P1: accepted event ids of topics with a deduplication window (dedup# items only:
         # checked below).
         "dynamodb:BatchGetItem": [getatt("DeliveryStateTable")],
@@ -292,15 +304,18 @@ def lane_queue_problems(resources, outputs):
     return problems
 
 
-def stream_problems(resources, stream, prefix, writers, env_name):
-    """#35: `writers` write to `stream` (named to them by `env_name`); the stream writes their
-    GZIP records (JSON lines) as they are, named .json.gz, into the journal's bucket under
-    `prefix` with its own hour prefix (what the readers and the Glue table expect), through a
-    role that may only write there."""
+def stream_problems(resources, stream, prefix, writers, env_name, env_value=None, role_prefix=None):
+    """#35: `writers` write to `stream` (named to them by `env_name`: `env_value`, by default a
+    Ref to the stream); the stream writes their GZIP records (JSON lines) as they are, named
+    .json.gz, into the journal's bucket under `prefix` with its own hour prefix (what the readers
+    and the Glue table expect), through a role that may only write under `role_prefix` (by
+    default `prefix`)."""
     problems = []
+    env_value = env_value or {"Ref": stream}
+    role_prefix = role_prefix or prefix
     for function in writers:
         env = resources[function]["Properties"].get("Environment", {}).get("Variables", {})
-        if env.get(env_name) != {"Ref": stream}:
+        if env.get(env_name) != env_value:
             problems.append(f"{function}: {env_name} is {env.get(env_name)}")
     destination = resources[stream]["Properties"].get("ExtendedS3DestinationConfiguration", {})
     expected = {
@@ -324,24 +339,35 @@ def stream_problems(resources, stream, prefix, writers, env_name):
     writes = [s for s in statements if "s3:PutObject" in s["Action"]]
     if writes != [s for s in statements if s["Resource"] != getatt("JournalBucket")] or len(writes) != 1:
         problems.append(f"{role}: expected one write statement, got {statements}")
-    elif writes[0]["Resource"] != {"Fn::Sub": f"${{JournalBucket.Arn}}/{prefix}*"}:
-        problems.append(f"{role}: writes to {writes[0]['Resource']}, expected only {prefix}")
+    elif writes[0]["Resource"] != {"Fn::Sub": f"${{JournalBucket.Arn}}/{role_prefix}*"}:
+        problems.append(f"{role}: writes to {writes[0]['Resource']}, expected only {role_prefix}")
     return problems
 
 
 def journal_problems(resources):
-    """#35: the journal's and the archive's streams (stream_problems); the journal's objects
-    expire after JournalRetentionDays, the archive's after ArchiveRetentionDays (the longest a
-    topic's retention may be)."""
+    """#35: the journal's stream and the archive's, one per retention class (stream_problems);
+    the journal's objects expire after JournalRetentionDays, each class's after its days, and
+    archives written before classes (archive/YYYY/...) after ArchiveRetentionDays; no rule of
+    one class reaches another's objects."""
     problems = stream_problems(
         resources, "JournalStream", "journal/", ["DeliverFunction", "DeadLetterFunction"], "GRIDRELAY_JOURNAL_STREAM"
     )
-    problems += stream_problems(resources, "ArchiveStream", "archive/", ["IngestFunction"], "GRIDRELAY_ARCHIVE_STREAM")
+    streams_env = {"Fn::Sub": ",".join(f"{days}=${{{stream}}}" for days, stream in ARCHIVE_STREAMS)}
+    for days, stream in ARCHIVE_STREAMS:
+        problems += stream_problems(
+            resources, stream, f"archive/{days}d/", ["IngestFunction"], "GRIDRELAY_ARCHIVE_STREAMS",
+            env_value=streams_env, role_prefix="archive/",
+        )
     rules = resources["JournalBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
-    if not any(r.get("ExpirationInDays") == {"Ref": "JournalRetentionDays"} and r.get("Prefix") == "journal/" for r in rules):
-        problems.append(f"JournalBucket: no rule expiring journal/ after JournalRetentionDays: {rules}")
-    if not any(r.get("ExpirationInDays") == {"Ref": "ArchiveRetentionDays"} and r.get("Prefix") == "archive/" for r in rules):
-        problems.append(f"JournalBucket: no rule expiring archive/ after ArchiveRetentionDays: {rules}")
+    expiring = [(r.get("Prefix"), r.get("ExpirationInDays")) for r in rules if "ExpirationInDays" in r]
+    expected = [("journal/", {"Ref": "JournalRetentionDays"}), ("archive/2", {"Ref": "ArchiveRetentionDays"})]
+    expected += [(f"archive/{days}d/", days) for days, _ in ARCHIVE_STREAMS]
+    if sorted(map(repr, expiring)) != sorted(map(repr, expected)):
+        problems.append(f"JournalBucket: expected rules expiring {expected}, got {expiring}")
+    prefixes = [prefix for prefix, _ in expected]
+    for prefix in prefixes:
+        if any(other != prefix and other.startswith(prefix) for other in prefixes):
+            problems.append(f"JournalBucket: the rule for {prefix} reaches another's objects")
     return problems
 
 

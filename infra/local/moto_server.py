@@ -37,6 +37,11 @@ held and the walk through the queue made it skip a group's visible first message
 the ones from that message on (seen in the chaos run: a key's first, back from a hold, passed
 over for its later events). A receive's try here reads the clock once: every message is seen as
 it was at that instant.
+
+moto refuses a Firehose stream past 50 in a region, a fixed number; AWS's quota per account and
+region is a default that can be raised, and LocalStack has none. A local stack has six streams
+(the journal's and one per archive retention class), and the suites run several stacks at once
+in one account: the limit here is 1,000.
 """
 
 import contextlib
@@ -46,6 +51,7 @@ import threading
 import time
 
 from moto.dynamodb.responses import DynamoHandler
+from moto.firehose.models import DeliveryStream
 from moto.server import main
 import moto.sqs.models as sqs_models
 from moto.sqs.models import SQSBackend
@@ -160,6 +166,7 @@ def _receive_in_group_order(
 
 
 SQSBackend.receive_message = _receive_in_group_order
+DeliveryStream.MAX_STREAMS_PER_REGION = 1000
 
 if __name__ == "__main__":
     sys.exit(main())

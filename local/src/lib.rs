@@ -60,7 +60,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::warn;
 
-pub use provision::{ResourceNames, Resources, provision, provision_keeping};
+pub use provision::{ResourceNames, Resources, provision};
 
 /// Descriptors kept beyond the instances' connections: the AWS clients, the listener, DNS.
 const SPARE_DESCRIPTORS: u64 = 256;
@@ -142,9 +142,6 @@ pub struct RunnerConfig {
     pub resolver: Arc<dyn AddressResolver>,
     /// Whether `deliver` writes the delivery journal (#35) to its stream, as the stack's does.
     pub journal: bool,
-    /// Days the journal's bucket keeps topic archives (its rule for `archive/`, the stacks'
-    /// `ArchiveRetentionDays`): the longest a topic's retention may be.
-    pub archive_expiry_days: u16,
     /// What publishers reach `ingest` through (#38), as the stacks' `PublishFrontDoor`.
     pub front_door: FrontDoor,
     /// How the delivery and replay queues' event sources gather a batch (#38): the stacks'
@@ -256,7 +253,6 @@ impl Default for RunnerConfig {
             allowed_networks: AllowedNetworks::loopback(),
             resolver: Arc::new(SystemResolver),
             journal: true,
-            archive_expiry_days: gridrelay_shared::archive::DEFAULT_ARCHIVE_EXPIRY_DAYS,
             front_door: FrontDoor::HttpApi,
             batching: EventSourceBatching::default(),
         }
@@ -413,14 +409,9 @@ impl LocalSystem {
         config: RunnerConfig,
     ) -> anyhow::Result<Self> {
         config.check()?;
-        let resources = provision_keeping(
-            sdk,
-            names,
-            config.max_receive_count,
-            config.archive_expiry_days,
-        )
-        .await
-        .context("could not create or find the runner's queues, tables and bucket")?;
+        let resources = provision(sdk, names, config.max_receive_count)
+            .await
+            .context("could not create or find the runner's queues, tables and bucket")?;
         let sqs = aws_sdk_sqs::Client::new(sdk);
         let store: Arc<dyn SubscriptionStore> = subscription_store(
             sdk,
@@ -449,7 +440,7 @@ impl LocalSystem {
         let ingest = Arc::new(Ingest {
             store: Arc::clone(&store),
             delivery_queue: fan_out_queues.clone(),
-            archive: Arc::new(FirehoseStream::from_sdk(sdk, &names.archive_stream)),
+            archives: FirehoseStream::archive_streams(sdk, &names.archive_streams),
             accepted_ids: Arc::new(DynamoDeliveryStateStore::from_sdk(
                 sdk,
                 &names.delivery_state_table,

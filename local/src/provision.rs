@@ -15,12 +15,15 @@ use gridrelay_adapters::aws::{
     S3ObjectStore, describe_error, ensure_local_key, local_queue_key, s3_client,
 };
 use gridrelay_adapters::config::{
-    ARCHIVE_STREAM_ENV, CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV,
+    ARCHIVE_STREAMS_ENV, CONTROL_QUEUE_URL_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV,
     JOURNAL_BUCKET_ENV, ORDERED_QUEUE_URL_ENV, PORTAL_KEY_SECRET_ENV, QUEUE_KEY_SECRET_ENV,
     REPLAY_QUEUE_URL_ENV, REPLAYS_TABLE_ENV, SECRET_PREFIX_ENV, SUBSCRIPTIONS_TABLE_ENV,
     TOPICS_TABLE_ENV,
 };
-use gridrelay_shared::archive::{ARCHIVE_PREFIX, DEFAULT_ARCHIVE_EXPIRY_DAYS};
+use gridrelay_shared::archive::{
+    ARCHIVE_CLASSES, DEFAULT_UNCLASSED_EXPIRY_DAYS, UNCLASSED_PREFIX, class_prefix,
+    format_archive_streams,
+};
 use gridrelay_shared::journal::JOURNAL_PREFIX;
 use gridrelay_shared::ordering::ORDERED_MAX_RECEIVE_COUNT;
 
@@ -58,9 +61,10 @@ pub struct ResourceNames {
     /// writes into (under `journal/`).
     pub journal_stream: String,
     pub journal_bucket: String,
-    /// Topic archives (#35): the Firehose stream `ingest` writes accepted events to, into the
-    /// journal's bucket under `archive/`.
-    pub archive_stream: String,
+    /// Topic archives (#35): the Firehose streams `ingest` writes accepted events to, one per
+    /// retention class (`<prefix>-archive-7d`), into the journal's bucket under the class's
+    /// prefix (`archive/7d/`).
+    pub archive_streams: std::collections::BTreeMap<u16, String>,
     /// Replays of topics' archives (#35), by topic and name.
     pub replays_table: String,
 }
@@ -85,7 +89,10 @@ impl ResourceNames {
             portal_key_secret: format!("{prefix}-portal-key"),
             journal_stream: format!("{prefix}-journal"),
             journal_bucket: format!("{prefix}-journal"),
-            archive_stream: format!("{prefix}-archive"),
+            archive_streams: ARCHIVE_CLASSES
+                .into_iter()
+                .map(|class| (class, format!("{prefix}-archive-{class}d")))
+                .collect(),
             replays_table: format!("{prefix}-replays"),
         }
     }
@@ -101,22 +108,25 @@ impl ResourceNames {
     /// The environment that points the `gridrelay` command line at these resources: its
     /// tables, its delivery, control and replay queues (by name), its secret prefix, its queue
     /// key and its portal key, its journal's bucket, its replays' table and its archive's
-    /// stream.
-    pub fn cli_env(&self) -> [(&'static str, &str); 13] {
+    /// streams.
+    pub fn cli_env(&self) -> [(&'static str, String); 13] {
         [
-            (TOPICS_TABLE_ENV, &self.topics_table),
-            (SUBSCRIPTIONS_TABLE_ENV, &self.subscriptions_table),
-            (DELIVERY_QUEUE_URL_ENV, &self.delivery_queue),
-            (CONTROL_QUEUE_URL_ENV, &self.control_queue),
-            (REPLAY_QUEUE_URL_ENV, &self.replay_queue),
-            (ORDERED_QUEUE_URL_ENV, &self.ordered_queue),
-            (SECRET_PREFIX_ENV, &self.secret_prefix),
-            (DELIVERY_STATE_TABLE_ENV, &self.delivery_state_table),
-            (QUEUE_KEY_SECRET_ENV, &self.queue_key_secret),
-            (PORTAL_KEY_SECRET_ENV, &self.portal_key_secret),
-            (JOURNAL_BUCKET_ENV, &self.journal_bucket),
-            (REPLAYS_TABLE_ENV, &self.replays_table),
-            (ARCHIVE_STREAM_ENV, &self.archive_stream),
+            (TOPICS_TABLE_ENV, self.topics_table.clone()),
+            (SUBSCRIPTIONS_TABLE_ENV, self.subscriptions_table.clone()),
+            (DELIVERY_QUEUE_URL_ENV, self.delivery_queue.clone()),
+            (CONTROL_QUEUE_URL_ENV, self.control_queue.clone()),
+            (REPLAY_QUEUE_URL_ENV, self.replay_queue.clone()),
+            (ORDERED_QUEUE_URL_ENV, self.ordered_queue.clone()),
+            (SECRET_PREFIX_ENV, self.secret_prefix.clone()),
+            (DELIVERY_STATE_TABLE_ENV, self.delivery_state_table.clone()),
+            (QUEUE_KEY_SECRET_ENV, self.queue_key_secret.clone()),
+            (PORTAL_KEY_SECRET_ENV, self.portal_key_secret.clone()),
+            (JOURNAL_BUCKET_ENV, self.journal_bucket.clone()),
+            (REPLAYS_TABLE_ENV, self.replays_table.clone()),
+            (
+                ARCHIVE_STREAMS_ENV,
+                format_archive_streams(&self.archive_streams),
+            ),
         ]
     }
 }
@@ -162,23 +172,12 @@ impl Resources {
     }
 }
 
-/// Creates whatever is missing; leaves what exists alone. The journal's bucket keeps archives
-/// the stacks' default `ArchiveRetentionDays`.
+/// Creates whatever is missing; leaves what exists alone. The journal's bucket's lifecycle
+/// rules are set each time, as a stack update sets them.
 pub async fn provision(
     sdk: &SdkConfig,
     names: &ResourceNames,
     max_receive_count: u32,
-) -> anyhow::Result<Resources> {
-    provision_keeping(sdk, names, max_receive_count, DEFAULT_ARCHIVE_EXPIRY_DAYS).await
-}
-
-/// [`provision`], the journal's bucket keeping archives `archive_expiry_days` (its rule for
-/// `archive/`, set each time, as a stack update sets `ArchiveRetentionDays`).
-pub async fn provision_keeping(
-    sdk: &SdkConfig,
-    names: &ResourceNames,
-    max_receive_count: u32,
-    archive_expiry_days: u16,
 ) -> anyhow::Result<Resources> {
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     create_table(&dynamodb, &names.topics_table, &[("name", KeyType::Hash)]).await?;
@@ -275,16 +274,28 @@ pub async fn provision_keeping(
     let s3 = s3_client(sdk);
     create_bucket(&s3, &names.dead_letter_bucket).await?;
     create_bucket(&s3, &names.journal_bucket).await?;
-    // As the stacks' rules: the journal kept 7 days (their default), the archives
-    // `archive_expiry_days` (which `topic create --retention-days` is checked against).
+    // As the stacks' rules: the journal kept 7 days (their default), each archive class its
+    // days (`topic create --retention-days` checks its class has one), and archives written
+    // before classes the stacks' `ArchiveRetentionDays` default.
+    let class_rules: Vec<(String, String, u16)> = ARCHIVE_CLASSES
+        .into_iter()
+        .map(|class| (format!("ExpireArchive{class}d"), class_prefix(class), class))
+        .collect();
+    let mut rules: Vec<(&str, &str, u16)> = vec![
+        ("ExpireJournal", JOURNAL_PREFIX, 7),
+        (
+            "ExpireArchive",
+            UNCLASSED_PREFIX,
+            DEFAULT_UNCLASSED_EXPIRY_DAYS,
+        ),
+    ];
+    rules.extend(
+        class_rules
+            .iter()
+            .map(|(id, prefix, days)| (id.as_str(), prefix.as_str(), *days)),
+    );
     S3ObjectStore::new(s3.clone())
-        .set_expirations(
-            &names.journal_bucket,
-            &[
-                ("ExpireJournal", JOURNAL_PREFIX, 7),
-                ("ExpireArchive", ARCHIVE_PREFIX, archive_expiry_days),
-            ],
-        )
+        .set_expirations(&names.journal_bucket, &rules)
         .await
         .with_context(|| format!("could not set bucket {}'s lifecycle", names.journal_bucket))?;
     create_stream(
@@ -297,14 +308,9 @@ pub async fn provision_keeping(
     .await?;
     // The emulators write each batch as it comes: said so, a replay waits no buffering
     // interval past its window's end (`replay start` reads it).
-    create_stream(
-        sdk,
-        &names.archive_stream,
-        &names.journal_bucket,
-        ARCHIVE_PREFIX,
-        0,
-    )
-    .await?;
+    for (class, stream) in &names.archive_streams {
+        create_stream(sdk, stream, &names.journal_bucket, &class_prefix(*class), 0).await?;
+    }
 
     Ok(Resources {
         names: names.clone(),

@@ -591,6 +591,42 @@ impl RecordStream for NoRecordStream {
     }
 }
 
+/// The topic archive's streams (#35): one per retention class
+/// ([`gridrelay_shared::archive::ARCHIVE_CLASSES`]), each writing under its class's prefix, whose
+/// lifecycle rule expires it.
+#[derive(Clone, Default)]
+pub struct ArchiveStreams {
+    by_class: std::collections::BTreeMap<u16, std::sync::Arc<dyn RecordStream>>,
+}
+
+impl ArchiveStreams {
+    pub fn new(
+        by_class: std::collections::BTreeMap<u16, std::sync::Arc<dyn RecordStream>>,
+    ) -> Self {
+        Self { by_class }
+    }
+
+    /// One stream for every class (tests that look at what was archived, not where).
+    pub fn every_class(stream: std::sync::Arc<dyn RecordStream>) -> Self {
+        Self::new(
+            gridrelay_shared::archive::ARCHIVE_CLASSES
+                .into_iter()
+                .map(|class| (class, stream.clone()))
+                .collect(),
+        )
+    }
+
+    /// The stream of `class`, if there is one.
+    pub fn of_class(&self, class: u16) -> Option<&dyn RecordStream> {
+        self.by_class.get(&class).map(AsRef::as_ref)
+    }
+
+    /// Whether there are none: a stack deployed without an archive.
+    pub fn is_empty(&self) -> bool {
+        self.by_class.is_empty()
+    }
+}
+
 /// What a read of the journal found.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JournalRead {

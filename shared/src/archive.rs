@@ -1,10 +1,11 @@
 //! A topic's archive (#35): what a topic accepted, kept for its retention so it can be replayed.
 //!
 //! `ingest` writes one line per accepted event of a topic whose `retentionDays` is above 0, after
-//! the events are durably fanned out, to the archive's Firehose stream, which keeps them in S3
-//! under its hour prefix (`archive/YYYY/MM/DD/HH/`: the hour the stream received the oldest
-//! record of the object, so an object can hold events received up to its buffering interval
-//! later, in the next hour). A line
+//! the events are durably fanned out, to the Firehose stream of its retention's class
+//! ([`ARCHIVE_CLASSES`]), which keeps them in S3 under the class's prefix and its hour prefix
+//! (`archive/7d/YYYY/MM/DD/HH/`: the hour the stream received the oldest record of the object,
+//! so an object can hold events received up to its buffering interval later, in the next
+//! hour). A line
 //! holds the topic, the publish time, the topic's input schema and the event exactly as it was
 //! fanned out (stamped fields included), so a replay sends what the first delivery sent.
 
@@ -52,26 +53,111 @@ pub fn validate_retention_days(days: i64) -> Result<u16, LimitError> {
     }
 }
 
-/// The archives' expiry: the stacks' `ArchiveRetentionDays` default and `gridrelay local`'s.
-/// The longest retention, so a stack updated from before the setting loses nothing; lower it
-/// to what the topics need to store less.
-pub const DEFAULT_ARCHIVE_EXPIRY_DAYS: u16 = 365;
+/// Retention classes (#35), in days. A topic's events are archived in the class of its
+/// retention, the shortest at least as long (a topic keeping 10 days archives in the 30-day
+/// class), under [`class_prefix`]: each class has a stream and a lifecycle rule of its own, so
+/// what a topic archived is deleted after its class's days, however many topics there are (S3
+/// allows 1,000 lifecycle rules a bucket; five classes need five). An event keeps the class it
+/// was archived in when its topic's retention changes later.
+pub const ARCHIVE_CLASSES: [u16; 5] = [1, 7, 30, 90, 365];
 
-/// Checks a topic's retention of `days` (already within 0 to 365) against the installation's
-/// archive expiry (`expiry_days`, the journal bucket's rule for `archive/`: the stacks'
-/// `ArchiveRetentionDays`): a topic may not keep its events longer than they are kept.
-pub fn validate_retention_within(days: u16, expiry_days: u16) -> Result<(), LimitError> {
-    if days <= expiry_days {
-        return Ok(());
+/// The class a topic keeping `retention_days` archives in; none for 0 (no archive).
+pub fn archive_class(retention_days: u16) -> Option<u16> {
+    if retention_days == 0 {
+        return None;
     }
-    Err(LimitError::new(
-        "retentionDays",
-        days,
+    ARCHIVE_CLASSES
+        .into_iter()
+        .find(|&class| class >= retention_days)
+}
+
+/// Where a class's objects are in the bucket: `archive/7d/`, then the stream's hour prefix.
+pub fn class_prefix(class: u16) -> String {
+    format!("{ARCHIVE_PREFIX}{class}d/")
+}
+
+/// The lifecycle rule's prefix for archives written before classes (`archive/YYYY/MM/DD/HH/`,
+/// years 2000 to 2999: no class prefix starts with it), which the stacks'
+/// `ArchiveRetentionDays` expires.
+pub const UNCLASSED_PREFIX: &str = "archive/2";
+
+/// The stacks' `ArchiveRetentionDays` default (and `gridrelay local`'s): how long archives
+/// written before classes are kept. The longest retention, so a stack updated from before
+/// classes deletes nothing its topics' retentions still reach.
+pub const DEFAULT_UNCLASSED_EXPIRY_DAYS: u16 = 365;
+
+/// The classes whose objects of `hour` may still be kept at `now`: S3 expires an object at the
+/// first midnight (UTC) after its class's days have passed since it was written, so a class is
+/// read for an hour until a day past that.
+pub fn classes_keeping(hour: DateTime<Utc>, now: DateTime<Utc>) -> Vec<u16> {
+    ARCHIVE_CLASSES
+        .into_iter()
+        .filter(|&class| hour + Duration::days(i64::from(class) + 1) > now)
+        .collect()
+}
+
+/// Checks a topic's retention of `days` (already within 0 to 365) against the installation:
+/// its journal bucket must have the lifecycle rule of the retention's class
+/// (`class_rule_days`: that rule's days, none without one), or the topic would archive into
+/// objects nothing deletes, or that a stack from before classes does not write.
+pub fn validate_retention_class(days: u16, class_rule_days: Option<u16>) -> Result<(), LimitError> {
+    let Some(class) = archive_class(days) else {
+        return Ok(());
+    };
+    match class_rule_days {
+        Some(kept) if kept >= days => Ok(()),
+        kept => Err(LimitError::new(
+            "retentionDays",
+            days,
+            format!(
+                "0 (no archive), or a retention this installation archives: its journal bucket \
+                 {} for {} (the class of {days} days); update the stack (docs/archive.md)",
+                match kept {
+                    Some(kept) => format!("keeps only {kept} days"),
+                    None => "has no lifecycle rule".to_string(),
+                },
+                class_prefix(class)
+            ),
+        )),
+    }
+}
+
+/// What `GRIDRELAY_ARCHIVE_STREAMS` holds: each class's stream, as `1=name,7=name,…`.
+pub fn format_archive_streams(streams: &std::collections::BTreeMap<u16, String>) -> String {
+    streams
+        .iter()
+        .map(|(class, stream)| format!("{class}={stream}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Reads `GRIDRELAY_ARCHIVE_STREAMS` (`field`: `1=name,7=name,…`): each entry a class of
+/// [`ARCHIVE_CLASSES`] and a stream's name.
+pub fn parse_archive_streams(
+    field: &str,
+    text: &str,
+) -> Result<std::collections::BTreeMap<u16, String>, LimitError> {
+    let allowed = || {
         format!(
-            "0 to {expiry_days}: this installation keeps archives {expiry_days} days (the stack's \
-             ArchiveRetentionDays, CDK archiveRetention; raise it first)"
-        ),
-    ))
+            "class=stream, comma-separated, for the classes {ARCHIVE_CLASSES:?} (days), each \
+             once"
+        )
+    };
+    let mut streams = std::collections::BTreeMap::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let parsed = entry.split_once('=').and_then(|(class, stream)| {
+            let class = class.trim().parse::<u16>().ok()?;
+            let stream = stream.trim();
+            (ARCHIVE_CLASSES.contains(&class) && !stream.is_empty()).then_some((class, stream))
+        });
+        let Some((class, stream)) = parsed else {
+            return Err(LimitError::new(field, entry, allowed()));
+        };
+        if streams.insert(class, stream.to_string()).is_some() {
+            return Err(LimitError::new(field, entry, allowed()));
+        }
+    }
+    Ok(streams)
 }
 
 /// One archived event, as a line of the archive.
@@ -233,36 +319,6 @@ pub fn archive_window(
     TimeWindow::new(start.max(created_at), end, "endTime")
 }
 
-/// [`archive_window`], within what the installation still keeps: where its archives' expiry
-/// (`kept_days`, the journal bucket's rule: the stacks' `ArchiveRetentionDays`) is shorter
-/// than the topic's retention (a retention set before the expiry was lowered), a start older
-/// than the expiry is refused naming it: those events' objects are deleted.
-pub fn kept_archive_window(
-    (start, end): (DateTime<Utc>, DateTime<Utc>),
-    now: DateTime<Utc>,
-    retention_days: u16,
-    created_at: DateTime<Utc>,
-    kept_days: Option<u16>,
-) -> Result<TimeWindow, LimitError> {
-    use crate::journal::format_time;
-    let window = archive_window(start, end, now, retention_days, created_at)?;
-    if let Some(kept) = kept_days.filter(|&kept| kept < retention_days) {
-        let earliest = now - Duration::days(i64::from(kept));
-        if start < earliest {
-            return Err(LimitError::new(
-                "startTime",
-                format_time(start),
-                format!(
-                    "{} or later (the topic keeps {retention_days} days, but this installation \
-                     keeps archives {kept} days: the stack's ArchiveRetentionDays)",
-                    format_time(earliest)
-                ),
-            ));
-        }
-    }
-    Ok(window)
-}
-
 /// The events of `topic` in `window`, in publish order (the order they were read in, for
 /// equal times), from events read from the window's hours.
 pub fn events_in_window(
@@ -409,17 +465,88 @@ mod tests {
         assert!(windows_for_spans(spans, now, 0, created).is_empty());
     }
 
-    /// A topic's retention may reach the installation's archive expiry, not past it; the
-    /// refusal names the field, the value and the range.
+    /// A topic archives in the shortest class at least as long as its retention, and each
+    /// class's objects are under a prefix no other class's, nor the unclassed rule's, starts
+    /// with.
     #[test]
-    fn a_retention_longer_than_the_archive_is_kept_is_refused() {
-        assert!(validate_retention_within(0, 7).is_ok());
-        assert!(validate_retention_within(7, 7).is_ok());
-        let e = validate_retention_within(8, 7).unwrap_err();
-        assert_eq!((e.field.as_str(), e.value.as_str()), ("retentionDays", "8"));
-        assert!(e.allowed.contains("0 to 7"), "{e}");
-        assert!(e.allowed.contains("ArchiveRetentionDays"), "{e}");
+    fn a_retention_archives_in_the_shortest_class_that_keeps_it() {
+        assert_eq!(archive_class(0), None);
+        assert_eq!(archive_class(1), Some(1));
+        assert_eq!(archive_class(2), Some(7));
+        assert_eq!(archive_class(7), Some(7));
+        assert_eq!(archive_class(10), Some(30));
+        assert_eq!(archive_class(91), Some(365));
+        assert_eq!(archive_class(365), Some(365));
+        for days in 1..=365 {
+            let class = archive_class(days).unwrap();
+            assert!(class >= days);
+        }
+        for class in ARCHIVE_CLASSES {
+            let prefix = class_prefix(class);
+            assert!(prefix.starts_with(ARCHIVE_PREFIX), "{prefix}");
+            assert!(!prefix.starts_with(UNCLASSED_PREFIX), "{prefix}");
+            for other in ARCHIVE_CLASSES.into_iter().filter(|&o| o != class) {
+                assert!(!class_prefix(other).starts_with(&prefix), "{prefix}");
+            }
+        }
+        assert_eq!(class_prefix(30), "archive/30d/");
     }
+
+    /// An hour's objects of a class are read until a day past the class's days.
+    #[test]
+    fn an_hour_is_read_in_the_classes_that_still_keep_it() {
+        let hour = Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).unwrap();
+        assert_eq!(classes_keeping(hour, hour), ARCHIVE_CLASSES.to_vec());
+        assert_eq!(
+            classes_keeping(hour, hour + Duration::days(2) - Duration::minutes(1)),
+            ARCHIVE_CLASSES.to_vec()
+        );
+        assert_eq!(
+            classes_keeping(hour, hour + Duration::days(2)),
+            vec![7, 30, 90, 365]
+        );
+        assert_eq!(classes_keeping(hour, hour + Duration::days(100)), vec![365]);
+        assert!(classes_keeping(hour, hour + Duration::days(366)).is_empty());
+    }
+
+    /// A retention is taken where the bucket has its class's rule, refused naming the field,
+    /// the value and what to do where it has none or a shorter one.
+    #[test]
+    fn a_retention_whose_class_the_bucket_does_not_expire_is_refused() {
+        assert!(validate_retention_class(0, None).is_ok());
+        assert!(validate_retention_class(10, Some(30)).is_ok());
+        let e = validate_retention_class(10, None).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("retentionDays", "10")
+        );
+        assert!(
+            e.allowed.contains("has no lifecycle rule for archive/30d/"),
+            "{e}"
+        );
+        assert!(e.allowed.contains("update the stack"), "{e}");
+        let e = validate_retention_class(30, Some(7)).unwrap_err();
+        assert!(e.allowed.contains("keeps only 7 days"), "{e}");
+    }
+
+    /// `GRIDRELAY_ARCHIVE_STREAMS` reads back what it was written as; a bad entry is refused
+    /// naming the variable and the entry.
+    #[test]
+    fn archive_streams_read_back_and_a_bad_entry_is_named() {
+        let streams: std::collections::BTreeMap<u16, String> = ARCHIVE_CLASSES
+            .into_iter()
+            .map(|c| (c, format!("s-archive-{c}d")))
+            .collect();
+        let text = format_archive_streams(&streams);
+        assert_eq!(parse_archive_streams("V", &text).unwrap(), streams);
+        assert!(parse_archive_streams("V", "").unwrap().is_empty());
+        for bad in ["3=s", "7=", "7", "x=s", "7=a,7=b"] {
+            let e = parse_archive_streams("V", bad).unwrap_err();
+            assert_eq!(e.field, "V");
+            assert!(e.allowed.contains("[1, 7, 30, 90, 365]"), "{e}");
+        }
+    }
+
     use crate::journal::{compress_record, unpack_object};
 
     fn raw(text: &str) -> Box<RawValue> {
@@ -468,22 +595,6 @@ mod tests {
         let e = archive_window(now - day, now - Duration::hours(2), now, 7, recreated).unwrap_err();
         assert_eq!(e.field, "endTime");
         assert!(e.allowed.contains("when the topic was created"), "{e}");
-
-        // Archives kept 3 days (the expiry lowered after the topic's 7 were set): a start 4 days
-        // back is refused naming the expiry; 2 days back is read; an expiry longer than the
-        // retention changes nothing.
-        let kept = |from, kept_days| {
-            kept_archive_window((now - day * from, now), now, 7, created, kept_days)
-        };
-        let e = kept(4, Some(3)).unwrap_err();
-        assert_eq!(e.field, "startTime");
-        assert!(e.allowed.contains("keeps archives 3 days"), "{e}");
-        assert!(kept(2, Some(3)).is_ok());
-        assert!(kept(7, Some(365)).is_ok());
-        assert!(kept(7, None).is_ok());
-        let e = kept(8, Some(365)).unwrap_err();
-        assert_eq!(e.field, "startTime");
-        assert!(e.allowed.contains("the topic keeps 7 days"), "{e}");
     }
 
     #[test]

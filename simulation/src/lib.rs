@@ -652,7 +652,7 @@ impl World {
         let ingest = Ingest {
             store: store.clone(),
             delivery_queue: delivery_queue.clone(),
-            archive: Arc::new(gridrelay_ports::NoRecordStream),
+            archives: gridrelay_ports::ArchiveStreams::default(),
             accepted_ids: Arc::new(gridrelay_ports::memory::MemoryAcceptedIds::default()),
             clock: clock.clone(),
         };

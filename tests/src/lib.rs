@@ -36,7 +36,8 @@ use serde_json::{Value, json};
 /// The delivery journal's stream and bucket the [`TestSystem`]s without one of their own write
 /// to.
 pub const SHARED_JOURNAL: &str = "e2e-journal";
-/// The topic archive stream of the test systems that share [`SHARED_JOURNAL`] (into its bucket).
+/// The topic archive streams of the test systems that share [`SHARED_JOURNAL`] (into its
+/// bucket): this, then the class (`e2e-archive-7d`).
 pub const SHARED_ARCHIVE: &str = "e2e-archive";
 
 /// Whose delivery journal a [`TestSystem`] writes to.
@@ -213,7 +214,10 @@ impl TestSystem {
             Journal::Shared => ResourceNames {
                 journal_stream: SHARED_JOURNAL.to_string(),
                 journal_bucket: SHARED_JOURNAL.to_string(),
-                archive_stream: SHARED_ARCHIVE.to_string(),
+                archive_streams: gridrelay_shared::archive::ARCHIVE_CLASSES
+                    .into_iter()
+                    .map(|class| (class, format!("{SHARED_ARCHIVE}-{class}d")))
+                    .collect(),
                 ..own
             },
         };
@@ -512,7 +516,9 @@ impl TestSystem {
         self.system.shutdown().await;
         if self.names.journal_stream != SHARED_JOURNAL {
             let firehose = aws_sdk_firehose::Client::new(&self.sdk);
-            for stream in [&self.names.journal_stream, &self.names.archive_stream] {
+            let streams = std::iter::once(&self.names.journal_stream)
+                .chain(self.names.archive_streams.values());
+            for stream in streams {
                 if let Err(e) = firehose
                     .delete_delivery_stream()
                     .delivery_stream_name(stream)

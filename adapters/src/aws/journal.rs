@@ -12,7 +12,10 @@ use gridrelay_ports::{
     ArchiveRead, ArchiveSource, ArchiveStep, JournalRead, JournalSource, ObjectStore, RecordStream,
     RecordStreamError,
 };
-use gridrelay_shared::archive::{ARCHIVE_PREFIX, TimeWindow, events_in_window, read_archive_lines};
+use gridrelay_shared::archive::{
+    ARCHIVE_CLASSES, ARCHIVE_PREFIX, TimeWindow, class_prefix, classes_keeping, events_in_window,
+    read_archive_lines,
+};
 use gridrelay_shared::journal::{hour_prefix, hours_between, read_lines, unpack_object};
 use gridrelay_shared::replay::{ArchivePosition, StepBudget};
 
@@ -59,6 +62,36 @@ impl FirehoseStream {
             Ok(stream) if !stream.is_empty() => std::sync::Arc::new(Self::from_sdk(sdk, &stream)),
             _ => std::sync::Arc::new(gridrelay_ports::NoRecordStream),
         }
+    }
+
+    /// The archive's streams (#35) named by `streams` (class to stream).
+    pub fn archive_streams(
+        sdk: &aws_config::SdkConfig,
+        streams: &std::collections::BTreeMap<u16, String>,
+    ) -> gridrelay_ports::ArchiveStreams {
+        gridrelay_ports::ArchiveStreams::new(
+            streams
+                .iter()
+                .map(|(&class, stream)| {
+                    let stream: std::sync::Arc<dyn RecordStream> =
+                        std::sync::Arc::new(Self::from_sdk(sdk, stream));
+                    (class, stream)
+                })
+                .collect(),
+        )
+    }
+
+    /// The archive's streams named by
+    /// [`ARCHIVE_STREAMS_ENV`](crate::config::ARCHIVE_STREAMS_ENV); none where it is unset or
+    /// empty (a stack deployed without an archive). A value that is not a list of classes'
+    /// streams is refused, naming the variable and the entry.
+    pub fn archive_streams_from_env(
+        sdk: &aws_config::SdkConfig,
+    ) -> Result<gridrelay_ports::ArchiveStreams, gridrelay_shared::limits::LimitError> {
+        let var = crate::config::ARCHIVE_STREAMS_ENV;
+        let text = std::env::var(var).unwrap_or_default();
+        let streams = gridrelay_shared::archive::parse_archive_streams(var, &text)?;
+        Ok(Self::archive_streams(sdk, &streams))
     }
 
     /// One PutRecordBatch of `records` (their indices in the whole write start at `first`):
@@ -209,9 +242,19 @@ impl HourlyObjects {
         &self,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
-        mut parse: impl FnMut(&[u8]) -> (Vec<T>, usize),
+        parse: impl FnMut(&[u8]) -> (Vec<T>, usize),
     ) -> Result<(Vec<T>, usize), RecordStreamError> {
         let keys = self.keys(from, to).await?;
+        self.read_keys(keys, parse).await
+    }
+
+    /// The lines of the objects `keys` of this bucket, read [`READS_AT_ONCE`] at a time and
+    /// parsed by `parse`, as [`Self::read`].
+    async fn read_keys<T>(
+        &self,
+        keys: Vec<String>,
+        mut parse: impl FnMut(&[u8]) -> (Vec<T>, usize),
+    ) -> Result<(Vec<T>, usize), RecordStreamError> {
         let mut objects =
             futures::stream::iter(keys.into_iter().map(|k| self.lines(k))).buffered(READS_AT_ONCE);
         let (mut items, mut skipped) = (Vec::new(), 0);
@@ -334,13 +377,48 @@ fn written_at(key: &str) -> Option<DateTime<Utc>> {
         .map(|t| t.and_utc())
 }
 
-/// Topic archives' objects in S3 (under `archive/`), as the archive stream wrote them.
+/// Topic archives' objects in S3, as the archive's streams wrote them: each retention class's
+/// under its prefix (`archive/7d/`), and those written before classes under `archive/`.
 #[derive(Debug, Clone)]
-pub struct S3ArchiveSource(HourlyObjects);
+pub struct S3ArchiveSource {
+    unclassed: HourlyObjects,
+    classes: Vec<(u16, HourlyObjects)>,
+}
 
 impl S3ArchiveSource {
     pub fn new(client: aws_sdk_s3::Client, bucket: &str) -> Self {
-        Self(HourlyObjects::new(client, bucket, ARCHIVE_PREFIX))
+        Self {
+            unclassed: HourlyObjects::new(client.clone(), bucket, ARCHIVE_PREFIX),
+            classes: ARCHIVE_CLASSES
+                .into_iter()
+                .map(|class| {
+                    let prefix = class_prefix(class);
+                    (class, HourlyObjects::new(client.clone(), bucket, &prefix))
+                })
+                .collect(),
+        }
+    }
+
+    /// The keys of `hour`'s objects, in the order written: those written before classes, and
+    /// those of each class that still keeps the hour ([`classes_keeping`]: an older hour's
+    /// objects of a class are expired), listed at once.
+    async fn hour_keys(&self, hour: DateTime<Utc>) -> Result<Vec<String>, RecordStreamError> {
+        let kept = classes_keeping(hour, Utc::now());
+        let listings = std::iter::once(&self.unclassed)
+            .chain(
+                self.classes
+                    .iter()
+                    .filter(|(class, _)| kept.contains(class))
+                    .map(|(_, objects)| objects),
+            )
+            .map(|objects| objects.hour_keys(hour));
+        let mut keys: Vec<String> = futures::future::try_join_all(listings)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        keys.sort_by(|a, b| by_time_written(a).cmp(&by_time_written(b)));
+        Ok(keys)
     }
 }
 
@@ -352,7 +430,11 @@ impl ArchiveSource for S3ArchiveSource {
         window: &TimeWindow,
     ) -> Result<ArchiveRead, RecordStreamError> {
         let (from, to) = window.hours();
-        let (events, skipped) = self.0.read(from, to, read_archive_lines).await?;
+        let mut keys = Vec::new();
+        for hour in hours_between(from.max(to - Duration::hours(MAX_READ_HOURS)), to) {
+            keys.extend(self.hour_keys(hour).await?);
+        }
+        let (events, skipped) = self.unclassed.read_keys(keys, read_archive_lines).await?;
         Ok(ArchiveRead {
             events: events_in_window(events, topic, window),
             skipped,
@@ -383,7 +465,7 @@ impl ArchiveSource for S3ArchiveSource {
                 });
                 return Ok(step);
             }
-            for key in self.0.hour_keys(hour).await? {
+            for key in self.hour_keys(hour).await? {
                 if from
                     .is_some_and(|p| archive_order(&key) < archive_order(&p.key) || p.is_past(&key))
                 {
@@ -394,7 +476,7 @@ impl ArchiveSource for S3ArchiveSource {
                     return Ok(step);
                 }
                 objects += 1;
-                let (lines, damaged) = self.0.lines(key.clone()).await?;
+                let (lines, damaged) = self.unclassed.lines(key.clone()).await?;
                 step.skipped += damaged;
                 if step.take_from(&key, &lines, from, (topic, window), budget) {
                     return Ok(step);
@@ -407,15 +489,26 @@ impl ArchiveSource for S3ArchiveSource {
 }
 
 /// Where an archive object comes in a replay's reading: by its hour, then as
-/// [`by_time_written`].
-fn archive_order(key: &str) -> (&str, (&str, &str)) {
-    let hour = key.rsplit_once('/').map_or("", |(dir, _)| dir);
-    (hour, by_time_written(key))
+/// [`by_time_written`], whatever its class.
+fn archive_order(key: &str) -> (Option<DateTime<Utc>>, (&str, &str)) {
+    (hour_of(key), by_time_written(key))
 }
 
-/// The hour of an archive object's prefix (`archive/YYYY/MM/DD/HH/…`).
+/// The hour of an archive object's prefix (`archive/YYYY/MM/DD/HH/…`, or after a class's
+/// `archive/7d/`).
 fn hour_of(key: &str) -> Option<DateTime<Utc>> {
-    let hour = key.strip_prefix(ARCHIVE_PREFIX)?.get(..13)?;
+    let rest = key.strip_prefix(ARCHIVE_PREFIX)?;
+    let rest = match rest.split_once('/') {
+        Some((class, after))
+            if class.len() > 1
+                && class.ends_with('d')
+                && class[..class.len() - 1].bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            after
+        }
+        _ => rest,
+    };
+    let hour = rest.get(..13)?;
     chrono::NaiveDateTime::parse_from_str(&format!("{hour}/00"), "%Y/%m/%d/%H/%M")
         .ok()
         .map(|t| t.and_utc())
@@ -443,6 +536,14 @@ mod tests {
         let later_same_hour = "archive/2026/11/27/13/s-archive-1-2026-11-27-14-00-00-0a.json.gz";
         assert!(archive_order(key) < archive_order(later_same_hour));
         assert!(archive_order(later_same_hour) < archive_order(next_hour));
+        // A class's object: its hour after the class, and in order with unclassed ones.
+        let classed = "archive/30d/2026/11/27/13/s-archive-30d-1-2026-11-27-13-59-10-0c.json.gz";
+        assert_eq!(hour_of(classed), hour_of(key));
+        assert!(archive_order(key) < archive_order(classed));
+        assert!(archive_order(classed) < archive_order(next_hour));
+        // Where a step that listed no hour leaves the next: before every object of the hour.
+        assert!(archive_order("archive/2026/11/27/13/") < archive_order(key));
+        assert!(archive_order("archive/2026/11/27/13/") < archive_order(classed));
     }
 
     /// Objects are read in the order Firehose wrote them, whatever the stream's version.

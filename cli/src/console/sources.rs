@@ -77,7 +77,6 @@ pub(in crate::console) struct Sources {
     secrets: SecretsManagerStore,
     secret_prefix: String,
     tables: TableNames,
-    journal_bucket: String,
     replays: ReplayPlaces,
     portal: Option<PortalLinks>,
     /// How long the journal's stream gathers entries before it writes them, as it says
@@ -125,7 +124,6 @@ impl Sources {
             secrets: SecretsManagerStore::from_sdk(&sdk),
             secret_prefix: resources.secret_prefix,
             tables: resources.tables.clone(),
-            journal_bucket: resources.journal_bucket.clone(),
             replays: resources.replays,
             portal: resources.portal,
             sdk,
@@ -410,7 +408,6 @@ impl Sources {
             tables: self.tables.clone(),
             replays_table: table,
             archive_stream: self.replays.archive_stream.clone(),
-            journal_bucket: Some(self.journal_bucket.clone()),
             queues: OwnQueues {
                 delivery: &self.delivery_queue,
                 control: self.replays.control_queue.as_deref(),

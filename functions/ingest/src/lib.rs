@@ -15,9 +15,10 @@ use std::sync::Arc;
 use gridrelay_adapters::journal::{Budget, Stream, write_lines};
 use gridrelay_ports::fan_out::{FanOutError, fan_out};
 use gridrelay_ports::{
-    AcceptedIds, Clock, MessageQueue, RecordStream, SubscriptionStore, Update, update_subscription,
+    AcceptedIds, ArchiveStreams, Clock, MessageQueue, SubscriptionStore, Update,
+    update_subscription,
 };
-use gridrelay_shared::archive::archive_lines;
+use gridrelay_shared::archive::{archive_class, archive_lines};
 use gridrelay_shared::dedup::{EventIdentity, distinct, event_identity, plan_publish};
 use gridrelay_shared::publish::{PublishBody, PublishError, TopicSchema, parse_publish};
 use gridrelay_shared::sas::verify_sas_token;
@@ -33,8 +34,9 @@ use tracing::{Instrument, error, info, info_span, warn};
 pub struct Ingest {
     pub store: Arc<dyn SubscriptionStore>,
     pub delivery_queue: Arc<dyn MessageQueue>,
-    /// Where the events of topics with a retention go once they are accepted (#35).
-    pub archive: Arc<dyn RecordStream>,
+    /// Where the events of topics with a retention go once they are accepted (#35): the
+    /// stream of the retention's class.
+    pub archives: ArchiveStreams,
     /// The event ids topics with a deduplication window accepted (P1).
     pub accepted_ids: Arc<dyn AcceptedIds>,
     pub clock: Arc<dyn Clock>,
@@ -537,12 +539,24 @@ impl Ingest {
         events: &[Box<serde_json::value::RawValue>],
         now: chrono::DateTime<chrono::Utc>,
     ) -> usize {
-        if topic.retention_days == 0 {
+        let Some(class) = archive_class(topic.retention_days) else {
             return 0;
-        }
+        };
+        let Some(stream) = self.archives.of_class(class) else {
+            if self.archives.is_empty() {
+                // A stack deployed without an archive.
+                return 0;
+            }
+            error!(
+                class,
+                retention_days = topic.retention_days,
+                "no archive stream for the topic's retention class; its events are not archived"
+            );
+            return events.len();
+        };
         let lines = archive_lines(&topic.name, topic.input_schema, now, events);
         write_lines(
-            self.archive.as_ref(),
+            stream,
             lines,
             Budget::own(ARCHIVE_WRITE_BUDGET),
             Stream::Archive,

@@ -7,8 +7,7 @@ use gridrelay_adapters::aws::{
     subscription_store,
 };
 use gridrelay_adapters::config::{
-    ARCHIVE_STREAM_ENV, DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, TableNames,
-    config_cache_from_env, required,
+    DELIVERY_QUEUE_URL_ENV, DELIVERY_STATE_TABLE_ENV, TableNames, config_cache_from_env, required,
 };
 use gridrelay_ingest::Ingest;
 use gridrelay_ports::SystemClock;
@@ -33,7 +32,7 @@ async fn run() -> Result<(), Error> {
     let ingest = Arc::new(Ingest {
         store: subscription_store(&sdk, TableNames::from_env(), config_cache_from_env()?),
         delivery_queue: fan_out_queues(&aws_sdk_sqs::Client::new(&sdk), queue_url, &key),
-        archive: FirehoseStream::named_by(&sdk, ARCHIVE_STREAM_ENV),
+        archives: FirehoseStream::archive_streams_from_env(&sdk)?,
         accepted_ids: Arc::new(DynamoDeliveryStateStore::from_sdk(&sdk, state_table)),
         clock: Arc::new(SystemClock),
     });

@@ -118,7 +118,7 @@ impl World {
         let ingest = Ingest {
             store: self.store.clone(),
             delivery_queue: queue.clone(),
-            archive: Arc::new(gridrelay_ports::NoRecordStream),
+            archives: gridrelay_ports::ArchiveStreams::default(),
             accepted_ids: Arc::new(gridrelay_ports::memory::MemoryAcceptedIds::default()),
             clock: self.clock.clone(),
         };

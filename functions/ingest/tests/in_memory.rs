@@ -50,7 +50,7 @@ impl World {
         let ingest = Ingest {
             store: store.clone(),
             delivery_queue: queue.clone(),
-            archive: archive.clone(),
+            archives: gridrelay_ports::ArchiveStreams::every_class(archive.clone()),
             accepted_ids: accepted_ids.clone(),
             clock: clock.clone(),
         };
@@ -137,7 +137,7 @@ async fn warm(topic: &Topic) -> Warm {
         ingest: Ingest {
             store: Arc::new(cached),
             delivery_queue: w.queue,
-            archive: Arc::new(gridrelay_ports::NoRecordStream),
+            archives: gridrelay_ports::ArchiveStreams::default(),
             accepted_ids: Arc::new(MemoryAcceptedIds::default()),
             clock,
         },
@@ -355,6 +355,40 @@ async fn a_topic_with_a_retention_archives_what_it_accepted() {
     }
 }
 
+/// #35: a topic's events go to the stream of its retention's class (10 days: the 30-day
+/// class's), and to no other; a class without a stream (a stack deployed with some) archives
+/// nothing and counts its events as not written, and the publish still succeeds.
+#[tokio::test]
+async fn a_topics_events_go_to_the_stream_of_its_retention_class() {
+    use std::collections::BTreeMap;
+    let mut w = World::new(with_retention("orders", 10)).await;
+    let streams: BTreeMap<u16, Arc<MemoryJournal>> = [7, 30, 365]
+        .into_iter()
+        .map(|class| (class, Arc::new(MemoryJournal::default())))
+        .collect();
+    w.ingest.archives = gridrelay_ports::ArchiveStreams::new(
+        streams
+            .iter()
+            .map(|(&class, s)| {
+                let s: Arc<dyn gridrelay_ports::RecordStream> = s.clone();
+                (class, s)
+            })
+            .collect(),
+    );
+    assert_eq!(w.publish(TWO_EVENTS).await.status, 200);
+    let lines = |class: u16| read_archive_lines(&streams[&class].written_lines()).0.len();
+    assert_eq!((lines(7), lines(30), lines(365)), (0, 2, 0));
+
+    let mut w = World::new(with_retention("daily", 1)).await;
+    w.ingest.archives = gridrelay_ports::ArchiveStreams::new(BTreeMap::from([(
+        30,
+        streams[&30].clone() as Arc<dyn gridrelay_ports::RecordStream>,
+    )]));
+    assert_eq!(w.publish(TWO_EVENTS).await.status, 200);
+    assert_eq!(w.queue.sent().len(), 2, "enqueued all the same");
+    assert_eq!(lines(30), 2, "nothing of the 1-day class's");
+}
+
 /// #35: a topic without a retention (0, the default) archives nothing; nor does a refused
 /// publish or one whose events could not all be enqueued (not accepted: the publisher
 /// retries it, and the retry is what is archived).
@@ -496,7 +530,7 @@ async fn a_publish_answered_503_and_retried_is_delivered_p1_g1() {
         accepted_ids: Arc::new(ReadOnly(w.accepted_ids.clone())),
         store: w.store.clone(),
         delivery_queue: w.queue.clone(),
-        archive: Arc::new(gridrelay_ports::NoRecordStream),
+        archives: gridrelay_ports::ArchiveStreams::default(),
         clock: w.clock.clone(),
     };
     let body = event_grid(&["c"]);

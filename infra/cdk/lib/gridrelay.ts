@@ -32,6 +32,10 @@ const MAX_MESSAGE_SIZE_BYTES = 1_048_576;
  * it is due is a receive (shared/src/ordering.rs ORDERED_MAX_RECEIVE_COUNT). */
 const ORDERED_MAX_RECEIVE_COUNT = 1000;
 /** The control queue's event source: the least maximum concurrency SQS event sources allow. */
+/** #35: the topic archive's retention classes, in days (shared::archive::ARCHIVE_CLASSES): a
+ * topic's events are archived in the shortest at least as long as its retention. */
+export const ARCHIVE_CLASSES = [1, 7, 30, 90, 365];
+
 const CONTROL_MAX_CONCURRENCY = 2;
 
 export interface GridrelayProps {
@@ -96,10 +100,10 @@ export interface GridrelayProps {
   /** How long the delivery journal (every attempt of every event, docs/journal.md) is kept,
    * in whole days from 1 to 365. Default 7 days. */
   readonly journalRetention?: Duration;
-  /** How long the topic archives are kept (#35), every topic's alike, in whole days from 1 to
-   * 365: a topic's `--retention-days` may be at most this (the command line reads it from the
-   * journal bucket's rule). Default 365 days (lower it to the longest retention your topics
-   * need, to store less). docs/archive.md. */
+  /** How long the topic archives written before retention classes (by a stack from before them,
+   * under `archive/YYYY/`) are kept, in whole days from 1 to 365. Default 365 days. Archives
+   * written since are kept by their topic's class (1, 7, 30, 90 or 365 days, the shortest at
+   * least as long as its `--retention-days`). docs/archive.md. */
   readonly archiveRetention?: Duration;
   /** How long the journal's stream gathers entries before writing them (0 to 900 s): an attempt
    * can be read by `gridrelay event show` this long after it was made. Default 60 s. */
@@ -161,9 +165,10 @@ export class Gridrelay extends Construct {
    * table `journalTable`. */
   public readonly journalBucket: s3.Bucket;
   public readonly journalStream: firehose.CfnDeliveryStream;
-  /** Topic archives (#35): ingest puts the accepted events of topics with a retention to this
-   * stream, which writes them into `journalBucket` under `archive/YYYY/MM/DD/HH/`. */
-  public readonly archiveStream: firehose.CfnDeliveryStream;
+  /** Topic archives (#35): ingest puts the accepted events of topics with a retention to the
+   * stream of their retention class (`days`), which writes them into `journalBucket` under
+   * `archive/<days>d/YYYY/MM/DD/HH/`, expired by the class's lifecycle rule. */
+  public readonly archiveStreams: { readonly days: number; readonly stream: firehose.CfnDeliveryStream }[];
   public readonly journalTable: glue.CfnTable;
   /** The key every message on the construct's own queues is sealed with (#34 item 2). */
   public readonly queueKey: secretsmanager.Secret;
@@ -268,17 +273,25 @@ export class Gridrelay extends Construct {
       enforceSSL: true,
       lifecycleRules: [
         { id: 'ExpireJournal', prefix: 'journal/', expiration: Duration.days(limits.journalDays) },
-        // Topic archives: kept archiveRetention, the longest a topic's retention may be (the
-        // command line reads this rule); a topic's replays reach back its own.
-        { id: 'ExpireArchive', prefix: 'archive/', expiration: Duration.days(limits.archiveDays) },
+        // Topic archives: each retention class's objects expire after its days (the command
+        // line reads these rules); a topic's replays reach back its own retention.
+        ...ARCHIVE_CLASSES.map((days) => ({ id: `ExpireArchive${days}d`, prefix: `archive/${days}d/`, expiration: Duration.days(days) })),
+        // Archives written before classes (archive/YYYY/...): archiveRetention.
+        { id: 'ExpireArchive', prefix: 'archive/2', expiration: Duration.days(limits.archiveDays) },
         { id: 'AbortIncompleteUploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
       ],
       removalPolicy,
     });
     this.journalStream = this.hourlyStream('Journal', 'journal/', limits.journalBufferSeconds);
     // #35: topic archives, beside the journal: ingest puts the accepted events of topics with a
-    // retention to this stream; replays read them under archive/.
-    this.archiveStream = this.hourlyStream('Archive', 'archive/', limits.journalBufferSeconds);
+    // retention to their class's stream (one role for all: archive/ only); replays read them
+    // under archive/. The 365-day class's is the construct's first archive stream, kept as it
+    // was (ArchiveStream).
+    const archiveRole = this.streamRole('Archive', 'archive/');
+    this.archiveStreams = ARCHIVE_CLASSES.map((days) => ({
+      days,
+      stream: this.hourlyStream(days === 365 ? 'Archive' : `Archive${days}d`, `archive/${days}d/`, limits.journalBufferSeconds, archiveRole),
+    }));
     const journalDatabase = new glue.CfnDatabase(this, 'JournalDatabase', {
       catalogId: Stack.of(this).account,
       databaseInput: { description: "gridrelay's delivery journal (docs/journal.md)." },
@@ -431,7 +444,7 @@ export class Gridrelay extends Construct {
       allow(f, ['firehose:PutRecordBatch'], [this.journalStream.attrArn]);
     }
     // #35: topic archives, one PutRecordBatch per publish to a topic with a retention.
-    allow(this.ingest, ['firehose:PutRecordBatch'], [this.archiveStream.attrArn]);
+    allow(this.ingest, ['firehose:PutRecordBatch'], this.archiveStreams.map((a) => a.stream.attrArn));
     // P1: accepted event ids of topics with a deduplication window, read (one BatchGetItem per
     // 100 events) and marked (one BatchWriteItem per 25); those items only.
     this.ingest.addToRolePolicy(new iam.PolicyStatement({
@@ -598,8 +611,9 @@ export class Gridrelay extends Construct {
     // records on.
     this.deliver.addEnvironment('GRIDRELAY_REPLAYS_TABLE', this.replaysTable.tableName);
     this.deliver.addEnvironment('GRIDRELAY_JOURNAL_BUCKET', this.journalBucket.bucketName);
-    // #35: accepted events of topics with a retention go to their archive, one call per publish.
-    this.ingest.addEnvironment('GRIDRELAY_ARCHIVE_STREAM', this.archiveStream.ref);
+    // #35: accepted events of topics with a retention go to their class's archive stream, one
+    // call per publish.
+    this.ingest.addEnvironment('GRIDRELAY_ARCHIVE_STREAMS', this.archiveStreamNames());
 
     this.alarms(props.alarmTopic);
   }
@@ -607,7 +621,13 @@ export class Gridrelay extends Construct {
   /** A Firehose stream into the journal's bucket under `prefix` and its own UTC hour prefix,
    * keeping the records as their writers compressed them (GZIP members, billed by their
    * bytes) in objects named .json.gz for Athena, through a role that may write only there. */
-  private hourlyStream(name: string, prefix: string, bufferSeconds: number): firehose.CfnDeliveryStream {
+  /** `GRIDRELAY_ARCHIVE_STREAMS`: each class's stream, as `1=name,7=name,…`. */
+  private archiveStreamNames(): string {
+    return this.archiveStreams.map((a) => `${a.days}=${a.stream.ref}`).join(',');
+  }
+
+  /** A role Firehose takes to write the journal's bucket under `prefix` only. */
+  private streamRole(name: string, prefix: string): iam.Role {
     const role = new iam.Role(this, `${name}StreamRole`, {
       assumedBy: new iam.ServicePrincipal('firehose.amazonaws.com', {
         conditions: { StringEquals: { 'aws:SourceAccount': Stack.of(this).account } },
@@ -621,6 +641,10 @@ export class Gridrelay extends Construct {
       actions: ['s3:PutObject', 's3:GetObject', 's3:AbortMultipartUpload'],
       resources: [this.journalBucket.arnForObjects(`${prefix}*`)],
     }));
+    return role;
+  }
+
+  private hourlyStream(name: string, prefix: string, bufferSeconds: number, role = this.streamRole(name, prefix)): firehose.CfnDeliveryStream {
     const stream = new firehose.CfnDeliveryStream(this, `${name}Stream`, {
       deliveryStreamType: 'DirectPut',
       deliveryStreamEncryptionConfigurationInput: { keyType: 'AWS_OWNED_CMK' },
@@ -701,7 +725,7 @@ export class Gridrelay extends Construct {
     new CfnOutput(this, 'DeadLetterBucketName', { value: this.deadLetterBucket.bucketName, description: 'Dead-letter destinations are s3://THIS-BUCKET/PREFIX.' });
     new CfnOutput(this, 'JournalBucketName', { value: this.journalBucket.bucketName, description: 'Set GRIDRELAY_JOURNAL_BUCKET to it (`gridrelay event show` reads the delivery journal there).' });
     new CfnOutput(this, 'JournalStreamName', { value: this.journalStream.ref });
-    new CfnOutput(this, 'ArchiveStreamName', { value: this.archiveStream.ref, description: "The topic archives' stream (#35); they are kept in JournalBucketName under archive/." });
+    new CfnOutput(this, 'ArchiveStreamNames', { value: this.archiveStreamNames(), description: "The topic archives' streams by retention class (#35), for GRIDRELAY_ARCHIVE_STREAMS; they are kept in JournalBucketName under archive/<class>d/." });
     new CfnOutput(this, 'ReplaysTableName', { value: this.replaysTable.tableName, description: 'Set GRIDRELAY_REPLAYS_TABLE to it (`gridrelay replay` starts, reads and cancels replays there).' });
     new CfnOutput(this, 'DeliveryStateTableName', { value: this.deliveryStateTable.tableName, description: 'Set GRIDRELAY_DELIVERY_STATE_TABLE to it (`event-subscription show` and `gridrelay console` read endpoint health there).' });
     new CfnOutput(this, 'JournalAthenaTable', { value: `${this.journalTable.databaseName}.journal`, description: 'The delivery journal as an Athena table (docs/journal.md has queries).' });

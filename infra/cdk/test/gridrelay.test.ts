@@ -8,6 +8,7 @@ import * as assert from 'node:assert/strict';
 import { App, Duration, Stack } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { Architecture } from 'aws-cdk-lib/aws-lambda';
+import * as firehose from 'aws-cdk-lib/aws-kinesisfirehose';
 import { Gridrelay, GridrelayProps } from '../lib/gridrelay';
 
 function synth(props: GridrelayProps = {}): { template: Template; construct: Gridrelay; stack: Stack } {
@@ -117,7 +118,8 @@ test('#35: the delivery journal: deliver and dead-letter put to its stream only;
       Environment: { Variables: Match.objectLike({ GRIDRELAY_JOURNAL_STREAM: { Ref: stream } }) },
     });
   }
-  assert.deepEqual(grants(construct.ingest).get('firehose:PutRecordBatch'), [{ 'Fn::GetAtt': [stack.resolve(construct.archiveStream.logicalId), 'Arn'] }]);
+  const archives = construct.archiveStreams.map((a) => stack.resolve(a.stream.logicalId));
+  assert.deepEqual(grants(construct.ingest).get('firehose:PutRecordBatch'), archives.map((a) => ({ 'Fn::GetAtt': [a, 'Arn'] })));
   template.hasResourceProperties('AWS::KinesisFirehose::DeliveryStream', {
     DeliveryStreamType: 'DirectPut',
     ExtendedS3DestinationConfiguration: Match.objectLike({
@@ -136,23 +138,39 @@ test('#35: the delivery journal: deliver and dead-letter put to its stream only;
     .filter((s: { Action: string | string[] }) => [s.Action].flat().includes('s3:PutObject'));
   const journalWrites = writes.filter((s: { Resource: unknown }) => JSON.stringify(s.Resource).includes('journal/*'));
   assert.equal(journalWrites.length, 1, JSON.stringify(writes));
-  // #35: the archive's stream: ingest alone puts to it; it writes only archive/ objects, kept
-  // past the longest retention a topic can have.
-  const archive = stack.resolve(construct.archiveStream.logicalId);
+  // #35: the archive's streams, one per retention class: ingest alone puts to them, named in
+  // GRIDRELAY_ARCHIVE_STREAMS; each writes under its class's prefix through one role that
+  // writes only archive/ objects; each class's objects expire after its days, and those
+  // written before classes after archiveRetention (365 by default).
+  assert.deepEqual(construct.archiveStreams.map((a) => a.days), [1, 7, 30, 90, 365]);
+  assert.equal(archives[4], stack.resolve((construct.node.findChild('ArchiveStream') as firehose.CfnDeliveryStream).logicalId), 'the 365-day class keeps the first stream');
   template.hasResourceProperties('AWS::Lambda::Function', {
     Role: { 'Fn::GetAtt': [stack.resolve((construct.ingest.role!.node.defaultChild as unknown as { logicalId: string }).logicalId), 'Arn'] },
-    Environment: { Variables: Match.objectLike({ GRIDRELAY_ARCHIVE_STREAM: { Ref: archive } }) },
+    Environment: {
+      Variables: Match.objectLike({
+        GRIDRELAY_ARCHIVE_STREAMS: {
+          'Fn::Join': ['', ['1=', { Ref: archives[0] }, ',7=', { Ref: archives[1] }, ',30=', { Ref: archives[2] }, ',90=', { Ref: archives[3] }, ',365=', { Ref: archives[4] }]],
+        },
+      }),
+    },
   });
   for (const f of [construct.deliver, construct.deadLetter]) {
-    assert.ok(!JSON.stringify(grants(f).get('firehose:PutRecordBatch')).includes(archive));
+    for (const archive of archives) {
+      assert.ok(!JSON.stringify(grants(f).get('firehose:PutRecordBatch')).includes(archive));
+    }
   }
-  template.hasResourceProperties('AWS::KinesisFirehose::DeliveryStream', {
-    ExtendedS3DestinationConfiguration: Match.objectLike({ Prefix: 'archive/', CompressionFormat: 'UNCOMPRESSED', FileExtension: '.json.gz' }),
-  });
+  for (const days of [1, 7, 30, 90, 365]) {
+    template.hasResourceProperties('AWS::KinesisFirehose::DeliveryStream', {
+      ExtendedS3DestinationConfiguration: Match.objectLike({ Prefix: `archive/${days}d/`, CompressionFormat: 'UNCOMPRESSED', FileExtension: '.json.gz' }),
+    });
+    template.hasResourceProperties('AWS::S3::Bucket', {
+      LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Prefix: `archive/${days}d/`, ExpirationInDays: days })]) },
+    });
+  }
   const archiveWrites = writes.filter((s: { Resource: unknown }) => JSON.stringify(s.Resource).includes('archive/*'));
   assert.equal(archiveWrites.length, 1, JSON.stringify(writes));
   template.hasResourceProperties('AWS::S3::Bucket', {
-    LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Prefix: 'archive/', ExpirationInDays: 365 })]) },
+    LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Prefix: 'archive/2', ExpirationInDays: 365 })]) },
   });
   template.hasResourceProperties('AWS::Glue::Table', {
     TableInput: Match.objectLike({
