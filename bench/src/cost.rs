@@ -52,8 +52,14 @@ pub const LIST_PRICES: Prices = Prices {
 
 /// How long the journal is kept by default (`JournalRetentionDays`), for its storage's cost.
 pub const JOURNAL_RETENTION_DAYS: f64 = 7.0;
-/// The benchmark topics' archive retention (`--retention-days 7`), for its storage's cost.
+/// The benchmark topics' archive retention (`--retention-days 7`).
 pub const ARCHIVE_RETENTION_DAYS: f64 = 7.0;
+
+/// How long the benchmark topics' archived events are stored: their retention's class
+/// (`shared::archive::archive_class`; 7 days keeps 7), for the archive storage's cost.
+pub fn archive_stored_days() -> f64 {
+    gridrelay_shared::archive::archive_class(ARCHIVE_RETENTION_DAYS as u16).map_or(0.0, f64::from)
+}
 /// The deduplicated rows' window (`--dedup-window-seconds`, P1): the longest. What it costs
 /// does not depend on it (a read and a write of each event's id); its marks' storage is a
 /// few hundred bytes per event for about an hour and a day at most, under $0.01 per million.
@@ -100,7 +106,7 @@ pub struct Usage {
     pub journal_stored_bytes: u64,
     /// The topic archive's Firehose records (`ingest`'s), in 5 KB steps.
     pub archive_steps: u64,
-    /// The archive's bytes as stored, kept [`ARCHIVE_RETENTION_DAYS`].
+    /// The archive's bytes as stored, kept [`archive_stored_days`].
     pub archive_stored_bytes: u64,
 }
 
@@ -175,7 +181,7 @@ impl Usage {
             archive: (self.archive_steps as f64 * prices.firehose_5kb_step
                 + self.archive_stored_bytes as f64 / 1e9
                     * prices.s3_gb_month
-                    * (ARCHIVE_RETENTION_DAYS / 30.0))
+                    * (archive_stored_days() / 30.0))
                 * scale,
         }
     }

@@ -490,8 +490,9 @@ async fn e2e_bench(
         e2e::FUNCTION_MEMORY_MB
     );
     println!(
-        "  a topic keeps no archive unless created with --retention-days (#35): the rows price that default, and the rows marked {days} d price a topic archived for {days} days, its ingest calls and storage included",
-        days = cost::ARCHIVE_RETENTION_DAYS
+        "  a topic keeps no archive unless created with --retention-days (#35): the rows price that default, and the rows marked {days} d price a topic archived for {days} days, its ingest calls and storage included (stored {stored} days: its retention class)",
+        days = cost::ARCHIVE_RETENTION_DAYS,
+        stored = cost::archive_stored_days()
     );
     println!(
         "  the topic column: 'off' is a topic as created by default; '{days} d' keeps an archive; 'dedup' has --dedup-window-seconds {window} (P1): ingest reads and writes a DynamoDB item per event, in batch calls",
