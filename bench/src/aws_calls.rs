@@ -178,7 +178,7 @@ fn is_archive_stream(stream: &str) -> bool {
     })
 }
 
-/// What a PutRecordBatch to a topic archive's stream (`<prefix>-archive`) is counted as, apart
+/// What a PutRecordBatch to a topic archive's stream (`<prefix>-archive-7d`) is counted as, apart
 /// from the delivery journal's.
 pub const ARCHIVE_PUT: &str = "firehose:PutRecordBatch(archive)";
 

@@ -55,11 +55,15 @@ pub const JOURNAL_RETENTION_DAYS: f64 = 7.0;
 /// The benchmark topics' archive retention (`--retention-days 7`).
 pub const ARCHIVE_RETENTION_DAYS: f64 = 7.0;
 
-/// How long the benchmark topics' archived events are stored: their retention's class
-/// (`shared::archive::archive_class`; 7 days keeps 7), for the archive storage's cost.
+/// How long the benchmark topics' archived events are stored: their retention's class and its
+/// day of margin (`shared::archive::class_expiry_days`; 7 days keeps 8), for the archive
+/// storage's cost.
 pub fn archive_stored_days() -> f64 {
-    gridrelay_shared::archive::archive_class(ARCHIVE_RETENTION_DAYS as u16).map_or(0.0, f64::from)
+    use gridrelay_shared::archive::{archive_class, class_expiry_days};
+    archive_class(ARCHIVE_RETENTION_DAYS as u16)
+        .map_or(0.0, |class| f64::from(class_expiry_days(class)))
 }
+
 /// The deduplicated rows' window (`--dedup-window-seconds`, P1): the longest. What it costs
 /// does not depend on it (a read and a write of each event's id); its marks' storage is a
 /// few hundred bytes per event for about an hour and a day at most, under $0.01 per million.

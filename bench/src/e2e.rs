@@ -580,9 +580,9 @@ pub async fn run(
     })
 }
 
-/// Deletes a finished case's Firehose streams (its journal's and its archive's), straight at
-/// the emulator, not through the counting proxy: moto allows 50 streams per account, and
-/// `make bench` runs more cases than that on one moto.
+/// Deletes a finished case's Firehose streams (its journal's and its archive classes'),
+/// straight at the emulator, not through the counting proxy: `make bench` runs many cases on
+/// one moto, and moto's server allows 1,000 streams.
 async fn delete_streams(names: &ResourceNames) -> anyhow::Result<()> {
     let firehose = aws_sdk_firehose::Client::new(&gridrelay_e2e::sdk_config().await);
     for stream in std::iter::once(&names.journal_stream).chain(names.archive_streams.values()) {

@@ -289,8 +289,6 @@ fn choose_targets(
     Ok(targets)
 }
 
-/// How long the archive's stream gathers records before it writes them (its buffering
-/// interval): the longest Firehose allows, 900 s, where it cannot be read.
 /// The stream whose buffering interval a replay waits past its window's end: any of the
 /// archive's (`streams`, `1=name,7=name,…`; the stacks give them all the same interval). None,
 /// said on stderr, where `streams` is not such a list.
@@ -305,6 +303,8 @@ pub(crate) fn buffering_stream(streams: &str) -> Option<String> {
     }
 }
 
+/// How long the archive's stream gathers records before it writes them (its buffering
+/// interval): the longest Firehose allows, 900 s, where it cannot be read.
 async fn archive_buffer(sdk: &aws_config::SdkConfig, stream: Option<&str>) -> Duration {
     const LONGEST: Duration = Duration::from_secs(900);
     let Some(stream) = stream else {

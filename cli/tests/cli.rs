@@ -2198,8 +2198,8 @@ async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
         let prefix = gridrelay_shared::archive::class_prefix(class);
         assert_eq!(
             objects.expiration_days(bucket, &prefix).await.unwrap(),
-            Some(class),
-            "{prefix}"
+            Some(class + 1),
+            "{prefix}: a day past the class"
         );
     }
 
@@ -2211,8 +2211,8 @@ async fn a_topic_with_a_retention_lists_exactly_what_it_accepted_in_a_window() {
             bucket,
             &[
                 ("ExpireJournal", "journal/", 7),
-                ("ExpireArchive7d", "archive/7d/", 7),
-                ("ExpireArchive30d", "archive/30d/", 30),
+                ("ExpireArchive7d", "archive/7d/", 8),
+                ("ExpireArchive30d", "archive/30d/", 31),
             ],
         )
         .await

@@ -21,8 +21,8 @@ use gridrelay_adapters::config::{
     TOPICS_TABLE_ENV,
 };
 use gridrelay_shared::archive::{
-    ARCHIVE_CLASSES, DEFAULT_UNCLASSED_EXPIRY_DAYS, UNCLASSED_PREFIX, class_prefix,
-    format_archive_streams,
+    ARCHIVE_CLASSES, DEFAULT_UNCLASSED_EXPIRY_DAYS, UNCLASSED_PREFIX, class_expiry_days,
+    class_prefix, format_archive_streams,
 };
 use gridrelay_shared::journal::JOURNAL_PREFIX;
 use gridrelay_shared::ordering::ORDERED_MAX_RECEIVE_COUNT;
@@ -279,7 +279,10 @@ pub async fn provision(
     // before classes the stacks' `ArchiveRetentionDays` default.
     let class_rules: Vec<(String, String, u16)> = ARCHIVE_CLASSES
         .into_iter()
-        .map(|class| (format!("ExpireArchive{class}d"), class_prefix(class), class))
+        .map(|class| {
+            let days = class_expiry_days(class);
+            (format!("ExpireArchive{class}d"), class_prefix(class), days)
+        })
         .collect();
     let mut rules: Vec<(&str, &str, u16)> = vec![
         ("ExpireJournal", JOURNAL_PREFIX, 7),

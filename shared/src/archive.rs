@@ -71,6 +71,13 @@ pub fn archive_class(retention_days: u16) -> Option<u16> {
         .find(|&class| class >= retention_days)
 }
 
+/// How long a class's objects are kept: a day past the class, so a read at the edge of a
+/// topic's retention, or a replay that takes up to a day, still finds them (the stacks'
+/// lifecycle rule of the class).
+pub fn class_expiry_days(class: u16) -> u16 {
+    class + 1
+}
+
 /// Where a class's objects are in the bucket: `archive/7d/`, then the stream's hour prefix.
 pub fn class_prefix(class: u16) -> String {
     format!("{ARCHIVE_PREFIX}{class}d/")
@@ -86,13 +93,15 @@ pub const UNCLASSED_PREFIX: &str = "archive/2";
 /// classes deletes nothing its topics' retentions still reach.
 pub const DEFAULT_UNCLASSED_EXPIRY_DAYS: u16 = 365;
 
-/// The classes whose objects of `hour` may still be kept at `now`: S3 expires an object at the
-/// first midnight (UTC) after its class's days have passed since it was written, so a class is
-/// read for an hour until a day past that.
+/// The classes whose objects of `hour` may still be kept at `now`. An object of the hour is
+/// written within its first 75 minutes (the stream's longest buffering after the hour it
+/// names), kept [`class_expiry_days`], and deleted by S3 at a midnight (UTC) after that, in
+/// time: a class is read for an hour until two days past its expiry. Past that, every
+/// object of the hour in the class is gone.
 pub fn classes_keeping(hour: DateTime<Utc>, now: DateTime<Utc>) -> Vec<u16> {
     ARCHIVE_CLASSES
         .into_iter()
-        .filter(|&class| hour + Duration::days(i64::from(class) + 1) > now)
+        .filter(|&class| hour + Duration::days(i64::from(class_expiry_days(class)) + 2) > now)
         .collect()
 }
 
@@ -492,21 +501,24 @@ mod tests {
         assert_eq!(class_prefix(30), "archive/30d/");
     }
 
-    /// An hour's objects of a class are read until a day past the class's days.
+    /// An hour's objects of a class are read until two days past its expiry, a day past the
+    /// class.
     #[test]
     fn an_hour_is_read_in_the_classes_that_still_keep_it() {
         let hour = Utc.with_ymd_and_hms(2026, 11, 1, 12, 0, 0).unwrap();
         assert_eq!(classes_keeping(hour, hour), ARCHIVE_CLASSES.to_vec());
+        // The 1-day class: kept 2 days, read until 4.
         assert_eq!(
-            classes_keeping(hour, hour + Duration::days(2) - Duration::minutes(1)),
+            classes_keeping(hour, hour + Duration::days(4) - Duration::minutes(1)),
             ARCHIVE_CLASSES.to_vec()
         );
         assert_eq!(
-            classes_keeping(hour, hour + Duration::days(2)),
+            classes_keeping(hour, hour + Duration::days(4)),
             vec![7, 30, 90, 365]
         );
         assert_eq!(classes_keeping(hour, hour + Duration::days(100)), vec![365]);
-        assert!(classes_keeping(hour, hour + Duration::days(366)).is_empty());
+        assert_eq!(classes_keeping(hour, hour + Duration::days(367)), vec![365]);
+        assert!(classes_keeping(hour, hour + Duration::days(368)).is_empty());
     }
 
     /// A retention is taken where the bucket has its class's rule, refused naming the field,

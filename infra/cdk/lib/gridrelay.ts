@@ -31,11 +31,12 @@ const MAX_MESSAGE_SIZE_BYTES = 1_048_576;
 /** O1: the ordered queue's redrive count, SQS's most: every hold of an ordered message until
  * it is due is a receive (shared/src/ordering.rs ORDERED_MAX_RECEIVE_COUNT). */
 const ORDERED_MAX_RECEIVE_COUNT = 1000;
-/** The control queue's event source: the least maximum concurrency SQS event sources allow. */
 /** #35: the topic archive's retention classes, in days (shared::archive::ARCHIVE_CLASSES): a
- * topic's events are archived in the shortest at least as long as its retention. */
+ * topic's events are archived in the shortest at least as long as its retention, and its
+ * objects expire a day past the class (shared::archive::class_expiry_days). */
 export const ARCHIVE_CLASSES = [1, 7, 30, 90, 365];
 
+/** The control queue's event source: the least maximum concurrency SQS event sources allow. */
 const CONTROL_MAX_CONCURRENCY = 2;
 
 export interface GridrelayProps {
@@ -169,6 +170,11 @@ export class Gridrelay extends Construct {
    * stream of their retention class (`days`), which writes them into `journalBucket` under
    * `archive/<days>d/YYYY/MM/DD/HH/`, expired by the class's lifecycle rule. */
   public readonly archiveStreams: { readonly days: number; readonly stream: firehose.CfnDeliveryStream }[];
+  /** @deprecated The 365-day class's stream, the construct's first archive stream (kept by
+   * name); use `archiveStreams`. */
+  public get archiveStream(): firehose.CfnDeliveryStream {
+    return this.archiveStreams[this.archiveStreams.length - 1].stream;
+  }
   public readonly journalTable: glue.CfnTable;
   /** The key every message on the construct's own queues is sealed with (#34 item 2). */
   public readonly queueKey: secretsmanager.Secret;
@@ -275,7 +281,7 @@ export class Gridrelay extends Construct {
         { id: 'ExpireJournal', prefix: 'journal/', expiration: Duration.days(limits.journalDays) },
         // Topic archives: each retention class's objects expire after its days (the command
         // line reads these rules); a topic's replays reach back its own retention.
-        ...ARCHIVE_CLASSES.map((days) => ({ id: `ExpireArchive${days}d`, prefix: `archive/${days}d/`, expiration: Duration.days(days) })),
+        ...ARCHIVE_CLASSES.map((days) => ({ id: `ExpireArchive${days}d`, prefix: `archive/${days}d/`, expiration: Duration.days(days + 1) })),
         // Archives written before classes (archive/YYYY/...): archiveRetention.
         { id: 'ExpireArchive', prefix: 'archive/2', expiration: Duration.days(limits.archiveDays) },
         { id: 'AbortIncompleteUploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
@@ -618,9 +624,6 @@ export class Gridrelay extends Construct {
     this.alarms(props.alarmTopic);
   }
 
-  /** A Firehose stream into the journal's bucket under `prefix` and its own UTC hour prefix,
-   * keeping the records as their writers compressed them (GZIP members, billed by their
-   * bytes) in objects named .json.gz for Athena, through a role that may write only there. */
   /** `GRIDRELAY_ARCHIVE_STREAMS`: each class's stream, as `1=name,7=name,…`. */
   private archiveStreamNames(): string {
     return this.archiveStreams.map((a) => `${a.days}=${a.stream.ref}`).join(',');
@@ -644,6 +647,10 @@ export class Gridrelay extends Construct {
     return role;
   }
 
+  /** A Firehose stream into the journal's bucket under `prefix` and its own UTC hour prefix,
+   * keeping the records as their writers compressed them (GZIP members, billed by their
+   * bytes) in objects named .json.gz for Athena, through a role that may write only there
+   * (`role`: its own by default). */
   private hourlyStream(name: string, prefix: string, bufferSeconds: number, role = this.streamRole(name, prefix)): firehose.CfnDeliveryStream {
     const stream = new firehose.CfnDeliveryStream(this, `${name}Stream`, {
       deliveryStreamType: 'DirectPut',

@@ -142,7 +142,7 @@ test('#35: the delivery journal: deliver and dead-letter put to its stream only;
   // GRIDRELAY_ARCHIVE_STREAMS; each writes under its class's prefix through one role that
   // writes only archive/ objects; each class's objects expire after its days, and those
   // written before classes after archiveRetention (365 by default).
-  assert.deepEqual(construct.archiveStreams.map((a) => a.days), [1, 7, 30, 90, 365]);
+  assert.equal(construct.archiveStream, construct.archiveStreams[4].stream, 'the deprecated name still names the 365-day stream');
   assert.equal(archives[4], stack.resolve((construct.node.findChild('ArchiveStream') as firehose.CfnDeliveryStream).logicalId), 'the 365-day class keeps the first stream');
   template.hasResourceProperties('AWS::Lambda::Function', {
     Role: { 'Fn::GetAtt': [stack.resolve((construct.ingest.role!.node.defaultChild as unknown as { logicalId: string }).logicalId), 'Arn'] },
@@ -154,6 +154,10 @@ test('#35: the delivery journal: deliver and dead-letter put to its stream only;
       }),
     },
   });
+  const namesOutput = Object.entries(template.findOutputs('*')).find(([id]) => id.includes('ArchiveStreamNames'))?.[1];
+  assert.deepEqual(namesOutput?.Value, {
+    'Fn::Join': ['', ['1=', { Ref: archives[0] }, ',7=', { Ref: archives[1] }, ',30=', { Ref: archives[2] }, ',90=', { Ref: archives[3] }, ',365=', { Ref: archives[4] }]],
+  });
   for (const f of [construct.deliver, construct.deadLetter]) {
     for (const archive of archives) {
       assert.ok(!JSON.stringify(grants(f).get('firehose:PutRecordBatch')).includes(archive));
@@ -164,7 +168,7 @@ test('#35: the delivery journal: deliver and dead-letter put to its stream only;
       ExtendedS3DestinationConfiguration: Match.objectLike({ Prefix: `archive/${days}d/`, CompressionFormat: 'UNCOMPRESSED', FileExtension: '.json.gz' }),
     });
     template.hasResourceProperties('AWS::S3::Bucket', {
-      LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Prefix: `archive/${days}d/`, ExpirationInDays: days })]) },
+      LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ Prefix: `archive/${days}d/`, ExpirationInDays: days + 1 })]) },
     });
   }
   const archiveWrites = writes.filter((s: { Resource: unknown }) => JSON.stringify(s.Resource).includes('archive/*'));
