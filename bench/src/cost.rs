@@ -360,7 +360,8 @@ mod tests {
         ));
         assert!(close(
             cost.archive,
-            (2.0 * 0.029 * 5e3 / 1e9 + 20_000.0 / 1e9 * 0.023 * 7.0 / 30.0) * 1e3
+            // Stored 8 days: the 7-day class and its day of margin.
+            (2.0 * 0.029 * 5e3 / 1e9 + 20_000.0 / 1e9 * 0.023 * 8.0 / 30.0) * 1e3
         ));
         let arm = usage.per_million(&LIST_PRICES, Architecture::Arm);
         assert!(arm.lambda < cost.lambda);
