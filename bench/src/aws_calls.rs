@@ -171,11 +171,9 @@ pub fn operation(
 /// Whether `stream` is one of a topic archive's streams, as `gridrelay local` names them
 /// (`<prefix>-archive-7d`: one per retention class).
 fn is_archive_stream(stream: &str) -> bool {
-    stream.rsplit_once("-archive-").is_some_and(|(_, class)| {
-        class
-            .strip_suffix('d')
-            .is_some_and(|days| !days.is_empty() && days.bytes().all(|b| b.is_ascii_digit()))
-    })
+    stream
+        .rsplit_once("-archive-")
+        .is_some_and(|(_, class)| gridrelay_shared::archive::class_of_segment(class).is_some())
 }
 
 /// What a PutRecordBatch to a topic archive's stream (`<prefix>-archive-7d`) is counted as, apart

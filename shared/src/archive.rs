@@ -78,6 +78,16 @@ pub fn class_expiry_days(class: u16) -> u16 {
     class + 1
 }
 
+/// The class a prefix's segment names (`7d` in `archive/7d/`, or in a stream's name
+/// `<prefix>-archive-7d`): its days; none for anything else.
+pub fn class_of_segment(segment: &str) -> Option<u16> {
+    let days = segment.strip_suffix('d')?;
+    if days.is_empty() || !days.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    days.parse().ok()
+}
+
 /// Where a class's objects are in the bucket: `archive/7d/`, then the stream's hour prefix.
 pub fn class_prefix(class: u16) -> String {
     format!("{ARCHIVE_PREFIX}{class}d/")
@@ -499,6 +509,10 @@ mod tests {
             }
         }
         assert_eq!(class_prefix(30), "archive/30d/");
+        assert_eq!(class_of_segment("30d"), Some(30));
+        for not_one in ["d", "30", "x7d", "2026"] {
+            assert_eq!(class_of_segment(not_one), None, "{not_one}");
+        }
     }
 
     /// An hour's objects of a class are read until two days past its expiry, a day past the

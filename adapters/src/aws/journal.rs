@@ -13,8 +13,8 @@ use gridrelay_ports::{
     RecordStreamError,
 };
 use gridrelay_shared::archive::{
-    ARCHIVE_CLASSES, ARCHIVE_PREFIX, TimeWindow, class_prefix, classes_keeping, events_in_window,
-    read_archive_lines,
+    ARCHIVE_CLASSES, ARCHIVE_PREFIX, TimeWindow, class_of_segment, class_prefix, classes_keeping,
+    events_in_window, read_archive_lines,
 };
 use gridrelay_shared::journal::{hour_prefix, hours_between, read_lines, unpack_object};
 use gridrelay_shared::replay::{ArchivePosition, StepBudget};
@@ -176,6 +176,12 @@ pub async fn buffering_interval(
         .map(std::time::Duration::from_secs))
 }
 
+/// The hours a read from `from`'s to `to`'s reads (UTC, both included): at most the last
+/// [`MAX_READ_HOURS`].
+fn read_hours(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    hours_between(from.max(to - Duration::hours(MAX_READ_HOURS)), to)
+}
+
 /// A stream's objects in S3, as it wrote them under `<prefix>YYYY/MM/DD/HH/`: the delivery
 /// journal's (`journal/`) or the topic archive's (`archive/`).
 #[derive(Debug, Clone)]
@@ -203,7 +209,7 @@ impl HourlyObjects {
         to: DateTime<Utc>,
     ) -> Result<Vec<String>, RecordStreamError> {
         let mut keys = Vec::new();
-        for hour in hours_between(from.max(to - Duration::hours(MAX_READ_HOURS)), to) {
+        for hour in read_hours(from, to) {
             keys.extend(self.hour_keys(hour).await?);
         }
         Ok(keys)
@@ -431,7 +437,7 @@ impl ArchiveSource for S3ArchiveSource {
     ) -> Result<ArchiveRead, RecordStreamError> {
         let (from, to) = window.hours();
         let mut keys = Vec::new();
-        for hour in hours_between(from.max(to - Duration::hours(MAX_READ_HOURS)), to) {
+        for hour in read_hours(from, to) {
             keys.extend(self.hour_keys(hour).await?);
         }
         let (events, skipped) = self.unclassed.read_keys(keys, read_archive_lines).await?;
@@ -499,13 +505,7 @@ fn archive_order(key: &str) -> (Option<DateTime<Utc>>, (&str, &str)) {
 fn hour_of(key: &str) -> Option<DateTime<Utc>> {
     let rest = key.strip_prefix(ARCHIVE_PREFIX)?;
     let rest = match rest.split_once('/') {
-        Some((class, after))
-            if class.len() > 1
-                && class.ends_with('d')
-                && class[..class.len() - 1].bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            after
-        }
+        Some((class, after)) if class_of_segment(class).is_some() => after,
         _ => rest,
     };
     let hour = rest.get(..13)?;
