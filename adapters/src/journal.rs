@@ -250,6 +250,7 @@ mod tests {
                 subscription: "billing".into(),
                 ids: vec![format!("event-{i}")],
                 time: at,
+                delivery: None,
                 step: Step::Dropped {
                     reason: "SubscriptionDeleted".into(),
                 },

@@ -138,6 +138,7 @@ fn hour_of(i: usize, now: chrono::DateTime<Utc>) -> Vec<JournalEntry> {
                 subscription: format!("sub-{i:04}"),
                 ids: vec![id.clone()],
                 time,
+                delivery: None,
                 step,
             };
             let (status, outcome, next, answer) = if failing {

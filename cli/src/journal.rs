@@ -129,20 +129,43 @@ pub(super) async fn list_attempts(
     })
 }
 
-/// An event's life as a table: one row per step, then where it stands.
+/// An event's life as a table: one row per step, then where it stands (each delivery, where
+/// it was sent again: its publish's, a replay's, a redrive's).
 fn life_table(life: &EventLife) -> String {
     let rows: Vec<Vec<String>> = life
         .subscriptions
         .iter()
         .flat_map(|s| {
-            s.steps
-                .iter()
-                .map(step_row)
-                .chain(std::iter::once(standing_row(&s.subscription, &s.standing)))
-                .collect::<Vec<_>>()
+            let now: Vec<Vec<String>> = match s.deliveries.as_slice() {
+                [_, _, ..] => s
+                    .deliveries
+                    .iter()
+                    .map(|d| {
+                        standing_row(
+                            &s.subscription,
+                            &format!("now: {}", delivery_text(d.delivery.as_deref())),
+                            &d.standing,
+                        )
+                    })
+                    .collect(),
+                _ => vec![standing_row(&s.subscription, "now", &s.standing)],
+            };
+            s.steps.iter().map(step_row).chain(now).collect::<Vec<_>>()
         })
         .collect();
     table(&STEP_COLUMNS, &rows)
+}
+
+/// A delivery of an event, for people: `publish`, `replay <name>`, `redrive at <time>`.
+pub(crate) fn delivery_text(delivery: Option<&str>) -> String {
+    match delivery {
+        None => "publish".to_string(),
+        Some(name) => match name.split_once(':') {
+            Some(("replay", replay)) => format!("replay {replay}"),
+            Some(("redrive", at)) => format!("redrive at {at}"),
+            _ => name.to_string(),
+        },
+    }
 }
 
 /// The columns of a step's row ([`step_row`]).
@@ -273,12 +296,12 @@ pub(crate) fn standing_text(standing: &Standing) -> String {
     }
 }
 
-fn standing_row(subscription: &str, standing: &Standing) -> Vec<String> {
+fn standing_row(subscription: &str, label: &str, standing: &Standing) -> Vec<String> {
     let now = standing_text(standing);
     vec![
         subscription.to_string(),
         String::new(),
-        "now".to_string(),
+        label.to_string(),
         String::new(),
         String::new(),
         String::new(),

@@ -1800,7 +1800,8 @@ fn step_names(life: &Value) -> Vec<&str> {
 /// #35, L3, L4: a dead-lettered event's life ends with the object it went to: `event show`
 /// lists its one attempt (503, handed to dead-lettering), then the dead-letter function's
 /// write with the object's `s3://` address, and the event stands dead-lettered there. Redriven
-/// from it (L2), its life goes on: sent again from that object, delivered.
+/// from it (L2), its life goes on: sent again from that object, delivered, the redrive's steps
+/// named as its own delivery and each delivery standing on its own steps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_lettered_event_shows_the_object_it_went_to_and_its_redrive_l2_l3() {
     let sys = TestSystem::start_with_own_journal(0.01).await;
@@ -1872,12 +1873,30 @@ async fn a_dead_lettered_event_shows_the_object_it_went_to_and_its_redrive_l2_l3
     assert_eq!(audit["steps"][3]["redrive"], location.as_str(), "{life}");
     assert_eq!(audit["steps"][4]["attempt"], 1, "{life}");
     assert_eq!(audit["steps"][4]["status"], 200, "{life}");
+    let redrive = audit["steps"][4]["delivery"].as_str().unwrap_or_default();
+    assert!(redrive.starts_with("redrive:"), "{life}");
+    assert_eq!(audit["steps"][3]["delivery"], redrive, "{life}");
+    assert_eq!(audit["steps"][1].get("delivery"), None, "{life}");
+    let deliveries = audit["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), 2, "{life}");
+    assert_eq!(deliveries[0].get("delivery"), None, "{life}");
+    assert_eq!(deliveries[0]["standing"]["state"], "deadLettered", "{life}");
+    assert_eq!(deliveries[1]["delivery"], redrive, "{life}");
+    assert_eq!(deliveries[1]["standing"]["state"], "delivered", "{life}");
     let mut table_args = show.to_vec();
     table_args.extend(["-o", "table"]);
     let table =
         String::from_utf8_lossy(&gridrelay(&table_args, Some(&sys.names)).stdout).to_string();
     assert!(
         table.contains(&format!("redriven from {location}")),
+        "{table}"
+    );
+    assert!(table.contains("now: publish"), "{table}");
+    assert!(
+        table.contains(&format!(
+            "now: redrive at {}",
+            redrive.trim_start_matches("redrive:")
+        )),
         "{table}"
     );
     sys.shutdown().await;

@@ -114,6 +114,7 @@ pub async fn send_again_to_subscription(
 ) -> Result<(), FanOutError> {
     let history = DeliveryHistory {
         redriven_from: Some(from.to_string()),
+        redriven_at: Some(now),
         ..DeliveryHistory::new(sub)
     };
     send_deliveries(queue, &history, events, now).await

@@ -498,6 +498,7 @@ async fn enqueue(
     // New deliveries, whose first attempt journals where they came back from (#35).
     let history = DeliveryHistory {
         redriven_from: Some(from.to_string()),
+        redriven_at: Some(now),
         ..DeliveryHistory::new(sub)
     };
     let outgoing = new_deliveries(&history, now, events)

@@ -114,6 +114,7 @@ fn main() {
         probation: false,
         replay: None,
         redriven_from: None,
+        redriven_at: None,
     };
     let not_before = Utc::now();
     let per_sec = rate(|| {

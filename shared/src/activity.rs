@@ -199,6 +199,7 @@ mod tests {
             subscription: sub.into(),
             ids: ids.iter().map(|s| s.to_string()).collect(),
             time: at(minute),
+            delivery: None,
             step,
         }
     }

@@ -112,7 +112,7 @@ pub enum AfterWriteFailure {
     /// Sent back to the dead-letter queue, to be written after `delay`; the message carries
     /// when its writes began to fail.
     TryAgain {
-        message: DeadLetterMessage,
+        message: Box<DeadLetterMessage>,
         delay: Duration,
     },
     /// L5: the location has been unavailable for four hours: `events` are dropped and counted.
@@ -133,7 +133,7 @@ pub fn after_write_failure(
         }
     } else {
         AfterWriteFailure::TryAgain {
-            message,
+            message: Box::new(message),
             delay: queue_delay(scale.apply(WRITE_RETRY_DELAY)),
         }
     }
@@ -179,6 +179,7 @@ mod tests {
             },
             dead_lettered_at,
             first_write_failure: None,
+            delivery: None,
             entries: vec![entry(DeadLetterReason::MaxDeliveryAttemptsExceeded)],
         }
     }
@@ -253,12 +254,12 @@ mod tests {
         assert_eq!(message.first_write_failure, Some(at(10, 1)));
         // A later failure keeps the first stamp.
         let AfterWriteFailure::TryAgain { message, .. } =
-            after_write_failure(message, at(14, 0), scale)
+            after_write_failure(*message, at(14, 0), scale)
         else {
             panic!("3 h 59 min is within the limit");
         };
         assert_eq!(message.first_write_failure, Some(at(10, 1)));
-        match after_write_failure(message, at(14, 1), scale) {
+        match after_write_failure(*message, at(14, 1), scale) {
             AfterWriteFailure::Drop { events } => assert_eq!(events, 1),
             other => panic!("four hours after the first failure the events drop: {other:?}"),
         }

@@ -71,9 +71,11 @@ pub enum Arrival {
     /// Its events are not for any subscription that receives events: dropped (counted and
     /// logged under `reason`), never sent.
     NotDeliverable {
-        /// The message's events and the schema they are in, for the journal.
+        /// The message's events, the schema they are in and the delivery they are part of
+        /// (`DeliveryMessage::delivery_name`), for the journal.
         events: Vec<QueuedEvent>,
         schema: DeliverySchema,
+        delivery: Option<String>,
         reason: NotDeliverable,
     },
     /// Not due yet: sent on for the rest of its wait (at most 15 minutes a hop).
@@ -131,6 +133,7 @@ pub fn on_arrival(
         Ok(s) => s,
         Err(reason) => {
             return Arrival::NotDeliverable {
+                delivery: message.delivery_name(),
                 events: message.events,
                 schema: message.schema,
                 reason,
@@ -165,7 +168,7 @@ pub fn on_arrival(
                 entry
             })
             .collect();
-        give_up(subscription, history.schema, entries, rules, now)
+        give_up(subscription, &history, entries, rules, now)
     });
     Arrival::Due {
         history,
@@ -212,10 +215,11 @@ impl GiveUp {
     }
 }
 
-/// Dead-letters `entries` to the subscription's location, or drops them without one.
+/// Dead-letters `entries` (of a delivery with `history`) to the subscription's location, or
+/// drops them without one.
 pub fn give_up(
     subscription: &Subscription,
-    schema: DeliverySchema,
+    history: &DeliveryHistory,
     entries: Vec<DeadLetterEntry>,
     rules: DeliveryRules<'_>,
     now: DateTime<Utc>,
@@ -228,10 +232,11 @@ pub fn give_up(
         topic: subscription.topic.clone(),
         subscription: subscription.name.clone(),
         subscription_id: subscription.id.clone(),
-        schema,
+        schema: history.schema,
         destination: destination.clone(),
         dead_lettered_at: now,
         first_write_failure: None,
+        delivery: history.delivery_name(),
         entries: Vec::new(),
     };
     GiveUp::DeadLetter {
@@ -428,13 +433,7 @@ pub fn settle_attempt(
                 .into_iter()
                 .map(|e| dead_letter_entry(e, reason, attempts_made, Some(record)))
                 .collect();
-            Settlement::GaveUp(give_up(
-                subscription,
-                attempt.history.schema,
-                entries,
-                rules,
-                now,
-            ))
+            Settlement::GaveUp(give_up(subscription, attempt.history, entries, rules, now))
         }
     }
 }

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use crate::classify::{AttemptResult, DeliveryOutcome};
 use crate::delivery::{GiveUp, Settlement};
 use crate::destination::RoutingFields;
-use crate::message::{DeadLetterEntry, DeadLetterMessage, DeliveryMessage, QueuedEvent};
+use crate::message::{
+    DeadLetterEntry, DeadLetterMessage, DeliveryHistory, DeliveryMessage, QueuedEvent,
+};
 use crate::outbound::redact_endpoint;
 use crate::schema::DeliverySchema;
 use crate::subscription::Subscription;
@@ -52,8 +54,28 @@ pub struct JournalEntry {
     /// the event was published).
     #[serde(with = "millis")]
     pub time: DateTime<Utc>,
+    /// The delivery the step is part of, where the events were sent again after their
+    /// publish: `replay:<name>` or `redrive:<time>` ([`replay_delivery`], [`redrive_delivery`]);
+    /// none for their publish's. An event sent again while an earlier delivery of it still
+    /// retries has each delivery's steps told apart by it ([`DeliveryLife`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
     #[serde(flatten)]
     pub step: Step,
+}
+
+/// The name of replay `name`'s delivery of an event ([`JournalEntry::delivery`]).
+pub fn replay_delivery(name: &str) -> String {
+    format!("replay:{name}")
+}
+
+/// The name of the delivery a redrive began at `at` ([`JournalEntry::delivery`]): the time in
+/// milliseconds, as the journal writes times.
+pub fn redrive_delivery(at: DateTime<Utc>) -> String {
+    format!(
+        "redrive:{}",
+        at.to_rfc3339_opts(SecondsFormat::Millis, true)
+    )
 }
 
 /// What happened.
@@ -246,6 +268,8 @@ pub struct AttemptFacts<'a> {
     pub retry_after: Option<std::time::Duration>,
     /// The first bytes of the answer's body, as many as the subscription keeps.
     pub answer: Option<String>,
+    /// The delivery the attempt is part of ([`JournalEntry::delivery`]).
+    pub delivery: Option<String>,
 }
 
 /// The entry of an attempt of events with `ids`, and what came `next`.
@@ -265,6 +289,7 @@ pub fn attempt_entry(facts: AttemptFacts<'_>, ids: Vec<String>, next: Next) -> J
         subscription: facts.subscription.name.clone(),
         ids,
         time: facts.sent,
+        delivery: facts.delivery,
         step: Step::Attempt(Attempt {
             attempt: facts.attempt,
             ms: (facts.answered - facts.sent).num_milliseconds().max(0) as u64,
@@ -291,11 +316,12 @@ pub fn event_fields(event: &QueuedEvent, schema: DeliverySchema) -> RoutingField
 }
 
 /// Who sent a delivery of an event, besides its publish: a replay (its name), or a redrive
-/// (where it took the event back from).
+/// (where it took the event back from); and the delivery's name ([`JournalEntry::delivery`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SentBy<'a> {
     pub replay: Option<&'a str>,
     pub redrive: Option<&'a str>,
+    pub delivery: Option<&'a str>,
 }
 
 /// The entry saying `event` (with its `fields`) was published and fanned out to
@@ -311,6 +337,7 @@ pub fn fanned_entry(
         subscription: subscription.name.clone(),
         ids: vec![fields.id],
         time: event.publish_time,
+        delivery: sent_by.delivery.map(str::to_string),
         step: Step::Fanned {
             event_type: clipped(fields.event_type),
             subject: clipped(fields.subject),
@@ -329,19 +356,21 @@ fn clipped(text: String) -> String {
     }
 }
 
-/// The entry saying events with `ids` of `subscription` wait without an attempt until `until`.
+/// The entry saying events with `ids` of `subscription`'s `delivery` wait without an attempt
+/// until `until`.
 pub fn held_entry(
     subscription: &Subscription,
     ids: Vec<String>,
+    delivery: Option<String>,
     now: DateTime<Utc>,
-    until: DateTime<Utc>,
-    reason: HeldReason,
+    (until, reason): (DateTime<Utc>, HeldReason),
 ) -> JournalEntry {
     JournalEntry {
         topic: subscription.topic.clone(),
         subscription: subscription.name.clone(),
         ids,
         time: now,
+        delivery,
         step: Step::Held { until, reason },
     }
 }
@@ -384,6 +413,23 @@ pub struct SubscriptionLife {
     pub subscription: String,
     /// Every step, in the order they happened.
     pub steps: Vec<JournalEntry>,
+    /// Where the latest delivery stands (its publish's, or the latest replay's or redrive's).
+    pub standing: Standing,
+    /// Each delivery of the event to the subscription, in the order they began: its
+    /// publish's, then each replay's and redrive's. More than one may be under way at once.
+    pub deliveries: Vec<DeliveryLife>,
+}
+
+/// One delivery of an event to a subscription and where it stands on its own steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryLife {
+    /// Its name ([`JournalEntry::delivery`]); none for the publish's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
+    /// When it began: its first step's time.
+    #[serde(with = "millis")]
+    pub since: DateTime<Utc>,
     pub standing: Standing,
 }
 
@@ -418,22 +464,29 @@ impl EventLife {
             .map(|(subscription, mut steps)| {
                 steps.sort_by_key(|e| (e.time, step_order(&e.step)));
                 once_each(&mut steps);
-                let steps: Vec<JournalEntry> = steps
-                    .into_iter()
-                    .map(|e| JournalEntry {
-                        ids: vec![id.to_string()],
-                        ..e.clone()
+                let deliveries: Vec<DeliveryLife> = deliveries_of(&steps)
+                    .iter()
+                    .filter_map(|d| {
+                        Some(DeliveryLife {
+                            delivery: delivery_name_of(d.first()?),
+                            since: d.first()?.time,
+                            standing: standing(d),
+                        })
                     })
                     .collect();
-                // Where the latest delivery (its publish's, a replay's or a redrive's) stands.
-                let latest = steps
-                    .iter()
-                    .rposition(|e| matches!(e.step, Step::Fanned { .. }))
-                    .unwrap_or(0);
                 SubscriptionLife {
                     subscription: subscription.to_string(),
-                    standing: standing(&steps[latest..]),
-                    steps,
+                    standing: deliveries
+                        .last()
+                        .map_or(Standing::Waiting, |d| d.standing.clone()),
+                    deliveries,
+                    steps: steps
+                        .into_iter()
+                        .map(|e| JournalEntry {
+                            ids: vec![id.to_string()],
+                            ..e.clone()
+                        })
+                        .collect(),
                 }
             })
             .collect();
@@ -507,11 +560,7 @@ pub fn dropped_events<'a>(
         .filter_map(|(id, mut steps)| {
             steps.sort_by_key(|e| (e.time, step_order(&e.step)));
             once_each(&mut steps);
-            let latest = steps
-                .iter()
-                .rposition(|e| matches!(e.step, Step::Fanned { .. }))
-                .unwrap_or(0);
-            let Standing::Dropped { reason } = standing(&steps[latest..]) else {
+            let Standing::Dropped { reason } = standing(deliveries_of(&steps).last()?) else {
                 return None;
             };
             let published = steps.iter().find_map(|e| match &e.step {
@@ -538,6 +587,42 @@ pub fn dropped_events<'a>(
         .collect();
     dropped.sort_by_key(|d| std::cmp::Reverse(d.dropped_at));
     dropped
+}
+
+/// The deliveries `steps` (in order, each once) hold, each its steps, in the order they began.
+/// A fan-out begins one; any other step joins the latest begun before it with the same
+/// [`JournalEntry::delivery`], or begins one if none did (its fan-out not read). So entries
+/// written before deliveries were named split at each fan-out, as they did then.
+fn deliveries_of<'a>(steps: &[&'a JournalEntry]) -> Vec<Vec<&'a JournalEntry>> {
+    let mut deliveries: Vec<Vec<&JournalEntry>> = Vec::new();
+    for &step in steps {
+        let joins = match step.step {
+            Step::Fanned { .. } => None,
+            _ => deliveries
+                .iter_mut()
+                .rev()
+                .find(|d| d.first().is_some_and(|f| f.delivery == step.delivery)),
+        };
+        match joins {
+            Some(delivery) => delivery.push(step),
+            None => deliveries.push(vec![step]),
+        }
+    }
+    deliveries
+}
+
+/// The name of the delivery that begins with `first`: its own, or, for an entry written
+/// before deliveries were named, its fan-out's replay or redrive.
+fn delivery_name_of(first: &JournalEntry) -> Option<String> {
+    first.delivery.clone().or_else(|| match &first.step {
+        Step::Fanned {
+            replay: Some(name), ..
+        } => Some(replay_delivery(name)),
+        Step::Fanned {
+            redrive: Some(_), ..
+        } => Some(redrive_delivery(first.time)),
+        _ => None,
+    })
 }
 
 /// Keeps the first of entries written more than once (a redelivered message's invocation
@@ -571,14 +656,15 @@ pub(crate) fn step_order(step: &Step) -> u8 {
     }
 }
 
-/// The entry saying the events of `give_up` (in `schema`) of `subscription` were given up at
-/// `now` without another attempt (R6).
+/// The entry saying the events of `give_up` (of a delivery with `history`) of `subscription`
+/// were given up at `now` without another attempt (R6).
 pub fn gave_up_entry(
     subscription: &Subscription,
-    schema: DeliverySchema,
+    history: &DeliveryHistory,
     give_up: &GiveUp,
     now: DateTime<Utc>,
 ) -> JournalEntry {
+    let schema = history.schema;
     let ids = match give_up {
         GiveUp::DeadLetter { messages, .. } => {
             dead_letter_ids(messages.iter().flat_map(|m| &m.entries), schema)
@@ -590,20 +676,21 @@ pub fn gave_up_entry(
         subscription: subscription.name.clone(),
         ids,
         time: now,
+        delivery: history.delivery_name(),
         step: Step::GaveUp {
             next: Next::given_up(give_up),
         },
     }
 }
 
-/// The entry saying `events` (in `schema`) fanned out to `subscription` of `topic` were
-/// dropped at `now`, never sent: `reason` says why (the subscription was deleted, replaced, or
-/// does not receive events).
+/// The entry saying `events` (in `schema`, of `delivery`) fanned out to `subscription` of
+/// `topic` were dropped at `now`, never sent: `reason` says why (the subscription was deleted,
+/// replaced, or does not receive events).
 pub fn not_deliverable_entry(
-    topic: &str,
-    subscription: &str,
+    (topic, subscription): (&str, &str),
     schema: DeliverySchema,
     events: &[QueuedEvent],
+    delivery: Option<String>,
     now: DateTime<Utc>,
     reason: &str,
 ) -> JournalEntry {
@@ -612,6 +699,7 @@ pub fn not_deliverable_entry(
         subscription: subscription.to_string(),
         ids: queued_ids(events, schema),
         time: now,
+        delivery,
         step: Step::Dropped {
             reason: reason.to_string(),
         },
@@ -626,6 +714,7 @@ pub fn late_success_entry(message: &DeliveryMessage, answered: DateTime<Utc>) ->
         subscription: message.subscription.clone(),
         ids: queued_ids(&message.events, message.schema),
         time: answered,
+        delivery: message.delivery_name(),
         step: Step::LateSuccess {
             attempt: message.attempts,
         },
@@ -644,6 +733,7 @@ pub fn dead_letter_entry(
         subscription: message.subscription.clone(),
         ids: dead_letter_ids(&message.entries, message.schema),
         time: at,
+        delivery: message.delivery.clone(),
         step,
     }
 }
@@ -953,6 +1043,7 @@ mod tests {
             subscription: "billing".into(),
             ids: vec!["9b2f3c4e-5d6a-4b7c-8d9e-0f1a2b3c4d5e".into()],
             time,
+            delivery: None,
             step: Step::Attempt(Attempt {
                 attempt: n,
                 ms: 35,
@@ -964,6 +1055,21 @@ mod tests {
                 answer: None,
                 next,
             }),
+        }
+    }
+
+    /// The entry of event `9b2f…` published (or sent again by `replay` or `redrive`) at `time`.
+    fn fanned(time: DateTime<Utc>, replay: Option<&str>, redrive: Option<&str>) -> JournalEntry {
+        JournalEntry {
+            time,
+            step: Step::Fanned {
+                event_type: "Order.Created".into(),
+                subject: String::new(),
+                bytes: 100,
+                replay: replay.map(str::to_string),
+                redrive: redrive.map(str::to_string),
+            },
+            ..attempt(1, time, 200, Next::Delivered)
         }
     }
 
@@ -983,6 +1089,7 @@ mod tests {
                     _ => unreachable!(),
                 }
             }),
+            delivery: Some("replay:r".into()),
             ..attempt(1, at(0), 503, Next::Retry { due: at(1) })
         };
         let with = |step: Step| JournalEntry {
@@ -1084,6 +1191,7 @@ mod tests {
                 subscription: "billing".into(),
                 ids: vec!["a".into(), "b".into()],
                 time: at(0),
+                delivery: None,
                 step: Step::Fanned {
                     event_type: "Order.Created".into(),
                     subject: "/orders/7".into(),
@@ -1106,6 +1214,7 @@ mod tests {
                 subscription: "billing".into(),
                 ids: vec!["a".into()],
                 time: at(12),
+                delivery: None,
                 step: Step::Held {
                     until: at(72),
                     reason: HeldReason::EndpointDelayed,
@@ -1116,6 +1225,7 @@ mod tests {
                 subscription: "billing".into(),
                 ids: vec!["a".into()],
                 time: at(13),
+                delivery: None,
                 step: Step::DeadLettered {
                     location: "s3://dead/orders/billing/a.json".into(),
                 },
@@ -1275,17 +1385,6 @@ mod tests {
                 .standing
                 .clone()
         };
-        let fanned = |time, replay: Option<&str>, redrive: Option<&str>| JournalEntry {
-            time,
-            step: Step::Fanned {
-                event_type: "Order.Created".into(),
-                subject: String::new(),
-                bytes: 100,
-                replay: replay.map(str::to_string),
-                redrive: redrive.map(str::to_string),
-            },
-            ..attempt(1, time, 200, Next::Delivered)
-        };
         let written = JournalEntry {
             time: at(12),
             step: Step::DeadLettered {
@@ -1331,6 +1430,98 @@ mod tests {
         assert_eq!(
             standing_after(&replayed),
             Standing::RetryDue { at: at(211) }
+        );
+    }
+
+    /// #35: an event sent again while an earlier delivery of it still retries: each delivery
+    /// stands on its own steps, named by their `delivery`. The publish's delivery succeeding
+    /// after a replay began does not make the replay's delivered, nor does a replay's
+    /// success end the publish's retries.
+    #[test]
+    fn each_delivery_of_an_event_stands_on_its_own_steps() {
+        let id = "9b2f3c4e-5d6a-4b7c-8d9e-0f1a2b3c4d5e";
+        let replay = Some("replay:night".to_string());
+        let of = |delivery: &Option<String>, entry: JournalEntry| JournalEntry {
+            delivery: delivery.clone(),
+            ..entry
+        };
+        let mut entries = vec![
+            fanned(at(0), None, None),
+            attempt(1, at(1), 500, Next::Retry { due: at(30) }),
+            of(&replay, fanned(at(10), Some("night"), None)),
+            of(
+                &replay,
+                attempt(1, at(11), 503, Next::Retry { due: at(40) }),
+            ),
+            // The publish's retry, after the replay began.
+            attempt(2, at(30), 200, Next::Delivered),
+        ];
+        let life = EventLife::of("orders", id, &entries);
+        let sub = &life.subscriptions[0];
+        assert_eq!(sub.standing, Standing::RetryDue { at: at(40) });
+        let deliveries: Vec<(Option<&str>, DateTime<Utc>, &Standing)> = sub
+            .deliveries
+            .iter()
+            .map(|d| (d.delivery.as_deref(), d.since, &d.standing))
+            .collect();
+        assert_eq!(
+            deliveries,
+            [
+                (None, at(0), &Standing::Delivered { at: at(30) }),
+                (
+                    Some("replay:night"),
+                    at(10),
+                    &Standing::RetryDue { at: at(40) }
+                ),
+            ]
+        );
+        assert_eq!(sub.steps.len(), 5);
+
+        // And the other way round: the replay is delivered while the publish's delivery
+        // still retries.
+        entries.pop();
+        entries.push(of(&replay, attempt(2, at(40), 200, Next::Delivered)));
+        entries.push(attempt(2, at(30), 500, Next::Retry { due: at(90) }));
+        let life = EventLife::of("orders", id, &entries);
+        let sub = &life.subscriptions[0];
+        assert_eq!(sub.standing, Standing::Delivered { at: at(40) });
+        assert_eq!(
+            sub.deliveries[0].standing,
+            Standing::RetryDue { at: at(90) }
+        );
+        assert!(dropped_events(&entries, "orders", "billing").is_empty());
+    }
+
+    /// #35: entries written before deliveries were named (no `delivery`) still read: each
+    /// fan-out begins a delivery, named after its replay or redrive.
+    #[test]
+    fn unnamed_entries_split_into_deliveries_at_each_fan_out() {
+        let id = "9b2f3c4e-5d6a-4b7c-8d9e-0f1a2b3c4d5e";
+        let entries = [
+            fanned(at(0), None, None),
+            attempt(1, at(1), 200, Next::Delivered),
+            fanned(at(100), None, Some("s3://dead/k")),
+            attempt(1, at(101), 503, Next::Retry { due: at(111) }),
+            fanned(at(200), Some("night"), None),
+        ];
+        let life = EventLife::of("orders", id, &entries);
+        let names: Vec<Option<&str>> = life.subscriptions[0]
+            .deliveries
+            .iter()
+            .map(|d| d.delivery.as_deref())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                None,
+                Some("redrive:2026-11-27T12:01:40.000Z"),
+                Some("replay:night")
+            ]
+        );
+        assert_eq!(life.subscriptions[0].standing, Standing::Waiting);
+        assert_eq!(
+            life.subscriptions[0].deliveries[1].standing,
+            Standing::RetryDue { at: at(111) }
         );
     }
 
@@ -1485,6 +1676,7 @@ mod tests {
             subscription: sub.into(),
             ids: vec![id.into()],
             time,
+            delivery: None,
             step,
         };
         let fanned = |redrive: Option<&str>| Step::Fanned {

@@ -110,6 +110,10 @@ pub struct DeliveryMessage {
     /// `s3://bucket/key`), until their first attempt journals it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redriven_from: Option<String>,
+    /// #35: when a redrive sent these events again; it names their delivery in the journal
+    /// ([`DeliveryHistory::delivery_name`]) for every step after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redriven_at: Option<DateTime<Utc>>,
     pub events: Vec<QueuedEvent>,
 }
 
@@ -156,6 +160,8 @@ pub struct DeliveryHistory {
     pub replay: Option<ReplayTag>,
     /// #35: where a redrive took them back from, until their first attempt.
     pub redriven_from: Option<String>,
+    /// #35: when a redrive sent them again, if one did.
+    pub redriven_at: Option<DateTime<Utc>>,
 }
 
 impl DeliveryHistory {
@@ -173,7 +179,17 @@ impl DeliveryHistory {
             probation: false,
             replay: None,
             redriven_from: None,
+            redriven_at: None,
         }
+    }
+
+    /// #35: the name the journal gives the delivery these events are part of: `replay:<name>`
+    /// for a replay's, `redrive:<time>` for a redrive's (the time it sent them again, in
+    /// milliseconds), none for their publish's. Every step of a delivery carries it, so an
+    /// event sent again while an earlier delivery of it still retries shows each delivery's
+    /// own standing.
+    pub fn delivery_name(&self) -> Option<String> {
+        delivery_name(self.redriven_at, self.replay.as_ref())
     }
 
     /// The history after one more attempt; `timed_out_attempt` names it if it timed out and
@@ -195,6 +211,16 @@ impl DeliveryHistory {
             redriven_from: None,
             ..self.clone()
         }
+    }
+}
+
+/// The journal's name of the delivery begun by a redrive at `redriven_at` or by `replay`
+/// (the redrive, where both: it sent the events last); none for a publish's.
+fn delivery_name(redriven_at: Option<DateTime<Utc>>, replay: Option<&ReplayTag>) -> Option<String> {
+    match (redriven_at, replay) {
+        (Some(at), _) => Some(crate::journal::redrive_delivery(at)),
+        (None, Some(tag)) => Some(crate::journal::replay_delivery(&tag.name)),
+        (None, None) => None,
     }
 }
 
@@ -240,6 +266,7 @@ impl DeliveryMessage {
             probation: history.probation,
             replay: history.replay.clone(),
             redriven_from: history.redriven_from.clone(),
+            redriven_at: history.redriven_at,
             events,
         }
     }
@@ -258,7 +285,14 @@ impl DeliveryMessage {
             probation: self.probation,
             replay: self.replay.clone(),
             redriven_from: self.redriven_from.clone(),
+            redriven_at: self.redriven_at,
         }
+    }
+
+    /// The journal's name of the delivery its events are part of
+    /// ([`DeliveryHistory::delivery_name`]).
+    pub fn delivery_name(&self) -> Option<String> {
+        delivery_name(self.redriven_at, self.replay.as_ref())
     }
 
     /// The message with no events: its history and due time.
@@ -476,6 +510,10 @@ pub struct DeadLetterMessage {
     /// When a write to the destination first failed (L5 counts four hours from here).
     #[serde(default)]
     pub first_write_failure: Option<DateTime<Utc>>,
+    /// #35: the delivery that gave the events up ([`DeliveryHistory::delivery_name`]), which
+    /// the journal's entry of their write names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
     pub entries: Vec<DeadLetterEntry>,
 }
 
@@ -547,6 +585,7 @@ mod tests {
             }),
             // The longest dead-letter location: a bucket's 63 characters and S3's longest key.
             redriven_from: Some(format!("s3://{}/{}", "b".repeat(63), "k".repeat(1024))),
+            redriven_at: Some(Utc::now()),
             events: vec![],
         }
     }
@@ -595,6 +634,8 @@ mod tests {
             },
             dead_lettered_at: Utc::now(),
             first_write_failure: Some(Utc::now()),
+            // The longest: a redrive's.
+            delivery: t.history().delivery_name(),
             entries: Vec::new(),
         };
         let entry = DeadLetterEntry {
@@ -702,6 +743,7 @@ mod tests {
                 destination: DeadLetterDestination { bucket: "b".repeat(63), prefix: "p".repeat(200) },
                 dead_lettered_at: now,
                 first_write_failure: None,
+                delivery: None,
                 entries: Vec::new(),
             };
             let msgs = pack_dead_letter_messages(&template, all);

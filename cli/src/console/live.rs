@@ -309,6 +309,7 @@ mod tests {
             subscription: sub.into(),
             ids: vec!["e-1".into(), "e-2".into()],
             time: DateTime::from_timestamp_millis(1_790_000_000_000).unwrap_or_default(),
+            delivery: None,
             step,
         }
     }

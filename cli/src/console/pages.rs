@@ -15,7 +15,7 @@ use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode
 pub(super) use gridrelay_portal::page::{endpoint_text, first_chars, state_badge};
 
 use super::sources::{Overview, SubscriptionRow};
-use crate::journal::{STEP_COLUMNS, standing_text, step_row};
+use crate::journal::{STEP_COLUMNS, delivery_text, standing_text, step_row};
 
 /// The live page's script, served at [`SCRIPT_PATH`].
 pub(super) const SCRIPT: &str = include_str!("console.js");
@@ -560,6 +560,14 @@ pub(super) fn event(
                                 a href=(subscription_href(&life.topic, &s.subscription)) { (s.subscription) }
                             }
                             p { "Now: " strong { (standing_text(&s.standing)) } }
+                            @if s.deliveries.len() > 1 {
+                                p { "It was sent more than once; each delivery stands on its own steps:" }
+                                ul {
+                                    @for d in &s.deliveries {
+                                        li { (delivery_text(d.delivery.as_deref())) ", since " (format_time(d.since)) ": " strong { (standing_text(&d.standing)) } }
+                                    }
+                                }
+                            }
                             table {
                                 caption { "Every step of event " (life.id) " for " (s.subscription) ", in order" }
                                 (head(&STEP_COLUMNS[1..], &["Ms"]))

@@ -275,6 +275,14 @@ async fn the_console_shows_failing_subscriptions_and_redrives_the_picked_dead_le
     .await;
     assert!(found.contains("dead-lettered"), "{found}");
     assert!(found.contains("redriven from s3://"), "{found}");
+    // #35: each delivery stands on its own steps: the publish's dead-lettered, the redrive's
+    // delivered.
+    assert!(
+        found.contains("each delivery stands on its own steps"),
+        "{found}"
+    );
+    assert!(found.contains("<li>publish, since "), "{found}");
+    assert!(found.contains("<li>redrive at "), "{found}");
     let (_, unknown) = console
         .get("/events?topic=consoled&id=nope&since=1h", Some(&cookie))
         .await;

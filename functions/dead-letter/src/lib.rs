@@ -480,6 +480,7 @@ mod tests {
             },
             dead_lettered_at: at,
             first_write_failure: None,
+            delivery: Some("replay:night".into()),
             entries: vec![DeadLetterEntry {
                 reason: DeadLetterReason::MaxDeliveryAttemptsExceeded,
                 delivery_attempts: 30,
@@ -655,7 +656,8 @@ mod tests {
     }
 
     /// L3 + #35: the journal says where each written event went (the object's `s3://` address,
-    /// at the write's time), in one entry per message.
+    /// at the write's time), in one entry per message, named for the delivery that gave the
+    /// events up.
     #[tokio::test]
     async fn l3_the_journal_says_which_object_each_event_went_to() {
         let f = fixture();
@@ -679,6 +681,7 @@ mod tests {
                 ("orders", "billing")
             );
             assert_eq!(e.time, now);
+            assert_eq!(e.delivery.as_deref(), Some("replay:night"));
             assert_eq!(
                 e.step,
                 Step::DeadLettered {
@@ -706,6 +709,7 @@ mod tests {
         let entries = f.journal.entries();
         assert_eq!(entries.len(), 1, "{entries:?}");
         assert_eq!(entries[0].ids, ["e1"]);
+        assert_eq!(entries[0].delivery.as_deref(), Some("replay:night"));
         assert_eq!(
             entries[0].step,
             Step::Dropped {

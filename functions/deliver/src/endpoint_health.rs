@@ -388,8 +388,13 @@ impl Deliver {
                 HoldReason::Deadline => HeldReason::Deadline,
                 HoldReason::Capped { .. } => HeldReason::Capped,
             };
-            plan.journal
-                .push(held_entry(sub, ids, now, until_at, reason));
+            plan.journal.push(held_entry(
+                sub,
+                ids,
+                group.history.delivery_name(),
+                now,
+                (until_at, reason),
+            ));
             // Events of one batch may carry different histories; keep each one's.
             let mut by_history: Vec<(Arc<DeliveryHistory>, Vec<Pending>)> = Vec::new();
             for p in h.events {

@@ -27,9 +27,11 @@ impl Deliver {
     ) -> Vec<String> {
         let schema = group.history.schema;
         let first = group.history.attempts == 0;
+        let delivery = group.history.delivery_name();
         let sent_by = SentBy {
             replay: group.history.replay.as_ref().map(|r| r.name.as_str()),
             redrive: group.history.redriven_from.as_deref(),
+            delivery: delivery.as_deref(),
         };
         events
             .iter()

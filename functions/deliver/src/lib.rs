@@ -1054,14 +1054,15 @@ impl Deliver {
         // Events booked in their subscription's events-per-second allowance go in batches of
         // their own, which do not book again; a replay's events (#35) go in batches of their
         // own too, which carry its header (the parts of one replay may share one), and so do
-        // a redrive's, whose first attempt journals where they came back from.
+        // a redrive's, whose first attempt journals where they came back from and whose every
+        // step names its delivery.
         type GroupKey = (
             String,
             String,
             DeliverySchema,
             u32,
             Option<DateTime<Utc>>,
-            (Option<String>, Option<String>),
+            (Option<String>, Option<String>, Option<DateTime<Utc>>),
         );
         let mut index: HashMap<GroupKey, usize> = HashMap::new();
         for (i, message) in messages {
@@ -1076,6 +1077,7 @@ impl Deliver {
                 Arrival::NotDeliverable {
                     events,
                     schema,
+                    delivery,
                     reason,
                 } => {
                     let dropped = events.len();
@@ -1087,10 +1089,10 @@ impl Deliver {
                     );
                     plan.count(&key.0, &key.1, |r| r.dropped += dropped);
                     plan.journal.push(not_deliverable_entry(
-                        &key.0,
-                        &key.1,
+                        (&key.0, &key.1),
                         schema,
                         &events,
+                        delivery,
                         now,
                         reason.as_str(),
                     ));
@@ -1109,7 +1111,7 @@ impl Deliver {
                     if let Some(expired) = expired {
                         plan.journal.push(gave_up_entry(
                             &target.subscription,
-                            history.schema,
+                            &history,
                             &expired,
                             now,
                         ));
@@ -1129,6 +1131,7 @@ impl Deliver {
                             (
                                 history.replay.as_ref().map(|r| r.name.clone()),
                                 history.redriven_from.clone(),
+                                history.redriven_at,
                             ),
                         ))
                         .or_insert_with(|| {
@@ -1236,6 +1239,7 @@ impl Deliver {
                 result: &a.result,
                 retry_after: a.retry_after,
                 answer: answer_text(&a.answer),
+                delivery: group.history.delivery_name(),
             };
             plan.journal
                 .push(attempt_entry(facts, ids, Next::after(&settlement)));

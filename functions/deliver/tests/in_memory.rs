@@ -2845,6 +2845,82 @@ async fn each_attempt_is_journaled_with_what_came_next_r1_s5() {
     );
 }
 
+/// #35: an event sent again while its publish's delivery still retries: every step of the
+/// second delivery (its retries too) names it, so each delivery stands on its own steps. While
+/// both retry, each is due for its own retry; then both are delivered.
+#[tokio::test]
+async fn an_event_sent_again_while_it_retries_has_each_delivery_journaled_apart() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let w = World::new(ScriptedSender::new(move |_| {
+        match seen.fetch_add(1, Ordering::SeqCst) {
+            0 => AttemptResult::Status(503),
+            1 => AttemptResult::Status(500),
+            _ => AttemptResult::Status(200),
+        }
+    }));
+    w.subscribe(request("sub-1")).await;
+    w.publish(&["a"]).await;
+    w.run().await;
+    let redriven_at = w.clock.now();
+    gridrelay_ports::fan_out::send_again_to_subscription(
+        w.delivery.as_ref(),
+        &w.stored("sub-1").await,
+        vec![gridrelay_shared::message::QueuedEvent::new(
+            redriven_at,
+            grid_event("a", 0),
+        )],
+        "s3://dead/orders/a.json",
+        redriven_at,
+    )
+    .await
+    .unwrap();
+    w.run().await;
+    let redrive = gridrelay_shared::journal::redrive_delivery(redriven_at);
+
+    let life = EventLife::of(TOPIC, "a", &w.journal.entries());
+    let sub = &life.subscriptions[0];
+    let retry_due = |standing: &Standing| matches!(standing, Standing::RetryDue { .. });
+    assert!(retry_due(&sub.standing), "{:?}", sub.standing);
+    assert_eq!(sub.deliveries.len(), 2, "{:?}", sub.deliveries);
+    assert_eq!(sub.deliveries[0].delivery, None);
+    assert!(retry_due(&sub.deliveries[0].standing));
+    assert_eq!(
+        sub.deliveries[1].delivery.as_deref(),
+        Some(redrive.as_str())
+    );
+
+    // Both retries fall due in the next minute, and go in one invocation.
+    w.run_next().await;
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+    let entries = w.journal.entries();
+    let life = EventLife::of(TOPIC, "a", &entries);
+    let sub = &life.subscriptions[0];
+    assert!(
+        sub.deliveries
+            .iter()
+            .all(|d| matches!(d.standing, Standing::Delivered { .. })),
+        "{:?}",
+        sub.deliveries
+    );
+    let attempts_of = |delivery: Option<&str>| -> Vec<u32> {
+        entries
+            .iter()
+            .filter(|e| e.delivery.as_deref() == delivery)
+            .filter_map(|e| match &e.step {
+                Step::Attempt(a) => Some(a.attempt),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(attempts_of(None), [1, 2], "the publish's own");
+    assert_eq!(
+        attempts_of(Some(&redrive)),
+        [1, 2],
+        "the redrive's, its retry included"
+    );
+}
+
 /// #35: a journal that is down costs no delivery: the events go out and the message is
 /// deleted as always, and the entries it did not take are counted.
 #[tokio::test]
@@ -3022,6 +3098,13 @@ mod replays {
             .filter(|e| matches!(&e.step, Step::Fanned { replay: Some(r), .. } if r == "night"))
             .count();
         assert_eq!(replayed, 3, "each replayed event journaled as the replay's");
+        assert!(
+            w.journal
+                .entries()
+                .iter()
+                .all(|e| e.delivery.as_deref() == Some("replay:night")),
+            "every step of the replay's delivery names it"
+        );
     }
 
     /// A replay's steps take STEP_SECONDS of its rate each and wait for the rest of that

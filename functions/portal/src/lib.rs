@@ -607,6 +607,7 @@ mod tests {
             subscription: "billing".into(),
             ids: vec![id.into()],
             time: now + TimeDelta::seconds(seconds),
+            delivery: None,
             step,
         };
         let dropped = |reason: &str| Step::Dropped {

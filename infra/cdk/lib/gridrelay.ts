@@ -789,7 +789,7 @@ export const JOURNAL_COLUMNS: [string, string][] = [
   ['attempt', 'int'], ['ms', 'bigint'], ['endpoint', 'string'], ['status', 'int'],
   ['outcome', 'string'], ['retry_after_s', 'bigint'], ['error', 'string'], ['next', 'string'],
   ['due', 'string'], ['reason', 'string'], ['until', 'string'], ['location', 'string'],
-  ['answer', 'string'], ['replay', 'string'], ['redrive', 'string'],
+  ['answer', 'string'], ['replay', 'string'], ['redrive', 'string'], ['delivery', 'string'],
 ];
 
 /** What the deliver function may do to the AWS resources it delivers to (S4). */

@@ -549,6 +549,7 @@ async fn messages_gridrelay_did_not_write_are_dropped_unseen() {
         },
         dead_lettered_at: chrono::Utc::now(),
         first_write_failure: None,
+        delivery: None,
         entries: vec![DeadLetterEntry {
             reason: DeadLetterReason::MaxDeliveryAttemptsExceeded,
             delivery_attempts: 1,
