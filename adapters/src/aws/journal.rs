@@ -3,14 +3,16 @@
 //! UTC); read back from those objects, GZIP members one after another (each record compressed
 //! by its writer) or plain lines.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use aws_sdk_firehose::primitives::Blob;
 use aws_sdk_firehose::types::Record;
 use chrono::{DateTime, Duration, Timelike, Utc};
 use futures::StreamExt;
 use gridrelay_ports::{
-    ArchiveRead, ArchiveSource, ArchiveStep, JournalRead, JournalSource, ObjectStore, RecordStream,
-    RecordStreamError,
+    ArchiveRead, ArchiveSource, ArchiveStep, Clock, JournalRead, JournalSource, ObjectStore,
+    RecordStream, RecordStreamError, SystemClock,
 };
 use gridrelay_shared::archive::{
     ARCHIVE_CLASSES, ARCHIVE_PREFIX, TimeWindow, class_of_segment, class_prefix, classes_keeping,
@@ -385,15 +387,27 @@ fn written_at(key: &str) -> Option<DateTime<Utc>> {
 
 /// Topic archives' objects in S3, as the archive's streams wrote them: each retention class's
 /// under its prefix (`archive/7d/`), and those written before classes under `archive/`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct S3ArchiveSource {
     unclassed: HourlyObjects,
     classes: Vec<(u16, HourlyObjects)>,
+    /// What "now" is when deciding which classes still keep an hour.
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for S3ArchiveSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3ArchiveSource")
+            .field("unclassed", &self.unclassed)
+            .field("classes", &self.classes)
+            .finish_non_exhaustive()
+    }
 }
 
 impl S3ArchiveSource {
     pub fn new(client: aws_sdk_s3::Client, bucket: &str) -> Self {
         Self {
+            clock: Arc::new(SystemClock),
             unclassed: HourlyObjects::new(client.clone(), bucket, ARCHIVE_PREFIX),
             classes: ARCHIVE_CLASSES
                 .into_iter()
@@ -405,11 +419,16 @@ impl S3ArchiveSource {
         }
     }
 
+    /// The same source, deciding which classes still keep an hour by `clock`.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        Self { clock, ..self }
+    }
+
     /// The keys of `hour`'s objects, in the order written: those written before classes, and
     /// those of each class that still keeps the hour ([`classes_keeping`]: an older hour's
     /// objects of a class are expired), listed at once.
     async fn hour_keys(&self, hour: DateTime<Utc>) -> Result<Vec<String>, RecordStreamError> {
-        let kept = classes_keeping(hour, Utc::now());
+        let kept = classes_keeping(hour, self.clock.now());
         let listings = std::iter::once(&self.unclassed)
             .chain(
                 self.classes

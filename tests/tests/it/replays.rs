@@ -107,17 +107,21 @@ async fn a_replay_moves_on_only_over_the_version_it_was_read_at() {
     sys.shutdown().await;
 }
 
-/// #35: a replay's steps read a topic's archive in S3 as the archive stream writes it (GZIP
-/// records in objects under `archive/YYYY/MM/DD/HH/`, named by the time written), from the
+/// #35: a replay's steps read a topic's archive in S3 as the archive streams write it (GZIP
+/// records in objects under each retention class's `archive/<days>d/YYYY/MM/DD/HH/`, or
+/// `archive/YYYY/…` for those written before classes, named by the time written), from the
 /// cursor each step leaves, within each step's budget of events, bytes, objects and hours: over
-/// sparse and busy hours, objects holding other topics' events and events outside the window,
-/// the steps together take exactly the window's events of the topic, each once, in the order
-/// archived.
+/// sparse and busy hours, objects of several classes in one hour (a topic whose retention
+/// changed), objects holding other topics' events and events outside the window, the steps
+/// together take exactly the window's events of the topic, each once, in the order archived.
+/// A class's hours older than it keeps (here the 1-day class's, five days on) are not read:
+/// S3 has expired them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_read_exactly_the_windows_events_once_within_their_budgets() {
     use gridrelay_adapters::aws::{S3ArchiveSource, s3_client};
     use gridrelay_ports::ArchiveSource;
-    use gridrelay_shared::archive::{TimeWindow, archive_lines};
+    use gridrelay_ports::memory::ManualClock;
+    use gridrelay_shared::archive::{TimeWindow, archive_lines, class_prefix};
     use gridrelay_shared::journal::compress_record;
     use gridrelay_shared::replay::StepBudget;
     use gridrelay_shared::schema::InputSchema;
@@ -132,28 +136,38 @@ async fn steps_read_exactly_the_windows_events_once_within_their_budgets() {
     let at = |minutes: i64| base + Duration::minutes(minutes);
     // An archived event: its topic, id and minutes after 10:00 it was published.
     type Archived<'a> = (&'a str, String, i64);
-    // (minutes after 10:00 the object was written, its events).
-    let objects: Vec<(i64, Vec<Archived>)> = vec![
+    // (minutes after 10:00 the object was written, its retention class (none: written before
+    // classes), its events).
+    let objects: Vec<(i64, Option<u16>, Vec<Archived>)> = vec![
         (
             1,
+            None,
             vec![("orders", "early".into(), -30), ("orders", "a0".into(), 1)],
         ),
-        (5, (1..4).map(|i| ("orders", format!("a{i}"), 5)).collect()),
+        (
+            5,
+            Some(7),
+            (1..4).map(|i| ("orders", format!("a{i}"), 5)).collect(),
+        ),
+        (6, Some(1), vec![("orders", "expired".into(), 6)]),
         (
             7,
+            Some(30),
             vec![("billing", "other".into(), 7), ("orders", "a4".into(), 7)],
         ),
         // 11:00 holds nothing; 12:00 two objects, one past the window's end.
         (
             125,
+            Some(7),
             (5..9).map(|i| ("orders", format!("a{i}"), 125)).collect(),
         ),
         (
             130,
+            None,
             vec![("orders", "a9".into(), 130), ("orders", "late".into(), 200)],
         ),
     ];
-    for (n, (written, events)) in objects.iter().enumerate() {
+    for (n, (written, class, events)) in objects.iter().enumerate() {
         let time = at(*written);
         let body: Vec<u8> = events
             .iter()
@@ -164,7 +178,8 @@ async fn steps_read_exactly_the_windows_events_once_within_their_budgets() {
             .flat_map(|line| compress_record(&line))
             .collect();
         let key = format!(
-            "archive/{}s-archive-1-{}-{n:08x}.json.gz",
+            "{}{}s-archive-1-{}-{n:08x}.json.gz",
+            class.map_or("archive/".to_string(), class_prefix),
             gridrelay_shared::journal::hour_prefix(time),
             time.format("%Y-%m-%d-%H-%M-%S")
         );
@@ -177,7 +192,8 @@ async fn steps_read_exactly_the_windows_events_once_within_their_budgets() {
             .unwrap();
     }
     let window = TimeWindow::new(at(0), at(180), "endTime").unwrap();
-    let source = S3ArchiveSource::new(s3, &bucket);
+    let source = S3ArchiveSource::new(s3, &bucket)
+        .with_clock(std::sync::Arc::new(ManualClock::new(at(5 * 24 * 60))));
     let expected: Vec<String> = (0..10).map(|i| format!("a{i}")).collect();
     for budget in [
         StepBudget {
