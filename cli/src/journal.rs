@@ -130,12 +130,20 @@ pub(super) async fn list_attempts(
 }
 
 /// An event's life as a table: one row per step, then where it stands (each delivery, where
-/// it was sent again: its publish's, a replay's, a redrive's).
+/// it was sent again: its publish's, a replay's, a redrive's; each step then says whose it is).
 fn life_table(life: &EventLife) -> String {
     let rows: Vec<Vec<String>> = life
         .subscriptions
         .iter()
         .flat_map(|s| {
+            let several = s.deliveries.len() > 1;
+            let steps = s.steps.iter().map(|e| {
+                let mut row = step_row(e);
+                if several {
+                    row[2] = format!("{} ({})", row[2], delivery_text(e.delivery.as_deref()));
+                }
+                row
+            });
             let now: Vec<Vec<String>> = match s.deliveries.as_slice() {
                 [_, _, ..] => s
                     .deliveries
@@ -150,7 +158,7 @@ fn life_table(life: &EventLife) -> String {
                     .collect(),
                 _ => vec![standing_row(&s.subscription, "now", &s.standing)],
             };
-            s.steps.iter().map(step_row).chain(now).collect::<Vec<_>>()
+            steps.chain(now).collect::<Vec<_>>()
         })
         .collect();
     table(&STEP_COLUMNS, &rows)

@@ -1892,6 +1892,8 @@ async fn a_dead_lettered_event_shows_the_object_it_went_to_and_its_redrive_l2_l3
         "{table}"
     );
     assert!(table.contains("now: publish"), "{table}");
+    assert!(table.contains("attempt 1 (publish)"), "{table}");
+    assert!(table.contains("attempt 1 (redrive at "), "{table}");
     assert!(
         table.contains(&format!(
             "now: redrive at {}",

@@ -560,7 +560,8 @@ pub fn dropped_events<'a>(
         .filter_map(|(id, mut steps)| {
             steps.sort_by_key(|e| (e.time, step_order(&e.step)));
             once_each(&mut steps);
-            let Standing::Dropped { reason } = standing(deliveries_of(&steps).last()?) else {
+            let latest = deliveries_of(&steps).pop()?;
+            let Standing::Dropped { reason } = standing(&latest) else {
                 return None;
             };
             let published = steps.iter().find_map(|e| match &e.step {
@@ -571,14 +572,15 @@ pub fn dropped_events<'a>(
                 } => Some(e.time),
                 _ => None,
             });
-            let last_status = steps.iter().rev().find_map(|e| match &e.step {
+            // The latest delivery's: an earlier one may still be retrying.
+            let last_status = latest.iter().rev().find_map(|e| match &e.step {
                 Step::Attempt(a) => Some(a.status),
                 _ => None,
             });
             Some(DroppedEvent {
                 id: id.to_string(),
                 reason,
-                dropped_at: steps.last()?.time,
+                dropped_at: latest.last()?.time,
                 published,
                 first_seen: steps.first()?.time,
                 last_status: last_status.flatten(),
@@ -590,25 +592,41 @@ pub fn dropped_events<'a>(
 }
 
 /// The deliveries `steps` (in order, each once) hold, each its steps, in the order they began.
-/// A fan-out begins one; any other step joins the latest begun before it with the same
-/// [`JournalEntry::delivery`], or begins one if none did (its fan-out not read). So entries
-/// written before deliveries were named split at each fan-out, as they did then.
+/// A fan-out begins one; any other step joins the latest begun before it that it is part of
+/// ([`part_of`]), or begins one if none is (its fan-out not read: before the span read, or
+/// not written). So entries written before deliveries were named split at each fan-out, as
+/// they did then.
 fn deliveries_of<'a>(steps: &[&'a JournalEntry]) -> Vec<Vec<&'a JournalEntry>> {
     let mut deliveries: Vec<Vec<&JournalEntry>> = Vec::new();
     for &step in steps {
-        let joins = match step.step {
-            Step::Fanned { .. } => None,
-            _ => deliveries
-                .iter_mut()
-                .rev()
-                .find(|d| d.first().is_some_and(|f| f.delivery == step.delivery)),
-        };
+        let fanned = matches!(step.step, Step::Fanned { .. });
+        let joins = (!fanned)
+            .then(|| {
+                deliveries
+                    .iter_mut()
+                    .rev()
+                    .find(|d| d.first().is_some_and(|first| part_of(step, first)))
+            })
+            .flatten();
         match joins {
             Some(delivery) => delivery.push(step),
+            // The publish's delivery, its fan-out not read: it began before any sent again.
+            None if !fanned && step.delivery.is_none() => deliveries.insert(0, vec![step]),
             None => deliveries.push(vec![step]),
         }
     }
     deliveries
+}
+
+/// Whether `step` is part of the delivery that begins with `first`: a named step, of the
+/// delivery of its name (one begun by an entry written before deliveries were named
+/// included, as a replay under way across the upgrade is); an unnamed one, of a delivery
+/// begun by an unnamed entry.
+fn part_of(step: &JournalEntry, first: &JournalEntry) -> bool {
+    match &step.delivery {
+        Some(name) => delivery_name_of(first).as_ref() == Some(name),
+        None => first.delivery.is_none(),
+    }
 }
 
 /// The name of the delivery that begins with `first`: its own, or, for an entry written
@@ -1490,6 +1508,69 @@ mod tests {
             Standing::RetryDue { at: at(90) }
         );
         assert!(dropped_events(&entries, "orders", "billing").is_empty());
+    }
+
+    /// #35: where the journal read does not hold every step: a publish's delivery whose fan-out
+    /// was not read still began before the replay, which stays the latest; a replay under way
+    /// across the upgrade (its fan-out written unnamed, its retries named) is one delivery; a
+    /// replay dropped while the publish's delivery retries is listed as dropped with its own
+    /// time and status.
+    #[test]
+    fn deliveries_read_from_part_of_the_journal_keep_their_order() {
+        let id = "9b2f3c4e-5d6a-4b7c-8d9e-0f1a2b3c4d5e";
+        let named = |entry: JournalEntry| JournalEntry {
+            delivery: Some("replay:night".into()),
+            ..entry
+        };
+        let entries = [
+            named(fanned(at(10), Some("night"), None)),
+            named(attempt(1, at(11), 503, Next::Retry { due: at(40) })),
+            // The publish's second attempt; its fan-out and first attempt were not read.
+            attempt(2, at(30), 200, Next::Delivered),
+        ];
+        let sub = &EventLife::of("orders", id, &entries).subscriptions[0];
+        assert_eq!(sub.standing, Standing::RetryDue { at: at(40) });
+        assert_eq!(sub.deliveries[0].delivery, None);
+        assert_eq!(
+            sub.deliveries[0].standing,
+            Standing::Delivered { at: at(30) }
+        );
+
+        let across_the_upgrade = [
+            fanned(at(0), None, None),
+            fanned(at(10), Some("night"), None),
+            attempt(1, at(11), 503, Next::Retry { due: at(40) }),
+            named(attempt(2, at(40), 200, Next::Delivered)),
+        ];
+        let sub = &EventLife::of("orders", id, &across_the_upgrade).subscriptions[0];
+        assert_eq!(sub.deliveries.len(), 2, "{:?}", sub.deliveries);
+        assert_eq!(sub.deliveries[1].delivery.as_deref(), Some("replay:night"));
+        assert_eq!(sub.standing, Standing::Delivered { at: at(40) });
+
+        let dropped = [
+            fanned(at(0), None, None),
+            attempt(1, at(1), 500, Next::Retry { due: at(60) }),
+            named(fanned(at(10), Some("night"), None)),
+            named(attempt(
+                1,
+                at(11),
+                400,
+                Next::Drop {
+                    reason: "MaxDeliveryAttemptsExceeded".into(),
+                },
+            )),
+            attempt(2, at(60), 503, Next::Retry { due: at(120) }),
+        ];
+        let listed = dropped_events(&dropped, "orders", "billing");
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(
+            (
+                listed[0].dropped_at,
+                listed[0].last_status,
+                listed[0].published
+            ),
+            (at(11), Some(400), Some(at(0)))
+        );
     }
 
     /// #35: entries written before deliveries were named (no `delivery`) still read: each
