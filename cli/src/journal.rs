@@ -139,7 +139,8 @@ fn life_table(life: &EventLife) -> String {
             let several = s.deliveries.len() > 1;
             let steps = s.steps.iter().map(|e| {
                 let mut row = step_row(e);
-                if several {
+                // A fan-out's row says whose it is already.
+                if several && !matches!(e.step, Step::Fanned { .. }) {
                     row[2] = format!("{} ({})", row[2], delivery_text(e.delivery.as_deref()));
                 }
                 row
