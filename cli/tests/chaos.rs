@@ -19,7 +19,7 @@
 //!
 //! `make test` runs a short run (400 events, 3 kills; `CHAOS_RUST_LOG` sets the runner's log level,
 //! warn by default). `make soak` runs the same test with
-//! `CHAOS_EVENTS=10000 CHAOS_KILLS=2`, once for each of its ten segments, each on a fresh moto,
+//! `CHAOS_EVENTS=5000 CHAOS_KILLS=2`, once for each of its 20 segments, each on a fresh moto,
 //! and prints the figures. `CHAOS_SEED` fixes the
 //! subscribers' failures (the process's timing stays the machine's). `CHAOS_JOURNAL=0` runs the
 //! runner with `--no-journal`, to measure what the delivery journal costs the run.
