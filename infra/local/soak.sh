@@ -3,18 +3,17 @@
 # longer than a working session: moto slows as its state grows (docs/testing.md#the-long-runs).
 #   - chaos: 100,000 events to nine subscriptions (five webhooks whose subscribers fail ~30 % of
 #     requests, four AWS resources), with 5 % of the runner's AWS calls throttled, in 20
-#     segments of 5,000 events, each on a fresh moto (moto slows as its state grows: a
-#     10,000-event segment was still not quiet after 40 minutes, a 5,000-event one took 6.5),
-#     each with `gridrelay local` killed (SIGKILL) and restarted twice; prints each segment's
-#     lost (must be 0), duplicates and time, and their sum
+#     segments of 5,000 events, each on a fresh moto (moto slows as its state grows), each
+#     with `gridrelay local` killed (SIGKILL) and restarted twice; prints each segment's lost
+#     (must be 0), duplicates and time, and their sum (docs/testing.md#the-long-runs)
 #   - fuzz: a million inputs per strategy through publish parsing and fan-out
 #   - the simulation with 20,000 seeds
 #   - the deployment checks with the functions bundled for arm64 (`make test` bundles x86_64)
 #   - the dependencies' licences, bans and sources against deny.toml (`make deny`)
 # Sizes: CHAOS_EVENTS (all segments'), CHAOS_SEGMENTS, CHAOS_KILLS (each segment's),
 # CHAOS_AWS_FAULTS, FUZZ_CASES, SIMULATION_SEEDS (environment); CHAOS_JOURNAL=0 runs without the
-# delivery journal. The whole chaos run is longer than a working session (about 7 minutes a
-# segment here): CHAOS_SEGMENTS_RUN=3-5 runs only those segments, and SOAK_ONLY=chaos only the
+# delivery journal. The whole chaos run is longer than a working session: CHAOS_SEGMENTS_RUN=3-5
+# runs only those segments, and SOAK_ONLY=chaos only the
 # chaos run. CHAOS_SEED=N gives segment i the seed N+i-1, so a segment can be run again.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
