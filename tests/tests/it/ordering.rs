@@ -311,16 +311,7 @@ async fn a_keys_messages_whose_visibility_ends_together_come_back_in_order_o1() 
     let sdk = gridrelay_e2e::sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = fifo_queue(&sqs).await;
-    for i in 0..3 {
-        sqs.send_message()
-            .queue_url(&url)
-            .message_body(format!("m-{i}"))
-            .message_group_id("key")
-            .message_deduplication_id(format!("m-{i}"))
-            .send()
-            .await
-            .expect("sent");
-    }
+    send_in_one_group(&sqs, &url, 3).await;
     // The messages received until all three are in (in the order they came), each hidden for
     // `visibility` seconds, with their receipts.
     let receive_three = |visibility: i32| {
@@ -391,16 +382,7 @@ async fn a_group_stays_held_while_its_first_is_in_flight_though_later_ones_are_v
     let sdk = gridrelay_e2e::sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = fifo_queue(&sqs).await;
-    for i in 0..4 {
-        sqs.send_message()
-            .queue_url(&url)
-            .message_body(format!("m-{i}"))
-            .message_group_id("key")
-            .message_deduplication_id(format!("m-{i}"))
-            .send()
-            .await
-            .expect("sent");
-    }
+    send_in_one_group(&sqs, &url, 4).await;
     let receive = || async {
         sqs.receive_message()
             .queue_url(&url)
@@ -447,6 +429,20 @@ async fn a_group_stays_held_while_its_first_is_in_flight_though_later_ones_are_v
 }
 
 /// A new FIFO queue's URL.
+/// Sends `count` messages `m-0`, `m-1`, … in that order to group `key` of FIFO queue `url`.
+async fn send_in_one_group(sqs: &aws_sdk_sqs::Client, url: &str, count: usize) {
+    for i in 0..count {
+        sqs.send_message()
+            .queue_url(url)
+            .message_body(format!("m-{i}"))
+            .message_group_id("key")
+            .message_deduplication_id(format!("m-{i}"))
+            .send()
+            .await
+            .expect("sent");
+    }
+}
+
 async fn fifo_queue(sqs: &aws_sdk_sqs::Client) -> String {
     use aws_sdk_sqs::types::QueueAttributeName as A;
     let name = format!("o{}.fifo", &uuid::Uuid::new_v4().simple().to_string()[..12]);
